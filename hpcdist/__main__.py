@@ -1,0 +1,7 @@
+"""`python -m hpcdist` is the `hpcdist` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,231 @@
+"""The one place that writes os.environ and calls torch.distributed.init_process_group."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+from .env import LaunchEnv
+from .errors import UsageError
+from .rendezvous import Rendezvous, local_store, mpi_rendezvous, slurm_rendezvous
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_TIMEOUT",
+    "Session",
+    "abort_job",
+    "choose_backend",
+    "format_failure",
+    "install_abort_hook",
+    "init",
+    "job_timeout",
+    "merge_environ",
+    "prepare",
+    "shutdown",
+]
+
+BACKENDS = ("auto", "gloo", "nccl", "mpi")
+DEFAULT_TIMEOUT = 300.0
+
+_state: dict[str, Any] = {}  # keeps rank 0's rendezvous store alive while the process group uses it
+
+
+@dataclass(frozen=True)
+class Session:
+    """What `init` set up: the launch, the backend, the rendezvous and this rank's device."""
+
+    env: LaunchEnv
+    backend: str
+    master_addr: str | None
+    master_port: int | None
+    device: str
+    timeout: float
+
+    @property
+    def rank(self) -> int:
+        """This process's global rank."""
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks in the job."""
+        return self.env.world_size
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, kind: type | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        shutdown()
+
+
+def job_timeout(environ: Mapping[str, str], timeout: float | None = None) -> float:
+    """The timeout in seconds: the argument, else HPCDIST_TIMEOUT, else 300."""
+    if timeout is None:
+        raw = environ.get("HPCDIST_TIMEOUT")
+        if raw is None:
+            return DEFAULT_TIMEOUT
+        try:
+            timeout = float(raw)
+        except ValueError:
+            raise UsageError(f"HPCDIST_TIMEOUT={raw!r} is not a number of seconds; set e.g. HPCDIST_TIMEOUT=300") from None
+    if not timeout > 0:
+        raise UsageError(f"the timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def choose_backend(requested: str, *, cuda_devices: int, local_world_size: int, native_mpi: bool, host: str) -> str:
+    """The torch backend to use, or a clear error when the request cannot work on this host."""
+    _check_backend_name(requested)
+    if requested == "auto":
+        return "nccl" if 0 < local_world_size <= cuda_devices else "gloo"
+    if requested == "nccl":
+        if cuda_devices == 0:
+            raise UsageError(
+                f"backend nccl needs CUDA GPUs, but torch sees none on host {host} "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); "
+                "use --backend gloo on CPU"
+            )
+        if cuda_devices < local_world_size:
+            raise UsageError(
+                f"{local_world_size} ranks run on host {host} but torch sees only {cuda_devices} GPU(s): ranks would "
+                "share a GPU and NCCL fails with 'Duplicate GPU detected'; start at most "
+                f"{cuda_devices} ranks per host (slots, -np, --ntasks-per-node) or expose more GPUs"
+            )
+    if requested == "mpi" and not native_mpi:
+        raise UsageError(
+            "this PyTorch build has no native MPI backend (torch.distributed.is_mpi_available() is False, "
+            "as on every PyPI wheel), and hpcdist's mpi4py process group is not in this release yet; "
+            "use --backend gloo, or a PyTorch built from source with MPI"
+        )
+    return requested
+
+
+def _check_backend_name(requested: str) -> None:
+    """Reject a backend name hpcdist does not know."""
+    if requested not in BACKENDS:
+        raise UsageError(f"unknown backend {requested!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def merge_environ(current: Mapping[str, str], computed: Mapping[str, str]) -> dict[str, str]:
+    """The variables to write; a differing value the user already set is an error, never overwritten."""
+    for name, value in computed.items():
+        if name in current and current[name] != value:
+            raise UsageError(
+                f"{name}={current[name]} is already set, but the launch says {name}={value}; "
+                f"unset {name} (a stale value from another launcher?) or make it agree"
+            )
+    return {name: value for name, value in computed.items() if current.get(name) != value}
+
+
+def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Rendezvous]:
+    """Detect the launch, agree on a rendezvous, and write the torch variables into os.environ."""
+    env = env or LaunchEnv.from_environ(os.environ)
+    rdzv = _rendezvous(env, timeout)
+    if rdzv.store is not None:
+        _state["store"] = rdzv.store  # a later prepare() (the program's own init under the shim) keeps it
+    computed = dict(env.torch_env(), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
+    os.environ.update(merge_environ(os.environ, computed))
+    if env.is_mpi:
+        install_abort_hook()
+    return env, rdzv
+
+
+def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
+    """Respect a user's MASTER_ADDR/PORT; otherwise ask MPI, Slurm, or bind locally."""
+    if env.master_addr and env.master_port:
+        return Rendezvous(env.master_addr, env.master_port)
+    if env.is_mpi:
+        from mpi4py import MPI
+
+        return mpi_rendezvous(MPI.COMM_WORLD, env, timeout)
+    if env.launcher == "slurm":
+        return slurm_rendezvous(env)
+    if env.world_size == 1:
+        return local_store(env.master_addr or "127.0.0.1", 1, timeout, env.master_port or 0)
+    raise UsageError(
+        f"launcher {env.launcher} started {env.world_size} ranks but did not set MASTER_ADDR and MASTER_PORT; "
+        "set both, or launch with mpirun/srun so hpcdist can agree on them"
+    )
+
+
+def init(backend: str = "auto", timeout: float | None = None) -> Session:
+    """Detect the launch, rendezvous, pick the device, and initialise torch.distributed."""
+    import torch
+    import torch.distributed as dist
+
+    seconds = job_timeout(os.environ, timeout)
+    env = LaunchEnv.from_environ(os.environ)
+    cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    chosen = choose_backend(
+        backend,
+        cuda_devices=cuda_devices,
+        local_world_size=env.local_world_size,
+        native_mpi=dist.is_mpi_available(),
+        host=socket.gethostname(),
+    )
+    env, rdzv = prepare(seconds, env)
+    device = "cpu"
+    kwargs: dict[str, Any] = {}
+    if chosen == "nccl":
+        torch.cuda.set_device(env.local_rank)
+        device = f"cuda:{env.local_rank}"
+        kwargs["device_id"] = torch.device(device)
+    if chosen == "mpi":
+        dist.init_process_group("mpi", timeout=timedelta(seconds=seconds))
+    else:
+        dist.init_process_group(
+            chosen,
+            init_method="env://",
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=timedelta(seconds=seconds),
+            **kwargs,
+        )
+    return Session(env, chosen, rdzv.addr, rdzv.port, device, seconds)
+
+
+def shutdown() -> None:
+    """Tear down the process group (if any) and release the rendezvous store."""
+    if "torch.distributed" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    _state.pop("store", None)
+
+
+def install_abort_hook() -> None:
+    """Make an uncaught exception abort the whole MPI job instead of hanging it in MPI_Finalize."""
+    if getattr(sys.excepthook, "_hpcdist", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        previous(kind, value, tb)
+        abort_job(1)
+
+    hook._hpcdist = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
+def abort_job(code: int) -> None:
+    """End every rank of the MPI job now (MPI_Abort) if MPI is initialised; otherwise do nothing."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mpi.COMM_WORLD.Abort(code)
+
+
+def format_failure(rank: int, exc: BaseException) -> str:
+    """A rank-prefixed traceback, so the failing rank is obvious in interleaved output."""
+    lines = "".join(traceback.format_exception(exc)).rstrip("\n").splitlines()
+    return "\n".join(f"[rank {rank}] {line}" for line in lines)

@@ -1,0 +1,164 @@
+"""Per-rank shim of `hpcdist mpirun`: torchrun's variables from the launch, then the user's program.
+
+Python programs run in this process (like `python -m mpi4py`), because a process that has
+initialised MPI cannot exec another program that initialises MPI again. Anything else runs as a
+child process that connects to rank 0's rendezvous store as a client and must not use MPI itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+from .bootstrap import abort_job, format_failure, job_timeout, prepare
+from .errors import UsageError
+from .rendezvous import RendezvousTimeout
+
+__all__ = ["PythonTarget", "main", "python_target"]
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
+_FLAGS = frozenset("-u -B -O -OO -E -s -S -I -b -bb -q".split())
+_WITH_VALUE = frozenset(["-W", "-X"])
+
+
+@dataclass(frozen=True)
+class PythonTarget:
+    """A Python program to run in-process: a script path, a module (-m) or code (-c), and its argv."""
+
+    kind: str  # "path" | "module" | "code"
+    what: str
+    args: tuple[str, ...]
+
+
+def python_target(argv: Sequence[str], which: Callable[[str], str | None] = shutil.which) -> PythonTarget | None:
+    """How to run `argv` in-process, or None when it is not a Python program."""
+    if not argv:
+        raise UsageError("no program given; usage: hpcdist mpirun [options] -- PROGRAM [ARGS...]")
+    if _PYTHON.match(os.path.basename(argv[0])):
+        return _parse_python_argv(argv)
+    path = which(argv[0])
+    if path and _has_python_shebang(path):
+        return PythonTarget("path", path, tuple(argv[1:]))
+    return None
+
+
+def _parse_python_argv(argv: Sequence[str]) -> PythonTarget:
+    """Parse `python [options] (script | -m module | -c code) [args]`."""
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word in ("-m", "-c"):
+            if i + 1 >= len(argv):
+                raise UsageError(f"`{' '.join(argv)}`: {word} needs an argument")
+            kind = "module" if word == "-m" else "code"
+            return PythonTarget(kind, argv[i + 1], tuple(argv[i + 2 :]))
+        if word in _WITH_VALUE:
+            i += 2
+        elif word in _FLAGS or word.startswith(("-W", "-X")):
+            i += 1
+        elif word.startswith("-"):
+            raise UsageError(
+                f"`{' '.join(argv)}`: python option {word} is not supported per rank; "
+                "set it in the environment (e.g. PYTHONWARNINGS) or drop it"
+            )
+        else:
+            return PythonTarget("path", word, tuple(argv[i + 1 :]))
+    raise UsageError(f"`{' '.join(argv)}` names no script, module or code; an interactive python cannot run per rank")
+
+
+def _has_python_shebang(path: str) -> bool:
+    """Whether an executable file is a Python script (e.g. a console script such as `hpcdist` or `pytest`)."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def _run_in_process(target: PythonTarget, rank: int) -> int:
+    """Run the program as `__main__` here and turn its ending into an exit code."""
+    if target.kind == "path":
+        sys.argv = [target.what, *target.args]
+        sys.path[0] = os.path.dirname(os.path.abspath(target.what))
+    else:
+        sys.argv = ["-c" if target.kind == "code" else target.what, *target.args]
+    try:
+        if target.kind == "module":
+            runpy.run_module(target.what, run_name="__main__", alter_sys=True)
+        elif target.kind == "code":
+            exec(compile(target.what, "<string>", "exec"), {"__name__": "__main__"})
+        else:
+            runpy.run_path(target.what, run_name="__main__")
+    except SystemExit as exc:
+        return _exit_code(exc.code)
+    except BaseException as exc:  # the user's program failed: report it with this rank's name
+        print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback without the shim's and runpy's frames, so it starts in the user's program."""
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>"):
+        tb = tb.tb_next
+    return tb
+
+
+def _exit_code(code: object) -> int:
+    """The status `sys.exit(code)` gives: None is 0, an int is itself, anything else is printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Prepare the torch variables, run the program, and abort the whole job if it fails."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["--"]:
+        words = words[1:]
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # ranks' lines arrive whole
+    rank = "?"
+    try:
+        target = python_target(words)
+        env, rdzv = prepare(job_timeout(os.environ))
+        rank = str(env.rank)
+    except (UsageError, RendezvousTimeout) as exc:
+        print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr)
+        abort_job(2)
+        return 2
+    if target is not None:
+        code = _run_in_process(target, env.rank)
+    else:
+        from .run import run_child
+
+        child_env = dict(os.environ)
+        if rdzv.hosted:
+            child_env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # rank 0's shim hosts the store
+        code = run_child(words, child_env)
+    if code != 0:
+        print(f"hpcdist: rank {env.rank} on {socket.gethostname()} failed ({_describe(code)}); ending the job", file=sys.stderr)
+        abort_job(code if 0 < code < 256 else 1)
+    return code
+
+
+def _describe(code: int) -> str:
+    """'exit code 3' or 'killed by SIGKILL' for a child's return code."""
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Backend choice, environment merging and the timeout setting: pure decisions, plain values."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcdist.bootstrap import DEFAULT_TIMEOUT, choose_backend, job_timeout, merge_environ
+from hpcdist.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    ("requested", "gpus", "local", "native", "expected"),
+    [
+        ("auto", 0, 4, False, "gloo"),
+        ("auto", 8, 8, False, "nccl"),
+        ("auto", 2, 4, False, "gloo"),  # too few GPUs for nccl: auto falls back, explicit nccl errors
+        ("gloo", 8, 8, False, "gloo"),
+        ("nccl", 8, 8, False, "nccl"),
+        ("nccl", 8, 2, False, "nccl"),
+        ("mpi", 0, 4, True, "mpi"),
+    ],
+)
+def test_choose_backend(requested: str, gpus: int, local: int, native: bool, expected: str) -> None:
+    assert choose_backend(requested, cuda_devices=gpus, local_world_size=local, native_mpi=native, host="n1") == expected
+
+
+@pytest.mark.parametrize(
+    ("requested", "gpus", "local", "native", "message"),
+    [
+        ("nccl", 0, 1, False, "backend nccl needs CUDA GPUs, but torch sees none on host n1"),
+        ("nccl", 2, 4, False, "4 ranks run on host n1 but torch sees only 2 GPU(s)"),
+        ("nccl", 2, 4, False, "Duplicate GPU detected"),
+        ("mpi", 0, 1, False, "no native MPI backend"),
+        ("mpl", 0, 1, False, "unknown backend 'mpl'; choose one of auto, gloo, nccl, mpi"),
+    ],
+)
+def test_choose_backend_errors(requested: str, gpus: int, local: int, native: bool, message: str) -> None:
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        choose_backend(requested, cuda_devices=gpus, local_world_size=local, native_mpi=native, host="n1")
+
+
+def test_merge_environ_writes_only_new_values() -> None:
+    current = {"RANK": "1", "PATH": "/bin"}
+    assert merge_environ(current, {"RANK": "1", "WORLD_SIZE": "4"}) == {"WORLD_SIZE": "4"}
+
+
+def test_merge_environ_refuses_to_overwrite_a_differing_user_value() -> None:
+    with pytest.raises(UsageError, match="MASTER_PORT=1234 is already set, but the launch says MASTER_PORT=5678"):
+        merge_environ({"MASTER_PORT": "1234"}, {"MASTER_PORT": "5678"})
+
+
+@pytest.mark.parametrize(
+    ("environ", "argument", "expected"),
+    [({}, None, DEFAULT_TIMEOUT), ({"HPCDIST_TIMEOUT": "12.5"}, None, 12.5), ({"HPCDIST_TIMEOUT": "12"}, 3, 3.0)],
+)
+def test_job_timeout(environ: dict[str, str], argument: float | None, expected: float) -> None:
+    assert job_timeout(environ, argument) == expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "argument", "message"),
+    [
+        ({"HPCDIST_TIMEOUT": "ten"}, None, "HPCDIST_TIMEOUT='ten' is not a number of seconds"),
+        ({"HPCDIST_TIMEOUT": "0"}, None, "positive number of seconds, got 0.0"),
+        ({}, -1, "positive number of seconds, got -1"),
+    ],
+)
+def test_job_timeout_errors(environ: dict[str, str], argument: float | None, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        job_timeout(environ, argument)

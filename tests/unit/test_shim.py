@@ -1,0 +1,51 @@
+"""How the per-rank shim decides to run a program in-process (Python) or as a child."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcdist.errors import UsageError
+from hpcdist.shim import PythonTarget, python_target
+
+
+def _nothing(name: str) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["python", "train.py", "--backend", "gloo"], PythonTarget("path", "train.py", ("--backend", "gloo"))),
+        (["python3", "-u", "main.py"], PythonTarget("path", "main.py", ())),
+        (["/usr/bin/python3.11", "-X", "dev", "-W", "ignore", "a.py"], PythonTarget("path", "a.py", ())),
+        (["python", "-Wignore", "-m", "pkg.mod", "-x"], PythonTarget("module", "pkg.mod", ("-x",))),
+        (["python", "-c", "print(1)", "a"], PythonTarget("code", "print(1)", ("a",))),
+        (["hostname"], None),
+    ],
+)
+def test_python_target(argv: list[str], expected: PythonTarget | None) -> None:
+    assert python_target(argv, which=_nothing) == expected
+
+
+def test_console_scripts_with_a_python_shebang_run_in_process(tmp_path) -> None:
+    script = tmp_path / "hpcdist"
+    script.write_text("#!/venv/bin/python3\nimport sys\n")
+    shell = tmp_path / "job.sh"
+    shell.write_text("#!/bin/sh\necho hi\n")
+    which = {"hpcdist": str(script), "job.sh": str(shell)}.get
+    assert python_target(["hpcdist", "run", "p2p"], which=which) == PythonTarget("path", str(script), ("run", "p2p"))
+    assert python_target(["job.sh"], which=which) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "no program given"),
+        (["python"], "names no script, module or code"),
+        (["python", "-m"], "-m needs an argument"),
+        (["python", "-i", "a.py"], "python option -i is not supported per rank"),
+    ],
+)
+def test_python_target_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        python_target(argv, which=_nothing)
