@@ -1,0 +1,104 @@
+"""Launch detection, rendezvous and init under a real `mpiexec -n N` (any N): run with --with-mpi."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from hpcdist.env import LaunchEnv
+from hpcdist.errors import UsageError
+from hpcdist.rendezvous import RendezvousTimeout, _wait, mpi_rendezvous
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(scope="module")
+def comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def test_the_world_is_as_large_as_the_launch_asked(comm) -> None:
+    """mpi4py bound to another MPI than mpirun's gives N singletons of size 1: catch that here."""
+    env = LaunchEnv.from_environ(os.environ)
+    assert comm.size == env.world_size
+    if "HPCDIST_TEST_NP" in os.environ:
+        assert comm.size == int(os.environ["HPCDIST_TEST_NP"])
+
+
+def test_launch_env_matches_what_mpi_says(comm) -> None:
+    from mpi4py import MPI
+
+    env = LaunchEnv.from_environ(os.environ)
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    assert (env.launcher, env.rank, env.world_size) == ("openmpi", comm.rank, comm.size)
+    assert (env.local_rank, env.local_world_size) == (node.rank, node.size)
+    ranks = comm.allgather(env.rank)
+    assert ranks == list(range(comm.size))
+    node.Free()
+
+
+def test_rendezvous_is_agreed_and_the_store_serves_every_rank(comm) -> None:
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    env = LaunchEnv.from_environ({k: v for k, v in os.environ.items() if not k.startswith("MASTER_")})
+    rdzv = mpi_rendezvous(comm, env, timeout=60)
+    assert len(set(comm.allgather((rdzv.addr, rdzv.port)))) == 1
+    assert rdzv.addr == "127.0.0.1"  # all ranks share this host
+    assert (rdzv.store is not None) == (comm.rank == 0) and rdzv.hosted
+    client = TCPStore(rdzv.addr, rdzv.port, is_master=False, timeout=timedelta(seconds=30))
+    client.set(f"rank{comm.rank}", str(comm.rank * 10))
+    comm.Barrier()
+    assert [client.get(f"rank{r}").decode() for r in range(comm.size)] == [str(r * 10) for r in range(comm.size)]
+    comm.Barrier()  # rank 0's store lives until every rank has read
+
+
+def test_a_wait_that_times_out_names_the_rank_and_what_it_waited_for(comm) -> None:
+    buf = bytearray(8)
+    if comm.rank == 0:
+        time.sleep(1.0)
+        comm.Ibcast(buf, root=0).Wait()
+        return
+    request = comm.Ibcast(buf, root=0)
+    with pytest.raises(RendezvousTimeout, match=f"rank {comm.rank} of {comm.size} on .* waited 0.2 s for rank 0's word"):
+        _wait(comm, request, 0.2, "rank 0's word")
+    request.Wait()
+
+
+def test_init_mpi_on_a_wheel_without_mpi_is_a_clear_error_before_any_rendezvous(comm) -> None:
+    import torch.distributed as dist
+
+    import hpcdist
+
+    if dist.is_mpi_available():
+        pytest.skip("this torch has a native MPI backend")
+    before = dict(os.environ)
+    with pytest.raises(UsageError, match="no native MPI backend"):
+        hpcdist.init("mpi", timeout=30)
+    assert dict(os.environ) == before
+
+
+def test_init_gloo_then_all_reduce_and_a_subgroup(comm) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import hpcdist
+
+    with hpcdist.init("gloo", timeout=60) as session:
+        assert (session.rank, session.world_size, session.backend, session.device) == (comm.rank, comm.size, "gloo", "cpu")
+        assert os.environ["RANK"] == str(comm.rank) and os.environ["MASTER_PORT"] == str(session.master_port)
+        tensor = torch.tensor([float(comm.rank + 1)])
+        dist.all_reduce(tensor)
+        assert tensor.item() == comm.size * (comm.size + 1) / 2
+        members = list(range(min(2, comm.size)))
+        group = dist.new_group(members)
+        if comm.rank in members:
+            tensor = torch.tensor([float(comm.rank + 1)])
+            dist.all_reduce(tensor, group=group)
+            assert tensor.item() == sum(r + 1 for r in members)
+    assert not dist.is_initialized()
