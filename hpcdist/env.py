@@ -119,7 +119,11 @@ class LaunchEnv:
                     "the number of ranks on this node (torchrun does), or use a launcher that sets them")
             value["local_rank"], value["local_world_size"] = 0, 1  # a one-process world is its own node
         slurm = next((r for r in readings if r.source.launcher == "slurm"), None)
-        return cls(first.source.launcher, value["rank"], value["world_size"], value["local_rank"],
+        launcher = first.source.launcher
+        echoed = [r for r in readings[1:] if "world_size" in r.values]
+        if launcher == "torchrun" and echoed:
+            launcher = echoed[0].source.launcher  # RANK & co. agree with this launch: a shim's echo of it
+        return cls(launcher, value["rank"], value["world_size"], value["local_rank"],
                    value["local_world_size"], value["node_rank"], addr, port,
                    slurm.nodelist if slurm else (), job_id, slurm.step_id if slurm else None)
 

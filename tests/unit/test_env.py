@@ -65,9 +65,9 @@ DETECT = [
     # srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE without the local pair: Slurm supplies it.
     pytest.param(srun(3, 4, 1, 1) | {"PMI_RANK": "3", "PMI_SIZE": "4"},
                  ("mpich", 3, 4, 1, 2, 1, None, None, ("gpu01", "gpu02"), "4242", "0"), id="srun-pmi2"),
-    # A shim copied the MPI values into torch's variables: agreeing, torchrun wins.
+    # A shim copied the MPI values into torch's variables: they agree, and the launcher is still Open MPI.
     pytest.param(ompi(3, 4, 1, 2) | {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
-                 ("torchrun", 3, 4, 1, 2, None, None, None, (), None, None), id="shim-agrees-with-openmpi"),
+                 ("openmpi", 3, 4, 1, 2, None, None, None, (), None, None), id="shim-agrees-with-openmpi"),
     # sbatch script (batch pseudo-step, or no step id at all): ONE process despite SLURM_NTASKS=4.
     pytest.param(BATCH | {"SLURM_STEP_ID": "4294967294"},
                  ("single", 0, 1, 0, 1, None, None, None, (), "4242", None), id="sbatch-batch-step"),
