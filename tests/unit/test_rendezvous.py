@@ -1,0 +1,37 @@
+"""Rendezvous decisions that need no network: address choice and the srun port."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcdist.env import LaunchEnv
+from hpcdist.errors import UsageError
+from hpcdist.rendezvous import pick_address, slurm_rendezvous
+
+
+def _srun(job: str, step: str, nodelist: str = "node[03-04]") -> LaunchEnv:
+    return LaunchEnv.from_environ({
+        "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_STEP_NODELIST": nodelist, "SLURM_JOB_ID": job,
+        "SLURM_STEP_ID": step,
+    })
+
+
+def test_loopback_only_when_every_rank_shares_one_host() -> None:
+    assert pick_address(["n1", "n1", "n1"], "10.0.0.5") == "127.0.0.1"
+    assert pick_address(["n1", "n1", "n2"], "10.0.0.5") == "10.0.0.5"
+
+
+def test_srun_rendezvous_is_the_first_node_and_a_port_from_the_job() -> None:
+    rdzv = slurm_rendezvous(_srun("123456", "0"))
+    assert (rdzv.addr, rdzv.port, rdzv.hosted) == ("node03", 15000 + 123456 % 10000, False)
+
+
+def test_two_steps_of_one_job_and_two_jobs_get_different_ports() -> None:
+    ports = {slurm_rendezvous(_srun(job, step)).port for job, step in [("7", "0"), ("7", "1"), ("8", "0")]}
+    assert len(ports) == 3 and all(15000 <= port < 25000 for port in ports)
+
+
+def test_a_non_numeric_job_id_asks_for_master_port() -> None:
+    with pytest.raises(UsageError, match="SLURM_JOB_ID='abc' is not a number; set MASTER_PORT"):
+        slurm_rendezvous(_srun("abc", "0"))
