@@ -33,6 +33,7 @@ __all__ = [
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
 DEFAULT_TIMEOUT = 300.0
+_BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the hang report comes first
 
 _state: dict[str, Any] = {}  # keeps rank 0's rendezvous store alive while the process group uses it
 
@@ -177,22 +178,28 @@ def init(backend: str = "auto", timeout: float | None = None) -> Session:
         torch.cuda.set_device(env.local_rank)
         device = f"cuda:{env.local_rank}"
         kwargs["device_id"] = torch.device(device)
+    forensics = env.is_mpi and os.environ.get("HPCDIST_FORENSICS", "1") != "0"
+    # With forensics on, hpcdist's watchdog reports a hang at the timeout; torch's own timeout
+    # is a backstop a little later, so its error does not end the job before the report.
+    backstop = timedelta(seconds=seconds + _BACKSTOP if forensics else seconds)
     if chosen == "mpi":
-        dist.init_process_group("mpi", timeout=timedelta(seconds=seconds))
+        dist.init_process_group("mpi", timeout=backstop)
     else:
         dist.init_process_group(
-            chosen,
-            init_method="env://",
-            rank=env.rank,
-            world_size=env.world_size,
-            timeout=timedelta(seconds=seconds),
-            **kwargs,
+            chosen, init_method="env://", rank=env.rank, world_size=env.world_size, timeout=backstop, **kwargs
         )
+    if forensics:
+        from . import watchdog
+
+        watchdog.instrument(dist)
+        watchdog.start(seconds)
     return Session(env, chosen, rdzv.addr, rdzv.port, device, seconds)
 
 
 def shutdown() -> None:
-    """Tear down the process group (if any) and release the rendezvous store."""
+    """Stop the watchdog, tear down the process group (if any) and release the rendezvous store."""
+    if "hpcdist.watchdog" in sys.modules:
+        sys.modules["hpcdist.watchdog"].stop()
     if "torch.distributed" in sys.modules:
         import torch.distributed as dist
 

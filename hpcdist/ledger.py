@@ -1,0 +1,154 @@
+"""Each rank's ledger of communication calls, and the first divergence between ranks' ledgers."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+__all__ = ["Entry", "Ledger", "Record", "describe_hang", "first_divergence"]
+
+_P2P_RECV = ("recv", "irecv")
+_P2P_SEND = ("send", "isend")
+_P2P = _P2P_RECV + _P2P_SEND
+
+
+@dataclass
+class Entry:
+    """One live communication call: sequence number, operation, peer or root, shape, dtype, group."""
+
+    seq: int
+    op: str
+    peer: str  # "src=0", "dst=2", "root=0" or ""
+    shape: tuple[int, ...]
+    dtype: str
+    group: str
+    gseq: int  # the how-many-th collective on its group (0 for point-to-point): aligns ranks' ledgers
+    started: float
+    done: bool = False
+
+
+class Record(NamedTuple):
+    """An entry as sent to another rank: its age in seconds instead of a clock reading."""
+
+    seq: int
+    op: str
+    peer: str
+    shape: tuple[int, ...]
+    dtype: str
+    group: str
+    gseq: int
+    age: float
+    done: bool
+
+    def label(self) -> str:
+        """`recv(src=0) #17`, as the hang report names a call."""
+        return f"{self.op}({self.peer}) #{self.seq}" if self.peer else f"{self.op} #{self.seq}"
+
+    def signature(self) -> tuple[str, str, tuple[int, ...], str, str]:
+        """What must match across ranks for a collective: operation, root, shape, dtype, group."""
+        return (self.op, self.peer, self.shape, self.dtype, self.group)
+
+
+@dataclass
+class Ledger:
+    """The last `size` communication calls of this rank (a ring buffer; cheap to append to)."""
+
+    size: int = 256
+    seq: int = 0
+    entries: deque[Entry] = field(default_factory=deque)
+    collectives: dict[str, int] = field(default_factory=dict)
+
+    def start(self, op: str, peer: str, shape: tuple[int, ...], dtype: str, group: str) -> Entry:
+        """Record a call as it begins."""
+        self.seq += 1
+        gseq = 0
+        if op not in _P2P:
+            gseq = self.collectives[group] = self.collectives.get(group, 0) + 1
+        entry = Entry(self.seq, op, peer, shape, dtype, group, gseq, time.monotonic())
+        self.entries.append(entry)
+        if len(self.entries) > self.size:
+            self.entries.popleft()
+        return entry
+
+    def pending(self) -> Entry | None:
+        """The oldest call that has not finished, if any."""
+        return next((e for e in self.entries if not e.done), None)
+
+    def snapshot(self) -> list[Record]:
+        """The entries as records, to send to another rank."""
+        now = time.monotonic()
+        return [
+            Record(e.seq, e.op, e.peer, e.shape, e.dtype, e.group, e.gseq, now - e.started, e.done) for e in self.entries
+        ]
+
+
+def first_divergence(ledgers: dict[int, list[Record]]) -> str | None:
+    """The first place where ranks' calls disagree, in words; None if their calls are consistent."""
+    entries = {rank: [Record(*row) for row in rows] for rank, rows in sorted(ledgers.items())}
+    waiting = {rank: next((e for e in rows if not e.done), None) for rank, rows in entries.items()}
+    for rank, entry in waiting.items():
+        if entry is None or entry.op not in _P2P or not entry.peer[4:].isdigit():
+            continue
+        peer = int(entry.peer[4:])
+        other = waiting.get(peer)
+        wanted = _P2P_SEND if entry.op in _P2P_RECV else _P2P_RECV
+        if peer in entries and (other is None or other.op not in wanted or other.peer[4:] != str(rank)):
+            where = f"is in {other.label()}" if other else "is not in any communication call"
+            return f"rank {rank} waits in {entry.label()} while rank {peer} {where}"
+    for group in sorted({e.group for rows in entries.values() for e in rows if e.op not in _P2P}):
+        members = list(entries) if group == "world" else [r for r in json.loads(group) if r in entries]
+        calls = {rank: {e.gseq: e for e in entries[rank] if e.group == group and e.op not in _P2P} for rank in members}
+        for gseq in sorted(set.intersection(*(set(by_gseq) for by_gseq in calls.values()))):
+            mismatch = _mismatch({rank: by_gseq[gseq] for rank, by_gseq in calls.items()})
+            if mismatch:
+                return mismatch
+    stuck = {rank: e for rank, e in waiting.items() if e is not None}
+    absent = sorted(set(entries) - set(stuck))
+    if stuck and absent:
+        first_rank, first = next(iter(stuck.items()))
+        return (f"rank {first_rank} waits in {first.label()} while rank(s) {', '.join(map(str, absent))} "
+                "are not in any communication call")
+    return None
+
+
+def _mismatch(calls: dict[int, Record]) -> str | None:
+    """'rank 1 is in X while ranks 0, 2, 3 are in Y' when the i-th collective differs, else None."""
+    by_signature: dict[tuple, list[int]] = {}
+    for rank, call in calls.items():
+        by_signature.setdefault(call.signature(), []).append(rank)
+    if len(by_signature) == 1:
+        return None
+    groups = sorted(by_signature.values(), key=lambda ranks: (len(ranks), ranks))
+    parts = [f"{_ranks(ranks)} {'is' if len(ranks) == 1 else 'are'} in {_detail(calls[ranks[0]])}" for ranks in groups]
+    return parts[0] + " while " + "; ".join(parts[1:])
+
+
+def _ranks(ranks: list[int]) -> str:
+    """'rank 1' or 'ranks 0, 2, 3'."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _detail(entry: Record) -> str:
+    """A call with its shape and dtype, for a collective mismatch."""
+    return f"{entry.label()} shape={list(entry.shape)} dtype={entry.dtype} on group {entry.group}"
+
+
+def describe_hang(ledgers: dict[int, list[Record]], missing: list[int]) -> str:
+    """The full report: each rank's pending call, the first divergence, and ranks that did not answer."""
+    lines = ["hpcdist: communication hang — what each rank was doing:"]
+    for rank, rows in sorted(ledgers.items()):
+        entries = [Record(*row) for row in rows]
+        pending = next((e for e in entries if not e.done), None)
+        last = entries[-1] if entries else None
+        if pending:
+            lines.append(f"  rank {rank}: waiting in {_detail(pending)} for {pending.age:.1f} s")
+        else:
+            lines.append(f"  rank {rank}: not communicating; last call {last.label() if last else 'none'}")
+    for rank in missing:
+        lines.append(f"  rank {rank}: did not answer (dead, or stuck outside Python)")
+    divergence = first_divergence(ledgers)
+    lines.append(f"first divergence: {divergence}" if divergence else "no divergence found in the recorded calls")
+    return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""Hang forensics without MPI: ledgers in, the first divergence out, in words."""
+
+from __future__ import annotations
+
+from hpcdist.ledger import Ledger, Record, describe_hang, first_divergence
+
+
+def _ledger(*calls: tuple[str, str, str], pending_last: bool = True) -> list[Record]:
+    """A rank's ledger from (op, peer, group) calls; the last one still waiting unless told otherwise."""
+    ledger = Ledger()
+    entries = [ledger.start(op, peer, (4,), "float32", group) for op, peer, group in calls]
+    for entry in entries[:-1] if pending_last else entries:
+        entry.done = True
+    return ledger.snapshot()
+
+
+WORLD_AR = ("all_reduce", "", "world")
+
+
+def test_a_recv_whose_sender_is_elsewhere_is_named() -> None:
+    ledgers = {
+        0: _ledger(WORLD_AR, WORLD_AR),
+        1: _ledger(WORLD_AR, WORLD_AR),
+        2: _ledger(WORLD_AR, ("recv", "src=0", "world")),
+    }
+    assert first_divergence(ledgers) == "rank 2 waits in recv(src=0) #2 while rank 0 is in all_reduce #2"
+
+
+def test_matching_send_and_recv_are_not_a_divergence() -> None:
+    ledgers = {0: _ledger(("send", "dst=1", "world")), 1: _ledger(("recv", "src=0", "world"))}
+    assert first_divergence(ledgers) is None
+
+
+def test_a_different_collective_on_one_rank_is_named_against_the_others() -> None:
+    ledgers = {r: _ledger(WORLD_AR, WORLD_AR) for r in (0, 2, 3)}
+    ledgers[1] = _ledger(WORLD_AR, ("broadcast", "root=1", "world"))
+    assert first_divergence(ledgers) == (
+        "rank 1 is in broadcast(root=1) #2 shape=[4] dtype=float32 on group world while ranks 0, 2, 3 are in "
+        "all_reduce #2 shape=[4] dtype=float32 on group world"
+    )
+
+
+def test_subgroup_collectives_are_compared_among_members_only() -> None:
+    sub = ("all_reduce", "", "[0, 1]")
+    ledgers = {0: _ledger(sub, WORLD_AR), 1: _ledger(sub, WORLD_AR), 2: _ledger(WORLD_AR), 3: _ledger(WORLD_AR)}
+    assert first_divergence(ledgers) is None
+
+
+def test_a_rank_outside_any_call_is_named() -> None:
+    ledgers = {0: _ledger(WORLD_AR, WORLD_AR), 1: _ledger(WORLD_AR, pending_last=False)}
+    assert first_divergence(ledgers) == "rank 0 waits in all_reduce #2 while rank(s) 1 are not in any communication call"
+
+
+def test_the_ring_buffer_keeps_the_last_calls_and_their_group_order() -> None:
+    ledger = Ledger(size=3)
+    for _ in range(5):
+        ledger.start("all_reduce", "", (1,), "float32", "world").done = True
+    assert [(r.seq, r.gseq) for r in ledger.snapshot()] == [(3, 3), (4, 4), (5, 5)]
+    assert ledger.pending() is None
+
+
+def test_the_report_lists_every_rank_and_those_that_did_not_answer() -> None:
+    ledgers = {0: _ledger(WORLD_AR), 1: _ledger(("recv", "src=0", "world"))}
+    report = describe_hang(ledgers, missing=[2])
+    assert "rank 0: waiting in all_reduce #1 shape=[4] dtype=float32 on group world" in report
+    assert "rank 2: did not answer" in report
+    assert report.endswith("first divergence: rank 1 waits in recv(src=0) #1 while rank 0 is in all_reduce #1")
