@@ -29,12 +29,15 @@ __all__ = [
     "merge_environ",
     "prepare",
     "shutdown",
+    "socket_ifnames",
 ]
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
 DEFAULT_TIMEOUT = 300.0
 _BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the hang report comes first
+_STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch: seconds, more on a busy host)
 
+_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
 _state: dict[str, Any] = {}  # keeps rank 0's rendezvous store alive while the process group uses it
 
 
@@ -81,11 +84,19 @@ def job_timeout(environ: Mapping[str, str], timeout: float | None = None) -> flo
     return float(timeout)
 
 
-def choose_backend(requested: str, *, cuda_devices: int, local_world_size: int, native_mpi: bool, host: str) -> str:
-    """The torch backend to use, or a clear error when the request cannot work on this host."""
+def choose_backend(
+    requested: str, *, cuda_devices: int, local_world_size: int, native_mpi: bool, host: str, mpi_launch: bool = False
+) -> str:
+    """The torch backend to use, or a clear error when the request cannot work on this host.
+
+    `auto` is nccl when every local rank has a GPU; on CPU under an MPI launch it is the mpi backend,
+    which `hpcdist bench` measures faster than gloo here (see README); gloo otherwise.
+    """
     _check_backend_name(requested)
     if requested == "auto":
-        return "nccl" if 0 < local_world_size <= cuda_devices else "gloo"
+        if 0 < local_world_size <= cuda_devices:
+            return "nccl"
+        return ("mpi" if native_mpi else "mpi4py") if mpi_launch else "gloo"
     if requested == "nccl":
         if cuda_devices == 0:
             raise UsageError(
@@ -100,11 +111,7 @@ def choose_backend(requested: str, *, cuda_devices: int, local_world_size: int, 
                 f"{cuda_devices} ranks per host (slots, -np, --ntasks-per-node) or expose more GPUs"
             )
     if requested == "mpi" and not native_mpi:
-        raise UsageError(
-            "this PyTorch build has no native MPI backend (torch.distributed.is_mpi_available() is False, "
-            "as on every PyPI wheel), and hpcdist's mpi4py process group is not in this release yet; "
-            "use --backend gloo, or a PyTorch built from source with MPI"
-        )
+        return "mpi4py"  # PyPI wheels have no native MPI: hpcdist's process group on mpi4py
     return requested
 
 
@@ -125,13 +132,21 @@ def merge_environ(current: Mapping[str, str], computed: Mapping[str, str]) -> di
     return {name: value for name, value in computed.items() if current.get(name) != value}
 
 
+def socket_ifnames(ifname: str | None, current: Mapping[str, str]) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME for the interface towards the rendezvous, unless set."""
+    if not ifname:
+        return {}
+    return {name: ifname for name in _IFNAME_VARIABLES if name not in current}
+
+
 def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Rendezvous]:
     """Detect the launch, agree on a rendezvous, and write the torch variables into os.environ."""
     env = env or LaunchEnv.from_environ(os.environ)
-    rdzv = _rendezvous(env, timeout)
+    rdzv = _rendezvous(env, max(timeout, _STARTUP_FLOOR))
     if rdzv.store is not None:
         _state["store"] = rdzv.store  # a later prepare() (the program's own init under the shim) keeps it
     computed = dict(env.torch_env(), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
+    computed.update(socket_ifnames(rdzv.ifname, os.environ))
     os.environ.update(merge_environ(os.environ, computed))
     if env.is_mpi:
         install_abort_hook()
@@ -145,6 +160,12 @@ def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
     if env.is_mpi:
         from mpi4py import MPI
 
+        if MPI.COMM_WORLD.size != env.world_size:
+            raise UsageError(
+                f"the launcher says {env.world_size} ranks but MPI says this process is alone in a world of "
+                f"{MPI.COMM_WORLD.size}: mpi4py's MPI cannot talk to the launcher (e.g. srun --mpi=pmi2 with "
+                "Open MPI 5 starts singletons); use srun --mpi=pmix, or mpirun from the MPI mpi4py was built with"
+            )
         return mpi_rendezvous(MPI.COMM_WORLD, env, timeout)
     if env.launcher == "slurm":
         return slurm_rendezvous(env)
@@ -170,7 +191,26 @@ def init(backend: str = "auto", timeout: float | None = None) -> Session:
         local_world_size=env.local_world_size,
         native_mpi=dist.is_mpi_available(),
         host=socket.gethostname(),
+        mpi_launch=env.is_mpi,
     )
+    forensics = env.is_mpi and os.environ.get("HPCDIST_FORENSICS", "1") != "0"
+    # With forensics on, hpcdist's watchdog reports a hang at the timeout; the backend's own timeout
+    # is a backstop a little later, so its error does not end the job before the report.
+    backstop = timedelta(seconds=seconds + _BACKSTOP if forensics else seconds)
+    session = _init_mpi4py(env, seconds, backstop) if chosen == "mpi4py" else _init_torch(env, chosen, seconds, backstop)
+    if forensics:
+        from . import watchdog
+
+        watchdog.instrument(dist)
+        watchdog.start(seconds)
+    return session
+
+
+def _init_torch(env: LaunchEnv, chosen: str, seconds: float, backstop: timedelta) -> Session:
+    """torch's own backends: nccl and gloo rendezvous through the TCP store, native mpi needs none."""
+    import torch
+    import torch.distributed as dist
+
     env, rdzv = prepare(seconds, env)
     device = "cpu"
     kwargs: dict[str, Any] = {}
@@ -178,22 +218,35 @@ def init(backend: str = "auto", timeout: float | None = None) -> Session:
         torch.cuda.set_device(env.local_rank)
         device = f"cuda:{env.local_rank}"
         kwargs["device_id"] = torch.device(device)
-    forensics = env.is_mpi and os.environ.get("HPCDIST_FORENSICS", "1") != "0"
-    # With forensics on, hpcdist's watchdog reports a hang at the timeout; torch's own timeout
-    # is a backstop a little later, so its error does not end the job before the report.
-    backstop = timedelta(seconds=seconds + _BACKSTOP if forensics else seconds)
     if chosen == "mpi":
         dist.init_process_group("mpi", timeout=backstop)
     else:
         dist.init_process_group(
             chosen, init_method="env://", rank=env.rank, world_size=env.world_size, timeout=backstop, **kwargs
         )
-    if forensics:
-        from . import watchdog
-
-        watchdog.instrument(dist)
-        watchdog.start(seconds)
     return Session(env, chosen, rdzv.addr, rdzv.port, device, seconds)
+
+
+def _init_mpi4py(env: LaunchEnv, seconds: float, backstop: timedelta) -> Session:
+    """The mpi4py backend: ranks come from MPI; the shared store serves groups of other backends beside it."""
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    from . import mpi_backend
+
+    world = MPI.COMM_WORLD
+    if (world.rank, world.size) != (env.rank, env.world_size):
+        raise UsageError(
+            f"backend mpi needs the ranks to be MPI processes, but the {env.launcher} launch says rank {env.rank} of "
+            f"{env.world_size} while MPI.COMM_WORLD says rank {world.rank} of {world.size}; start the job with "
+            "mpirun/mpiexec (or hpcdist mpirun), or use --backend gloo"
+        )
+    env, rdzv = prepare(seconds, env)
+    mpi_backend.register()
+    dist.init_process_group(
+        mpi_backend.BACKEND_NAME, init_method="env://", rank=env.rank, world_size=env.world_size, timeout=backstop
+    )
+    return Session(env, mpi_backend.BACKEND_NAME, rdzv.addr, rdzv.port, "cpu", seconds)
 
 
 def shutdown() -> None:

@@ -70,17 +70,33 @@ def test_a_wait_that_times_out_names_the_rank_and_what_it_waited_for(comm) -> No
     request.Wait()
 
 
-def test_init_mpi_on_a_wheel_without_mpi_is_a_clear_error_before_any_rendezvous(comm) -> None:
+def test_init_mpi_on_a_wheel_without_mpi_uses_the_mpi4py_group_and_a_gloo_group_fits_beside_it(comm) -> None:
+    import torch
     import torch.distributed as dist
 
     import hpcdist
 
     if dist.is_mpi_available():
         pytest.skip("this torch has a native MPI backend")
-    before = dict(os.environ)
-    with pytest.raises(UsageError, match="no native MPI backend"):
-        hpcdist.init("mpi", timeout=30)
-    assert dict(os.environ) == before
+    with hpcdist.init("mpi", timeout=30) as session:
+        assert session.backend == "mpi4py"
+        assert len(set(comm.allgather((session.master_addr, session.master_port)))) == 1  # one shared store
+        assert dist.get_backend() == "mpi4py" and (dist.get_rank(), dist.get_world_size()) == (comm.rank, comm.size)
+        assert os.environ["RANK"] == str(comm.rank)
+        tensor = torch.tensor([float(comm.rank + 1)])
+        dist.all_reduce(tensor)
+        assert tensor.item() == comm.size * (comm.size + 1) / 2
+        members = list(range(min(2, comm.size)))
+        group = dist.new_group(members)
+        if comm.rank in members:
+            tensor = torch.tensor([float(comm.rank + 1)])
+            dist.all_reduce(tensor, group=group)
+            assert tensor.item() == sum(r + 1 for r in members)
+        beside = dist.new_group(list(range(comm.size)), backend="gloo")  # needs the default group's shared store
+        tensor = torch.tensor([float(comm.rank + 1)])
+        dist.all_reduce(tensor, group=beside)
+        assert tensor.item() == comm.size * (comm.size + 1) / 2
+    assert not dist.is_initialized()
 
 
 def test_init_gloo_then_all_reduce_and_a_subgroup(comm) -> None:

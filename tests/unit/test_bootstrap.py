@@ -17,11 +17,20 @@ from hpcdist.errors import UsageError
         ("gloo", 8, 8, False, "gloo"),
         ("nccl", 8, 8, False, "nccl"),
         ("nccl", 8, 2, False, "nccl"),
-        ("mpi", 0, 4, True, "mpi"),
+        ("mpi", 0, 4, True, "mpi"),  # torch built with MPI: its native backend
+        ("mpi", 0, 4, False, "mpi4py"),  # a PyPI wheel: hpcdist's process group on mpi4py
     ],
 )
 def test_choose_backend(requested: str, gpus: int, local: int, native: bool, expected: str) -> None:
     assert choose_backend(requested, cuda_devices=gpus, local_world_size=local, native_mpi=native, host="n1") == expected
+
+
+@pytest.mark.parametrize(
+    ("gpus", "native", "expected"), [(0, False, "mpi4py"), (0, True, "mpi"), (4, False, "nccl"), (2, False, "mpi4py")]
+)
+def test_auto_under_an_mpi_launch_prefers_the_mpi_backend_on_cpu(gpus: int, native: bool, expected: str) -> None:
+    chosen = choose_backend("auto", cuda_devices=gpus, local_world_size=4, native_mpi=native, host="n1", mpi_launch=True)
+    assert chosen == expected
 
 
 @pytest.mark.parametrize(
@@ -30,7 +39,6 @@ def test_choose_backend(requested: str, gpus: int, local: int, native: bool, exp
         ("nccl", 0, 1, False, "backend nccl needs CUDA GPUs, but torch sees none on host n1"),
         ("nccl", 2, 4, False, "4 ranks run on host n1 but torch sees only 2 GPU(s)"),
         ("nccl", 2, 4, False, "Duplicate GPU detected"),
-        ("mpi", 0, 1, False, "no native MPI backend"),
         ("mpl", 0, 1, False, "unknown backend 'mpl'; choose one of auto, gloo, nccl, mpi"),
     ],
 )

@@ -1,0 +1,79 @@
+"""A torch.distributed process group on mpi4py, for PyTorch wheels built without MPI.
+
+    hpcdist.init(backend="mpi")                  # registers it and initialises the default group
+    dist.all_reduce(tensor)                      # every torch collective, p2p and object collective
+    sub = dist.new_group([0, 1])                 # an MPI communicator over those ranks only
+
+The backend is registered with torch as "mpi4py" (torch reserves "mpi" for its native backend).
+Ranks and sizes come from MPI.COMM_WORLD. The backend itself never reads torch's store, but the
+default group gets hpcdist's shared TCP store all the same, so groups of other backends (gloo, nccl)
+can be made beside it with `new_group(backend=...)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+from mpi4py import MPI
+
+from .dtypes import reduction_plan
+from .group import BACKEND_NAME, MPIProcessGroup
+from .work import CollectiveError, CollectiveTimeout, MPIWork
+
+__all__ = [
+    "BACKEND_NAME",
+    "CollectiveError",
+    "CollectiveTimeout",
+    "MPIProcessGroup",
+    "MPIWork",
+    "reduction_plan",
+    "register",
+]
+
+_GROUP_TAG = 0x4D50  # tag for MPI_Comm_create_group; creations are issued in the same order everywhere
+_world: dict[str, MPI.Intracomm] = {}
+
+
+def register() -> None:
+    """Make "mpi4py" a torch.distributed backend (idempotent)."""
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def _parent() -> MPI.Intracomm:
+    """A private duplicate of COMM_WORLD (errors raise) that subgroups are carved from."""
+    comm = _world.get("comm")
+    if comm is None:
+        comm = _world["comm"] = MPI.COMM_WORLD.Dup()
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+    return comm
+
+
+def _create(options: Any, backend_options: Any = None) -> MPIProcessGroup:
+    """torch's creator hook: build the group for the default group (all ranks) or a subgroup."""
+    parent = _parent()
+    ranks = list(options.global_ranks_in_group)
+    timeout = options.timeout.total_seconds()
+    if not ranks:  # the default group: torch's ranks must be MPI's
+        if (options.group_size, options.group_rank) != (parent.size, parent.rank):
+            raise ValueError(
+                f"the mpi4py backend takes ranks from MPI, but torch was given rank {options.group_rank} of "
+                f"{options.group_size} while MPI.COMM_WORLD says rank {parent.rank} of {parent.size}; start the "
+                "job with mpirun/mpiexec (or srun with PMI) and pass rank=MPI.COMM_WORLD.rank, world_size=MPI.COMM_WORLD.size"
+            )
+        ranks = list(range(parent.size))
+        comm = parent.Dup()
+    else:
+        if dist.is_initialized() and dist.get_world_size() != parent.size:
+            raise ValueError(
+                f"an mpi4py subgroup needs torch's global ranks to be MPI's, but the default group has "
+                f"{dist.get_world_size()} ranks and MPI.COMM_WORLD {parent.size}"
+            )
+        group = parent.Get_group().Incl(ranks)
+        comm = parent.Create_group(group, _GROUP_TAG)  # collective over the members only
+        group.Free()
+    comm.Set_errhandler(MPI.ERRORS_RETURN)
+    if comm.rank != options.group_rank:
+        raise ValueError(f"MPI rank {comm.rank} in the new communicator differs from torch's group rank {options.group_rank}")
+    return MPIProcessGroup(comm, ranks, timeout)

@@ -1,0 +1,66 @@
+"""The progress thread: completes the futures of works nobody waits on (DDP waits from C++).
+
+MPI moves data only while someone calls into it, so a Work whose future was requested is handed to
+one daemon thread that tests it with back-off sleeps (10 µs up to 1 ms), fails it at the group's
+timeout, and settles its future. This needs MPI_THREAD_MULTIPLE, mpi4py's default.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+__all__ = ["PROGRESS"]
+
+
+class _Progress:
+    """One daemon thread that drives handed-off works to completion and settles their futures."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._works: list[Any] = []
+        self._thread: threading.Thread | None = None
+
+    def add(self, work: Any) -> None:
+        work._event = threading.Event()
+        with self._lock:
+            self._works.append(work)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hpcdist-mpi-progress", daemon=True)
+                self._thread.start()
+            self._lock.notify()
+
+    def _run(self) -> None:
+        sleep = 0.0
+        while True:
+            with self._lock:
+                while not self._works:
+                    self._lock.wait()
+                works = list(self._works)
+            finished = []
+            now = time.monotonic()
+            for work in works:
+                try:
+                    if work._poll() or work._expired(now):
+                        finished.append(work)
+                except BaseException as exc:  # noqa: BLE001 - never let the thread die silently
+                    print(f"hpcdist.mpi_backend progress thread: {exc!r}", file=sys.stderr)
+                    from .work import CollectiveError
+
+                    work._fail(CollectiveError(str(exc)))
+                    finished.append(work)
+            if finished:
+                with self._lock:
+                    for work in finished:
+                        self._works.remove(work)
+                for work in finished:
+                    work._settle()
+                sleep = 0.0
+            else:
+                time.sleep(sleep)
+                sleep = min(max(sleep * 2, 10e-6), 1e-3)
+
+
+PROGRESS = _Progress()

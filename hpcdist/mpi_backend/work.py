@@ -1,0 +1,269 @@
+"""Work objects for MPI requests: polling with a deadline, futures, and errors that are never lost.
+
+A Work holds its MPI request(s) and every tensor MPI reads or writes, so no buffer is freed while MPI
+still uses it. `wait` tests the request first, spins briefly, then yields and backs off, and raises
+`CollectiveTimeout` once the group's timeout has passed. `get_future` on a pending Work hands it to a
+single progress thread, which completes the torch Future even if nobody calls `wait` (DDP waits on
+futures from C++).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+
+__all__ = ["CollectiveError", "CollectiveTimeout", "MPIWork", "DONE"]
+
+_SPIN = 50e-6  # seconds of pure Test spinning before yielding the CPU
+_YIELD = 0.02  # then Test + sched_yield until this much time has passed, then back-off sleeps
+_MAX_SLEEP = 2e-3
+_testall = MPI.Request.Testall
+
+
+class CollectiveError(dist.DistBackendError):
+    """An MPI operation failed; the message names the rank, the operation and the group."""
+
+
+class CollectiveTimeout(CollectiveError):
+    """An MPI operation did not complete within the group's timeout."""
+
+
+def _seconds(timeout: Any) -> float | None:
+    """A positive timeout in seconds, or None for 'no timeout given' (None, 0, negative)."""
+    if timeout is None:
+        return None
+    secs = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    return secs if secs > 0 else None
+
+
+class MPIWork(dist._Work):
+    """One operation in flight: its MPI request(s), kept-alive buffers, and what to do at the end."""
+
+    def __init__(
+        self,
+        group: Any,
+        name: str,
+        req: Any,
+        keep: Any,
+        result: list[torch.Tensor],
+        finish: Callable[[], None] | None = None,
+        steps: Iterator[Any] | None = None,
+        status: Any = None,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__()
+        self._group = group
+        self._name = name
+        self._req = req
+        self._keep = keep
+        self._result = result
+        self._finish = finish
+        self._steps = steps
+        self._status = status
+        self._start = time.monotonic()
+        self._timeout = timeout or group._timeout
+        self._done = False
+        self._error: BaseException | None = None
+        self._observed = False
+        self._future: torch.futures.Future | None = None
+        self._event: threading.Event | None = None  # set when the progress thread owns this work
+
+    # -- progress -------------------------------------------------------------------------------
+    def _poll(self) -> bool:
+        """Test the request(s); on completion run the finishing step. True when done (or failed)."""
+        if self._done:
+            return True
+        try:
+            while True:
+                req = self._req
+                if type(req) is list:
+                    if req and not _testall(req):
+                        return False
+                elif req is not None and not (req.Test(self._status) if self._status is not None else req.Test()):
+                    return False
+                if self._steps is None:
+                    break
+                nxt = next(self._steps, None)
+                if nxt is None:
+                    self._steps = None
+                    break
+                self._req = nxt
+            if self._finish is not None:
+                self._finish()
+        except Exception as exc:  # noqa: BLE001 - MPI errors, truncation, a failed finishing step
+            self._fail(CollectiveError(f"{self._group._who()}: {self._name} on {self._group._desc} failed: {exc}"))
+            return True
+        self._done = True
+        self._keep = None
+        return True
+
+    def _fail(self, error: BaseException) -> None:
+        """Mark this work failed; the request (if still in flight) keeps its buffers via the group."""
+        self._error = error
+        self._done = True
+        if self._req is not None and not self._is_settled():
+            self._group._orphan(self)
+
+    def _is_settled(self) -> bool:
+        req = self._req
+        try:
+            if type(req) is list:
+                return bool(_testall(req)) if req else True
+            return req is None or bool(req.Test())
+        except Exception:  # noqa: BLE001
+            return True
+
+    def _deadline_error(self, seconds: float) -> CollectiveTimeout:
+        return CollectiveTimeout(f"{self._group._who()}: {self._name} on {self._group._desc} did not complete within {seconds:g} s")
+
+    def _expired(self, now: float) -> bool:
+        """Fail this work if the group's timeout has passed; True if so."""
+        if now - self._start > self._timeout:
+            self._fail(self._deadline_error(self._timeout))
+            return True
+        return False
+
+    # -- the torch Work API ---------------------------------------------------------------------
+    def wait(self, timeout: Any = None) -> bool:
+        """Block until done; raise CollectiveError/CollectiveTimeout on failure."""
+        if not self._done:
+            if self._event is not None:
+                self._wait_handed(_seconds(timeout))
+            else:
+                self._wait_polling(_seconds(timeout))
+        if self._error is not None:
+            self._observed = True
+            raise self._error
+        return True
+
+    def _wait_polling(self, limit: float | None) -> None:
+        if self._poll():
+            return
+        began = time.monotonic()
+        sleep = 20e-6
+        spins = 0
+        while True:
+            if self._poll():
+                return
+            spins += 1
+            if spins & 15:
+                continue
+            now = time.monotonic()
+            if self._expired(now):
+                return
+            if limit is not None and now - began > limit:
+                raise self._deadline_error(limit)
+            waited = now - began
+            if waited < _SPIN:
+                continue
+            if waited < _YIELD:
+                time.sleep(0)
+            else:
+                time.sleep(sleep)
+                sleep = min(sleep * 2, _MAX_SLEEP)
+
+    def _wait_handed(self, limit: float | None) -> None:
+        event = self._event
+        assert event is not None
+        remaining = self._timeout - (time.monotonic() - self._start) + 1.0  # the progress thread times it out
+        if limit is not None and limit < remaining:
+            if not event.wait(limit):
+                raise self._deadline_error(limit)
+        event.wait(max(remaining, 0.0))
+
+    def is_completed(self) -> bool:
+        """True once the operation finished (successfully or not); never blocks."""
+        if self._done:
+            return True
+        if self._event is not None:
+            return False
+        return self._poll()
+
+    def is_success(self) -> bool:
+        """True if the operation completed without an error."""
+        return self.is_completed() and self._error is None
+
+    def exception(self) -> BaseException | None:
+        """The error this operation failed with, if any."""
+        if self._error is not None:
+            self._observed = True
+        return self._error
+
+    def result(self) -> list[torch.Tensor]:
+        """The output tensors (after wait)."""
+        self.wait()
+        return self._result
+
+    def source_rank(self) -> int:
+        """For a receive: the group rank the message came from."""
+        if self._status is None:
+            raise RuntimeError(f"{self._name} has no source rank: only receives do")
+        return self._status.Get_source()
+
+    _source_rank = source_rank
+
+    def synchronize(self) -> None:
+        """CPU work is synchronous once waited; nothing to do for streams."""
+        self.wait()
+
+    def block_current_stream(self) -> None:
+        self.wait()
+
+    def get_future(self) -> torch.futures.Future:
+        """A torch Future completed with the output tensors (or the error), even if nobody waits."""
+        if self._future is None:
+            self._future = torch.futures.Future()
+            if self._done or self.is_completed():
+                self._settle()
+            else:
+                from .progress import PROGRESS
+
+                PROGRESS.add(self)
+        return self._future
+
+    def _settle(self) -> None:
+        """Complete the future (if any) and wake a waiter on a handed-off work."""
+        fut = self._future
+        if fut is not None and not fut.done():
+            if self._error is not None:
+                self._observed = True
+                fut.set_exception(self._error)
+            else:
+                fut.set_result(self._result)
+        if self._event is not None:
+            self._event.set()
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error is not None else "done" if self._done else "pending"
+        return f"<MPIWork {self._name} on {self._group._desc}: {state}>"
+
+
+class _CompletedWork(dist._Work):
+    """What a synchronous operation returns: already done, so waiting costs nothing."""
+
+    def wait(self, timeout: Any = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self) -> None:
+        return None
+
+    def get_future(self) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result([])
+        return fut
+
+
+DONE = _CompletedWork()
