@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import UsageError
 from .hostfile import HostSlots
 
-__all__ = ["MpirunSpec", "build_mpirun_argv", "env_forwards"]
+__all__ = ["KEEPALIVE", "MpirunSpec", "build_mpirun_argv", "env_forwards", "locate_mpirun", "spans_hosts"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "HPCDIST_")
@@ -18,6 +21,8 @@ _FORWARD_NAMES = frozenset(
 )
 # Open MPI 5's `btl ofi` probes for an HPC fabric: ~1 s per start on hosts that have none.
 _FABRIC_PROBE_BTL = "ofi"
+# TCP keepalive on PRRTE's daemon links: a cut link is noticed after ~2 + 3 x 1 s instead of ~8 minutes.
+KEEPALIVE = (("oob_tcp_keepalive_time", "2"), ("oob_tcp_keepalive_intvl", "1"), ("oob_tcp_keepalive_probes", "3"))
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,7 @@ class MpirunSpec:
     """Everything needed to build one `mpirun` command line."""
 
     program: tuple[str, ...]
-    np: int
+    np: int | None  # None: mpirun takes every slot of the Slurm allocation it runs in
     hostfile: str | None = None
     hosts: tuple[HostSlots, ...] = ()
     env: tuple[tuple[str, str | None], ...] = ()
@@ -35,6 +40,7 @@ class MpirunSpec:
     oversubscribe: bool = False
     as_root: bool = False
     skip_fabric_probe: bool = True
+    keepalive: bool = False  # --prtemca KEEPALIVE: set for jobs on several hosts, so a lost host is noticed
     extra: tuple[str, ...] = ()
     mpirun: str = "mpirun"
 
@@ -42,7 +48,7 @@ class MpirunSpec:
 def build_mpirun_argv(spec: MpirunSpec) -> list[str]:
     """Return the mpirun argv for `spec`; `hostfile` wins over `hosts` when both are set."""
     _validate(spec)
-    argv = [spec.mpirun, "-np", str(spec.np)]
+    argv = [spec.mpirun] if spec.np is None else [spec.mpirun, "-np", str(spec.np)]
     if spec.hostfile is not None:
         argv += ["--hostfile", spec.hostfile]
     elif spec.hosts:
@@ -54,9 +60,20 @@ def build_mpirun_argv(spec: MpirunSpec) -> list[str]:
         argv.append("--allow-run-as-root")
     for key, value in _mca_pairs(spec.mca, spec.skip_fabric_probe):
         argv += ["--mca", key, value]
+    if spec.keepalive:
+        for key, value in KEEPALIVE:
+            argv += ["--prtemca", key, value]
     for name, value in spec.env:
         argv += ["-x", name if value is None else f"{name}={value}"]
     return argv + list(spec.extra) + list(spec.program)
+
+
+def spans_hosts(hosts: Sequence[HostSlots], environ: Mapping[str, str]) -> bool:
+    """Whether the job may run on more than one host: several host names, or a multi-node Slurm allocation."""
+    if hosts:
+        return len({h.host for h in hosts}) > 1
+    nodes = environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", "1"))
+    return nodes.isdigit() and int(nodes) > 1
 
 
 def env_forwards(
@@ -84,7 +101,7 @@ def env_forwards(
 
 def _validate(spec: MpirunSpec) -> None:
     """Raise UsageError for a spec mpirun would reject or misread."""
-    if spec.np < 1:
+    if spec.np is not None and spec.np < 1:
         raise UsageError(f"-np must be at least 1, got {spec.np}")
     if not spec.program:
         raise UsageError("no program to run; put it after '--', e.g. -np 2 -- python train.py")
@@ -119,3 +136,12 @@ def _exclude_probe(value: str) -> str:
     if _FABRIC_PROBE_BTL in names:
         return value
     return "^" + ",".join([*names, _FABRIC_PROBE_BTL])
+
+
+def locate_mpirun() -> str | None:
+    """$HPCDIST_MPIRUN, else the mpirun beside this Python (the Open MPI wheel), else PATH's; None if none.
+
+    The one function here that looks at the machine (environment and files); the builders stay pure.
+    """
+    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    return os.environ.get("HPCDIST_MPIRUN") or (beside if os.access(beside, os.X_OK) else shutil.which("mpirun"))

@@ -8,13 +8,19 @@ import pytest
 
 from hpcdist.errors import UsageError
 from hpcdist.hostfile import HostSlots, parse_hostfile, parse_hosts_arg
-from hpcdist.mpirun import MpirunSpec, build_mpirun_argv, env_forwards
+from hpcdist.mpirun import MpirunSpec, build_mpirun_argv, env_forwards, spans_hosts
 
 PROG = ("python", "train.py")
 BASE = MpirunSpec(program=PROG, np=2)
 HEAD = ["mpirun", "-np", "2"]
 PLACE = ["--bind-to", "none", "--map-by", "slot"]
 NO_OFI = ["--mca", "btl", "^ofi"]
+# TCP keepalive on PRRTE's daemon links for jobs on several hosts (a cut link noticed in ~5 s, not ~8 min)
+KEEPALIVE = [
+    "--prtemca", "oob_tcp_keepalive_time", "2",
+    "--prtemca", "oob_tcp_keepalive_intvl", "1",
+    "--prtemca", "oob_tcp_keepalive_probes", "3",
+]  # fmt: skip
 
 
 def spec(**changes: object) -> MpirunSpec:
@@ -98,6 +104,11 @@ def test_seed_hosts_example() -> None:
             [*HEAD, *PLACE, *NO_OFI, "--report-bindings", "--tag-output", *PROG],
         ),
         ({"mpirun": "/opt/ompi/bin/mpirun", "np": 1}, ["/opt/ompi/bin/mpirun", "-np", "1", *PLACE, *NO_OFI, *PROG]),
+        ({"keepalive": True}, [*HEAD, *PLACE, *NO_OFI, *KEEPALIVE, *PROG]),
+        (
+            {"keepalive": True, "skip_fabric_probe": False, "env": (("X", "1"),)},
+            [*HEAD, *PLACE, *KEEPALIVE, "-x", "X=1", *PROG],
+        ),
     ],
 )
 def test_build_mpirun_argv(changes: dict[str, object], expected: list[str]) -> None:
@@ -126,6 +137,33 @@ def test_build_mpirun_argv_full_order() -> None:
         "-x", "NCCL_DEBUG", "-x", "X=1", "--tag-output",
         "hpcdist-shim", "--", "python", "-m", "job",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("hosts", "environ", "expected"),
+    [
+        ((HostSlots("n1", 2), HostSlots("n2", 2)), {}, True),
+        ((HostSlots("n1", 2),), {}, False),
+        ((HostSlots("n1", 2), HostSlots("n1", 1)), {}, False),  # one host listed twice
+        ((HostSlots("localhost", 4),), {"SLURM_JOB_NUM_NODES": "2"}, False),  # the host list wins
+        ((), {"SLURM_JOB_NUM_NODES": "2"}, True),  # mpirun inside a Slurm allocation reads it itself
+        ((), {"SLURM_JOB_NUM_NODES": "1"}, False),
+        ((), {"SLURM_NNODES": "3"}, True),
+        ((), {}, False),
+    ],
+)
+def test_spans_hosts(hosts: tuple[HostSlots, ...], environ: dict[str, str], expected: bool) -> None:
+    assert spans_hosts(hosts, environ) is expected
+
+
+def test_a_two_host_job_gets_the_keepalive_settings_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    from hpcdist.cli import main
+
+    assert main(["mpirun", "--dry-run", "--mpirun", "mpirun", "-H", "n1:2,n2:2", "--", "python", "x.py"]) == 0
+    two = capsys.readouterr().out
+    assert " ".join(KEEPALIVE) in two
+    assert main(["mpirun", "--dry-run", "--mpirun", "mpirun", "-H", "n1:2", "--", "python", "x.py"]) == 0
+    assert "--prtemca" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,118 @@
+"""Launching `hpcdist mpirun` across the namespace hosts n1 and n2 of netns.sh, and breaking them.
+
+mpirun runs inside hpc-n1 with hostname n1; PRRTE starts the daemon on n2 through tests/hosts/agent instead
+of ssh. Output goes to files and every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+NETNS = HERE / "netns.sh"
+AGENT = HERE / "agent"
+PROGRAMS = HERE / "programs"
+BIN = Path(sys.executable).parent  # the venv under test: /tmp/venv0 here, <repo>/.venv in CI
+HOSTFILE_TEXT = "n1 slots=2\nn2 slots=2\n"
+ADDRESSES = {"n1": "10.250.0.1", "n2": "10.250.0.2"}
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished launch: status, output and how long it took."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+class Launch:
+    """`hpcdist mpirun …` running inside n1; output goes to files, so processes left on a lost host
+    (which keep mpirun's stderr open) never block the test."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], workdir: Path) -> None:
+        self.out, self.err = workdir / "stdout", workdir / "stderr"
+        self.start = time.monotonic()
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=err, start_new_session=True)
+
+    def wait(self, timeout: float) -> Result:
+        """Wait for the launch to end; a hang kills it and fails the test with what it printed."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            pytest.fail(f"hpcdist mpirun still running after {timeout:g} s; stderr:\n{self.err.read_text()}")
+        return Result(code, self.out.read_text(), self.err.read_text(), time.monotonic() - self.start)
+
+    def running(self) -> bool:
+        """Whether hpcdist mpirun has not ended yet."""
+        return self.proc.poll() is None
+
+
+class Hosts:
+    """The two namespace hosts: launching across them, and breaking them."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.hostfile = tmp / "hostfile"
+        self.hostfile.write_text(HOSTFILE_TEXT)
+
+    def launch(self, hpcdist_args: list[str], workdir: Path, *, clean_agent: bool = True, **env: str) -> Launch:
+        """Start `hpcdist mpirun --hostfile n1:2,n2:2 ARGS` with mpirun itself on n1.
+
+        clean_agent: the agent passes only what ssh would (PATH, HOME, USER…), so a variable reaches the
+        ranks on n2 only if hpcdist forwards it with -x.
+        """
+        full_env = {
+            **os.environ,
+            "OMPI_ALLOW_RUN_AS_ROOT": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "PRTE_MCA_plm_ssh_agent": str(AGENT),
+            "HPCDIST_AGENT_ENV": "clean" if clean_agent else "",
+            "HPCDIST_TIMEOUT": "120",
+            "HPCDIST_MARKER_DIR": str(workdir),
+            **env,
+        }
+        argv = [
+            "ip", "netns", "exec", "hpc-n1", "unshare", "--uts", "sh", "-c", 'hostname n1 && exec "$@"', "sh",
+            str(BIN / "hpcdist"), "mpirun", "--hostfile", str(self.hostfile), "-np", "4", *hpcdist_args,
+        ]  # fmt: skip
+        return Launch(argv, full_env, workdir)
+
+    @staticmethod
+    def pids(host: str) -> list[int]:
+        """Processes running on a host (in its network namespace)."""
+        out = subprocess.run(["ip", "netns", "pids", f"hpc-{host}"], capture_output=True, text=True, check=False)
+        return [int(word) for word in out.stdout.split()]
+
+    def kill(self, host: str) -> None:
+        """SIGKILL everything on a host, as if it had crashed (all of it was started by these tests)."""
+        for pid in self.pids(host):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    @staticmethod
+    def link(host: str, state: str) -> None:
+        """Bring a host's eth0 up or down (a cut cable)."""
+        subprocess.run(["ip", "-n", f"hpc-{host}", "link", "set", "eth0", state], check=True)
+
+    def reset(self) -> None:
+        """Links up and no leftover processes, for the next test."""
+        for host in ADDRESSES:
+            self.link(host, "up")
+            self.kill(host)
+
+

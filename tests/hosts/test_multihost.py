@@ -1,0 +1,115 @@
+"""`hpcdist mpirun` across two hosts (network namespaces n1, n2): workloads, rendezvous, lost hosts."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from netns_hosts import ADDRESSES, BIN, PROGRAMS, Hosts
+
+NP = 4
+RANKS_ON = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}  # `n1 slots=2, n2 slots=2`, mapped by slot
+HPCDIST = str(BIN / "hpcdist")
+
+
+def _collectives(stdout: str) -> None:
+    lines = set(stdout.splitlines())
+    assert {f"rank {r}: received {100 + r:g} from rank 0" for r in range(1, NP)} <= lines
+    assert {f"rank {r}: broadcast from rank 0 -> [42.0, 43.0, 44.0, 45.0]" for r in range(NP)} <= lines
+    assert {f"rank {r}: all_reduce SUM over all ranks -> [10.0, 20.0, 30.0]" for r in range(NP)} <= lines
+
+
+def _ddp(stdout: str) -> None:
+    digests = {line.split()[4] for line in stdout.splitlines() if f"identical on all {NP} ranks" in line}
+    count = sum(f"identical on all {NP} ranks" in line for line in stdout.splitlines())
+    assert count == NP and len(digests) == 1, stdout
+
+
+# A workload across both hosts is one entry: the `hpcdist run` arguments and a check of stdout.
+# (Each rank's marker, written after the workload returns, is checked for every entry.)
+WORKLOADS: dict[str, tuple[list[str], Callable[[str], None]]] = {
+    "collectives-gloo": (["p2p", "broadcast", "allreduce", "--backend", "gloo"], _collectives),
+    "collectives-mpi": (["p2p", "broadcast", "allreduce", "--backend", "mpi"], _collectives),
+    "ddp-gloo": (["ddp", "--epochs", "2", "--samples", "512", "--backend", "gloo"], _ddp),
+    "ddp-mpi": (["ddp", "--epochs", "2", "--samples", "512", "--backend", "mpi"], _ddp),
+}
+
+
+def _markers(directory: Path, prefix: str = "rank") -> dict[int, dict]:
+    found = {}
+    for path in directory.glob(f"{prefix}*"):
+        found[int(path.name[len(prefix):])] = json.loads(path.read_text())
+    return found
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_a_workload_runs_across_both_hosts(cluster: Hosts, tmp_path: Path, workload: str) -> None:
+    args, check = WORKLOADS[workload]
+    program = [sys.executable, str(PROGRAMS / "marked.py"), "-m", "hpcdist", "run", *args]
+    result = cluster.launch(["--", *program], tmp_path, TEST_UNFORWARDED="1").wait(240)
+    assert result.returncode == 0, result.stderr
+    check(result.stdout)
+    markers = _markers(tmp_path)
+    assert sorted(markers) == list(range(NP)), result.stderr
+    for rank, marker in markers.items():
+        assert marker["status"] == 0, marker
+        assert marker["host"] == RANKS_ON[rank], marker
+        # never loopback when ranks span hosts: rank 0's address on the subnet the hosts share
+        assert marker["master_addr"] == ADDRESSES["n1"], marker
+        assert marker["gloo_ifname"] == "eth0", marker
+        # the agent passes only what ssh would: n2 sees just what hpcdist forwarded (it still worked)
+        assert marker["unforwarded"] is (RANKS_ON[rank] == "n1"), marker
+
+
+def test_a_rendezvous_other_hosts_cannot_reach_is_reported_per_rank(cluster: Hosts, tmp_path: Path) -> None:
+    # MASTER_ADDR=127.0.0.1 from a single-host habit: the ranks on n2 would connect to themselves.
+    program = [HPCDIST, "run", "p2p", "--backend", "gloo"]
+    result = cluster.launch(["-x", "MASTER_ADDR=127.0.0.1", "--", *program], tmp_path).wait(180)
+    assert result.returncode != 0
+    assert "hpcdist: error: rank " in result.stderr, result.stderr
+    assert " on n1: the rendezvous 127.0.0.1:" in result.stderr, result.stderr
+    assert "is unreachable from 2 of 4 ranks:" in result.stderr
+    for rank in (2, 3):
+        assert f"rank {rank} on n2 (no interface on its subnet) cannot reach the rendezvous 127.0.0.1:" in result.stderr
+    assert "(connection refused)" in result.stderr
+    assert "rank 1 on n1" not in result.stderr.split("unreachable from", 1)[1]
+    assert result.seconds < 90
+
+
+def _start_and_wait_until_ready(cluster: Hosts, tmp_path: Path):
+    """Four ranks that have rendezvoused, each having written `readyN`, then sleep."""
+    script = 'touch "$HPCDIST_MARKER_DIR/ready$RANK" && exec sleep 600'
+    launch = cluster.launch(["--", "sh", "-c", script], tmp_path)
+    deadline = time.monotonic() + 180
+    while len(list(tmp_path.glob("ready*"))) < NP:
+        if not launch.running():
+            pytest.fail(f"the job ended before all ranks were ready:\n{launch.wait(10).stderr}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"ranks not ready after 180 s:\n{launch.err.read_text()}")
+        time.sleep(0.2)
+    return launch
+
+
+@pytest.mark.parametrize("how", ["host-killed", "link-cut"])
+def test_a_lost_host_ends_the_job_non_zero_and_names_it(cluster: Hosts, tmp_path: Path, how: str) -> None:
+    launch = _start_and_wait_until_ready(cluster, tmp_path)
+    broken = time.monotonic()
+    if how == "host-killed":
+        cluster.kill("n2")
+    else:
+        cluster.link("n2", "down")
+    result = launch.wait(120)
+    seconds = time.monotonic() - broken
+    print(f"\n{how}: hpcdist mpirun ended {seconds:.1f} s after the break, status {result.returncode}\n"
+          f"--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}", file=sys.stderr)
+    assert result.returncode != 0, result.stderr  # plain mpirun returns 0 here
+    # Open MPI's own report: the daemon on n2 stopped answering (noticed by TCP keepalive when the link
+    # is cut), or, when everything on n2 is killed, its launch agent (ssh's stand-in) died (on stdout).
+    output = result.stdout + result.stderr
+    assert "PRTE has lost communication with a remote daemon" in output or "A daemon failed to report back" in output
+    assert "hpcdist: error: mpirun lost contact with host n2 " in result.stderr
+    assert seconds < (20 if how == "link-cut" else 15)
