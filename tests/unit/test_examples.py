@@ -1,0 +1,54 @@
+"""The example files in hostfiles/, slurm/ and templates/ must be exactly what the bundled templates render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcdist.examples import EXAMPLES, check_examples, render_examples, write_examples
+from hpcdist.hostfile import HostSlots, read_hostfile
+
+from test_render import check_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_no_example_file_drifts_from_the_templates() -> None:
+    problems = check_examples(str(ROOT))
+    assert not problems, "\n".join(problems) + "\nregenerate with: hpcdist examples --write"
+
+
+def test_localhost_stays_what_make_demo_uses() -> None:
+    assert read_hostfile(str(ROOT / "hostfiles/localhost")) == (HostSlots("localhost", 4),)
+    assert "localhost slots=4\n" in (ROOT / "hostfiles/localhost").read_text()
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if p.startswith("slurm/")])
+def test_example_scripts_pass_bash_n_and_shellcheck(path: str, tmp_path: Path) -> None:
+    check_script(render_examples()[path], tmp_path)
+
+
+def test_the_examples_cover_the_four_jobs_and_three_hostfiles() -> None:
+    assert {p for p in EXAMPLES if p.startswith("slurm/")} == {
+        "slurm/cpu-mpi.sbatch", "slurm/ddp-srun.sbatch", "slurm/ddp-torchrun.sbatch", "slurm/requeue.sbatch"}
+    assert {"hostfiles/localhost", "hostfiles/two-node", "hostfiles/two-node-mpich"} <= set(EXAMPLES)
+
+
+def test_drift_is_reported_and_only_write_fixes_it(tmp_path: Path) -> None:
+    assert len(check_examples(str(tmp_path))) == len(render_examples())  # all missing; nothing written by a check
+    assert not (tmp_path / "slurm").exists()
+    assert sorted(write_examples(str(tmp_path))) == sorted(render_examples())
+    assert check_examples(str(tmp_path)) == [] and write_examples(str(tmp_path)) == []
+    (tmp_path / "slurm/ddp-srun.sbatch").write_text("edited by hand\n")
+    (tmp_path / "hostfiles/stray").write_text("n1 slots=1\n")
+    assert check_examples(str(tmp_path)) == [
+        "slurm/ddp-srun.sbatch differs from what the templates render",
+        "hostfiles/stray is not an example hpcdist renders; add it to hpcdist/examples.py or remove it",
+    ]
+
+
+def test_the_top_level_templates_are_the_bundled_ones() -> None:
+    bundled = {p: t for p, t in render_examples().items() if p.startswith("templates/")}
+    assert bundled and all((ROOT / p).read_text() == t for p, t in bundled.items())
+    assert (ROOT / "templates/README.md").is_file()
