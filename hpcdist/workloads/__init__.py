@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["WORKLOADS", "load"]
+__all__ = ["WORKLOADS", "add_arguments", "defaults", "load"]
 
 # name -> "module:function"; imported only when run, so listing them never imports torch
 WORKLOADS = {
@@ -15,10 +16,51 @@ WORKLOADS = {
     "allreduce": "collectives:allreduce",
     "reduce": "collectives:reduce",
     "gather": "collectives:gather",
+    "ddp": "ddp:run",
+    "taskmap": "taskmap:run",
 }
 
+# workloads whose function is fn(session, options); the others are fn(session)
+_WITH_OPTIONS = frozenset({"ddp"})
 
-def load(name: str) -> Callable[[Any], str | None]:
-    """The workload function for a name in WORKLOADS."""
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every workload's own options to `hpcdist run`, one group per workload (never imports torch)."""
+    ddp = parser.add_argument_group("ddp", "options of the ddp workload")
+    ddp.add_argument("--epochs", type=_positive, default=3, help="epochs to train (default: 3)")
+    ddp.add_argument("--batch-size", type=_positive, default=32, help="samples per rank per step (default: 32)")
+    ddp.add_argument("--samples", type=_positive, default=2048, help="size of the synthetic data set (default: 2048)")
+    ddp.add_argument("--seed", type=int, default=0, help="seed of the data, the model and the shuffling (default: 0)")
+    ddp.add_argument("--checkpoint-dir", metavar="DIR",
+                     help="write DIR/ddp.pt atomically after every epoch (default: no checkpoints)")
+    ddp.add_argument("--resume", action="store_true",
+                     help="continue from DIR/ddp.pt if it exists (needs --checkpoint-dir and the same world size)")
+    ddp.add_argument("--stop-after-epoch", type=_positive, metavar="N",
+                     help="stop after epoch N has been checkpointed, as if the job had been killed (for tests)")
+
+
+def load(name: str) -> Callable[[Any, argparse.Namespace | None], str | None]:
+    """The workload for a name in WORKLOADS, called as fn(session, options); options may be None (defaults)."""
     module, func = WORKLOADS[name].split(":")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), func)
+    fn = getattr(importlib.import_module(f"{__name__}.{module}"), func)
+    if name in _WITH_OPTIONS:
+        return fn
+    return lambda session, options=None: fn(session)
+
+
+def defaults() -> argparse.Namespace:
+    """Every workload option at its default value, for callers that bring no command line."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    return parser.parse_args([])
+
+
+def _positive(text: str) -> int:
+    """An integer of at least 1, for argparse."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
