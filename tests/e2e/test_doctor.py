@@ -1,0 +1,89 @@
+"""`hpcdist doctor` for real: this machine passes, and a foreign mpirun (the mixed-installation trap) fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from launching import ROOT
+
+pytestmark = pytest.mark.e2e
+
+# The doctor through its own two entry points (add_doctor_parser, run_doctor), as cli.py hooks them.
+_RUN = (
+    "import argparse, sys\n"
+    "from hpcdist.doctor import add_doctor_parser, run_doctor\n"
+    "parser = argparse.ArgumentParser(prog='hpcdist')\n"
+    "add_doctor_parser(parser.add_subparsers(dest='command'))\n"
+    "sys.exit(run_doctor(parser.parse_args(['doctor', *sys.argv[1:]])))\n"
+)
+
+# A foreign MPI's launcher: MPICH's version text, and it starts N unconnected copies of the program.
+_FOREIGN_MPIRUN = """#!/bin/sh
+if [ "$1" = "--version" ]; then
+    printf 'HYDRA build details:\\n    Version:                                 4.1.2\\n'
+    exit 0
+fi
+np=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -np|-n) np=$2; shift 2 ;;
+        --mca) shift 3 ;;
+        --bind-to|--map-by|-H|--hostfile) shift 2 ;;
+        -*) shift ;;
+        *) break ;;
+    esac
+done
+i=0
+while [ $i -lt "$np" ]; do "$@" & i=$((i + 1)); done
+wait
+"""
+
+
+def _doctor(*args: str, timeout: float = 240, **extra_env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the doctor with this environment minus launcher/network variables, plus `extra_env`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX", "PRTE_", "HPCDIST_", "NCCL_", "GLOO_"))}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _RUN, *args], cwd=ROOT, env={**env, **extra_env},
+                          capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def test_this_machine_passes_with_the_localhost_hostfile() -> None:
+    proc, _ = _doctor("--hostfile", "hostfiles/localhost", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    passed = {c["detail"] for c in data["checks"] if c["status"] == "pass"}
+    assert data["ok"] is True and data["counts"]["fail"] == 0
+    assert "`mpirun -np 2 python` starts one MPI world of 2 ranks" in passed
+    assert any("both use Open MPI" in d for d in passed)
+    assert any(d.startswith("every host answered `mpirun hostname`: localhost") for d in passed)
+    assert any(d.startswith("all ") and "other rank(s) connected to rank 0's rendezvous" in d for d in passed)
+
+
+def test_a_foreign_mpirun_is_caught_as_a_mixed_installation(tmp_path: Path) -> None:
+    fake = tmp_path / "mpirun"
+    fake.write_text(_FOREIGN_MPIRUN)
+    fake.chmod(0o755)
+    proc, _ = _doctor("--mpirun", str(fake), "--timeout", "60")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("FAIL") and "is MPICH 4.1.2 but mpi4py" in line and "uses Open MPI" in line
+               for line in lines), proc.stdout
+    assert any(line.startswith("FAIL") and "2 separate worlds of size 1" in line for line in lines), proc.stdout
+    assert "fix: build mpi4py against the MPI of this mpirun" in proc.stdout
+
+
+def test_a_bad_interface_and_an_unknown_host_fail_with_fixes(tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("localhost slots=1\nno-such-host.invalid slots=1\n")
+    proc, seconds = _doctor("--hostfile", str(hostfile), GLOO_SOCKET_IFNAME="no-such-if0")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "host 'no-such-host.invalid'" in proc.stdout and "GLOO_SOCKET_IFNAME=no-such-if0" in proc.stdout
+    assert proc.stdout.count("fix: ") >= 2
+    assert seconds < 120
