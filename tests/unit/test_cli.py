@@ -52,7 +52,8 @@ def test_dry_run_reproduces_the_seed_command_line(capsys: pytest.CaptureFixture[
     )
     assert argv == [
         "mpirun", "-np", "4", "-H", "104.171.200.62:2,104.171.200.182:2", "--bind-to", "none", "--map-by", "slot",
-        *_root(), "--mca", "pml", "ob1", "--mca", "btl", "^openib,ofi", "-x", "MASTER_ADDR=104.171.200.62",
+        *_root(), "--mca", "pml", "ob1", "--mca", "btl", "^openib,ofi", "--prtemca", "oob_tcp_keepalive_time", "2",
+        "--prtemca", "oob_tcp_keepalive_intvl", "1", "--prtemca", "oob_tcp_keepalive_probes", "3", "-x", "MASTER_ADDR=104.171.200.62",
         "-x", "MASTER_PORT=1234", "-x", "PATH", *SHIM, "python3", "main.py",
     ]
 
