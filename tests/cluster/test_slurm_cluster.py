@@ -158,10 +158,17 @@ def test_a_requeued_ddp_job_resumes_from_its_checkpoint_and_ends_as_an_uninterru
         time.sleep(0.2)
     signalled = cluster.run("scancel", "--signal=USR1", "--batch", cut_id)
     assert signalled.returncode == 0, signalled.stderr
-    while cluster.job_fields(cut_id).get("Restarts") != "1":
-        assert time.monotonic() - start < 240, f"job {cut_id} was not requeued: {cluster.job_fields(cut_id)}"
+    # requeued: Restarts=1 and back in the queue (the first run's end may show FAILED for a moment before)
+    while (fields := cluster.job_fields(cut_id)).get("Restarts") != "1" or fields.get("JobState") != "PENDING":
+        assert time.monotonic() - start < 240, f"job {cut_id} was not requeued: {fields}"
         time.sleep(0.2)
-    # Slurm holds a requeued batch job for ~2 minutes (BeginTime); let it start again at once
+    # Slurm holds a requeued batch job for ~2 minutes (BeginTime) because slurmd revoked the job's
+    # credential; a new one is accepted once it is dated after the revocation (1 s resolution) and the
+    # first run has left the nodes. Started sooner, slurmctld kills it: "Job credential revoked".
+    while "comp" in (states := cluster.run("sinfo", "-h", "-o", "%T").stdout):
+        assert time.monotonic() - start < 240, f"nodes still completing job {cut_id}'s first run: {states}"
+        time.sleep(0.2)
+    time.sleep(2.5)
     cluster.run("scontrol", "update", f"JobId={cut_id}", "StartTime=now")
     cut = cluster.wait(cut_id, 300, start)
     whole = cluster.wait(whole_id, 300, start)
