@@ -118,9 +118,8 @@ def check_mpi(f: Facts) -> list[Check]:
     if f.mpi4py is None:
         checks.append(Check("mpi", "fail", f"mpi4py does not load: {f.mpi4py_error or 'unknown error'}",
                             "pip install mpi4py (built against the MPI whose mpirun you use)"))
-    if checks:
+    if checks or f.mpi4py is None:
         return checks
-    assert f.mpi4py is not None
     ran = f.mpirun_version
     launcher = mpi_identity(ran.out + ran.err) if ran and ran.code == 0 else None
     library = mpi_identity(str(f.mpi4py.get("library", "")))

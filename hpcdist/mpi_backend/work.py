@@ -171,7 +171,8 @@ class MPIWork(dist._Work):
 
     def _wait_handed(self, limit: float | None) -> None:
         event = self._event
-        assert event is not None
+        if event is None:  # only called once the progress thread owns this work
+            raise RuntimeError("internal error: waiting on a work the progress thread does not own")
         remaining = self._timeout - (time.monotonic() - self._start) + 1.0  # the progress thread times it out
         if limit is not None and limit < remaining:
             if not event.wait(limit):

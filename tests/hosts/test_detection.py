@@ -6,9 +6,9 @@ import pytest
 
 from hpcdist.bootstrap import socket_ifnames
 from hpcdist.monitor import LostHostWatch
+from hpcdist.netif import Interface
 from hpcdist.rendezvous import (
     HostInfo,
-    Interface,
     choose_interface,
     interface_towards,
     rendezvous_address,

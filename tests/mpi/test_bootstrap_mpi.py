@@ -8,7 +8,6 @@ import time
 import pytest
 
 from hpcdist.env import LaunchEnv
-from hpcdist.errors import UsageError
 from hpcdist.rendezvous import RendezvousTimeout, _wait, mpi_rendezvous
 
 pytestmark = pytest.mark.mpi
