@@ -69,6 +69,22 @@ def test_a_wait_that_times_out_names_the_rank_and_what_it_waited_for(comm) -> No
     request.Wait()
 
 
+def _check_world_and_subgroup_sums(comm) -> None:
+    """SUM of rank+1 over the world, then over the subgroup of ranks 0 and 1, on the default backend."""
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor([float(comm.rank + 1)])
+    dist.all_reduce(tensor)
+    assert tensor.item() == comm.size * (comm.size + 1) / 2
+    members = list(range(min(2, comm.size)))
+    group = dist.new_group(members)
+    if comm.rank in members:
+        tensor = torch.tensor([float(comm.rank + 1)])
+        dist.all_reduce(tensor, group=group)
+        assert tensor.item() == sum(r + 1 for r in members)
+
+
 def test_init_mpi_on_a_wheel_without_mpi_uses_the_mpi4py_group_and_a_gloo_group_fits_beside_it(comm) -> None:
     import torch
     import torch.distributed as dist
@@ -82,15 +98,7 @@ def test_init_mpi_on_a_wheel_without_mpi_uses_the_mpi4py_group_and_a_gloo_group_
         assert len(set(comm.allgather((session.master_addr, session.master_port)))) == 1  # one shared store
         assert dist.get_backend() == "mpi4py" and (dist.get_rank(), dist.get_world_size()) == (comm.rank, comm.size)
         assert os.environ["RANK"] == str(comm.rank)
-        tensor = torch.tensor([float(comm.rank + 1)])
-        dist.all_reduce(tensor)
-        assert tensor.item() == comm.size * (comm.size + 1) / 2
-        members = list(range(min(2, comm.size)))
-        group = dist.new_group(members)
-        if comm.rank in members:
-            tensor = torch.tensor([float(comm.rank + 1)])
-            dist.all_reduce(tensor, group=group)
-            assert tensor.item() == sum(r + 1 for r in members)
+        _check_world_and_subgroup_sums(comm)
         beside = dist.new_group(list(range(comm.size)), backend="gloo")  # needs the default group's shared store
         tensor = torch.tensor([float(comm.rank + 1)])
         dist.all_reduce(tensor, group=beside)
@@ -99,7 +107,6 @@ def test_init_mpi_on_a_wheel_without_mpi_uses_the_mpi4py_group_and_a_gloo_group_
 
 
 def test_init_gloo_then_all_reduce_and_a_subgroup(comm) -> None:
-    import torch
     import torch.distributed as dist
 
     import hpcdist
@@ -107,13 +114,5 @@ def test_init_gloo_then_all_reduce_and_a_subgroup(comm) -> None:
     with hpcdist.init("gloo", timeout=60) as session:
         assert (session.rank, session.world_size, session.backend, session.device) == (comm.rank, comm.size, "gloo", "cpu")
         assert os.environ["RANK"] == str(comm.rank) and os.environ["MASTER_PORT"] == str(session.master_port)
-        tensor = torch.tensor([float(comm.rank + 1)])
-        dist.all_reduce(tensor)
-        assert tensor.item() == comm.size * (comm.size + 1) / 2
-        members = list(range(min(2, comm.size)))
-        group = dist.new_group(members)
-        if comm.rank in members:
-            tensor = torch.tensor([float(comm.rank + 1)])
-            dist.all_reduce(tensor, group=group)
-            assert tensor.item() == sum(r + 1 for r in members)
+        _check_world_and_subgroup_sums(comm)
     assert not dist.is_initialized()
