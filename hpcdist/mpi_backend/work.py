@@ -9,6 +9,7 @@ futures from C++).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ _SPIN = 50e-6  # seconds of pure Test spinning before yielding the CPU
 _YIELD = 0.02  # then Test + sched_yield until this much time has passed, then back-off sleeps
 _MAX_SLEEP = 2e-3
 _testall = MPI.Request.Testall
+_yield = os.sched_yield
 
 
 class CollectiveError(dist.DistBackendError):
@@ -164,7 +166,7 @@ class MPIWork(dist._Work):
             if waited < _SPIN:
                 continue
             if waited < _YIELD:
-                time.sleep(0)
+                _yield()  # not time.sleep(0): that sleeps for the timer slack, ~50 µs
             else:
                 time.sleep(sleep)
                 sleep = min(sleep * 2, _MAX_SLEEP)
