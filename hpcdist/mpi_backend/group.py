@@ -43,6 +43,7 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         self._comm = comm
         self._ring_comm = comm.Dup() if comm.Get_size() > 1 else comm  # internal traffic, apart from users' tags
         self._ring_seq = 0  # ring all-reduces issued so far: each gets its own tag on _ring_comm
+        self._ring_scratch: dict[torch.dtype, list] = {}  # free receive buffers, reused: fresh pages cost page faults
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
         self._ranks = list(global_ranks)

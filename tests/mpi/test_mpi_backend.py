@@ -202,6 +202,20 @@ def test_large_all_reduce_takes_the_ring_and_is_exact(world) -> None:
     assert (m == world.size - 1).all()
 
 
+def test_ring_segments_uneven_chunks_and_rings_in_flight_together_are_exact(world) -> None:
+    import math
+
+    n = 3 * 2**20 // 8 * world.size + 3  # int64: each rank's chunk spans 3-4 one-MiB segments, chunks differ in length
+    a = torch.arange(n, dtype=torch.int64) * (world.rank + 1)
+    b = torch.full((n,), float(world.rank + 1), dtype=torch.float64)
+    first = dist.all_reduce(a, group=world.mpi, async_op=True)
+    second = dist.all_reduce(b, op=dist.ReduceOp.PRODUCT, group=world.mpi, async_op=True)
+    second.wait()
+    first.wait()
+    assert torch.equal(a, torch.arange(n, dtype=torch.int64) * (world.size * (world.size + 1) // 2))
+    assert torch.equal(b, torch.full((n,), float(math.factorial(world.size)), dtype=torch.float64))
+
+
 def test_object_collectives(world) -> None:
     g, r, n = world.mpi, world.rank, world.size
     objs = [None] * n
