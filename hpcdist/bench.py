@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import sys
 import time
 from typing import Any
@@ -31,6 +32,7 @@ from .benchfmt import (
     header_lines,
     plan_from_args,
 )
+from .benchplan import round_sizes
 from .errors import UsageError
 
 __all__ = ["add_bench_parser", "describe", "device_line", "run_bench", "run_plan"]
@@ -53,6 +55,8 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     step.add_argument("-i", "--stepbytes", help="add this many bytes to the size (default: 1M when -f is 1)")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size or DDP steps (default: 20)")
     p.add_argument("-w", "--warmup", "--warmup_iters", type=int, default=5, help="untimed iterations first (default: 5)")
+    p.add_argument("--rounds", type=int, help="split the -n iterations into this many rounds, interleaved across "
+                   "backends, and report the median round (default: 5 when comparing, else 1 like nccl-tests)")
     p.add_argument("-c", "--check", type=int, help="result checks per size; 0 skips them (default: 1)")
     p.add_argument("--backend", default="auto", help=f"torch.distributed backend, or a comma list to compare "
                    f"(e.g. mpi,gloo; the first is the default group): {', '.join(BACKENDS)} (default: auto)")
@@ -105,8 +109,8 @@ def run_plan(plan: BenchPlan, session: Any, out: Any = None) -> int:
         counts = byte_counts(plan.collective, size, plan.elsize, nranks)
         nbytes = max(counts.send, counts.recv) * plan.elsize
         want = expected_values(plan.collective, plan.op, rank, nranks, counts, plan.root) if plan.check else None
-        for impl in impls:
-            oop, inp = (_measure(impl, plan, counts, nbytes, in_place, want) for in_place in (False, True))
+        oops, inps = (_measure(impls, plan, counts, nbytes, in_place, want) for in_place in (False, True))
+        for impl, oop, inp in zip(impls, oops, inps, strict=True):
             busbw[impl.name] += [oop.busbw, inp.busbw]
             show(format_row(nbytes, counts.param, plan, oop, inp, impl.name if len(impls) > 1 else None))
             rows.append({"size": nbytes, "count": counts.param, "type": plan.type_name, "redop": plan.op,
@@ -118,7 +122,7 @@ def run_plan(plan: BenchPlan, session: Any, out: Any = None) -> int:
         show(line)
     if rank == 0 and plan.json:
         config = {"minimum_bytes": plan.min_bytes, "maximum_bytes": plan.max_bytes, "warmup_iters": plan.warmup,
-                  "iterations": plan.iters, "validation": plan.check, "reference": plan.reference,
+                  "iterations": plan.iters, "rounds": plan.rounds, "validation": plan.check, "reference": plan.reference,
                   "backends": list(plan.backends)}
         config["step_factor" if plan.step_factor > 1 else "step_bytes"] = (
             plan.step_factor if plan.step_factor > 1 else plan.step_bytes)
@@ -130,20 +134,34 @@ def run_plan(plan: BenchPlan, session: Any, out: Any = None) -> int:
     return 1 if wrong else 0
 
 
-def _measure(impl: Any, plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any) -> Result:
-    """Warm up, time plan.iters runs after a barrier (max over ranks), then refill, run once and check."""
+def _measure(impls: list[Any], plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any) -> list[Result]:
+    """Warm every implementation up, time plan.iters runs of each in interleaved rounds (each round starts with a
+    barrier and one untimed call; its time is the max over ranks; the median round counts), then refill, run once
+    and check each."""
+    runs = [impl.prepare(counts, in_place) for impl in impls]
+    for impl, run in zip(impls, runs, strict=True):
+        for _ in range(plan.warmup):
+            run()
+        impl.sync()
+    rounds: list[list[float]] = [[] for _ in impls]
+    for iters in round_sizes(plan.iters, plan.rounds):
+        for impl, run, times in zip(impls, runs, rounds, strict=True):
+            impl.barrier()
+            run()  # untimed: the first call after a barrier also absorbs the ranks' skew leaving it
+            impl.sync()
+            start = time.perf_counter()
+            for _ in range(iters):
+                run()
+            impl.sync()
+            times.append(impl.max_over_ranks((time.perf_counter() - start) / iters))
+    return [_checked(impl, plan, counts, nbytes, in_place, want, statistics.median(times))
+            for impl, times in zip(impls, rounds, strict=True)]
+
+
+def _checked(impl: Any, plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any, seconds: float) -> Result:
+    """The timing as a Result, with #wrong from fresh buffers run once (None when not checked)."""
     from .benchdata import count_wrong
 
-    run = impl.prepare(counts, in_place)
-    for _ in range(plan.warmup):
-        run()
-    impl.sync()
-    impl.barrier()
-    start = time.perf_counter()
-    for _ in range(plan.iters):
-        run()
-    impl.sync()
-    seconds = impl.max_over_ranks((time.perf_counter() - start) / plan.iters)
     wrong = None
     if plan.check and (not in_place or COLLECTIVES[plan.collective].checks_in_place):
         for _ in range(plan.check):

@@ -26,7 +26,7 @@ __all__ = ["BATCH", "LAYERS", "DdpPlan", "DdpResult", "ddp_lines", "ddp_plan_fro
 LAYERS = (512, 1024, 1024, 512)  # widths of the MLP: input, hidden, hidden, output
 BATCH = 32  # samples per rank and step
 _COLLECTIVE_ONLY = (("-b", "minbytes"), ("-e", "maxbytes"), ("-f", "stepfactor"), ("-i", "stepbytes"), ("-c", "check"),
-                    ("-d", "dtype"), ("-o", "op"), ("-r", "root"))
+                    ("-d", "dtype"), ("-o", "op"), ("-r", "root"), ("--rounds", "rounds"))  # ddp interleaves every step
 
 
 def mlp_parameters(layers: tuple[int, ...] = LAYERS) -> int:

@@ -90,6 +90,8 @@ def header_lines(plan: BenchPlan, versions: str, devices: list[str], with_impl: 
         f"# Collective test starting: {plan.collective}",
         f"# nThread 1 nGpus 1 minBytes {plan.min_bytes} maxBytes {plan.max_bytes} step: {step} warmup iters: "
         f"{plan.warmup} iters: {plan.iters} agg iters: 1 validation: {plan.check} graph: 0",
+        *([f"# time: median of {plan.rounds} rounds ({plan.iters} iters split), interleaved across implementations"]
+          if plan.rounds > 1 else []),
         "#",
         "# Using devices",
         *devices,
@@ -126,20 +128,21 @@ def human_bytes(size: int) -> str:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One implementation against the reference: busbw ratio over the large rows, latency at the smallest row."""
+    """One implementation against the reference, in place (the same operation on both sides: torch's
+    out-of-place rows also pay the copy its in-place API forces): busbw over the large rows, latency at the smallest."""
 
     impl: str
     reference: str
     busbw_ratio: float | None  # None when the reference moved nothing (0 GB/s)
     from_bytes: int
     latency_bytes: int
-    latency_us: float  # out-of-place time at the smallest size
+    latency_us: float  # in-place time at the smallest size
     reference_latency_us: float
 
     def line(self) -> str:
-        """`# torch/mpi4py vs raw-mpi4py: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us`."""
+        """`# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us`."""
         ratio = "n/a" if self.busbw_ratio is None else f"{100 * self.busbw_ratio:.0f}%"
-        return (f"# {self.impl} vs {self.reference}: busbw {ratio} at >= {human_bytes(self.from_bytes)}, "
+        return (f"# {self.impl} vs {self.reference} in place: busbw {ratio} at >= {human_bytes(self.from_bytes)}, "
                 f"{human_bytes(self.latency_bytes)} latency {self.latency_us:.1f} us vs {self.reference_latency_us:.1f} us")
 
     def as_json(self) -> dict[str, Any]:
@@ -149,19 +152,18 @@ class Comparison:
 
 
 def compare(rows: list[dict[str, Any]], reference: str) -> tuple[Comparison, ...]:
-    """Each other impl of the JSON `rows` against `reference`: summed busbw (both variants) over rows of at
-    least min(1 MiB, the largest size), and out-of-place time at the smallest size."""
+    """Each other impl of the JSON `rows` against `reference`, in place: summed busbw over rows of at least
+    min(1 MiB, the largest size), and the time at the smallest size."""
     sizes = sorted({row["size"] for row in rows})
     if not sizes or not any(row["impl"] == reference for row in rows):
         return ()
     start, smallest = min(BIG_BYTES, sizes[-1]), sizes[0]
 
     def busbw(impl: str) -> float:
-        return sum(row[v]["bus_bw"] for row in rows if row["impl"] == impl and row["size"] >= start
-                   for v in ("out_of_place", "in_place"))
+        return sum(row["in_place"]["bus_bw"] for row in rows if row["impl"] == impl and row["size"] >= start)
 
     def latency(impl: str) -> float:
-        return next(row["out_of_place"]["time"] for row in rows if row["impl"] == impl and row["size"] == smallest)
+        return next(row["in_place"]["time"] for row in rows if row["impl"] == impl and row["size"] == smallest)
 
     impls = [impl for impl in dict.fromkeys(row["impl"] for row in rows) if impl != reference]
     ref_bw = busbw(reference)

@@ -20,6 +20,7 @@ __all__ = [
     "parse_backends",
     "parse_size",
     "plan_from_args",
+    "round_sizes",
     "size_sweep",
 ]
 
@@ -128,6 +129,7 @@ class BenchPlan:
     step_bytes: int
     iters: int
     warmup: int
+    rounds: int  # the iterations are timed in this many rounds, interleaved across implementations
     check: int
     backends: tuple[str, ...]  # the first initialises the default group; each further one gets its own group
     dtype: str
@@ -195,6 +197,7 @@ def plan_from_args(args: Any) -> BenchPlan:
                          "drop --reference or pick another --dtype (e.g. float16)")
     if args.reference and op == "avg":
         raise UsageError("--reference runs raw mpi4py, and MPI has no avg reduction; drop --reference or use --op sum")
+    rounds = _rounds(args, len(backends) + args.reference)
     factor = 1 if args.stepfactor is None else args.stepfactor
     if factor < 1:
         raise UsageError(f"-f {args.stepfactor} must be at least 1 (1 steps by -i bytes, 2 doubles each size)")
@@ -202,7 +205,22 @@ def plan_from_args(args: Any) -> BenchPlan:
     min_bytes, max_bytes = (parse_size("32M" if text is None else text, flag)
                             for text, flag in ((args.minbytes, "-b"), (args.maxbytes, "-e")))
     return BenchPlan(coll.name, size_sweep(min_bytes, max_bytes, factor, step), min_bytes, max_bytes, factor,
-                     step, args.iters, args.warmup, check, backends, dtype, op, root, args.json, args.reference)
+                     step, args.iters, args.warmup, rounds, check, backends, dtype, op, root, args.json, args.reference)
+
+
+def _rounds(args: Any, implementations: int) -> int:
+    """--rounds, or its default: 5 when implementations are compared (at most one per iteration), else 1."""
+    if args.rounds is None:
+        return min(5, args.iters) if implementations > 1 else 1
+    if not 1 <= args.rounds <= args.iters:
+        raise UsageError(f"--rounds {args.rounds} must be between 1 and -n ({args.iters}): each round times at "
+                         "least one iteration; raise -n or lower --rounds")
+    return args.rounds
+
+
+def round_sizes(iters: int, rounds: int) -> list[int]:
+    """`iters` iterations split into `rounds` nearly equal rounds, e.g. (10, 3) -> [4, 3, 3]."""
+    return [iters // rounds + (1 if i < iters % rounds else 0) for i in range(rounds)]
 
 
 def _step(text: str) -> int:

@@ -72,8 +72,9 @@ def test_the_side_by_side_table_has_an_impl_column_and_comparison_lines(comm) ->
     if comm.rank == 0:
         lines = text.splitlines()
         assert [line.split()[-1] for line in lines if not line.startswith("#")] == ["torch/mpi4py", "torch/gloo", "raw-mpi4py"]
-        assert [line.split(":")[0] for line in lines if " vs raw-mpi4py: busbw " in line] == [
-            "# torch/mpi4py vs raw-mpi4py", "# torch/gloo vs raw-mpi4py"]
+        assert [line.split(":")[0] for line in lines if " vs raw-mpi4py in place: busbw " in line] == [
+            "# torch/mpi4py vs raw-mpi4py in place", "# torch/gloo vs raw-mpi4py in place"]
+        assert "# time: median of 2 rounds (2 iters split), interleaved across implementations" in lines
 
 
 def test_bench_ddp_times_a_step_on_both_backends(comm) -> None:
@@ -117,7 +118,7 @@ def test_every_collective_is_right_beside_raw_mpi4py(session, comm, collective: 
     doc = json.loads(text)
     assert (doc["version"], doc["tool"], doc["collective"]) == (1, "hpcdist bench", collective)
     assert doc["config"] == {"minimum_bytes": 4, "maximum_bytes": 4096, "step_factor": 8, "warmup_iters": 1,
-                             "iterations": 2, "validation": 1, "reference": True, "backends": ["gloo", "mpi"]}
+                             "iterations": 2, "rounds": 2, "validation": 1, "reference": True, "backends": ["gloo", "mpi"]}
     env = doc["environment"]
     assert (env["backend"], env["world_size"], env["dtype"], env["launcher"]) == ("gloo", comm.size, "float32", "openmpi")
     assert env["torch"] and env["mpi4py"] and env["mpi_library"] and env["hpcdist"]

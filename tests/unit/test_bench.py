@@ -36,7 +36,7 @@ from hpcdist.benchfmt import (
     plan_from_args,
     size_sweep,
 )
-from hpcdist.benchplan import parse_backends
+from hpcdist.benchplan import parse_backends, round_sizes
 from hpcdist.errors import UsageError
 
 
@@ -200,10 +200,29 @@ def test_the_defaults_are_nccl_tests() -> None:
     (["all_reduce", "-n", "0"], "-n 0 must be at least 1"),
     (["all_reduce", "-f", "0"], "-f 0 must be at least 1"),
     (["all_reduce", "-i", "0"], "-i 0 must be a positive number of bytes"),
+    (["all_reduce", "-n", "4", "--rounds", "5"], "--rounds 5 must be between 1 and -n \\(4\\).*raise -n or lower --rounds"),
+    (["all_reduce", "--rounds", "0"], "--rounds 0 must be between 1 and -n"),
 ])
 def test_mistakes_are_usage_errors_that_say_how_to_fix_them(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         _plan(*argv)
+
+
+@pytest.mark.parametrize(("argv", "rounds"), [
+    ((), 1), (("--backend", "mpi,gloo"), 5), (("--reference",), 5), (("--reference", "-n", "3"), 3),
+    (("--rounds", "4"), 4), (("--backend", "mpi,gloo", "--rounds", "1"), 1),
+])
+def test_rounds_default_to_five_only_when_implementations_are_compared(argv: tuple[str, ...], rounds: int) -> None:
+    assert _plan("all_reduce", *argv).rounds == rounds
+
+
+def test_rounds_split_the_iterations_nearly_evenly_and_the_header_says_so() -> None:
+    assert round_sizes(10, 3) == [4, 3, 3]
+    assert round_sizes(20, 5) == [4] * 5
+    assert round_sizes(1, 1) == [1]
+    lines = header_lines(_plan("all_reduce", "-n", "10", "--rounds", "3"), "v", [], False)
+    assert "# time: median of 3 rounds (10 iters split), interleaved across implementations" in lines
+    assert not any(line.startswith("# time:") for line in header_lines(_plan("all_reduce"), "v", [], False))
 
 
 def test_importing_the_bench_module_does_not_import_torch() -> None:
@@ -247,11 +266,12 @@ def test_each_size_prints_one_row_per_implementation() -> None:
 
 
 def _row(size: int, impl: str, time_us: float, busbw: float) -> dict:
-    result = Result(time_us, busbw, busbw, 0).as_json()
-    return {"size": size, "impl": impl, "out_of_place": result, "in_place": result}
+    """In place as given; out of place 3x slower, which the comparison must ignore."""
+    slower = Result(3 * time_us, busbw / 3, busbw / 3, 0).as_json()
+    return {"size": size, "impl": impl, "out_of_place": slower, "in_place": Result(time_us, busbw, busbw, 0).as_json()}
 
 
-def test_the_comparison_is_busbw_over_large_rows_and_latency_at_the_smallest() -> None:
+def test_the_comparison_is_in_place_busbw_over_large_rows_and_latency_at_the_smallest() -> None:
     rows = [_row(size, impl, time_us, bw) for size, times in (
         (8, {"torch/mpi4py": (12.34, 0.0), "torch/gloo": (350.0, 0.0), "raw-mpi4py": (3.06, 0.0)}),
         (262144, {"torch/mpi4py": (200.0, 1.0), "torch/gloo": (900.0, 0.2), "raw-mpi4py": (80.0, 9.0)}),
@@ -260,16 +280,16 @@ def test_the_comparison_is_busbw_over_large_rows_and_latency_at_the_smallest() -
     ) for impl, (time_us, bw) in times.items()]
     mpi, gloo = compare(rows, "raw-mpi4py")
     assert mpi == Comparison("torch/mpi4py", "raw-mpi4py", pytest.approx(5.91 / 6.1), 1048576, 8, 12.34, 3.06)
-    assert mpi.line() == "# torch/mpi4py vs raw-mpi4py: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us"
-    assert gloo.line() == "# torch/gloo vs raw-mpi4py: busbw 21% at >= 1 MiB, 8 B latency 350.0 us vs 3.1 us"
+    assert mpi.line() == "# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us"
+    assert gloo.line() == "# torch/gloo vs raw-mpi4py in place: busbw 21% at >= 1 MiB, 8 B latency 350.0 us vs 3.1 us"
     assert mpi.as_json() == {"impl": "torch/mpi4py", "reference": "raw-mpi4py", "bus_bw_ratio": pytest.approx(0.9689, abs=1e-4),
                              "bus_bw_from_bytes": 1048576, "latency_bytes": 8, "latency": 12.34, "reference_latency": 3.06}
     small = [row for row in rows if row["size"] <= 262144]  # no row reaches 1 MiB: compare at the largest
     assert compare(small, "raw-mpi4py")[0].line() == (
-        "# torch/mpi4py vs raw-mpi4py: busbw 11% at >= 256 KiB, 8 B latency 12.3 us vs 3.1 us")
+        "# torch/mpi4py vs raw-mpi4py in place: busbw 11% at >= 256 KiB, 8 B latency 12.3 us vs 3.1 us")
     assert compare([row for row in rows if row["impl"] != "raw-mpi4py"], "raw-mpi4py") == ()
     idle = [_row(8, "torch/gloo", 5.0, 0.0), _row(8, "raw-mpi4py", 2.0, 0.0)]
-    assert compare(idle, "raw-mpi4py")[0].line() == "# torch/gloo vs raw-mpi4py: busbw n/a at >= 8 B, 8 B latency 5.0 us vs 2.0 us"
+    assert compare(idle, "raw-mpi4py")[0].line() == "# torch/gloo vs raw-mpi4py in place: busbw n/a at >= 8 B, 8 B latency 5.0 us vs 2.0 us"
 
 
 def test_the_footer_gives_every_impl_its_average_then_the_comparisons() -> None:
@@ -281,8 +301,8 @@ def test_the_footer_gives_every_impl_its_average_then_the_comparisons() -> None:
         "# Avg bus bandwidth    : 0.777",
         "# Avg bus bw (torch/gloo) : 0.163",
         "# Avg bus bw (raw-mpi4py) : 1.65",
-        "# torch/mpi4py vs raw-mpi4py: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us",
-        "# torch/gloo vs raw-mpi4py: busbw 20% at >= 1 MiB, 8 B latency 350.0 us vs 3.1 us",
+        "# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us",
+        "# torch/gloo vs raw-mpi4py in place: busbw 20% at >= 1 MiB, 8 B latency 350.0 us vs 3.1 us",
         "#",
         "# Collective test concluded: all_reduce",
         "#",
@@ -309,6 +329,7 @@ def test_bench_ddp_options() -> None:
     (["-b", "8"], "-b is for collective benchmarks; bench ddp takes --backend, -n, -w, --json and --timeout, so drop -b"),
     (["-f", "2"], "-f is for collective benchmarks"),
     (["-d", "float32"], "-d is for collective benchmarks"),
+    (["--rounds", "2"], "--rounds is for collective benchmarks"),
     (["--reference"], "--reference times raw mpi4py collectives; bench ddp has no raw-MPI step"),
     (["-n", "0"], "-n 0 must be at least 1"),
     (["--backend", "mpi,mpi"], "names mpi twice"),
