@@ -1,7 +1,8 @@
 """`hpcdist bench`: nccl-tests' collective benchmark on torch.distributed backends side by side, beside raw mpi4py.
 
-`--backend mpi,gloo` runs every size on each backend's group in turn (and raw mpi4py with --reference), so machine
-noise touches them alike; `hpcdist bench ddp` times a DistributedDataParallel step per backend (see benchddp).
+`--backend mpi,gloo` runs every size on each backend's group (and raw mpi4py with --reference) in interleaved
+rounds, so machine noise touches them alike; `hpcdist bench ddp` times a DistributedDataParallel step per backend
+(see benchddp).
 
 Torch is imported only when the benchmark runs, so building the CLI parser stays cheap.
 """
