@@ -94,7 +94,7 @@ def _ring_steps(group: Any, t: torch.Tensor, op: str, tag: int) -> Iterator[list
     flat, base = (t if t.dim() == 1 else t.view(-1)), t.data_ptr()
     segments, gather = _schedule(flat.numel(), t.element_size(), size, rank)
     pool = group._ring_scratch.setdefault(t.dtype, [])  # typed, so no per-op views (about 1 µs each)
-    halves = pool.pop() if pool else _new_halves(t.dtype)  # list ops are atomic: no lock
+    halves = pool.pop() if pool else _new_halves(t.dtype, t.element_size())  # list ops are atomic: no lock
     scratch = (halves[0].data_ptr(), halves[1].data_ptr())
     right, left = (rank + 1) % size, (rank - 1) % size
 
@@ -126,7 +126,7 @@ def _ring_steps(group: Any, t: torch.Tensor, op: str, tag: int) -> Iterator[list
         pool.append(halves)
 
 
-def _new_halves(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _new_halves(dtype: torch.dtype, item: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Two receive buffers of _SEGMENT bytes: one being added while the other fills."""
-    count = _SEGMENT // torch.empty(0, dtype=dtype).element_size()
+    count = _SEGMENT // item
     return torch.empty(count, dtype=dtype), torch.empty(count, dtype=dtype)
