@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import sys
@@ -258,6 +259,11 @@ def shutdown() -> None:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+            # After DDP, torch keeps the gloo group's worker threads alive past destroy_process_group. One of
+            # them still freeing a finished work's tensors when the interpreter finalizes dies in take_gil and
+            # aborts the rank ("terminate called without an active exception"): measured in 8 of 23 four-rank
+            # DDP runs under torchrun. Freeing DDP's cycles here, while Python is whole, made it 0 of 30.
+            gc.collect()
     _state.pop("store", None)
 
 
