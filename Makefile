@@ -12,7 +12,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIEXEC := timeout 900 $(BIN)/mpiexec --oversubscribe --bind-to none --mca btl ^ofi
 PYTEST_MPI := -m pytest --with-mpi -p no:cacheprovider -q --color=no tests/mpi
 
-.PHONY: env demo test test-unit test-mpi test-e2e test-hosts test-cluster clean
+.PHONY: env demo test lint test-unit test-mpi test-e2e test-hosts test-cluster clean
 
 env: $(VENV)/.installed
 
@@ -27,7 +27,15 @@ demo: env
 		$(BIN)/hpcdist run p2p broadcast allreduce reduce gather taskmap ddp --backend mpi \
 		--checkpoint-dir $(DEMO_DIR)
 
-test: test-unit test-mpi test-e2e test-hosts test-cluster
+test: lint test-unit test-mpi test-e2e test-hosts test-cluster
+
+# The habits the tools keep: lint and format (ruff), types (mypy), and the architecture contracts (import-linter,
+# configured in setup.cfg: no import cycles, nothing imports the CLI, job generation never imports torch or MPI).
+lint: env
+	$(BIN)/ruff check hpcdist
+	$(BIN)/ruff format --check hpcdist
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test-unit: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit

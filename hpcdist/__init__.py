@@ -1,10 +1,20 @@
 """hpcdist: an MPI-first HPC job toolkit for PyTorch."""
 
-from .bootstrap import Session, init, shutdown
-from .env import LaunchEnv
-from .errors import UsageError
-from .taskmap import map  # noqa: A004  (hpcdist.map is the seeds' replacement for ray.get over a task list)
+from ._version import __version__
+from .errors import MapTimeout, RendezvousTimeout, UsageError, WaitTimeout
+from .runtime.bootstrap import Session, init, shutdown
+from .runtime.env import LaunchEnv
+from .workloads.taskmap import map  # noqa: A004  (hpcdist.map is the seeds' replacement for ray.get over a task list)
 
-__all__ = ["LaunchEnv", "Session", "UsageError", "__version__", "init", "map", "shutdown"]
-
-__version__ = "0.1.0"
+__all__ = [
+    "LaunchEnv",
+    "MapTimeout",
+    "RendezvousTimeout",
+    "Session",
+    "UsageError",
+    "WaitTimeout",
+    "__version__",
+    "init",
+    "map",
+    "shutdown",
+]

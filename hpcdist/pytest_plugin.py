@@ -11,7 +11,7 @@ When active, on every rank:
 - each test has a deadline (`--mpi-deadline SECONDS`, default 120, 0 = none;
   `@pytest.mark.mpi_deadline(seconds)` per test). At the deadline every rank's Python stack reaches
   rank 0, which prints them all, names the ranks that did not answer, and calls MPI_Abort
-  (see hpcdist/testing/watchdog.py). Stacks travel as files in a directory under $TMPDIR (ranks on one
+  (see hpcdist/testing/deadline.py). Stacks travel as files in a directory under $TMPDIR (ranks on one
   host, or TMPDIR on a shared filesystem) and as MPI messages on a duplicated communicator.
 
 Fixtures (usable with or without MPI): `launch_env`, `mpi_comm`, `shared_tmp_path`, `rank_device`.
@@ -19,6 +19,7 @@ Fixtures (usable with or without MPI): `launch_env`, `mpi_comm`, `shared_tmp_pat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -29,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .errors import WaitTimeout
+from .waits import Backoff, poll_until
 
 __all__ = ["launch_env", "mpi_comm", "rank_device", "shared_tmp_path"]
 
@@ -75,12 +79,12 @@ def _real_stderr(config: pytest.Config) -> int:
 
 
 class _MpiSession:
-    """Per-process state when active: the agreement communicator and the deadline watchdog."""
+    """Per-process state when active: the agreement communicator and the deadline thread."""
 
     def __init__(self, config: pytest.Config) -> None:
         from mpi4py import MPI
 
-        from .testing.watchdog import Watchdog
+        from .testing.deadline import DeadlineThread
 
         world = MPI.COMM_WORLD
         self.comm = world.Dup()  # agreement and fixtures: never mixed with the tests' own traffic
@@ -88,7 +92,7 @@ class _MpiSession:
         self.default_deadline = float(config.getoption("mpi_deadline") or 0)
         self.directory = self.comm.bcast(tempfile.mkdtemp(prefix="hpcdist-mpi-") if self.rank == 0 else None)
         threads_ok = MPI.Query_thread() == MPI.THREAD_MULTIPLE
-        self.watchdog = Watchdog(self.rank, self.size, self.directory, world.Dup() if threads_ok else None,
+        self.deadline_thread = DeadlineThread(self.rank, self.size, self.directory, world.Dup() if threads_ok else None,
                                  _real_stderr(config))
 
     def deadline(self, item: pytest.Item) -> float:
@@ -105,26 +109,26 @@ class _MpiSession:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[Any]:
         seconds = self.deadline(item)
         if seconds > 0:
-            self.watchdog.arm(seconds, item.nodeid)
+            self.deadline_thread.arm(seconds, item.nodeid)
         try:
             return (yield)
         finally:
-            self.watchdog.disarm()
-            self.watchdog.where = f"between tests (after {item.nodeid})"
+            self.deadline_thread.disarm()
+            self.deadline_thread.where = f"between tests (after {item.nodeid})"
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
-        self.watchdog.where = f"in {item.nodeid} (setup)"
+        self.deadline_thread.where = f"in {item.nodeid} (setup)"
         return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
-        self.watchdog.where = f"in {item.nodeid} (call)"
+        self.deadline_thread.where = f"in {item.nodeid} (call)"
         return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
-        self.watchdog.where = f"in {item.nodeid} (teardown)"
+        self.deadline_thread.where = f"in {item.nodeid} (teardown)"
         return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -133,19 +137,19 @@ class _MpiSession:
         from .testing.agreement import agree, apply_verdict, combine, outcome_of
 
         report = yield
-        self.watchdog.where = f"agreeing with the other ranks on {item.nodeid} ({call.when})"
+        self.deadline_thread.where = f"agreeing with the other ranks on {item.nodeid} ({call.when})"
         verdict = combine(agree(self.comm, outcome_of(report)))
         if verdict is not None:
             apply_verdict(report, verdict)
-        self.watchdog.where = f"in {item.nodeid} (after {call.when})"
+        self.deadline_thread.where = f"in {item.nodeid} (after {call.when})"
         return report
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        """Stop the watchdog; rank 0 removes the stack directory once every rank is done (bounded wait)."""
-        self.watchdog.close()
-        request, end = self.comm.Ibarrier(), time.monotonic() + 10
-        while not request.Test() and time.monotonic() < end:
-            time.sleep(0.01)
+        """Stop the deadline thread; rank 0 removes the stack directory once every rank is done (bounded wait)."""
+        self.deadline_thread.close()
+        request = self.comm.Ibarrier()
+        with contextlib.suppress(WaitTimeout):  # a rank that never arrives must not keep this one from exiting
+            poll_until(request.Test, time.monotonic() + 10, str, backoff=Backoff(0.01, 0.01))
         if self.rank == 0:
             shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -157,7 +161,7 @@ def _session(config: pytest.Config) -> _MpiSession | None:
 @pytest.fixture
 def launch_env() -> Any:
     """This rank's hpcdist.env.LaunchEnv (launcher, rank, sizes, local rank)."""
-    from .env import LaunchEnv
+    from .runtime.env import LaunchEnv
 
     return LaunchEnv.from_environ(os.environ)
 

@@ -9,72 +9,34 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import runpy
 import shutil
 import signal
 import socket
 import sys
+import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import NoReturn
 
-from .bootstrap import abort_job, format_failure, job_timeout, prepare
-from .env import LaunchEnv
-from .errors import UsageError
-from .rendezvous import RendezvousTimeout
+from .abort import abort_job
+from .errors import RendezvousTimeout, UsageError
+from .launching.program import PythonTarget, is_python, parse_python_argv
+from .runtime.bootstrap import job_timeout, prepare
+from .runtime.env import LaunchEnv
 
-__all__ = ["PythonTarget", "main", "python_target"]
-
-_PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
-_FLAGS = frozenset("-u -B -O -OO -E -s -S -I -b -bb -q".split())
-_WITH_VALUE = frozenset(["-W", "-X"])
-
-
-@dataclass(frozen=True)
-class PythonTarget:
-    """A Python program to run in-process: a script path, a module (-m) or code (-c), and its argv."""
-
-    kind: str  # "path" | "module" | "code"
-    what: str
-    args: tuple[str, ...]
-
+__all__ = ["format_failure", "main", "python_target"]
 
 def python_target(argv: Sequence[str], which: Callable[[str], str | None] = shutil.which) -> PythonTarget | None:
     """How to run `argv` in-process, or None when it is not a Python program."""
     if not argv:
         raise UsageError("no program given; usage: hpcdist mpirun [options] -- PROGRAM [ARGS...]")
-    if _PYTHON.match(os.path.basename(argv[0])):
-        return _parse_python_argv(argv)
+    if is_python(argv[0]):
+        return parse_python_argv(argv)
     path = which(argv[0])
     if path and _has_python_shebang(path):
         return PythonTarget("path", path, tuple(argv[1:]))
     return None
-
-
-def _parse_python_argv(argv: Sequence[str]) -> PythonTarget:
-    """Parse `python [options] (script | -m module | -c code) [args]`."""
-    i = 1
-    while i < len(argv):
-        word = argv[i]
-        if word in ("-m", "-c"):
-            if i + 1 >= len(argv):
-                raise UsageError(f"`{' '.join(argv)}`: {word} needs an argument")
-            kind = "module" if word == "-m" else "code"
-            return PythonTarget(kind, argv[i + 1], tuple(argv[i + 2 :]))
-        if word in _WITH_VALUE:
-            i += 2
-        elif word in _FLAGS or word.startswith(("-W", "-X")):
-            i += 1
-        elif word.startswith("-"):
-            raise UsageError(
-                f"`{' '.join(argv)}`: python option {word} is not supported per rank; "
-                "set it in the environment (e.g. PYTHONWARNINGS) or drop it"
-            )
-        else:
-            return PythonTarget("path", word, tuple(argv[i + 1 :]))
-    raise UsageError(f"`{' '.join(argv)}` names no script, module or code; an interactive python cannot run per rank")
 
 
 def _has_python_shebang(path: str) -> bool:
@@ -85,6 +47,12 @@ def _has_python_shebang(path: str) -> bool:
     except OSError:
         return False
     return first.startswith(b"#!") and b"python" in first
+
+
+def format_failure(rank: int, exc: BaseException) -> str:
+    """A rank-prefixed traceback, so the failing rank is obvious in interleaved output."""
+    lines = "".join(traceback.format_exception(exc)).rstrip("\n").splitlines()
+    return "\n".join(f"[rank {rank}] {line}" for line in lines)
 
 
 def _run_in_process(target: PythonTarget, rank: int) -> int:
@@ -145,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if target is not None:
         code = _run_in_process(target, env.rank)
     else:
-        from .run import run_child
+        from .launching.spawn import run_child
 
         child_env = dict(os.environ)
         if rdzv.hosted:

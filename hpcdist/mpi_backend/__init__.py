@@ -8,6 +8,8 @@ The backend is registered with torch as "mpi4py" (torch reserves "mpi" for its n
 Ranks and sizes come from MPI.COMM_WORLD. The backend itself never reads torch's store, but the
 default group gets hpcdist's shared TCP store all the same, so groups of other backends (gloo, nccl)
 can be made beside it with `new_group(backend=...)`.
+
+May import: errors, waits, abort, torch and mpi4py. Never the runtime, launching, jobs or the CLI.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from mpi4py import MPI
 
 from .dtypes import reduction_plan
 from .group import BACKEND_NAME, MPIProcessGroup
-from .work import CollectiveError, CollectiveTimeout, MPIWork
+from .errors import CollectiveError, CollectiveTimeout
+from .work import MPIWork
 
 __all__ = [
     "BACKEND_NAME",

@@ -9,16 +9,22 @@ device pointer goes to MPI; untested here, as this machine has no GPU).
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 from mpi4py import MPI
 
-__all__ = ["CUDA_AWARE", "byte_spec", "raw", "readable", "writable", "typed_spec"]
+__all__ = ["byte_spec", "cuda_aware", "raw", "readable", "writable", "typed_spec"]
 
-CUDA_AWARE = os.environ.get("HPCDIST_MPI_CUDA_AWARE", "") == "1"
 _fromaddress = MPI.buffer.fromaddress
 _BYTE = MPI.BYTE
+
+
+@functools.cache
+def cuda_aware() -> bool:
+    """Whether HPCDIST_MPI_CUDA_AWARE=1 says the MPI library reads device memory (read at first use)."""
+    return os.environ.get("HPCDIST_MPI_CUDA_AWARE", "") == "1"
 
 
 def raw(t: torch.Tensor) -> MPI.buffer:
@@ -39,7 +45,7 @@ def typed_spec(t: torch.Tensor, mpi_type: MPI.Datatype) -> list:
 def _reachable(t: torch.Tensor) -> bool:
     if t.is_cpu:
         return True
-    if CUDA_AWARE and t.is_cuda:
+    if cuda_aware() and t.is_cuda:
         torch.cuda.current_stream(t.device).synchronize()
         return True
     return False
@@ -49,7 +55,7 @@ def readable(t: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor MPI can read with t's values: t itself whenever possible."""
     if t.is_contiguous() and _reachable(t) and not (t.is_conj() or t.is_neg()):
         return t
-    if t.is_cpu or CUDA_AWARE:
+    if t.is_cpu or cuda_aware():
         return t.resolve_conj().resolve_neg().contiguous()
     return t.resolve_conj().resolve_neg().to("cpu").contiguous()
 
@@ -58,5 +64,5 @@ def writable(t: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor MPI can write t's new values into: t itself, or a host staging copy."""
     if t.is_contiguous() and _reachable(t) and not (t.is_conj() or t.is_neg()):
         return t
-    return torch.empty(t.shape, dtype=t.dtype, device="cpu" if not CUDA_AWARE else t.device)
+    return torch.empty(t.shape, dtype=t.dtype, device="cpu" if not cuda_aware() else t.device)
 

@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 from .buffers import byte_spec, readable, typed_spec, writable
 from .options import as_list, check_root, op_of, overlaps
-from .ring import RING_DTYPES, RING_MIN_BYTES, ring_allreduce
+from .ring import RING_DTYPES, ring_allreduce
 
 __all__ = ["CollectiveOps"]
 
@@ -45,6 +45,7 @@ class CollectiveOps:
     _comm: MPI.Intracomm
     _size: int
     _rank: int
+    _ring_min_bytes: int
     _outstanding: list
     _orphans: list
     _closed: bool
@@ -76,7 +77,7 @@ class CollectiveOps:
         mtype, mop, compute, average = self._plan(t.dtype, name)
         if compute is None and not average and t.is_cpu and t.is_contiguous() and not t.is_conj():
             nbytes = t.nbytes
-            if nbytes >= RING_MIN_BYTES and self._size > 1 and t.dtype in RING_DTYPES:
+            if nbytes >= self._ring_min_bytes and self._size > 1 and t.dtype in RING_DTYPES:
                 return self._run("all_reduce", None, t, tensors, None, async_op, steps=ring_allreduce(self, t, name), tmo=tmo)
             req = self._comm.Iallreduce(_IN_PLACE, [_fromaddress(t.data_ptr(), nbytes), t.numel(), mtype], mop)
             return self._run("all_reduce", req, t, tensors, None, async_op, tmo=tmo)

@@ -15,24 +15,20 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
+from .. import abort
 from .collectives import CollectiveOps
 from .dtypes import Plan, reduction_plan
 from .movement import DataMovementOps
 from .options import timeout_of
 from .p2p import PointToPointOps
-from .work import DONE, CollectiveError, MPIWork
+from .ring import ring_min_bytes
+from .errors import CollectiveError
+from .work import DONE, MPIWork
 
 __all__ = ["BACKEND_NAME", "MPIProcessGroup"]
 
 BACKEND_NAME = "mpi4py"
 _FAST_SPINS = 256  # Test() calls (~0.1-0.3 µs each) before a synchronous call builds a Work and backs off
-
-
-def _abort_job(code: int) -> None:
-    """End every rank of the job (tests replace this)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    MPI.COMM_WORLD.Abort(code)
 
 
 class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.ProcessGroup):
@@ -42,6 +38,7 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         dist.ProcessGroup.__init__(self, comm.Get_rank(), comm.Get_size())
         self._comm = comm
         self._ring_comm = comm.Dup() if comm.Get_size() > 1 else comm  # internal traffic, apart from users' tags
+        self._ring_min_bytes = ring_min_bytes()  # all_reduce from this size goes through the ring
         self._ring_seq = 0  # ring all-reduces issued so far: each gets its own tag on _ring_comm
         self._ring_scratch: dict[torch.dtype, list] = {}  # free receive buffers, reused: fresh pages cost page faults
         self._rank = comm.Get_rank()
@@ -201,7 +198,7 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         if lost:
             text = "\n".join(f"[{self._who()}] {exc}" for exc in lost)
             print(f"{text}\n[{self._who()}] hpcdist.mpi_backend: asynchronous operation(s) failed and nobody waited for them; aborting the job", file=sys.stderr)
-            _abort_job(1)
+            abort.abort_job(1)
         self._free()
 
     def abort(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..waits import as_seconds
 from .dtypes import op_name
 
 __all__ = ["as_list", "check_root", "op_of", "overlaps", "timeout_of"]
@@ -25,13 +26,7 @@ def op_of(op: Any) -> str:
 
 def timeout_of(source: Any) -> float | None:
     """Seconds from an options object or a timedelta; None when unset (torch's default is -1 ms)."""
-    if source is None:
-        return None
-    value = source if isinstance(source, timedelta) else getattr(source, "timeout", None)
-    if value is None:
-        return None
-    secs = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    return secs if secs > 0 else None
+    return as_seconds(source if source is None or isinstance(source, timedelta) else getattr(source, "timeout", None))
 
 
 def as_list(tensors: Any) -> list:

@@ -7,6 +7,7 @@ blocks). A receive records its MPI status, so `recv(src=None)` reports the real 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -17,7 +18,12 @@ from .options import as_list
 
 __all__ = ["PointToPointOps"]
 
-_TAG_UB = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767
+
+
+@functools.cache
+def _tag_ub() -> int:
+    """The largest tag MPI allows (read at first use, not at import)."""
+    return MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767
 
 
 class PointToPointOps:
@@ -36,8 +42,8 @@ class PointToPointOps:
     @staticmethod
     def _tag(tag: int) -> int:
         tag = int(tag)
-        if not 0 <= tag <= _TAG_UB:
-            raise ValueError(f"tag {tag} is outside MPI's range 0..{_TAG_UB}")
+        if not 0 <= tag <= _tag_ub():
+            raise ValueError(f"tag {tag} is outside MPI's range 0..{_tag_ub()}")
         return tag
 
     def send(self, tensors: Any, dstRank: int, tag: int = 0) -> Any:  # noqa: N803 - torch's names

@@ -12,6 +12,9 @@ import threading
 import time
 from typing import Any
 
+from ..waits import Backoff
+from .errors import CollectiveError
+
 __all__ = ["PROGRESS"]
 
 
@@ -33,7 +36,8 @@ class _Progress:
             self._lock.notify()
 
     def _run(self) -> None:
-        sleep = 0.0
+        """Poll every handed-off work; back off while none finishes, start over when one does."""
+        backoff = Backoff(10e-6, 1e-3)
         while True:
             with self._lock:
                 while not self._works:
@@ -47,8 +51,6 @@ class _Progress:
                         finished.append(work)
                 except BaseException as exc:  # noqa: BLE001 - never let the thread die silently
                     print(f"hpcdist.mpi_backend progress thread: {exc!r}", file=sys.stderr)
-                    from .work import CollectiveError
-
                     work._fail(CollectiveError(str(exc)))
                     finished.append(work)
             if finished:
@@ -57,10 +59,9 @@ class _Progress:
                         self._works.remove(work)
                 for work in finished:
                     work._settle()
-                sleep = 0.0
+                backoff.reset()
             else:
-                time.sleep(sleep)
-                sleep = min(max(sleep * 2, 10e-6), 1e-3)
+                backoff.pause()
 
 
 PROGRESS = _Progress()

@@ -20,10 +20,9 @@ from typing import Any, NamedTuple
 import torch
 from mpi4py import MPI
 
-__all__ = ["RING_DTYPES", "RING_MIN_BYTES", "ring_allreduce"]
+__all__ = ["RING_DTYPES", "ring_allreduce", "ring_min_bytes"]
 
-_env = int(os.environ.get("HPCDIST_MPI_RING_BYTES", str(256 * 1024)))
-RING_MIN_BYTES = _env if _env > 0 else 1 << 62
+_DEFAULT_MIN_BYTES = 256 * 1024
 _TAG_BASE, _TAG_SPAN = 7001, 4096  # one tag per ring op: DDP keeps several bucket all-reduces in flight
 _SEGMENT = 1 << 20  # measured at 2 ranks: 10-20% faster than whole chunks from 8 MiB up, equal below
 _ABANDONED: list = []  # buffers of failed rings, which MPI may still read or write
@@ -43,6 +42,17 @@ _COMBINE = {
     "BXOR": lambda acc, x: acc.bitwise_xor_(x),
 }
 _BOOL_COMBINE = {"SUM": "BOR", "MAX": "BOR", "PRODUCT": "BAND", "MIN": "BAND"}
+
+
+def ring_min_bytes() -> int:
+    """The size from which all_reduce takes the ring: $HPCDIST_MPI_RING_BYTES (0: never), read by each new group."""
+    text = os.environ.get("HPCDIST_MPI_RING_BYTES", str(_DEFAULT_MIN_BYTES))
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"HPCDIST_MPI_RING_BYTES={text!r} is not a whole number of bytes; unset it or set e.g. "
+                         f"{_DEFAULT_MIN_BYTES} (0 turns the ring off)") from None
+    return value if value > 0 else 1 << 62
 
 
 def _bytes(address: int, nbytes: int) -> list:

@@ -9,40 +9,25 @@ futures from C++).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-__all__ = ["CollectiveError", "CollectiveTimeout", "MPIWork", "DONE"]
+from ..waits import Backoff, as_seconds, poll_until
+from .errors import CollectiveError, CollectiveTimeout
+from .progress import PROGRESS
+
+__all__ = ["DONE", "MPIWork"]
 
 _SPIN = 50e-6  # seconds of pure Test spinning before yielding the CPU
 _YIELD = 0.02  # then Test + sched_yield until this much time has passed, then back-off sleeps
-_MAX_SLEEP = 2e-3
+_SLEEP = (20e-6, 2e-3)  # the back-off sleeps, first and longest
 _testall = MPI.Request.Testall
-_yield = os.sched_yield
-
-
-class CollectiveError(dist.DistBackendError):
-    """An MPI operation failed; the message names the rank, the operation and the group."""
-
-
-class CollectiveTimeout(CollectiveError):
-    """An MPI operation did not complete within the group's timeout."""
-
-
-def _seconds(timeout: Any) -> float | None:
-    """A positive timeout in seconds, or None for 'no timeout given' (None, 0, negative)."""
-    if timeout is None:
-        return None
-    secs = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-    return secs if secs > 0 else None
 
 
 class MPIWork(dist._Work):
@@ -137,39 +122,31 @@ class MPIWork(dist._Work):
         """Block until done; raise CollectiveError/CollectiveTimeout on failure."""
         if not self._done:
             if self._event is not None:
-                self._wait_handed(_seconds(timeout))
+                self._wait_handed(as_seconds(timeout))
             else:
-                self._wait_polling(_seconds(timeout))
+                self._wait_polling(as_seconds(timeout))
         if self._error is not None:
             self._observed = True
             raise self._error
         return True
 
     def _wait_polling(self, limit: float | None) -> None:
+        """Poll until done: at the group's timeout the work fails; at `limit` (wait's own) the wait raises."""
         if self._poll():
             return
-        began = time.monotonic()
-        sleep = 20e-6
-        spins = 0
-        while True:
-            if self._poll():
-                return
-            spins += 1
-            if spins & 15:
-                continue
-            now = time.monotonic()
-            if self._expired(now):
-                return
-            if limit is not None and now - began > limit:
-                raise self._deadline_error(limit)
-            waited = now - began
-            if waited < _SPIN:
-                continue
-            if waited < _YIELD:
-                _yield()  # not time.sleep(0): that sleeps for the timer slack, ~50 µs
-            else:
-                time.sleep(sleep)
-                sleep = min(sleep * 2, _MAX_SLEEP)
+        expires = self._start + self._timeout
+        deadline = expires if limit is None else min(expires, time.monotonic() + limit)
+        poll_until(self._poll, deadline, lambda: "", backoff=Backoff(*_SLEEP, spin=_SPIN, yielding=_YIELD),
+                   error=lambda _: self._late(expires, limit))
+
+    def _late(self, expires: float, limit: float | None) -> CollectiveTimeout:
+        """The error of a wait that ran out: the group's timeout fails the work, wait's own limit does not."""
+        if limit is None or time.monotonic() > expires:
+            error = self._deadline_error(self._timeout)
+            self._fail(error)
+            self._observed = True
+            return error
+        return self._deadline_error(limit)
 
     def _wait_handed(self, limit: float | None) -> None:
         event = self._event
@@ -226,8 +203,6 @@ class MPIWork(dist._Work):
             if self._done or self.is_completed():
                 self._settle()
             else:
-                from .progress import PROGRESS
-
                 PROGRESS.add(self)
         return self._future
 

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..waits import Backoff, poll_until
+
 __all__ = ["Outcome", "Verdict", "agree", "apply_verdict", "combine", "outcome_of", "pack", "unpack"]
 
 SLOT_BYTES = 1024  # one rank's outcome on the wire: nodeid, phase, kind and a short reason, JSON, zero-padded
@@ -134,7 +136,7 @@ def apply_verdict(report: Any, verdict: Verdict) -> None:
         report.longrepr = None
 
 
-def agree(comm: Any, outcome: Outcome, pause: Callable[[float], None] = time.sleep) -> list[Outcome]:
+def agree(comm: Any, outcome: Outcome) -> list[Outcome]:
     """Every rank's outcome, by a non-blocking Iallgather polled to completion.
 
     The wait itself is unbounded: the test's deadline watchdog ends the job if a rank never arrives,
@@ -145,8 +147,5 @@ def agree(comm: Any, outcome: Outcome, pause: Callable[[float], None] = time.sle
     send = bytearray(pack(outcome))
     recv = bytearray(SLOT_BYTES * comm.Get_size())
     request = comm.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE])
-    delay = 0.0002
-    while not request.Test():
-        pause(delay)
-        delay = min(delay * 2, 0.01)
+    poll_until(request.Test, None, str, backoff=Backoff(0.0002, 0.01))
     return [unpack(recv[i: i + SLOT_BYTES]) for i in range(0, len(recv), SLOT_BYTES)]

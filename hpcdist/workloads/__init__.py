@@ -1,4 +1,8 @@
-"""Workloads run as `hpcdist run NAME`: each checks its own result and returns a problem or None."""
+"""Workloads run as `hpcdist run NAME`: each checks its own result and returns a problem or None.
+
+Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`) and atomic checkpoints (`checkpoint`).
+May import: errors, waits, runtime. Never the CLI. Listing the workloads never imports torch.
+"""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..bootstrap import Session
+from ..runtime.bootstrap import Session
 
 __all__ = ["allreduce", "broadcast", "gather", "reduce"]
 

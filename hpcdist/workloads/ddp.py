@@ -32,8 +32,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from .. import checkpoint
-from ..bootstrap import Session
+from . import checkpoint
+from ..runtime.bootstrap import Session
 from ..errors import UsageError
 
 __all__ = ["CHECKPOINT_NAME", "Preempted", "Preemption", "build_model", "check_identical", "make_dataset", "parameters_digest", "run", "train"]

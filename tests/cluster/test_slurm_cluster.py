@@ -187,7 +187,7 @@ def test_a_requeued_ddp_job_resumes_from_its_checkpoint_and_ends_as_an_uninterru
 _PMI2_PROBE = """
 import dataclasses, json, os, socket
 from mpi4py import MPI
-from hpcdist.env import LaunchEnv
+from hpcdist.runtime.env import LaunchEnv
 try:
     env = dataclasses.asdict(LaunchEnv.from_environ(os.environ))
 except Exception as exc:

@@ -14,14 +14,8 @@ from launching import ROOT
 
 pytestmark = pytest.mark.e2e
 
-# The doctor through its own two entry points (add_doctor_parser, run_doctor), as cli.py hooks them.
-_RUN = (
-    "import argparse, sys\n"
-    "from hpcdist.doctor import add_doctor_parser, run_doctor\n"
-    "parser = argparse.ArgumentParser(prog='hpcdist')\n"
-    "add_doctor_parser(parser.add_subparsers(dest='command'))\n"
-    "sys.exit(run_doctor(parser.parse_args(['doctor', *sys.argv[1:]])))\n"
-)
+# The doctor through the CLI's entry point, in a fresh interpreter.
+_RUN = "import sys\nfrom hpcdist.cli import main\nsys.exit(main(['doctor', *sys.argv[1:]]))\n"
 
 # A foreign MPI's launcher: MPICH's version text, and it starts N unconnected copies of the program.
 _FOREIGN_MPIRUN = """#!/bin/sh

@@ -68,8 +68,9 @@ class Hosts:
         self.hostfile = tmp / "hostfile"
         self.hostfile.write_text(HOSTFILE_TEXT)
 
-    def launch(self, hpcdist_args: list[str], workdir: Path, *, clean_agent: bool = True, **env: str) -> Launch:
-        """Start `hpcdist mpirun --hostfile n1:2,n2:2 ARGS` with mpirun itself on n1.
+    def launch(self, hpcdist_args: list[str], workdir: Path, *, clean_agent: bool = True, doctor: bool = False,
+               **env: str) -> Launch:
+        """Start `hpcdist mpirun --hostfile n1:2,n2:2 ARGS` with mpirun itself on n1 (`hpcdist ARGS` with doctor).
 
         clean_agent: the agent passes only what ssh would (PATH, HOME, USER…), so a variable reaches the
         ranks on n2 only if hpcdist forwards it with -x.
@@ -86,7 +87,8 @@ class Hosts:
         }
         argv = [
             "ip", "netns", "exec", "hpc-n1", "unshare", "--uts", "sh", "-c", 'hostname n1 && exec "$@"', "sh",
-            str(BIN / "hpcdist"), "mpirun", "--hostfile", str(self.hostfile), "-np", "4", *hpcdist_args,
+            str(BIN / "hpcdist"), *(hpcdist_args if doctor else
+                                    ["mpirun", "--hostfile", str(self.hostfile), "-np", "4", *hpcdist_args]),
         ]  # fmt: skip
         return Launch(argv, full_env, workdir)
 
@@ -109,10 +111,28 @@ class Hosts:
         """Bring a host's eth0 up or down (a cut cable)."""
         subprocess.run(["ip", "-n", f"hpc-{host}", "link", "set", "eth0", state], check=True)
 
+    @staticmethod
+    def second_interface(host: str, address: str) -> None:
+        """Give a host a second interface `eth1` (ADDRESS/24, reaching no other host), and make its own name
+        resolve to that address there, as on clusters whose hostname names the management network."""
+        ns = f"hpc-{host}"
+        subprocess.run(["ip", "-n", ns, "link", "add", "eth1", "type", "dummy"], check=True)
+        subprocess.run(["ip", "-n", ns, "addr", "add", f"{address}/24", "dev", "eth1"], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "eth1", "up"], check=True)
+        etc = Path(f"/etc/netns/{ns}/hosts")
+        lines = [line for line in etc.read_text().splitlines() if not line.endswith(f" {host}")]
+        etc.write_text("\n".join([*lines, f"{address} {host}", f"::ffff:{address} {host}"]) + "\n")
+
     def reset(self) -> None:
-        """Links up and no leftover processes, for the next test."""
-        for host in ADDRESSES:
+        """Links up, no second interface, names as netns.sh wrote them, and no leftover processes."""
+        for host, address in ADDRESSES.items():
             self.link(host, "up")
             self.kill(host)
+            ns = f"hpc-{host}"
+            if subprocess.run(["ip", "-n", ns, "link", "show", "eth1"], capture_output=True, check=False).returncode == 0:
+                subprocess.run(["ip", "-n", ns, "link", "del", "eth1"], check=True)
+            etc = Path(f"/etc/netns/{ns}/hosts")
+            lines = [line for line in etc.read_text().splitlines() if not line.endswith(f" {host}")]
+            etc.write_text("\n".join([*lines, f"{address} {host}", f"::ffff:{address} {host}"]) + "\n")
 
 

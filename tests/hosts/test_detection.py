@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.bootstrap import socket_ifnames
-from hpcdist.monitor import LostHostWatch
-from hpcdist.netif import Interface
-from hpcdist.rendezvous import (
+from hpcdist.runtime.bootstrap import socket_ifnames
+from hpcdist.launching.monitor import LostHostWatch
+from hpcdist.runtime.netif import Interface
+from hpcdist.runtime.rendezvous import (
     HostInfo,
     choose_interface,
     interface_towards,

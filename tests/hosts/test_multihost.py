@@ -113,3 +113,27 @@ def test_a_lost_host_ends_the_job_non_zero_and_names_it(cluster: Hosts, tmp_path
     assert "PRTE has lost communication with a remote daemon" in output or "A daemon failed to report back" in output
     assert "hpcdist: error: mpirun lost contact with host n2 " in result.stderr
     assert seconds < (20 if how == "link-cut" else 15)
+
+
+def test_the_doctor_checks_the_rendezvous_address_a_job_uses(cluster: Hosts, tmp_path: Path) -> None:
+    """n1 has a second interface, and its hostname resolves to it; only eth0 (10.250.0.0/24) reaches n2.
+
+    A job's rank 0 offers the address on the subnet the hosts share; the doctor's rendezvous probe runs the
+    same code, so it reports that address and passes (choosing by hostname, it used to pick eth1 and fail).
+    """
+    cluster.second_interface("n1", "10.251.0.1")
+    job = tmp_path / "job"
+    job.mkdir()
+    program = [sys.executable, str(PROGRAMS / "marked.py"), "-m", "hpcdist", "env"]
+    result = cluster.launch(["--", *program], job).wait(240)
+    assert result.returncode == 0, result.stderr
+    job_addrs = {marker["master_addr"] for marker in _markers(job).values()}
+    assert job_addrs == {ADDRESSES["n1"]}, result.stderr
+
+    doctor = tmp_path / "doctor"
+    doctor.mkdir()
+    result = cluster.launch(["doctor", "--hostfile", str(cluster.hostfile), "--json"], doctor, doctor=True).wait(240)
+    checks = json.loads(result.stdout)["checks"]
+    rendezvous = [c for c in checks if c["area"] == "rendezvous"]
+    assert [c["status"] for c in rendezvous] == ["pass"], rendezvous
+    assert f"rank 0's rendezvous at {ADDRESSES['n1']}:" in rendezvous[0]["detail"], rendezvous

@@ -9,8 +9,10 @@ import json
 
 import pytest
 
-from hpcdist.bench import add_bench_parser, run_bench, run_plan
-from hpcdist.benchfmt import COLLECTIVES, plan_from_args
+from hpcdist.bench.plan import COLLECTIVES, plan_from_args
+from hpcdist.bench.run import run_plan
+from hpcdist.cli import build_parser
+from hpcdist.cli.diagnose import bench as run_bench
 from hpcdist.errors import UsageError
 
 pytestmark = pytest.mark.mpi
@@ -19,9 +21,7 @@ SMALL = ["-b", "4", "-e", "4K", "-f", "8", "-n", "2", "-w", "1"]  # 4, 32, 256, 
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_bench_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["bench", *argv])
+    return build_parser().parse_args(["bench", *argv])
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,7 @@ def test_the_table_is_nccl_tests_layout_on_rank_0_only(session, comm) -> None:
 
 
 def test_a_wrong_result_is_counted_and_fails_the_run(session, comm, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpcdist.benchimpl import TorchImpl
+    from hpcdist.bench.impl import TorchImpl
 
     real = TorchImpl.result
     monkeypatch.setattr(TorchImpl, "result", lambda self: real(self) + (comm.rank == 0))

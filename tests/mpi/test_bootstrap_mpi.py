@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from hpcdist.env import LaunchEnv
-from hpcdist.rendezvous import RendezvousTimeout, _wait, mpi_rendezvous
+from hpcdist.runtime.env import LaunchEnv
+from hpcdist.runtime.rendezvous import RendezvousTimeout, _wait, mpi_rendezvous
 
 pytestmark = pytest.mark.mpi
 

@@ -63,7 +63,7 @@ def test_training_leaves_identical_parameters_on_every_rank_and_learns(comm, ses
     assert check_identical(module, session) is None
     comm.Barrier()
     if comm.rank == 0:
-        from hpcdist import checkpoint
+        from hpcdist.workloads import checkpoint
 
         assert os.listdir(shared_dir) == ["ddp.pt"]  # rank 0 alone writes, and no temporary file is left
         state = checkpoint.load(os.path.join(shared_dir, "ddp.pt"))
@@ -130,7 +130,7 @@ def test_a_signal_to_one_rank_stops_all_at_one_step_and_the_resume_is_exact(comm
     import torch
     from torch.utils.data import TensorDataset
 
-    from hpcdist import checkpoint
+    from hpcdist.workloads import checkpoint
     from hpcdist.workloads import ddp
 
     monkeypatch.setattr(ddp, "CHECK_EVERY", 1)

@@ -124,10 +124,10 @@ def test_an_async_error_nobody_waits_for_is_raised_at_the_next_call(world) -> No
 
 
 def test_an_unobserved_error_at_destruction_aborts_the_job(world, monkeypatch) -> None:
-    import hpcdist.mpi_backend.group as group_mod
+    import hpcdist.abort as abort_mod
 
     aborted = []
-    monkeypatch.setattr(group_mod, "_abort_job", aborted.append)
+    monkeypatch.setattr(abort_mod, "abort_job", aborted.append)
     g = _self_group(10.0)
     g.send([torch.ones(8)], 0, 4)
     g.recv([torch.zeros(2)], 0, 4)
@@ -136,6 +136,6 @@ def test_an_unobserved_error_at_destruction_aborts_the_job(world, monkeypatch) -
 
 
 def test_the_bootstrap_picks_the_mpi4py_backend() -> None:
-    from hpcdist.bootstrap import choose_backend
+    from hpcdist.runtime.bootstrap import choose_backend
 
     assert choose_backend("mpi", cuda_devices=0, local_world_size=4, native_mpi=dist.is_mpi_available(), host="h") in ("mpi", "mpi4py")

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from hpcdist.taskmap import MapTimeout, TaskError
-from hpcdist.taskmap import map as task_map
+from hpcdist.errors import MapTimeout
+from hpcdist.workloads.taskmap import TaskError
+from hpcdist.workloads.taskmap import map as task_map
 
 pytestmark = pytest.mark.mpi
 

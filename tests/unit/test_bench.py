@@ -10,40 +10,32 @@ import sys
 import numpy as np
 import pytest
 
-from hpcdist.bench import add_bench_parser
-from hpcdist.benchdata import count_wrong, expected_values, send_values
-from hpcdist.benchddp import (
+from hpcdist.cli import build_parser
+from hpcdist.bench.data import count_wrong, expected_values, send_values
+from hpcdist.bench.ddp import (
     DdpPlan,
     DdpResult,
     ddp_lines,
     ddp_plan_from_args,
     mlp_parameters,
 )
-from hpcdist.benchfmt import (
+from hpcdist.bench.fmt import Comparison, Result, compare, float_str, footer_lines, format_row, header_lines, human_bytes
+from hpcdist.bench.plan import (
     COLLECTIVES,
-    Comparison,
     Counts,
-    Result,
     bandwidths,
     byte_counts,
-    compare,
-    float_str,
-    footer_lines,
-    format_row,
-    header_lines,
-    human_bytes,
+    parse_backends,
     parse_size,
     plan_from_args,
+    round_sizes,
     size_sweep,
 )
-from hpcdist.benchplan import parse_backends, round_sizes
 from hpcdist.errors import UsageError
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_bench_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["bench", *argv])
+    return build_parser().parse_args(["bench", *argv])
 
 
 def _plan(*argv: str):
@@ -226,8 +218,8 @@ def test_rounds_split_the_iterations_nearly_evenly_and_the_header_says_so() -> N
 
 
 def test_importing_the_bench_module_does_not_import_torch() -> None:
-    code = ("import sys, hpcdist.bench, hpcdist.benchfmt, hpcdist.benchplan, hpcdist.benchddp, hpcdist.benchgroups, "
-            "hpcdist.benchimpl; assert 'torch' not in sys.modules, 'torch imported'")
+    code = ("import sys, hpcdist.bench.run, hpcdist.bench.fmt, hpcdist.bench.plan, hpcdist.bench.ddp, hpcdist.bench.groups, "
+            "hpcdist.bench.impl; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

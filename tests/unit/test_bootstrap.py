@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.bootstrap import DEFAULT_TIMEOUT, choose_backend, job_timeout, merge_environ
+from hpcdist.runtime.bootstrap import DEFAULT_TIMEOUT, choose_backend, job_timeout, merge_environ
 from hpcdist.errors import UsageError
 
 

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from hpcdist import checkpoint
+from hpcdist.workloads import checkpoint
 
 
 def test_a_checkpoint_round_trips_tensors_and_plain_containers(tmp_path) -> None:

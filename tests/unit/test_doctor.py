@@ -9,10 +9,12 @@ import sys
 
 import pytest
 
-from hpcdist import doctor, doctor_probe
-from hpcdist.doctor import Facts, Probe, check_gpus, check_hosts, check_interfaces, check_mpi, check_rendezvous
-from hpcdist.doctor import check_torch, mpi_identity, run_checks
-from hpcdist.hostfile import HostSlots
+from hpcdist.cli import build_parser, diagnose
+from hpcdist.doctor import probe as doctor_probe
+from hpcdist.doctor.checks import check_gpus, check_hosts, check_interfaces, check_mpi, check_rendezvous
+from hpcdist.doctor.checks import check_torch, run_checks
+from hpcdist.doctor.facts import Check, Facts, Probe, mpi_identity
+from hpcdist.launching.hostfile import HostSlots
 
 OMPI_LIB = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11, repo rev: v5.0.11rc1"
 MPICH_LIB = "MPICH Version:\t4.1.2\nMPICH Release date:\tWed Jun  7 15:22:45 CDT 2023\nMPICH ABI:\t15:1:3"
@@ -30,7 +32,7 @@ GOOD = Facts(
 )
 
 
-def _statuses(checks: list[doctor.Check]) -> list[str]:
+def _statuses(checks: list[Check]) -> list[str]:
     return [c.status for c in checks]
 
 
@@ -94,7 +96,7 @@ def test_torch_backends() -> None:
     with_backend = check_torch(dataclasses.replace(GOOD, hpcdist_mpi_backend=True))
     assert with_backend[-1].status == "pass"
     gpu = check_torch(dataclasses.replace(GOOD, torch={**TORCH_CPU, "nccl": True, "cuda": True, "cuda_devices": 4}))
-    assert gpu[1] == doctor.Check("torch", "pass", "nccl available with 4 GPU(s)")
+    assert gpu[1] == Check("torch", "pass", "nccl available with 4 GPU(s)")
     missing = check_torch(dataclasses.replace(GOOD, torch=None, torch_error="No module named 'torch'"))
     assert _statuses(missing) == ["fail"] and "pip install torch" in missing[0].fix
 
@@ -185,9 +187,7 @@ def test_gpus_versus_slots() -> None:
 
 
 def _args(**kw: object) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    doctor.add_doctor_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["doctor", *[f"--{k}={v}" for k, v in kw.items() if v is not True],
+    return build_parser().parse_args(["doctor", *[f"--{k}={v}" for k, v in kw.items() if v is not True],
                               *[f"--{k}" for k, v in kw.items() if v is True]])
 
 
@@ -195,10 +195,10 @@ def _args(**kw: object) -> argparse.Namespace:
 def test_run_doctor_exit_status_and_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                          facts: Facts, code: int) -> None:
     monkeypatch.setattr(doctor_probe, "gather_facts", lambda *a, **k: facts)
-    assert doctor.run_doctor(_args(json=True)) == code
+    assert diagnose.doctor(_args(json=True)) == code
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is (code == 0) and {"area", "status", "detail", "fix"} <= set(data["checks"][0])
-    assert doctor.run_doctor(_args()) == code
+    assert diagnose.doctor(_args()) == code
     text = capsys.readouterr().out
     assert text.splitlines()[-1].endswith("info") and ("fix: " in text) == (code == 1)
 

@@ -1,10 +1,10 @@
-"""Tests for hpcdist.env: launcher detection from plain environment dicts."""
+"""Tests for hpcdist.runtime.env: launcher detection from plain environment dicts."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpcdist.env import SOURCES, LaunchEnv
+from hpcdist.runtime.env import SOURCES, LaunchEnv
 from hpcdist.errors import UsageError
 
 FIELDS = ("launcher", "rank", "world_size", "local_rank", "local_world_size", "node_rank",

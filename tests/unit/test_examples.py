@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.examples import EXAMPLES, check_examples, render_examples, write_examples
-from hpcdist.hostfile import HostSlots, read_hostfile
+from hpcdist.jobs.examples import EXAMPLES, check_examples, render_examples, write_examples
+from hpcdist.launching.hostfile import HostSlots, parse_hostfile, read_hostfile_text
 
 from test_render import check_script
 
@@ -20,7 +20,8 @@ def test_no_example_file_drifts_from_the_templates() -> None:
 
 
 def test_localhost_stays_what_make_demo_uses() -> None:
-    assert read_hostfile(str(ROOT / "hostfiles/localhost")) == (HostSlots("localhost", 4),)
+    path = str(ROOT / "hostfiles/localhost")
+    assert parse_hostfile(read_hostfile_text(path), path) == (HostSlots("localhost", 4),)
     assert "localhost slots=4\n" in (ROOT / "hostfiles/localhost").read_text()
 
 

@@ -1,4 +1,4 @@
-"""Tests for hpcdist.hostfile: hostfile / -H parsing, formatting and the -np check."""
+"""Tests for hpcdist.launching.hostfile: hostfile / -H parsing, formatting and the -np check."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import re
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.hostfile import (
+from hpcdist.launching.hostfile import (
     HostSlots,
     check_np,
     format_hostfile,
     parse_hostfile,
     parse_hosts_arg,
-    read_hostfile,
+    read_hostfile_text,
     total_slots,
 )
 
@@ -22,6 +22,11 @@ FORMS = "expected 'HOST slots=N [max_slots=M]' or 'HOST:N'"
 
 SEED_HOSTFILE = "ip-26-0-162-46 slots=8\nip-26-0-162-239 slots=8\n"
 SEED_HOSTS = (H("ip-26-0-162-46", 8), H("ip-26-0-162-239", 8))
+
+
+def read_hostfile(path: str) -> tuple[HostSlots, ...]:
+    """Read and parse a hostfile, as `hpcdist mpirun --hostfile` does."""
+    return parse_hostfile(read_hostfile_text(path), path)
 
 
 @pytest.mark.parametrize(

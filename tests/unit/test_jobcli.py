@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.jobcli import main
-from hpcdist.jobenv import env_warnings, job_environment, parse_env_file
+from hpcdist.cli import main
+from hpcdist.jobs.profiles import env_warnings, job_environment, parse_env_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_NCCL = """
@@ -182,12 +182,12 @@ def test_examples_command_checks_the_repository(capsys: pytest.CaptureFixture[st
 
 def test_rendering_never_imports_torch(tmp_path: Path) -> None:
     code = (
-        "import sys\nfrom hpcdist.jobcli import main\n"
+        "import sys\nfrom hpcdist.cli import main\n"
         "for argv in (['sbatch', '--launch', 'torchrun', '--nodes', '2', '--', 'python', 't.py'],\n"
         "             ['sbatch', '--launch', 'mpirun', '--', 'x'], ['hostfile', '--hosts', 'a'],\n"
         "             ['torchrun', '--script', '--', 't.py'], ['examples', '--root', sys.argv[1]]):\n"
         "    assert main(argv) == 0, argv\n"
-        "from hpcdist.render import render_mpirun_script\nrender_mpirun_script(['mpirun', 'x'], {})\n"
+        "from hpcdist.jobs.render import render_mpirun_script\nrender_mpirun_script(['mpirun', 'x'], {})\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'mpi4py', 'numpy'))\n"
         "assert not bad, bad\n"
     )

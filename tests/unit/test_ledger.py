@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpcdist.ledger import Ledger, Record, describe_hang, first_divergence
+from hpcdist.forensics.ledger import Ledger, Record, describe_hang, first_divergence
 
 
 def _ledger(*calls: tuple[str, str, str], pending_last: bool = True) -> list[Record]:

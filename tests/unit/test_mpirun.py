@@ -1,4 +1,4 @@
-"""Tests for hpcdist.mpirun: the mpirun argv builder and the -x forwarding list."""
+"""Tests for hpcdist.launching.mpirun: the mpirun argv builder and the -x forwarding list."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.hostfile import HostSlots, parse_hostfile, parse_hosts_arg
-from hpcdist.mpirun import MpirunSpec, build_mpirun_argv, env_forwards, spans_hosts
+from hpcdist.launching.hostfile import HostSlots, parse_hostfile, parse_hosts_arg
+from hpcdist.launching.mpirun import MpirunSpec, build_mpirun_argv, env_forwards, spans_hosts
 
 PROG = ("python", "train.py")
 BASE = MpirunSpec(program=PROG, np=2)

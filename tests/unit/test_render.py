@@ -1,4 +1,4 @@
-"""Tests for hpcdist.render: the one Jinja environment, quoting per context (read back by bash), template search."""
+"""Tests for hpcdist.jobs.render: the one Jinja environment, quoting per context (read back by bash), template search."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.hostfile import HostSlots, parse_hostfile
-from hpcdist.render import (
+from hpcdist.launching.hostfile import HostSlots, parse_hostfile
+from hpcdist.jobs.render import (
     BUNDLED_DIR,
     comment,
     make_environment,
@@ -196,7 +196,7 @@ def test_mpirun_script_round_trips_argv_and_environment(tmp_path: Path) -> None:
 def test_templates_are_package_data() -> None:
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
-    patterns = [p.strip() for p in cfg["options.package_data"]["hpcdist"].split("\n") if p.strip()]
+    patterns = [p.strip() for p in cfg["options.package_data"]["hpcdist.jobs"].split("\n") if p.strip()]
     for name in os.listdir(BUNDLED_DIR):
         assert any(fnmatch.fnmatch(f"templates/{name}", p) for p in patterns), f"{name} is not package data"
 
@@ -212,8 +212,8 @@ def test_an_installed_package_renders_its_bundled_templates(tmp_path: Path) -> N
                            "--no-compile", "--target", str(target), str(src)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    code = ("import sys\nsys.path.insert(0, sys.argv[1])\nimport hpcdist.render as r\n"
-            "assert r.__file__.startswith(sys.argv[1]), r.__file__\nfrom hpcdist.jobcli import main\n"
+    code = ("import sys\nsys.path.insert(0, sys.argv[1])\nimport hpcdist.jobs.render as r\n"
+            "assert r.__file__.startswith(sys.argv[1]), r.__file__\nfrom hpcdist.cli import main\n"
             "sys.exit(main(['sbatch', '--no-opal-prefix', '--launch', 'torchrun', '--nodes', '2', '--', 't.py']))\n")
     run = subprocess.run([sys.executable, "-I", "-c", code, str(target)], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)

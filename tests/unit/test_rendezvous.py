@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.env import LaunchEnv
+from hpcdist.runtime.env import LaunchEnv
 from hpcdist.errors import UsageError
-from hpcdist.rendezvous import pick_address, slurm_rendezvous
+from hpcdist.runtime.netif import Interface
+from hpcdist.runtime.rendezvous import HostInfo, rendezvous_address, slurm_rendezvous
 
 
 def _srun(job: str, step: str, nodelist: str = "node[03-04]") -> LaunchEnv:
@@ -18,8 +19,9 @@ def _srun(job: str, step: str, nodelist: str = "node[03-04]") -> LaunchEnv:
 
 
 def test_loopback_only_when_every_rank_shares_one_host() -> None:
-    assert pick_address(["n1", "n1", "n1"], "10.0.0.5") == "127.0.0.1"
-    assert pick_address(["n1", "n1", "n2"], "10.0.0.5") == "10.0.0.5"
+    n1, n2 = HostInfo("n1", (Interface("eth0", "10.0.0.5", 24),)), HostInfo("n2", (Interface("eth0", "10.0.0.6", 24),))
+    assert rendezvous_address([n1, n1, n1]) == "127.0.0.1"
+    assert rendezvous_address([n1, n1, n2]) == "10.0.0.5"
 
 
 def test_srun_rendezvous_is_the_first_node_and_a_port_from_the_job() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.shim import PythonTarget, python_target
+from hpcdist.launching.program import PythonTarget
+from hpcdist.shim import python_target
 
 
 def _nothing(name: str) -> None:

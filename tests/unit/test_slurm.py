@@ -1,4 +1,4 @@
-"""Tests for hpcdist.slurm: time/mem/nodelist checks, and sbatch scripts run through bash with fake Slurm tools."""
+"""Tests for hpcdist.jobs.sbatch: time/mem/nodelist checks, and sbatch scripts run through bash with fake Slurm tools."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.hostfile import HostSlots
-from hpcdist.render import make_environment
-from hpcdist.slurm import (
+from hpcdist.launching.hostfile import HostSlots
+from hpcdist.jobs.render import make_environment
+from hpcdist.jobs.sbatch import (
     SbatchSpec,
     allocation_hosts,
     check_mem,

@@ -7,8 +7,8 @@ import pickle
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.taskmap import TaskError
-from hpcdist.taskmap import map as task_map
+from hpcdist.workloads.taskmap import TaskError
+from hpcdist.workloads.taskmap import map as task_map
 from hpcdist.workloads.taskmap import compute
 
 

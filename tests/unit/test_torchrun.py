@@ -1,4 +1,4 @@
-"""Tests for hpcdist.torchrun: the seed notes' torchrun command line and the per-node script, run through bash."""
+"""Tests for hpcdist.jobs.torchrun: the seed notes' torchrun command line and the per-node script, run through bash."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.render import make_environment
-from hpcdist.torchrun import TorchrunSpec, build_torchrun_argv, program_words, render_torchrun_script
+from hpcdist.jobs.render import make_environment
+from hpcdist.jobs.torchrun import TorchrunSpec, build_torchrun_argv, program_words, render_torchrun_script
 
 from test_render import WEIRD, check_script
 

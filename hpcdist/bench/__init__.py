@@ -1,0 +1,10 @@
+"""`hpcdist bench`: nccl-tests' collective benchmark per backend beside raw mpi4py, and a DDP step benchmark.
+
+- `plan`: the options -> BenchPlan, sizes, byte counts and bus-bandwidth factors (pure);
+- `fmt`: nccl-tests' table, footer and the side-by-side comparison (pure);
+- `data`: the values sent and expected per rank (numpy);
+- `impl`: the implementations timed (a torch group, raw mpi4py), `groups`: one group per backend;
+- `run`: the interleaved rounds; `describe`: hosts, devices and versions; `ddp`: the DDP step.
+
+May import: errors, runtime, mpi_backend. Never the CLI.
+"""

@@ -1,0 +1,178 @@
+"""The ways `hpcdist bench` runs a collective: torch.distributed on each backend's group, and raw mpi4py.
+
+Each implementation fills fresh buffers (`prepare` returns the call to time), reads back its result, and
+offers the barrier, device sync and cross-rank max/sum that the timing loop needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .plan import BenchPlan, Counts
+from ..errors import UsageError
+
+__all__ = ["MpiImpl", "TorchImpl"]
+
+
+def _layout(collective: str, counts: Counts, rank: int, rank_block_result: bool) -> tuple[int, int, int]:
+    """In place, one buffer: its length, where this rank's input starts, and where its result starts."""
+    length = counts.recv if collective == "all_gather" else counts.send
+    send_at = rank * counts.param if collective == "all_gather" else 0
+    recv_at = rank * counts.param if collective == "reduce_scatter" and rank_block_result else 0
+    return length, send_at, recv_at
+
+
+class TorchImpl:
+    """The collective through torch.distributed on one backend's group (see benchgroups.BackendGroup)."""
+
+    def __init__(self, plan: BenchPlan, session: Any, backend: Any) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist, self.plan, self.session, self.group = torch, dist, plan, session, backend.group
+        self.rank, self.nranks, self.device = session.rank, session.world_size, backend.device
+        self.name = f"torch/{backend.name}"
+        self.dtype = getattr(torch, plan.dtype)
+        names = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}
+        self.op = getattr(dist.ReduceOp, names[plan.op]) if plan.op in names else None
+        if plan.op == "avg" and backend.name == "gloo" and "int" in plan.dtype:
+            raise UsageError(f"gloo cannot average {plan.dtype} (its avg divides in floating point); "
+                             "use --op sum, a floating-point --dtype, or another --backend")
+        self.recv: Any = None
+
+    def _tensor(self, values: Any) -> Any:
+        return self.torch.from_numpy(values).to(device=self.device, dtype=self.dtype)
+
+    def prepare(self, counts: Counts, in_place: bool) -> Callable[[], Any]:
+        """Fill fresh buffers and return the call to time."""
+        from .data import send_values
+
+        plan, torch = self.plan, self.torch
+        values = self._tensor(send_values(plan.collective, plan.op, self.rank, self.nranks, counts))
+        if in_place:
+            length, send_at, recv_at = _layout(plan.collective, counts, self.rank, True)
+            buf = torch.zeros(length, device=self.device, dtype=self.dtype)
+            buf[send_at:send_at + counts.send].copy_(values)
+            send, self.recv = buf[send_at:send_at + counts.send], buf[recv_at:recv_at + counts.recv]
+        else:
+            send, self.recv = values, torch.zeros(counts.recv, device=self.device, dtype=self.dtype)
+        return self._call(send, self.recv, in_place)
+
+    def _call(self, send: Any, recv: Any, in_place: bool) -> Callable[[], Any]:
+        """torch's all_reduce, broadcast and reduce work in place: out-of-place copies the input first."""
+        dist, op, root, rank, n, coll = self.dist, self.op, self.plan.root, self.rank, self.nranks, self.plan.collective
+        g = self.group  # spans every rank, so global ranks are group ranks
+        copy = not in_place and (coll != "broadcast" or rank == root)
+        if coll in ("all_reduce", "broadcast", "reduce"):
+            call = {"all_reduce": lambda: dist.all_reduce(recv, op=op, group=g),
+                    "broadcast": lambda: dist.broadcast(recv, src=root, group=g),
+                    "reduce": lambda: dist.reduce(recv, dst=root, op=op, group=g)}[coll]
+            return (lambda: (recv.copy_(send), call())) if copy else call
+        if coll == "all_gather":  # torch 2.13 renamed all_gather_into_tensor and reduce_scatter_tensor
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            return lambda: gather(recv, send, group=g)
+        if coll == "reduce_scatter":
+            scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+            return lambda: scatter(recv, send, op=op, group=g)
+        if coll == "alltoall":
+            return lambda: dist.all_to_all_single(recv, send, group=g)
+        if n == 1:
+            return lambda: recv.copy_(send)  # torch refuses to send to itself; one rank's ring is a copy
+        ops = [dist.P2POp(dist.isend, send, (rank + 1) % n, g), dist.P2POp(dist.irecv, recv, (rank - 1) % n, g)]
+        return lambda: [request.wait() for request in dist.batch_isend_irecv(ops)]
+
+    def result(self) -> Any:
+        """This rank's received data as float64 numpy."""
+        return self.recv.to("cpu", self.torch.float64).numpy()
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+    def max_over_ranks(self, value: float) -> float:
+        t = self.torch.tensor([value], dtype=self.torch.float64, device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.group)
+        return float(t.item())
+
+    def sum_over_ranks(self, value: int) -> int:
+        t = self.torch.tensor([value], dtype=self.torch.int64, device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.SUM, group=self.group)
+        return int(t.item())
+
+
+class MpiImpl:
+    """The same collective as raw mpi4py calls on numpy buffers (the --reference rows)."""
+
+    name = "raw-mpi4py"
+
+    def __init__(self, plan: BenchPlan, session: Any) -> None:
+        import numpy as np
+        from mpi4py import MPI
+
+        self.np, self.MPI, self.comm, self.plan = np, MPI, MPI.COMM_WORLD, plan
+        self.rank, self.nranks = self.comm.rank, self.comm.size
+        if (self.rank, self.nranks) != (session.rank, session.world_size):
+            raise UsageError(
+                f"--reference needs the job's ranks in MPI_COMM_WORLD, but mpi4py sees rank {self.rank} of "
+                f"{self.nranks} where the launch says rank {session.rank} of {session.world_size}; start the job "
+                "with mpirun/mpiexec (e.g. hpcdist mpirun -np N -- hpcdist bench …) or srun --mpi=pmix, or drop --reference")
+        self.dtype = np.dtype(plan.dtype)
+        self.op = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}.get(plan.op)
+        self.recv: Any = None
+
+    def prepare(self, counts: Counts, in_place: bool) -> Callable[[], Any]:
+        """Fill fresh numpy buffers and return the call to time."""
+        from .data import send_values
+
+        plan, np = self.plan, self.np
+        values = send_values(plan.collective, plan.op, self.rank, self.nranks, counts).astype(self.dtype)
+        buf = None
+        if in_place:
+            length, send_at, recv_at = _layout(plan.collective, counts, self.rank, False)
+            buf = np.zeros(length, self.dtype)
+            buf[send_at:send_at + counts.send] = values
+            send, self.recv = self.MPI.IN_PLACE, buf[recv_at:recv_at + counts.recv]
+        else:
+            send, self.recv = values, np.zeros(counts.recv, self.dtype)
+        return self._call(send, self.recv, buf)
+
+    def _call(self, send: Any, recv: Any, buf: Any) -> Callable[[], Any]:
+        comm, op, root, rank, n = self.comm, self.op, self.plan.root, self.rank, self.nranks
+        coll, whole = self.plan.collective, recv if buf is None else buf
+        if coll == "all_reduce":
+            return lambda: comm.Allreduce(send, recv, op)
+        if coll == "all_gather":
+            return lambda: comm.Allgather(send, whole)
+        if coll == "reduce_scatter":
+            return lambda: comm.Reduce_scatter_block(send, whole, op)
+        if coll == "broadcast":
+            copy = buf is None and rank == root
+            return (lambda: (self.np.copyto(recv, send), comm.Bcast(recv, root))) if copy else lambda: comm.Bcast(recv, root)
+        if coll == "reduce":
+            mine = recv if buf is not None and rank != root else send  # in place, only the root passes IN_PLACE
+            return lambda: comm.Reduce(mine, recv, op, root)
+        if coll == "alltoall":
+            return lambda: comm.Alltoall(send, whole)
+        dest, source = (rank + 1) % n, (rank - 1) % n
+        if buf is not None:
+            return lambda: comm.Sendrecv_replace(recv, dest, source=source)
+        return lambda: comm.Sendrecv(send, dest, recvbuf=recv, source=source)
+
+    def result(self) -> Any:
+        return self.recv.astype(self.np.float64)
+
+    def sync(self) -> None:
+        pass
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def max_over_ranks(self, value: float) -> float:
+        return float(self.comm.allreduce(value, op=self.MPI.MAX))
+
+    def sum_over_ranks(self, value: int) -> int:
+        return int(self.comm.allreduce(value, op=self.MPI.SUM))

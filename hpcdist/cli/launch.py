@@ -1,0 +1,108 @@
+"""`hpcdist env`, `hpcdist mpirun` and `hpcdist run`: the launch and what runs in each rank."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["COMMANDS", "add_parsers"]
+
+
+def add_parsers(sub: Any) -> None:
+    """Add `env`, `mpirun` and `run` to the CLI's subparsers."""
+    from ..runtime.bootstrap import BACKENDS
+    from ..workloads import WORKLOADS, add_arguments
+
+    env = sub.add_parser("env", help="show the launcher and ranks hpcdist detects in this process")
+    env.add_argument("--json", action="store_true", help="print JSON for tools")
+
+    mpirun = sub.add_parser(
+        "mpirun",
+        help="run a program (e.g. an unmodified torchrun-style script) under Open MPI's mpirun",
+        description="Everything after `--` is the program each rank runs.",
+    )
+    mpirun.add_argument("-np", "-n", "--np", dest="np", type=int, help="number of ranks (default: all slots)")
+    mpirun.add_argument("--hostfile", "-hostfile", "--machinefile", "-machinefile", help="Open MPI or MPICH hostfile")
+    mpirun.add_argument("-H", "--host", "-host", dest="hosts", help="hosts and slots, e.g. a:2,b:2")
+    mpirun.add_argument("-x", dest="export", action="append", default=[], metavar="NAME[=VALUE]",
+                        help="export a variable to every rank (repeatable)")
+    mpirun.add_argument("--mca", "-mca", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                        help="an MCA parameter, e.g. --mca pml ob1 (repeatable)")
+    mpirun.add_argument("--bind-to", "-bind-to", default="none", help="process binding (default: none)")
+    mpirun.add_argument("--map-by", "-map-by", default="slot", help="rank placement (default: slot)")
+    mpirun.add_argument("--oversubscribe", action="store_true", help="allow more ranks than slots")
+    mpirun.add_argument("--probe-fabrics", action="store_true",
+                        help="keep Open MPI's libfabric probe (costs ~1 s per start without an HPC fabric)")
+    mpirun.add_argument("--no-shim", action="store_true",
+                        help="run the program bare, without mapping MPI variables to torchrun's")
+    mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
+    mpirun.add_argument("--dry-run", action="store_true", help="print the exact command and run nothing")
+    mpirun.add_argument("--script", metavar="FILE",
+                        help="write the launch as a reusable shell script (- prints it) and run nothing")
+    mpirun.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+
+    run = sub.add_parser("run", help="run built-in workloads under any launcher, each verifying its result")
+    run.add_argument("names", nargs="+", choices=sorted(WORKLOADS), metavar="NAME",
+                     help=f"workloads to run in order: {', '.join(WORKLOADS)}")
+    run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
+    run.add_argument("--timeout", type=float, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    add_arguments(run)
+
+
+def _env(args: argparse.Namespace) -> int:
+    """`hpcdist env`: the detected launch, as a table or JSON."""
+    from ..runtime.env import LaunchEnv
+
+    env = LaunchEnv.from_environ(os.environ)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(env), sort_keys=True))
+    else:
+        rows = env.describe()
+        width = max(len(key) for key, _ in rows)
+        print("\n".join(f"{key:<{width}}  {value}" for key, value in rows))
+    return 0
+
+
+def _mpirun(args: argparse.Namespace) -> int:
+    """`hpcdist mpirun`: build the mpirun argv, print it (--dry-run), write it (--script) or run it."""
+    from ..launching.mpirun import build_mpirun_argv
+    from ..launching.spec import spec_from_args
+
+    argv = build_mpirun_argv(spec_from_args(args))
+    if args.dry_run:
+        print(shlex.join(argv))
+        return 0
+    if args.script:
+        from ..jobs.render import render_mpirun_script
+        from .generate import emit
+
+        emit(render_mpirun_script(argv, {}), None if args.script == "-" else args.script, 0o755)
+        return 0
+    from ..launching.spawn import run_mpirun
+
+    return run_mpirun(argv)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """`hpcdist run NAME...`: initialise once, run each workload, and end the whole job on a wrong result."""
+    from ..abort import abort_job
+    from ..runtime.bootstrap import init
+    from ..workloads import load
+
+    with init(args.backend, args.timeout) as session:
+        for name in args.names:
+            problem = load(name)(session, args)
+            if problem:
+                print(f"hpcdist: {name} FAILED: {problem}", file=sys.stderr)
+                abort_job(1)
+                return 1
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"env": _env, "mpirun": _mpirun, "run": _run}

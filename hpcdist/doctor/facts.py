@@ -1,0 +1,83 @@
+"""What `hpcdist doctor` looks at (Facts, filled by the probes) and says (Check lines); shared by both sides."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..launching.hostfile import HostSlots
+
+__all__ = ["STATUSES", "Check", "Facts", "Probe", "mpi_identity", "tail"]
+
+STATUSES = ("pass", "warn", "fail", "info")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One result line: area, pass/warn/fail/info, what was found, and how to fix a problem."""
+
+    area: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A command a probe ran: argv, status (None = timed out), stdout, stderr."""
+
+    argv: tuple[str, ...]
+    code: int | None
+    out: str = ""
+    err: str = ""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the checks look at; gather_facts() fills it, tests build it by hand."""
+
+    mpirun: str | None = None
+    mpirun_version: Probe | None = None
+    mpi4py: Mapping[str, Any] | None = None
+    mpi4py_error: str = ""
+    world: Probe | None = None
+    torch: Mapping[str, Any] | None = None
+    torch_error: str = ""
+    hpcdist_mpi_backend: bool = False
+    environ: Mapping[str, str] = field(default_factory=dict)
+    interfaces: Mapping[str, str] = field(default_factory=dict)  # name -> operstate (up/down/unknown)
+    hostname_address: str | None = None
+    hostfile: str | None = None
+    hosts: tuple[HostSlots, ...] = ()
+    hostfile_error: str = ""
+    resolved: Mapping[str, str | None] = field(default_factory=dict)
+    hosts_probe: Probe | None = None
+    rendezvous: Probe | None = None
+    rendezvous_np: int = 2
+
+
+_IDENTITIES = (
+    ("Intel MPI", re.compile(r"Intel\(R\) MPI Library\D*?(\d{4}(?:\.\d+)*)")),
+    ("MVAPICH", re.compile(r"MVAPICH2?\b.*?(\d+\.\d+[\w.]*)", re.S)),
+    ("Open MPI", re.compile(r"Open MPI\)?\s+v?(\d+\.\d+(?:\.\d+)?)")),
+    ("MPICH", re.compile(r"(?:MPICH|HYDRA).*?Version:\s*(\d+\.\d+(?:\.\d+)?\w*)", re.S)),
+)
+
+
+def mpi_identity(text: str) -> tuple[str, str] | None:
+    """(family, version) from `mpirun --version` or MPI_Get_library_version text, or None if unknown."""
+    for family, pattern in _IDENTITIES:
+        match = pattern.search(text)
+        if match:
+            return family, match.group(1)
+    return None
+
+
+def tail(text: str, lines: int = 4) -> str:
+    """The last `lines` non-blank lines of a command's output, joined by ' | ' (rule lines dropped)."""
+    kept = [line.strip() for line in text.strip().splitlines() if line.strip() and not set(line.strip()) <= set("-")]
+    return " | ".join(kept[-lines:])
+
+

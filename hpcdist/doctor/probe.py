@@ -1,0 +1,172 @@
+"""Probes for `hpcdist doctor`: each command runs through launching.spawn.capture with a timeout; Facts out.
+
+The launches are built by the launching wing's argv builder (as `hpcdist mpirun` builds them), and the
+rendezvous probe runs the jobs' own rendezvous code (`offer_rendezvous`, `probe`), so the doctor checks the
+address a job would use.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..errors import UsageError
+from ..launching.hostfile import HostSlots, is_mpich_form, parse_hostfile, read_hostfile_text
+from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
+from ..launching.spawn import capture
+from ..runtime.netif import resolve
+from .facts import Facts, Probe, mpi_identity, tail
+
+__all__ = ["DEFAULT_TIMEOUT", "gather_facts", "rendezvous_probe"]
+
+DEFAULT_TIMEOUT = 30.0
+_MPI4PY_PROBE = (
+    "import json, mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; from mpi4py import MPI; "
+    "print(json.dumps({'version': mpi4py.__version__, 'library': MPI.Get_library_version(), "
+    "'module': MPI.__file__}))"
+)
+_TORCH_PROBE = (
+    "import json, torch, torch.distributed as d; a = d.is_available(); c = torch.cuda.is_available(); "
+    "print(json.dumps({'version': torch.__version__, 'distributed': a, 'gloo': a and d.is_gloo_available(), "
+    "'nccl': a and d.is_nccl_available(), 'mpi': a and d.is_mpi_available(), 'cuda': c, "
+    "'cuda_devices': torch.cuda.device_count() if c else 0}))"
+)
+_WORLD_PROBE = ("import os; from mpi4py import MPI; c = MPI.COMM_WORLD; "  # one write(2) per line: ranks share the pipe
+                "os.write(1, f'hpcdist-world {c.Get_rank()} {c.Get_size()}\\n'.encode())")
+_HOST_PROBE = 'echo hpcdist-host "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-?}}" "$(hostname)"'
+
+
+def _probe(argv: Sequence[str], timeout: float) -> Probe:
+    """Run one probe command."""
+    code, out, err = capture(argv, timeout)
+    return Probe(tuple(argv), code, out, err)
+
+
+def _json_probe(code: str, timeout: float) -> tuple[dict[str, Any] | None, str]:
+    """Run `python -c code` printing one JSON line: (data, error text)."""
+    probe = _probe([sys.executable, "-c", code], timeout)
+    if probe.code == 0:
+        try:
+            return json.loads(probe.out.strip().splitlines()[-1]), ""
+        except (ValueError, IndexError):
+            pass
+    return None, "timed out" if probe.code is None else (tail(probe.err, 1) or f"exit {probe.code}")
+
+
+def _interfaces() -> dict[str, str]:
+    """Network interfaces of this host and their operstate, from /sys/class/net."""
+    try:
+        names = os.listdir("/sys/class/net")
+    except OSError:
+        names = [name for _, name in socket.if_nameindex()]
+    states = {}
+    for name in names:
+        try:
+            with open(f"/sys/class/net/{name}/operstate") as fh:
+                states[name] = fh.read().strip()
+        except OSError:
+            states[name] = "unknown"
+    return states
+
+
+def _launch(family: str | None, spec: MpirunSpec) -> list[str]:
+    """The probe's mpirun argv: Open MPI's from the argv builder; for another MPI only -np, hosts and program."""
+    if family in (None, "Open MPI"):
+        return build_mpirun_argv(spec)
+    hosts = ["--hostfile", spec.hostfile] if spec.hostfile else ["-H", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)]
+    return [spec.mpirun, "-np", str(spec.np), *(hosts if spec.hosts or spec.hostfile else []), *spec.program]
+
+
+def _spec(mpirun: str, np: int, program: Sequence[str], hosts: tuple[HostSlots, ...] = (),
+          hostfile: str | None = None) -> MpirunSpec:
+    """A probe launch as `hpcdist mpirun` would build it, oversubscribed (probes are tiny), hosts filled by node."""
+    return MpirunSpec(
+        program=tuple(program), np=np, hostfile=hostfile, hosts=() if hostfile else hosts, bind_to="none",
+        map_by="node" if hosts else "slot", oversubscribe=True, as_root=os.geteuid() == 0,
+        skip_fabric_probe="OMPI_MCA_btl" not in os.environ, keepalive=spans_hosts(hosts, os.environ), mpirun=mpirun,
+    )
+
+
+def gather_facts(hostfile: str | None = None, mpirun: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Facts:
+    """Probe this machine (and the hostfile's hosts); every command runs with `timeout`."""
+    mpirun = mpirun or locate_mpirun()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        torch_job = pool.submit(_json_probe, _TORCH_PROBE, max(timeout, 60.0))  # `import torch` alone takes ~4 s
+        mpi4py, mpi4py_error = _json_probe(_MPI4PY_PROBE, timeout)
+        version = _probe([mpirun, "--version"], timeout) if mpirun else None
+        torch_facts, torch_error = torch_job.result()
+    family = (mpi_identity(version.out + version.err) or (None, None))[0] if version else None
+    hosts: tuple[HostSlots, ...] = ()
+    hostfile_error, mpich_form = "", False
+    if hostfile:
+        try:
+            text = read_hostfile_text(hostfile)
+            hosts, mpich_form = parse_hostfile(text, hostfile), is_mpich_form(text)
+        except UsageError as exc:
+            hostfile_error = str(exc)
+    resolved = {h.host: resolve(h.host) for h in hosts}
+    can_launch = mpirun is not None and mpi4py is not None
+    given = None if mpich_form else hostfile  # Open MPI misreads `host:N` lines: pass those hosts as -H
+    world = hosts_probe = rendezvous = None
+    if mpirun and can_launch:
+        world = _probe(_launch(family, _spec(mpirun, 2, [sys.executable, "-c", _WORLD_PROBE])), timeout)
+    if mpirun and hosts and all(resolved.values()):
+        hosts_probe = _probe(_launch(family, _spec(mpirun, len(hosts), ["sh", "-c", _HOST_PROBE], hosts, given)),
+                             timeout)
+    np = max(min(sum(h.slots for h in hosts), 16) if hosts else 2, 2)
+    if mpirun and can_launch and (not hosts or (hosts_probe is not None and hosts_probe.code == 0)):
+        program = f"from hpcdist.doctor.probe import rendezvous_probe; rendezvous_probe({timeout / 3:.1f})"
+        rendezvous = _probe(_launch(family, _spec(mpirun, np, [sys.executable, "-c", program], hosts, given)), timeout)
+    return Facts(
+        mpirun=mpirun, mpirun_version=version, mpi4py=mpi4py, mpi4py_error=mpi4py_error, world=world,
+        torch=torch_facts, torch_error=torch_error,
+        hpcdist_mpi_backend=importlib.util.find_spec("hpcdist.mpi_backend") is not None,
+        environ={k: v for k, v in os.environ.items() if k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")},
+        interfaces=_interfaces(), hostname_address=resolve(socket.gethostname()),
+        hostfile=hostfile, hosts=hosts, hostfile_error=hostfile_error, resolved=resolved,
+        hosts_probe=hosts_probe, rendezvous=rendezvous, rendezvous_np=np,
+    )
+
+
+def rendezvous_probe(timeout: float = 10.0) -> None:
+    """Run in every rank of the doctor's mpirun job: the jobs' own rendezvous, with a plain listening socket
+    on rank 0 instead of torch's store; each rank prints whether it reached it, rank 0 how many connected."""
+    from mpi4py import MPI
+
+    from ..runtime.env import LaunchEnv
+    from ..runtime.rendezvous import Rendezvous, offer_rendezvous, probe
+
+    def say(line: str) -> None:  # one write(2) per line: the ranks share mpirun's stdout pipe
+        os.write(1, (line + "\n").encode())
+
+    def listen(addr: str, world_size: int, seconds: float, port: int) -> Rendezvous:
+        server = socket.create_server((addr, port), backlog=max(world_size, 16))
+        return Rendezvous(addr, server.getsockname()[1], True, server)
+
+    comm, host = MPI.COMM_WORLD, socket.gethostname()
+    try:
+        rdzv, _, _ = offer_rendezvous(comm, LaunchEnv.from_environ(os.environ), timeout, listen)
+    except Exception as exc:  # noqa: BLE001 - reported, never raised: a raise would hang mpirun
+        say(f"hpcdist-rdzv {comm.rank} {host} error {' | '.join(str(exc).splitlines())}")
+        return
+    problem = probe(rdzv.addr, rdzv.port, timeout)
+    where = f"{rdzv.addr}:{rdzv.port}"
+    say(f"hpcdist-rdzv {comm.rank} {host} {'ok ' + where if problem is None else f'error {where}: {problem}'}")
+    comm.Barrier()
+    if rdzv.store is not None:  # rank 0: every connection the ranks opened waits in the listen backlog
+        rdzv.store.settimeout(0.2)
+        accepted = 0
+        try:
+            while True:
+                rdzv.store.accept()[0].close()
+                accepted += 1
+        except OSError:
+            pass
+        rdzv.store.close()
+        say(f"hpcdist-rdzv-accepted {accepted}")

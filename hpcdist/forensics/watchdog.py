@@ -1,0 +1,164 @@
+"""Hang forensics: record torch.distributed calls in a ledger; on a timeout gather all ledgers over MPI.
+
+Every rank runs a watchdog thread on its own duplicate of COMM_WORLD. When a rank's oldest
+unfinished call is older than the job's timeout, it alarms rank 0, whose watchdog asks every
+rank for its ledger (the threads answer even while their main threads are blocked in a call),
+prints what each rank was doing and the first divergence, and aborts the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..abort import abort_job
+from ..errors import WaitTimeout
+from ..waits import Backoff, poll_until
+from .ledger import Ledger, describe_hang
+
+__all__ = ["LEDGER", "instrument", "start", "stop"]
+
+LEDGER = Ledger()
+
+_ALARM, _ASK, _ANSWER = 7301, 7302, 7303
+_POLL = 0.1
+_ANSWER_WINDOW = 3.0
+
+# name -> (index of the tensor argument, its keyword, index of the peer argument, its keyword,
+#          the peer's label, its default, index of the group argument)
+_CALLS: dict[str, tuple[int, str, int, str, str, Any, int]] = {
+    "send": (0, "tensor", 1, "dst", "dst", None, 2),
+    "recv": (0, "tensor", 1, "src", "src", "any", 2),
+    "broadcast": (0, "tensor", 1, "src", "root", None, 2),
+    "all_reduce": (0, "tensor", -1, "", "", None, 2),
+    "reduce": (0, "tensor", 1, "dst", "root", None, 3),
+    "all_gather": (1, "tensor", -1, "", "", None, 2),
+    "gather": (0, "tensor", 2, "dst", "root", 0, 3),
+    "scatter": (0, "tensor", 2, "src", "root", 0, 3),
+    "reduce_scatter": (0, "output", -1, "", "", None, 3),
+    "all_to_all": (1, "input_tensor_list", -1, "", "", None, 2),
+    "all_gather_into_tensor": (1, "input_tensor", -1, "", "", None, 2),
+    "reduce_scatter_tensor": (1, "input", -1, "", "", None, 3),
+    "all_to_all_single": (1, "input", -1, "", "", None, 4),
+    "barrier": (-1, "", -1, "", "", None, 0),
+}
+_state: dict[str, Any] = {}
+
+
+def instrument(dist: Any) -> None:
+    """Wrap torch.distributed's user-facing calls so each records itself in LEDGER (once per process)."""
+    for name, spec in _CALLS.items():
+        original = getattr(dist, name)
+        if not getattr(original, "_hpcdist_ledger", False):
+            setattr(dist, name, _recorded(name, original, spec, dist))
+
+
+def _recorded(name: str, call: Callable[..., Any], spec: tuple, dist: Any) -> Callable[..., Any]:
+    """`call`, recording its operation, peer, shape, dtype and group around each blocking use."""
+    t_index, t_key, p_index, p_key, p_label, p_default, g_index = spec
+
+    @functools.wraps(call)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        tensor = args[t_index] if 0 <= t_index < len(args) else kwargs.get(t_key)
+        if isinstance(tensor, (list, tuple)):
+            tensor = tensor[0] if tensor else None
+        peer = ""
+        if p_label:
+            value = args[p_index] if p_index < len(args) else kwargs.get(p_key, p_default)
+            peer = f"{p_label}={'any' if value is None else value}"
+        group = args[g_index] if g_index < len(args) else kwargs.get("group")
+        entry = LEDGER.start(
+            name,
+            peer,
+            tuple(tensor.shape) if tensor is not None else (),
+            str(tensor.dtype).removeprefix("torch.") if tensor is not None else "",
+            "world" if group is None else _group_name(group, dist),
+        )
+        try:
+            return call(*args, **kwargs)
+        finally:
+            entry.done = True  # async calls count as done once issued
+
+    wrapper._hpcdist_ledger = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+@functools.lru_cache(maxsize=64)
+def _group_name(group: Any, dist: Any) -> str:
+    """A subgroup named by its global ranks, e.g. `[0, 1]`."""
+    return str(dist.get_process_group_ranks(group))
+
+
+def start(timeout: float) -> bool:
+    """Start this rank's watchdog (collective over COMM_WORLD); False if MPI cannot host it."""
+    from mpi4py import MPI
+
+    if "thread" in _state or MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        return False
+    comm = MPI.COMM_WORLD.Dup()
+    stopping = threading.Event()
+    thread = threading.Thread(target=_watch, args=(comm, timeout, stopping), name="hpcdist-watchdog", daemon=True)
+    _state.update(thread=thread, stopping=stopping, comm=comm)
+    thread.start()
+    return True
+
+
+def stop() -> None:
+    """Stop this rank's watchdog thread (local; the duplicate communicator is left to MPI_Finalize)."""
+    if "thread" in _state:
+        _state.pop("stopping").set()
+        _state.pop("thread").join()
+        _state.pop("comm")
+
+
+def _watch(comm: Any, timeout: float, stopping: threading.Event) -> None:
+    """Answer ledger requests; alarm rank 0 once when this rank's oldest pending call exceeds the timeout."""
+    from mpi4py import MPI
+
+    alarmed, sent = False, []
+    while not stopping.wait(_POLL):
+        message = comm.improbe(source=MPI.ANY_SOURCE, tag=_ASK)
+        if message is not None:
+            message.recv()
+            comm.send(LEDGER.snapshot(), dest=0, tag=_ANSWER)
+        pending = LEDGER.pending()
+        if not alarmed and pending is not None and time.monotonic() - pending.started > timeout:
+            alarmed = True
+            if comm.rank != 0:
+                sent.append(comm.isend(pending.seq, dest=0, tag=_ALARM))
+        if comm.rank == 0 and (alarmed or comm.iprobe(source=MPI.ANY_SOURCE, tag=_ALARM)):
+            _report_and_abort(comm, timeout)
+            return
+
+
+def _report_and_abort(comm: Any, timeout: float) -> None:
+    """Rank 0: gather every rank's ledger (waiting briefly), print the hang report, abort the job."""
+    asks = [comm.isend(None, dest=rank, tag=_ASK) for rank in range(1, comm.size)]  # kept alive until Abort
+    ledgers = {0: LEDGER.snapshot()}
+
+    def answered() -> bool:
+        status = _status()
+        message = comm.improbe(tag=_ANSWER, status=status)
+        if message is not None:
+            ledgers[status.Get_source()] = message.recv()
+        return len(ledgers) == comm.size
+
+    with contextlib.suppress(WaitTimeout):  # a rank that does not answer is named in the report
+        poll_until(answered, time.monotonic() + _ANSWER_WINDOW, str, backoff=Backoff(0.01, 0.01))
+    missing = [rank for rank in range(comm.size) if rank not in ledgers]
+    print(f"hpcdist: a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)", file=sys.stderr)
+    print(describe_hang(ledgers, missing), file=sys.stderr, flush=True)
+    del asks
+    abort_job(1)
+
+
+def _status() -> Any:
+    """A fresh MPI status object."""
+    from mpi4py import MPI
+
+    return MPI.Status()

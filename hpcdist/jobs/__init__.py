@@ -1,0 +1,11 @@
+"""Job generation: hostfiles, sbatch scripts, torchrun lines and mpirun scripts as text, from Jinja templates.
+
+- `render`: the one Jinja environment and the quoting filters;
+- `sbatch`, `torchrun`: specs -> script text or argv (pure);
+- `profiles`: NCCL/Gloo settings, env files and trap warnings;
+- `examples`: the rendered example files of hostfiles/ and slurm/;
+- `templates/`: the bundled template set (a site's --template-dir is searched first).
+
+May import: errors, launching's pure builders (hostfile, names, program, mpirun). Never torch, mpi4py, the runtime
+or the CLI.
+"""

@@ -1,0 +1,169 @@
+"""The one Jinja environment (site templates first, strict, shell-quoting filters) and render_*() -> str."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import jinja2
+
+from .._version import __version__
+from ..errors import UsageError
+from ..launching.hostfile import HostSlots, format_hostfile
+from ..launching.names import HOST_NAME, check_env_name
+
+__all__ = [
+    "BUNDLED_DIR",
+    "TEMPLATE_DIR_VAR",
+    "comment",
+    "make_environment",
+    "render_hostfile",
+    "render_mpirun_script",
+    "render_template",
+    "sbatch_option",
+    "sbatch_quote",
+    "search_path",
+    "shjoin",
+    "shquote",
+]
+
+BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+TEMPLATE_DIR_VAR = "HPCDIST_TEMPLATE_DIR"
+_SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
+
+
+def _text(value: object, what: str) -> str:
+    """A value as text for a script: str and int only, never None or a NUL byte."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise UsageError(f"{what}: expected text or a number, got {value!r}; a template passes a wrong value")
+    text = str(value)
+    if "\0" in text:
+        raise UsageError(f"{what}: {text!r} contains a NUL byte, which no shell argument can hold")
+    return text
+
+
+def shquote(value: object) -> str:
+    """One shell word that bash reads back as exactly `value` (spaces, quotes, $, `, ; and newlines too)."""
+    return shlex.quote(_text(value, "shell word"))
+
+
+def shjoin(words: Iterable[object]) -> str:
+    """Shell words joined by spaces, each quoted with shquote."""
+    return " ".join(shquote(word) for word in words)
+
+
+def sbatch_quote(value: object) -> str:
+    """An #SBATCH value as sbatch's own line parser reads it back (double quotes, backslash escapes)."""
+    text = _text(value, "#SBATCH value")
+    if "\n" in text or "\r" in text:
+        raise UsageError(f"#SBATCH value {text!r} contains a line break; an #SBATCH line cannot hold one, so remove it")
+    if re.search("packjob|hetjob", text, re.IGNORECASE):
+        raise UsageError(f"#SBATCH value {text!r} contains 'packjob'/'hetjob', which sbatch blanks out in #SBATCH lines")
+    if _SBATCH_PLAIN.match(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def sbatch_option(option: Sequence[object]) -> str:
+    """`--name=value` (or `--name` when value is None) for an #SBATCH line, the value quoted for sbatch."""
+    name, value = option
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z-]*", name):
+        raise UsageError(f"#SBATCH option name {name!r} is not a long option name like 'time'")
+    if value is None:
+        return f"--{name}"
+    try:
+        return f"--{name}={sbatch_quote(value)}"
+    except UsageError as exc:
+        raise UsageError(f"--{name}: {exc}") from None
+
+
+def comment(value: object) -> str:
+    """Text as shell/hostfile comment lines, each starting with `# ` (a newline cannot end the comment)."""
+    return "\n".join("# " + line if line else "#" for line in _text(value, "comment").splitlines())
+
+
+def search_path(template_dir: str | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Template directories in search order: --template-dir, $HPCDIST_TEMPLATE_DIR, then the bundled set."""
+    environ = os.environ if environ is None else environ
+    dirs = []
+    for where, path in (("--template-dir", template_dir), (f"${TEMPLATE_DIR_VAR}", environ.get(TEMPLATE_DIR_VAR))):
+        if path:
+            if not os.path.isdir(path):
+                raise UsageError(f"{where} {path!r} is not a directory; point it at a directory of *.j2 templates")
+            dirs.append(path)
+    return [*dirs, BUNDLED_DIR]
+
+
+def make_environment(template_dir: str | None = None, environ: Mapping[str, str] | None = None) -> jinja2.Environment:
+    """The Jinja environment every hpcdist template renders in: strict, shell-aware, site templates first."""
+    jinja = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(search_path(template_dir, environ)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    jinja.filters.update(
+        shquote=shquote, shjoin=shjoin, sbatch=sbatch_quote, sbatch_option=sbatch_option,
+        envname=check_env_name, comment=comment,
+    )
+    jinja.globals["version"] = __version__
+    return jinja
+
+
+def render_template(name: str, context: Mapping[str, Any], jinja: jinja2.Environment | None = None) -> str:
+    """Render template `name`; a missing template or an undefined variable is a UsageError naming it."""
+    jinja = jinja or make_environment()
+    try:
+        text = jinja.get_template(name).render(**context)
+    except jinja2.TemplateNotFound as exc:
+        dirs = ", ".join(getattr(jinja.loader, "searchpath", []))
+        raise UsageError(f"template {exc.name!r} not found in {dirs}; add it there or fix the name") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise UsageError(f"template {exc.filename or exc.name}:{exc.lineno}: {exc.message}") from None
+    except jinja2.UndefinedError as exc:
+        raise UsageError(
+            f"template {_where(exc.__traceback__, name)}: {exc.message}; pass that variable or remove it from the template"
+        ) from None
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _where(tb: TracebackType | None, name: str) -> str:
+    """`file:line` of the innermost template frame in a traceback, else the template's name."""
+    found = name
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.endswith(".j2"):
+            found = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found
+
+
+def render_hostfile(
+    hosts: Sequence[HostSlots], style: str = "openmpi", note: str = "", jinja: jinja2.Environment | None = None
+) -> str:
+    """An Open MPI (`host slots=N`) or MPICH (`host:N`) hostfile, with an optional comment `note`."""
+    if not hosts:
+        raise UsageError("no hosts for the hostfile; give --hosts, --nodelist, or run inside a Slurm allocation")
+    for h in hosts:
+        if not HOST_NAME.match(h.host):
+            raise UsageError(f"host name {h.host!r} cannot appear in a hostfile (no spaces, '#', ':', '=' or ',')")
+        if h.slots < 1:
+            raise UsageError(f"host {h.host!r}: slots must be at least 1, got {h.slots}")
+    body = format_hostfile(hosts, style)
+    return render_template("hostfile.j2", {"style": style, "hosts": list(hosts), "body": body, "note": note}, jinja)
+
+
+def render_mpirun_script(
+    argv: Sequence[str], env: Mapping[str, str], jinja: jinja2.Environment | None = None
+) -> str:
+    """A reusable shell script that exports `env` (sorted) and execs the mpirun `argv`, extra arguments appended."""
+    if not argv:
+        raise UsageError("no mpirun command line to write into the script")
+    exports = [(check_env_name(k), v) for k, v in sorted(env.items())]
+    return render_template("mpirun.sh.j2", {"argv": list(argv), "env": exports}, jinja)

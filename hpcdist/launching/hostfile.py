@@ -1,0 +1,187 @@
+"""Parse and format MPI hostfiles and `-H` host lists, and check `-np` against their slots."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from ..errors import UsageError
+from .names import HOST_NAME
+
+__all__ = [
+    "HostSlots",
+    "check_np",
+    "format_hostfile",
+    "is_mpich_form",
+    "parse_hostfile",
+    "parse_hosts_arg",
+    "read_hostfile_text",
+    "total_slots",
+]
+
+_FORMS = "expected 'HOST slots=N [max_slots=M]' or 'HOST:N'"
+_H_FORM = "expected -H HOST[:N][,HOST[:N]...], e.g. -H node1:4,node2:4"
+_KEYS = {"slots": "slots", "max_slots": "max_slots", "max-slots": "max_slots"}
+_COUNT = re.compile(r"[0-9]+\Z")
+_STYLES = ("openmpi", "mpich")
+
+
+@dataclass(frozen=True)
+class HostSlots:
+    """One host and how many ranks it takes (`max_slots` caps oversubscription; None = no cap)."""
+
+    host: str
+    slots: int
+    max_slots: int | None = None
+
+
+def parse_hostfile(text: str, source: str) -> tuple[HostSlots, ...]:
+    """Parse Open MPI (`host slots=N max_slots=M`) or MPICH (`host:N`) hostfile text."""
+    hosts: dict[str, HostSlots] = {}
+    first_line: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{source}:{lineno}"
+        entry, explicit = _parse_line(line, where)
+        seen = hosts.get(entry.host)
+        if seen is None:
+            hosts[entry.host] = entry
+            first_line[entry.host] = lineno
+        elif explicit:
+            # Open MPI 5 refuses a second slot count for one host ("multiple definitions").
+            raise UsageError(
+                f"{where}: host {entry.host!r} is already listed on line {first_line[entry.host]}; "
+                f"Open MPI rejects a second slot count for the same host, so merge them into "
+                f"one line '{entry.host} slots={seen.slots + entry.slots}'"
+            )
+        else:
+            hosts[entry.host] = _add_bare_slot(seen, where, first_line[entry.host])
+    if not hosts:
+        raise UsageError(f"{source}: no hosts in hostfile; add lines like 'localhost slots=4'")
+    return tuple(hosts.values())
+
+
+def is_mpich_form(text: str) -> bool:
+    """Whether hostfile text uses MPICH's `host:N` lines, which Open MPI's --hostfile misreads as host names."""
+    return any(":" in line.split("#", 1)[0] for line in text.splitlines())
+
+
+def read_hostfile_text(path: str) -> str:
+    """The text of the hostfile at `path`, or a UsageError saying why it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(
+            f"cannot read hostfile {path!r}: {reason}; pass an existing file such as "
+            f"hostfiles/localhost, or list hosts with -H host:N"
+        ) from exc
+    return text
+
+
+def parse_hosts_arg(value: str) -> tuple[HostSlots, ...]:
+    """Parse mpirun's `-H a:2,b:2` (a bare `a` is 1 slot; repeated hosts add up, as in mpirun)."""
+    hosts: dict[str, HostSlots] = {}
+    for item in value.split(","):
+        item = item.strip()
+        host, colon, count = item.partition(":")
+        if not HOST_NAME.match(host) or (colon and not count):
+            raise UsageError(f"-H {value!r}: bad host entry {item!r}; {_H_FORM}")
+        slots = _count(count, "slots", f"-H {value!r}", item) if colon else 1
+        seen = hosts.get(host)
+        hosts[host] = HostSlots(host, slots + (seen.slots if seen else 0))
+    return tuple(hosts.values())
+
+
+def total_slots(hosts: Iterable[HostSlots]) -> int:
+    """Sum of slots over `hosts`."""
+    return sum(h.slots for h in hosts)
+
+
+def format_hostfile(hosts: Iterable[HostSlots], style: str = "openmpi") -> str:
+    """Render `hosts` one per line as Open MPI (`host slots=N [max_slots=M]`) or MPICH (`host:N`)."""
+    if style not in _STYLES:
+        raise UsageError(f"unknown hostfile style {style!r}; use 'openmpi' or 'mpich'")
+    lines = []
+    for h in hosts:
+        if style == "mpich":  # MPICH has no max_slots; it is dropped.
+            lines.append(f"{h.host}:{h.slots}")
+        elif h.max_slots is None:
+            lines.append(f"{h.host} slots={h.slots}")
+        else:
+            lines.append(f"{h.host} slots={h.slots} max_slots={h.max_slots}")
+    return "".join(line + "\n" for line in lines)
+
+
+def check_np(np: int, hosts: Sequence[HostSlots], oversubscribe: bool) -> None:
+    """Raise UsageError if `np` ranks do not fit on `hosts`."""
+    if np < 1:
+        raise UsageError(f"-np must be at least 1, got {np}")
+    total = total_slots(hosts)
+    if np > total and not oversubscribe:
+        raise UsageError(
+            f"-np {np} is more than the {total} slots in the host list; pass --oversubscribe "
+            f"or give the hosts more slots (e.g. 'node1 slots=8' in the hostfile or -H node1:8)"
+        )
+    # Open MPI never places more ranks on a host than its max_slots, even with --oversubscribe.
+    if all(h.max_slots is not None for h in hosts):
+        cap = sum(h.max_slots or 0 for h in hosts)
+        if np > cap:
+            raise UsageError(
+                f"-np {np} is more than the {cap} max_slots in the host list, which "
+                f"--oversubscribe cannot exceed; raise or remove max_slots in the hostfile"
+            )
+
+
+def _parse_line(line: str, where: str) -> tuple[HostSlots, bool]:
+    """One comment-free hostfile line -> (entry, whether it states a slot count or cap)."""
+    tokens = line.split()
+    if len(tokens) == 1 and ":" in line:
+        host, _, count = line.partition(":")
+        if not HOST_NAME.match(host):
+            raise UsageError(f"{where}: {_FORMS}, got {line!r}")
+        return HostSlots(host, _count(count, "slots", where, line)), True
+    if not HOST_NAME.match(tokens[0]):
+        raise UsageError(f"{where}: {_FORMS}, got {line!r}")
+    values: dict[str, int] = {}
+    for token in tokens[1:]:
+        key, eq, value = token.partition("=")
+        if not eq:
+            raise UsageError(f"{where}: {_FORMS}, got {line!r}")
+        if key not in _KEYS:
+            raise UsageError(f"{where}: unknown key {key!r} in {line!r}; {_FORMS}")
+        name = _KEYS[key]
+        if name in values:
+            raise UsageError(f"{where}: {name} given twice in {line!r}; {_FORMS}")
+        values[name] = _count(value, name, where, line)
+    entry = HostSlots(tokens[0], values.get("slots", 1), values.get("max_slots"))
+    if entry.max_slots is not None and entry.max_slots < entry.slots:
+        raise UsageError(
+            f"{where}: max_slots={entry.max_slots} is less than slots={entry.slots} "
+            f"in {line!r}; raise max_slots or lower slots"
+        )
+    return entry, bool(values)
+
+
+def _add_bare_slot(seen: HostSlots, where: str, first: int) -> HostSlots:
+    """A repeated bare `host` line adds one slot, as Open MPI does."""
+    grown = replace(seen, slots=seen.slots + 1)
+    if grown.max_slots is not None and grown.slots > grown.max_slots:
+        raise UsageError(
+            f"{where}: repeating {seen.host!r} makes {grown.slots} slots, more than its "
+            f"max_slots={grown.max_slots} from line {first}; raise max_slots or drop this line"
+        )
+    return grown
+
+
+def _count(text: str, name: str, where: str, context: str) -> int:
+    """Parse a slot count of at least 1, or raise UsageError naming `where`."""
+    if not _COUNT.match(text) or int(text) < 1:
+        raise UsageError(
+            f"{where}: {name} must be a whole number of at least 1, got {text!r} in {context!r}"
+        )
+    return int(text)

