@@ -43,19 +43,34 @@ _SESSION = "hpcdist-mpi-session"
 def pytest_addoption(parser: pytest.Parser) -> None:
     """--mpi-agree, --no-mpi-agree, --mpi-deadline."""
     group = parser.getgroup("hpcdist-mpi", "hpcdist: MPI outcome agreement and deadlines")
-    group.addoption("--mpi-agree", action="store_true", default=False,
-                    help="make ranks agree on every test outcome and enforce --mpi-deadline "
-                         "(implied by pytest-mpi's --with-mpi/--only-mpi)")
-    group.addoption("--no-mpi-agree", action="store_true", default=False,
-                    help="turn hpcdist's MPI agreement and deadlines off even with --with-mpi")
-    group.addoption("--mpi-deadline", type=float, default=DEFAULT_DEADLINE, metavar="SECONDS",
-                    help=f"seconds a test may take before every rank's stack is printed and the job is "
-                         f"aborted (default {DEFAULT_DEADLINE:g}; 0 = no deadline)")
+    group.addoption(
+        "--mpi-agree",
+        action="store_true",
+        default=False,
+        help="make ranks agree on every test outcome and enforce --mpi-deadline "
+        "(implied by pytest-mpi's --with-mpi/--only-mpi)",
+    )
+    group.addoption(
+        "--no-mpi-agree",
+        action="store_true",
+        default=False,
+        help="turn hpcdist's MPI agreement and deadlines off even with --with-mpi",
+    )
+    group.addoption(
+        "--mpi-deadline",
+        type=float,
+        default=DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help=f"seconds a test may take before every rank's stack is printed and the job is "
+        f"aborted (default {DEFAULT_DEADLINE:g}; 0 = no deadline)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the marker; start the MPI session machinery only when running under MPI."""
-    config.addinivalue_line("markers", "mpi_deadline(seconds): this test's deadline under MPI (overrides --mpi-deadline)")
+    config.addinivalue_line(
+        "markers", "mpi_deadline(seconds): this test's deadline under MPI (overrides --mpi-deadline)"
+    )
     if _active(config):
         config.pluginmanager.register(_MpiSession(config), _SESSION)
 
@@ -64,8 +79,9 @@ def _active(config: pytest.Config) -> bool:
     """--mpi-agree, or pytest-mpi's --with-mpi/--only-mpi, unless --no-mpi-agree."""
     if config.getoption("no_mpi_agree"):
         return False
-    wants = config.getoption("mpi_agree") or any(config.getoption(name, default=False)
-                                                 for name in ("--with-mpi", "--only-mpi"))
+    wants = config.getoption("mpi_agree") or any(
+        config.getoption(name, default=False) for name in ("--with-mpi", "--only-mpi")
+    )
     return bool(wants)
 
 
@@ -92,8 +108,9 @@ class _MpiSession:
         self.default_deadline = float(config.getoption("mpi_deadline") or 0)
         self.directory = self.comm.bcast(tempfile.mkdtemp(prefix="hpcdist-mpi-") if self.rank == 0 else None)
         threads_ok = MPI.Query_thread() == MPI.THREAD_MULTIPLE
-        self.deadline_thread = DeadlineThread(self.rank, self.size, self.directory, world.Dup() if threads_ok else None,
-                                 _real_stderr(config))
+        self.deadline_thread = DeadlineThread(
+            self.rank, self.size, self.directory, world.Dup() if threads_ok else None, _real_stderr(config)
+        )
 
     def deadline(self, item: pytest.Item) -> float:
         """The marker's deadline, else --mpi-deadline."""
@@ -204,6 +221,8 @@ def rank_device(launch_env: Any) -> Any:
         return torch.device("cpu")
     count = torch.cuda.device_count()
     if launch_env.local_rank >= count:
-        pytest.fail(f"local rank {launch_env.local_rank} has no GPU: {launch_env.local_world_size} ranks on this "
-                    f"host but torch sees {count} GPU(s); start at most {count} ranks per host")
+        pytest.fail(
+            f"local rank {launch_env.local_rank} has no GPU: {launch_env.local_world_size} ranks on this "
+            f"host but torch sees {count} GPU(s); start at most {count} ranks per host"
+        )
     return torch.device("cuda", launch_env.local_rank)

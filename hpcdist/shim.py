@@ -27,6 +27,7 @@ from .runtime.env import LaunchEnv
 
 __all__ = ["format_failure", "main", "python_target"]
 
+
 def python_target(argv: Sequence[str], which: Callable[[str], str | None] = shutil.which) -> PythonTarget | None:
     """How to run `argv` in-process, or None when it is not a Python program."""
     if not argv:
@@ -71,7 +72,7 @@ def _run_in_process(target: PythonTarget, rank: int) -> int:
             runpy.run_path(target.what, run_name="__main__")
     except SystemExit as exc:
         return _exit_code(exc.code)
-    except BaseException as exc:  # the user's program failed: report it with this rank's name
+    except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)
         return 1
     return 0
@@ -120,7 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             child_env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # rank 0's shim hosts the store
         code = run_child(words, child_env)
     if code != 0:
-        print(f"hpcdist: rank {env.rank} on {socket.gethostname()} failed ({_describe(code)}); ending the job", file=sys.stderr)
+        print(
+            f"hpcdist: rank {env.rank} on {socket.gethostname()} failed ({_describe(code)}); ending the job",
+            file=sys.stderr,
+        )
         abort_job(code if 0 < code < 256 else 1)
     return code
 

@@ -79,7 +79,8 @@ def expected_values(collective: str, op: str, rank: int, nranks: int, counts: Co
 
 
 def count_wrong(got: np.ndarray, want: np.ndarray | None, dtype: str, op: str) -> int:
-    """Elements of `got` that differ from `want`: exact for integers (wrapping like the dtype), else a dtype tolerance."""
+    """Elements of `got` that differ from `want`: exact for integers (wrapping like the dtype), else within a
+    tolerance for the dtype."""
     if want is None:
         return 0
     got = np.asarray(got, dtype=np.float64)

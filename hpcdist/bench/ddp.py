@@ -11,6 +11,7 @@ parameters must agree, else the run fails.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -18,20 +19,29 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .plan import parse_backends
 from ..errors import UsageError
+from .plan import parse_backends
 
 __all__ = ["BATCH", "LAYERS", "DdpPlan", "DdpResult", "ddp_lines", "ddp_plan_from_args", "mlp_parameters", "run_ddp"]
 
 LAYERS = (512, 1024, 1024, 512)  # widths of the MLP: input, hidden, hidden, output
 BATCH = 32  # samples per rank and step
-_COLLECTIVE_ONLY = (("-b", "minbytes"), ("-e", "maxbytes"), ("-f", "stepfactor"), ("-i", "stepbytes"), ("-c", "check"),
-                    ("-d", "dtype"), ("-o", "op"), ("-r", "root"), ("--rounds", "rounds"))  # ddp interleaves every step
+_COLLECTIVE_ONLY = (
+    ("-b", "minbytes"),
+    ("-e", "maxbytes"),
+    ("-f", "stepfactor"),
+    ("-i", "stepbytes"),
+    ("-c", "check"),
+    ("-d", "dtype"),
+    ("-o", "op"),
+    ("-r", "root"),
+    ("--rounds", "rounds"),
+)  # ddp interleaves every step
 
 
 def mlp_parameters(layers: tuple[int, ...] = LAYERS) -> int:
     """Weights and biases of the MLP: sum of in*out + out over its linear layers."""
-    return sum(a * b + b for a, b in zip(layers, layers[1:]))
+    return sum(a * b + b for a, b in itertools.pairwise(layers))
 
 
 @dataclass(frozen=True)
@@ -48,8 +58,10 @@ def ddp_plan_from_args(args: Any) -> DdpPlan:
     """Check `bench ddp`'s options: the collective-only flags are mistakes here."""
     for flag, name in _COLLECTIVE_ONLY:
         if getattr(args, name, None) is not None:
-            raise UsageError(f"{flag} is for collective benchmarks; bench ddp takes --backend, -n, -w, --json and "
-                             f"--timeout, so drop {flag}")
+            raise UsageError(
+                f"{flag} is for collective benchmarks; bench ddp takes --backend, -n, -w, --json and "
+                f"--timeout, so drop {flag}"
+            )
     if getattr(args, "reference", False):
         raise UsageError("--reference times raw mpi4py collectives; bench ddp has no raw-MPI step, so drop --reference")
     for flag, value, low in (("-n", args.iters, 1), ("-w", args.warmup, 0)):
@@ -76,8 +88,16 @@ class DdpResult:
 
     def as_json(self, baseline: DdpResult | None) -> dict[str, Any]:
         ms = self.step_ms
-        return {"impl": self.impl, "mean_ms": statistics.fmean(ms), "median_ms": self.median, "min_ms": min(ms),
-                "max_ms": max(ms), "step_ms": list(ms), "nwrong": self.wrong, "speedup_vs_gloo": self.speedup(baseline)}
+        return {
+            "impl": self.impl,
+            "mean_ms": statistics.fmean(ms),
+            "median_ms": self.median,
+            "min_ms": min(ms),
+            "max_ms": max(ms),
+            "step_ms": list(ms),
+            "nwrong": self.wrong,
+            "speedup_vs_gloo": self.speedup(baseline),
+        }
 
 
 def _baseline(results: list[DdpResult]) -> DdpResult | None:
@@ -88,25 +108,34 @@ def ddp_lines(plan: DdpPlan, versions: str, devices: list[str], results: list[Dd
     """The table: a preamble like nccl-tests', one row per backend, the verdict and each speed-up over gloo."""
     base = _baseline(results)
     layers = "-".join(map(str, LAYERS))
-    lines = [f"# hpcdist bench ddp {versions}",
-             f"# DDP step: MLP {layers} ReLU ({mlp_parameters()} parameters, {mlp_parameters() * 4 / 2**20:.1f} MiB of "
-             f"float32 gradients), batch {BATCH} per rank, MSE loss, SGD",
-             f"# warmup iters: {plan.warmup} iters: {plan.iters}; a step is forward+backward+optimizer step, timed as "
-             "the slowest rank, backends interleaved step by step",
-             "#", "# Using devices", *devices, "#",
-             f"# {'impl':>14}  {'mean':>8}  {'median':>8}  {'min':>8}  {'max':>8}  {'#wrong':>6}  {'vs gloo':>7}",
-             f"# {'':>14}  {'(ms)':>8}  {'(ms)':>8}  {'(ms)':>8}  {'(ms)':>8}"]
+    lines = [
+        f"# hpcdist bench ddp {versions}",
+        f"# DDP step: MLP {layers} ReLU ({mlp_parameters()} parameters, {mlp_parameters() * 4 / 2**20:.1f} MiB of "
+        f"float32 gradients), batch {BATCH} per rank, MSE loss, SGD",
+        f"# warmup iters: {plan.warmup} iters: {plan.iters}; a step is forward+backward+optimizer step, timed as "
+        "the slowest rank, backends interleaved step by step",
+        "#",
+        "# Using devices",
+        *devices,
+        "#",
+        f"# {'impl':>14}  {'mean':>8}  {'median':>8}  {'min':>8}  {'max':>8}  {'#wrong':>6}  {'vs gloo':>7}",
+        f"# {'':>14}  {'(ms)':>8}  {'(ms)':>8}  {'(ms)':>8}  {'(ms)':>8}",
+    ]
     for r in results:
         speedup = r.speedup(base)
         ratio = "-" if speedup is None else f"{speedup:.2f}x"
-        lines.append(f"  {r.impl:>14}  {statistics.fmean(r.step_ms):8.2f}  {r.median:8.2f}  {min(r.step_ms):8.2f}  "
-                     f"{max(r.step_ms):8.2f}  {r.wrong:6d}  {ratio:>7}")
+        lines.append(
+            f"  {r.impl:>14}  {statistics.fmean(r.step_ms):8.2f}  {r.median:8.2f}  {min(r.step_ms):8.2f}  "
+            f"{max(r.step_ms):8.2f}  {r.wrong:6d}  {ratio:>7}"
+        )
     wrong = sum(r.wrong for r in results)
     lines.append(f"# Parameters agree on every rank: {'OK' if not wrong else f'{wrong} values differ, FAILED'}")
     for r in results:
         if base is not None and r is not base:
-            lines.append(f"# {r.impl} vs {base.impl}: DDP step speed-up {r.speedup(base):.2f}x "
-                         f"(median {r.median:.2f} ms vs {base.median:.2f} ms)")
+            lines.append(
+                f"# {r.impl} vs {base.impl}: DDP step speed-up {r.speedup(base):.2f}x "
+                f"(median {r.median:.2f} ms vs {base.median:.2f} ms)"
+            )
     return [*lines, "#"]
 
 
@@ -127,26 +156,42 @@ def run_ddp(plan: DdpPlan, session: Any, out: Any = None) -> int:
             step()
     times = torch.zeros(len(groups), plan.iters, dtype=torch.float64)
     for i in range(plan.iters):
-        for j, (g, step) in enumerate(zip(groups, steps)):
+        for j, (g, step) in enumerate(zip(groups, steps, strict=True)):
             dist.barrier(group=g.group)
             start = time.perf_counter()
             step()
             times[j, i] = (time.perf_counter() - start) * 1e3
     times = times.to(groups[0].device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
-    results = [DdpResult(f"torch/{g.name}", tuple(times[j].tolist()), _disagreeing(step.model, g.group))
-               for j, (g, step) in enumerate(zip(groups, steps))]
+    results = [
+        DdpResult(f"torch/{g.name}", tuple(times[j].tolist()), _disagreeing(step.model, g.group))
+        for j, (g, step) in enumerate(zip(groups, steps, strict=True))
+    ]
     if session.rank == 0 and not plan.json:
-        print("\n".join(ddp_lines(plan, env.pop("summary"), [device_line(d) for d in devices], results)), file=out, flush=True)
+        print(
+            "\n".join(ddp_lines(plan, env.pop("summary"), [device_line(d) for d in devices], results)),
+            file=out,
+            flush=True,
+        )
     elif session.rank == 0:
         env.pop("summary")
         base = _baseline(results)
-        doc = {"version": 1, "tool": "hpcdist bench ddp",
-               "model": {"layers": list(LAYERS), "parameters": mlp_parameters(), "batch_per_rank": BATCH,
-                         "loss": "mse", "optimizer": "sgd"},
-               "config": {"warmup_iters": plan.warmup, "iterations": plan.iters, "backends": list(plan.backends)},
-               "environment": env, "devices": devices, "results": [r.as_json(base) for r in results],
-               "okay": not any(r.wrong for r in results)}
+        doc = {
+            "version": 1,
+            "tool": "hpcdist bench ddp",
+            "model": {
+                "layers": list(LAYERS),
+                "parameters": mlp_parameters(),
+                "batch_per_rank": BATCH,
+                "loss": "mse",
+                "optimizer": "sgd",
+            },
+            "config": {"warmup_iters": plan.warmup, "iterations": plan.iters, "backends": list(plan.backends)},
+            "environment": env,
+            "devices": devices,
+            "results": [r.as_json(base) for r in results],
+            "okay": not any(r.wrong for r in results),
+        }
         print(json.dumps(doc, indent=1), file=out, flush=True)
     return 1 if any(r.wrong for r in results) else 0
 
@@ -158,7 +203,7 @@ def _stepper(group: Any, rank: int) -> Any:
 
     torch.manual_seed(0)
     layers: list[nn.Module] = []
-    for a, b in zip(LAYERS, LAYERS[1:]):
+    for a, b in itertools.pairwise(LAYERS):
         layers += [nn.Linear(a, b), nn.ReLU()]
     device = torch.device(group.device)
     model = nn.Sequential(*layers[:-1]).to(device)

@@ -7,8 +7,6 @@ import socket
 import sys
 from typing import Any
 
-from ..runtime.bootstrap import Session
-
 __all__ = ["describe", "device_line"]
 
 
@@ -26,11 +24,20 @@ def describe(session: Any, backends: list[str], dtype: str) -> tuple[list[dict[s
     mine = {"rank": session.rank, "host": socket.gethostname(), "pid": os.getpid(), "device": device}
     devices: list[Any] = [None] * session.world_size
     dist.all_gather_object(devices, mine)
-    env: dict[str, Any] = {"backend": session.backend, "backends": backends, "world_size": session.world_size,
-                           "dtype": dtype, "torch_threads": torch.get_num_threads(),
-                           "launcher": session.env.launcher, "hpcdist": __version__, "torch": torch.__version__,
-                           "numpy": numpy.__version__, "python": sys.version.split()[0],
-                           "mpi4py": None, "mpi_library": None}
+    env: dict[str, Any] = {
+        "backend": session.backend,
+        "backends": backends,
+        "world_size": session.world_size,
+        "dtype": dtype,
+        "torch_threads": torch.get_num_threads(),
+        "launcher": session.env.launcher,
+        "hpcdist": __version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "python": sys.version.split()[0],
+        "mpi4py": None,
+        "mpi_library": None,
+    }
     try:
         import mpi4py
 

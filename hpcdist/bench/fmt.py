@@ -69,13 +69,17 @@ def header_lines(plan: BenchPlan, versions: str, devices: list[str], with_impl: 
         f"# Collective test starting: {plan.collective}",
         f"# nThread 1 nGpus 1 minBytes {plan.min_bytes} maxBytes {plan.max_bytes} step: {step} warmup iters: "
         f"{plan.warmup} iters: {plan.iters} agg iters: 1 validation: {plan.check} graph: 0",
-        *([f"# time: median of {plan.rounds} rounds ({plan.iters} iters split), interleaved across implementations"]
-          if plan.rounds > 1 else []),
+        *(
+            [f"# time: median of {plan.rounds} rounds ({plan.iters} iters split), interleaved across implementations"]
+            if plan.rounds > 1
+            else []
+        ),
         "#",
         "# Using devices",
         *devices,
         "#",
-        f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       in-place".rstrip(),
+        f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       "
+        "in-place".rstrip(),
         f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
         f"{'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}{impl[0]}",
         f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
@@ -83,8 +87,9 @@ def header_lines(plan: BenchPlan, versions: str, devices: list[str], with_impl: 
     ]
 
 
-def footer_lines(plan: BenchPlan, wrong_tests: int, avg_busbw: dict[str, float],
-                 comparisons: tuple[Comparison, ...] = ()) -> list[str]:
+def footer_lines(
+    plan: BenchPlan, wrong_tests: int, avg_busbw: dict[str, float], comparisons: tuple[Comparison, ...] = ()
+) -> list[str]:
     """Out-of-bounds count, average bus bandwidth (the first impl's, then each other's), and the comparisons."""
     lines = [f"# {'Out of bounds values':<20} : {wrong_tests} {'FAILED' if wrong_tests else 'OK'}"]
     for i, (impl, bw) in enumerate(avg_busbw.items()):
@@ -121,13 +126,21 @@ class Comparison:
     def line(self) -> str:
         """`# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us`."""
         ratio = "n/a" if self.busbw_ratio is None else f"{100 * self.busbw_ratio:.0f}%"
-        return (f"# {self.impl} vs {self.reference} in place: busbw {ratio} at >= {human_bytes(self.from_bytes)}, "
-                f"{human_bytes(self.latency_bytes)} latency {self.latency_us:.1f} us vs {self.reference_latency_us:.1f} us")
+        return (
+            f"# {self.impl} vs {self.reference} in place: busbw {ratio} at >= {human_bytes(self.from_bytes)}, "
+            f"{human_bytes(self.latency_bytes)} latency {self.latency_us:.1f} us vs {self.reference_latency_us:.1f} us"
+        )
 
     def as_json(self) -> dict[str, Any]:
-        return {"impl": self.impl, "reference": self.reference, "bus_bw_ratio": self.busbw_ratio,
-                "bus_bw_from_bytes": self.from_bytes, "latency_bytes": self.latency_bytes,
-                "latency": self.latency_us, "reference_latency": self.reference_latency_us}
+        return {
+            "impl": self.impl,
+            "reference": self.reference,
+            "bus_bw_ratio": self.busbw_ratio,
+            "bus_bw_from_bytes": self.from_bytes,
+            "latency_bytes": self.latency_bytes,
+            "latency": self.latency_us,
+            "reference_latency": self.reference_latency_us,
+        }
 
 
 def compare(rows: list[dict[str, Any]], reference: str) -> tuple[Comparison, ...]:
@@ -146,5 +159,15 @@ def compare(rows: list[dict[str, Any]], reference: str) -> tuple[Comparison, ...
 
     impls = [impl for impl in dict.fromkeys(row["impl"] for row in rows) if impl != reference]
     ref_bw = busbw(reference)
-    return tuple(Comparison(impl, reference, busbw(impl) / ref_bw if ref_bw > 0 else None, start, smallest,
-                            latency(impl), latency(reference)) for impl in impls)
+    return tuple(
+        Comparison(
+            impl,
+            reference,
+            busbw(impl) / ref_bw if ref_bw > 0 else None,
+            start,
+            smallest,
+            latency(impl),
+            latency(reference),
+        )
+        for impl in impls
+    )

@@ -17,7 +17,6 @@ from ..errors import UsageError
 __all__ = ["BackendGroup", "backend_groups"]
 
 
-
 @dataclass(frozen=True)
 class BackendGroup:
     """One compared backend: torch's name for it, its process group (None: the default group), its device."""
@@ -33,8 +32,10 @@ def backend_groups(backends: tuple[str, ...], session: Any) -> list[BackendGroup
     for requested in backends[1:]:
         name = _resolve(requested, session)
         if name in (g.name for g in groups):
-            raise UsageError(f"--backend {','.join(backends)}: {requested} means {name} on this host, which the "
-                             "list already has; give each backend once")
+            raise UsageError(
+                f"--backend {','.join(backends)}: {requested} means {name} on this host, which the "
+                "list already has; give each backend once"
+            )
         device = f"cuda:{session.env.local_rank}" if name == "nccl" else "cpu"
         groups.append(BackendGroup(name, _new_group(name, session, device), device))
     return groups
@@ -47,9 +48,13 @@ def _resolve(requested: str, session: Any) -> str:
 
     from ..runtime.bootstrap import choose_backend
 
-    return choose_backend(requested, cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-                          local_world_size=session.env.local_world_size, native_mpi=dist.is_mpi_available(),
-                          host=socket.gethostname())
+    return choose_backend(
+        requested,
+        cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        local_world_size=session.env.local_world_size,
+        native_mpi=dist.is_mpi_available(),
+        host=socket.gethostname(),
+    )
 
 
 def _new_group(name: str, session: Any, device: str) -> Any:

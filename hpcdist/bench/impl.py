@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .plan import BenchPlan, Counts
 from ..errors import UsageError
+from .plan import BenchPlan, Counts
 
 __all__ = ["MpiImpl", "TorchImpl"]
 
@@ -37,8 +37,10 @@ class TorchImpl:
         names = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}
         self.op = getattr(dist.ReduceOp, names[plan.op]) if plan.op in names else None
         if plan.op == "avg" and backend.name == "gloo" and "int" in plan.dtype:
-            raise UsageError(f"gloo cannot average {plan.dtype} (its avg divides in floating point); "
-                             "use --op sum, a floating-point --dtype, or another --backend")
+            raise UsageError(
+                f"gloo cannot average {plan.dtype} (its avg divides in floating point); "
+                "use --op sum, a floating-point --dtype, or another --backend"
+            )
         self.recv: Any = None
 
     def _tensor(self, values: Any) -> Any:
@@ -53,8 +55,8 @@ class TorchImpl:
         if in_place:
             length, send_at, recv_at = _layout(plan.collective, counts, self.rank, True)
             buf = torch.zeros(length, device=self.device, dtype=self.dtype)
-            buf[send_at:send_at + counts.send].copy_(values)
-            send, self.recv = buf[send_at:send_at + counts.send], buf[recv_at:recv_at + counts.recv]
+            buf[send_at : send_at + counts.send].copy_(values)
+            send, self.recv = buf[send_at : send_at + counts.send], buf[recv_at : recv_at + counts.recv]
         else:
             send, self.recv = values, torch.zeros(counts.recv, device=self.device, dtype=self.dtype)
         return self._call(send, self.recv, in_place)
@@ -65,9 +67,11 @@ class TorchImpl:
         g = self.group  # spans every rank, so global ranks are group ranks
         copy = not in_place and (coll != "broadcast" or rank == root)
         if coll in ("all_reduce", "broadcast", "reduce"):
-            call = {"all_reduce": lambda: dist.all_reduce(recv, op=op, group=g),
-                    "broadcast": lambda: dist.broadcast(recv, src=root, group=g),
-                    "reduce": lambda: dist.reduce(recv, dst=root, op=op, group=g)}[coll]
+            call = {
+                "all_reduce": lambda: dist.all_reduce(recv, op=op, group=g),
+                "broadcast": lambda: dist.broadcast(recv, src=root, group=g),
+                "reduce": lambda: dist.reduce(recv, dst=root, op=op, group=g),
+            }[coll]
             return (lambda: (recv.copy_(send), call())) if copy else call
         if coll == "all_gather":  # torch 2.13 renamed all_gather_into_tensor and reduce_scatter_tensor
             gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -119,7 +123,9 @@ class MpiImpl:
             raise UsageError(
                 f"--reference needs the job's ranks in MPI_COMM_WORLD, but mpi4py sees rank {self.rank} of "
                 f"{self.nranks} where the launch says rank {session.rank} of {session.world_size}; start the job "
-                "with mpirun/mpiexec (e.g. hpcdist mpirun -np N -- hpcdist bench …) or srun --mpi=pmix, or drop --reference")
+                "with mpirun/mpiexec (e.g. hpcdist mpirun -np N -- hpcdist bench …) or srun --mpi=pmix, "
+                "or drop --reference"
+            )
         self.dtype = np.dtype(plan.dtype)
         self.op = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}.get(plan.op)
         self.recv: Any = None
@@ -134,8 +140,8 @@ class MpiImpl:
         if in_place:
             length, send_at, recv_at = _layout(plan.collective, counts, self.rank, False)
             buf = np.zeros(length, self.dtype)
-            buf[send_at:send_at + counts.send] = values
-            send, self.recv = self.MPI.IN_PLACE, buf[recv_at:recv_at + counts.recv]
+            buf[send_at : send_at + counts.send] = values
+            send, self.recv = self.MPI.IN_PLACE, buf[recv_at : recv_at + counts.recv]
         else:
             send, self.recv = values, np.zeros(counts.recv, self.dtype)
         return self._call(send, self.recv, buf)
@@ -151,7 +157,11 @@ class MpiImpl:
             return lambda: comm.Reduce_scatter_block(send, whole, op)
         if coll == "broadcast":
             copy = buf is None and rank == root
-            return (lambda: (self.np.copyto(recv, send), comm.Bcast(recv, root))) if copy else lambda: comm.Bcast(recv, root)
+            return (
+                (lambda: (self.np.copyto(recv, send), comm.Bcast(recv, root)))
+                if copy
+                else lambda: comm.Bcast(recv, root)
+            )
         if coll == "reduce":
             mine = recv if buf is not None and rank != root else send  # in place, only the root passes IN_PLACE
             return lambda: comm.Reduce(mine, recv, op, root)

@@ -24,6 +24,7 @@ __all__ = [
     "size_sweep",
 ]
 
+
 @dataclass(frozen=True)
 class Collective:
     """One benchmarked operation: does it reduce, take a root, check its in-place variant; its bus factor."""
@@ -57,8 +58,14 @@ COLLECTIVES = {
 
 # canonical name -> (nccl-tests' type name, bytes per element); nccl-tests' names are accepted too
 DTYPES = {
-    "float32": ("float", 4), "float64": ("double", 8), "float16": ("half", 2), "bfloat16": ("bfloat16", 2),
-    "int8": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4), "int64": ("int64", 8),
+    "float32": ("float", 4),
+    "float64": ("double", 8),
+    "float16": ("half", 2),
+    "bfloat16": ("bfloat16", 2),
+    "int8": ("int8", 1),
+    "uint8": ("uint8", 1),
+    "int32": ("int32", 4),
+    "int64": ("int64", 8),
 }
 _DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16"}
 OPS = ("sum", "prod", "min", "max", "avg")
@@ -70,7 +77,9 @@ def parse_size(text: str, flag: str) -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*", text)
     value = float(match.group(1)) * _UNITS[match.group(2).lower()] if match else -1.0
     if not match or value != int(value):
-        raise UsageError(f"{flag} {text!r} is not a size in bytes; write e.g. {flag} 8, {flag} 64K, {flag} 128M or {flag} 1G")
+        raise UsageError(
+            f"{flag} {text!r} is not a size in bytes; write e.g. {flag} 8, {flag} 64K, {flag} 128M or {flag} 1G"
+        )
     return int(value)
 
 
@@ -162,8 +171,10 @@ def parse_backends(text: str) -> tuple[str, ...]:
     for name in names:
         if name not in BACKENDS:
             shown = repr(name) if name else "'' (an empty name)"
-            raise UsageError(f"--backend {text}: unknown backend {shown}; give one or more of {', '.join(BACKENDS)} "
-                             "separated by commas, e.g. --backend mpi,gloo")
+            raise UsageError(
+                f"--backend {text}: unknown backend {shown}; give one or more of {', '.join(BACKENDS)} "
+                "separated by commas, e.g. --backend mpi,gloo"
+            )
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise UsageError(f"--backend {text} names {', '.join(twice)} twice; give each backend once")
@@ -193,8 +204,10 @@ def plan_from_args(args: Any) -> BenchPlan:
         if value < low:
             raise UsageError(f"{flag} {value} must be at least {low}")
     if args.reference and dtype == "bfloat16":
-        raise UsageError("--reference runs raw mpi4py on numpy buffers, and numpy has no bfloat16; "
-                         "drop --reference or pick another --dtype (e.g. float16)")
+        raise UsageError(
+            "--reference runs raw mpi4py on numpy buffers, and numpy has no bfloat16; "
+            "drop --reference or pick another --dtype (e.g. float16)"
+        )
     if args.reference and op == "avg":
         raise UsageError("--reference runs raw mpi4py, and MPI has no avg reduction; drop --reference or use --op sum")
     rounds = _rounds(args, len(backends) + args.reference)
@@ -202,10 +215,28 @@ def plan_from_args(args: Any) -> BenchPlan:
     if factor < 1:
         raise UsageError(f"-f {args.stepfactor} must be at least 1 (1 steps by -i bytes, 2 doubles each size)")
     factor, step = (factor, 1024**2) if args.stepbytes is None else (1, _step(args.stepbytes))
-    min_bytes, max_bytes = (parse_size("32M" if text is None else text, flag)
-                            for text, flag in ((args.minbytes, "-b"), (args.maxbytes, "-e")))
-    return BenchPlan(coll.name, size_sweep(min_bytes, max_bytes, factor, step), min_bytes, max_bytes, factor,
-                     step, args.iters, args.warmup, rounds, check, backends, dtype, op, root, args.json, args.reference)
+    min_bytes, max_bytes = (
+        parse_size("32M" if text is None else text, flag)
+        for text, flag in ((args.minbytes, "-b"), (args.maxbytes, "-e"))
+    )
+    return BenchPlan(
+        coll.name,
+        size_sweep(min_bytes, max_bytes, factor, step),
+        min_bytes,
+        max_bytes,
+        factor,
+        step,
+        args.iters,
+        args.warmup,
+        rounds,
+        check,
+        backends,
+        dtype,
+        op,
+        root,
+        args.json,
+        args.reference,
+    )
 
 
 def _rounds(args: Any, implementations: int) -> int:
@@ -213,8 +244,10 @@ def _rounds(args: Any, implementations: int) -> int:
     if args.rounds is None:
         return min(5, args.iters) if implementations > 1 else 1
     if not 1 <= args.rounds <= args.iters:
-        raise UsageError(f"--rounds {args.rounds} must be between 1 and -n ({args.iters}): each round times at "
-                         "least one iteration; raise -n or lower --rounds")
+        raise UsageError(
+            f"--rounds {args.rounds} must be between 1 and -n ({args.iters}): each round times at "
+            "least one iteration; raise -n or lower --rounds"
+        )
     return args.rounds
 
 
@@ -229,4 +262,3 @@ def _step(text: str) -> int:
     if step <= 0:
         raise UsageError(f"-i {text} must be a positive number of bytes, e.g. -i 1M")
     return step
-

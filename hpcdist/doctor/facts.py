@@ -79,5 +79,3 @@ def tail(text: str, lines: int = 4) -> str:
     """The last `lines` non-blank lines of a command's output, joined by ' | ' (rule lines dropped)."""
     kept = [line.strip() for line in text.strip().splitlines() if line.strip() and not set(line.strip()) <= set("-")]
     return " | ".join(kept[-lines:])
-
-

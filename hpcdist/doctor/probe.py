@@ -37,8 +37,10 @@ _TORCH_PROBE = (
     "'nccl': a and d.is_nccl_available(), 'mpi': a and d.is_mpi_available(), 'cuda': c, "
     "'cuda_devices': torch.cuda.device_count() if c else 0}))"
 )
-_WORLD_PROBE = ("import os; from mpi4py import MPI; c = MPI.COMM_WORLD; "  # one write(2) per line: ranks share the pipe
-                "os.write(1, f'hpcdist-world {c.Get_rank()} {c.Get_size()}\\n'.encode())")
+_WORLD_PROBE = (
+    "import os; from mpi4py import MPI; c = MPI.COMM_WORLD; "  # one write(2) per line: ranks share the pipe
+    "os.write(1, f'hpcdist-world {c.Get_rank()} {c.Get_size()}\\n'.encode())"
+)
 _HOST_PROBE = 'echo hpcdist-host "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-?}}" "$(hostname)"'
 
 
@@ -79,17 +81,28 @@ def _launch(family: str | None, spec: MpirunSpec) -> list[str]:
     """The probe's mpirun argv: Open MPI's from the argv builder; for another MPI only -np, hosts and program."""
     if family in (None, "Open MPI"):
         return build_mpirun_argv(spec)
-    hosts = ["--hostfile", spec.hostfile] if spec.hostfile else ["-H", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)]
+    hosts = (
+        ["--hostfile", spec.hostfile] if spec.hostfile else ["-H", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)]
+    )
     return [spec.mpirun, "-np", str(spec.np), *(hosts if spec.hosts or spec.hostfile else []), *spec.program]
 
 
-def _spec(mpirun: str, np: int, program: Sequence[str], hosts: tuple[HostSlots, ...] = (),
-          hostfile: str | None = None) -> MpirunSpec:
+def _spec(
+    mpirun: str, np: int, program: Sequence[str], hosts: tuple[HostSlots, ...] = (), hostfile: str | None = None
+) -> MpirunSpec:
     """A probe launch as `hpcdist mpirun` would build it, oversubscribed (probes are tiny), hosts filled by node."""
     return MpirunSpec(
-        program=tuple(program), np=np, hostfile=hostfile, hosts=() if hostfile else hosts, bind_to="none",
-        map_by="node" if hosts else "slot", oversubscribe=True, as_root=os.geteuid() == 0,
-        skip_fabric_probe="OMPI_MCA_btl" not in os.environ, keepalive=spans_hosts(hosts, os.environ), mpirun=mpirun,
+        program=tuple(program),
+        np=np,
+        hostfile=hostfile,
+        hosts=() if hostfile else hosts,
+        bind_to="none",
+        map_by="node" if hosts else "slot",
+        oversubscribe=True,
+        as_root=os.geteuid() == 0,
+        skip_fabric_probe="OMPI_MCA_btl" not in os.environ,
+        keepalive=spans_hosts(hosts, os.environ),
+        mpirun=mpirun,
     )
 
 
@@ -117,20 +130,32 @@ def gather_facts(hostfile: str | None = None, mpirun: str | None = None, timeout
     if mpirun and can_launch:
         world = _probe(_launch(family, _spec(mpirun, 2, [sys.executable, "-c", _WORLD_PROBE])), timeout)
     if mpirun and hosts and all(resolved.values()):
-        hosts_probe = _probe(_launch(family, _spec(mpirun, len(hosts), ["sh", "-c", _HOST_PROBE], hosts, given)),
-                             timeout)
+        hosts_probe = _probe(
+            _launch(family, _spec(mpirun, len(hosts), ["sh", "-c", _HOST_PROBE], hosts, given)), timeout
+        )
     np = max(min(sum(h.slots for h in hosts), 16) if hosts else 2, 2)
     if mpirun and can_launch and (not hosts or (hosts_probe is not None and hosts_probe.code == 0)):
         program = f"from hpcdist.doctor.probe import rendezvous_probe; rendezvous_probe({timeout / 3:.1f})"
         rendezvous = _probe(_launch(family, _spec(mpirun, np, [sys.executable, "-c", program], hosts, given)), timeout)
     return Facts(
-        mpirun=mpirun, mpirun_version=version, mpi4py=mpi4py, mpi4py_error=mpi4py_error, world=world,
-        torch=torch_facts, torch_error=torch_error,
+        mpirun=mpirun,
+        mpirun_version=version,
+        mpi4py=mpi4py,
+        mpi4py_error=mpi4py_error,
+        world=world,
+        torch=torch_facts,
+        torch_error=torch_error,
         hpcdist_mpi_backend=importlib.util.find_spec("hpcdist.mpi_backend") is not None,
         environ={k: v for k, v in os.environ.items() if k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")},
-        interfaces=_interfaces(), hostname_address=resolve(socket.gethostname()),
-        hostfile=hostfile, hosts=hosts, hostfile_error=hostfile_error, resolved=resolved,
-        hosts_probe=hosts_probe, rendezvous=rendezvous, rendezvous_np=np,
+        interfaces=_interfaces(),
+        hostname_address=resolve(socket.gethostname()),
+        hostfile=hostfile,
+        hosts=hosts,
+        hostfile_error=hostfile_error,
+        resolved=resolved,
+        hosts_probe=hosts_probe,
+        rendezvous=rendezvous,
+        rendezvous_np=np,
     )
 
 

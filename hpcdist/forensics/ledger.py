@@ -81,7 +81,8 @@ class Ledger:
         """The entries as records, to send to another rank."""
         now = time.monotonic()
         return [
-            Record(e.seq, e.op, e.peer, e.shape, e.dtype, e.group, e.gseq, now - e.started, e.done) for e in self.entries
+            Record(e.seq, e.op, e.peer, e.shape, e.dtype, e.group, e.gseq, now - e.started, e.done)
+            for e in self.entries
         ]
 
 
@@ -109,8 +110,10 @@ def first_divergence(ledgers: dict[int, list[Record]]) -> str | None:
     absent = sorted(set(entries) - set(stuck))
     if stuck and absent:
         first_rank, first = next(iter(stuck.items()))
-        return (f"rank {first_rank} waits in {first.label()} while rank(s) {', '.join(map(str, absent))} "
-                "are not in any communication call")
+        return (
+            f"rank {first_rank} waits in {first.label()} while rank(s) {', '.join(map(str, absent))} "
+            "are not in any communication call"
+        )
     return None
 
 

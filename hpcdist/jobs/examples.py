@@ -19,10 +19,22 @@ _PYTHON = ".venv/bin/python"  # the venv `make env` creates; jobs are submitted 
 _SEED_HOSTS = (HostSlots("ip-26-0-162-46", 8), HostSlots("ip-26-0-162-239", 8))
 _DEMO = ("python", "-m", "hpcdist", "run", "p2p", "broadcast", "allreduce", "reduce", "gather", "--backend", "gloo")
 _TRAIN = ("python", "train.py", "--backend", "nccl")
-_GPU_JOB = dict(nodes=2, ntasks_per_node=8, gpus_per_node="8", cpus_per_task=8, mem="0", time="4:00:00",
-                partition="gpu", exclusive=True, output="%x-%j.out", setup=("module load cuda",),
-                env=(("NCCL_DEBUG", "WARN"), ("NCCL_SOCKET_IFNAME", "^lo,docker0"), ("OMP_NUM_THREADS", "8")),
-                python=_PYTHON, mpirun=".venv/bin/mpirun", torchrun=".venv/bin/torchrun")
+_GPU_JOB: dict[str, object] = {
+    "nodes": 2,
+    "ntasks_per_node": 8,
+    "gpus_per_node": "8",
+    "cpus_per_task": 8,
+    "mem": "0",
+    "time": "4:00:00",
+    "partition": "gpu",
+    "exclusive": True,
+    "output": "%x-%j.out",
+    "setup": ("module load cuda",),
+    "env": (("NCCL_DEBUG", "WARN"), ("NCCL_SOCKET_IFNAME", "^lo,docker0"), ("OMP_NUM_THREADS", "8")),
+    "python": _PYTHON,
+    "mpirun": ".venv/bin/mpirun",
+    "torchrun": ".venv/bin/torchrun",
+}
 
 
 def _hostfile(hosts: tuple[HostSlots, ...], style: str, note: str) -> Callable[[jinja2.Environment], str]:
@@ -37,21 +49,44 @@ def _sbatch(**fields: object) -> Callable[[jinja2.Environment], str]:
 
 EXAMPLES: dict[str, Callable[[jinja2.Environment], str]] = {
     "hostfiles/localhost": _hostfile(
-        (HostSlots("localhost", 4),), "openmpi",
-        "Four slots on this machine: `hpcdist mpirun --hostfile hostfiles/localhost -np 4 -- python train.py`"),
+        (HostSlots("localhost", 4),),
+        "openmpi",
+        "Four slots on this machine: `hpcdist mpirun --hostfile hostfiles/localhost -np 4 -- python train.py`",
+    ),
     "hostfiles/two-node": _hostfile(
-        _SEED_HOSTS, "openmpi", "Two nodes with 8 GPUs each (the seed notes' hosts), Open MPI form:\n"
-        "hpcdist mpirun --hostfile hostfiles/two-node -np 16 -- python train.py --backend nccl"),
+        _SEED_HOSTS,
+        "openmpi",
+        "Two nodes with 8 GPUs each (the seed notes' hosts), Open MPI form:\n"
+        "hpcdist mpirun --hostfile hostfiles/two-node -np 16 -- python train.py --backend nccl",
+    ),
     "hostfiles/two-node-mpich": _hostfile(
-        _SEED_HOSTS, "mpich", "The same two nodes in MPICH/Hydra form (mpiexec -f hostfiles/two-node-mpich)"),
+        _SEED_HOSTS, "mpich", "The same two nodes in MPICH/Hydra form (mpiexec -f hostfiles/two-node-mpich)"
+    ),
     "slurm/cpu-mpi.sbatch": _sbatch(
-        program=_DEMO, nodes=2, ntasks_per_node=4, cpus_per_task=1, mem="8G", time="30", job_name="cpu-mpi",
-        output="%x-%j.out", launch="mpirun", python=_PYTHON, mpirun=".venv/bin/mpirun", env=(("OMP_NUM_THREADS", "1"),)),
+        program=_DEMO,
+        nodes=2,
+        ntasks_per_node=4,
+        cpus_per_task=1,
+        mem="8G",
+        time="30",
+        job_name="cpu-mpi",
+        output="%x-%j.out",
+        launch="mpirun",
+        python=_PYTHON,
+        mpirun=".venv/bin/mpirun",
+        env=(("OMP_NUM_THREADS", "1"),),
+    ),
     "slurm/ddp-srun.sbatch": _sbatch(program=_TRAIN, job_name="ddp-srun", launch="srun", opal_prefix=True, **_GPU_JOB),
     "slurm/ddp-torchrun.sbatch": _sbatch(program=_TRAIN, job_name="ddp-torchrun", launch="torchrun", **_GPU_JOB),
     "slurm/requeue.sbatch": _sbatch(
-        program=(*_TRAIN, "--resume", "checkpoints/latest.pt"), job_name="ddp-requeue", launch="srun",
-        opal_prefix=True, requeue=True, requeue_signal="USR1@90", **{**_GPU_JOB, "time": "1-00:00:00"}),
+        program=(*_TRAIN, "--resume", "checkpoints/latest.pt"),
+        job_name="ddp-requeue",
+        launch="srun",
+        opal_prefix=True,
+        requeue=True,
+        requeue_signal="USR1@90",
+        **{**_GPU_JOB, "time": "1-00:00:00"},
+    ),
 }
 _GENERATED_DIRS = ("hostfiles", "slurm")
 
@@ -120,8 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for problem in problems:
         print(f"hpcdist: {problem}", file=sys.stderr)
     if problems:
-        print("hpcdist: regenerate them with `hpcdist examples --write` (or python -m hpcdist.examples --write)",
-              file=sys.stderr)
+        print(
+            "hpcdist: regenerate them with `hpcdist examples --write` (or python -m hpcdist.examples --write)",
+            file=sys.stderr,
+        )
     return 1 if problems else 0
 
 

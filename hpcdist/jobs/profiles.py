@@ -8,15 +8,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..errors import UsageError
 from ..launching.names import check_env_name
 
-__all__ = ["PROFILES", "SETTINGS", "env_warnings", "job_environment", "parse_env_file", "parse_env_item",
-           "read_env_file"]
+__all__ = [
+    "PROFILES",
+    "SETTINGS",
+    "env_warnings",
+    "job_environment",
+    "parse_env_file",
+    "parse_env_item",
+    "read_env_file",
+]
 
 # `^lo,docker0`: the seed notes' value; NCCL then skips both loopback and Docker's bridge.
 _IFNAME = "^lo,docker0"
 PROFILES: dict[str, dict[str, str]] = {
     "nccl": {"NCCL_SOCKET_IFNAME": _IFNAME, "NCCL_DEBUG": "WARN"},
-    "nccl-debug": {"NCCL_SOCKET_IFNAME": _IFNAME, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
-                   "TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    "nccl-debug": {
+        "NCCL_SOCKET_IFNAME": _IFNAME,
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
+        "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    },
     "nccl-ethernet": {"NCCL_SOCKET_IFNAME": _IFNAME, "NCCL_DEBUG": "WARN", "NCCL_IB_DISABLE": "1"},
     "gloo": {"OMP_NUM_THREADS": "1"},
 }
@@ -100,21 +111,31 @@ def env_warnings(env: Mapping[str, str], nodes: int = 1) -> list[str]:
     if ifname is not None and ifname.startswith("^"):
         excluded = {p.strip() for p in ifname.lstrip("^").split(",")}
         if "lo" not in excluded and not any(p.startswith("lo") for p in excluded):
-            warnings.append(f"NCCL_SOCKET_IFNAME={ifname} excludes {', '.join(sorted(excluded))} but not lo, so NCCL "
-                            "may pick the loopback interface and hang across nodes; use ^lo,docker0 or name the "
-                            "interface (e.g. eth0)")
+            warnings.append(
+                f"NCCL_SOCKET_IFNAME={ifname} excludes {', '.join(sorted(excluded))} but not lo, so NCCL "
+                "may pick the loopback interface and hang across nodes; use ^lo,docker0 or name the "
+                "interface (e.g. eth0)"
+            )
     elif ifname is not None and nodes > 1 and ifname.split(",")[0] in ("lo", "=lo"):
-        warnings.append(f"NCCL_SOCKET_IFNAME={ifname} is the loopback interface, which cannot reach the other "
-                        f"{nodes - 1} node(s); name a network interface such as eth0")
+        warnings.append(
+            f"NCCL_SOCKET_IFNAME={ifname} is the loopback interface, which cannot reach the other "
+            f"{nodes - 1} node(s); name a network interface such as eth0"
+        )
     gloo = env.get("GLOO_SOCKET_IFNAME")
     if gloo is not None and gloo.startswith("^"):
-        warnings.append(f"GLOO_SOCKET_IFNAME={gloo}: Gloo has no '^' exclusion syntax and looks for an interface "
-                        "of that name; name the interface itself, e.g. GLOO_SOCKET_IFNAME=eth0")
+        warnings.append(
+            f"GLOO_SOCKET_IFNAME={gloo}: Gloo has no '^' exclusion syntax and looks for an interface "
+            "of that name; name the interface itself, e.g. GLOO_SOCKET_IFNAME=eth0"
+        )
     topo = env.get("NCCL_TOPO_FILE")
     if topo is not None and not topo.startswith(("/", "$")):
-        warnings.append(f"NCCL_TOPO_FILE={topo} is a relative path, resolved on every node from the job's working "
-                        "directory; give an absolute path")
+        warnings.append(
+            f"NCCL_TOPO_FILE={topo} is a relative path, resolved on every node from the job's working "
+            "directory; give an absolute path"
+        )
     if env.get("NCCL_P2P_DISABLE") == "1":
-        warnings.append("NCCL_P2P_DISABLE=1 turns off NVLink/PCIe peer-to-peer and slows intra-node collectives; "
-                        "set it only to work around a broken P2P setup")
+        warnings.append(
+            "NCCL_P2P_DISABLE=1 turns off NVLink/PCIe peer-to-peer and slows intra-node collectives; "
+            "set it only to work around a broken P2P setup"
+        )
     return warnings

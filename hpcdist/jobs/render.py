@@ -62,7 +62,9 @@ def sbatch_quote(value: object) -> str:
     if "\n" in text or "\r" in text:
         raise UsageError(f"#SBATCH value {text!r} contains a line break; an #SBATCH line cannot hold one, so remove it")
     if re.search("packjob|hetjob", text, re.IGNORECASE):
-        raise UsageError(f"#SBATCH value {text!r} contains 'packjob'/'hetjob', which sbatch blanks out in #SBATCH lines")
+        raise UsageError(
+            f"#SBATCH value {text!r} contains 'packjob'/'hetjob', which sbatch blanks out in #SBATCH lines"
+        )
     if _SBATCH_PLAIN.match(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -109,8 +111,12 @@ def make_environment(template_dir: str | None = None, environ: Mapping[str, str]
         autoescape=False,
     )
     jinja.filters.update(
-        shquote=shquote, shjoin=shjoin, sbatch=sbatch_quote, sbatch_option=sbatch_option,
-        envname=check_env_name, comment=comment,
+        shquote=shquote,
+        shjoin=shjoin,
+        sbatch=sbatch_quote,
+        sbatch_option=sbatch_option,
+        envname=check_env_name,
+        comment=comment,
     )
     jinja.globals["version"] = __version__
     return jinja
@@ -128,7 +134,8 @@ def render_template(name: str, context: Mapping[str, Any], jinja: jinja2.Environ
         raise UsageError(f"template {exc.filename or exc.name}:{exc.lineno}: {exc.message}") from None
     except jinja2.UndefinedError as exc:
         raise UsageError(
-            f"template {_where(exc.__traceback__, name)}: {exc.message}; pass that variable or remove it from the template"
+            f"template {_where(exc.__traceback__, name)}: {exc.message}; "
+            "pass that variable or remove it from the template"
         ) from None
     return text if text.endswith("\n") else text + "\n"
 
@@ -159,9 +166,7 @@ def render_hostfile(
     return render_template("hostfile.j2", {"style": style, "hosts": list(hosts), "body": body, "note": note}, jinja)
 
 
-def render_mpirun_script(
-    argv: Sequence[str], env: Mapping[str, str], jinja: jinja2.Environment | None = None
-) -> str:
+def render_mpirun_script(argv: Sequence[str], env: Mapping[str, str], jinja: jinja2.Environment | None = None) -> str:
     """A reusable shell script that exports `env` (sorted) and execs the mpirun `argv`, extra arguments appended."""
     if not argv:
         raise UsageError("no mpirun command line to write into the script")

@@ -29,7 +29,9 @@ __all__ = [
 
 LAUNCHES = ("srun", "mpirun", "torchrun")
 _TIME_FORMS = "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. --time 30, --time 4:00:00, --time 1-12"
-_TIME = re.compile(r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)\Z")
+_TIME = re.compile(
+    r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)\Z"
+)
 _MEM = re.compile(r"[0-9]+[KMGTkmgt]?\Z")
 _GPUS = re.compile(r"(?:[A-Za-z0-9_.-]+:)?([0-9]+)\Z")
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT")
@@ -113,7 +115,9 @@ def gpu_count(value: str) -> int:
     """The count in a --gpus-per-node value such as `8` or `a100:8`, which must be at least 1."""
     match = _GPUS.match(value)
     if match is None or int(match[1]) < 1:
-        raise UsageError(f"--gpus-per-node {value!r}: expected COUNT or TYPE:COUNT with COUNT at least 1, e.g. 8 or a100:8")
+        raise UsageError(
+            f"--gpus-per-node {value!r}: expected COUNT or TYPE:COUNT with COUNT at least 1, e.g. 8 or a100:8"
+        )
     return int(match[1])
 
 
@@ -139,7 +143,9 @@ def expand_nodelist(value: str, what: str = "--nodelist") -> list[str]:
         raise UsageError(f"{what} {value!r} is not a valid Slurm nodelist ({exc}); e.g. 'node[01-04],gpu7'") from None
     bad = [h for h in hosts if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", h)]
     if not hosts or bad:
-        raise UsageError(f"{what} {value!r}: {bad[0] if bad else 'no hosts'!r} is not a host name; e.g. 'node[01-04],gpu7'")
+        raise UsageError(
+            f"{what} {value!r}: {bad[0] if bad else 'no hosts'!r} is not a host name; e.g. 'node[01-04],gpu7'"
+        )
     return hosts
 
 
@@ -149,8 +155,10 @@ def allocation_hosts(environ: Mapping[str, str], slots: int | None = None) -> tu
 
     nodelist = environ.get("SLURM_JOB_NODELIST")
     if not nodelist:
-        raise UsageError("no hosts given and not inside a Slurm allocation (SLURM_JOB_NODELIST is unset); "
-                         "give --hosts a,b or --nodelist 'node[01-04]'")
+        raise UsageError(
+            "no hosts given and not inside a Slurm allocation (SLURM_JOB_NODELIST is unset); "
+            "give --hosts a,b or --nodelist 'node[01-04]'"
+        )
     hosts = expand_nodelist(nodelist, "SLURM_JOB_NODELIST")
     if slots is not None:
         return tuple(HostSlots(h, slots) for h in hosts)
@@ -162,9 +170,11 @@ def allocation_hosts(environ: Mapping[str, str], slots: int | None = None) -> tu
     except (hostlist.BadHostlist, ValueError):
         raise UsageError(f"SLURM_TASKS_PER_NODE={tasks!r} is not like '8(x2),4'; give --slots N instead") from None
     if len(counts) != len(hosts) or min(counts) < 1:
-        raise UsageError(f"SLURM_TASKS_PER_NODE={tasks!r} does not match the {len(hosts)} nodes of "
-                         f"SLURM_JOB_NODELIST={nodelist!r}; give --slots N instead")
-    return tuple(HostSlots(h, n) for h, n in zip(hosts, counts))
+        raise UsageError(
+            f"SLURM_TASKS_PER_NODE={tasks!r} does not match the {len(hosts)} nodes of "
+            f"SLURM_JOB_NODELIST={nodelist!r}; give --slots N instead"
+        )
+    return tuple(HostSlots(h, n) for h, n in zip(hosts, counts, strict=True))
 
 
 def _check(spec: SbatchSpec) -> int | None:
@@ -173,8 +183,11 @@ def _check(spec: SbatchSpec) -> int | None:
         raise UsageError(f"--launch {spec.launch!r}: use one of {', '.join(LAUNCHES)}")
     if not spec.program:
         raise UsageError("no program given; usage: hpcdist sbatch [options] -- PROGRAM [ARGS...]")
-    for name, count in (("nodes", spec.nodes), ("ntasks-per-node", spec.ntasks_per_node),
-                        ("cpus-per-task", spec.cpus_per_task)):
+    for name, count in (
+        ("nodes", spec.nodes),
+        ("ntasks-per-node", spec.ntasks_per_node),
+        ("cpus-per-task", spec.cpus_per_task),
+    ):
         if count is not None and count < 1:
             raise UsageError(f"--{name} must be at least 1, got {count}")
     if spec.mem is not None:
@@ -188,8 +201,10 @@ def _check(spec: SbatchSpec) -> int | None:
     if spec.requeue:
         _, before = parse_signal(spec.requeue_signal)
         if seconds is not None and before >= seconds:
-            raise UsageError(f"--requeue-signal {spec.requeue_signal!r} comes {before} s before the end, but --time "
-                             f"{spec.time!r} is only {seconds} s; signal later or give more time")
+            raise UsageError(
+                f"--requeue-signal {spec.requeue_signal!r} comes {before} s before the end, but --time "
+                f"{spec.time!r} is only {seconds} s; signal later or give more time"
+            )
     return seconds
 
 
@@ -198,10 +213,20 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
     torchrun = spec.launch == "torchrun"
     cpus = spec.cpus_per_task * spec.tasks_per_node if torchrun and spec.cpus_per_task else spec.cpus_per_task
     options: list[tuple[str, object]] = [
-        ("job-name", spec.job_name), ("nodes", spec.nodes), ("ntasks-per-node", 1 if torchrun else spec.tasks_per_node),
-        ("gpus-per-node", spec.gpus_per_node), ("cpus-per-task", cpus), ("mem", spec.mem), ("time", spec.time),
-        ("partition", spec.partition), ("account", spec.account), ("qos", spec.qos), ("constraint", spec.constraint),
-        ("nodelist", spec.nodelist), ("output", spec.output), ("error", spec.error),
+        ("job-name", spec.job_name),
+        ("nodes", spec.nodes),
+        ("ntasks-per-node", 1 if torchrun else spec.tasks_per_node),
+        ("gpus-per-node", spec.gpus_per_node),
+        ("cpus-per-task", cpus),
+        ("mem", spec.mem),
+        ("time", spec.time),
+        ("partition", spec.partition),
+        ("account", spec.account),
+        ("qos", spec.qos),
+        ("constraint", spec.constraint),
+        ("nodelist", spec.nodelist),
+        ("output", spec.output),
+        ("error", spec.error),
     ]
     result = [(name, str(value)) for name, value in options if value is not None]
     if spec.exclusive:
@@ -224,9 +249,18 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
     srun.append("--export=" + ",".join(["ALL", *names]))
     shim = [spec.python, *SHIM, *spec.program]
     context: dict[str, object] = {
-        "sbatch": _sbatch_options(spec), "setup": list(spec.setup), "env": env, "launch": spec.launch,
-        "opal_python": spec.python if spec.opal_prefix else "", "requeue": "", "forward": "",
-        "program": shim, "launcher": srun, "torchrun": [], "master_addr": "", "master_port": "",
+        "sbatch": _sbatch_options(spec),
+        "setup": list(spec.setup),
+        "env": env,
+        "launch": spec.launch,
+        "opal_python": spec.python if spec.opal_prefix else "",
+        "requeue": "",
+        "forward": "",
+        "program": shim,
+        "launcher": srun,
+        "torchrun": [],
+        "master_addr": "",
+        "master_port": "",
     }
     if spec.requeue:
         # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers; srun and mpirun pass SIGUSR1 on
@@ -235,15 +269,30 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
     if spec.launch == "srun":
         context["launcher"] = [srun[0], "--mpi=pmix", *srun[1:]]
     elif spec.launch == "mpirun":
-        argv = build_mpirun_argv(MpirunSpec(
-            program=tuple(shim), np=spec.nodes * spec.tasks_per_node, env=tuple((n, None) for n in names),
-            as_root=spec.as_root, skip_fabric_probe=not spec.probe_fabrics, mpirun=spec.mpirun,
-            keepalive=spec.nodes > 1,  # a lost node ends the job in seconds, not after TCP's ~8 min
-        ))
+        argv = build_mpirun_argv(
+            MpirunSpec(
+                program=tuple(shim),
+                np=spec.nodes * spec.tasks_per_node,
+                env=tuple((n, None) for n in names),
+                as_root=spec.as_root,
+                skip_fabric_probe=not spec.probe_fabrics,
+                mpirun=spec.mpirun,
+                keepalive=spec.nodes > 1,  # a lost node ends the job in seconds, not after TCP's ~8 min
+            )
+        )
         context["launcher"] = argv[: len(argv) - len(shim)]
     else:
-        trun = TorchrunSpec(spec.program, nproc_per_node=str(spec.tasks_per_node), nnodes=spec.nodes,
-                            node_rank=None, torchrun=spec.torchrun)
-        context.update(program=program_words(spec.program), torchrun=[spec.torchrun, *torchrun_options(trun)],
-                       master_addr=spec.master_addr or "", master_port=str(spec.master_port or ""))
+        trun = TorchrunSpec(
+            spec.program,
+            nproc_per_node=str(spec.tasks_per_node),
+            nnodes=spec.nodes,
+            node_rank=None,
+            torchrun=spec.torchrun,
+        )
+        context.update(
+            program=program_words(spec.program),
+            torchrun=[spec.torchrun, *torchrun_options(trun)],
+            master_addr=spec.master_addr or "",
+            master_port=str(spec.master_port or ""),
+        )
     return render_template("sbatch.sh.j2", context, jinja)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,8 +13,14 @@ from ..launching.names import check_env_name
 from ..launching.program import is_python, parse_python_argv
 from .render import render_template
 
-__all__ = ["TorchrunSpec", "build_torchrun_argv", "check_master", "program_words", "render_torchrun_script",
-           "torchrun_options"]
+__all__ = [
+    "TorchrunSpec",
+    "build_torchrun_argv",
+    "check_master",
+    "program_words",
+    "render_torchrun_script",
+    "torchrun_options",
+]
 
 _NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
 _ADDR = re.compile(r"[A-Za-z0-9_.:\[\]-]+\Z")
@@ -43,8 +48,10 @@ def program_words(program: Sequence[str]) -> list[str]:
         if len(words) < 2:
             raise UsageError(f"`{' '.join(words)}` names no script or module for torchrun to run")
         if words[1].startswith("-") and words[1] != "-m":
-            raise UsageError(f"`{' '.join(words)}`: torchrun runs workers as `python SCRIPT` or `python -m MODULE`; "
-                             f"python option {words[1]} cannot be passed, set it in the environment instead")
+            raise UsageError(
+                f"`{' '.join(words)}`: torchrun runs workers as `python SCRIPT` or `python -m MODULE`; "
+                f"python option {words[1]} cannot be passed, set it in the environment instead"
+            )
         target = parse_python_argv(words)
         return ["-m", target.what, *target.args] if target.kind == "module" else [target.what, *target.args]
     if words[0] == "-m" or words[0].endswith(".py"):
@@ -65,11 +72,13 @@ def _check(spec: TorchrunSpec) -> None:
     if spec.nnodes < 1:
         raise UsageError(f"--nnodes must be at least 1, got {spec.nnodes}")
     if spec.nproc_per_node not in _NPROC_WORDS and not (spec.nproc_per_node.isdigit() and int(spec.nproc_per_node) > 0):
-        raise UsageError(f"--nproc_per_node {spec.nproc_per_node!r}: give a count of at least 1 or one of "
-                         f"{', '.join(_NPROC_WORDS)}")
+        raise UsageError(
+            f"--nproc_per_node {spec.nproc_per_node!r}: give a count of at least 1 or one of {', '.join(_NPROC_WORDS)}"
+        )
     if spec.node_rank is not None and not 0 <= spec.node_rank < spec.nnodes:
-        raise UsageError(f"--node_rank {spec.node_rank} is out of range for --nnodes {spec.nnodes}; use 0 to "
-                         f"{spec.nnodes - 1}")
+        raise UsageError(
+            f"--node_rank {spec.node_rank} is out of range for --nnodes {spec.nnodes}; use 0 to {spec.nnodes - 1}"
+        )
     check_master(spec.master_addr, spec.master_port)
 
 
@@ -89,14 +98,14 @@ def torchrun_options(spec: TorchrunSpec) -> list[str]:
 def build_torchrun_argv(spec: TorchrunSpec) -> list[str]:
     """The torchrun argv; several nodes need --master_addr (torchrun's default, 127.0.0.1, reaches no other node)."""
     if spec.nnodes > 1 and spec.master_addr is None:
-        raise UsageError(f"--nnodes {spec.nnodes} needs --master_addr, the address of the node with --node_rank=0 "
-                         "that every node can reach")
+        raise UsageError(
+            f"--nnodes {spec.nnodes} needs --master_addr, the address of the node with --node_rank=0 "
+            "that every node can reach"
+        )
     return [spec.torchrun, *torchrun_options(spec), *program_words(spec.program)]
 
 
-def render_torchrun_script(
-    spec: TorchrunSpec, env: Mapping[str, str], jinja: jinja2.Environment | None = None
-) -> str:
+def render_torchrun_script(spec: TorchrunSpec, env: Mapping[str, str], jinja: jinja2.Environment | None = None) -> str:
     """A per-node launch script: exports `env` (sorted), takes the node rank as $1 and execs torchrun."""
     build_torchrun_argv(spec)  # the same checks as the command line
     per_node = TorchrunSpec(**{**spec.__dict__, "node_rank": None})

@@ -181,7 +181,5 @@ def _add_bare_slot(seen: HostSlots, where: str, first: int) -> HostSlots:
 def _count(text: str, name: str, where: str, context: str) -> int:
     """Parse a slot count of at least 1, or raise UsageError naming `where`."""
     if not _COUNT.match(text) or int(text) < 1:
-        raise UsageError(
-            f"{where}: {name} must be a whole number of at least 1, got {text!r} in {context!r}"
-        )
+        raise UsageError(f"{where}: {name} must be a whole number of at least 1, got {text!r} in {context!r}")
     return int(text)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
@@ -16,9 +15,7 @@ from .names import ENV_NAME
 __all__ = ["KEEPALIVE", "SHIM", "MpirunSpec", "build_mpirun_argv", "env_forwards", "locate_mpirun", "spans_hosts"]
 
 _FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "HPCDIST_")
-_FORWARD_NAMES = frozenset(
-    {"OMP_NUM_THREADS", "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"}
-)
+_FORWARD_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
 SHIM = ("-m", "hpcdist.shim", "--")  # after a python: what each rank runs before the program (scripts too)
 # Open MPI 5's `btl ofi` probes for an HPC fabric: ~1 s per start on hosts that have none.
 _FABRIC_PROBE_BTL = "ofi"
@@ -77,15 +74,12 @@ def spans_hosts(hosts: Sequence[HostSlots], environ: Mapping[str, str]) -> bool:
     return nodes.isdigit() and int(nodes) > 1
 
 
-def env_forwards(
-    environ: Mapping[str, str], user: Sequence[str]
-) -> tuple[tuple[str, str | None], ...]:
+def env_forwards(environ: Mapping[str, str], user: Sequence[str]) -> tuple[tuple[str, str | None], ...]:
     """Pick the `-x` variables: known job variables set in `environ` (sorted), then `user` items."""
     auto = {
         name: None
         for name in sorted(environ)
-        if ENV_NAME.match(name)
-        and (name.startswith(_FORWARD_PREFIXES) or name in _FORWARD_NAMES)
+        if ENV_NAME.match(name) and (name.startswith(_FORWARD_PREFIXES) or name in _FORWARD_NAMES)
     }
     chosen: dict[str, str | None] = {}
     for item in user:
@@ -109,8 +103,7 @@ def _validate(spec: MpirunSpec) -> None:
     for name, _ in spec.env:
         if not ENV_NAME.match(name):
             raise UsageError(
-                f"-x {name!r}: not a valid variable name; use letters, digits and '_' "
-                f"not starting with a digit"
+                f"-x {name!r}: not a valid variable name; use letters, digits and '_' not starting with a digit"
             )
     if not spec.bind_to.strip():
         raise UsageError("--bind-to needs a value such as none, core or socket")
@@ -118,9 +111,7 @@ def _validate(spec: MpirunSpec) -> None:
         raise UsageError("--map-by needs a value such as slot, node or ppr:1:socket")
 
 
-def _mca_pairs(
-    mca: tuple[tuple[str, str], ...], skip_fabric_probe: bool
-) -> list[tuple[str, str]]:
+def _mca_pairs(mca: tuple[tuple[str, str], ...], skip_fabric_probe: bool) -> list[tuple[str, str]]:
     """User `--mca` pairs, with `ofi` excluded from `btl` unless the user chose the btl list."""
     if not skip_fabric_probe:
         return list(mca)

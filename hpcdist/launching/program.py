@@ -12,7 +12,7 @@ from ..errors import UsageError
 __all__ = ["PythonTarget", "is_python", "parse_python_argv"]
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?\Z")
-_FLAGS = frozenset("-u -B -O -OO -E -s -S -I -b -bb -q".split())
+_FLAGS = frozenset(["-u", "-B", "-O", "-OO", "-E", "-s", "-S", "-I", "-b", "-bb", "-q"])
 _WITH_VALUE = frozenset(["-W", "-X"])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -128,19 +129,24 @@ def capture(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None =
     ranks go too) and 127 when the program does not exist.
     """
     try:
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace", stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=None if env is None else dict(env))
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=None if env is None else dict(env),
+        )
     except OSError as exc:
         return 127, "", f"{argv[0]}: {exc.strerror or exc}"
     try:
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(OSError):  # already gone
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
         try:
             out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipes

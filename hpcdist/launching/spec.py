@@ -8,11 +8,19 @@ import sys
 from collections.abc import Mapping
 
 from ..errors import UsageError
-from .hostfile import HostSlots, check_np, is_mpich_form, parse_hostfile, parse_hosts_arg, read_hostfile_text
-from .hostfile import total_slots
+from .hostfile import (
+    HostSlots,
+    check_np,
+    is_mpich_form,
+    parse_hostfile,
+    parse_hosts_arg,
+    read_hostfile_text,
+    total_slots,
+)
 from .mpirun import SHIM, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
 
 __all__ = ["find_mpirun", "spec_from_args"]
+
 
 def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> MpirunSpec:
     """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`).

@@ -20,8 +20,8 @@ import torch.distributed as dist
 from mpi4py import MPI
 
 from .dtypes import reduction_plan
-from .group import BACKEND_NAME, MPIProcessGroup
 from .errors import CollectiveError, CollectiveTimeout
+from .group import BACKEND_NAME, MPIProcessGroup
 from .work import MPIWork
 
 __all__ = [
@@ -63,7 +63,8 @@ def _create(options: Any, backend_options: Any = None) -> MPIProcessGroup:
             raise ValueError(
                 f"the mpi4py backend takes ranks from MPI, but torch was given rank {options.group_rank} of "
                 f"{options.group_size} while MPI.COMM_WORLD says rank {parent.rank} of {parent.size}; start the "
-                "job with mpirun/mpiexec (or srun with PMI) and pass rank=MPI.COMM_WORLD.rank, world_size=MPI.COMM_WORLD.size"
+                "job with mpirun/mpiexec (or srun with PMI) and pass rank=MPI.COMM_WORLD.rank, "
+                "world_size=MPI.COMM_WORLD.size"
             )
         ranks = list(range(parent.size))
         comm = parent.Dup()
@@ -78,5 +79,7 @@ def _create(options: Any, backend_options: Any = None) -> MPIProcessGroup:
         group.Free()
     comm.Set_errhandler(MPI.ERRORS_RETURN)
     if comm.rank != options.group_rank:
-        raise ValueError(f"MPI rank {comm.rank} in the new communicator differs from torch's group rank {options.group_rank}")
+        raise ValueError(
+            f"MPI rank {comm.rank} in the new communicator differs from torch's group rank {options.group_rank}"
+        )
     return MPIProcessGroup(comm, ranks, timeout)

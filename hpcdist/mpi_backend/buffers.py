@@ -15,7 +15,7 @@ import os
 import torch
 from mpi4py import MPI
 
-__all__ = ["byte_spec", "cuda_aware", "raw", "readable", "writable", "typed_spec"]
+__all__ = ["byte_spec", "cuda_aware", "raw", "readable", "typed_spec", "writable"]
 
 _fromaddress = MPI.buffer.fromaddress
 _BYTE = MPI.BYTE
@@ -65,4 +65,3 @@ def writable(t: torch.Tensor) -> torch.Tensor:
     if t.is_contiguous() and _reachable(t) and not (t.is_conj() or t.is_neg()):
         return t
     return torch.empty(t.shape, dtype=t.dtype, device="cpu" if not cuda_aware() else t.device)
-

@@ -78,7 +78,9 @@ class CollectiveOps:
         if compute is None and not average and t.is_cpu and t.is_contiguous() and not t.is_conj():
             nbytes = t.nbytes
             if nbytes >= self._ring_min_bytes and self._size > 1 and t.dtype in RING_DTYPES:
-                return self._run("all_reduce", None, t, tensors, None, async_op, steps=ring_allreduce(self, t, name), tmo=tmo)
+                return self._run(
+                    "all_reduce", None, t, tensors, None, async_op, steps=ring_allreduce(self, t, name), tmo=tmo
+                )
             req = self._comm.Iallreduce(_IN_PLACE, [_fromaddress(t.data_ptr(), nbytes), t.numel(), mtype], mop)
             return self._run("all_reduce", req, t, tensors, None, async_op, tmo=tmo)
         buf, mtype, mop, finish = self._reduce_buffer(t, name)
@@ -168,15 +170,20 @@ class CollectiveOps:
         reqs, keep, finishes = [], [], []
         for out, ins in zip(as_list(outputs), inputs, strict=True):
             if len(ins) != self._size:
-                raise ValueError(f"{self._who()}: reduce_scatter needs {self._size} input tensors (one per rank), got {len(ins)}")
+                raise ValueError(
+                    f"{self._who()}: reduce_scatter needs {self._size} input tensors (one per rank), got {len(ins)}"
+                )
             flat = torch.cat([readable(t).reshape(-1) for t in ins])
             self._reduce_scatter_one(out, flat, name, reqs, keep, finishes)
         return self._run("reduce_scatter", reqs, keep, as_list(outputs), _chain(finishes), async_op, tmo=tmo)
 
-    def _reduce_scatter_one(self, out: torch.Tensor, inp: torch.Tensor, name: str, reqs: list, keep: list, finishes: list) -> None:
+    def _reduce_scatter_one(
+        self, out: torch.Tensor, inp: torch.Tensor, name: str, reqs: list, keep: list, finishes: list
+    ) -> None:
         if inp.numel() != out.numel() * self._size:
             raise ValueError(
-                f"{self._who()}: reduce_scatter input has {inp.numel()} elements, expected {self._size} x {out.numel()} (output)"
+                f"{self._who()}: reduce_scatter input has {inp.numel()} elements, "
+                f"expected {self._size} x {out.numel()} (output)"
             )
         mtype, mop, compute, average = self._plan(out.dtype, name)
         send = readable(inp)
@@ -209,7 +216,9 @@ class CollectiveOps:
         for out, inp in zip(as_list(outputs), as_list(inputs), strict=True):
             self._reduce_scatter_one(out, inp, name, reqs, keep, finishes)
         async_op = opts.asyncOp if opts is not None else True
-        return self._run("reduce_scatter_tensor_coalesced", reqs, keep, as_list(outputs), _chain(finishes), async_op, tmo=opts)
+        return self._run(
+            "reduce_scatter_tensor_coalesced", reqs, keep, as_list(outputs), _chain(finishes), async_op, tmo=opts
+        )
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 

@@ -38,7 +38,16 @@ _FLOAT8 = tuple(getattr(torch, n) for n in dir(torch) if n.startswith("float8_")
 _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
 _UPCAST.update((d, torch.float32) for d in _FLOAT8)
 
-_MPI_OP = {"SUM": "SUM", "AVG": "SUM", "PRODUCT": "PROD", "MIN": "MIN", "MAX": "MAX", "BAND": "BAND", "BOR": "BOR", "BXOR": "BXOR"}
+_MPI_OP = {
+    "SUM": "SUM",
+    "AVG": "SUM",
+    "PRODUCT": "PROD",
+    "MIN": "MIN",
+    "MAX": "MAX",
+    "BAND": "BAND",
+    "BOR": "BOR",
+    "BXOR": "BXOR",
+}
 # gloo's semantics on bool: + and max are "or", * and min are "and", ^ is "xor".
 _BOOL_OP = {"SUM": "LOR", "MAX": "LOR", "BOR": "LOR", "PRODUCT": "LAND", "MIN": "LAND", "BAND": "LAND", "BXOR": "LXOR"}
 
@@ -67,7 +76,9 @@ def op_name(op: object) -> str:
 def reduction_plan(dtype: torch.dtype, op: str) -> Plan:
     """How to reduce `dtype` with `op`, or a TypeError/ValueError that says why it cannot be done."""
     if op == "PREMUL_SUM":
-        raise ValueError("ReduceOp.PREMUL_SUM is not supported by the mpi4py backend (nor by gloo); scale the tensor and use SUM")
+        raise ValueError(
+            "ReduceOp.PREMUL_SUM is not supported by the mpi4py backend (nor by gloo); scale the tensor and use SUM"
+        )
     if op not in _MPI_OP:
         raise ValueError(f"unknown reduce op {op!r}")
     compute = _UPCAST.get(dtype)

@@ -7,6 +7,7 @@ Work (or completing it on the spot), and the bookkeeping that makes sure no erro
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import Any
@@ -18,11 +19,11 @@ from mpi4py import MPI
 from .. import abort
 from .collectives import CollectiveOps
 from .dtypes import Plan, reduction_plan
+from .errors import CollectiveError
 from .movement import DataMovementOps
 from .options import timeout_of
 from .p2p import PointToPointOps
 from .ring import ring_min_bytes
-from .errors import CollectiveError
 from .work import DONE, MPIWork
 
 __all__ = ["BACKEND_NAME", "MPIProcessGroup"]
@@ -155,7 +156,9 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
                 error = work._error
         self._outstanding = keep
         if error is not None:
-            raise CollectiveError(f"an earlier asynchronous operation failed and nobody waited for it: {error}") from error
+            raise CollectiveError(
+                f"an earlier asynchronous operation failed and nobody waited for it: {error}"
+            ) from error
 
     def _orphan(self, work: MPIWork) -> None:
         """Keep a request that is still in flight (and its buffers) alive until MPI finishes it."""
@@ -197,7 +200,11 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         self._closed = True
         if lost:
             text = "\n".join(f"[{self._who()}] {exc}" for exc in lost)
-            print(f"{text}\n[{self._who()}] hpcdist.mpi_backend: asynchronous operation(s) failed and nobody waited for them; aborting the job", file=sys.stderr)
+            print(
+                f"{text}\n[{self._who()}] hpcdist.mpi_backend: asynchronous operation(s) failed and nobody "
+                "waited for them; aborting the job",
+                file=sys.stderr,
+            )
             abort.abort_job(1)
         self._free()
 
@@ -209,14 +216,14 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
 
     def _free(self) -> None:
         if not self._orphans and self._comm not in (MPI.COMM_WORLD, MPI.COMM_NULL):
-            try:
+            with contextlib.suppress(MPI.Exception):  # a communicator MPI already freed at finalize
                 self._comm.Free()
-            except MPI.Exception:
-                pass
         self._comm = MPI.COMM_NULL if not self._orphans else self._comm
 
     def split_group(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the mpi4py backend does not support split_group; use torch.distributed.new_group(ranks)")
+        raise NotImplementedError(
+            "the mpi4py backend does not support split_group; use torch.distributed.new_group(ranks)"
+        )
 
     splitGroup = split_group  # noqa: N815 - the C++ name the trampoline looks for
 

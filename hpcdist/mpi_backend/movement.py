@@ -56,10 +56,15 @@ def _gathered_into(outs: list[torch.Tensor], nbytes: int) -> tuple:
 
 def _check_blocks(group: Any, what: str, tensors: list[torch.Tensor], like: torch.Tensor) -> None:
     if len(tensors) != group._size:
-        raise ValueError(f"{group._who()}: {what} needs {group._size} tensors (one per rank of {group._desc}), got {len(tensors)}")
+        raise ValueError(
+            f"{group._who()}: {what} needs {group._size} tensors (one per rank of {group._desc}), got {len(tensors)}"
+        )
     for t in tensors:
         if t.nbytes != like.nbytes or t.dtype != like.dtype:
-            raise ValueError(f"{group._who()}: {what} tensors must all match the input ({like.dtype}, {like.numel()} elements), got {t.dtype}, {t.numel()}")
+            raise ValueError(
+                f"{group._who()}: {what} tensors must all match the input ({like.dtype}, {like.numel()} elements), "
+                f"got {t.dtype}, {t.numel()}"
+            )
 
 
 def _as_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -90,7 +95,15 @@ class DataMovementOps:
             reqs.append(self._comm.Iallgather(send_spec, recv))
             keep.append((outs, inp, send, staging))
             finishes.append(finish)
-        return self._run("all_gather", reqs, keep, [t for outs in outputs for t in outs], _chain(finishes), _async(opts), tmo=opts or timeout)
+        return self._run(
+            "all_gather",
+            reqs,
+            keep,
+            [t for outs in outputs for t in outs],
+            _chain(finishes),
+            _async(opts),
+            tmo=opts or timeout,
+        )
 
     allgather_coalesced = allgather
 
@@ -107,14 +120,17 @@ class DataMovementOps:
         reqs, keep, finishes = [], [], []
         for out, inp in zip(as_list(outputs), as_list(inputs), strict=True):
             self._gather_single(out, inp, reqs, keep, finishes)
-        return self._run("all_gather_into_tensor_coalesced", reqs, keep, as_list(outputs), _chain(finishes), _async(opts), tmo=opts)
+        return self._run(
+            "all_gather_into_tensor_coalesced", reqs, keep, as_list(outputs), _chain(finishes), _async(opts), tmo=opts
+        )
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def _gather_single(self, out: torch.Tensor, inp: torch.Tensor, reqs: list, keep: list, finishes: list) -> None:
         if out.nbytes != inp.nbytes * self._size or out.dtype != inp.dtype:
             raise ValueError(
-                f"{self._who()}: all_gather_into_tensor output must hold {self._size} x {inp.numel()} {inp.dtype} elements, got {out.numel()} {out.dtype}"
+                f"{self._who()}: all_gather_into_tensor output must hold {self._size} x {inp.numel()} {inp.dtype} "
+                f"elements, got {out.numel()} {out.dtype}"
             )
         recv = writable(out)
         send = readable(inp)
@@ -182,7 +198,14 @@ class DataMovementOps:
         return self._run("scatter", req, (inputs, out, send, recv), [out], finish, _async(opts), tmo=tmo)
 
     # -- all_to_all ----------------------------------------------------------------------------
-    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: Any = None, input_split_sizes: Any = None, opts: Any = None) -> Any:  # noqa: A002
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,  # noqa: A002 - torch's parameter name
+        output_split_sizes: Any = None,
+        input_split_sizes: Any = None,
+        opts: Any = None,
+    ) -> Any:
         self._check()
         send, recv = readable(input), writable(output)
         if overlaps(send, recv):
@@ -190,12 +213,17 @@ class DataMovementOps:
         out_splits, in_splits = list(output_split_sizes or []), list(input_split_sizes or [])
         if not out_splits and not in_splits:
             if input.nbytes % self._size or output.nbytes != input.nbytes:
-                raise ValueError(f"{self._who()}: all_to_all_single without splits needs equal input and output sizes divisible by {self._size}")
+                raise ValueError(
+                    f"{self._who()}: all_to_all_single without splits needs equal input and output sizes "
+                    f"divisible by {self._size}"
+                )
             req = self._comm.Ialltoall(byte_spec(send), byte_spec(recv))
         else:
             req = self._comm.Ialltoallv(self._vspec(send, in_splits, "input"), self._vspec(recv, out_splits, "output"))
         finish = None if recv is output else (lambda: output.copy_(recv))
-        return self._run("all_to_all_single", req, (output, input, send, recv), [output], finish, _async(opts), tmo=opts)
+        return self._run(
+            "all_to_all_single", req, (output, input, send, recv), [output], finish, _async(opts), tmo=opts
+        )
 
     alltoall_base = all_to_all_single
 
@@ -204,10 +232,15 @@ class DataMovementOps:
         rows = t.shape[0] if t.dim() else 1
         if not splits:
             if rows % self._size:
-                raise ValueError(f"{self._who()}: all_to_all_single {what} dimension 0 ({rows}) is not divisible by {self._size}")
+                raise ValueError(
+                    f"{self._who()}: all_to_all_single {what} dimension 0 ({rows}) is not divisible by {self._size}"
+                )
             splits = [rows // self._size] * self._size
         if len(splits) != self._size or sum(splits) != rows:
-            raise ValueError(f"{self._who()}: all_to_all_single {what} splits {splits} must have {self._size} entries summing to {rows}")
+            raise ValueError(
+                f"{self._who()}: all_to_all_single {what} splits {splits} must have {self._size} entries "
+                f"summing to {rows}"
+            )
         row_bytes = t.nbytes // rows if rows else 0
         counts = [s * row_bytes for s in splits]
         return [raw(t), (counts, [0, *accumulate(counts)][:-1]), _BYTE]
@@ -216,7 +249,9 @@ class DataMovementOps:
         self._check()
         outs, ins = as_list(outputs), as_list(inputs)
         if len(outs) != self._size or len(ins) != self._size:
-            raise ValueError(f"{self._who()}: all_to_all needs {self._size} input and output tensors, got {len(ins)} and {len(outs)}")
+            raise ValueError(
+                f"{self._who()}: all_to_all needs {self._size} input and output tensors, got {len(ins)} and {len(outs)}"
+            )
         send = torch.cat([_as_bytes(t) for t in ins])
         scounts = [t.nbytes for t in ins]
         rcounts = [t.nbytes for t in outs]

@@ -19,7 +19,6 @@ from .options import as_list
 __all__ = ["PointToPointOps"]
 
 
-
 @functools.cache
 def _tag_ub() -> int:
     """The largest tag MPI allows (read at first use, not at import)."""
@@ -83,7 +82,9 @@ def _received(out: torch.Tensor, buf: torch.Tensor, status: MPI.Status) -> Any:
     def finish() -> None:
         got = status.Get_count(MPI.BYTE)
         if got != buf.nbytes:
-            raise ValueError(f"received {got} bytes from group rank {status.Get_source()} but the tensor holds {buf.nbytes}")
+            raise ValueError(
+                f"received {got} bytes from group rank {status.Get_source()} but the tensor holds {buf.nbytes}"
+            )
         if buf is not out:
             out.copy_(buf)
 

@@ -28,7 +28,20 @@ _SEGMENT = 1 << 20  # measured at 2 ranks: 10-20% faster than whole chunks from 
 _ABANDONED: list = []  # buffers of failed rings, which MPI may still read or write
 _POOL = 4  # free scratch pairs (2 MiB) a group keeps per dtype; DDP has a few bucket all-reduces in flight
 #: dtypes whose in-place torch arithmetic is complete (uint16/32/64 are not)
-RING_DTYPES = frozenset({torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128})
+RING_DTYPES = frozenset(
+    {
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    }
+)
 _fromaddress = MPI.buffer.fromaddress
 _BYTE = MPI.BYTE
 
@@ -50,8 +63,10 @@ def ring_min_bytes() -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"HPCDIST_MPI_RING_BYTES={text!r} is not a whole number of bytes; unset it or set e.g. "
-                         f"{_DEFAULT_MIN_BYTES} (0 turns the ring off)") from None
+        raise ValueError(
+            f"HPCDIST_MPI_RING_BYTES={text!r} is not a whole number of bytes; unset it or set e.g. "
+            f"{_DEFAULT_MIN_BYTES} (0 turns the ring off)"
+        ) from None
     return value if value > 0 else 1 << 62
 
 
@@ -77,7 +92,9 @@ class _Segment(NamedTuple):
 
 
 @functools.lru_cache(maxsize=256)
-def _schedule(n: int, item: int, size: int, rank: int) -> tuple[tuple[_Segment, ...], tuple[tuple[int, int, int, int], ...]]:
+def _schedule(
+    n: int, item: int, size: int, rank: int
+) -> tuple[tuple[_Segment, ...], tuple[tuple[int, int, int, int], ...]]:
     """(reduce-scatter segments in order, all-gather steps as (recv_at, recv_len, send_at, send_len) in bytes)
     for `n` elements of `item` bytes on group rank `rank` of `size`; the same on every rank for a chunk."""
     bounds = [n * i // size * item for i in range(size + 1)]
@@ -87,10 +104,20 @@ def _schedule(n: int, item: int, size: int, rank: int) -> tuple[tuple[_Segment, 
         send_len, recv_len = bounds[s + 1] - bounds[s], bounds[m + 1] - bounds[m]
         for at in range(0, max(send_len, recv_len), _SEGMENT):
             got = max(0, min(_SEGMENT, recv_len - at))
-            segments.append(_Segment(step, got, bounds[s] + at, max(0, min(_SEGMENT, send_len - at)),
-                                     (bounds[m] + at) // item, got // item))
-    gather = tuple((bounds[i], bounds[i + 1] - bounds[i], bounds[j], bounds[j + 1] - bounds[j])
-                   for i, j in (((rank - step) % size, (rank + 1 - step) % size) for step in range(size - 1)))
+            segments.append(
+                _Segment(
+                    step,
+                    got,
+                    bounds[s] + at,
+                    max(0, min(_SEGMENT, send_len - at)),
+                    (bounds[m] + at) // item,
+                    got // item,
+                )
+            )
+    gather = tuple(
+        (bounds[i], bounds[i + 1] - bounds[i], bounds[j], bounds[j + 1] - bounds[j])
+        for i, j in (((rank - step) % size, (rank + 1 - step) % size) for step in range(size - 1))
+    )
     return tuple(segments), gather
 
 
@@ -127,8 +154,10 @@ def _ring_steps(group: Any, t: torch.Tensor, op: str, tag: int) -> Iterator[list
                 combine(flat[seg.into : seg.into + seg.count], half if seg.count == len(half) else half[: seg.count])
             pending = following if overlap or k == last else post(k + 1)
         for recv_at, recv_len, send_at, send_len in gather:
-            yield [comm.Irecv(_bytes(base + recv_at, recv_len), left, tag),
-                   comm.Isend(_bytes(base + send_at, send_len), right, tag)]
+            yield [
+                comm.Irecv(_bytes(base + recv_at, recv_len), left, tag),
+                comm.Isend(_bytes(base + send_at, send_len), right, tag),
+            ]
     except GeneratorExit:  # abandoned after a failure: MPI may still use these buffers, so never free them
         _ABANDONED.append((halves, t, following))
         raise

@@ -108,7 +108,9 @@ class MPIWork(dist._Work):
             return True
 
     def _deadline_error(self, seconds: float) -> CollectiveTimeout:
-        return CollectiveTimeout(f"{self._group._who()}: {self._name} on {self._group._desc} did not complete within {seconds:g} s")
+        return CollectiveTimeout(
+            f"{self._group._who()}: {self._name} on {self._group._desc} did not complete within {seconds:g} s"
+        )
 
     def _expired(self, now: float) -> bool:
         """Fail this work if the group's timeout has passed; True if so."""
@@ -136,8 +138,13 @@ class MPIWork(dist._Work):
             return
         expires = self._start + self._timeout
         deadline = expires if limit is None else min(expires, time.monotonic() + limit)
-        poll_until(self._poll, deadline, lambda: "", backoff=Backoff(*_SLEEP, spin=_SPIN, yielding=_YIELD),
-                   error=lambda _: self._late(expires, limit))
+        poll_until(
+            self._poll,
+            deadline,
+            lambda: "",
+            backoff=Backoff(*_SLEEP, spin=_SPIN, yielding=_YIELD),
+            error=lambda _: self._late(expires, limit),
+        )
 
     def _late(self, expires: float, limit: float | None) -> CollectiveTimeout:
         """The error of a wait that ran out: the group's timeout fails the work, wait's own limit does not."""
@@ -153,9 +160,8 @@ class MPIWork(dist._Work):
         if event is None:  # only called once the progress thread owns this work
             raise RuntimeError("internal error: waiting on a work the progress thread does not own")
         remaining = self._timeout - (time.monotonic() - self._start) + 1.0  # the progress thread times it out
-        if limit is not None and limit < remaining:
-            if not event.wait(limit):
-                raise self._deadline_error(limit)
+        if limit is not None and limit < remaining and not event.wait(limit):
+            raise self._deadline_error(limit)
         event.wait(max(remaining, 0.0))
 
     def is_completed(self) -> bool:

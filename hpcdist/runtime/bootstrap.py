@@ -12,9 +12,9 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from .env import LaunchEnv
 from ..abort import install_abort_hook
 from ..errors import UsageError
+from .env import LaunchEnv
 from .rendezvous import Rendezvous, local_store, mpi_rendezvous, slurm_rendezvous
 
 __all__ = [
@@ -76,7 +76,9 @@ def job_timeout(environ: Mapping[str, str], timeout: float | None = None) -> flo
         try:
             timeout = float(raw)
         except ValueError:
-            raise UsageError(f"HPCDIST_TIMEOUT={raw!r} is not a number of seconds; set e.g. HPCDIST_TIMEOUT=300") from None
+            raise UsageError(
+                f"HPCDIST_TIMEOUT={raw!r} is not a number of seconds; set e.g. HPCDIST_TIMEOUT=300"
+            ) from None
     if not timeout > 0:
         raise UsageError(f"the timeout must be a positive number of seconds, got {timeout!r}")
     return float(timeout)
@@ -195,7 +197,9 @@ def init(backend: str = "auto", timeout: float | None = None) -> Session:
     # With forensics on, hpcdist's watchdog reports a hang at the timeout; the backend's own timeout
     # is a backstop a little later, so its error does not end the job before the report.
     backstop = timedelta(seconds=seconds + _BACKSTOP if forensics else seconds)
-    session = _init_mpi4py(env, seconds, backstop) if chosen == "mpi4py" else _init_torch(env, chosen, seconds, backstop)
+    session = (
+        _init_mpi4py(env, seconds, backstop) if chosen == "mpi4py" else _init_torch(env, chosen, seconds, backstop)
+    )
     if forensics:
         from ..forensics import watchdog
 

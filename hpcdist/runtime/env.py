@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 
-__all__ = ["LaunchEnv", "SOURCES", "Source"]
+__all__ = ["SOURCES", "LaunchEnv", "Source"]
 
 
 @dataclass(frozen=True)
@@ -45,16 +45,49 @@ class Source:
 #   SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE) indexed by SLURM_NODEID.
 # - PMIx gives no world size: it only cross-checks another source and is an error on its own.
 SOURCES: tuple[Source, ...] = (
-    Source("torchrun", "RANK", ("WORLD_SIZE",), "LOCAL_RANK", ("LOCAL_WORLD_SIZE",), "GROUP_RANK",
-           ("TORCHELASTIC_RUN_ID",), "torchrun"),
-    Source("openmpi", "OMPI_COMM_WORLD_RANK", ("OMPI_COMM_WORLD_SIZE",), "OMPI_COMM_WORLD_LOCAL_RANK",
-           ("OMPI_COMM_WORLD_LOCAL_SIZE",), None, (), "Open MPI's mpirun"),
-    Source("mvapich2", "MV2_COMM_WORLD_RANK", ("MV2_COMM_WORLD_SIZE",), "MV2_COMM_WORLD_LOCAL_RANK",
-           ("MV2_COMM_WORLD_LOCAL_SIZE",), None, (), "MVAPICH2's mpirun_rsh/mpiexec"),
-    Source("mpich", "PMI_RANK", ("PMI_SIZE",), "MPI_LOCALRANKID", ("MPI_LOCALNRANKS",), None, (),
-           "MPICH/Intel MPI mpiexec"),
-    Source("slurm", "SLURM_PROCID", ("SLURM_NTASKS", "SLURM_NPROCS"), "SLURM_LOCALID",
-           ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"), "SLURM_NODEID", (), "srun"),
+    Source(
+        "torchrun",
+        "RANK",
+        ("WORLD_SIZE",),
+        "LOCAL_RANK",
+        ("LOCAL_WORLD_SIZE",),
+        "GROUP_RANK",
+        ("TORCHELASTIC_RUN_ID",),
+        "torchrun",
+    ),
+    Source(
+        "openmpi",
+        "OMPI_COMM_WORLD_RANK",
+        ("OMPI_COMM_WORLD_SIZE",),
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        ("OMPI_COMM_WORLD_LOCAL_SIZE",),
+        None,
+        (),
+        "Open MPI's mpirun",
+    ),
+    Source(
+        "mvapich2",
+        "MV2_COMM_WORLD_RANK",
+        ("MV2_COMM_WORLD_SIZE",),
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        ("MV2_COMM_WORLD_LOCAL_SIZE",),
+        None,
+        (),
+        "MVAPICH2's mpirun_rsh/mpiexec",
+    ),
+    Source(
+        "mpich", "PMI_RANK", ("PMI_SIZE",), "MPI_LOCALRANKID", ("MPI_LOCALNRANKS",), None, (), "MPICH/Intel MPI mpiexec"
+    ),
+    Source(
+        "slurm",
+        "SLURM_PROCID",
+        ("SLURM_NTASKS", "SLURM_NPROCS"),
+        "SLURM_LOCALID",
+        ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
+        "SLURM_NODEID",
+        (),
+        "srun",
+    ),
     Source("pmix", "PMIX_RANK", (), None, (), None, (), "a PMIx launcher"),
 )
 
@@ -104,7 +137,8 @@ class LaunchEnv:
             raise UsageError(
                 f"PMIX_RANK={environ['PMIX_RANK']} is set but no launcher variable gives the world size; "
                 "launch with mpirun or srun --mpi=pmix, "
-                "or set RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE")
+                "or set RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE"
+            )
         first = sized[0]
         readings = _comparable(first, readings, environ)
         for other in readings[1:]:
@@ -116,16 +150,27 @@ class LaunchEnv:
                 raise UsageError(
                     f"{s.rank} and {first.values['world_size'][0]} are set but {s.local_rank} and "
                     f"{s.local_world_size[0]} are not; set them to this process's rank on this node and "
-                    "the number of ranks on this node (torchrun does), or use a launcher that sets them")
+                    "the number of ranks on this node (torchrun does), or use a launcher that sets them"
+                )
             value["local_rank"], value["local_world_size"] = 0, 1  # a one-process world is its own node
         slurm = next((r for r in readings if r.source.launcher == "slurm"), None)
         launcher = first.source.launcher
         echoed = [r for r in readings[1:] if "world_size" in r.values]
         if launcher == "torchrun" and echoed:
             launcher = echoed[0].source.launcher  # RANK & co. agree with this launch: a shim's echo of it
-        return cls(launcher, value["rank"], value["world_size"], value["local_rank"],
-                   value["local_world_size"], value["node_rank"], addr, port,
-                   slurm.nodelist if slurm else (), job_id, slurm.step_id if slurm else None)
+        return cls(
+            launcher,
+            value["rank"],
+            value["world_size"],
+            value["local_rank"],
+            value["local_world_size"],
+            value["node_rank"],
+            addr,
+            port,
+            slurm.nodelist if slurm else (),
+            job_id,
+            slurm.step_id if slurm else None,
+        )
 
     @property
     def is_mpi(self) -> bool:
@@ -134,8 +179,12 @@ class LaunchEnv:
 
     def torch_env(self) -> dict[str, str]:
         """The torch.distributed variables (env:// rendezvous) for this process, all strings."""
-        env = {"RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
-               "LOCAL_RANK": str(self.local_rank), "LOCAL_WORLD_SIZE": str(self.local_world_size)}
+        env = {
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+        }
         if self.node_rank is not None:
             env["GROUP_RANK"] = str(self.node_rank)
         if self.master_addr is not None:
@@ -147,11 +196,33 @@ class LaunchEnv:
     def describe(self) -> list[tuple[str, str]]:
         """(name, value) rows for a table, in field order, "-" for unknown values."""
         nodes = ",".join(self.nodelist) if self.nodelist else None
-        values = (self.launcher, self.rank, self.world_size, self.local_rank, self.local_world_size,
-                  self.node_rank, self.master_addr, self.master_port, nodes, self.job_id, self.step_id)
-        names = ("launcher", "rank", "world_size", "local_rank", "local_world_size", "node_rank",
-                 "master_addr", "master_port", "nodelist", "job_id", "step_id")
-        return [(n, "-" if v is None else str(v)) for n, v in zip(names, values)]
+        values = (
+            self.launcher,
+            self.rank,
+            self.world_size,
+            self.local_rank,
+            self.local_world_size,
+            self.node_rank,
+            self.master_addr,
+            self.master_port,
+            nodes,
+            self.job_id,
+            self.step_id,
+        )
+        names = (
+            "launcher",
+            "rank",
+            "world_size",
+            "local_rank",
+            "local_world_size",
+            "node_rank",
+            "master_addr",
+            "master_port",
+            "nodelist",
+            "job_id",
+            "step_id",
+        )
+        return [(n, "-" if v is None else str(v)) for n, v in zip(names, values, strict=True)]
 
 
 def _comparable(first: _Reading, readings: list[_Reading], environ: Mapping[str, str]) -> list[_Reading]:
@@ -161,8 +232,7 @@ def _comparable(first: _Reading, readings: list[_Reading], environ: Mapping[str,
     # A Slurm step with a different task count is the step that started the launcher's per-node
     # daemons (mpirun's prted, Hydra's proxies inside sbatch), so its SLURM_PROCID is not our rank.
     world = first.values["world_size"][1]
-    return [r for r in readings if r.source.launcher != "slurm" or r is first
-            or r.values["world_size"][1] == world]
+    return [r for r in readings if r.source.launcher != "slurm" or r is first or r.values["world_size"][1] == world]
 
 
 def _check_agree(first: _Reading, other: _Reading) -> None:
@@ -174,7 +244,8 @@ def _check_agree(first: _Reading, other: _Reading) -> None:
                 raise UsageError(
                     f"launcher variables disagree: {a_var}={a} but {b_var}={b}; unset the stale "
                     f"{first.source.launcher} variables ({', '.join(first.source.variables)}) "
-                    f"or the {other.source.launcher} ones, or launch with one launcher")
+                    f"or the {other.source.launcher} ones, or launch with one launcher"
+                )
 
 
 def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
@@ -194,8 +265,9 @@ def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
         size_var = _first_set(environ, source.world_size) or source.world_size[0]
         values["world_size"] = (size_var, _require(environ, size_var, present[0], source))
         if values["world_size"][1] < 1:
-            raise UsageError(f"{size_var}={environ[size_var]!r} must be at least 1; "
-                             f"check how {source.started_by} was invoked")
+            raise UsageError(
+                f"{size_var}={environ[size_var]!r} must be at least 1; check how {source.started_by} was invoked"
+            )
         _check_below(values["rank"], values["world_size"])
     if source.node_rank and source.node_rank in environ:
         values["node_rank"] = (source.node_rank, _int(environ, source.node_rank))
@@ -232,12 +304,16 @@ def _slurm_local_size(environ: Mapping[str, str], var: str, source: Source) -> t
     for part in environ[var].split(","):
         match = _TASKS_PER_NODE.fullmatch(part.strip())
         if match is None:
-            raise UsageError(f"{var}={environ[var]!r} is not a Slurm tasks-per-node list like "
-                             "'2(x3),1'; let srun set it instead of setting it by hand")
+            raise UsageError(
+                f"{var}={environ[var]!r} is not a Slurm tasks-per-node list like "
+                "'2(x3),1'; let srun set it instead of setting it by hand"
+            )
         counts += [int(match[1])] * int(match[2] or 1)
     if node_id >= len(counts):
-        raise UsageError(f"SLURM_NODEID={node_id} is out of range for {var}={environ[var]} "
-                         f"({len(counts)} nodes); let srun set both instead of setting them by hand")
+        raise UsageError(
+            f"SLURM_NODEID={node_id} is out of range for {var}={environ[var]} "
+            f"({len(counts)} nodes); let srun set both instead of setting them by hand"
+        )
     return f"{var}[{node_id}]", counts[node_id]
 
 
@@ -251,8 +327,10 @@ def _slurm_nodelist(environ: Mapping[str, str]) -> tuple[str, ...]:
     try:
         return tuple(hostlist.expand_hostlist(environ[var]))
     except hostlist.BadHostlist as exc:
-        raise UsageError(f"{var}={environ[var]!r} is not a valid Slurm nodelist ({exc}); "
-                         "let srun set it instead of setting it by hand") from None
+        raise UsageError(
+            f"{var}={environ[var]!r} is not a valid Slurm nodelist ({exc}); "
+            "let srun set it instead of setting it by hand"
+        ) from None
 
 
 def _master(environ: Mapping[str, str]) -> tuple[str | None, int | None]:
@@ -264,8 +342,7 @@ def _master(environ: Mapping[str, str]) -> tuple[str | None, int | None]:
     if port_text is None:
         return addr, None
     if not _DIGITS.fullmatch(port_text.strip()) or not 1 <= int(port_text) <= 65535:
-        raise UsageError(f"MASTER_PORT={port_text!r} is not a TCP port (1-65535); "
-                         "set it to a free port such as 29500")
+        raise UsageError(f"MASTER_PORT={port_text!r} is not a TCP port (1-65535); set it to a free port such as 29500")
     return addr, int(port_text)
 
 
@@ -283,8 +360,10 @@ def _require(environ: Mapping[str, str], var: str, because: str, source: Source)
 
 def _missing(because: str, var: str, source: Source) -> UsageError:
     """The error for a half-present variable set: `because` is set but `var` is not."""
-    return UsageError(f"{because} is set but {var} is not; these variables come from {source.started_by}: "
-                      f"launch with it, or unset {because} if it is left over from another job")
+    return UsageError(
+        f"{because} is set but {var} is not; these variables come from {source.started_by}: "
+        f"launch with it, or unset {because} if it is left over from another job"
+    )
 
 
 def _int(environ: Mapping[str, str], var: str) -> int:
@@ -299,5 +378,7 @@ def _check_below(small: tuple[str, int], big: tuple[str, int], inclusive: bool =
     """Raise unless small < big (or <= when `inclusive`)."""
     (s_var, s), (b_var, b) = small, big
     if s > b or (s == b and not inclusive):
-        raise UsageError(f"{s_var}={s} is out of range for {b_var}={b}; "
-                         f"{s_var} must be {'at most' if inclusive else 'below'} {b_var}")
+        raise UsageError(
+            f"{s_var}={s} is out of range for {b_var}={b}; "
+            f"{s_var} must be {'at most' if inclusive else 'below'} {b_var}"
+        )

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .env import LaunchEnv
 from ..errors import RendezvousTimeout, UsageError
 from ..waits import Backoff, poll_until
+from .env import LaunchEnv
 from .netif import Interface, host_address, interfaces, resolve
 
 __all__ = [
-    "HostInfo",
     "Bind",
+    "HostInfo",
     "Rendezvous",
     "RendezvousTimeout",
     "RendezvousUnreachable",
@@ -142,7 +142,7 @@ def probe(addr: str, port: int, seconds: float = _PROBE_SECONDS) -> str | None:
     try:
         with socket.create_connection((addr, port), timeout=seconds):
             return None
-    except socket.timeout:
+    except TimeoutError:
         return f"no answer within {seconds:g} s"
     except ConnectionRefusedError:
         return "connection refused"
@@ -249,7 +249,7 @@ def offer_rendezvous(comm: Any, env: LaunchEnv, timeout: float, bind: Bind) -> t
         try:
             rdzv = bind(addr, comm.size, timeout, env.master_port or 0)
             store, message = rdzv.store, f"{rdzv.addr} {rdzv.port}"
-        except Exception as exc:  # torch's store error, forwarded so no rank waits forever
+        except Exception as exc:  # noqa: BLE001 - torch's store error, forwarded so no rank waits forever
             message = f"! {exc}"
         _bcast_str(comm, message, timeout, "rank 0's rendezvous address")
         if store is None:
@@ -270,9 +270,13 @@ def _check_reach(comm: Any, rdzv: Rendezvous, mine: HostInfo, host0: str, timeou
     if problem:
         via = next((f"{i.name} {i.addr}" for i in mine.interfaces if i.name == rdzv.ifname), None)
         line = (
-            f"rank {comm.rank} on {mine.hostname} ({f'via {via}' if via else 'no interface on its subnet'}) "
-            f"cannot reach the rendezvous {rdzv.addr}:{rdzv.port} ({problem})"
-        ).encode()[: _MSG_BYTES - 1].decode(errors="ignore")
+            (
+                f"rank {comm.rank} on {mine.hostname} ({f'via {via}' if via else 'no interface on its subnet'}) "
+                f"cannot reach the rendezvous {rdzv.addr}:{rdzv.port} ({problem})"
+            )
+            .encode()[: _MSG_BYTES - 1]
+            .decode(errors="ignore")
+        )
     problems = [text for text in _allgather_str(comm, line, timeout, "every rank's rendezvous check") if text]
     if not problems:
         return
@@ -303,10 +307,17 @@ def _bcast_str(comm: Any, text: str, timeout: float, what: str) -> str:
 
 def _wait(comm: Any, request: Any, timeout: float, what: str) -> None:
     """Poll an MPI request until done; on timeout name who waited for what."""
-    poll_until(request.Test, time.monotonic() + timeout, lambda: (
-        f"rank {comm.rank} of {comm.size} on {socket.gethostname()} waited {timeout:g} s for {what} "
-        "during hpcdist rendezvous; a rank may have died or hung before reaching it "
-        "(raise HPCDIST_TIMEOUT if start-up is just slow)"), backoff=Backoff(1e-5, 0.01), error=RendezvousTimeout)
+    poll_until(
+        request.Test,
+        time.monotonic() + timeout,
+        lambda: (
+            f"rank {comm.rank} of {comm.size} on {socket.gethostname()} waited {timeout:g} s for {what} "
+            "during hpcdist rendezvous; a rank may have died or hung before reaching it "
+            "(raise HPCDIST_TIMEOUT if start-up is just slow)"
+        ),
+        backoff=Backoff(1e-5, 0.01),
+        error=RendezvousTimeout,
+    )
 
 
 def _encode(text: str, size: int = _MSG_BYTES) -> bytes:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +35,7 @@ class Verdict:
 
 def outcome_of(report: Any) -> Outcome:
     """The Outcome of a pytest TestReport (xfail/xpass told apart from skip/pass)."""
-    if hasattr(report, "wasxfail"):
-        kind = "xfailed" if report.skipped else "xpassed"
-    else:
-        kind = report.outcome
+    kind = ("xfailed" if report.skipped else "xpassed") if hasattr(report, "wasxfail") else report.outcome
     return Outcome(report.nodeid, report.when, kind, _short_reason(report, kind))
 
 
@@ -68,7 +64,7 @@ def pack(outcome: Outcome) -> bytes:
         if fields[3]:
             fields[3] = fields[3][: max(0, len(fields[3]) - (len(data) - SLOT_BYTES) - 2)]
         else:
-            fields[0] = "…" + fields[0][-(SLOT_BYTES // 2):]
+            fields[0] = "…" + fields[0][-(SLOT_BYTES // 2) :]
         data = json.dumps(fields).encode()
     return data.ljust(SLOT_BYTES, b"\0")
 
@@ -90,8 +86,11 @@ def combine(outcomes: Sequence[Outcome]) -> Verdict | None:
     nodeids = {o.nodeid for o in outcomes}
     if len(nodeids) > 1:
         ran = "; ".join(f"rank {r} runs {o.nodeid}" for r, o in enumerate(outcomes))
-        return Verdict("failed", f"ranks disagree on which test runs ({ran}); every rank must collect "
-                                 "the same tests in the same order (no rank-dependent parametrize or skips at collection)")
+        return Verdict(
+            "failed",
+            f"ranks disagree on which test runs ({ran}); every rank must collect "
+            "the same tests in the same order (no rank-dependent parametrize or skips at collection)",
+        )
     kinds = [o.kind for o in outcomes]
     if len(set(kinds)) == 1:
         return None
@@ -102,16 +101,20 @@ def combine(outcomes: Sequence[Outcome]) -> Verdict | None:
     others = "; ".join(f"{kind} on {_ranks(r)}" for kind, r in by_kind.items() if kind not in ("failed", "skipped"))
     if "failed" in by_kind:
         first = by_kind["failed"][0]
-        lines = [f"{when} failed on {_ranks(by_kind['failed'])} of {size} "
-                 f"(rank {first}: {outcomes[first].reason or 'no message'}):"]
+        lines = [
+            f"{when} failed on {_ranks(by_kind['failed'])} of {size} "
+            f"(rank {first}: {outcomes[first].reason or 'no message'}):"
+        ]
         lines += [f"  rank {r}: {outcomes[r].reason or '(no message)'}" for r in by_kind["failed"]]
         lines += [f"  rank {r}: skipped: {outcomes[r].reason}" for r in by_kind.get("skipped", [])]
         if others:
             lines.append(f"  ({others})")
         return Verdict("failed", "\n".join(lines))
     if "skipped" in by_kind:
-        lines = [f"{when} skipped on {_ranks(by_kind['skipped'])} of {size} but not on the others; "
-                 "a test must run on every rank or be skipped on every rank:"]
+        lines = [
+            f"{when} skipped on {_ranks(by_kind['skipped'])} of {size} but not on the others; "
+            "a test must run on every rank or be skipped on every rank:"
+        ]
         lines += [f"  rank {r}: skipped: {outcomes[r].reason}" for r in by_kind["skipped"]]
         lines.append(f"  ({others})")
         return Verdict("failed", "\n".join(lines))
@@ -148,4 +151,4 @@ def agree(comm: Any, outcome: Outcome) -> list[Outcome]:
     recv = bytearray(SLOT_BYTES * comm.Get_size())
     request = comm.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE])
     poll_until(request.Test, None, str, backoff=Backoff(0.0002, 0.01))
-    return [unpack(recv[i: i + SLOT_BYTES]) for i in range(0, len(recv), SLOT_BYTES)]
+    return [unpack(recv[i : i + SLOT_BYTES]) for i in range(0, len(recv), SLOT_BYTES)]

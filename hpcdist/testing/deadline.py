@@ -12,6 +12,7 @@ own after a fallback delay, so the job always ends.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import shutil
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..abort import abort_job
+from ..errors import WaitTimeout
+from ..waits import Backoff, poll_until
 
 __all__ = ["DEADLINE_EXIT", "DeadlineThread", "format_stacks"]
 
@@ -62,8 +65,17 @@ def format_stacks(skip: int | None = None) -> str:
 class DeadlineThread:
     """One rank's deadline thread; `arm` before a test, `disarm` after, `where` says what the rank does."""
 
-    def __init__(self, rank: int, size: int, directory: str, comm: Any, out_fd: int, *,
-                 grace: float = 4.0, abort: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        directory: str,
+        comm: Any,
+        out_fd: int,
+        *,
+        grace: float = 4.0,
+        abort: Callable[[int], None] | None = None,
+    ) -> None:
         self.rank, self.size, self.dir = rank, size, Path(directory)
         self.comm = comm  # a duplicated communicator for stacks and requests, or None: files only
         self.out_fd, self.grace = out_fd, grace
@@ -113,8 +125,10 @@ class DeadlineThread:
                 self._cond.wait(_POLL)
                 deadline = self._deadline
             if deadline is not None and time.monotonic() >= deadline:
-                reason = (f"rank {self.rank} hit the {self._seconds:g} s deadline of {self._label} "
-                          f"(--mpi-deadline / @pytest.mark.mpi_deadline)")
+                reason = (
+                    f"rank {self.rank} hit the {self._seconds:g} s deadline of {self._label} "
+                    f"(--mpi-deadline / @pytest.mark.mpi_deadline)"
+                )
                 self._post_request(reason)
                 break
             reason = self._requested()
@@ -133,8 +147,9 @@ class DeadlineThread:
         except OSError:
             pass
         if self.comm is not None:
-            self._sends += [self.comm.isend(reason, dest=r, tag=_REQUEST_TAG)
-                            for r in range(self.size) if r != self.rank]
+            self._sends += [
+                self.comm.isend(reason, dest=r, tag=_REQUEST_TAG) for r in range(self.size) if r != self.rank
+            ]
 
     def _requested(self) -> str | None:
         """Another rank's request for stacks, if one came."""
@@ -150,7 +165,8 @@ class DeadlineThread:
     def _own_stack(self) -> str:
         host = socket.gethostname()
         return f"rank {self.rank} on {host} (pid {os.getpid()}), {self.where}:\n" + format_stacks(
-            skip=threading.get_ident())
+            skip=threading.get_ident()
+        )
 
     def _answer(self) -> None:
         """Write this rank's stack to its file, and send it to rank 0."""
@@ -167,18 +183,19 @@ class DeadlineThread:
     def _collect(self) -> dict[int, str]:
         """Every rank's stack that arrives within `grace` seconds (files, then messages, then faulthandler)."""
         stacks = {self.rank: self._own_stack()}
-        end = time.monotonic() + self.grace
-        while len(stacks) < self.size and time.monotonic() < end:
+
+        def arrived() -> bool:
             for r in range(self.size):
                 if r not in stacks:
-                    try:
+                    with contextlib.suppress(OSError):  # not written yet
                         stacks[r] = (self.dir / f"rank-{r}.stack").read_text()
-                    except OSError:
-                        pass
             while self.comm is not None and (msg := self.comm.improbe(tag=_STACK_TAG)) is not None:
                 r, text = msg.recv()
                 stacks.setdefault(r, text)
-            time.sleep(0.1)
+            return len(stacks) == self.size
+
+        with contextlib.suppress(WaitTimeout):  # who did not answer is named in the report
+            poll_until(arrived, time.monotonic() + self.grace, str, backoff=Backoff(0.1, 0.1))
         for r in range(self.size):
             if r not in stacks:
                 try:
@@ -187,28 +204,35 @@ class DeadlineThread:
                     dump = ""
                 if dump:
                     kept = [line for line in dump.splitlines() if not any(mark in line for mark in _INTERNAL)]
-                    stacks[r] = (f"rank {r} (its Python thread never ran: stuck in a C call holding the GIL; "
-                                 f"faulthandler's dump, pytest/pluggy frames left out):\n" + "\n".join(kept))
+                    stacks[r] = (
+                        f"rank {r} (its Python thread never ran: stuck in a C call holding the GIL; "
+                        f"faulthandler's dump, pytest/pluggy frames left out):\n" + "\n".join(kept)
+                    )
         return stacks
 
     def _report_and_abort(self, reason: str) -> None:
         stacks = self._collect()
         missing = [r for r in range(self.size) if r not in stacks]
         bar = "=" * 30
-        lines = [f"\n{bar} hpcdist: MPI test deadline {bar}", reason,
-                 f"stacks of {len(stacks)} of {self.size} ranks, gathered by rank {self.rank}:"]
+        lines = [
+            f"\n{bar} hpcdist: MPI test deadline {bar}",
+            reason,
+            f"stacks of {len(stacks)} of {self.size} ranks, gathered by rank {self.rank}:",
+        ]
         for r in sorted(stacks):
             lines.append(f"--- rank {r} ---")
             lines += [f"[rank {r}] {line}" for line in stacks[r].splitlines()]
         if missing:
-            lines.append(f"ranks that did not answer within {self.grace:g} s: {', '.join(map(str, missing))} "
-                         f"(stuck holding the GIL, or on another host without a shared {self.dir.parent} "
-                         "and without MPI_THREAD_MULTIPLE)")
+            lines.append(
+                f"ranks that did not answer within {self.grace:g} s: {', '.join(map(str, missing))} "
+                f"(stuck holding the GIL, or on another host without a shared {self.dir.parent} "
+                "and without MPI_THREAD_MULTIPLE)"
+            )
         lines.append(f"hpcdist: aborting the MPI job (MPI_Abort {DEADLINE_EXIT}) so it does not hang\n")
         data = "\n".join(lines).encode("utf-8", "replace")
         try:
             while data:
-                data = data[os.write(self.out_fd, data):]
+                data = data[os.write(self.out_fd, data) :]
         except OSError:
             pass
         shutil.rmtree(self.dir, ignore_errors=True)  # the job ends now: nobody cleans up after MPI_Abort

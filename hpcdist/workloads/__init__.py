@@ -35,12 +35,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ddp.add_argument("--batch-size", type=_positive, default=32, help="samples per rank per step (default: 32)")
     ddp.add_argument("--samples", type=_positive, default=2048, help="size of the synthetic data set (default: 2048)")
     ddp.add_argument("--seed", type=int, default=0, help="seed of the data, the model and the shuffling (default: 0)")
-    ddp.add_argument("--checkpoint-dir", metavar="DIR",
-                     help="write DIR/ddp.pt atomically after every epoch (default: no checkpoints)")
-    ddp.add_argument("--resume", action="store_true",
-                     help="continue from DIR/ddp.pt if it exists (needs --checkpoint-dir and the same world size)")
-    ddp.add_argument("--stop-after-epoch", type=_positive, metavar="N",
-                     help="stop after epoch N has been checkpointed, as if the job had been killed (for tests)")
+    ddp.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="write DIR/ddp.pt atomically after every epoch (default: no checkpoints)",
+    )
+    ddp.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from DIR/ddp.pt if it exists (needs --checkpoint-dir and the same world size)",
+    )
+    ddp.add_argument(
+        "--stop-after-epoch",
+        type=_positive,
+        metavar="N",
+        help="stop after epoch N has been checkpointed, as if the job had been killed (for tests)",
+    )
 
 
 def load(name: str) -> Callable[[Any, argparse.Namespace | None], str | None]:

@@ -32,11 +32,21 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from . import checkpoint
-from ..runtime.bootstrap import Session
 from ..errors import UsageError
+from ..runtime.bootstrap import Session
+from . import checkpoint
 
-__all__ = ["CHECKPOINT_NAME", "Preempted", "Preemption", "build_model", "check_identical", "make_dataset", "parameters_digest", "run", "train"]
+__all__ = [
+    "CHECKPOINT_NAME",
+    "Preempted",
+    "Preemption",
+    "build_model",
+    "check_identical",
+    "make_dataset",
+    "parameters_digest",
+    "run",
+    "train",
+]
 
 CHECKPOINT_NAME = "ddp.pt"
 FEATURES = 16
@@ -62,8 +72,11 @@ def build_model(seed: int) -> nn.Module:
     """A small MLP with dropout, initialised from `seed` (the same on every rank)."""
     torch.manual_seed(seed)
     return nn.Sequential(
-        nn.Linear(FEATURES, HIDDEN), nn.Tanh(), nn.Dropout(0.1),
-        nn.Linear(HIDDEN, HIDDEN), nn.Tanh(),
+        nn.Linear(FEATURES, HIDDEN),
+        nn.Tanh(),
+        nn.Dropout(0.1),
+        nn.Linear(HIDDEN, HIDDEN),
+        nn.Tanh(),
         nn.Linear(HIDDEN, 1),
     )
 
@@ -135,9 +148,19 @@ def train(session: Session, options: argparse.Namespace | None = None) -> nn.Mod
                 rng = [None] * size
                 dist.all_gather_object(rng, _get_rng(device))
                 if rank == 0:
-                    checkpoint.save({"format": _FORMAT, **config, "epoch": epoch + 1, "step": 0, "losses": losses,
-                                     "rng": rng, "model": module.state_dict(), "optimizer": optimizer.state_dict()},
-                                    path)
+                    checkpoint.save(
+                        {
+                            "format": _FORMAT,
+                            **config,
+                            "epoch": epoch + 1,
+                            "step": 0,
+                            "losses": losses,
+                            "rng": rng,
+                            "model": module.state_dict(),
+                            "optimizer": optimizer.state_dict(),
+                        },
+                        path,
+                    )
                     saved = f", saved {path}"
             _say(rank, f"epoch {epoch + 1}/{opts.epochs} loss {loss:.6f} samples/s {count / seconds:.0f}{saved}")
             if preemption.agreed and epoch + 1 < opts.epochs:  # agreed on the epoch's last step: stop here
@@ -184,8 +207,11 @@ class Preemption:
     def _handle(self, number: int, _frame: object) -> None:
         if not self.signal:
             self.signal = number
-            os.write(2, f"hpcdist: ddp: got {signal.Signals(number).name}; stopping at the next step boundary "
-                        "to checkpoint\n".encode())
+            os.write(
+                2,
+                f"hpcdist: ddp: got {signal.Signals(number).name}; stopping at the next step boundary "
+                "to checkpoint\n".encode(),
+            )
 
     def agree(self) -> bool:
         """True on every rank once any rank has been signalled (a collective: all ranks must call it together)."""
@@ -202,8 +228,17 @@ class _Stop:
         self.step, self.totals = step, totals
 
 
-def _stop(session: Session, module: nn.Module, optimizer: torch.optim.Optimizer, config: dict[str, Any],
-          losses: list[float], path: Path | None, epoch: int, where: _Stop | None, preemption: Preemption) -> None:
+def _stop(
+    session: Session,
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    config: dict[str, Any],
+    losses: list[float],
+    path: Path | None,
+    epoch: int,
+    where: _Stop | None,
+    preemption: Preemption,
+) -> None:
     """Save the checkpoint at this step boundary (rank 0, atomically), wait for it on every rank, raise Preempted."""
     rank, device = session.rank, next(module.parameters()).device
     step = where.step if where is not None else 0
@@ -213,9 +248,16 @@ def _stop(session: Session, module: nn.Module, optimizer: torch.optim.Optimizer,
         gathered: list[Any] = [None] * session.world_size
         dist.all_gather_object(gathered, mine)
         if rank == 0:
-            state = {"format": _FORMAT, **config, "epoch": epoch, "step": step, "losses": losses,
-                     "rng": [rng for rng, _ in gathered], "model": module.state_dict(),
-                     "optimizer": optimizer.state_dict()}
+            state = {
+                "format": _FORMAT,
+                **config,
+                "epoch": epoch,
+                "step": step,
+                "losses": losses,
+                "rng": [rng for rng, _ in gathered],
+                "model": module.state_dict(),
+                "optimizer": optimizer.state_dict(),
+            }
             if step:
                 state["totals"] = [totals for _, totals in gathered]
             checkpoint.save(state, path)
@@ -227,9 +269,17 @@ def _stop(session: Session, module: nn.Module, optimizer: torch.optim.Optimizer,
     raise Preempted(epoch, step, path)
 
 
-def _train_epoch(model: nn.Module, loader: DataLoader, optimizer: torch.optim.Optimizer, device: torch.device,
-                 bar: bool, label: str, skip: int = 0, partial: tuple[Any, torch.Tensor] | None = None,
-                 preemption: Preemption | None = None) -> tuple[float, float, int] | _Stop:
+def _train_epoch(
+    model: nn.Module,
+    loader: DataLoader,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    bar: bool,
+    label: str,
+    skip: int = 0,
+    partial: tuple[Any, torch.Tensor] | None = None,
+    preemption: Preemption | None = None,
+) -> tuple[float, float, int] | _Stop:
     """One pass over this rank's share: (mean loss over all ranks, seconds, samples over all ranks).
 
     `skip` batches done before a mid-epoch checkpoint are passed over; `partial` is that checkpoint's
@@ -251,8 +301,16 @@ def _train_epoch(model: nn.Module, loader: DataLoader, optimizer: torch.optim.Op
 
         # A rank's pseudo-terminal under Open MPI reports 0 x 0, and tqdm would draw nothing: size it here.
         columns, lines = shutil.get_terminal_size()  # falls back to 80 x 24
-        progress = tqdm(total=steps, initial=skip, desc=label, unit="batch", leave=False, file=sys.stdout,
-                        ncols=columns, nrows=lines)
+        progress = tqdm(
+            total=steps,
+            initial=skip,
+            desc=label,
+            unit="batch",
+            leave=False,
+            file=sys.stdout,
+            ncols=columns,
+            nrows=lines,
+        )
     for step, (x, y) in enumerate(batches, start=skip + 1):
         x, y = x.to(device), y.to(device)
         optimizer.zero_grad(set_to_none=True)
@@ -347,20 +405,30 @@ def check_identical(module: nn.Module, session: Session) -> str | None:
     digest = parameters_digest(module)
     if differ:
         print(f"rank {session.rank}: parameters sha256 {digest} DIFFER across ranks")
-        return f"rank {session.rank}: {differ} of {flat.numel()} parameters differ across the {session.world_size} ranks"
+        return (
+            f"rank {session.rank}: {differ} of {flat.numel()} parameters differ across the {session.world_size} ranks"
+        )
     print(f"rank {session.rank}: parameters sha256 {digest} identical on all {session.world_size} ranks")
     return None
 
 
-def _describe(session: Session, opts: argparse.Namespace, done: int, step: int, resume: Path | None,
-              resumed: bool) -> str:
+def _describe(
+    session: Session, opts: argparse.Namespace, done: int, step: int, resume: Path | None, resumed: bool
+) -> str:
     """The run's first line: ranks, backend, data, and where training starts."""
     todo = f"epochs {done + 1}..{opts.epochs}" if done < opts.epochs else f"all {opts.epochs} epochs done already"
     after = f"step {step} of epoch {done + 1}" if step else f"epoch {done}"
-    start = (f", resumed from {resume} after {after}" if resumed
-             else f", no checkpoint at {resume}: starting at epoch 1" if resume else "")
-    return (f"ddp: {session.world_size} ranks, backend {session.backend}, device {session.device}, "
-            f"{opts.samples} samples, batch {opts.batch_size} per rank, {todo}{start}")
+    start = (
+        f", resumed from {resume} after {after}"
+        if resumed
+        else f", no checkpoint at {resume}: starting at epoch 1"
+        if resume
+        else ""
+    )
+    return (
+        f"ddp: {session.world_size} ranks, backend {session.backend}, device {session.device}, "
+        f"{opts.samples} samples, batch {opts.batch_size} per rank, {todo}{start}"
+    )
 
 
 def _say(rank: int, line: str) -> None:

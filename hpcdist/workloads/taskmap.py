@@ -100,9 +100,14 @@ def _private_comm(world: Any, seconds: float) -> Any:
     if _comm:
         return _comm[0]
     comm, request = world.Idup()
-    _wait_for(request.Test, seconds, lambda: (
-        f"rank {world.Get_rank()} waited {seconds:g} s for every rank to enter its first hpcdist.map "
-        "(every rank must call it)"))
+    _wait_for(
+        request.Test,
+        seconds,
+        lambda: (
+            f"rank {world.Get_rank()} waited {seconds:g} s for every rank to enter its first hpcdist.map "
+            "(every rank must call it)"
+        ),
+    )
     _comm.append(comm)
     return comm
 
@@ -133,8 +138,9 @@ def _coordinate(comm: Any, tag: int, items: Iterable[Any], seconds: float) -> tu
     pending = enumerate(items)
     handed = 0
     while finished != workers:
-        source, message = _receive(comm, None, tag, seconds,
-                                   lambda: _coordinator_wait(workers - finished, running, asked, seconds))
+        source, message = _receive(
+            comm, None, tag, seconds, lambda: _coordinator_wait(workers - finished, running, asked, seconds)
+        )
         asked.add(source)
         running.pop(source, None)
         if message[0] == "done":
@@ -144,18 +150,25 @@ def _coordinate(comm: Any, tag: int, items: Iterable[Any], seconds: float) -> tu
         if failure is None:
             try:
                 nxt = next(pending, None)
-            except Exception as exc:
-                nxt, failure = None, (handed, "<items>", 0, f"iterating the items raised {_one_line(exc)}",
-                                      traceback.format_exc())
+            except Exception as exc:  # noqa: BLE001 - any failure of the user's iterable is reported, not raised mid-protocol
+                nxt, failure = (
+                    None,
+                    (handed, "<items>", 0, f"iterating the items raised {_one_line(exc)}", traceback.format_exc()),
+                )
             if nxt is not None:
                 index, item = nxt
                 try:
                     comm.send(("item", index, item), dest=source, tag=tag)
                     running[source], handed = (index, _short_repr(item)), handed + 1
                     continue
-                except Exception as exc:
-                    failure = (index, _short_repr(item), 0, f"could not send it to rank {source}: {_one_line(exc)}",
-                               traceback.format_exc())
+                except Exception as exc:  # noqa: BLE001 - any failure to send is reported to every rank
+                    failure = (
+                        index,
+                        _short_repr(item),
+                        0,
+                        f"could not send it to rank {source}: {_one_line(exc)}",
+                        traceback.format_exc(),
+                    )
         finished.add(source)
     for worker in sorted(workers):
         comm.send(("stop", failure), dest=worker, tag=tag)
@@ -168,21 +181,37 @@ def _work(comm: Any, tag: int, fn: Callable[[Any], Any], seconds: float) -> tupl
     comm.send(("ready",), dest=0, tag=tag)
     last = "its first item"
     while True:
-        _, message = _receive(comm, 0, tag, seconds, lambda: (
-            f"rank {rank} waited {seconds:g} s for rank 0 to send {last} (or the end) in hpcdist.map; "
-            "is rank 0 inside hpcdist.map (every rank must call it)?"))
+        _, message = _receive(
+            comm,
+            0,
+            tag,
+            seconds,
+            lambda last=last: (
+                f"rank {rank} waited {seconds:g} s for rank 0 to send {last} (or the end) in hpcdist.map; "
+                "is rank 0 inside hpcdist.map (every rank must call it)?"
+            ),
+        )
         if message[0] == "stop":
             return message[1]
         _, index, item = message
         try:
             reply: tuple[Any, ...] = ("done", index, fn(item))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the user's fn may raise anything; it travels to rank 0
             reply = ("failed", index, _short_repr(item), _one_line(exc), traceback.format_exc())
         try:
             comm.send(reply, dest=0, tag=tag)
-        except Exception as exc:  # e.g. a result that cannot be pickled
-            comm.send(("failed", index, _short_repr(item), f"its result could not be sent to rank 0: "
-                       f"{_one_line(exc)}", traceback.format_exc()), dest=0, tag=tag)
+        except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
+            comm.send(
+                (
+                    "failed",
+                    index,
+                    _short_repr(item),
+                    f"its result could not be sent to rank 0: {_one_line(exc)}",
+                    traceback.format_exc(),
+                ),
+                dest=0,
+                tag=tag,
+            )
         last = f"the item after item {index}"
 
 
@@ -219,16 +248,18 @@ def _coordinator_wait(active: set[int], running: dict[int, tuple[int, str]], ask
             states.append(f"rank {rank} has not called hpcdist.map")
         else:
             states.append(f"rank {rank} is done")
-    return (f"rank 0 waited {seconds:g} s for a message from any of ranks {sorted(active)} in hpcdist.map: "
-            f"{'; '.join(states)} (a single task may take at most the timeout; raise "
-            "HPCDIST_TIMEOUT or pass timeout=)")
+    return (
+        f"rank 0 waited {seconds:g} s for a message from any of ranks {sorted(active)} in hpcdist.map: "
+        f"{'; '.join(states)} (a single task may take at most the timeout; raise "
+        "HPCDIST_TIMEOUT or pass timeout=)"
+    )
 
 
 def _short_repr(item: Any) -> str:
     """repr(item), cut to a readable length."""
     try:
         text = repr(item)
-    except Exception:
+    except Exception:  # noqa: BLE001 - repr() of a user's object may raise anything
         text = f"<{type(item).__name__}>"
     return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
 
