@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..runtime.bootstrap import Session
 from .plan import parse_backends
 
 __all__ = ["BATCH", "LAYERS", "DdpPlan", "DdpResult", "ddp_lines", "ddp_plan_from_args", "mlp_parameters", "run_ddp"]
@@ -139,7 +140,7 @@ def ddp_lines(plan: DdpPlan, versions: str, devices: list[str], results: list[Dd
     return [*lines, "#"]
 
 
-def run_ddp(plan: DdpPlan, session: Any, out: Any = None) -> int:
+def run_ddp(plan: DdpPlan, session: Session, out: Any = None) -> int:
     """Time the DDP step on every backend; rank 0 prints the table (or JSON). 1 if parameters disagree."""
     import torch
     import torch.distributed as dist

@@ -7,16 +7,17 @@ import socket
 import sys
 from typing import Any
 
+from .._version import __version__
+from ..runtime.bootstrap import Session
+
 __all__ = ["describe", "device_line"]
 
 
-def describe(session: Any, backends: list[str], dtype: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def describe(session: Session, backends: list[str], dtype: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every rank's host, pid and device (gathered to all), and the versions and settings of this run."""
     import numpy
     import torch
     import torch.distributed as dist
-
-    from .._version import __version__
 
     device = session.device
     if device.startswith("cuda"):

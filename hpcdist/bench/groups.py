@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import UsageError
+from ..runtime.bootstrap import Session, choose_backend
 
 __all__ = ["BackendGroup", "backend_groups"]
 
@@ -26,7 +27,7 @@ class BackendGroup:
     device: str
 
 
-def backend_groups(backends: tuple[str, ...], session: Any) -> list[BackendGroup]:
+def backend_groups(backends: tuple[str, ...], session: Session) -> list[BackendGroup]:
     """The default group (session's backend), then a new group over all ranks for each further backend."""
     groups = [BackendGroup(session.backend, None, session.device)]
     for requested in backends[1:]:
@@ -41,12 +42,10 @@ def backend_groups(backends: tuple[str, ...], session: Any) -> list[BackendGroup
     return groups
 
 
-def _resolve(requested: str, session: Any) -> str:
+def _resolve(requested: str, session: Session) -> str:
     """torch's backend name for a requested one, with hpcdist.init's checks (mpi -> mpi4py on PyPI wheels)."""
     import torch
     import torch.distributed as dist
-
-    from ..runtime.bootstrap import choose_backend
 
     return choose_backend(
         requested,
@@ -57,7 +56,7 @@ def _resolve(requested: str, session: Any) -> str:
     )
 
 
-def _new_group(name: str, session: Any, device: str) -> Any:
+def _new_group(name: str, session: Session, device: str) -> Any:
     """A group over every rank on backend `name`; store-based backends get a shared store if the default has none."""
     import torch
     import torch.distributed as dist

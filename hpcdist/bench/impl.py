@@ -7,12 +7,39 @@ offers the barrier, device sync and cross-rank max/sum that the timing loop need
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import UsageError
+from ..runtime.bootstrap import Session
+from .groups import BackendGroup
 from .plan import BenchPlan, Counts
 
-__all__ = ["MpiImpl", "TorchImpl"]
+__all__ = ["Implementation", "MpiImpl", "TorchImpl"]
+
+
+class Implementation(Protocol):
+    """What the timing loop needs of a way to run the collective."""
+
+    name: str
+    nranks: int
+
+    def prepare(self, counts: Counts, in_place: bool) -> Callable[[], Any]:
+        """Fill fresh buffers and return the call to time."""
+
+    def result(self) -> Any:
+        """The last call's output as a numpy array (what #wrong is counted on)."""
+
+    def sync(self) -> None:
+        """Wait for the device (a no-op on the CPU)."""
+
+    def barrier(self) -> None:
+        """All ranks meet."""
+
+    def max_over_ranks(self, value: float) -> float:
+        """The largest `value` over the ranks (a round's time is its slowest rank's)."""
+
+    def sum_over_ranks(self, value: int) -> int:
+        """`value` summed over the ranks."""
 
 
 def _layout(collective: str, counts: Counts, rank: int, rank_block_result: bool) -> tuple[int, int, int]:
@@ -26,7 +53,7 @@ def _layout(collective: str, counts: Counts, rank: int, rank_block_result: bool)
 class TorchImpl:
     """The collective through torch.distributed on one backend's group (see benchgroups.BackendGroup)."""
 
-    def __init__(self, plan: BenchPlan, session: Any, backend: Any) -> None:
+    def __init__(self, plan: BenchPlan, session: Session, backend: BackendGroup) -> None:
         import torch
         import torch.distributed as dist
 
@@ -113,7 +140,7 @@ class MpiImpl:
 
     name = "raw-mpi4py"
 
-    def __init__(self, plan: BenchPlan, session: Any) -> None:
+    def __init__(self, plan: BenchPlan, session: Session) -> None:
         import numpy as np
         from mpi4py import MPI
 
@@ -127,7 +154,7 @@ class MpiImpl:
                 "or drop --reference"
             )
         self.dtype = np.dtype(plan.dtype)
-        self.op = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}.get(plan.op)
+        self.op: Any = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}.get(plan.op)
         self.recv: Any = None
 
     def prepare(self, counts: Counts, in_place: bool) -> Callable[[], Any]:
@@ -136,12 +163,13 @@ class MpiImpl:
 
         plan, np = self.plan, self.np
         values = send_values(plan.collective, plan.op, self.rank, self.nranks, counts).astype(self.dtype)
-        buf = None
+        buf: Any = None
         if in_place:
             length, send_at, recv_at = _layout(plan.collective, counts, self.rank, False)
             buf = np.zeros(length, self.dtype)
             buf[send_at : send_at + counts.send] = values
-            send, self.recv = self.MPI.IN_PLACE, buf[recv_at : recv_at + counts.recv]
+            send: Any = self.MPI.IN_PLACE
+            self.recv = buf[recv_at : recv_at + counts.recv]
         else:
             send, self.recv = values, np.zeros(counts.recv, self.dtype)
         return self._call(send, self.recv, buf)
@@ -156,12 +184,14 @@ class MpiImpl:
         if coll == "reduce_scatter":
             return lambda: comm.Reduce_scatter_block(send, whole, op)
         if coll == "broadcast":
-            copy = buf is None and rank == root
-            return (
-                (lambda: (self.np.copyto(recv, send), comm.Bcast(recv, root)))
-                if copy
-                else lambda: comm.Bcast(recv, root)
-            )
+            if buf is not None or rank != root:
+                return lambda: comm.Bcast(recv, root)
+
+            def copy_then_bcast() -> None:  # out of place on the root: its data starts in `send`
+                self.np.copyto(recv, send)
+                comm.Bcast(recv, root)
+
+            return copy_then_bcast
         if coll == "reduce":
             mine = recv if buf is not None and rank != root else send  # in place, only the root passes IN_PLACE
             return lambda: comm.Reduce(mine, recv, op, root)

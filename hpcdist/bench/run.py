@@ -16,14 +16,16 @@ import time
 from typing import Any
 
 from ..errors import UsageError
+from ..runtime.bootstrap import Session
 from .describe import describe, device_line
 from .fmt import Result, compare, footer_lines, format_row, header_lines
+from .impl import Implementation
 from .plan import COLLECTIVES, BenchPlan, Counts, bandwidths, byte_counts, round_sizes
 
 __all__ = ["run_plan"]
 
 
-def run_plan(plan: BenchPlan, session: Any, out: Any = None) -> int:
+def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
     """Run every size with every implementation; rank 0 prints the table (or JSON). 1 if anything was wrong."""
     from .data import expected_values
 
@@ -35,7 +37,7 @@ def run_plan(plan: BenchPlan, session: Any, out: Any = None) -> int:
     from .impl import MpiImpl, TorchImpl
 
     groups = backend_groups(plan.backends, session)
-    impls: list[Any] = [TorchImpl(plan, session, group) for group in groups]
+    impls: list[Implementation] = [TorchImpl(plan, session, group) for group in groups]
     if plan.reference:
         impls.append(MpiImpl(plan, session))
     devices, env = describe(session, [g.name for g in groups], plan.dtype)
@@ -99,7 +101,9 @@ def run_plan(plan: BenchPlan, session: Any, out: Any = None) -> int:
     return 1 if wrong else 0
 
 
-def _measure(impls: list[Any], plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any) -> list[Result]:
+def _measure(
+    impls: list[Implementation], plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any
+) -> list[Result]:
     """Warm every implementation up, time plan.iters runs of each in interleaved rounds (each round starts with a
     barrier and one untimed call; its time is the max over ranks; the median round counts), then refill, run once
     and check each."""
@@ -126,7 +130,7 @@ def _measure(impls: list[Any], plan: BenchPlan, counts: Counts, nbytes: int, in_
 
 
 def _checked(
-    impl: Any, plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any, seconds: float
+    impl: Implementation, plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any, seconds: float
 ) -> Result:
     """The timing as a Result, with #wrong from fresh buffers run once (None when not checked)."""
     from .data import count_wrong

@@ -233,7 +233,9 @@ def check_rendezvous(f: Facts) -> list[Check]:
     probe = f.rendezvous
     if probe is None:
         return [Check("rendezvous", "info", "rendezvous test not run (mpirun or mpi4py missing, or hosts unreachable)")]
-    ok, errors, accepted = {}, {}, None
+    ok: dict[int, str] = {}
+    errors: dict[int, str] = {}
+    accepted = None
     for line in probe.out.splitlines():
         parts = line.split(maxsplit=4)
         if parts[:1] == ["hpcdist-rdzv"] and len(parts) >= 4 and parts[1].isdigit():

@@ -228,7 +228,7 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
         ("output", spec.output),
         ("error", spec.error),
     ]
-    result = [(name, str(value)) for name, value in options if value is not None]
+    result: list[tuple[str, str | None]] = [(name, str(value)) for name, value in options if value is not None]
     if spec.exclusive:
         result.append(("exclusive", None))
     if spec.requeue:

@@ -61,8 +61,8 @@ def build_mpirun_argv(spec: MpirunSpec) -> list[str]:
     if spec.keepalive:
         for key, value in KEEPALIVE:
             argv += ["--prtemca", key, value]
-    for name, value in spec.env:
-        argv += ["-x", name if value is None else f"{name}={value}"]
+    for name, setting in spec.env:
+        argv += ["-x", name if setting is None else f"{name}={setting}"]
     return argv + list(spec.extra) + list(spec.program)
 
 

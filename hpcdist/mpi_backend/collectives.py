@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
+from .base import GroupBase
 from .buffers import byte_spec, readable, typed_spec, writable
 from .options import as_list, check_root, op_of, overlaps
 from .ring import RING_DTYPES, ring_allreduce
@@ -39,16 +40,8 @@ def _finish_reduce(target: torch.Tensor, buf: torch.Tensor, average: bool, size:
     return finish
 
 
-class CollectiveOps:
+class CollectiveOps(GroupBase):
     """all_reduce, reduce, broadcast, reduce_scatter and barrier over an MPI communicator."""
-
-    _comm: MPI.Intracomm
-    _size: int
-    _rank: int
-    _ring_min_bytes: int
-    _outstanding: list
-    _orphans: list
-    _closed: bool
 
     def _reduce_buffer(self, t: torch.Tensor, name: str) -> tuple:
         """(buffer to reduce in, MPI type, MPI op, finish) for one tensor."""
@@ -89,7 +82,9 @@ class CollectiveOps:
 
     def _allreduce_many(self, tensors: list, name: str, async_op: bool, tmo: Any) -> Any:
         """Several tensors: one flat buffer per dtype, one Iallreduce each."""
-        reqs, keep, finishes = [], [], []
+        reqs: list[Any] = []
+        keep: list[Any] = []
+        finishes: list[Any] = []
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for t in tensors:
             by_dtype.setdefault(t.dtype, []).append(t)
@@ -127,7 +122,9 @@ class CollectiveOps:
         else:  # reduce(tensor, root, op=SUM, timeout=None)
             root, name, async_op, tmo = opts, op_of(op), True, timeout
         root = check_root(self, root, "reduce")
-        reqs, keep, finishes = [], [], []
+        reqs: list[Any] = []
+        keep: list[Any] = []
+        finishes: list[Any] = []
         for t in as_list(tensors):
             buf, mtype, mop, finish = self._reduce_buffer(t, name)
             if self._rank == root:
@@ -148,7 +145,9 @@ class CollectiveOps:
             root, async_op, tmo = opts, True, timeout
         root = check_root(self, root, "broadcast")
         tensors = as_list(tensors)
-        reqs, keep, finishes = [], [], []
+        reqs: list[Any] = []
+        keep: list[Any] = []
+        finishes: list[Any] = []
         for t in tensors:
             buf = readable(t) if self._rank == root else writable(t)
             reqs.append(self._comm.Ibcast(byte_spec(buf), root))
@@ -167,7 +166,9 @@ class CollectiveOps:
             name, async_op, tmo = op_of(opts), True, timeout
         if isinstance(outputs, torch.Tensor):
             outputs, inputs = [outputs], [inputs]
-        reqs, keep, finishes = [], [], []
+        reqs: list[Any] = []
+        keep: list[Any] = []
+        finishes: list[Any] = []
         for out, ins in zip(as_list(outputs), inputs, strict=True):
             if len(ins) != self._size:
                 raise ValueError(
@@ -202,7 +203,9 @@ class CollectiveOps:
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
         self._check()
         name = op_of(opts.reduceOp) if opts is not None else "SUM"
-        reqs, keep, finishes = [], [], []
+        reqs: list[Any] = []
+        keep: list[Any] = []
+        finishes: list[Any] = []
         self._reduce_scatter_one(output, input, name, reqs, keep, finishes)
         async_op = opts.asyncOp if opts is not None else True
         return self._run("reduce_scatter_tensor", reqs[0], keep, [output], _chain(finishes), async_op, tmo=opts)
@@ -212,7 +215,9 @@ class CollectiveOps:
     def reduce_scatter_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
         self._check()
         name = op_of(opts.reduceOp) if opts is not None else "SUM"
-        reqs, keep, finishes = [], [], []
+        reqs: list[Any] = []
+        keep: list[Any] = []
+        finishes: list[Any] = []
         for out, inp in zip(as_list(outputs), as_list(inputs), strict=True):
             self._reduce_scatter_one(out, inp, name, reqs, keep, finishes)
         async_op = opts.asyncOp if opts is not None else True

@@ -10,7 +10,7 @@ which rounds after every partial sum).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -61,7 +61,7 @@ class Plan(NamedTuple):
     average: bool
 
 
-def op_name(op: object) -> str:
+def op_name(op: Any) -> str:
     """The name of a ReduceOp, a ReduceOp.RedOpType, or a name string ("SUM")."""
     if isinstance(op, str):
         name = op.upper()

@@ -32,11 +32,12 @@ BACKEND_NAME = "mpi4py"
 _FAST_SPINS = 256  # Test() calls (~0.1-0.3 µs each) before a synchronous call builds a Work and backs off
 
 
-class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.ProcessGroup):
+# torch's stubs type allgather/alltoall/barrier by their C++ overloads; these take every Python call form of them.
+class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.ProcessGroup):  # type: ignore[misc]
     """A process group over `comm`; `global_ranks[i]` is the torch global rank of group rank i."""
 
     def __init__(self, comm: MPI.Intracomm, global_ranks: list[int], timeout: float) -> None:
-        dist.ProcessGroup.__init__(self, comm.Get_rank(), comm.Get_size())
+        dist.ProcessGroup.__init__(self, comm.Get_rank(), comm.Get_size())  # type: ignore[call-arg]  # (rank, size) form
         self._comm = comm
         self._ring_comm = comm.Dup() if comm.Get_size() > 1 else comm  # internal traffic, apart from users' tags
         self._ring_min_bytes = ring_min_bytes()  # all_reduce from this size goes through the ring
@@ -218,7 +219,8 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         if not self._orphans and self._comm not in (MPI.COMM_WORLD, MPI.COMM_NULL):
             with contextlib.suppress(MPI.Exception):  # a communicator MPI already freed at finalize
                 self._comm.Free()
-        self._comm = MPI.COMM_NULL if not self._orphans else self._comm
+        if not self._orphans:
+            self._comm = MPI.COMM_NULL  # type: ignore[assignment]  # mpi4py types COMM_NULL as a plain Comm
 
     def split_group(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(

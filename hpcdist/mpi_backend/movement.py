@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
+from .base import GroupBase
 from .buffers import byte_spec, raw, readable, writable
 from .collectives import _chain
 from .options import as_list, check_root, overlaps
@@ -71,25 +72,23 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     return readable(t).reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
 
 
-class DataMovementOps:
+class DataMovementOps(GroupBase):
     """all_gather, gather, scatter and all_to_all over an MPI communicator."""
-
-    _comm: MPI.Intracomm
-    _size: int
-    _rank: int
 
     # -- all_gather ----------------------------------------------------------------------------
     def allgather(self, outputs: Any, inputs: Any, opts: Any = None, timeout: Any = None) -> Any:
         self._check()
         if isinstance(inputs, torch.Tensor):  # allgather(output_list, input_tensor, timeout=None)
             outputs, inputs, opts, timeout = [outputs], [inputs], None, timeout if timeout is not None else opts
-        reqs, keep, finishes = [], [], []
+        reqs: list[Any] = []
+        keep: list[Any] = []
+        finishes: list[Any] = []
         for outs, inp in zip(outputs, as_list(inputs), strict=True):
             _check_blocks(self, "all_gather", outs, inp)
             send = readable(inp)
             recv, staging, finish = _gathered_into(outs, inp.nbytes)
             if staging is None and send.data_ptr() == outs[self._rank].data_ptr() and inp.nbytes:
-                send_spec = _IN_PLACE  # the input already sits in this rank's output slot
+                send_spec: Any = _IN_PLACE  # the input already sits in this rank's output slot
             else:
                 send_spec = byte_spec(send)
             reqs.append(self._comm.Iallgather(send_spec, recv))
@@ -109,7 +108,9 @@ class DataMovementOps:
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
         self._check()
-        reqs, keep, finishes = [], [], []
+        reqs: list[Any] = []
+        keep: list[Any] = []
+        finishes: list[Any] = []
         self._gather_single(output, input, reqs, keep, finishes)
         return self._run("all_gather_into_tensor", reqs[0], keep, [output], _chain(finishes), _async(opts), tmo=opts)
 
@@ -117,7 +118,9 @@ class DataMovementOps:
 
     def all_gather_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
         self._check()
-        reqs, keep, finishes = [], [], []
+        reqs: list[Any] = []
+        keep: list[Any] = []
+        finishes: list[Any] = []
         for out, inp in zip(as_list(outputs), as_list(inputs), strict=True):
             self._gather_single(out, inp, reqs, keep, finishes)
         return self._run(
@@ -135,7 +138,7 @@ class DataMovementOps:
         recv = writable(out)
         send = readable(inp)
         if recv is out and send.nbytes and send.data_ptr() == out.data_ptr() + self._rank * inp.nbytes:
-            send_spec = _IN_PLACE
+            send_spec: Any = _IN_PLACE
         else:
             if overlaps(send, recv):
                 send = send.clone()
@@ -161,7 +164,7 @@ class DataMovementOps:
             _check_blocks(self, "gather", outs, inp)
             recv, staging, finish = _gathered_into(outs, inp.nbytes)
             if staging is None and send.data_ptr() == outs[root].data_ptr() and inp.nbytes:
-                send_spec = _IN_PLACE
+                send_spec: Any = _IN_PLACE
             else:
                 send_spec = byte_spec(send)
             req = self._comm.Igather(send_spec, recv, root)

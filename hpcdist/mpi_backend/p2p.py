@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from mpi4py import MPI
 
+from .base import GroupBase
 from .buffers import byte_spec, readable, writable
 from .options import as_list
 
@@ -25,12 +26,8 @@ def _tag_ub() -> int:
     return MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767
 
 
-class PointToPointOps:
+class PointToPointOps(GroupBase):
     """send, recv and recv_anysource over an MPI communicator."""
-
-    _comm: MPI.Intracomm
-    _size: int
-    _rank: int
 
     def _peer(self, rank: int, what: str) -> int:
         rank = int(rank)

@@ -88,7 +88,7 @@ class _Segment(NamedTuple):
     send_at: int
     send_len: int
     into: int
-    count: int
+    elements: int  # how many elements that sum has
 
 
 @functools.lru_cache(maxsize=256)
@@ -149,9 +149,12 @@ def _ring_steps(group: Any, t: torch.Tensor, op: str, tag: int) -> Iterator[list
             overlap = k < last and segments[k + 1].step == seg.step
             following = post(k + 1) if overlap else []
             yield pending
-            if seg.count:
+            if seg.elements:
                 half = halves[k % 2]
-                combine(flat[seg.into : seg.into + seg.count], half if seg.count == len(half) else half[: seg.count])
+                combine(
+                    flat[seg.into : seg.into + seg.elements],
+                    half if seg.elements == len(half) else half[: seg.elements],
+                )
             pending = following if overlap or k == last else post(k + 1)
         for recv_at, recv_len, send_at, send_len in gather:
             yield [

@@ -158,12 +158,15 @@ class LaunchEnv:
         echoed = [r for r in readings[1:] if "world_size" in r.values]
         if launcher == "torchrun" and echoed:
             launcher = echoed[0].source.launcher  # RANK & co. agree with this launch: a shim's echo of it
+        rank, world_size, local_rank, local_world_size = (
+            int(value[f] or 0) for f in ("rank", "world_size", "local_rank", "local_world_size")
+        )  # every one is known here: the first source has rank and world size; local ones were defaulted above
         return cls(
             launcher,
-            value["rank"],
-            value["world_size"],
-            value["local_rank"],
-            value["local_world_size"],
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
             value["node_rank"],
             addr,
             port,
@@ -271,9 +274,9 @@ def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
         _check_below(values["rank"], values["world_size"])
     if source.node_rank and source.node_rank in environ:
         values["node_rank"] = (source.node_rank, _int(environ, source.node_rank))
-    size_var = _first_set(environ, source.local_world_size)
-    if (source.local_rank and source.local_rank in environ) or size_var:
-        local_size_var = size_var or source.local_world_size[0]
+    local_set = _first_set(environ, source.local_world_size)
+    if (source.local_rank and source.local_rank in environ) or local_set:
+        local_size_var = local_set or source.local_world_size[0]
         local_var = source.local_rank or ""
         if source.launcher == "slurm":
             values["local_world_size"] = _slurm_local_size(environ, local_size_var, source)

@@ -51,12 +51,12 @@ def host_address(hostname: str | None = None) -> str:
     except OSError:
         infos = []
     for *_, sockaddr in infos:
-        if not sockaddr[0].startswith("127."):
-            return sockaddr[0]
+        if not str(sockaddr[0]).startswith("127."):
+            return str(sockaddr[0])
     for _, ifname in socket.if_nameindex():
-        addr = _interface_address(ifname)
-        if addr and not addr.startswith("127."):
-            return addr
+        found = _interface_address(ifname)
+        if found and not found.startswith("127."):
+            return found
     raise UsageError(
         f"no non-loopback IPv4 address found on host {name!r}, needed because ranks span several hosts; "
         "set MASTER_ADDR to an address of rank 0's host that every host can reach"
@@ -92,6 +92,6 @@ def _ioctl_int(ifname: str, request: int) -> int | None:
 def resolve(name: str) -> str | None:
     """The first IPv4 address `name` resolves to, or None."""
     try:
-        return socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+        return str(socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0])
     except (OSError, IndexError):
         return None

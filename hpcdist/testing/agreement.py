@@ -69,7 +69,7 @@ def pack(outcome: Outcome) -> bytes:
     return data.ljust(SLOT_BYTES, b"\0")
 
 
-def unpack(slot: bytes) -> Outcome:
+def unpack(slot: bytes | bytearray) -> Outcome:
     """The inverse of pack."""
     nodeid, when, kind, reason = json.loads(bytes(slot).rstrip(b"\0").decode())
     return Outcome(nodeid, when, kind, reason)

@@ -131,8 +131,9 @@ class DeadlineThread:
                 )
                 self._post_request(reason)
                 break
-            reason = self._requested()
-            if reason:
+            requested = self._requested()
+            if requested:
+                reason = requested
                 break
         self._answer()
         if self.rank != 0:

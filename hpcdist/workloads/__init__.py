@@ -59,7 +59,11 @@ def load(name: str) -> Callable[[Any, argparse.Namespace | None], str | None]:
     fn = getattr(importlib.import_module(f"{__name__}.{module}"), func)
     if name in _WITH_OPTIONS:
         return fn
-    return lambda session, options=None: fn(session)
+
+    def without_options(session: Any, options: argparse.Namespace | None = None) -> str | None:
+        return fn(session)
+
+    return without_options
 
 
 def defaults() -> argparse.Namespace:

@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -111,7 +111,9 @@ def train(session: Session, options: argparse.Namespace | None = None) -> nn.Mod
     config = {"world_size": size, "seed": opts.seed, "samples": opts.samples, "batch_size": opts.batch_size}
 
     dataset = make_dataset(opts.samples, opts.seed)
-    sampler = DistributedSampler(dataset, num_replicas=size, rank=rank, shuffle=True, seed=opts.seed)
+    sampler: DistributedSampler[Any] = DistributedSampler(
+        dataset, num_replicas=size, rank=rank, shuffle=True, seed=opts.seed
+    )
     loader = DataLoader(dataset, batch_size=opts.batch_size, sampler=sampler)
     module = build_model(opts.seed).to(device)
     optimizer = torch.optim.Adam(module.parameters(), lr=LEARNING_RATE)
@@ -238,7 +240,7 @@ def _stop(
     epoch: int,
     where: _Stop | None,
     preemption: Preemption,
-) -> None:
+) -> NoReturn:
     """Save the checkpoint at this step boundary (rank 0, atomically), wait for it on every rank, raise Preempted."""
     rank, device = session.rank, next(module.parameters()).device
     step = where.step if where is not None else 0

@@ -16,6 +16,7 @@ call), nor with those of an earlier call, because each call has its own tag.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import traceback
@@ -186,10 +187,7 @@ def _work(comm: Any, tag: int, fn: Callable[[Any], Any], seconds: float) -> tupl
             0,
             tag,
             seconds,
-            lambda last=last: (
-                f"rank {rank} waited {seconds:g} s for rank 0 to send {last} (or the end) in hpcdist.map; "
-                "is rank 0 inside hpcdist.map (every rank must call it)?"
-            ),
+            functools.partial(_worker_wait, rank, seconds, last),
         )
         if message[0] == "stop":
             return message[1]
@@ -235,6 +233,14 @@ def _receive(comm: Any, source: int | None, tag: int, seconds: float, explain: C
 def _wait_for(done: Callable[[], bool], seconds: float, explain: Callable[[], str]) -> None:
     """Poll `done` with a growing pause (0.1 ms to 10 ms) until it is true; MapTimeout after `seconds`."""
     poll_until(done, time.monotonic() + seconds, explain, backoff=Backoff(1e-4, 0.01), error=MapTimeout)
+
+
+def _worker_wait(rank: int, seconds: float, last: str) -> str:
+    """What a worker was waiting for, for its timeout message."""
+    return (
+        f"rank {rank} waited {seconds:g} s for rank 0 to send {last} (or the end) in hpcdist.map; "
+        "is rank 0 inside hpcdist.map (every rank must call it)?"
+    )
 
 
 def _coordinator_wait(active: set[int], running: dict[int, tuple[int, str]], asked: set[int], seconds: float) -> str:
