@@ -121,7 +121,12 @@ class MPIWork(dist._Work):
 
     # -- the torch Work API ---------------------------------------------------------------------
     def wait(self, timeout: Any = None) -> bool:
-        """Block until done; raise CollectiveError/CollectiveTimeout on failure."""
+        """Block until done.
+
+        Raises:
+            CollectiveTimeout: the operation outlived the group's timeout (the work fails) or `timeout` (it does not).
+            CollectiveError: the operation failed in MPI or in its finishing step.
+        """
         if not self._done:
             if self._event is not None:
                 self._wait_handed(as_seconds(timeout))

@@ -140,7 +140,13 @@ def socket_ifnames(ifname: str | None, current: Mapping[str, str]) -> dict[str, 
 
 
 def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Rendezvous]:
-    """Detect the launch, agree on a rendezvous, and write the torch variables into os.environ."""
+    """Detect the launch, agree on a rendezvous, and write the torch variables into os.environ.
+
+    Raises:
+        UsageError: the launch variables are inconsistent, or differ from torch variables the user set.
+        RendezvousTimeout: a rank did not reach the rendezvous within max(timeout, 60 s).
+        RendezvousUnreachable: some rank cannot connect to the address rank 0 offers (a UsageError).
+    """
     env = env or LaunchEnv.from_environ(os.environ)
     rdzv = _rendezvous(env, max(timeout, _STARTUP_FLOOR))
     if rdzv.store is not None:
@@ -178,7 +184,12 @@ def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
 
 
 def init(backend: str = "auto", timeout: float | None = None) -> Session:
-    """Detect the launch, rendezvous, pick the device, and initialise torch.distributed."""
+    """Detect the launch, rendezvous, pick the device, and initialise torch.distributed.
+
+    Raises:
+        UsageError: an unknown backend, nccl without (enough) GPUs, or a launch that contradicts itself.
+        RendezvousTimeout: a rank did not reach the rendezvous in time (see `prepare`).
+    """
     import torch
     import torch.distributed as dist
 

@@ -1,6 +1,7 @@
 """Workloads run as `hpcdist run NAME`: each checks its own result and returns a problem or None.
 
-Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`) and atomic checkpoints (`checkpoint`).
+Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`), atomic checkpoints (`checkpoint`) and
+stopping at a step boundary on preemption (`preemption`).
 May import: errors, waits, runtime. Never the CLI. Listing the workloads never imports torch.
 """
 

@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
 from . import checkpoint
+from .preemption import Preempted, Preemption
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -53,7 +54,6 @@ FEATURES = 16
 HIDDEN = 64
 LEARNING_RATE = 3e-3
 _FORMAT = 1
-PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # scontrol requeue / scancel send SIGTERM to the steps
 CHECK_EVERY = 8  # steps between the all-reduces that agree on stopping: 1.1 ms (2 ranks) to 4 ms (4 ranks on
 # 2 cores) each here, +10-15 % per step when done every step, lost in the noise every 8th step
 _MUST_MATCH = ("world_size", "seed", "samples", "batch_size")  # what exact continuation depends on
@@ -171,56 +171,6 @@ def train(session: Session, options: argparse.Namespace | None = None) -> nn.Mod
                 _say(rank, f"stopping after epoch {epoch + 1} as asked (--stop-after-epoch)")
                 break
     return module
-
-
-class Preempted(SystemExit):
-    """Every rank stopped on a preemption signal and the checkpoint (if any) is saved: exit status 0."""
-
-    def __init__(self, epoch: int, step: int, path: Path | None) -> None:
-        super().__init__(0)
-        self.epoch, self.step, self.path = epoch, step, path
-
-
-class Preemption:
-    """SIGTERM/SIGUSR1 set a flag; `agree()` all-reduces it (MAX), so every rank stops at the same step.
-
-    The handlers are installed on entry and the previous ones put back on exit. The flag travels in an
-    all-reduce every CHECK_EVERY steps and on every epoch's last step, so all ranks see it at the same
-    step even when the signal reaches them at different times.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self.device, self.signal, self.agreed = device, 0, False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> Preemption:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():  # signal.signal works there only
-            for number in PREEMPT_SIGNALS:
-                self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-        self._previous.clear()
-
-    def _handle(self, number: int, _frame: object) -> None:
-        if not self.signal:
-            self.signal = number
-            os.write(
-                2,
-                f"hpcdist: ddp: got {signal.Signals(number).name}; stopping at the next step boundary "
-                "to checkpoint\n".encode(),
-            )
-
-    def agree(self) -> bool:
-        """True on every rank once any rank has been signalled (a collective: all ranks must call it together)."""
-        flag = torch.tensor([1 if self.signal else 0], dtype=torch.int32, device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        self.agreed = bool(flag.item())
-        return self.agreed
 
 
 class _Stop:

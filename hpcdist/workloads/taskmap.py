@@ -61,6 +61,11 @@ def map(fn: Callable[[T], R], items: Iterable[T], *, timeout: float | None = Non
     rank raises TaskError naming the item, the rank and the original traceback. Each wait for a message
     (including a wait for one task to finish) ends after `timeout` seconds (default $HPCDIST_TIMEOUT or
     300) with MapTimeout.
+
+    Raises:
+        TaskError: `fn` raised for an item on some rank (every rank raises it).
+        MapTimeout: a wait for a message outlived the timeout; the message says who waited for what.
+        UsageError: the ranks are not one MPI job (e.g. under torchrun), or the timeout is not positive.
     """
     seconds = job_timeout(os.environ, timeout)
     world = _world()

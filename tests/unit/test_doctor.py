@@ -11,7 +11,8 @@ import pytest
 
 from hpcdist.cli import build_parser, diagnose
 from hpcdist.doctor import probe as doctor_probe
-from hpcdist.doctor.checks import check_gpus, check_hosts, check_interfaces, check_mpi, check_rendezvous
+from hpcdist.doctor.checks import check_gpus, check_hosts, check_mpi, check_rendezvous
+from hpcdist.doctor.network import check_interfaces
 from hpcdist.doctor.checks import check_torch, run_checks
 from hpcdist.doctor.facts import Check, Facts, Probe, mpi_identity
 from hpcdist.launching.hostfile import HostSlots
