@@ -116,9 +116,11 @@ class Hosts:
         """Give a host a second interface `eth1` (ADDRESS/24, reaching no other host), and make its own name
         resolve to that address there, as on clusters whose hostname names the management network."""
         ns = f"hpc-{host}"
-        subprocess.run(["ip", "-n", ns, "link", "add", "eth1", "type", "dummy"], check=True)
+        # a veth pair with both ends on the host (the kernel here has no dummy links): eth1 leads nowhere else
+        subprocess.run(["ip", "-n", ns, "link", "add", "eth1", "type", "veth", "peer", "name", "eth1-end"], check=True)
         subprocess.run(["ip", "-n", ns, "addr", "add", f"{address}/24", "dev", "eth1"], check=True)
-        subprocess.run(["ip", "-n", ns, "link", "set", "eth1", "up"], check=True)
+        for link in ("eth1", "eth1-end"):
+            subprocess.run(["ip", "-n", ns, "link", "set", link, "up"], check=True)
         etc = Path(f"/etc/netns/{ns}/hosts")
         lines = [line for line in etc.read_text().splitlines() if not line.endswith(f" {host}")]
         etc.write_text("\n".join([*lines, f"{address} {host}", f"::ffff:{address} {host}"]) + "\n")
