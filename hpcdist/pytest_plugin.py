@@ -177,7 +177,7 @@ def _session(config: pytest.Config) -> _MpiSession | None:
 
 @pytest.fixture
 def launch_env() -> Any:
-    """This rank's hpcdist.env.LaunchEnv (launcher, rank, sizes, local rank)."""
+    """This rank's hpcdist.LaunchEnv (launcher, rank, sizes, local rank)."""
     from .runtime.env import LaunchEnv
 
     return LaunchEnv.from_environ(os.environ)

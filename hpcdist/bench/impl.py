@@ -51,7 +51,7 @@ def _layout(collective: str, counts: Counts, rank: int, rank_block_result: bool)
 
 
 class TorchImpl:
-    """The collective through torch.distributed on one backend's group (see benchgroups.BackendGroup)."""
+    """The collective through torch.distributed on one backend's group (see groups.BackendGroup)."""
 
     def __init__(self, plan: BenchPlan, session: Session, backend: BackendGroup) -> None:
         import torch

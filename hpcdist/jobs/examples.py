@@ -118,7 +118,9 @@ def check_examples(root: str) -> list[str]:
         for name in sorted(present):
             path = f"{folder}/{name}"
             if path not in expected and (folder != "templates" or name.endswith(".j2")):
-                problems.append(f"{path} is not an example hpcdist renders; add it to hpcdist/examples.py or remove it")
+                problems.append(
+                    f"{path} is not an example hpcdist renders; add it to hpcdist/jobs/examples.py or remove it"
+                )
     return problems
 
 

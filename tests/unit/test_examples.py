@@ -45,7 +45,7 @@ def test_drift_is_reported_and_only_write_fixes_it(tmp_path: Path) -> None:
     (tmp_path / "hostfiles/stray").write_text("n1 slots=1\n")
     assert check_examples(str(tmp_path)) == [
         "slurm/ddp-srun.sbatch differs from what the templates render",
-        "hostfiles/stray is not an example hpcdist renders; add it to hpcdist/examples.py or remove it",
+        "hostfiles/stray is not an example hpcdist renders; add it to hpcdist/jobs/examples.py or remove it",
     ]
 
 
