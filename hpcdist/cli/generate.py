@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -297,7 +296,7 @@ def _hostfile(args: argparse.Namespace) -> int:
 def _torchrun(args: argparse.Namespace) -> int:
     """`hpcdist torchrun`: the seed notes' multi-node torchrun command line, or a per-node script."""
     from ..jobs.render import make_environment
-    from ..jobs.torchrun import TorchrunSpec, build_torchrun_argv, render_torchrun_script
+    from ..jobs.torchrun import TorchrunSpec, render_torchrun_script, torchrun_line
 
     spec = TorchrunSpec(
         _program(args.program, "torchrun"),
@@ -312,7 +311,7 @@ def _torchrun(args: argparse.Namespace) -> int:
     if args.script:
         text = render_torchrun_script(spec, env, make_environment(args.template_dir))
     else:
-        text = shlex.join([f"{k}={v}" for k, v in sorted(env.items())] + build_torchrun_argv(spec)) + "\n"
+        text = torchrun_line(spec, env)
     emit(text, args.write, 0o755 if args.script else 0o644)
     return 0
 

@@ -11,7 +11,7 @@ import jinja2
 from ..errors import UsageError
 from ..launching.names import check_env_name
 from ..launching.program import is_python, parse_python_argv
-from .render import render_template
+from .render import render_template, shjoin, shquote
 
 __all__ = [
     "TorchrunSpec",
@@ -19,6 +19,7 @@ __all__ = [
     "check_master",
     "program_words",
     "render_torchrun_script",
+    "torchrun_line",
     "torchrun_options",
 ]
 
@@ -103,6 +104,12 @@ def build_torchrun_argv(spec: TorchrunSpec) -> list[str]:
             "that every node can reach"
         )
     return [spec.torchrun, *torchrun_options(spec), *program_words(spec.program)]
+
+
+def torchrun_line(spec: TorchrunSpec, env: Mapping[str, str]) -> str:
+    """The torchrun command line with `env` as leading `NAME=value` assignments (sorted), as bash runs it."""
+    assignments = [f"{check_env_name(k)}={shquote(v)}" for k, v in sorted(env.items())]
+    return " ".join([*assignments, shjoin(build_torchrun_argv(spec))]) + "\n"
 
 
 def render_torchrun_script(spec: TorchrunSpec, env: Mapping[str, str], jinja: jinja2.Environment | None = None) -> str:
