@@ -68,6 +68,29 @@ def _check_blocks(group: Any, what: str, tensors: list[torch.Tensor], like: torc
             )
 
 
+def _check_coalesced(group: Any, output_lists: list, inputs: list[torch.Tensor]) -> None:
+    """Raise ValueError unless output_lists holds, for each rank, one tensor like each input (gloo's checks)."""
+    if not inputs:
+        raise ValueError(f"{group._who()}: all_gather_coalesced needs at least one input tensor")
+    if len(output_lists) != group._size:
+        raise ValueError(
+            f"{group._who()}: all_gather_coalesced needs {group._size} output lists (one per rank of "
+            f"{group._desc}), got {len(output_lists)}"
+        )
+    for r, outs in enumerate(output_lists):
+        if len(outs) != len(inputs):
+            raise ValueError(
+                f"{group._who()}: all_gather_coalesced output list {r} has {len(outs)} tensors, "
+                f"one per input needs {len(inputs)}"
+            )
+        for i, (o, t) in enumerate(zip(outs, inputs, strict=True)):
+            if o.shape != t.shape or o.dtype != t.dtype:
+                raise ValueError(
+                    f"{group._who()}: all_gather_coalesced output [{r}][{i}] must match input {i} "
+                    f"({t.dtype}, shape {list(t.shape)}), got {o.dtype}, shape {list(o.shape)}"
+                )
+
+
 def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     return readable(t).reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
 
@@ -104,7 +127,26 @@ class DataMovementOps(GroupBase):
             tmo=opts or timeout,
         )
 
-    allgather_coalesced = allgather
+    def allgather_coalesced(self, output_lists: Any, inputs: Any, opts: Any = None) -> Any:
+        """torch's all_gather_coalesced: output_lists[r][i] receives rank r's inputs[i], in one MPI call."""
+        self._check()
+        ins = as_list(inputs)
+        _check_coalesced(self, output_lists, ins)
+        send = torch.cat([_as_bytes(t) for t in ins])  # this rank's block: its inputs one after another
+        offsets = [0, *accumulate(t.nbytes for t in ins)]
+        recv = torch.empty(send.nbytes * self._size, dtype=torch.uint8)
+
+        def finish() -> None:
+            for r, outs in enumerate(output_lists):
+                block = recv[r * send.nbytes : (r + 1) * send.nbytes]
+                for o, start, end in zip(outs, offsets, offsets[1:], strict=False):
+                    o.copy_(block[start:end].view(o.dtype).view(o.shape))
+
+        req = self._comm.Iallgather(byte_spec(send), byte_spec(recv))
+        result = [t for outs in output_lists for t in outs]
+        return self._run(
+            "all_gather_coalesced", req, (output_lists, ins, send, recv), result, finish, _async(opts), tmo=opts
+        )
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
         self._check()

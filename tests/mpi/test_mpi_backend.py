@@ -280,3 +280,36 @@ def test_new_subgroups(world) -> None:
     assert t.item() == sum(range(first, first + size))
     for g in groups:
         dist.destroy_process_group(g)
+
+
+def _coalesced_inputs(dtype: torch.dtype, rank: int, count: int, equal: bool) -> list:
+    """Global rank `rank`'s inputs to all_gather_coalesced: `count` tensors, of equal or of different sizes."""
+    shapes = [(3,) if equal else [(2, 3), (0,), (5,), (1, 2, 2)][j % 4] for j in range(count)]
+    return [_data(dtype, shape, 1000 * rank + 10 * j + DTYPES.index(dtype)) for j, shape in enumerate(shapes)]
+
+
+def test_all_gather_coalesced_lists_outputs_by_rank_then_input_like_gloo(world) -> None:
+    """output_lists[r][i] is rank r's input i (torch's docstring, gloo's allgather_coalesced), also with as many
+    inputs as ranks, where the transposed layout would fit the shapes and go unnoticed."""
+    for pair in world.pairs:
+        if pair[1] == dist.GroupMember.NON_GROUP_MEMBER:
+            continue
+        n, ranks = dist.get_world_size(pair[1]), dist.get_process_group_ranks(pair[1])
+        for dtype in DTYPES:
+            for count in sorted({n, 3}):
+                for equal in (True, False):
+                    what = f"{dtype}, {count} inputs of {'equal' if equal else 'different'} sizes, group {ranks}"
+                    inputs = _coalesced_inputs(dtype, world.rank, count, equal)
+                    expected = [_coalesced_inputs(dtype, r, count, equal) for r in ranks]
+                    for g in pair:
+                        outputs = [[torch.full_like(t, 7) for t in inputs] for _ in range(n)]
+                        dist.all_gather_coalesced(outputs, inputs, group=g)
+                        for r in range(n):
+                            for got, want in zip(outputs[r], expected[r], strict=True):
+                                assert torch.equal(got, want), f"{dist.get_backend(g)} {what}: rank {r}: {got} != {want}"
+            out = [[torch.empty(2)] for _ in range(n)]
+            dist.all_gather_coalesced(out, [torch.full((2,), float(world.rank))], pair[1], async_op=True).wait()
+            assert [o[0].tolist() for o in out] == [[float(r)] * 2 for r in ranks]
+            bad = [[torch.empty(2)] for _ in range(n + 1)]  # one output list too many: both backends refuse
+            res = _both(pair, lambda g: dist.all_gather_coalesced(bad, [torch.ones(2)], group=g))
+            assert all(isinstance(r, Exception) for r in res), res
