@@ -95,6 +95,18 @@ def _exit_code(code: object) -> int:
     return 1
 
 
+def _run_child(words: Sequence[str], env: dict[str, str], rank: int) -> int:
+    """Run a non-Python program as a child; one that cannot start is this rank's usage error (status 2)."""
+    from .launching.spawn import run_child
+
+    try:
+        return run_child(words, env)
+    except UsageError as exc:
+        print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr)
+        abort_job(2)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Prepare the torch variables, run the program, and abort the whole job if it fails."""
     words = list(sys.argv[1:] if argv is None else argv)
@@ -114,12 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if target is not None:
         code = _run_in_process(target, env.rank)
     else:
-        from .launching.spawn import run_child
-
         child_env = dict(os.environ)
         if rdzv.hosted:
             child_env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # rank 0's shim hosts the store
-        code = run_child(words, child_env)
+        code = _run_child(words, child_env, env.rank)
     if code != 0:
         print(
             f"hpcdist: rank {env.rank} on {socket.gethostname()} failed ({_describe(code)}); ending the job",

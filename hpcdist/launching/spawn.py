@@ -34,7 +34,7 @@ def _spawn(
     try:
         proc = subprocess.Popen(list(argv), env=None if env is None else dict(env), stdout=pipe, stderr=pipe)
     except FileNotFoundError:
-        raise UsageError(f"{what} {argv[0]!r} not found on PATH; check the name or give its full path") from None
+        raise UsageError(_not_found(argv[0], what)) from None
     except PermissionError:
         raise UsageError(f"{what} {argv[0]!r} is not executable; chmod +x it or run it with its interpreter") from None
     pumps = []
@@ -59,6 +59,15 @@ def _spawn(
         # take what is there, but never wait for it to close.
         pump.join(max(0.0, deadline - time.monotonic()))
     return code
+
+
+def _not_found(program: str, what: str) -> str:
+    """Why `program` could not start although exec found nothing wrong with the call, and what to do."""
+    if os.sep not in program:
+        return f"{what} {program!r} not found on PATH; check the name, give its full path or add its directory to PATH"
+    if os.path.exists(program):
+        return f"{what} {program!r} names an interpreter on its #! line that does not exist; fix that line"
+    return f"{what} {program!r} does not exist; check the path, or give the name of a program on PATH"
 
 
 def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], None]) -> None:

@@ -50,3 +50,23 @@ def test_console_scripts_with_a_python_shebang_run_in_process(tmp_path) -> None:
 def test_python_target_errors(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         python_target(argv, which=_nothing)
+
+
+def test_a_child_that_cannot_start_is_a_usage_error_naming_it(tmp_path, monkeypatch, capsys) -> None:
+    from hpcdist.shim import _run_child
+
+    script = tmp_path / "job"
+    script.write_text("#!/no/such/interpreter\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    aborts: list[int] = []
+    monkeypatch.setattr("hpcdist.shim.abort_job", aborts.append)  # MPI may be initialised in this process
+    for program, message in [
+        ("/no/such-binary", "program '/no/such-binary' does not exist; check the path"),
+        ("no-such-binary", "program 'no-such-binary' not found on PATH; check the name"),
+        (str(script), f"program '{script}' names an interpreter on its #! line that does not exist"),
+        (str(tmp_path), f"program '{tmp_path}' is not executable"),
+    ]:
+        assert _run_child([program], {}, 3) == 2 and aborts.pop() == 2  # the whole job ends with status 2
+        err = capsys.readouterr().err
+        assert err.startswith("hpcdist: error: rank 3 on ") and message in err and "Traceback" not in err
