@@ -86,11 +86,11 @@ def _user_frames(tb: TracebackType | None) -> TracebackType | None:
 
 
 def _exit_code(code: object) -> int:
-    """The status `sys.exit(code)` gives: None is 0, an int is itself, anything else is printed and 1."""
+    """The status `sys.exit(code)` leaves to the OS: None 0, an int its low byte (-1 is 255), else printed and 1."""
     if code is None:
         return 0
     if isinstance(code, int):
-        return code
+        return code & 0xFF
     print(code, file=sys.stderr)
     return 1
 
@@ -140,10 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _describe(code: int) -> str:
-    """'exit code 3' or 'killed by SIGKILL' for a child's return code."""
-    if code < 0:
+    """'exit code 3', or for a child's negative return code 'killed by SIGKILL' ('killed by signal 40')."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
         return f"killed by {signal.Signals(-code).name}"
-    return f"exit code {code}"
+    except ValueError:  # a number Python has no name for, e.g. a real-time signal
+        return f"killed by signal {-code}"
 
 
 def _leave(code: int) -> NoReturn:

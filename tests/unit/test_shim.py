@@ -52,6 +52,36 @@ def test_python_target_errors(argv: list[str], message: str) -> None:
         python_target(argv, which=_nothing)
 
 
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [(None, 0), (0, 0), (3, 3), (-1, 255), (-100, 156), (255, 255), (256, 0), (True, 1), ("bye", 1)],
+)
+def test_an_in_process_exit_status_is_what_the_os_makes_of_it(code: object, status: int) -> None:
+    from hpcdist.shim import _exit_code
+
+    assert _exit_code(code) == status
+
+
+@pytest.mark.parametrize("code", [-1, -100])
+def test_a_negative_sys_exit_in_process_is_an_exit_code_not_a_signal(code: int, monkeypatch) -> None:
+    from hpcdist.shim import _describe, _run_in_process
+
+    monkeypatch.setattr("sys.argv", ["shim"])
+    status = _run_in_process(PythonTarget("code", f"import sys; sys.exit({code})", ()), 0)
+    assert status == code & 0xFF and _describe(status) == f"exit code {code & 0xFF}"
+
+
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [(3, "exit code 3"), (-9, "killed by SIGKILL"), (-1, "killed by SIGHUP"), (-40, "killed by signal 40"),
+     (-100, "killed by signal 100")],
+)
+def test_a_childs_status_is_described_without_crashing_on_unknown_signals(code: int, text: str) -> None:
+    from hpcdist.shim import _describe
+
+    assert _describe(code) == text
+
+
 def test_a_child_that_cannot_start_is_a_usage_error_naming_it(tmp_path, monkeypatch, capsys) -> None:
     from hpcdist.shim import _run_child
 
