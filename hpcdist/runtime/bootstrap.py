@@ -15,7 +15,7 @@ from typing import Any
 from ..abort import install_abort_hook
 from ..errors import UsageError
 from .env import LaunchEnv
-from .rendezvous import Rendezvous, local_store, mpi_rendezvous, slurm_rendezvous
+from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvous, slurm_rendezvous
 
 __all__ = [
     "BACKENDS",
@@ -166,7 +166,9 @@ def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Re
 
 
 def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
-    """Respect a user's MASTER_ADDR/PORT; otherwise ask MPI, Slurm, or bind locally."""
+    """Respect a user's MASTER_ADDR/PORT (once it resolves here); otherwise ask MPI, Slurm, or bind locally."""
+    if env.master_addr:
+        check_master_addr(env.master_addr)
     if env.master_addr and env.master_port:
         return Rendezvous(env.master_addr, env.master_port)
     if env.is_mpi:

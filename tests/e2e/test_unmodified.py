@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from launching import PROGRAMS, launch
 
@@ -64,3 +66,12 @@ def test_a_rank_that_never_initialises_is_named(hpcdist: str, backend: str) -> N
     ), result.stderr
     assert result.seconds < 60 + 60
 
+
+def test_a_master_addr_that_does_not_resolve_is_reported_at_once(hpcdist: str) -> None:
+    result = _plain(hpcdist, MASTER_ADDR="no-such-host.invalid")
+    assert result.returncode == 2, result.stderr
+    assert (
+        f"MASTER_ADDR=no-such-host.invalid does not resolve on host {socket.gethostname()} " in result.stderr
+    ), result.stderr
+    assert "correct the name (a typo?)" in result.stderr
+    assert result.seconds < 30  # not torch's 60 s store timeout
