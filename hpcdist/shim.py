@@ -22,6 +22,7 @@ from typing import NoReturn
 from .abort import abort_job
 from .errors import RendezvousTimeout, UsageError
 from .launching.program import PythonTarget, is_python, parse_python_argv
+from .runtime.adopt import adopt, finish
 from .runtime.bootstrap import job_timeout, prepare
 from .runtime.env import LaunchEnv
 
@@ -118,13 +119,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = python_target(words)
         env = LaunchEnv.from_environ(os.environ)
         rank = str(env.rank)
-        env, rdzv = prepare(job_timeout(os.environ), env)
+        seconds = job_timeout(os.environ)
+        env, rdzv = prepare(seconds, env)
     except (UsageError, RendezvousTimeout) as exc:
         print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr)
         abort_job(2)
         return 2
     if target is not None:
+        adopt(env, seconds)  # the program's own init_process_group gets hpcdist.init's protection
         code = _run_in_process(target, env.rank)
+        if code == 0:
+            finish()  # wait for the other ranks, so that their hang report can name this rank as finished
     else:
         child_env = dict(os.environ)
         if rdzv.hosted:

@@ -5,14 +5,32 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-__all__ = ["Entry", "Ledger", "Record", "describe_hang", "first_divergence"]
+__all__ = [
+    "FINISHED",
+    "INITIALISED",
+    "INITIALISING",
+    "RUNNING",
+    "Entry",
+    "Ledger",
+    "Phase",
+    "Record",
+    "describe_hang",
+    "first_divergence",
+]
 
 _P2P_RECV = ("recv", "irecv")
 _P2P_SEND = ("send", "isend")
 _P2P = _P2P_RECV + _P2P_SEND
+
+# Where a rank's program is, as far as torch.distributed goes (the shim and init_process_group say so).
+RUNNING = "running"  # its program runs but has not called init_process_group
+INITIALISING = "initialising"  # waiting in init_process_group for the other ranks
+INITIALISED = "initialised"
+FINISHED = "finished"  # its program has ended; the shim waits for the other ranks'
 
 
 @dataclass
@@ -28,6 +46,13 @@ class Entry:
     gseq: int  # the how-many-th collective on its group (0 for point-to-point): aligns ranks' ledgers
     started: float
     done: bool = False
+
+
+class Phase(NamedTuple):
+    """A rank's phase as sent to another rank, with how long it has been in it."""
+
+    name: str
+    age: float
 
 
 class Record(NamedTuple):
@@ -60,6 +85,16 @@ class Ledger:
     seq: int = 0
     entries: deque[Entry] = field(default_factory=deque)
     collectives: dict[str, int] = field(default_factory=dict)
+    phase: str = RUNNING
+    since: float = field(default_factory=time.monotonic)
+
+    def enter(self, phase: str) -> None:
+        """Record that this rank's program entered `phase` (RUNNING, INITIALISING, INITIALISED, FINISHED)."""
+        self.phase, self.since = phase, time.monotonic()
+
+    def state(self) -> Phase:
+        """The phase, to send to another rank."""
+        return Phase(self.phase, time.monotonic() - self.since)
 
     def start(self, op: str, peer: str, shape: tuple[int, ...], dtype: str, group: str) -> Entry:
         """Record a call as it begins."""
@@ -86,8 +121,13 @@ class Ledger:
         ]
 
 
-def first_divergence(ledgers: dict[int, list[Record]]) -> str | None:
-    """The first place where ranks' calls disagree, in words; None if their calls are consistent."""
+def first_divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phase] | None = None) -> str | None:
+    """The first place where ranks' calls disagree, in words; None if their calls are consistent.
+
+    `phases` (each rank's Phase; INITIALISED when absent) names ranks that never initialised or whose
+    program has finished, and counts a rank waiting in init_process_group as waiting.
+    """
+    phases = phases or {}
     entries = {rank: [Record(*row) for row in rows] for rank, rows in sorted(ledgers.items())}
     waiting = {rank: next((e for e in rows if not e.done), None) for rank, rows in entries.items()}
     for rank, entry in waiting.items():
@@ -97,8 +137,13 @@ def first_divergence(ledgers: dict[int, list[Record]]) -> str | None:
         other = waiting.get(peer)
         wanted = _P2P_SEND if entry.op in _P2P_RECV else _P2P_RECV
         if peer in entries and (other is None or other.op not in wanted or other.peer[4:] != str(rank)):
-            where = f"is in {other.label()}" if other else "is not in any communication call"
-            return f"rank {rank} waits in {entry.label()} while rank {peer} {where}"
+            if other is not None:
+                where = f"rank {peer} is in {other.label()}"
+            elif _phase(phases, peer) == INITIALISED:
+                where = f"rank {peer} is not in any communication call"
+            else:
+                where = _elsewhere([peer], phases)
+            return f"rank {rank} waits in {entry.label()} while {where}"
     for group in sorted({e.group for rows in entries.values() for e in rows if e.op not in _P2P}):
         members = list(entries) if group == "world" else [r for r in json.loads(group) if r in entries]
         calls = {rank: {e.gseq: e for e in entries[rank] if e.group == group and e.op not in _P2P} for rank in members}
@@ -106,15 +151,34 @@ def first_divergence(ledgers: dict[int, list[Record]]) -> str | None:
             mismatch = _mismatch({rank: by_gseq[gseq] for rank, by_gseq in calls.items()})
             if mismatch:
                 return mismatch
-    stuck = {rank: e for rank, e in waiting.items() if e is not None}
+    stuck = {rank: e.label() for rank, e in waiting.items() if e is not None}
+    stuck.update({r: "init_process_group" for r in entries if r not in stuck and _phase(phases, r) == INITIALISING})
     absent = sorted(set(entries) - set(stuck))
     if stuck and absent:
-        first_rank, first = next(iter(stuck.items()))
-        return (
-            f"rank {first_rank} waits in {first.label()} while rank(s) {', '.join(map(str, absent))} "
-            "are not in any communication call"
-        )
+        first_rank = min(stuck)
+        by_phase: dict[str, list[int]] = {}
+        for rank in absent:
+            by_phase.setdefault(_phase(phases, rank), []).append(rank)
+        where = " and ".join(_elsewhere(ranks, phases) for ranks in by_phase.values())
+        return f"rank {first_rank} waits in {stuck[first_rank]} while {where}"
     return None
+
+
+def _phase(phases: Mapping[int, Phase], rank: int) -> str:
+    """A rank's phase name; INITIALISED when it was not sent (a watchdog started by hpcdist.init)."""
+    phase = phases.get(rank)
+    return Phase(*phase).name if phase else INITIALISED
+
+
+def _elsewhere(ranks: list[int], phases: Mapping[int, Phase]) -> str:
+    """What ranks in one phase do instead of communicating, e.g. 'rank 1 finished its program'."""
+    phase, one = _phase(phases, ranks[0]), len(ranks) == 1
+    if phase == FINISHED:
+        return f"{_ranks(ranks)} {'finished its program' if one else 'finished their programs'}"
+    if phase == RUNNING:
+        whose = "its program has" if one else "their programs have"
+        return f"{_ranks(ranks)} never initialised ({whose} not called init_process_group)"
+    return f"rank(s) {', '.join(map(str, ranks))} are not in any communication call"
 
 
 def _mismatch(calls: dict[int, Record]) -> str | None:
@@ -139,19 +203,31 @@ def _detail(entry: Record) -> str:
     return f"{entry.label()} shape={list(entry.shape)} dtype={entry.dtype} on group {entry.group}"
 
 
-def describe_hang(ledgers: dict[int, list[Record]], missing: list[int]) -> str:
-    """The full report: each rank's pending call, the first divergence, and ranks that did not answer."""
+def describe_hang(
+    ledgers: dict[int, list[Record]], missing: list[int], phases: Mapping[int, Phase] | None = None
+) -> str:
+    """The full report: each rank's pending call or phase, the first divergence, and ranks that did not answer."""
+    phases = phases or {}
     lines = ["hpcdist: communication hang — what each rank was doing:"]
     for rank, rows in sorted(ledgers.items()):
         entries = [Record(*row) for row in rows]
         pending = next((e for e in entries if not e.done), None)
-        last = entries[-1] if entries else None
+        last = f"last call {entries[-1].label()}" if entries else "no communication call"
+        phase = Phase(*phases[rank]) if rank in phases else Phase(INITIALISED, 0.0)
         if pending:
             lines.append(f"  rank {rank}: waiting in {_detail(pending)} for {pending.age:.1f} s")
+        elif phase.name == INITIALISING:
+            lines.append(f"  rank {rank}: waiting in init_process_group for {phase.age:.1f} s")
+        elif phase.name == RUNNING:
+            lines.append(f"  rank {rank}: running its program, which has not called init_process_group")
+        elif phase.name == FINISHED:
+            lines.append(f"  rank {rank}: finished its program {phase.age:.1f} s ago; {last}")
         else:
-            lines.append(f"  rank {rank}: not communicating; last call {last.label() if last else 'none'}")
+            lines.append(f"  rank {rank}: not communicating; last call {entries[-1].label() if entries else 'none'}")
     for rank in missing:
-        lines.append(f"  rank {rank}: did not answer (dead, or stuck outside Python)")
-    divergence = first_divergence(ledgers)
+        lines.append(
+            f"  rank {rank}: did not answer (dead, stuck outside Python, or a program that never imported torch)"
+        )
+    divergence = first_divergence(ledgers, phases)
     lines.append(f"first divergence: {divergence}" if divergence else "no divergence found in the recorded calls")
     return "\n".join(lines)

@@ -1,9 +1,11 @@
 """Hang forensics: record torch.distributed calls in a ledger; on a timeout gather all ledgers over MPI.
 
 Every rank runs a watchdog thread on its own duplicate of COMM_WORLD. When a rank's oldest
-unfinished call is older than the job's timeout, it alarms rank 0, whose watchdog asks every
-rank for its ledger (the threads answer even while their main threads are blocked in a call),
-prints what each rank was doing and the first divergence, and aborts the job.
+unfinished call is older than the job's timeout (or its init_process_group older than the start-up
+timeout), it alarms rank 0, whose watchdog asks every rank for its phase and ledger (the threads
+answer even while their main threads are blocked in a call), prints what each rank was doing and
+the first divergence, and aborts the job. Under the shim, a rank whose program has ended keeps
+answering until every rank's program has (`finish`), so the report can name it.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from typing import Any
 from ..abort import abort_job
 from ..errors import WaitTimeout
 from ..waits import Backoff, poll_until
-from .ledger import Ledger, describe_hang
+from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
 
-__all__ = ["LEDGER", "instrument", "start", "stop"]
+__all__ = ["LEDGER", "finish", "instrument", "reserve", "start", "stop"]
 
 LEDGER = Ledger()
 
@@ -94,18 +96,59 @@ def _group_name(group: Any, dist: Any) -> str:
     return str(dist.get_process_group_ranks(group))
 
 
-def start(timeout: float) -> bool:
-    """Start this rank's watchdog (collective over COMM_WORLD); False if MPI cannot host it."""
+def reserve(timeout: float, init_timeout: float) -> bool:
+    """Duplicate COMM_WORLD for this rank's watchdog now (collective), so that `start` and `finish` are local.
+
+    The shim calls this while every rank is in step, before the program runs; the timeouts are those a
+    thread started by `finish` uses. False when MPI cannot host a watchdog thread.
+    """
     from mpi4py import MPI
 
-    if "thread" in _state or MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+    if "comm" not in _state:
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            return False
+        _state["comm"] = MPI.COMM_WORLD.Dup()
+    _state["limits"] = (timeout, init_timeout)
+    return True
+
+
+def start(timeout: float, init_timeout: float | None = None) -> bool:
+    """Start this rank's watchdog thread, or give the running one these timeouts; True when this call started it.
+
+    A call older than `timeout`, or a wait in init_process_group older than `init_timeout` (default:
+    `timeout`), sets off the hang report. Collective over COMM_WORLD unless `reserve` ran; False if MPI
+    cannot host the thread.
+    """
+    limits = (timeout, init_timeout or timeout)
+    if "thread" in _state:
+        _state["limits"] = limits
         return False
-    comm = MPI.COMM_WORLD.Dup()
+    if not reserve(*limits):
+        return False
     stopping = threading.Event()
-    thread = threading.Thread(target=_watch, args=(comm, timeout, stopping), name="hpcdist-watchdog", daemon=True)
-    _state.update(thread=thread, stopping=stopping, comm=comm)
+    thread = threading.Thread(target=_watch, args=(_state["comm"], stopping), name="hpcdist-watchdog", daemon=True)
+    _state.update(thread=thread, stopping=stopping)
     thread.start()
     return True
+
+
+def finish() -> None:
+    """This rank's program has ended: say so in its ledger, and wait, still answering, until every rank's has.
+
+    The wait has no deadline of its own, like MPI_Finalize after it: a rank still running either finishes,
+    or waits in a call that its watchdog times out, and then the report names this rank as finished.
+    A no-op without a reserved communicator, or when the program finalised MPI itself.
+    """
+    from mpi4py import MPI
+
+    LEDGER.enter(FINISHED)
+    if "comm" not in _state or MPI.Is_finalized():
+        return
+    if "thread" not in _state:
+        start(*_state["limits"])
+    done = _state["finishing"] = threading.Event()
+    done.wait()
+    stop()
 
 
 def stop() -> None:
@@ -113,46 +156,79 @@ def stop() -> None:
     if "thread" in _state:
         _state.pop("stopping").set()
         _state.pop("thread").join()
-        _state.pop("comm")
+    _state.pop("comm", None)
+    _state.pop("finishing", None)
 
 
-def _watch(comm: Any, timeout: float, stopping: threading.Event) -> None:
-    """Answer ledger requests; alarm rank 0 once when this rank's oldest pending call exceeds the timeout."""
+def _watch(comm: Any, stopping: threading.Event) -> None:
+    """The watchdog thread; it lets a finishing main thread go on if it ends for any reason."""
+    try:
+        _serve(comm, stopping)
+    finally:
+        finishing = _state.get("finishing")
+        if finishing is not None:
+            finishing.set()
+
+
+def _serve(comm: Any, stopping: threading.Event) -> None:
+    """Answer ledger requests; alarm rank 0 once when this rank waits too long; once finishing, await the others."""
     from mpi4py import MPI
 
-    alarmed, sent = False, []
+    alarmed, sent, barrier = "", [], None
     while not stopping.wait(_POLL):
         message = comm.improbe(source=MPI.ANY_SOURCE, tag=_ASK)
         if message is not None:
             message.recv()
-            comm.send(LEDGER.snapshot(), dest=0, tag=_ANSWER)
-        pending = LEDGER.pending()
-        if not alarmed and pending is not None and time.monotonic() - pending.started > timeout:
-            alarmed = True
+            comm.send((LEDGER.state(), LEDGER.snapshot()), dest=0, tag=_ANSWER)
+        late = _late(*_state["limits"])
+        if not alarmed and late:
+            alarmed = late
             if comm.rank != 0:
-                sent.append(comm.isend(pending.seq, dest=0, tag=_ALARM))
-        if comm.rank == 0 and (alarmed or comm.iprobe(source=MPI.ANY_SOURCE, tag=_ALARM)):
-            _report_and_abort(comm, timeout)
-            return
+                sent.append(comm.isend(late, dest=0, tag=_ALARM))
+        if comm.rank == 0:
+            alarm = comm.improbe(source=MPI.ANY_SOURCE, tag=_ALARM)
+            kind = alarmed or (alarm.recv() if alarm is not None else "")
+            if kind:
+                _report_and_abort(comm, kind)
+                return
+        if "finishing" in _state:
+            if barrier is None:
+                barrier = comm.Ibarrier()
+            elif barrier.Test():
+                return
 
 
-def _report_and_abort(comm: Any, timeout: float) -> None:
+def _late(timeout: float, init_timeout: float) -> str:
+    """Why this rank waits too long: 'call' (a pending call), 'init' (init_process_group), or '' if it does not."""
+    now, pending = time.monotonic(), LEDGER.pending()
+    if pending is not None:
+        return "call" if now - pending.started > timeout else ""
+    return "init" if LEDGER.phase == INITIALISING and now - LEDGER.since > init_timeout else ""
+
+
+def _report_and_abort(comm: Any, kind: str) -> None:
     """Rank 0: gather every rank's ledger (waiting briefly), print the hang report, abort the job."""
     asks = [comm.isend(None, dest=rank, tag=_ASK) for rank in range(1, comm.size)]  # kept alive until Abort
-    ledgers = {0: LEDGER.snapshot()}
+    ledgers, phases = {0: LEDGER.snapshot()}, {0: LEDGER.state()}
 
     def answered() -> bool:
         status = _status()
         message = comm.improbe(tag=_ANSWER, status=status)
         if message is not None:
-            ledgers[status.Get_source()] = message.recv()
+            rank = status.Get_source()
+            phases[rank], ledgers[rank] = message.recv()
         return len(ledgers) == comm.size
 
     with contextlib.suppress(WaitTimeout):  # a rank that does not answer is named in the report
         poll_until(answered, time.monotonic() + _ANSWER_WINDOW, str, backoff=Backoff(0.01, 0.01))
     missing = [rank for rank in range(comm.size) if rank not in ledgers]
-    print(f"hpcdist: a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)", file=sys.stderr)
-    print(describe_hang(ledgers, missing), file=sys.stderr, flush=True)
+    timeout, init_timeout = _state["limits"]
+    if kind == "init":
+        headline = f"init_process_group waited longer than its {init_timeout:g} s start-up timeout for the other ranks"
+    else:
+        headline = f"a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)"
+    print(f"hpcdist: {headline}", file=sys.stderr)
+    print(describe_hang(ledgers, missing, phases), file=sys.stderr, flush=True)
     del asks
     abort_job(1)
 

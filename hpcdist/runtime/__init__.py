@@ -3,7 +3,9 @@
 - `env`: launch detection (LaunchEnv), pure;
 - `netif`: this host's interfaces and name resolution;
 - `rendezvous`: MASTER_ADDR/MASTER_PORT by MPI, Slurm or this host, and the reachability check;
-- `bootstrap`: the one place that writes os.environ and calls init_process_group.
+- `bootstrap`: the one place that writes os.environ and calls init_process_group;
+- `adopt`: the shim's import hook that routes a program's own init_process_group through bootstrap.
 
-May import: errors, waits, abort; mpi_backend and forensics (lazily, from `init`). Never the CLI, launching or jobs.
+May import: errors, waits, abort; mpi_backend and forensics (lazily, from `init` and `adopt`).
+Never the CLI, launching or jobs.
 """

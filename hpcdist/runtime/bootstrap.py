@@ -15,19 +15,23 @@ from typing import Any
 from ..abort import install_abort_hook
 from ..errors import UsageError
 from .env import LaunchEnv
-from .rendezvous import Rendezvous, local_store, mpi_rendezvous, slurm_rendezvous
+from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvous, slurm_rendezvous
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_TIMEOUT",
     "Session",
     "choose_backend",
+    "forensics_enabled",
     "init",
     "job_timeout",
     "merge_environ",
+    "mpi4py_backend",
     "prepare",
     "shutdown",
     "socket_ifnames",
+    "start_group",
+    "startup_timeout",
 ]
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
@@ -36,7 +40,9 @@ _BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the h
 _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch: seconds, more on a busy host)
 
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
-_state: dict[str, Any] = {}  # keeps rank 0's rendezvous store alive while the process group uses it
+# "store": rank 0's rendezvous store, kept alive while the process group uses it;
+# "watchdog": True when init started the watchdog, so that shutdown stops it.
+_state: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,9 @@ def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Re
 
 
 def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
-    """Respect a user's MASTER_ADDR/PORT; otherwise ask MPI, Slurm, or bind locally."""
+    """Respect a user's MASTER_ADDR/PORT (once it resolves here); otherwise ask MPI, Slurm, or bind locally."""
+    if env.master_addr:
+        check_master_addr(env.master_addr)
     if env.master_addr and env.master_port:
         return Rendezvous(env.master_addr, env.master_port)
     if env.is_mpi:
@@ -204,25 +212,58 @@ def init(backend: str = "auto", timeout: float | None = None) -> Session:
         host=socket.gethostname(),
         mpi_launch=env.is_mpi,
     )
-    forensics = env.is_mpi and os.environ.get("HPCDIST_FORENSICS", "1") != "0"
-    # With forensics on, hpcdist's watchdog reports a hang at the timeout; the backend's own timeout
-    # is a backstop a little later, so its error does not end the job before the report.
-    backstop = timedelta(seconds=seconds + _BACKSTOP if forensics else seconds)
-    session = (
-        _init_mpi4py(env, seconds, backstop) if chosen == "mpi4py" else _init_torch(env, chosen, seconds, backstop)
-    )
-    if forensics:
-        from ..forensics import watchdog
-
-        watchdog.instrument(dist)
-        watchdog.start(seconds)
-    return session
+    forensics = forensics_enabled(env)
+    if chosen == "mpi4py":
+        return _init_mpi4py(env, seconds, forensics)
+    return _init_torch(env, chosen, seconds, forensics)
 
 
-def _init_torch(env: LaunchEnv, chosen: str, seconds: float, backstop: timedelta) -> Session:
+def forensics_enabled(env: LaunchEnv) -> bool:
+    """Whether hang forensics run: under an MPI launch, unless HPCDIST_FORENSICS=0."""
+    return env.is_mpi and os.environ.get("HPCDIST_FORENSICS", "1") != "0"
+
+
+def startup_timeout(seconds: float) -> float:
+    """How long a rank may wait for the others to arrive: they come after their own start-up (import torch)."""
+    return max(seconds, _STARTUP_FLOOR)
+
+
+def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) -> None:
+    """torch's init_process_group under hpcdist's timeouts, then (with forensics) the ledger and the watchdog.
+
+    A `timeout` in kwargs is the caller's. Otherwise, with forensics on, torch's own timeout is a backstop
+    a little after hpcdist's, so the watchdog's hang report comes first; without, it is `seconds`. The
+    ledger records the wait in init_process_group, which the watchdog allows `startup_timeout(seconds)`.
+    """
+    import torch.distributed as dist
+
+    if kwargs.get("timeout") is None:
+        kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
+    init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
+    if not forensics:
+        init(backend, **kwargs)
+        return
+    from ..forensics import ledger, watchdog
+
+    watchdog.instrument(dist)
+    watchdog.LEDGER.enter(ledger.INITIALISING)
+    init(backend, **kwargs)
+    watchdog.LEDGER.enter(ledger.INITIALISED)
+    if watchdog.start(seconds, startup_timeout(seconds)):
+        _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
+
+
+def mpi4py_backend() -> str:
+    """Register hpcdist's process group on mpi4py with torch and return its backend name."""
+    from .. import mpi_backend
+
+    mpi_backend.register()
+    return mpi_backend.BACKEND_NAME
+
+
+def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool) -> Session:
     """torch's own backends: nccl and gloo rendezvous through the TCP store, native mpi needs none."""
     import torch
-    import torch.distributed as dist
 
     env, rdzv = prepare(seconds, env)
     device = "cpu"
@@ -232,20 +273,17 @@ def _init_torch(env: LaunchEnv, chosen: str, seconds: float, backstop: timedelta
         device = f"cuda:{env.local_rank}"
         kwargs["device_id"] = torch.device(device)
     if chosen == "mpi":
-        dist.init_process_group("mpi", timeout=backstop)
+        start_group("mpi", seconds, forensics)
     else:
-        dist.init_process_group(
-            chosen, init_method="env://", rank=env.rank, world_size=env.world_size, timeout=backstop, **kwargs
+        start_group(
+            chosen, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size, **kwargs
         )
     return Session(env, chosen, rdzv.addr, rdzv.port, device, seconds)
 
 
-def _init_mpi4py(env: LaunchEnv, seconds: float, backstop: timedelta) -> Session:
+def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool) -> Session:
     """The mpi4py backend: ranks come from MPI; the shared store serves groups of other backends beside it."""
-    import torch.distributed as dist
     from mpi4py import MPI
-
-    from .. import mpi_backend
 
     world = MPI.COMM_WORLD
     if (world.rank, world.size) != (env.rank, env.world_size):
@@ -255,16 +293,14 @@ def _init_mpi4py(env: LaunchEnv, seconds: float, backstop: timedelta) -> Session
             "mpirun/mpiexec (or hpcdist mpirun), or use --backend gloo"
         )
     env, rdzv = prepare(seconds, env)
-    mpi_backend.register()
-    dist.init_process_group(
-        mpi_backend.BACKEND_NAME, init_method="env://", rank=env.rank, world_size=env.world_size, timeout=backstop
-    )
-    return Session(env, mpi_backend.BACKEND_NAME, rdzv.addr, rdzv.port, "cpu", seconds)
+    name = mpi4py_backend()
+    start_group(name, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size)
+    return Session(env, name, rdzv.addr, rdzv.port, "cpu", seconds)
 
 
 def shutdown() -> None:
     """Stop the watchdog, tear down the process group (if any) and release the rendezvous store."""
-    if "hpcdist.forensics.watchdog" in sys.modules:
+    if _state.pop("watchdog", False):
         sys.modules["hpcdist.forensics.watchdog"].stop()
     if "torch.distributed" in sys.modules:
         import torch.distributed as dist

@@ -22,6 +22,7 @@ __all__ = [
     "Rendezvous",
     "RendezvousTimeout",
     "RendezvousUnreachable",
+    "check_master_addr",
     "choose_interface",
     "interface_towards",
     "local_store",
@@ -177,6 +178,24 @@ def _is_loopback(addr: str) -> bool:
         return resolved is not None and ipaddress.ip_address(resolved).is_loopback
     except ValueError:
         return False
+
+
+def check_master_addr(addr: str) -> None:
+    """Fail at once, naming this host, when the MASTER_ADDR the user set does not resolve here.
+
+    Otherwise torch's store would retry the name until its timeout, and then blame rank 0.
+
+    Raises:
+        UsageError: `addr` does not resolve to an IPv4 address on this host.
+    """
+    try:
+        socket.getaddrinfo(addr, None, socket.AF_INET)
+    except OSError as exc:
+        raise UsageError(
+            f"MASTER_ADDR={addr} does not resolve on host {socket.gethostname()} "
+            f"({(exc.strerror or str(exc)).lower()}); correct the name (a typo?), set MASTER_ADDR to an address "
+            "of rank 0's host that every host can reach, or unset it so hpcdist picks one"
+        ) from None
 
 
 def slurm_rendezvous(env: LaunchEnv) -> Rendezvous:

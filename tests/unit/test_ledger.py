@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from hpcdist.forensics.ledger import Ledger, Record, describe_hang, first_divergence
+from hpcdist.forensics.ledger import (
+    FINISHED, INITIALISED, INITIALISING, RUNNING, Ledger, Phase, Record, describe_hang, first_divergence,
+)
 
 
 def _ledger(*calls: tuple[str, str, str], pending_last: bool = True) -> list[Record]:
@@ -65,3 +67,40 @@ def test_the_report_lists_every_rank_and_those_that_did_not_answer() -> None:
     assert "rank 0: waiting in all_reduce #1 shape=[4] dtype=float32 on group world" in report
     assert "rank 2: did not answer" in report
     assert report.endswith("first divergence: rank 1 waits in recv(src=0) #1 while rank 0 is in all_reduce #1")
+
+
+def test_a_rank_whose_program_finished_is_named() -> None:
+    ledgers = {0: _ledger(WORLD_AR, WORLD_AR), 1: _ledger(WORLD_AR, pending_last=False)}
+    phases = {0: Phase(INITIALISED, 20.0), 1: Phase(FINISHED, 10.2)}
+    assert first_divergence(ledgers, phases) == "rank 0 waits in all_reduce #2 while rank 1 finished its program"
+    report = describe_hang(ledgers, [], phases)
+    assert "  rank 1: finished its program 10.2 s ago; last call all_reduce #1" in report
+
+
+def test_a_receiver_whose_sender_finished_is_named() -> None:
+    ledgers = {0: _ledger(("recv", "src=1", "world")), 1: []}
+    phases = {0: Phase(INITIALISED, 9.0), 1: Phase(FINISHED, 8.0)}
+    assert first_divergence(ledgers, phases) == "rank 0 waits in recv(src=1) #1 while rank 1 finished its program"
+
+
+def test_a_rank_that_never_initialised_is_named_against_those_waiting_in_init() -> None:
+    ledgers: dict[int, list[Record]] = {0: [], 1: [], 2: [], 3: []}
+    phases = {0: Phase(INITIALISING, 61.0), 1: Phase(RUNNING, 62.0), 2: Phase(INITIALISING, 61.5),
+              3: Phase(FINISHED, 1.0)}
+    assert first_divergence(ledgers, phases) == (
+        "rank 0 waits in init_process_group while rank 1 never initialised (its program has not called "
+        "init_process_group) and rank 3 finished its program"
+    )
+    report = describe_hang(ledgers, [], phases)
+    assert "  rank 0: waiting in init_process_group for 61.0 s" in report
+    assert "  rank 1: running its program, which has not called init_process_group" in report
+    assert "  rank 3: finished its program 1.0 s ago; no communication call" in report
+
+
+def test_the_phase_is_what_the_rank_entered_last() -> None:
+    ledger = Ledger()
+    assert ledger.state().name == RUNNING
+    ledger.enter(INITIALISING)
+    ledger.enter(INITIALISED)
+    state = ledger.state()
+    assert state.name == INITIALISED and 0 <= state.age < 1

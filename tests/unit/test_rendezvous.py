@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import socket
+
 import pytest
 
 from hpcdist.runtime.env import LaunchEnv
 from hpcdist.errors import UsageError
 from hpcdist.runtime.netif import Interface
-from hpcdist.runtime.rendezvous import HostInfo, rendezvous_address, slurm_rendezvous
+from hpcdist.runtime.rendezvous import HostInfo, check_master_addr, rendezvous_address, slurm_rendezvous
 
 
 def _srun(job: str, step: str, nodelist: str = "node[03-04]") -> LaunchEnv:
@@ -37,3 +40,11 @@ def test_two_steps_of_one_job_and_two_jobs_get_different_ports() -> None:
 def test_a_non_numeric_job_id_asks_for_master_port() -> None:
     with pytest.raises(UsageError, match="SLURM_JOB_ID='abc' is not a number; set MASTER_PORT"):
         slurm_rendezvous(_srun("abc", "0"))
+
+
+def test_a_master_addr_that_does_not_resolve_is_named_with_this_host() -> None:
+    check_master_addr("127.0.0.1")
+    check_master_addr("localhost")
+    with pytest.raises(UsageError, match=rf"MASTER_ADDR=no-such-host\.invalid does not resolve on host "
+                                         rf"{re.escape(socket.gethostname())} \(.*\); correct the name"):
+        check_master_addr("no-such-host.invalid")

@@ -1,0 +1,124 @@
+"""Plain torch.distributed under the shim: hpcdist.init's timeouts, hang watchdog and abort for unmodified programs.
+
+`adopt` runs on every rank before the program, while the ranks are in step: it reserves the
+watchdog's communicator and installs an import hook. When the program first imports
+torch.distributed, the hook wraps `init_process_group` so that it goes through `bootstrap.start_group`,
+as `hpcdist.init` does (a backstop timeout unless the program gave one, the ledger's init phase, the
+watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI. It also records
+the program's calls in the ledger and starts the watchdog, so a rank that never calls
+init_process_group is named too. Nothing here imports torch. `finish` runs after a program that ended
+well, so that the others' hang report can say this rank finished.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any
+
+from .bootstrap import forensics_enabled, mpi4py_backend, start_group, startup_timeout
+from .env import LaunchEnv
+
+__all__ = ["adopt", "finish"]
+
+_TARGET = "torch.distributed"
+_state: dict[str, bool] = {}
+
+
+def adopt(env: LaunchEnv, seconds: float) -> None:
+    """Give the program's own use of torch.distributed hpcdist's protection (every rank, before the program)."""
+    forensics = forensics_enabled(env)
+    if forensics:
+        from ..forensics import watchdog
+
+        forensics = watchdog.reserve(seconds, startup_timeout(seconds))
+    _state["forensics"] = forensics
+    arm = functools.partial(_arm, seconds=seconds, forensics=forensics)
+    if _TARGET in sys.modules:  # rank 0's shim loaded torch to host the rendezvous store
+        arm(sys.modules[_TARGET])
+    else:
+        sys.meta_path.insert(0, _Finder(arm))
+
+
+def finish() -> None:
+    """The program ended well: wait, still answering the watchdog, until every rank's program has ended."""
+    if _state.get("forensics"):
+        from ..forensics import watchdog
+
+        watchdog.finish()
+
+
+def _arm(dist: ModuleType, seconds: float, forensics: bool) -> None:
+    """Wrap dist.init_process_group (once); with forensics, record dist's calls and start the watchdog."""
+    original = getattr(dist, "init_process_group", None)
+    if original is None or hasattr(original, "_hpcdist_original"):
+        return  # torch without distributed support, or already armed
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        arguments = signature.bind(*args, **kwargs).arguments
+        backend = arguments.pop("backend", None)
+        if isinstance(backend, str) and backend.lower() == "mpi" and not dist.is_mpi_available():
+            backend = mpi4py_backend()  # as hpcdist.init does on wheels without native MPI
+        start_group(backend, seconds, forensics, **arguments)
+
+    init_process_group._hpcdist_original = original  # type: ignore[attr-defined]  # start_group calls it
+    dist.init_process_group = init_process_group  # type: ignore[attr-defined]
+    if forensics:
+        from ..forensics import watchdog
+
+        watchdog.instrument(dist)
+        watchdog.start(seconds, startup_timeout(seconds))
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds torch.distributed through the other finders, with a loader that arms the module once loaded."""
+
+    def __init__(self, arm: Callable[[ModuleType], None]) -> None:
+        self._arm = arm
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        """torch.distributed's spec with `_Loader` around its loader; None for every other module."""
+        if fullname != _TARGET:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, self._done)
+                return spec
+        return None
+
+    def _done(self, module: ModuleType) -> None:
+        """Arm the loaded module and leave the import system."""
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        self._arm(module)
+
+
+class _Loader(importlib.abc.Loader):
+    """The real loader, then a callback on the executed module; anything else is the real loader's."""
+
+    def __init__(self, inner: Any, then: Callable[[ModuleType], None]) -> None:
+        self._inner = inner
+        self._then = then
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        """The real loader's module."""
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Run the module, then the callback."""
+        self._inner.exec_module(module)
+        self._then(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
