@@ -104,7 +104,16 @@ class DataMovementOps(GroupBase):
             tmo=opts or timeout,
         )
 
-    allgather_coalesced = allgather
+    def allgather_coalesced(self, output_lists: Any, inputs: Any, opts: Any = None) -> Any:
+        """torch's all_gather_coalesced: output_lists[r][i] gets input i of rank r (rank-major, unlike allgather)."""
+        inputs = as_list(inputs)
+        if len(output_lists) != self._size or any(len(outs) != len(inputs) for outs in output_lists):
+            raise ValueError(
+                f"{self._who()}: all_gather_coalesced needs {self._size} output lists (one per rank of {self._desc}) "
+                f"of {len(inputs)} tensors each (one per input), got lists of {[len(outs) for outs in output_lists]}"
+            )
+        by_input = [[outs[i] for outs in output_lists] for i in range(len(inputs))]
+        return self.allgather(by_input, inputs, opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
         self._check()
