@@ -11,8 +11,9 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 # Plain mpiexec for the MPI test suite: more ranks than this machine's cores, no binding, no fabric probe.
 MPIEXEC := timeout 900 $(BIN)/mpiexec --oversubscribe --bind-to none --mca btl ^ofi
 PYTEST_MPI := -m pytest --with-mpi -p no:cacheprovider -q --color=no tests/mpi
+PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env demo test lint test-unit test-mpi test-e2e test-hosts test-cluster clean
+.PHONY: env demo test lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster clean
 
 env: $(VENV)/.installed
 
@@ -27,7 +28,7 @@ demo: env
 		$(BIN)/hpcdist run p2p broadcast allreduce reduce gather taskmap ddp --backend mpi \
 		--checkpoint-dir $(DEMO_DIR)
 
-test: lint test-unit test-mpi test-e2e test-hosts test-cluster
+test: lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster
 
 # The habits the tools keep: lint and format (ruff), types (mypy), and the architecture contracts (import-linter,
 # configured in setup.cfg: no import cycles, nothing imports the CLI, job generation never imports torch or MPI).
@@ -44,6 +45,12 @@ test-unit: env
 test-mpi: env
 	HPCDIST_TEST_NP=$(NP) $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI)
 	HPCDIST_TEST_NP=1 $(MPIEXEC) -n 1 $(PY) $(PYTEST_MPI)
+
+# torch's own distributed test suite (DistributedTest._DistTestBase) under mpiexec -n 3, as PyTorch's CI ran it for
+# its MPI backend: on hpcdist's mpi backend, then on gloo for comparison (tests/torchsuite/test_torch_suite.py).
+test-torch-suite: env
+	BACKEND=mpi $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
+	BACKEND=gloo $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 
 test-e2e: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e

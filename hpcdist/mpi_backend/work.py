@@ -109,7 +109,9 @@ class MPIWork(dist._Work):
 
     def _deadline_error(self, seconds: float) -> CollectiveTimeout:
         return CollectiveTimeout(
-            f"{self._group._who()}: {self._name} on {self._group._desc} did not complete within {seconds:g} s"
+            f"{self._group._who()}: {self._name} on {self._group._desc} did not complete within {seconds:g} s "
+            "(a timeout of the group or of wait(); check that every rank of the group made this call, or pass a "
+            "larger timeout)"
         )
 
     def _expired(self, now: float) -> bool:

@@ -233,6 +233,24 @@ def test_object_collectives(world) -> None:
     assert got == [{"to": r}]
 
 
+def test_all_gather_coalesced_fills_one_list_per_rank_like_gloo(world) -> None:
+    r, n = world.rank, world.size
+    for g_gloo, g_mpi in world.pairs:
+        members = dist.get_process_group_ranks(g_gloo)
+        if r not in members:
+            continue
+        results = []
+        for group in (g_gloo, g_mpi):
+            ins = [torch.full((2, 2), float(r)), torch.ones(0), torch.full((3,), r + 0.5)]
+            outs = [[torch.full_like(t, -1.0) for t in ins] for _ in members]
+            dist.all_gather_coalesced(outs, ins, group=group)
+            results.append(outs)
+        assert [[t.tolist() for t in outs] for outs in results[1]] == [[t.tolist() for t in outs] for outs in results[0]]
+        assert results[1][-1][2].tolist() == [members[-1] + 0.5] * 3  # list r holds rank r's inputs
+    with pytest.raises(ValueError, match="one per rank"):
+        dist.all_gather_coalesced([[torch.empty(1)] for _ in range(n + 1)], [torch.ones(1)], group=world.mpi)
+
+
 def test_functional_collectives(world) -> None:
     import torch.distributed._functional_collectives as fc
 

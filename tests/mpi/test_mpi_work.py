@@ -112,6 +112,16 @@ def test_a_collective_only_rank_0_calls_times_out_then_completes_when_the_others
     assert t.item() == world.size
 
 
+def test_a_timeout_says_so_as_torch_s_own_backends_do(world) -> None:
+    import hpcdist.mpi_backend as mb
+
+    g = _self_group(0.2)
+    with pytest.raises(mb.CollectiveTimeout, match=r" (Timed out|closed|timeout) ") as caught:  # torch's test suite's pattern
+        g.recv([torch.zeros(1)], 0, 11).wait()
+    assert "every rank of the group made this call" in str(caught.value)
+    g.send([torch.ones(1)], 0, 11).wait()  # completes the orphaned request
+
+
 def test_an_async_error_nobody_waits_for_is_raised_at_the_next_call(world) -> None:
     import hpcdist.mpi_backend as mb
 
