@@ -53,12 +53,13 @@ def parse_seconds(text: str) -> float | None:
 def check_seconds(value: object, what: str, how: str) -> float:
     """`value` as float if it is a finite number of seconds above 0 and at most MAX_SECONDS, else UsageError.
 
-    `what` names the setting (`the timeout`, `HPCDIST_TIMEOUT='…'`); `how` says how to fix it.
+    `what` names the setting (`the timeout`, `HPCDIST_TIMEOUT='…'`); `how` is an example (`e.g. --timeout 300`).
     """
     number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
     if not (math.isfinite(number) and 0 < number <= MAX_SECONDS):
         raise UsageError(
-            f"{what} must be a positive number of seconds, got {value!r}; at most {MAX_SECONDS} (30 days); {how}"
+            f"{what} must be a positive number of seconds, got {value!r}; give a finite number up to "
+            f"{MAX_SECONDS} (30 days), {how}"
         )
     return number
 

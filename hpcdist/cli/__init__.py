@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         if action.nargs == argparse.PARSER:  # a subcommand's words: its own parser checks them, naming the option
             return super()._get_value(action, arg_string)
-        option = "/".join(action.option_strings) or action.dest
+        option = action.option_strings[0] if action.option_strings else action.dest
         if action.option_strings and not arg_string.strip():
             raise UsageError(f"{option} needs a value, got an empty one; give the value or leave {option} out")
         try:

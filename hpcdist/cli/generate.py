@@ -172,7 +172,11 @@ def _environment(args: argparse.Namespace, nodes: int) -> dict[str, str]:
 def emit(text: str, path: str | None, mode: int = 0o644) -> None:
     """Print `text`, or write it to `path`; a script (`#!` first) must pass `bash -n` first."""
     if text.startswith("#!"):
-        _check_shell(text, "the generated script")
+        _check_shell(
+            text,
+            "the generated script",
+            "a --setup line or a site template (--template-dir, $HPCDIST_TEMPLATE_DIR) breaks it: fix that line",
+        )
     if path is None:
         sys.stdout.write(text)
         return
@@ -184,8 +188,8 @@ def emit(text: str, path: str | None, mode: int = 0o644) -> None:
         raise UsageError(f"cannot write {path!r}: {exc.strerror or exc}") from None
 
 
-def _check_shell(text: str, what: str) -> None:
-    """Raise UsageError when bash cannot read `text` (`what`: the generated script, the --setup lines)."""
+def _check_shell(text: str, what: str, culprit: str) -> None:
+    """Raise UsageError when bash cannot read `text` (`what`), quoting the line it names; `culprit` is to fix."""
     from ..launching.spawn import shell_syntax_errors
 
     errors = shell_syntax_errors(text)
@@ -193,12 +197,9 @@ def _check_shell(text: str, what: str) -> None:
         return
     lines = text.splitlines()
     found = re.search(r"line ([0-9]{1,9})", errors)
-    number = int(found[1]) if found else 0
-    shown = f"; line {number} is {lines[number - 1]!r}" if 0 < number <= len(lines) else ""
-    raise UsageError(
-        f"`bash -n` refuses {what} ({errors.splitlines()[0]}){shown}; "
-        "a --setup line or a site template (--template-dir, $HPCDIST_TEMPLATE_DIR) breaks it: fix that line"
-    )
+    number = min(int(found[1]), len(lines)) if found else 0  # past the end: an open quote, if or here-document
+    shown = f"; line {number} is {lines[number - 1]!r}" if number > 0 else ""
+    raise UsageError(f"`bash -n` refuses {what} ({errors.splitlines()[0]}){shown}; {culprit}")
 
 
 def _beside(python: str, tool: str) -> str:
@@ -216,7 +217,11 @@ def _sbatch(args: argparse.Namespace) -> int:
     if args.requeue_signal and not args.requeue:
         raise UsageError("--requeue-signal needs --requeue")
     if args.setup:  # complete on their own: an open quote or here-document would swallow the script after them
-        _check_shell("".join(line + "\n" for line in args.setup), "the --setup lines")
+        _check_shell(
+            "".join(line + "\n" for line in args.setup),
+            "the --setup lines",
+            "each must be complete: close its quotes, if/fi, loops and here-documents",
+        )
     python = args.python or sys.executable
     opal = args.opal_prefix
     if opal is None:

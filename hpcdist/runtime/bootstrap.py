@@ -71,14 +71,14 @@ class Session:
 def job_timeout(environ: Mapping[str, str], timeout: float | None = None) -> float:
     """The timeout in seconds: the argument, else HPCDIST_TIMEOUT, else 300; finite, above 0, at most 30 days."""
     if timeout is not None:
-        return check_seconds(timeout, "the timeout", "pass e.g. timeout=300")
+        return check_seconds(timeout, "the timeout", "e.g. timeout=300")
     raw = environ.get("HPCDIST_TIMEOUT")
     if raw is None:
         return DEFAULT_TIMEOUT
     value = parse_seconds(raw)
     if value is None:
         raise UsageError(f"HPCDIST_TIMEOUT={raw!r} is not a number of seconds; set e.g. HPCDIST_TIMEOUT=300")
-    return check_seconds(value, f"HPCDIST_TIMEOUT={raw!r}", "set e.g. HPCDIST_TIMEOUT=300")
+    return check_seconds(value, f"HPCDIST_TIMEOUT={raw!r}", "e.g. HPCDIST_TIMEOUT=300")
 
 
 def choose_backend(
