@@ -152,7 +152,7 @@ def expand_nodelist(value: str, what: str = "--nodelist") -> list[str]:
         hosts = hostlist.expand_hostlist(value)
     except hostlist.BadHostlist as exc:
         raise UsageError(f"{what} {value!r} is not a valid Slurm nodelist ({exc}); e.g. 'node[01-04],gpu7'") from None
-    bad = [h for h in hosts if not HOST_NAME.match(h)]
+    bad = [h for h in hosts if not HOST_NAME.match(h) or "@" in h]  # Slurm's node names carry no user@
     if not hosts or bad:
         raise UsageError(
             f"{what} {value!r}: {bad[0] if bad else 'no hosts'!r} is not a host name; e.g. 'node[01-04],gpu7'"
