@@ -6,5 +6,5 @@
 - `impl`: the implementations timed (a torch group, raw mpi4py), `groups`: one group per backend;
 - `run`: the interleaved rounds; `describe`: hosts, devices and versions; `ddp`: the DDP step.
 
-May import: errors, runtime, mpi_backend. Never the CLI.
+May import: errors, values, runtime, mpi_backend. Never the CLI.
 """

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
-from .plan import parse_backends
+from .plan import check_counts, parse_backends
 
 __all__ = ["BATCH", "LAYERS", "DdpPlan", "DdpResult", "ddp_lines", "ddp_plan_from_args", "mlp_parameters", "run_ddp"]
 
@@ -65,9 +65,7 @@ def ddp_plan_from_args(args: Any) -> DdpPlan:
             )
     if getattr(args, "reference", False):
         raise UsageError("--reference times raw mpi4py collectives; bench ddp has no raw-MPI step, so drop --reference")
-    for flag, value, low in (("-n", args.iters, 1), ("-w", args.warmup, 0)):
-        if value < low:
-            raise UsageError(f"{flag} {value} must be at least {low}")
+    check_counts((("-n", args.iters, 1), ("-w", args.warmup, 0)))
     return DdpPlan(parse_backends(args.backend), args.iters, args.warmup, args.json)
 
 

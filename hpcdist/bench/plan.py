@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..values import MAX_COUNT
 
 __all__ = [
     "COLLECTIVES",
     "DTYPES",
+    "MAX_BYTES",
+    "MAX_SIZES",
     "OPS",
     "BenchPlan",
     "Collective",
     "Counts",
     "bandwidths",
     "byte_counts",
+    "check_counts",
     "parse_backends",
     "parse_size",
     "plan_from_args",
@@ -69,18 +74,28 @@ DTYPES = {
 }
 _DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16"}
 OPS = ("sum", "prod", "min", "max", "avg")
+MAX_BYTES = 2**40  # 1 TiB per rank: larger than any device's memory
+MAX_SIZES = 1000  # rows of one sweep
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+_SIZE = re.compile(r"\s*(?=\.?[0-9])([0-9]*)(?:\.([0-9]*))?\s*([kKmMgG]?)(?:i?[bB])?\s*\Z")
 
 
 def parse_size(text: str, flag: str) -> int:
-    """Bytes from nccl-tests' size syntax: 8, 64K, 128M, 1G (binary units, optional B/iB)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*", text)
-    value = float(match.group(1)) * _UNITS[match.group(2).lower()] if match else -1.0
-    if not match or value != int(value):
+    """Bytes from nccl-tests' size syntax: 8, 64K, 128M, 1G (binary units, optional B/iB); at most 1 TiB."""
+    match = _SIZE.match(text)
+    fraction = (match[2] or "") if match else ""
+    size, rest = (
+        divmod(int(match[1] + fraction) * _UNITS[match[3].lower()], 10 ** len(fraction))  # exact, unlike a float
+        if match and len(match[1] + fraction) <= 30
+        else (0, 1)
+    )
+    if rest:
         raise UsageError(
             f"{flag} {text!r} is not a size in bytes; write e.g. {flag} 8, {flag} 64K, {flag} 128M or {flag} 1G"
         )
-    return int(value)
+    if size > MAX_BYTES:
+        raise UsageError(f"{flag} {text!r} is more than 1T ({MAX_BYTES} bytes) per rank; give a smaller size")
+    return size
 
 
 def size_sweep(min_bytes: int, max_bytes: int, factor: int, step: int) -> tuple[int, ...]:
@@ -91,6 +106,11 @@ def size_sweep(min_bytes: int, max_bytes: int, factor: int, step: int) -> tuple[
         raise UsageError("-b 0 with -f never grows; start at -b 1 or more, or step with -i BYTES")
     if factor <= 1 and step <= 0:
         raise UsageError(f"-i {step} never grows; step by a positive size (-i 1M) or multiply (-f 2)")
+    if factor <= 1 and (max_bytes - min_bytes) // step >= MAX_SIZES:
+        raise UsageError(
+            f"-b {min_bytes} to -e {max_bytes} in steps of -i {step} is more than {MAX_SIZES} sizes; "
+            "step by more (-i) or multiply (-f 2)"
+        )
     sizes, size = [], min_bytes
     while size <= max_bytes:
         sizes.append(size)
@@ -200,9 +220,7 @@ def plan_from_args(args: Any) -> BenchPlan:
     if coll.rooted and root < 0:
         raise UsageError(f"--root {root} is not a rank; give a rank from 0 to the world size - 1")
     check = 1 if args.check is None else args.check
-    for flag, value, low in (("-n", args.iters, 1), ("-w", args.warmup, 0), ("-c", check, 0)):
-        if value < low:
-            raise UsageError(f"{flag} {value} must be at least {low}")
+    check_counts((("-n", args.iters, 1), ("-w", args.warmup, 0), ("-c", check, 0), ("-r", root, -1)))
     if args.reference and dtype == "bfloat16":
         raise UsageError(
             "--reference runs raw mpi4py on numpy buffers, and numpy has no bfloat16; "
@@ -214,6 +232,7 @@ def plan_from_args(args: Any) -> BenchPlan:
     factor = 1 if args.stepfactor is None else args.stepfactor
     if factor < 1:
         raise UsageError(f"-f {args.stepfactor} must be at least 1 (1 steps by -i bytes, 2 doubles each size)")
+    check_counts((("-f", factor, 1),))
     factor, step = (factor, 1024**2) if args.stepbytes is None else (1, _step(args.stepbytes))
     min_bytes, max_bytes = (
         parse_size("32M" if text is None else text, flag)
@@ -237,6 +256,15 @@ def plan_from_args(args: Any) -> BenchPlan:
         args.json,
         args.reference,
     )
+
+
+def check_counts(counts: Iterable[tuple[str, int, int]]) -> None:
+    """Raise UsageError for a (flag, value, lowest) whose value is below lowest or above MAX_COUNT."""
+    for flag, value, low in counts:
+        if value < low:
+            raise UsageError(f"{flag} {value} must be at least {low}")
+        if value > MAX_COUNT:
+            raise UsageError(f"{flag} {value} must be at most {MAX_COUNT}")
 
 
 def _rounds(args: Any, implementations: int) -> int:

@@ -6,21 +6,46 @@ It may import every other wing (lazily, so that text-only commands never import 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .._version import __version__
-from ..errors import UsageError
+from ..errors import UsageError, WaitTimeout
 
-__all__ = ["build_parser", "main"]
+__all__ = ["DEBUG_VAR", "INTERNAL_ERROR", "build_parser", "main"]
+
+INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): hpcdist itself failed; 2 stays the user's mistake
+DEBUG_VAR = "HPCDIST_DEBUG"  # set (not 0) to print the traceback of an internal error
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports mistakes as UsageError, so they print as `hpcdist: error: …`."""
+    """argparse that reports mistakes as UsageError, so they print as `hpcdist: error: …`.
+
+    Every value it hands on is checked once here: an option's value is never empty, and no value holds bytes
+    that are not UTF-8 (they arrive as lone surrogates, which no script, hostfile or terminal can write).
+    """
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}; see `{self.prog} --help`")
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        if action.nargs == argparse.PARSER:  # a subcommand's words: its own parser checks them, naming the option
+            return super()._get_value(action, arg_string)
+        option = action.option_strings[0] if action.option_strings else action.dest
+        if action.option_strings and not arg_string.strip():
+            raise UsageError(f"{option} needs a value, got an empty one; give the value or leave {option} out")
+        try:
+            arg_string.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(
+                f"{option}: {arg_string!r} holds bytes that are not UTF-8 text; hpcdist writes UTF-8, so pass the "
+                "value in UTF-8 (e.g. convert a file name with `iconv` or rename it)"
+            ) from None
+        return super()._get_value(action, arg_string)
 
 
 def build_parser() -> _Parser:
@@ -37,7 +62,7 @@ def build_parser() -> _Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; user mistakes print `hpcdist: error: …` and return 2."""
+    """Run the CLI; user mistakes print `hpcdist: error: …` and return 2, a bug in hpcdist returns 70."""
     from . import diagnose, generate, launch
 
     try:
@@ -46,3 +71,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"hpcdist: error: {exc}", file=sys.stderr)
         return 2
+    except WaitTimeout as exc:  # the message says who waited for what; the other ranks may be waiting too
+        print(f"hpcdist: error: {exc}", file=sys.stderr)
+        return _end_job(1)
+    except UnicodeEncodeError as exc:
+        print(
+            f"hpcdist: error: cannot write {exc.object[exc.start : exc.end]!r} in this output's encoding "
+            f"({exc.encoding}); use a UTF-8 locale (e.g. LANG=C.UTF-8) or write to a file with -o",
+            file=sys.stderr,
+        )
+        return 2
+    except BrokenPipeError:  # our reader went away (`| head`): nothing more to say to it
+        with contextlib.suppress(OSError, ValueError):  # stdout may have no file descriptor (captured)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exiting does not flush into it
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the one place every other exception ends: a bug in hpcdist
+        return _internal_error(exc)
+
+
+def _internal_error(exc: Exception) -> int:
+    """Say that hpcdist failed and how to report it; the traceback only when $HPCDIST_DEBUG is set."""
+    debug = os.environ.get(DEBUG_VAR, "0") not in ("", "0")
+    if debug:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    print(
+        f"hpcdist: internal error: {type(exc).__name__}: {exc}\n"
+        f"hpcdist: this is a bug in hpcdist {__version__}, not a mistake of yours; please report it to hpcdist's "
+        f"maintainers with the command you ran and {'this' if debug else f'the traceback {DEBUG_VAR}=1 prints'}",
+        file=sys.stderr,
+    )
+    return _end_job(INTERNAL_ERROR)
+
+
+def _end_job(code: int) -> int:
+    """In a job of several MPI ranks, end them all now (as an uncaught exception would); return `code`.
+
+    A lone process (no MPI, or a world of one, e.g. a test calling main) just returns: no rank waits for it.
+    """
+    from ..abort import abort_job
+
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        abort_job(code)
+    return code

@@ -13,6 +13,7 @@ from ..doctor.facts import STATUSES
 from ..doctor.probe import DEFAULT_TIMEOUT
 from ..errors import UsageError
 from ..runtime.bootstrap import BACKENDS
+from .types import seconds
 
 __all__ = ["COMMANDS", "add_parsers", "bench", "doctor"]
 
@@ -62,7 +63,7 @@ def _add_bench(subparsers: Any) -> None:
     p.add_argument("-r", "--root", type=int, help="root rank for broadcast and reduce (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--reference", action="store_true", help="also time raw mpi4py on numpy buffers, row by row")
-    p.add_argument("--timeout", type=float, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    p.add_argument("--timeout", type=seconds, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -94,7 +95,7 @@ def _add_doctor(subparsers: Any) -> None:
     doctor.add_argument("--mpirun", help="the mpirun to check (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     doctor.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=DEFAULT_TIMEOUT,
         help=f"seconds each probe may take (default {DEFAULT_TIMEOUT:g})",
     )

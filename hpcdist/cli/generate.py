@@ -4,27 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
+from .types import count, rank
 
 __all__ = ["COMMANDS", "add_parsers", "emit"]
-
-
-def _count(text: str) -> int:
-    """argparse type: a whole number of at least 1."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
-    return int(text)
-
-
-def _rank(text: str) -> int:
-    """argparse type: a whole number of at least 0."""
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, got {text!r}")
-    return int(text)
 
 
 def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
@@ -44,7 +32,8 @@ def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
         action="append",
         default=[],
         metavar="FILE",
-        help="NAME=VALUE lines (shell quoting, `export` and # comments allowed; repeatable)",
+        help="[export] NAME=VALUE lines read with POSIX sh quoting, without expansion ($X stays $X); "
+        "# starts a comment at the start of a word (repeatable)",
     )
     g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a variable (repeatable)")
     for option, name, help_text in SETTINGS:
@@ -62,10 +51,10 @@ def add_parsers(sub: Any) -> None:
         description="Options as sbatch's; everything after `--` is the program each rank runs.",
     )
     a = sb.add_argument_group("allocation (as sbatch)")
-    a.add_argument("-N", "--nodes", type=_count, default=1, help="nodes (default: 1)")
-    a.add_argument("--ntasks-per-node", type=_count, help="ranks per node (default: --gpus-per-node, else 1)")
+    a.add_argument("-N", "--nodes", type=count, default=1, help="nodes (default: 1)")
+    a.add_argument("--ntasks-per-node", type=count, help="ranks per node (default: --gpus-per-node, else 1)")
     a.add_argument("--gpus-per-node", metavar="[TYPE:]N", help="GPUs per node, e.g. 8 or a100:8")
-    a.add_argument("-c", "--cpus-per-task", type=_count, help="CPUs per rank")
+    a.add_argument("-c", "--cpus-per-task", type=count, help="CPUs per rank")
     for flag, short, help_text in (
         ("--mem", None, "memory per node, e.g. 64G (0 = all)"),
         ("--time", "-t", "time limit, e.g. 4:00:00 or 1-12"),
@@ -96,7 +85,7 @@ def add_parsers(sub: Any) -> None:
         "--master-port",
         "--master_port",
         dest="master_port",
-        type=_count,
+        type=count,
         help="torchrun: default 15000 + job id %% 10000",
     )
     r.add_argument(
@@ -120,7 +109,7 @@ def add_parsers(sub: Any) -> None:
     )
     hf.add_argument("--hosts", metavar="A,B,...", help="host names, comma-separated")
     hf.add_argument("--nodelist", metavar="NODELIST", help="a Slurm nodelist, e.g. 'node[01-04],gpu7'")
-    hf.add_argument("--slots", type=_count, help="slots per host (default: 1, or SLURM_TASKS_PER_NODE)")
+    hf.add_argument("--slots", type=count, help="slots per host (default: 1, or SLURM_TASKS_PER_NODE)")
     hf.add_argument("--format", choices=("openmpi", "mpich"), default="openmpi", help="default: openmpi")
     _common(hf, env=False)
 
@@ -137,10 +126,10 @@ def add_parsers(sub: Any) -> None:
         default="1",
         help="workers per node: a count or auto/gpu/cpu",
     )
-    tr.add_argument("--nnodes", type=_count, default=1, help="number of nodes (default: 1)")
-    tr.add_argument("--node-rank", "--node_rank", dest="node_rank", type=_rank, default=0, help="this node's rank")
+    tr.add_argument("--nnodes", type=count, default=1, help="number of nodes (default: 1)")
+    tr.add_argument("--node-rank", "--node_rank", dest="node_rank", type=rank, default=0, help="this node's rank")
     tr.add_argument("--master-addr", "--master_addr", dest="master_addr", help="address of node rank 0")
-    tr.add_argument("--master-port", "--master_port", dest="master_port", type=_count, help="its port")
+    tr.add_argument("--master-port", "--master_port", dest="master_port", type=count, help="its port")
     tr.add_argument("--torchrun", default="torchrun", help="the torchrun to run (default: torchrun)")
     tr.add_argument("--script", action="store_true", help="a per-node script taking the node rank as $1")
     _common(tr)
@@ -180,7 +169,13 @@ def _environment(args: argparse.Namespace, nodes: int) -> dict[str, str]:
 
 
 def emit(text: str, path: str | None, mode: int = 0o644) -> None:
-    """Print `text`, or write it to `path`."""
+    """Print `text`, or write it to `path`; a script (`#!` first) must pass `bash -n` first."""
+    if text.startswith("#!"):
+        _check_shell(
+            text,
+            "the generated script",
+            "a --setup line or a site template (--template-dir, $HPCDIST_TEMPLATE_DIR) breaks it: fix that line",
+        )
     if path is None:
         sys.stdout.write(text)
         return
@@ -190,6 +185,20 @@ def emit(text: str, path: str | None, mode: int = 0o644) -> None:
         os.chmod(path, mode)
     except OSError as exc:
         raise UsageError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+
+
+def _check_shell(text: str, what: str, culprit: str) -> None:
+    """Raise UsageError when bash cannot read `text` (`what`), quoting the line it names; `culprit` is to fix."""
+    from ..launching.spawn import shell_syntax_errors
+
+    errors = shell_syntax_errors(text)
+    if not errors:
+        return
+    lines = text.splitlines()
+    found = re.search(r"line ([0-9]{1,9})", errors)
+    number = min(int(found[1]), len(lines)) if found else 0  # past the end: an open quote, if or here-document
+    shown = f"; line {number} is {lines[number - 1]!r}" if number > 0 else ""
+    raise UsageError(f"`bash -n` refuses {what} ({errors.splitlines()[0]}){shown}; {culprit}")
 
 
 def _beside(python: str, tool: str) -> str:
@@ -206,6 +215,12 @@ def _sbatch(args: argparse.Namespace) -> int:
     program = _program(args.program, "sbatch")
     if args.requeue_signal and not args.requeue:
         raise UsageError("--requeue-signal needs --requeue")
+    if args.setup:  # complete on their own: an open quote or here-document would swallow the script after them
+        _check_shell(
+            "".join(line + "\n" for line in args.setup),
+            "the --setup lines",
+            "each must be complete: close its quotes, if/fi, loops and here-documents",
+        )
     python = args.python or sys.executable
     opal = args.opal_prefix
     if opal is None:
@@ -276,13 +291,18 @@ def _hostfile(args: argparse.Namespace) -> int:
     from ..jobs.render import make_environment, render_hostfile
     from ..jobs.sbatch import allocation_hosts, expand_nodelist
     from ..launching.hostfile import HostSlots
+    from ..launching.names import HOST_NAME
 
     if args.hosts and args.nodelist:
         raise UsageError("give either --hosts or --nodelist, not both")
     if args.hosts or args.nodelist:
         names = expand_nodelist(args.nodelist) if args.nodelist else [h.strip() for h in args.hosts.split(",")]
-        if args.hosts and (not all(names) or any(c in h for h in names for c in " \t#:=")):
-            raise UsageError(f"--hosts {args.hosts!r}: expected host names separated by commas, e.g. node1,node2")
+        bad = [h for h in names if not HOST_NAME.match(h)] if args.hosts else []
+        if bad:
+            raise UsageError(
+                f"--hosts {args.hosts!r}: expected host names separated by commas, e.g. node1,node2; {bad[0]!r} is "
+                "not one (letters, digits, '-', '_' and '.', starting with a letter or digit)"
+            )
         twice = sorted({h for h in names if names.count(h) > 1})
         if twice:
             raise UsageError(f"host {twice[0]!r} is listed twice; list each host once and set --slots")

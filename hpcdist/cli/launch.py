@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .types import seconds
+
 __all__ = ["COMMANDS", "add_parsers"]
 
 
@@ -74,7 +76,7 @@ def add_parsers(sub: Any) -> None:
         help=f"workloads to run in order: {', '.join(WORKLOADS)}",
     )
     run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
-    run.add_argument("--timeout", type=float, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    run.add_argument("--timeout", type=seconds, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
     add_arguments(run)
 
 

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import UsageError
-from ..launching.hostfile import HostSlots, is_mpich_form, parse_hostfile, read_hostfile_text
+from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
 from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
 from ..launching.spawn import capture
 from ..runtime.netif import resolve
@@ -116,16 +116,16 @@ def gather_facts(hostfile: str | None = None, mpirun: str | None = None, timeout
         torch_facts, torch_error = torch_job.result()
     family = (mpi_identity(version.out + version.err) or (None, None))[0] if version else None
     hosts: tuple[HostSlots, ...] = ()
-    hostfile_error, mpich_form = "", False
+    hostfile_error, as_hosts = "", False
     if hostfile:
         try:
             text = read_hostfile_text(hostfile)
-            hosts, mpich_form = parse_hostfile(text, hostfile), is_mpich_form(text)
+            hosts, as_hosts = parse_hostfile(text, hostfile), not open_mpi_reads(text)
         except UsageError as exc:
             hostfile_error = str(exc)
     resolved = {h.host: resolve(h.host) for h in hosts}
     can_launch = mpirun is not None and mpi4py is not None
-    given = None if mpich_form else hostfile  # Open MPI misreads `host:N` lines: pass those hosts as -H
+    given = None if as_hosts else hostfile  # Open MPI misreads `host:N` lines, CRLF, a BOM: pass the hosts as -H
     world = hosts_probe = rendezvous = None
     if mpirun and can_launch:
         world = _probe(_launch(family, _spec(mpirun, 2, [sys.executable, "-c", _WORLD_PROBE])), timeout)

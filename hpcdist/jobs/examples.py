@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import jinja2
 
+from ..errors import UsageError
 from ..launching.hostfile import HostSlots
 from .render import BUNDLED_DIR, make_environment, render_hostfile
 from .sbatch import SbatchSpec, render_sbatch
@@ -102,8 +103,16 @@ def render_examples() -> dict[str, str]:
     return files
 
 
+def _check_root(root: str) -> None:
+    """Raise UsageError unless `root` is a directory (the project's)."""
+    if not os.path.isdir(root):
+        what = "does not exist" if not os.path.exists(root) else "is not a directory"
+        raise UsageError(f"--root {root!r} {what}; give the project directory (the one holding hostfiles/ and slurm/)")
+
+
 def check_examples(root: str) -> list[str]:
     """What differs between the files under `root` and what the templates render (empty when in sync)."""
+    _check_root(root)
     expected = render_examples()
     problems = []
     for path, text in expected.items():
@@ -113,6 +122,8 @@ def check_examples(root: str) -> list[str]:
                     problems.append(f"{path} differs from what the templates render")
         except FileNotFoundError:
             problems.append(f"{path} is missing")
+        except (OSError, UnicodeDecodeError) as exc:  # a directory in its place, unreadable, not text
+            problems.append(f"{path} cannot be read ({getattr(exc, 'strerror', None) or exc})")
     for folder in (*_GENERATED_DIRS, "templates"):
         present = os.listdir(os.path.join(root, folder)) if os.path.isdir(os.path.join(root, folder)) else []
         for name in sorted(present):
@@ -126,6 +137,7 @@ def check_examples(root: str) -> list[str]:
 
 def write_examples(root: str) -> list[str]:
     """Rewrite every example file under `root` that differs; return the paths written."""
+    _check_root(root)
     written = []
     for path, text in render_examples().items():
         target = os.path.join(root, path)
@@ -133,12 +145,16 @@ def write_examples(root: str) -> list[str]:
             with open(target, encoding="utf-8") as f:
                 if f.read() == text:
                     continue
-        except FileNotFoundError:
+        except (OSError, UnicodeDecodeError):
+            pass  # missing or unreadable: written below, which says what is wrong if it cannot be
+        try:
             os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(text)
-        if path.endswith(".sbatch"):
-            os.chmod(target, 0o755)
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(text)
+            if path.endswith(".sbatch"):
+                os.chmod(target, 0o755)
+        except OSError as exc:
+            raise UsageError(f"cannot write {target!r}: {exc.strerror or exc}; make it a writable file") from None
         written.append(path)
     return written
 

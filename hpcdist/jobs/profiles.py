@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import UsageError
@@ -58,23 +57,107 @@ def parse_env_item(item: str, where: str = "--env") -> tuple[str, str]:
 
 
 def parse_env_file(text: str, source: str) -> list[tuple[str, str]]:
-    """`[export] NAME=VALUE` lines read as a shell would (quotes, `# comments`); blank and comment lines skipped."""
+    """`[export] NAME=VALUE` lines, read with POSIX sh quoting (what `set -a; . FILE` would set), no expansion.
+
+    As in sh: 'single quotes' keep everything, "double quotes" take backslash escapes of $ ` " \\ and newline,
+    a backslash outside quotes keeps the next character, a quoted value may span lines, `#` starts a comment only
+    at the start of a word (`A=x#y` is `x#y`), and one line may set several variables. Unlike sh, `$NAME` and
+    backticks are kept as written, not expanded (as docker's env files do). CRLF line ends and a UTF-8 byte order
+    mark are accepted. Anything sh would run as a command, or parse as an operator (; & | < > ( )), is an error.
+    """
     pairs = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
+    for lineno, words in _sh_statements(text.removeprefix("\ufeff").replace("\r\n", "\n"), source):
         where = f"{source}:{lineno}:"
-        line = line.removeprefix("export ").lstrip()
-        name, eq, rest = line.partition("=")
-        try:
-            words = shlex.split(rest, comments=True)
-        except ValueError as exc:
-            raise UsageError(f"{where} {raw.strip()!r}: {exc}; quote the value as in a shell") from None
-        if not eq or len(words) > 1:
-            raise UsageError(f"{where} expected NAME=VALUE (quote a value with spaces), got {raw.strip()!r}")
-        pairs.append(parse_env_item(f"{name}={words[0] if words else ''}", where))
+        if words and words[0] == ("export", None):
+            words = words[1:]
+        if not words:
+            raise UsageError(f"{where} expected NAME=VALUE after export, e.g. export NCCL_DEBUG=INFO")
+        for word, equals in words:
+            if equals is None:
+                raise UsageError(
+                    f"{where} expected NAME=VALUE (quote a value with spaces), got {word!r}; "
+                    "an env file only sets variables"
+                )
+            pairs.append(parse_env_item(f"{word[:equals]}={word[equals + 1 :]}", where))
     return pairs
+
+
+def _sh_statements(text: str, source: str) -> list[tuple[int, list[tuple[str, int | None]]]]:
+    """Split `text` into sh statements (one per unquoted newline): (first line, words), comments dropped.
+
+    Each word is (text, index of its assignment '=' or None): the '=' counts when everything before it was
+    unquoted, as sh requires of `NAME=`.
+    """
+    statements: list[tuple[int, list[tuple[str, int | None]]]] = []
+    words: list[tuple[str, int | None]] = []
+    word: list[str] | None = None  # the word being read, None between words
+    equals: int | None = None
+    quoted = False  # some part of the current word was quoted (before any '=')
+    lineno, start, i = 1, 1, 0
+    while i < len(text):
+        char = text[i]
+        if char in " \t\n" or (char == "#" and word is None):
+            if word is not None:
+                words.append(("".join(word), equals))
+                word, equals, quoted = None, None, False
+            if char == "#":
+                i = text.find("\n", i)
+                i = len(text) if i < 0 else i
+                continue
+            if char == "\n":
+                if words:
+                    statements.append((start, words))
+                words, lineno, start = [], lineno + 1, lineno + 1
+            i += 1
+            continue
+        word = [] if word is None else word
+        if char == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                raise UsageError(f"{source}:{lineno}: no closing ' for the quote opened here; close it as in sh")
+            word.append(text[i + 1 : end])
+            lineno, quoted, i = lineno + text.count("\n", i, end), True, end + 1
+        elif char == '"':
+            i, lineno = _double_quoted(text, i + 1, lineno, source, word)
+            quoted = True
+        elif char == "\\":
+            if text[i + 1 : i + 2] == "\n":  # a line continuation: both disappear
+                lineno += 1
+            else:
+                word.append(text[i + 1 : i + 2] or "\\")
+            i += 2
+        elif char in ";&|<>()":
+            raise UsageError(
+                f"{source}:{lineno}: {char!r} is an sh operator; quote the value that holds it, e.g. A='x{char}y'"
+            )
+        else:
+            if char == "=" and equals is None and not quoted:
+                equals = len("".join(word))
+            word.append(char)
+            i += 1
+    if word is not None:
+        words.append(("".join(word), equals))
+    if words:
+        statements.append((start, words))
+    return statements
+
+
+def _double_quoted(text: str, i: int, lineno: int, source: str, word: list[str]) -> tuple[int, int]:
+    """Read a "..." body from text[i] into `word`; return the index after the closing quote and the line."""
+    opened = lineno
+    while i < len(text) and text[i] != '"':
+        if text[i] == "\\" and text[i + 1 : i + 2] in ("$", "`", '"', "\\", "\n"):
+            if text[i + 1] != "\n":
+                word.append(text[i + 1])
+            lineno += text[i + 1] == "\n"
+            i += 2
+            continue
+        lineno += text[i] == "\n"
+        word.append(text[i])
+        i += 1
+    if i >= len(text):
+        raise UsageError(f'{source}:{opened}: no closing " for the quote opened here; close it as in sh')
+    return i + 1, lineno
 
 
 def read_env_file(path: str) -> list[tuple[str, str]]:

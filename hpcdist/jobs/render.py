@@ -125,11 +125,14 @@ def make_environment(template_dir: str | None = None, environ: Mapping[str, str]
 def render_template(name: str, context: Mapping[str, Any], jinja: jinja2.Environment | None = None) -> str:
     """Render template `name`; a missing template or an undefined variable is a UsageError naming it."""
     jinja = jinja or make_environment()
+    dirs = getattr(jinja.loader, "searchpath", [])
     try:
         text = jinja.get_template(name).render(**context)
+    except UsageError:
+        raise  # a filter refused a value: its message says which
     except jinja2.TemplateNotFound as exc:
-        dirs = ", ".join(getattr(jinja.loader, "searchpath", []))
-        raise UsageError(f"template {exc.name!r} not found in {dirs}; add it there or fix the name") from None
+        where = ", ".join(dirs)
+        raise UsageError(f"template {exc.name!r} not found in {where}; add it there or fix the name") from None
     except jinja2.TemplateSyntaxError as exc:
         raise UsageError(f"template {exc.filename or exc.name}:{exc.lineno}: {exc.message}") from None
     except jinja2.UndefinedError as exc:
@@ -137,6 +140,12 @@ def render_template(name: str, context: Mapping[str, Any], jinja: jinja2.Environ
             f"template {_where(exc.__traceback__, name)}: {exc.message}; "
             "pass that variable or remove it from the template"
         ) from None
+    except (OSError, UnicodeDecodeError) as exc:  # loading it (or a template it includes)
+        raise UsageError(f"cannot read template {name!r} from {', '.join(dirs)}: {exc}; save it as UTF-8 text") from exc
+    except Exception as exc:  # a site template is the user's code: an error in it is theirs to fix
+        raise UsageError(
+            f"template {_where(exc.__traceback__, name)} failed: {type(exc).__name__}: {exc}; fix the template"
+        ) from exc
     return text if text.endswith("\n") else text + "\n"
 
 
@@ -159,7 +168,10 @@ def render_hostfile(
         raise UsageError("no hosts for the hostfile; give --hosts, --nodelist, or run inside a Slurm allocation")
     for h in hosts:
         if not HOST_NAME.match(h.host):
-            raise UsageError(f"host name {h.host!r} cannot appear in a hostfile (no spaces, '#', ':', '=' or ',')")
+            raise UsageError(
+                f"host name {h.host!r} cannot appear in a hostfile; use letters, digits, '-', '_' and '.', "
+                "starting with a letter or digit (e.g. node01 or 10.0.0.1)"
+            )
         if h.slots < 1:
             raise UsageError(f"host {h.host!r}: slots must be at least 1, got {h.slots}")
     body = format_hostfile(hosts, style)

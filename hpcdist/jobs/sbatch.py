@@ -11,7 +11,9 @@ import jinja2
 from ..errors import UsageError
 from ..launching.hostfile import HostSlots
 from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
-from ..launching.names import check_env_name
+from ..launching.names import HOST_NAME, check_env_name
+from ..launching.program import check_program
+from ..values import MAX_COUNT, parse_whole, slurm_counts
 from .render import render_template
 from .torchrun import TorchrunSpec, check_master, program_words, torchrun_options
 
@@ -28,10 +30,16 @@ __all__ = [
 ]
 
 LAUNCHES = ("srun", "mpirun", "torchrun")
-_TIME_FORMS = "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. --time 30, --time 4:00:00, --time 1-12"
-_TIME = re.compile(
-    r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)\Z"
+_TIME_FORMS = (
+    "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, or UNLIMITED (also INFINITE, -1 or 0), "
+    "e.g. --time 30, --time 4:00:00, --time 1-12"
 )
+_TIME = re.compile(
+    r"(?:(?P<d>[0-9]+)-(?:(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?)?"
+    r"|(?P<a>[0-9]+)(?::(?P<b>[0-9]+)(?::(?P<c>[0-9]+))?)?)\Z"
+)
+_UNLIMITED = ("-1", "infinite", "unlimited")  # and a limit of zero: Slurm imposes no time limit then
+_MAX_TIME = 2**31 - 1  # Slurm adds the fields up in seconds in a C int
 _MEM = re.compile(r"[0-9]+[KMGTkmgt]?\Z")
 _GPUS = re.compile(r"(?:[A-Za-z0-9_.-]+:)?([0-9]+)\Z")
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT")
@@ -80,33 +88,33 @@ class SbatchSpec:
         return gpu_count(self.gpus_per_node) if self.gpus_per_node else 1
 
 
-def parse_time(value: str) -> int:
-    """Seconds in a Slurm time limit (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS), else UsageError."""
-    match = _TIME.match(value.strip())
+def parse_time(value: str) -> int | None:
+    """Seconds in a Slurm time limit, None for no limit, else UsageError, by Slurm's own rules (time_str2secs).
+
+    Forms: MM, MM:SS, HH:MM:SS, D-[HH[:MM[:SS]]], and UNLIMITED, INFINITE, -1 or 0 for no limit. As in Slurm, a
+    field may exceed its unit (`1:60` is two minutes, `2-24` three days).
+    """
+    text = value.strip()
+    if text.lower() in _UNLIMITED:
+        return None
+    match = _TIME.match(text)
     if match is None:
         raise UsageError(f"--time {value!r} is not a Slurm time; {_TIME_FORMS}")
-    g = {k: int(v) for k, v in match.groupdict().items() if v is not None}
-    if "d" in g:
-        days, hours, minutes, seconds = g["d"], g["dh"], g.get("dm", 0), g.get("ds", 0)
-        limits = [("hours", hours, 24), ("minutes", minutes, 60), ("seconds", seconds, 60)]
-    elif "c" in g:
-        days, hours, minutes, seconds = 0, g["a"], g["b"], g["c"]
-        limits = [("minutes", minutes, 60), ("seconds", seconds, 60)]
+    n = {k: parse_whole(v or "0") or 0 for k, v in match.groupdict().items()}
+    if match["d"] is not None:
+        total = ((n["d"] * 24 + n["dh"]) * 60 + n["dm"]) * 60 + n["ds"]
+    elif match["c"] is not None:
+        total = (n["a"] * 60 + n["b"]) * 60 + n["c"]
     else:
-        days, hours, minutes, seconds = 0, 0, g["a"], g.get("b", 0)
-        limits = [("seconds", seconds, 60)]
-    for name, number, limit in limits:
-        if number >= limit:
-            raise UsageError(f"--time {value!r}: {name} must be below {limit}, got {number}; {_TIME_FORMS}")
-    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    if total == 0:
-        raise UsageError(f"--time {value!r} is zero; give a time limit of at least one minute")
-    return total
+        total = n["a"] * 60 + n["b"]
+    if total > _MAX_TIME:
+        raise UsageError(f"--time {value!r} is more than {_MAX_TIME} seconds, the most Slurm counts; {_TIME_FORMS}")
+    return total or None  # Slurm: "A time limit of zero requests that no time limit be imposed"
 
 
 def check_mem(value: str) -> str:
     """A Slurm --mem value (`16G`, `4000` MB, `0` = all of the node's memory), else UsageError."""
-    if not _MEM.match(value):
+    if not _MEM.match(value) or len(value) > 19:  # 18 digits of megabytes is already a zettabyte
         raise UsageError(f"--mem {value!r} is not a Slurm memory size; use a number with K, M, G or T, e.g. 16G")
     return value
 
@@ -114,23 +122,26 @@ def check_mem(value: str) -> str:
 def gpu_count(value: str) -> int:
     """The count in a --gpus-per-node value such as `8` or `a100:8`, which must be at least 1."""
     match = _GPUS.match(value)
-    if match is None or int(match[1]) < 1:
+    count = parse_whole(match[1]) if match else None
+    if count is None or not 1 <= count <= MAX_COUNT:
         raise UsageError(
-            f"--gpus-per-node {value!r}: expected COUNT or TYPE:COUNT with COUNT at least 1, e.g. 8 or a100:8"
+            f"--gpus-per-node {value!r}: expected COUNT or TYPE:COUNT with COUNT a whole number from 1 to "
+            f"{MAX_COUNT}, e.g. 8 or a100:8"
         )
-    return int(match[1])
+    return count
 
 
 def parse_signal(value: str) -> tuple[str, int]:
     """`USR1@90` -> ('USR1', 90): the signal Slurm sends and how many seconds before the time limit."""
     name, at, seconds = value.upper().partition("@")
     name = name.removeprefix("SIG")
-    if name not in _SIGNALS or not at or not seconds.isdigit() or not 0 < int(seconds) <= _MAX_SIGNAL_SECONDS:
+    lead = parse_whole(seconds) if seconds == seconds.strip() else None
+    if name not in _SIGNALS or not at or lead is None or not 0 < lead <= _MAX_SIGNAL_SECONDS:
         raise UsageError(
             f"--requeue-signal {value!r}: expected SIGNAL@SECONDS with SIGNAL one of {', '.join(_SIGNALS)} "
             f"and 1 to {_MAX_SIGNAL_SECONDS} seconds, e.g. USR1@90"
         )
-    return name, int(seconds)
+    return name, lead
 
 
 def expand_nodelist(value: str, what: str = "--nodelist") -> list[str]:
@@ -141,7 +152,7 @@ def expand_nodelist(value: str, what: str = "--nodelist") -> list[str]:
         hosts = hostlist.expand_hostlist(value)
     except hostlist.BadHostlist as exc:
         raise UsageError(f"{what} {value!r} is not a valid Slurm nodelist ({exc}); e.g. 'node[01-04],gpu7'") from None
-    bad = [h for h in hosts if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", h)]
+    bad = [h for h in hosts if not HOST_NAME.match(h) or "@" in h]  # Slurm's node names carry no user@
     if not hosts or bad:
         raise UsageError(
             f"{what} {value!r}: {bad[0] if bad else 'no hosts'!r} is not a host name; e.g. 'node[01-04],gpu7'"
@@ -151,8 +162,6 @@ def expand_nodelist(value: str, what: str = "--nodelist") -> list[str]:
 
 def allocation_hosts(environ: Mapping[str, str], slots: int | None = None) -> tuple[HostSlots, ...]:
     """The current allocation's hosts: SLURM_JOB_NODELIST with SLURM_TASKS_PER_NODE (or `slots` each)."""
-    import hostlist
-
     nodelist = environ.get("SLURM_JOB_NODELIST")
     if not nodelist:
         raise UsageError(
@@ -166,10 +175,11 @@ def allocation_hosts(environ: Mapping[str, str], slots: int | None = None) -> tu
     if not tasks:
         raise UsageError("SLURM_TASKS_PER_NODE is unset, so the slots per node are unknown; give --slots N")
     try:
-        counts = hostlist.parse_slurm_tasks_per_node(tasks)
-    except (hostlist.BadHostlist, ValueError):
-        raise UsageError(f"SLURM_TASKS_PER_NODE={tasks!r} is not like '8(x2),4'; give --slots N instead") from None
-    if len(counts) != len(hosts) or min(counts) < 1:
+        runs = slurm_counts(tasks, "SLURM_TASKS_PER_NODE", len(hosts))
+    except UsageError as exc:
+        raise UsageError(f"{exc}; or give --slots N") from None
+    counts = [count for count, repeat in runs for _ in range(repeat)]  # at most len(hosts) entries
+    if len(counts) != len(hosts) or not all(1 <= n <= MAX_COUNT for n in counts):
         raise UsageError(
             f"SLURM_TASKS_PER_NODE={tasks!r} does not match the {len(hosts)} nodes of "
             f"SLURM_JOB_NODELIST={nodelist!r}; give --slots N instead"
@@ -183,6 +193,7 @@ def _check(spec: SbatchSpec) -> int | None:
         raise UsageError(f"--launch {spec.launch!r}: use one of {', '.join(LAUNCHES)}")
     if not spec.program:
         raise UsageError("no program given; usage: hpcdist sbatch [options] -- PROGRAM [ARGS...]")
+    check_program(spec.program, "torchrun" if spec.launch == "torchrun" else "hpcdist's shim")
     for name, count in (
         ("nodes", spec.nodes),
         ("ntasks-per-node", spec.ntasks_per_node),
@@ -190,6 +201,15 @@ def _check(spec: SbatchSpec) -> int | None:
     ):
         if count is not None and count < 1:
             raise UsageError(f"--{name} must be at least 1, got {count}")
+        if count is not None and count > MAX_COUNT:
+            raise UsageError(f"--{name} must be at most {MAX_COUNT}, got {count}")
+    if spec.gpus_per_node is not None:
+        gpu_count(spec.gpus_per_node)
+    if spec.nodes * spec.tasks_per_node > MAX_COUNT:
+        raise UsageError(
+            f"--nodes {spec.nodes} x {spec.tasks_per_node} tasks per node is more than the {MAX_COUNT} ranks MPI "
+            "can count; ask for fewer"
+        )
     if spec.mem is not None:
         check_mem(spec.mem)
     if spec.nodelist is not None:

@@ -10,7 +10,8 @@ import jinja2
 
 from ..errors import UsageError
 from ..launching.names import check_env_name
-from ..launching.program import is_python, parse_python_argv
+from ..launching.program import check_program, is_python, parse_python_argv
+from ..values import MAX_COUNT, parse_whole
 from .render import render_template, shjoin, shquote
 
 __all__ = [
@@ -44,6 +45,7 @@ def program_words(program: Sequence[str]) -> list[str]:
     """What follows torchrun's options: `python x.py` -> `x.py`, `python -m m` -> `-m m`, a binary -> `--no_python`."""
     if not program:
         raise UsageError("no program given; put it after '--', e.g. -- train.py --backend nccl")
+    check_program(program, "torchrun")
     words = list(program)
     if is_python(words[0]):
         if len(words) < 2:
@@ -72,7 +74,10 @@ def _check(spec: TorchrunSpec) -> None:
     """Raise UsageError for a spec torchrun would reject or that cannot span the nodes."""
     if spec.nnodes < 1:
         raise UsageError(f"--nnodes must be at least 1, got {spec.nnodes}")
-    if spec.nproc_per_node not in _NPROC_WORDS and not (spec.nproc_per_node.isdigit() and int(spec.nproc_per_node) > 0):
+    if spec.nnodes > MAX_COUNT:
+        raise UsageError(f"--nnodes must be at most {MAX_COUNT}, got {spec.nnodes}")
+    count = parse_whole(spec.nproc_per_node) if spec.nproc_per_node.strip() == spec.nproc_per_node else None
+    if spec.nproc_per_node not in _NPROC_WORDS and not (count is not None and 0 < count <= MAX_COUNT):
         raise UsageError(
             f"--nproc_per_node {spec.nproc_per_node!r}: give a count of at least 1 or one of {', '.join(_NPROC_WORDS)}"
         )

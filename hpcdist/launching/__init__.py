@@ -5,5 +5,5 @@
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
 - `monitor`: reads mpirun's output for lost hosts (pure).
 
-May import: errors. Never torch, mpi4py, the runtime or the CLI.
+May import: errors, values. Never torch, mpi4py, the runtime or the CLI.
 """

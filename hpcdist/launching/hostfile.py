@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import UsageError
+from ..values import MAX_COUNT, parse_whole
 from .names import HOST_NAME
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "check_np",
     "format_hostfile",
     "is_mpich_form",
+    "open_mpi_reads",
     "parse_hostfile",
     "parse_hosts_arg",
     "read_hostfile_text",
@@ -22,8 +24,14 @@ __all__ = [
 
 _FORMS = "expected 'HOST slots=N [max_slots=M]' or 'HOST:N'"
 _H_FORM = "expected -H HOST[:N][,HOST[:N]...], e.g. -H node1:4,node2:4"
-_KEYS = {"slots": "slots", "max_slots": "max_slots", "max-slots": "max_slots"}
-_COUNT = re.compile(r"[0-9]+\Z")
+# Open MPI's hostfile keywords (prrte's hostfile_lex.l): `count` and `cpu` mean slots; the cap has twelve spellings
+_KEYS = {"slots": "slots", "count": "slots", "cpu": "slots"} | {
+    key: "max_slots"
+    for base in ("slots", "cpu", "count")
+    for sep in "_-"
+    for key in (f"max{sep}{base}", f"{base}{sep}max")
+}
+_EQUALS = re.compile(r"\s*=\s*")  # Open MPI takes `slots = 4` as `slots=4`
 _STYLES = ("openmpi", "mpich")
 
 
@@ -40,8 +48,8 @@ def parse_hostfile(text: str, source: str) -> tuple[HostSlots, ...]:
     """Parse Open MPI (`host slots=N max_slots=M`) or MPICH (`host:N`) hostfile text."""
     hosts: dict[str, HostSlots] = {}
     first_line: dict[str, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
+    for lineno, raw in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
+        line = _EQUALS.sub("=", raw.split("#", 1)[0].strip())
         if not line:
             continue
         where = f"{source}:{lineno}"
@@ -69,10 +77,19 @@ def is_mpich_form(text: str) -> bool:
     return any(":" in line.split("#", 1)[0] for line in text.splitlines())
 
 
+def open_mpi_reads(text: str) -> bool:
+    """Whether Open MPI's --hostfile reads `text` as parse_hostfile does; if not, pass the parsed hosts as -H.
+
+    It does not for MPICH's `host:N` lines, Windows line ends (its lexer takes `\\r` for a stray character)
+    or a UTF-8 byte order mark.
+    """
+    return not (is_mpich_form(text) or "\r" in text or text.startswith("\ufeff"))
+
+
 def read_hostfile_text(path: str) -> str:
-    """The text of the hostfile at `path`, or a UsageError saying why it cannot be read."""
+    """The text of the hostfile at `path` as it is (line ends and byte order mark kept), or a UsageError."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", newline="") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -121,6 +138,8 @@ def check_np(np: int, hosts: Sequence[HostSlots], oversubscribe: bool) -> None:
     """Raise UsageError if `np` ranks do not fit on `hosts`."""
     if np < 1:
         raise UsageError(f"-np must be at least 1, got {np}")
+    if np > MAX_COUNT:
+        raise UsageError(f"-np must be at most {MAX_COUNT} (MPI counts ranks in an int), got {np}")
     total = total_slots(hosts)
     if np > total and not oversubscribe:
         raise UsageError(
@@ -158,7 +177,8 @@ def _parse_line(line: str, where: str) -> tuple[HostSlots, bool]:
         if name in values:
             raise UsageError(f"{where}: {name} given twice in {line!r}; {_FORMS}")
         values[name] = _count(value, name, where, line)
-    entry = HostSlots(tokens[0], values.get("slots", 1), values.get("max_slots"))
+    # A cap alone sets the slots too, as in Open MPI ('node1 max_slots=4' is 4 slots).
+    entry = HostSlots(tokens[0], values.get("slots", values.get("max_slots", 1)), values.get("max_slots"))
     if entry.max_slots is not None and entry.max_slots < entry.slots:
         raise UsageError(
             f"{where}: max_slots={entry.max_slots} is less than slots={entry.slots} "
@@ -180,6 +200,9 @@ def _add_bare_slot(seen: HostSlots, where: str, first: int) -> HostSlots:
 
 def _count(text: str, name: str, where: str, context: str) -> int:
     """Parse a slot count of at least 1, or raise UsageError naming `where`."""
-    if not _COUNT.match(text) or int(text) < 1:
+    number = parse_whole(text) if text == text.strip() else None
+    if number is None or number < 1:
         raise UsageError(f"{where}: {name} must be a whole number of at least 1, got {text!r} in {context!r}")
-    return int(text)
+    if number > MAX_COUNT:
+        raise UsageError(f"{where}: {name} must be at most {MAX_COUNT} (MPI counts ranks in an int), got {text!r}")
+    return number

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..values import MAX_COUNT
 from .hostfile import HostSlots
 from .names import ENV_NAME
 
@@ -98,6 +99,8 @@ def _validate(spec: MpirunSpec) -> None:
     """Raise UsageError for a spec mpirun would reject or misread."""
     if spec.np is not None and spec.np < 1:
         raise UsageError(f"-np must be at least 1, got {spec.np}")
+    if spec.np is not None and spec.np > MAX_COUNT:
+        raise UsageError(f"-np must be at most {MAX_COUNT} (MPI counts ranks in an int), got {spec.np}")
     if not spec.program:
         raise UsageError("no program to run; put it after '--', e.g. -np 2 -- python train.py")
     for name, _ in spec.env:

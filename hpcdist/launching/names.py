@@ -6,16 +6,41 @@ import re
 
 from ..errors import UsageError
 
-__all__ = ["ENV_NAME", "HOST_NAME", "check_env_name"]
+__all__ = ["BASH_SPECIAL", "ENV_NAME", "HOST_NAME", "check_env_name", "check_host_name"]
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # what `export NAME=…`, `mpirun -x NAME` and srun accept
-HOST_NAME = re.compile(r"[^\s=:,#]+\Z")  # a hostfile host: no space, '=', ':', ',' or '#' (they delimit)
+# A host as Open MPI's hostfile lexer reads one (prrte's hostfile_lex.l): [user@]name, where a name (or an IPv4
+# address) starts with a letter or digit and goes on with letters, digits, '_', '-' and '.'; 253 characters at most.
+HOST_NAME = re.compile(r"(?=.{1,253}\Z)(?:[A-Za-z0-9][A-Za-z0-9_-]*@)?[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+# Names bash will not export as given: read-only (an assignment ends the script) or dynamic (bash overwrites the
+# value, e.g. RANDOM, SECONDS), from bash(1) "Shell Variables".
+BASH_SPECIAL = frozenset(
+    {"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID"}
+    | {"BASHPID", "BASH_ARGC", "BASH_ARGV", "BASH_ARGV0", "BASH_COMMAND", "BASH_LINENO", "BASH_SOURCE"}
+    | {"BASH_SUBSHELL", "DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS", "FUNCNAME", "GROUPS", "HISTCMD"}
+    | {"LINENO", "PIPESTATUS", "RANDOM", "SECONDS", "SRANDOM"}
+)
 
 
 def check_env_name(name: object) -> str:
-    """`name` if it is a valid environment variable name, else UsageError."""
+    """`name` if a generated script can `export` it: a valid name that bash neither holds read-only nor rewrites."""
     if not isinstance(name, str) or not ENV_NAME.match(name):
         raise UsageError(
             f"{name!r} is not a valid environment variable name; use letters, digits and '_', not starting with a digit"
+        )
+    if name in BASH_SPECIAL:
+        raise UsageError(
+            f"{name} is a variable bash sets itself (read-only or rewritten on every use), so a job script cannot "
+            "export it; pick another name"
+        )
+    return name
+
+
+def check_host_name(name: str, where: str) -> str:
+    """`name` if it is a host name (or IPv4 address) Open MPI's hostfiles and -H take, else UsageError."""
+    if not HOST_NAME.match(name):
+        raise UsageError(
+            f"{where}: {name!r} is not a host name; use letters, digits, '-', '_' and '.', starting with a letter "
+            "or digit (e.g. node01 or 10.0.0.1)"
         )
     return name

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 
-__all__ = ["PythonTarget", "is_python", "parse_python_argv"]
+__all__ = ["PythonTarget", "check_program", "is_python", "parse_python_argv"]
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?\Z")
 _FLAGS = frozenset(["-u", "-B", "-O", "-OO", "-E", "-s", "-S", "-I", "-b", "-bb", "-q"])
@@ -29,6 +29,19 @@ class PythonTarget:
 def is_python(word: str) -> bool:
     """Whether a command word names a Python interpreter (`python`, `python3`, `/usr/bin/python3.11`)."""
     return bool(_PYTHON.match(os.path.basename(word)))
+
+
+def check_program(program: Sequence[str], runner: str) -> None:
+    """Raise UsageError when the program's first word starts with '-': `runner` would take it for its own option.
+
+    torchrun's own `-m MODULE` is the one exception (when `runner` is "torchrun").
+    """
+    first = program[0] if program else ""
+    if first.startswith("-") and not (runner == "torchrun" and first == "-m"):
+        raise UsageError(
+            f"the program {first!r} starts with '-', so {runner} would take it for one of its own options; "
+            f"name the program first (e.g. -- python train.py), or write ./{first} for a file of that name"
+        )
 
 
 def parse_python_argv(argv: Sequence[str]) -> PythonTarget:

@@ -16,10 +16,11 @@ from typing import IO
 from ..errors import UsageError
 from .monitor import LostHostWatch
 
-__all__ = ["capture", "run_child", "run_mpirun", "submit_sbatch"]
+__all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _DRAIN_SECONDS = 2.0  # after mpirun exits, how long its output may take to reach end-of-file
+_SYNTAX_SECONDS = 30.0  # how long `bash -n` may take to read a generated script
 
 
 def _spawn(
@@ -37,6 +38,10 @@ def _spawn(
         raise UsageError(_not_found(argv[0], what)) from None
     except PermissionError:
         raise UsageError(f"{what} {argv[0]!r} is not executable; chmod +x it or run it with its interpreter") from None
+    except OSError as exc:  # e.g. ENOEXEC: an executable file that is no program
+        raise UsageError(
+            f"{what} {argv[0]!r} cannot be started: {exc.strerror or exc}; check that it is a program"
+        ) from None
     pumps = []
     if watch is not None:
         for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
@@ -129,6 +134,27 @@ def submit_sbatch(path: str) -> str:
     if not job.isdigit():
         raise UsageError(f"sbatch printed {done.stdout.strip()!r} instead of a job id")
     return job
+
+
+def shell_syntax_errors(text: str) -> str:
+    """What `bash -n` says about the script `text` (errors and warnings), empty when it reads cleanly.
+
+    Empty too where this machine has no bash to ask.
+
+    Raises:
+        UsageError: bash took longer than 30 s to read it.
+    """
+    try:
+        done = subprocess.run(
+            ["bash", "-n"], input=text, capture_output=True, text=True, errors="replace", timeout=_SYNTAX_SECONDS
+        )
+    except FileNotFoundError:
+        return ""
+    except subprocess.TimeoutExpired:
+        raise UsageError(
+            f"bash -n took more than {_SYNTAX_SECONDS:g} s to read the generated script; shorten its --setup lines"
+        ) from None
+    return done.stderr.strip() or (f"bash -n exited with status {done.returncode}" if done.returncode else "")
 
 
 def capture(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> tuple[int | None, str, str]:

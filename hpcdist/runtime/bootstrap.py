@@ -14,6 +14,7 @@ from typing import Any
 
 from ..abort import install_abort_hook
 from ..errors import UsageError
+from ..values import check_seconds, parse_seconds
 from .env import LaunchEnv
 from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvous, slurm_rendezvous
 
@@ -74,20 +75,16 @@ class Session:
 
 
 def job_timeout(environ: Mapping[str, str], timeout: float | None = None) -> float:
-    """The timeout in seconds: the argument, else HPCDIST_TIMEOUT, else 300."""
-    if timeout is None:
-        raw = environ.get("HPCDIST_TIMEOUT")
-        if raw is None:
-            return DEFAULT_TIMEOUT
-        try:
-            timeout = float(raw)
-        except ValueError:
-            raise UsageError(
-                f"HPCDIST_TIMEOUT={raw!r} is not a number of seconds; set e.g. HPCDIST_TIMEOUT=300"
-            ) from None
-    if not timeout > 0:
-        raise UsageError(f"the timeout must be a positive number of seconds, got {timeout!r}")
-    return float(timeout)
+    """The timeout in seconds: the argument, else HPCDIST_TIMEOUT, else 300; finite, above 0, at most 30 days."""
+    if timeout is not None:
+        return check_seconds(timeout, "the timeout", "e.g. timeout=300")
+    raw = environ.get("HPCDIST_TIMEOUT")
+    if raw is None:
+        return DEFAULT_TIMEOUT
+    value = parse_seconds(raw)
+    if value is None:
+        raise UsageError(f"HPCDIST_TIMEOUT={raw!r} is not a number of seconds; set e.g. HPCDIST_TIMEOUT=300")
+    return check_seconds(value, f"HPCDIST_TIMEOUT={raw!r}", "e.g. HPCDIST_TIMEOUT=300")
 
 
 def choose_backend(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..values import ADDRESS, MAX_COUNT, parse_whole
+from . import slurm
 
 __all__ = ["SOURCES", "LaunchEnv", "Source"]
 
@@ -23,6 +25,7 @@ class Source:
     node_rank: str | None
     markers: tuple[str, ...]
     started_by: str
+    node_count: str | None = None  # the number of nodes, which node_rank must be below
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -41,7 +44,7 @@ class Source:
 #   index, so Open MPI alone leaves node_rank unknown.
 # - MPICH / Intel MPI Hydra: PMI_RANK/PMI_SIZE are also set by srun --mpi=pmi2 and Flux without
 #   the local pair; any source may lack its local pair, which is then taken from another source.
-# - Slurm counts only inside a real srun step (see _slurm_step); its local world size is
+# - Slurm counts only inside a real srun step (see slurm.step_id); its local world size is
 #   SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE) indexed by SLURM_NODEID.
 # - PMIx gives no world size: it only cross-checks another source and is an error on its own.
 SOURCES: tuple[Source, ...] = (
@@ -54,6 +57,7 @@ SOURCES: tuple[Source, ...] = (
         "GROUP_RANK",
         ("TORCHELASTIC_RUN_ID",),
         "torchrun",
+        "GROUP_WORLD_SIZE",
     ),
     Source(
         "openmpi",
@@ -87,15 +91,13 @@ SOURCES: tuple[Source, ...] = (
         "SLURM_NODEID",
         (),
         "srun",
+        "SLURM_STEP_NUM_NODES",
     ),
     Source("pmix", "PMIX_RANK", (), None, (), None, (), "a PMIx launcher"),
 )
 
 _FIELDS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank")
 _MPI_LAUNCHERS = ("openmpi", "mpich", "mvapich2")
-_DIGITS = re.compile(r"[0-9]+")
-_TASKS_PER_NODE = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
-_MAX_NORMAL_STEP_ID = 0xFFFFFFF0  # above: Slurm's batch/extern/interactive/pending pseudo-steps
 
 
 @dataclass(frozen=True)
@@ -126,13 +128,30 @@ class LaunchEnv:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> LaunchEnv:
-        """Detect the launcher from `environ` (os.environ or a dict) and check its variables agree."""
-        readings = [r for r in (_read(s, environ) for s in SOURCES) if r is not None]
+        """Detect the launcher from `environ` (os.environ or a dict) and check its variables agree.
+
+        A torch variable left over in the environment (`WORLD_SIZE` without `RANK`) is accepted when a complete
+        launcher source agrees with it, and refused when one disagrees; with no other source it is half-set.
+        """
+        readings: list[_Reading] = []
+        stray: tuple[_Reading, _HalfSet] | None = None
+        for source in SOURCES:
+            try:
+                reading = _read(source, environ)
+            except _HalfSet as half:
+                if source.launcher != "torchrun":
+                    raise
+                stray = (_read_present(source, environ), half)
+                continue
+            if reading is not None:
+                readings.append(reading)
         addr, port = _master(environ)
         job_id = environ.get("SLURM_JOB_ID")
+        sized = [r for r in readings if "world_size" in r.values]
+        if stray is not None and not sized:
+            raise stray[1]
         if not readings:
             return cls("single", 0, 1, 0, 1, None, addr, port, job_id=job_id)
-        sized = [r for r in readings if "world_size" in r.values]
         if not sized:
             raise UsageError(
                 f"PMIX_RANK={environ['PMIX_RANK']} is set but no launcher variable gives the world size; "
@@ -141,9 +160,17 @@ class LaunchEnv:
             )
         first = sized[0]
         readings = _comparable(first, readings, environ)
-        for other in readings[1:]:
+        checked = readings + ([stray[0]] if stray else [])  # a stray torch variable is checked, never taken
+        for other in checked[1:]:
             _check_agree(first, other)
         value = {f: next((r.values[f][1] for r in readings if f in r.values), None) for f in _FIELDS}
+        world = first.values["world_size"][1]
+        for var, node_rank in (r.values["node_rank"] for r in checked if "node_rank" in r.values):
+            if node_rank >= world:  # every node runs at least one rank
+                raise UsageError(
+                    f"{var}={node_rank} is out of range: {world} ranks run on at most {world} nodes, "
+                    f"numbered from 0; fix or unset {var}"
+                )
         if value["local_rank"] is None:
             if value["world_size"] != 1:
                 s = first.source
@@ -198,34 +225,12 @@ class LaunchEnv:
 
     def describe(self) -> list[tuple[str, str]]:
         """(name, value) rows for a table, in field order, "-" for unknown values."""
-        nodes = ",".join(self.nodelist) if self.nodelist else None
-        values = (
-            self.launcher,
-            self.rank,
-            self.world_size,
-            self.local_rank,
-            self.local_world_size,
-            self.node_rank,
-            self.master_addr,
-            self.master_port,
-            nodes,
-            self.job_id,
-            self.step_id,
-        )
-        names = (
-            "launcher",
-            "rank",
-            "world_size",
-            "local_rank",
-            "local_world_size",
-            "node_rank",
-            "master_addr",
-            "master_port",
-            "nodelist",
-            "job_id",
-            "step_id",
-        )
-        return [(n, "-" if v is None else str(v)) for n, v in zip(names, values, strict=True)]
+        rows = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            value = ",".join(value) or None if f.name == "nodelist" else value
+            rows.append((f.name, "-" if value is None else str(value)))
+        return rows
 
 
 def _comparable(first: _Reading, readings: list[_Reading], environ: Mapping[str, str]) -> list[_Reading]:
@@ -256,7 +261,7 @@ def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
     present = [v for v in source.variables if v in environ]
     step_id = None
     if source.launcher == "slurm":
-        step_id = _slurm_step(environ)
+        step_id = slurm.step_id(environ)
         if step_id is None:
             # No srun step (sbatch script, salloc shell): SLURM_PROCID=0 and SLURM_NTASKS>1 describe
             # the allocation, yet this is ONE process, so Slurm is not a rank source here.
@@ -274,12 +279,18 @@ def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
         _check_below(values["rank"], values["world_size"])
     if source.node_rank and source.node_rank in environ:
         values["node_rank"] = (source.node_rank, _int(environ, source.node_rank))
+        if source.node_count and source.node_count in environ:
+            _check_below(values["node_rank"], (source.node_count, _int(environ, source.node_count)))
     local_set = _first_set(environ, source.local_world_size)
     if (source.local_rank and source.local_rank in environ) or local_set:
         local_size_var = local_set or source.local_world_size[0]
         local_var = source.local_rank or ""
         if source.launcher == "slurm":
-            values["local_world_size"] = _slurm_local_size(environ, local_size_var, source)
+            if local_size_var not in environ:
+                raise _missing("SLURM_LOCALID", local_size_var, source)
+            node_id = _require(environ, "SLURM_NODEID", local_size_var, source)
+            local_size = slurm.local_size(local_size_var, environ[local_size_var], node_id)
+            values["local_world_size"] = (f"{local_size_var}[{node_id}]", local_size)
         else:
             values["local_world_size"] = (local_size_var, _require(environ, local_size_var, local_var, source))
         values["local_rank"] = (local_var, _require(environ, local_var, local_size_var, source))
@@ -287,53 +298,19 @@ def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
         _check_below(values["local_world_size"], values["world_size"], inclusive=True)
     if source.launcher != "slurm":
         return _Reading(source, values)
-    return _Reading(source, values, _slurm_nodelist(environ), step_id)
+    return _Reading(source, values, slurm.nodelist(environ), step_id)
 
 
-def _slurm_step(environ: Mapping[str, str]) -> str | None:
-    """The srun step id, or None outside a real step (no id, or batch/extern/interactive)."""
-    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID"))
-    if step is None or not _DIGITS.fullmatch(step) or int(step) > _MAX_NORMAL_STEP_ID:
-        return None
-    return step
-
-
-def _slurm_local_size(environ: Mapping[str, str], var: str, source: Source) -> tuple[str, int]:
-    """This node's entry of Slurm's compressed tasks-per-node list such as `2(x3),1`."""
-    if var not in environ:
-        raise _missing("SLURM_LOCALID", var, source)
-    node_id = _require(environ, "SLURM_NODEID", var, source)
-    counts: list[int] = []
-    for part in environ[var].split(","):
-        match = _TASKS_PER_NODE.fullmatch(part.strip())
-        if match is None:
-            raise UsageError(
-                f"{var}={environ[var]!r} is not a Slurm tasks-per-node list like "
-                "'2(x3),1'; let srun set it instead of setting it by hand"
-            )
-        counts += [int(match[1])] * int(match[2] or 1)
-    if node_id >= len(counts):
-        raise UsageError(
-            f"SLURM_NODEID={node_id} is out of range for {var}={environ[var]} "
-            f"({len(counts)} nodes); let srun set both instead of setting them by hand"
-        )
-    return f"{var}[{node_id}]", counts[node_id]
-
-
-def _slurm_nodelist(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The step's expanded hostnames, empty when Slurm gave no nodelist."""
-    import hostlist
-
-    var = _first_set(environ, ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"))
-    if var is None:
-        return ()
-    try:
-        return tuple(hostlist.expand_hostlist(environ[var]))
-    except hostlist.BadHostlist as exc:
-        raise UsageError(
-            f"{var}={environ[var]!r} is not a valid Slurm nodelist ({exc}); "
-            "let srun set it instead of setting it by hand"
-        ) from None
+def _read_present(source: Source, environ: Mapping[str, str]) -> _Reading:
+    """What the variables of `source` that are set say, each alone (a half-set source, only to cross-check)."""
+    fields = (
+        ("rank", source.rank),
+        ("world_size", _first_set(environ, source.world_size)),
+        ("local_rank", source.local_rank),
+        ("local_world_size", _first_set(environ, source.local_world_size)),
+        ("node_rank", source.node_rank),
+    )
+    return _Reading(source, {f: (v, _int(environ, v)) for f, v in fields if v and v in environ})
 
 
 def _master(environ: Mapping[str, str]) -> tuple[str | None, int | None]:
@@ -341,12 +318,18 @@ def _master(environ: Mapping[str, str]) -> tuple[str | None, int | None]:
     addr = environ.get("MASTER_ADDR")
     if addr is not None and not addr.strip():
         raise UsageError("MASTER_ADDR is set but empty; set it to the hostname of rank 0 or unset it")
+    if addr is not None and not ADDRESS.match(addr):
+        raise UsageError(
+            f"MASTER_ADDR={addr!r} is not a host name or IP address (no blanks or other symbols); "
+            "set it to the hostname or address of rank 0's node, or unset it"
+        )
     port_text = environ.get("MASTER_PORT")
     if port_text is None:
         return addr, None
-    if not _DIGITS.fullmatch(port_text.strip()) or not 1 <= int(port_text) <= 65535:
+    port = parse_whole(port_text)
+    if port is None or not 1 <= port <= 65535:
         raise UsageError(f"MASTER_PORT={port_text!r} is not a TCP port (1-65535); set it to a free port such as 29500")
-    return addr, int(port_text)
+    return addr, port
 
 
 def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
@@ -361,20 +344,32 @@ def _require(environ: Mapping[str, str], var: str, because: str, source: Source)
     return _int(environ, var)
 
 
-def _missing(because: str, var: str, source: Source) -> UsageError:
+class _HalfSet(UsageError):
+    """A launcher's variables are only partly set."""
+
+
+def _missing(because: str, var: str, source: Source) -> _HalfSet:
     """The error for a half-present variable set: `because` is set but `var` is not."""
-    return UsageError(
+    return _HalfSet(
         f"{because} is set but {var} is not; these variables come from {source.started_by}: "
         f"launch with it, or unset {because} if it is left over from another job"
     )
 
 
 def _int(environ: Mapping[str, str], var: str) -> int:
-    """The non-negative integer in `var`."""
+    """The non-negative integer in `var`, at most MAX_COUNT."""
     text = environ[var]
-    if not _DIGITS.fullmatch(text.strip()):
+    number = parse_whole(text)
+    if number is None:
         raise UsageError(f"{var}={text!r} is not a non-negative integer; fix or unset {var}")
-    return int(text)
+    return _bounded(number, var, text)
+
+
+def _bounded(number: int, var: str, text: str) -> int:
+    """`number` (read from `var`), unless it is more than any launcher starts."""
+    if number > MAX_COUNT:
+        raise UsageError(f"{var}={text!r} is more than the {MAX_COUNT} ranks any launcher starts; fix or unset {var}")
+    return number
 
 
 def _check_below(small: tuple[str, int], big: tuple[str, int], inclusive: bool = False) -> None:

@@ -2,17 +2,22 @@
 
 Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`), atomic checkpoints (`checkpoint`) and
 stopping at a step boundary on preemption (`preemption`).
-May import: errors, waits, runtime. Never the CLI. Listing the workloads never imports torch.
+May import: errors, values, waits, runtime. Never the CLI. Listing the workloads never imports torch.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from collections.abc import Callable
 from typing import Any
 
+from ..values import MAX_COUNT, parse_whole
+
 __all__ = ["WORKLOADS", "add_arguments", "defaults", "load"]
+
+_MAX_SEED = 2**62  # torch's generators take up to 2**64 - 1; epochs and ranks are added to the seed
 
 # name -> "module:function"; imported only when run, so listing them never imports torch
 WORKLOADS = {
@@ -35,9 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ddp.add_argument("--epochs", type=_positive, default=3, help="epochs to train (default: 3)")
     ddp.add_argument("--batch-size", type=_positive, default=32, help="samples per rank per step (default: 32)")
     ddp.add_argument("--samples", type=_positive, default=2048, help="size of the synthetic data set (default: 2048)")
-    ddp.add_argument("--seed", type=int, default=0, help="seed of the data, the model and the shuffling (default: 0)")
+    ddp.add_argument("--seed", type=_seed, default=0, help="seed of the data, the model and the shuffling (default: 0)")
     ddp.add_argument(
         "--checkpoint-dir",
+        type=_directory,
         metavar="DIR",
         help="write DIR/ddp.pt atomically after every epoch (default: no checkpoints)",
     )
@@ -75,11 +81,28 @@ def defaults() -> argparse.Namespace:
 
 
 def _positive(text: str) -> int:
-    """An integer of at least 1, for argparse."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    """An integer from 1 to MAX_COUNT, for argparse."""
+    value = parse_whole(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at least 1 and at most {MAX_COUNT}, got {text!r}")
     return value
+
+
+def _seed(text: str) -> int:
+    """A seed torch's generators take whole (0 to 2**62), for argparse."""
+    value = parse_whole(text)
+    if value is None or value > _MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {_MAX_SEED}, got {text!r}")
+    return value
+
+
+def _directory(text: str) -> str:
+    """A directory, or a path where one can be made (its nearest existing parent is a directory), for argparse."""
+    path = os.path.abspath(text)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path!r} is a file, not a directory; give a directory (made if missing)")
+    return text

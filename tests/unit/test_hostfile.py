@@ -38,7 +38,7 @@ def read_hostfile(path: str) -> tuple[HostSlots, ...]:
         ("node1 slots=4 max_slots=6\n", (H("node1", 4, 6),)),
         ("node1 slots=4 max-slots=4\n", (H("node1", 4, 4),)),
         ("node1 max_slots=3 slots=2\n", (H("node1", 2, 3),)),
-        ("node1 max_slots=3\n", (H("node1", 1, 3),)),
+        ("node1 max_slots=3\n", (H("node1", 3, 3),)),  # a cap alone sets the slots too, as in Open MPI
         ("node1:4\nnode2:2\n", (H("node1", 4), H("node2", 2))),
         ("node1:4\nnode2\n", (H("node1", 4), H("node2", 1))),
         ("node1 slots=2\nnode2:3\n", (H("node1", 2), H("node2", 3))),
@@ -115,8 +115,8 @@ def test_parse_hostfile(text: str, expected: tuple[HostSlots, ...]) -> None:
             "'node1 slots=4 max_slots=2'; raise max_slots or lower slots",
         ),
         (
-            "node1 max_slots=2\nnode1\nnode1\n",
-            "hostfiles/two:3: repeating 'node1' makes 3 slots, more than its max_slots=2 "
+            "node1 max_slots=2\nnode1\nnode1\n",  # max_slots alone is 2 slots (Open MPI): line 2 makes 3
+            "hostfiles/two:2: repeating 'node1' makes 3 slots, more than its max_slots=2 "
             "from line 1; raise max_slots or drop this line",
         ),
         # Open MPI 5 rejects a second slot count for a host ("multiple definitions").

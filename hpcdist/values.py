@@ -1,0 +1,90 @@
+"""Numbers and addresses read from user text, checked the same way by every wing (a leaf: imports errors only).
+
+Whole numbers are ASCII digits only (int() would also take '١٢', '1_000' and '+5') and never more digits than
+fit a count, so a huge input is refused cheaply instead of hitting Python's int-to-str limit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import UsageError
+
+__all__ = [
+    "ADDRESS",
+    "MAX_COUNT",
+    "MAX_SECONDS",
+    "check_seconds",
+    "parse_seconds",
+    "parse_whole",
+    "slurm_counts",
+]
+
+MAX_COUNT = 2**31 - 1  # ranks, slots, nodes, tasks: MPI and Slurm count them in a C int
+MAX_SECONDS = 30 * 86400  # a timeout: a wait longer than 30 days is a hang, and far larger ones overflow timedelta
+_HUGE = 10**20  # stands for any whole number of more than 19 digits: above every bound hpcdist checks
+_DIGITS = re.compile(r"[0-9]+\Z")
+# a host name, IPv4 or IPv6 address (brackets, zone after %) as torch and the launchers take it: no blanks
+ADDRESS = re.compile(r"[A-Za-z0-9_.:%\[\]-]{1,255}\Z")
+_TASKS = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?\Z")  # one item of Slurm's `2(x3),1`
+
+
+def parse_whole(text: str) -> int | None:
+    """The whole number `text` spells in ASCII digits (blanks around it allowed), else None.
+
+    More than 19 digits gives a number above every bound hpcdist checks (callers bound what they take).
+    """
+    digits = text.strip()
+    if not _DIGITS.match(digits):
+        return None
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 19 else _HUGE
+
+
+def parse_seconds(text: str) -> float | None:
+    """A number of seconds (`300`, `2.5`, `1e3`) as float, else None; range checks are check_seconds'."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def check_seconds(value: object, what: str, how: str) -> float:
+    """`value` as float if it is a finite number of seconds above 0 and at most MAX_SECONDS, else UsageError.
+
+    `what` names the setting (`the timeout`, `HPCDIST_TIMEOUT='…'`); `how` is an example (`e.g. --timeout 300`).
+    """
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not (math.isfinite(number) and 0 < number <= MAX_SECONDS):
+        raise UsageError(
+            f"{what} must be a positive number of seconds, got {value!r}; give a finite number up to "
+            f"{MAX_SECONDS} (30 days), {how}"
+        )
+    return number
+
+
+def slurm_counts(text: str, what: str, limit: int) -> list[tuple[int, int]]:
+    """Slurm's compressed per-node counts (`2(x3),1` -> [(2, 3), (1, 1)]): (count, repeat) pairs.
+
+    Never expanded here, so `2(x99999999999)` costs nothing; more than `limit` nodes in all is a UsageError,
+    as is a malformed list. `what` names the variable in the message.
+    """
+    runs: list[tuple[int, int]] = []
+    nodes = 0
+    for part in text.split(","):
+        match = _TASKS.match(part.strip())
+        count = parse_whole(match[1]) if match else None
+        repeat = parse_whole(match[2] or "1") if match else None
+        if count is None or repeat is None or repeat < 1:
+            raise UsageError(
+                f"{what}={text!r} is not a Slurm tasks-per-node list like '2(x3),1'; "
+                "let Slurm set it instead of setting it by hand"
+            )
+        nodes += repeat
+        if nodes > limit:
+            raise UsageError(
+                f"{what}={text!r} lists more than {limit} nodes; let Slurm set it instead of setting it by hand"
+            )
+        runs.append((count, repeat))
+    return runs
