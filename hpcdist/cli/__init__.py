@@ -85,8 +85,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):  # stdout may have no file descriptor (captured)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exiting does not flush into it
         return 1
-    except Exception as exc:  # noqa: BLE001 - the one place every other exception ends: a bug in hpcdist
+    except Exception as exc:  # noqa: BLE001 - the one place every other exception ends
+        if _distributed_failure(exc):  # e.g. a peer died under a workload: the job failed, hpcdist did not
+            print(f"hpcdist: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return _end_job(1)
         return _internal_error(exc)
+
+
+def _distributed_failure(exc: Exception) -> bool:
+    """Whether torch.distributed raised it (DistError and its kinds): a failure of the job, not a bug in hpcdist."""
+    dist = sys.modules.get("torch.distributed")  # never imported here: without it, it cannot have raised
+    error = getattr(dist, "DistError", None)
+    return isinstance(error, type) and isinstance(exc, error)
 
 
 def _internal_error(exc: Exception) -> int:

@@ -354,6 +354,22 @@ def test_an_internal_error_says_so_and_exits_70(capsys: pytest.CaptureFixture[st
     assert status == 70 and "Traceback (most recent call last)" in err and 'raise RuntimeError("boom")' in err
 
 
+def _peer_gone(args: object) -> int:
+    import torch.distributed as dist
+
+    raise dist.DistBackendError("connection closed by peer rank 3")
+
+
+def test_a_failure_torch_distributed_reports_is_the_jobs_not_a_bug(capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcdist.cli import generate
+
+    monkeypatch.setitem(generate.COMMANDS, "hostfile", _peer_gone)
+    status, _, err = run(capsys, "hostfile", "--hosts", "a")
+    assert status == 1
+    assert err == "hpcdist: error: DistBackendError: connection closed by peer rank 3\n", err
+
+
 def test_a_timeout_is_an_error_not_a_bug(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from hpcdist.cli import generate
 
