@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -11,7 +10,7 @@ import jinja2
 from ..errors import UsageError
 from ..launching.names import check_env_name
 from ..launching.program import check_program, is_python, parse_python_argv
-from ..values import MAX_COUNT, parse_whole
+from ..values import ADDRESS, MAX_COUNT, parse_whole
 from .render import render_template, shjoin, shquote
 
 __all__ = [
@@ -25,7 +24,6 @@ __all__ = [
 ]
 
 _NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
-_ADDR = re.compile(r"[A-Za-z0-9_.:\[\]-]+\Z")
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ def program_words(program: Sequence[str]) -> list[str]:
 
 def check_master(addr: str | None, port: int | None) -> None:
     """Raise UsageError for a rendezvous address or port torchrun cannot use."""
-    if addr is not None and not _ADDR.match(addr):
+    if addr is not None and not ADDRESS.match(addr):
         raise UsageError(f"--master_addr {addr!r} is not a host name or IP address")
     if port is not None and not 1 <= port <= 65535:
         raise UsageError(f"--master_port must be between 1 and 65535, got {port}")

@@ -6,7 +6,7 @@ import re
 
 from ..errors import UsageError
 
-__all__ = ["BASH_SPECIAL", "ENV_NAME", "HOST_NAME", "check_env_name", "check_host_name"]
+__all__ = ["BASH_SPECIAL", "ENV_NAME", "HOST_NAME", "check_env_name"]
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # what `export NAME=…`, `mpirun -x NAME` and srun accept
 # A host as Open MPI's hostfile lexer reads one (prrte's hostfile_lex.l): [user@]name, where a name (or an IPv4
@@ -32,15 +32,5 @@ def check_env_name(name: object) -> str:
         raise UsageError(
             f"{name} is a variable bash sets itself (read-only or rewritten on every use), so a job script cannot "
             "export it; pick another name"
-        )
-    return name
-
-
-def check_host_name(name: str, where: str) -> str:
-    """`name` if it is a host name (or IPv4 address) Open MPI's hostfiles and -H take, else UsageError."""
-    if not HOST_NAME.match(name):
-        raise UsageError(
-            f"{where}: {name!r} is not a host name; use letters, digits, '-', '_' and '.', starting with a letter "
-            "or digit (e.g. node01 or 10.0.0.1)"
         )
     return name
