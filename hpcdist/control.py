@@ -1,0 +1,54 @@
+"""Control lines: what a rank tells `hpcdist mpirun` in band, through mpirun's own output forwarding.
+
+`hpcdist mpirun` exports a fresh random token per launch in HPCDIST_CONTROL. A rank then writes
+`@@hpcdist:<token>:<event>:<rank>:<detail>` as one line on its stderr; the launcher recognises the line
+anywhere in mpirun's output (a tag before it does not matter), acts on it, and never shows it. Without
+the variable (a generated script, a plain mpirun) nothing is written.
+
+Events: `ready` (this rank's process group is initialised), `failed` (detail: how the program ended).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from typing import NamedTuple
+
+__all__ = ["CONTROL_ENV", "ControlEvent", "emit", "new_token", "parse_control"]
+
+CONTROL_ENV = "HPCDIST_CONTROL"
+_LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<event>[a-z]+):(?P<rank>[0-9]+):(?P<detail>[^\n]*)")
+
+
+class ControlEvent(NamedTuple):
+    """One control line: what happened, on which rank, and a free-text detail."""
+
+    event: str
+    rank: int
+    detail: str
+
+
+def new_token() -> str:
+    """A fresh token for one launch, so that no program output can pass for a control line by chance."""
+    return secrets.token_hex(8)
+
+
+def parse_control(line: str, token: str) -> ControlEvent | None:
+    """The control event in `line` when it carries this launch's `token`, else None."""
+    match = _LINE.search(line)
+    if match is None or match["token"] != token:
+        return None
+    return ControlEvent(match["event"], int(match["rank"]), match["detail"].rstrip("\r\0"))
+
+
+def emit(event: str, rank: int, detail: str = "", environ: Mapping[str, str] = os.environ) -> None:
+    """Write a control line on fd 2 when this rank was started by `hpcdist mpirun`; do nothing otherwise."""
+    token = environ.get(CONTROL_ENV, "")
+    if not re.fullmatch(r"[0-9a-f]{16}", token):
+        return
+    line = f"@@hpcdist:{token}:{event}:{rank}:{' '.join(detail.split())}\n"
+    with contextlib.suppress(OSError):  # stderr closed: the launcher will not hear this rank (reported not ready)
+        os.write(2, line.encode(errors="replace"))
