@@ -13,7 +13,7 @@ MPIEXEC := timeout 900 $(BIN)/mpiexec --oversubscribe --bind-to none --mca btl ^
 PYTEST_MPI := -m pytest --with-mpi -p no:cacheprovider -q --color=no tests/mpi
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env demo test lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster clean
+.PHONY: env demo test lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
 
 env: $(VENV)/.installed
 
@@ -62,6 +62,11 @@ test-hosts: env
 # A real two-node Slurm cluster on this machine (root only; tests/cluster/slurm_cluster.sh brings it up and down).
 test-cluster: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/cluster
+
+# The GPU path on a real NVIDIA GPU, outside `make test` (no GPU here or in CI): nccl at one rank, CUDA tensors
+# through gloo and the mpi backend, DDP, and the benchmark. Without a GPU it says so and fails: nothing is skipped.
+test-gpu: env
+	$(PY) -m pytest -q -s -p no:cacheprovider tests/gpu
 
 clean:
 	rm -rf $(VENV) *.egg-info
