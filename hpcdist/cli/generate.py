@@ -111,6 +111,8 @@ def add_parsers(sub: Any) -> None:
     hf.add_argument("--nodelist", metavar="NODELIST", help="a Slurm nodelist, e.g. 'node[01-04],gpu7'")
     hf.add_argument("--slots", type=count, help="slots per host (default: 1, or SLURM_TASKS_PER_NODE)")
     hf.add_argument("--format", choices=("openmpi", "mpich"), default="openmpi", help="default: openmpi")
+    hf.add_argument("--include", metavar="HOST[:SLOTS]@...", help="keep only these hosts or slots, e.g. n1@n2:0,2")
+    hf.add_argument("--exclude", metavar="HOST[:SLOTS]@...", help="leave out these hosts or slots, e.g. n2 or n1:1")
     _common(hf, env=False)
 
     tr = sub.add_parser(
@@ -292,6 +294,7 @@ def _hostfile(args: argparse.Namespace) -> int:
     from ..launching.hostfile import HostSlots
     from ..launching.names import HOST_NAME
     from ..launching.nodelist import allocation_hosts, expand_nodelist
+    from ..launching.selection import select_hosts
 
     if args.hosts and args.nodelist:
         raise UsageError("give either --hosts or --nodelist, not both")
@@ -309,7 +312,22 @@ def _hostfile(args: argparse.Namespace) -> int:
         hosts = tuple(HostSlots(h, args.slots or 1) for h in names)
     else:
         hosts = allocation_hosts(os.environ, args.slots)
-    emit(render_hostfile(hosts, args.format, jinja=make_environment(args.template_dir)), args.write)
+    source = (
+        f"--hosts {args.hosts}"
+        if args.hosts
+        else f"--nodelist {args.nodelist}"
+        if args.nodelist
+        else (f"the Slurm allocation {os.environ['SLURM_JOB_NODELIST']}")
+    )
+    selected = select_hosts(hosts, args.include, args.exclude, source)
+    note = ", ".join(f"{s.host.host} slots {','.join(map(str, s.indices))}" for s in selected if s.indices)
+    text = render_hostfile(
+        [s.host for s in selected],
+        args.format,
+        f"selected: {note}" if note else "",
+        make_environment(args.template_dir),
+    )
+    emit(text, args.write)
     return 0
 
 

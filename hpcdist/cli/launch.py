@@ -32,6 +32,7 @@ def add_parsers(sub: Any) -> None:
     mpirun.add_argument("-np", "-n", "--np", dest="np", type=int, help="number of ranks (default: all slots)")
     mpirun.add_argument("--hostfile", "-hostfile", "--machinefile", "-machinefile", help="Open MPI or MPICH hostfile")
     mpirun.add_argument("-H", "--host", "-host", dest="hosts", help="hosts and slots, e.g. a:2,b:2")
+    _selection_options(mpirun)
     mpirun.add_argument(
         "-x",
         dest="export",
@@ -78,6 +79,16 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
     run.add_argument("--timeout", type=seconds, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
     add_arguments(run)
+
+
+def _selection_options(p: Any) -> None:
+    """--include and --exclude, DeepSpeed's host and slot selection (they exclude each other)."""
+    p.add_argument(
+        "--include",
+        metavar="HOST[:SLOTS]@...",
+        help="only these hosts or slots, e.g. n1@n2:0,2 (slot i of a host gets device i as CUDA_VISIBLE_DEVICES)",
+    )
+    p.add_argument("--exclude", metavar="HOST[:SLOTS]@...", help="all hosts and slots but these, e.g. n2 or n1:1,3")
 
 
 def _env(args: argparse.Namespace) -> int:
