@@ -59,6 +59,7 @@ class SbatchSpec:
     qos: str | None = None
     constraint: str | None = None
     nodelist: str | None = None
+    exclude: str | None = None  # Slurm's --exclude: nodes the job must not get
     exclusive: bool = False
     job_name: str | None = None
     output: str | None = None
@@ -70,7 +71,7 @@ class SbatchSpec:
     mpirun: str = "mpirun"
     torchrun: str = "torchrun"
     master_addr: str | None = None  # torchrun mode; default: the allocation's first node
-    master_port: int | None = None  # torchrun mode; default: 15000 + job id % 10000
+    master_port: int | None = None  # torchrun mode; default: a port the first node reserves (bind 0)
     opal_prefix: bool = False  # export OPAL_PREFIX=<python's prefix> (the Open MPI wheel under srun)
     requeue: bool = False
     requeue_signal: str = "USR1@90"
@@ -168,6 +169,8 @@ def _check(spec: SbatchSpec) -> int | None:
         check_mem(spec.mem)
     if spec.nodelist is not None:
         expand_nodelist(spec.nodelist)
+    if spec.exclude is not None:
+        expand_nodelist(spec.exclude, "--exclude")
     for name, _ in spec.env:
         check_env_name(name)
     check_master(spec.master_addr, spec.master_port)
@@ -199,6 +202,7 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
         ("qos", spec.qos),
         ("constraint", spec.constraint),
         ("nodelist", spec.nodelist),
+        ("exclude", spec.exclude),
         ("output", spec.output),
         ("error", spec.error),
     ]
@@ -235,6 +239,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "torchrun": [],
         "master_addr": "",
         "master_port": "",
+        "python": spec.python,
     }
     if spec.requeue:
         # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers; srun and mpirun pass SIGUSR1 on

@@ -110,19 +110,21 @@ def select_hosts(
 
 
 def select_nodes(
-    nodelist: str | None, include: str | None, exclude: str | None
-) -> tuple[str | None, str | None, int | None]:
-    """Slurm's view of a selection: (--nodelist, --exclude, the node count --include fixes), whole nodes only.
+    nodelist: str | None, include: str | None, exclude: str | None, nodes: int | None
+) -> tuple[str | None, str | None, int]:
+    """Slurm's view of a selection: (--nodelist, --exclude, --nodes), whole nodes only.
 
     Without a `nodelist`, --include becomes the nodelist and --exclude Slurm's --exclude; with one, the
-    selection filters it and only the nodelist remains.
+    selection filters it and only the nodelist remains. An included set of nodes is the whole job: `nodes`
+    (default: their count) must match it, or Slurm would add other nodes or refuse.
 
     Raises:
-        UsageError: both options, a bad part, a slot selection, a node not in `nodelist`, or nothing left.
+        UsageError: both options, a bad part, a slot selection, a node not in `nodelist`, nothing left, or a
+            node count that differs from the included nodes.
     """
     picked = selection_option(include, exclude)
     if picked is None:
-        return nodelist, None, None
+        return nodelist, None, nodes or 1
     option, text = picked
     chosen = parse_selection(text, option)
     sliced = [host for host, indices in chosen.items() if indices is not None]
@@ -131,11 +133,18 @@ def select_nodes(
             f"{option} {text!r} selects slots of {sliced[0]!r}; Slurm allocates whole nodes, so name nodes only "
             f"(e.g. {option} {sliced[0]}) and pick slots inside the job with `hpcdist mpirun {option} ...`"
         )
+    if nodelist is None and option == "--exclude":
+        return None, collect_nodelist(list(chosen)), nodes or 1
     if nodelist is None:
-        folded = collect_nodelist(list(chosen))
-        return (folded, None, len(chosen)) if option == "--include" else (None, folded, None)
-    hosts = [HostSlots(h, 1) for h in expand_nodelist(nodelist)]
-    kept = [s.host.host for s in select_hosts(hosts, include, exclude, f"--nodelist {nodelist!r}")]
+        kept = list(chosen)
+    else:
+        hosts = [HostSlots(h, 1) for h in expand_nodelist(nodelist)]
+        kept = [s.host.host for s in select_hosts(hosts, include, exclude, f"--nodelist {nodelist!r}")]
+    if nodes is not None and nodes != len(kept):
+        raise UsageError(
+            f"--nodes {nodes} does not match the {len(kept)} node(s) {option} {text!r} leaves "
+            f"({collect_nodelist(kept)}); Slurm would add other nodes or refuse: give --nodes {len(kept)} or drop it"
+        )
     return collect_nodelist(kept), None, len(kept)
 
 
