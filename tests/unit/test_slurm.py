@@ -159,8 +159,8 @@ def run_script(text: str, tmp_path: Path, nodes: int = 2, usr1_after: float | No
                 f" for n in range({nodes})]\nsys.exit(max(codes) or int(os.environ.get('FAKE_STATUS', '0')))\n",
         "scontrol": record + "if sys.argv[1:3] == ['show', 'hostnames']: print('node01\\nnode02')\n",
         # `python -c CODE` (torchrun mode's port reservation) runs in the real Python, unrecorded
-        "python": f"import os, sys\nif sys.argv[1:2] == ['-c']: os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n"
-                  + record,
+        "python": f"import os, sys\nif sys.argv[1:2] == ['-c']:\n"
+                  f"    os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n" + record,
         "torchrun": record, "mpirun": record,
     }
     for name, body in tools.items():
