@@ -110,7 +110,8 @@ def _mpirun(args: argparse.Namespace) -> int:
     from ..launching.mpirun import build_mpirun_argv
     from ..launching.spec import spec_from_args
 
-    argv = build_mpirun_argv(spec_from_args(args))
+    spec = spec_from_args(args)
+    argv = build_mpirun_argv(spec)
     if args.dry_run:
         print(shlex.join(argv))
         return 0
@@ -118,7 +119,8 @@ def _mpirun(args: argparse.Namespace) -> int:
         from ..jobs.render import render_mpirun_script
         from .generate import emit
 
-        emit(render_mpirun_script(argv, {}), None if args.script == "-" else args.script, 0o755)
+        text = render_mpirun_script(argv, {}, append=not spec.contexts)
+        emit(text, None if args.script == "-" else args.script, 0o755)
         return 0
     from ..launching.spawn import run_mpirun
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,11 @@ def test_sbatch_renders_slurms_own_options(capsys: pytest.CaptureFixture[str], t
     check_script(text, tmp_path)
     spec = SbatchSpec(program=("prog",), exclude="n[3-4]", nodelist="n[1-2]", nodes=2)
     check_script(render_sbatch(spec, make_environment()), tmp_path)
+
+
+def test_a_script_of_app_contexts_takes_no_arguments(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["mpirun", "--script", "-", "--mpirun", "true", "-H", "a:2", "--exclude", "a:0", "--", "prog"]) == 0
+    script = check_script(capsys.readouterr().out, tmp_path)
+    refused = subprocess.run(["bash", str(script), "--lr", "1"], capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2 and "takes no arguments" in refused.stderr
+    assert subprocess.run(["bash", str(script)], timeout=30).returncode == 0  # `true` stands in for mpirun
