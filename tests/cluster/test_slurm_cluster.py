@@ -266,3 +266,15 @@ def test_two_torchrun_jobs_on_one_node_get_ports_of_their_own(cluster, venv: Pat
         ports |= found
         assert "rank 1: all_reduce SUM over all ranks -> [3.0, 6.0, 9.0]" in records(result.stdout), result.describe()
     assert len(ports) == 2 and all(1024 <= int(port) <= 65535 for port in ports), ports
+
+
+def test_hpcdist_mpirun_excludes_a_node_of_its_allocation(submit, venv: Path, tmp_path: Path) -> None:
+    """Inside a 2-node allocation, `hpcdist mpirun --exclude node1` reads SLURM_JOB_NODELIST and runs on node2."""
+    program = rankrun(venv, tmp_path, "run", "allreduce", "--backend", "gloo")
+    checkout = Path(__file__).resolve().parents[2]  # this checkout's hpcdist, also when the venv's is another
+    script = batch_script(venv, nodes=2, ntasks_per_node=2, commands=[
+        ["env", f"PYTHONPATH={checkout}", venv / "bin" / "hpcdist", "mpirun", "--exclude", "node1", "--", *program]])
+    result = submit(script, 300)
+    assert_ok(result)
+    markers = {path.name: path.read_text() for path in tmp_path.glob("rank[0-9]")}
+    assert markers == {"rank0": "0 0 2 2 node2", "rank1": "1 1 2 2 node2"}, result.describe()
