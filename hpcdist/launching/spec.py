@@ -29,7 +29,8 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
     """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`).
 
     Raises:
-        UsageError: no program, a hostfile that cannot be read or parsed, or -np that does not fit the slots.
+        UsageError: no program, a hostfile that cannot be read or parsed, an --include/--exclude that names what
+            is not there or leaves nothing, or -np that does not fit the (selected) slots.
     """
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
