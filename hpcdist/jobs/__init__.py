@@ -6,6 +6,6 @@
 - `examples`: the rendered example files of hostfiles/ and slurm/;
 - `templates/`: the bundled template set (a site's --template-dir is searched first).
 
-May import: errors, values, launching's pure builders (hostfile, names, program, mpirun). Never torch, mpi4py,
+May import: errors, values, launching's pure builders (hostfile, names, nodelist, program, mpirun). Never torch, mpi4py,
 the runtime or the CLI.
 """

@@ -178,9 +178,15 @@ def render_hostfile(
     return render_template("hostfile.j2", {"style": style, "hosts": list(hosts), "body": body, "note": note}, jinja)
 
 
-def render_mpirun_script(argv: Sequence[str], env: Mapping[str, str], jinja: jinja2.Environment | None = None) -> str:
-    """A reusable shell script that exports `env` (sorted) and execs the mpirun `argv`, extra arguments appended."""
+def render_mpirun_script(
+    argv: Sequence[str], env: Mapping[str, str], jinja: jinja2.Environment | None = None, append: bool = True
+) -> str:
+    """A reusable shell script that exports `env` (sorted) and execs the mpirun `argv`, extra arguments appended.
+
+    `append=False` (an argv of several app contexts, where appended words would reach only the last one): the
+    script refuses arguments instead.
+    """
     if not argv:
         raise UsageError("no mpirun command line to write into the script")
     exports = [(check_env_name(k), v) for k, v in sorted(env.items())]
-    return render_template("mpirun.sh.j2", {"argv": list(argv), "env": exports}, jinja)
+    return render_template("mpirun.sh.j2", {"argv": list(argv), "env": exports, "append": append}, jinja)

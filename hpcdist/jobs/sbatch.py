@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import jinja2
 
 from ..errors import UsageError
-from ..launching.hostfile import HostSlots
 from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
-from ..launching.names import HOST_NAME, check_env_name
+from ..launching.names import check_env_name
+from ..launching.nodelist import expand_nodelist
 from ..launching.program import check_program
-from ..values import MAX_COUNT, parse_whole, slurm_counts
+from ..values import MAX_COUNT, parse_whole
 from .render import render_template
 from .torchrun import TorchrunSpec, check_master, program_words, torchrun_options
 
 __all__ = [
     "LAUNCHES",
     "SbatchSpec",
-    "allocation_hosts",
     "check_mem",
-    "expand_nodelist",
     "gpu_count",
     "parse_signal",
     "parse_time",
@@ -62,6 +59,7 @@ class SbatchSpec:
     qos: str | None = None
     constraint: str | None = None
     nodelist: str | None = None
+    exclude: str | None = None  # Slurm's --exclude: nodes the job must not get
     exclusive: bool = False
     job_name: str | None = None
     output: str | None = None
@@ -73,7 +71,7 @@ class SbatchSpec:
     mpirun: str = "mpirun"
     torchrun: str = "torchrun"
     master_addr: str | None = None  # torchrun mode; default: the allocation's first node
-    master_port: int | None = None  # torchrun mode; default: 15000 + job id % 10000
+    master_port: int | None = None  # torchrun mode; default: a port the first node reserves (bind 0)
     opal_prefix: bool = False  # export OPAL_PREFIX=<python's prefix> (the Open MPI wheel under srun)
     requeue: bool = False
     requeue_signal: str = "USR1@90"
@@ -144,49 +142,6 @@ def parse_signal(value: str) -> tuple[str, int]:
     return name, lead
 
 
-def expand_nodelist(value: str, what: str = "--nodelist") -> list[str]:
-    """Host names of a Slurm nodelist such as `node[01-04],gpu7` (python-hostlist), else UsageError."""
-    import hostlist
-
-    try:
-        hosts = hostlist.expand_hostlist(value)
-    except hostlist.BadHostlist as exc:
-        raise UsageError(f"{what} {value!r} is not a valid Slurm nodelist ({exc}); e.g. 'node[01-04],gpu7'") from None
-    bad = [h for h in hosts if not HOST_NAME.match(h) or "@" in h]  # Slurm's node names carry no user@
-    if not hosts or bad:
-        raise UsageError(
-            f"{what} {value!r}: {bad[0] if bad else 'no hosts'!r} is not a host name; e.g. 'node[01-04],gpu7'"
-        )
-    return hosts
-
-
-def allocation_hosts(environ: Mapping[str, str], slots: int | None = None) -> tuple[HostSlots, ...]:
-    """The current allocation's hosts: SLURM_JOB_NODELIST with SLURM_TASKS_PER_NODE (or `slots` each)."""
-    nodelist = environ.get("SLURM_JOB_NODELIST")
-    if not nodelist:
-        raise UsageError(
-            "no hosts given and not inside a Slurm allocation (SLURM_JOB_NODELIST is unset); "
-            "give --hosts a,b or --nodelist 'node[01-04]'"
-        )
-    hosts = expand_nodelist(nodelist, "SLURM_JOB_NODELIST")
-    if slots is not None:
-        return tuple(HostSlots(h, slots) for h in hosts)
-    tasks = environ.get("SLURM_TASKS_PER_NODE")
-    if not tasks:
-        raise UsageError("SLURM_TASKS_PER_NODE is unset, so the slots per node are unknown; give --slots N")
-    try:
-        runs = slurm_counts(tasks, "SLURM_TASKS_PER_NODE", len(hosts))
-    except UsageError as exc:
-        raise UsageError(f"{exc}; or give --slots N") from None
-    counts = [count for count, repeat in runs for _ in range(repeat)]  # at most len(hosts) entries
-    if len(counts) != len(hosts) or not all(1 <= n <= MAX_COUNT for n in counts):
-        raise UsageError(
-            f"SLURM_TASKS_PER_NODE={tasks!r} does not match the {len(hosts)} nodes of "
-            f"SLURM_JOB_NODELIST={nodelist!r}; give --slots N instead"
-        )
-    return tuple(HostSlots(h, n) for h, n in zip(hosts, counts, strict=True))
-
-
 def _check(spec: SbatchSpec) -> int | None:
     """Raise UsageError for a spec sbatch would reject or misread; return the time limit in seconds."""
     if spec.launch not in LAUNCHES:
@@ -214,6 +169,8 @@ def _check(spec: SbatchSpec) -> int | None:
         check_mem(spec.mem)
     if spec.nodelist is not None:
         expand_nodelist(spec.nodelist)
+    if spec.exclude is not None:
+        expand_nodelist(spec.exclude, "--exclude")
     for name, _ in spec.env:
         check_env_name(name)
     check_master(spec.master_addr, spec.master_port)
@@ -245,6 +202,7 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
         ("qos", spec.qos),
         ("constraint", spec.constraint),
         ("nodelist", spec.nodelist),
+        ("exclude", spec.exclude),
         ("output", spec.output),
         ("error", spec.error),
     ]
@@ -281,6 +239,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "torchrun": [],
         "master_addr": "",
         "master_port": "",
+        "python": spec.python,
     }
     if spec.requeue:
         # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers; srun and mpirun pass SIGUSR1 on

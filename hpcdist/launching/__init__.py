@@ -1,6 +1,7 @@
 """Launching through mpirun: hostfiles, the argv builder, options -> spec, and the one module that spawns.
 
-- `names`, `hostfile`, `program`, `mpirun`: pure builders and parsers (no torch, no mpi4py, no runtime);
+- `names`, `hostfile`, `nodelist`, `selection`, `program`, `mpirun`: pure builders and parsers (no torch, no mpi4py,
+  no runtime);
 - `spec`: `hpcdist mpirun`'s options -> MpirunSpec (reads the environment, finds mpirun);
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
 - `monitor`: reads mpirun's output for lost hosts (pure).

@@ -13,7 +13,16 @@ from ..values import MAX_COUNT
 from .hostfile import HostSlots
 from .names import ENV_NAME
 
-__all__ = ["KEEPALIVE", "SHIM", "MpirunSpec", "build_mpirun_argv", "env_forwards", "locate_mpirun", "spans_hosts"]
+__all__ = [
+    "KEEPALIVE",
+    "SHIM",
+    "AppContext",
+    "MpirunSpec",
+    "build_mpirun_argv",
+    "env_forwards",
+    "locate_mpirun",
+    "spans_hosts",
+]
 
 _FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "HPCDIST_")
 _FORWARD_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
@@ -22,6 +31,15 @@ SHIM = ("-m", "hpcdist.shim", "--")  # after a python: what each rank runs befor
 _FABRIC_PROBE_BTL = "ofi"
 # TCP keepalive on PRRTE's daemon links: a cut link is noticed after ~2 + 3 x 1 s instead of ~8 minutes.
 KEEPALIVE = (("oob_tcp_keepalive_time", "2"), ("oob_tcp_keepalive_intvl", "1"), ("oob_tcp_keepalive_probes", "3"))
+
+
+@dataclass(frozen=True)
+class AppContext:
+    """One host's part of a launch in app contexts (`-np N -H host:N -x NAME=VALUE PROGRAM :`)."""
+
+    host: HostSlots
+    np: int
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,13 +60,16 @@ class MpirunSpec:
     keepalive: bool = False  # --prtemca KEEPALIVE: set for jobs on several hosts, so a lost host is noticed
     extra: tuple[str, ...] = ()
     mpirun: str = "mpirun"
+    contexts: tuple[AppContext, ...] = ()  # set: one app context per host, each with its own variables
 
 
 def build_mpirun_argv(spec: MpirunSpec) -> list[str]:
-    """Return the mpirun argv for `spec`; `hostfile` wins over `hosts` when both are set."""
+    """Return the mpirun argv for `spec`; `contexts` win over `hostfile`, which wins over `hosts`."""
     _validate(spec)
-    argv = [spec.mpirun] if spec.np is None else [spec.mpirun, "-np", str(spec.np)]
-    if spec.hostfile is not None:
+    argv = [spec.mpirun] if spec.np is None or spec.contexts else [spec.mpirun, "-np", str(spec.np)]
+    if spec.contexts:  # each app context names its host below
+        pass
+    elif spec.hostfile is not None:
         argv += ["--hostfile", spec.hostfile]
     elif spec.hosts:
         argv += ["-H", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)]
@@ -64,7 +85,15 @@ def build_mpirun_argv(spec: MpirunSpec) -> list[str]:
             argv += ["--prtemca", key, value]
     for name, setting in spec.env:
         argv += ["-x", name if setting is None else f"{name}={setting}"]
-    return argv + list(spec.extra) + list(spec.program)
+    argv += spec.extra
+    if not spec.contexts:
+        return argv + list(spec.program)
+    for index, context in enumerate(spec.contexts):
+        argv += [*([":"] if index else []), "-np", str(context.np), "-H", f"{context.host.host}:{context.host.slots}"]
+        for name, value in context.env:
+            argv += ["-x", f"{name}={value}"]
+        argv += spec.program
+    return argv
 
 
 def spans_hosts(hosts: Sequence[HostSlots], environ: Mapping[str, str]) -> bool:

@@ -17,8 +17,10 @@ from .hostfile import (
     read_hostfile_text,
     total_slots,
 )
-from .mpirun import SHIM, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
+from .mpirun import SHIM, AppContext, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
+from .nodelist import allocation_hosts
 from .program import check_program
+from .selection import Selected, select_hosts, selection_option
 
 __all__ = ["check_launcher", "find_mpirun", "spec_from_args"]
 
@@ -27,7 +29,8 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
     """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`).
 
     Raises:
-        UsageError: no program, a hostfile that cannot be read or parsed, or -np that does not fit the slots.
+        UsageError: no program, a hostfile that cannot be read or parsed, an --include/--exclude that names what
+            is not there or leaves nothing, or -np that does not fit the (selected) slots.
     """
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
@@ -41,14 +44,21 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
         hosts = parse_hostfile(text, hostfile)
         if not open_mpi_reads(text):
             hostfile = None  # e.g. MPICH's `host:N`, which Open MPI takes for a host name: pass the hosts as -H
+    picked = selection_option(args.include, args.exclude)
+    selected = _select(args, hosts, environ) if picked else tuple(Selected(h) for h in hosts)
+    hosts = tuple(s.host for s in selected)
     in_allocation = not hosts and "SLURM_JOB_NODELIST" in environ  # mpirun reads the allocation itself
     np = args.np if args.np is not None else total_slots(hosts) if hosts else None
     if np is None and not in_allocation:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
     if np is not None and not hosts and not in_allocation:
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
+    sliced = picked is not None and any(s.indices is not None for s in selected)
     if np is not None and hosts:
-        check_np(np, hosts, args.oversubscribe)
+        check_np(np, hosts, args.oversubscribe and not sliced)
+    if picked:
+        hostfile = None  # the selected hosts go to mpirun as -H (or app contexts), not the whole hostfile
+    contexts = _contexts(selected, np or 0, environ, args.export, picked) if picked and sliced else ()
     shim = () if args.no_shim else (sys.executable, *SHIM)
     return MpirunSpec(
         program=(*shim, *program),
@@ -64,7 +74,50 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
         skip_fabric_probe=not args.probe_fabrics and "OMPI_MCA_btl" not in environ,
         keepalive=spans_hosts(hosts, environ),
         mpirun=check_launcher(args.mpirun, "--mpirun") if args.mpirun is not None else find_mpirun(),
+        contexts=contexts,
     )
+
+
+def _select(args: argparse.Namespace, hosts: tuple[HostSlots, ...], environ: Mapping[str, str]) -> tuple[Selected, ...]:
+    """The hosts and slots --include/--exclude keep of the hostfile, -H or the Slurm allocation."""
+    if hosts:
+        source = f"--hostfile {args.hostfile}" if args.hostfile is not None else f"-H {args.hosts}"
+    elif "SLURM_JOB_NODELIST" in environ:
+        hosts, source = allocation_hosts(environ), f"the Slurm allocation {environ['SLURM_JOB_NODELIST']}"
+    else:
+        raise UsageError(
+            "--include/--exclude choose from a host list: give --hostfile FILE or -H, e.g. -H localhost:4 "
+            "--exclude localhost:1 (or run inside a Slurm allocation)"
+        )
+    selected = select_hosts(hosts, args.include, args.exclude, source)
+    left = total_slots(s.host for s in selected)
+    sliced = any(s.indices is not None for s in selected)
+    if args.np is not None and sliced and args.np > left:
+        raise UsageError(
+            f"-np {args.np} is more than the {left} slots the selection keeps of {source}; selected slots are "
+            "devices, one rank each (--oversubscribe cannot add more): lower -np or select more slots"
+        )
+    return selected
+
+
+def _contexts(
+    selected: tuple[Selected, ...], np: int, environ: Mapping[str, str], export: list[str], picked: tuple[str, str]
+) -> tuple[AppContext, ...]:
+    """One app context per host when slots are selected: the ranks fill the hosts in order, and each host's
+    CUDA_VISIBLE_DEVICES lists its selected slot indices, so LOCAL_RANK i uses the i-th selected device."""
+    if "CUDA_VISIBLE_DEVICES" in environ or any(x.partition("=")[0] == "CUDA_VISIBLE_DEVICES" for x in export):
+        raise UsageError(
+            f"{picked[0]} {picked[1]!r} selects slots, which hpcdist turns into each host's CUDA_VISIBLE_DEVICES, "
+            "but CUDA_VISIBLE_DEVICES is set here too; unset it (slots are device indices) or select whole hosts"
+        )
+    contexts = []
+    for s in selected:
+        take = min(np, s.host.slots)
+        np -= take
+        if take:
+            devices = () if s.indices is None else (("CUDA_VISIBLE_DEVICES", ",".join(map(str, s.indices))),)
+            contexts.append(AppContext(s.host, take, devices))
+    return tuple(contexts)
 
 
 def _progress_bar(environ: Mapping[str, str]) -> list[str]:

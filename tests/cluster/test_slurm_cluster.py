@@ -223,3 +223,58 @@ def test_a_job_that_outlives_its_timeout_is_cancelled_and_named(cluster, venv: P
     while cluster.run("squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING", "-o", "%i").stdout.strip():
         assert time.monotonic() < deadline, "the timed-out job was not cancelled within 30 s"
         time.sleep(0.25)
+
+
+def test_a_generated_script_with_exclude_runs_on_the_other_node(submit, venv: Path, tmp_path: Path) -> None:
+    program = rankrun(venv, tmp_path, "run", "allreduce", "--backend", "gloo")
+    script = generated(venv, "--exclude", "node1", "--opal-prefix", program=program, nodes=1)
+    assert "#SBATCH --exclude=node1\n" in script
+    result = submit(script, 300)
+    assert_ok(result)
+    markers = {path.name: path.read_text() for path in tmp_path.glob("rank[0-9]")}
+    assert markers == {"rank0": "0 0 2 2 node2", "rank1": "1 1 2 2 node2"}, result.describe()
+
+
+_PORTRUN = """\
+import os, sys
+from pathlib import Path
+
+Path("port" + os.environ["RANK"]).write_text(os.environ["MASTER_PORT"])
+from hpcdist.cli import main
+
+sys.exit(main(["run", "allreduce", "--backend", "gloo"]))
+"""
+
+
+def test_two_torchrun_jobs_on_one_node_get_ports_of_their_own(cluster, venv: Path, tmp_path: Path) -> None:
+    """The emulated nodes share one network namespace, so two jobs' rendezvous ports would collide there."""
+    jobs = []
+    for name in ("a", "b"):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        (workdir / "portrun.py").write_text(_PORTRUN)
+        script = generated(venv, "--launch", "torchrun", "--include", "node1",
+                           program=[venv / "bin" / "python", workdir / "portrun.py"], nodes=1)
+        assert "MASTER_PORT=$((" not in script and "coproc hpcdist_port" in script
+        jobs.append((workdir, cluster.sbatch(script, workdir)))
+    ports = set()
+    for workdir, job_id in jobs:
+        result = cluster.wait(job_id, 300)
+        assert_ok(result)
+        found = {path.read_text() for path in workdir.glob("port[0-9]")}
+        assert len(found) == 1 and len(list(workdir.glob("port[0-9]"))) == 2, result.describe()
+        ports |= found
+        assert "rank 1: all_reduce SUM over all ranks -> [3.0, 6.0, 9.0]" in records(result.stdout), result.describe()
+    assert len(ports) == 2 and all(1024 <= int(port) <= 65535 for port in ports), ports
+
+
+def test_hpcdist_mpirun_excludes_a_node_of_its_allocation(submit, venv: Path, tmp_path: Path) -> None:
+    """Inside a 2-node allocation, `hpcdist mpirun --exclude node1` reads SLURM_JOB_NODELIST and runs on node2."""
+    program = rankrun(venv, tmp_path, "run", "allreduce", "--backend", "gloo")
+    checkout = Path(__file__).resolve().parents[2]  # this checkout's hpcdist, also when the venv's is another
+    script = batch_script(venv, nodes=2, ntasks_per_node=2, commands=[
+        ["env", f"PYTHONPATH={checkout}", venv / "bin" / "hpcdist", "mpirun", "--exclude", "node1", "--", *program]])
+    result = submit(script, 300)
+    assert_ok(result)
+    markers = {path.name: path.read_text() for path in tmp_path.glob("rank[0-9]")}
+    assert markers == {"rank0": "0 0 2 2 node2", "rank1": "1 1 2 2 node2"}, result.describe()

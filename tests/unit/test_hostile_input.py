@@ -390,3 +390,30 @@ def test_a_closed_output_pipe_ends_quietly(tmp_path: Path) -> None:
     proc.stdout.close()  # the reader goes away before hpcdist writes
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and b"Traceback" not in err and b"internal error" not in err, err
+
+
+# --include / --exclude: hostile selections are refused by every command that takes them, naming the option.
+@pytest.mark.parametrize("value", ["a;b", "$(id)", "a\nb", "a\x00", "héllo", "-x", "a@", "@", "a@@b", "a:", ":0",
+                                   f"a:{HUGE}", "a:1,", "a:0x1", "a:1_0", "n[1-99999999999]", "a b", "a,b", "a:+1"])
+@pytest.mark.parametrize("command", [
+    (*DRY, "-H", "a:2", "{option}", "{value}", "--", "x"),
+    ("hostfile", "--hosts", "a", "--slots", "2", "{option}", "{value}"),
+    ("sbatch", "{option}", "{value}", "--", "x"),
+])
+@pytest.mark.parametrize("option", ["--include", "--exclude"])
+def test_hostile_selections_are_refused(capsys: pytest.CaptureFixture[str], command: tuple[str, ...], option: str,
+                                        value: str) -> None:
+    argv = [option if word == "{option}" else value if word == "{value}" else word for word in command]
+    assert option in refused(capsys, *argv)
+
+
+def test_an_sbatch_selection_cannot_add_sbatch_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    refused(capsys, "sbatch", "--exclude", "n1\n#SBATCH --uid=0", "--", "x")
+    status, out, _ = run(capsys, "sbatch", "--exclude", "n[1-2]", "--", "x")
+    assert status == 0 and [line for line in out.splitlines() if line.startswith("#SBATCH --ex")] == [
+        '#SBATCH --exclude="n[1-2]"']
+
+
+@pytest.mark.parametrize("option", ["--include", "--exclude"])
+def test_empty_selections_are_refused(capsys: pytest.CaptureFixture[str], option: str) -> None:
+    assert "needs a value, got an empty one" in refused(capsys, *DRY, "-H", "a:2", option, "", "--", "x")

@@ -217,8 +217,10 @@ def _allocation(tasks_per_node: int) -> dict[str, str]:
 
 
 def _check_sbatch_run(stubs: Stubs, launch: str, records: list[dict], asked: dict[str, str],
-                      master: tuple[str, str] = ("node01", "19242")) -> None:  # fmt: skip
-    """The launcher and each node's program got exactly the asked program, options and environment."""
+                      master: tuple[str, str | None] = ("node01", None)) -> None:  # fmt: skip
+    """The launcher and each node's program got exactly the asked program, options and environment.
+
+    A port of None: the one the first node reserved (bind 0), the same on every node."""
     names = ",".join(["ALL", *sorted(asked)])
     shim = [stubs.path("python"), "-m", "hpcdist.shim", "--", "python", *PROGRAM]
     if launch == "srun":
@@ -238,8 +240,9 @@ def _check_sbatch_run(stubs: Stubs, launch: str, records: list[dict], asked: dic
     else:
         (srun,) = tools(records, "srun")
         assert srun["argv"][:2] == ["--kill-on-bad-exit=1", f"--export={names}"]
-        addr, port = master
         runs = tools(records, "torchrun")
+        addr, port = master[0], master[1] or runs[0]["env"]["MASTER_PORT"]
+        assert 1024 <= int(port) <= 65535
         assert [r["argv"] for r in runs] == [
             [f"--node_rank={node}", "--nproc_per_node=2", "--nnodes=2", f"--master_addr={addr}",
              f"--master_port={port}", *PROGRAM] for node in (0, 1)]  # fmt: skip

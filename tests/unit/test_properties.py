@@ -33,9 +33,11 @@ from hpcdist.bench.plan import MAX_BYTES, parse_size, plan_from_args
 from hpcdist.cli import build_parser, main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.profiles import parse_env_file
-from hpcdist.jobs.sbatch import expand_nodelist, gpu_count, parse_signal, parse_time
-from hpcdist.launching.hostfile import parse_hostfile, parse_hosts_arg
+from hpcdist.jobs.sbatch import gpu_count, parse_signal, parse_time
+from hpcdist.launching.hostfile import HostSlots, parse_hostfile, parse_hosts_arg
 from hpcdist.launching.names import ENV_NAME, HOST_NAME
+from hpcdist.launching.nodelist import expand_nodelist
+from hpcdist.launching.selection import select_hosts
 from hpcdist.runtime.env import SOURCES, LaunchEnv
 from hpcdist.values import MAX_COUNT, MAX_SECONDS, slurm_counts
 
@@ -431,3 +433,64 @@ def test_gpus_sizes_and_slurm_counts(value: str, counts: str | None) -> None:
     assert size is None or 0 <= size <= MAX_BYTES
     runs = clear(slurm_counts, counts or value, "SLURM_TASKS_PER_NODE", 100)
     assert runs is None or sum(repeat for _, repeat in runs) <= 100
+
+
+# --include / --exclude (DeepSpeed's host@host:slot,slot) over generated host lists, and through the CLI
+SELECT_HOST = st.sampled_from(["n1", "n2", "gpu-7.cluster", "10.0.0.1", "a_b"])
+SELECT_HOSTS = st.lists(st.tuples(SELECT_HOST, st.integers(1, 4)), min_size=1, max_size=4,
+                        unique_by=lambda pair: pair[0]).map(lambda pairs: tuple(HostSlots(*p) for p in pairs))
+SLOTS = st.lists(st.integers(0, 5).map(str), min_size=1, max_size=3).map(",".join)
+PART = st.one_of(SELECT_HOST, st.sampled_from(["n[1-2]", "nope"]), st.tuples(SELECT_HOST, SLOTS).map(":".join))
+SELECTION = mostly(st.lists(PART, min_size=1, max_size=3).map("@".join), TEXT)
+
+
+@FAST
+@given(hosts=SELECT_HOSTS, text=SELECTION)
+def test_include_and_exclude_split_the_slots_between_them(hosts: tuple[HostSlots, ...], text: str) -> None:
+    included = clear(select_hosts, hosts, text, None, "hosts")
+    excluded = clear(select_hosts, hosts, None, text, "hosts")
+    order = [h.host for h in hosts]
+    slots = {h.host: h.slots for h in hosts}
+    kept: dict[str, list[set[int]]] = {h.host: [] for h in hosts}
+    for result in (included, excluded):
+        names = [s.host.host for s in result or ()]
+        assert names == [n for n in order if n in names], "hosts keep the host list's order"
+        for s in result or ():
+            indices = set(range(slots[s.host.host])) if s.indices is None else set(s.indices)
+            assert s.indices is None or list(s.indices) == sorted(indices) and s.host.slots == len(indices)
+            assert indices and indices <= set(range(slots[s.host.host]))
+            kept[s.host.host].append(indices)
+    if included is None:
+        assert excluded is None, "whatever --include refuses, --exclude refuses too"
+    elif excluded is None:  # it excluded every slot: so --include keeps every slot
+        assert all(s.indices is None for s in included) and len(included) == len(hosts)
+    else:
+        for host, sets in kept.items():
+            assert set().union(*sets) == set(range(slots[host])) and sum(map(len, sets)) == slots[host], host
+
+
+@SETTINGS
+@given(hosts=SELECT_HOSTS, text=SELECTION, include=st.booleans(), np=st.none() | COUNT)
+def test_mpirun_dry_run_with_a_selection(hosts: tuple[HostSlots, ...], text: str, include: bool,
+                                         np: str | None) -> None:
+    listed = ",".join(f"{h.host}:{h.slots}" for h in hosts)
+    status, out = cli(["mpirun", "--dry-run", "--mpirun", "mpirun", "-H", listed,
+                       "--include" if include else "--exclude", text, *(["-np", np] if np else []), "--", "prog"])
+    if status == 0:
+        words = shlex.split(out)
+        ranks = [int(words[i + 1]) for i, w in enumerate(words) if w == "-np"]
+        assert ranks and all(n >= 1 for n in ranks) and (np is None or sum(ranks) == int(np))
+        devices = [w.partition("=")[2] for w in words if w.startswith("CUDA_VISIBLE_DEVICES=")]
+        assert all(re.fullmatch(r"[0-3](,[0-3])*", d) for d in devices)
+
+
+@SETTINGS
+@given(text=SELECTION, include=st.booleans(), nodelist=st.none() | mostly(st.just("n[1-2]")),
+       nodes=st.none() | COUNT)
+def test_sbatch_with_a_selection(text: str, include: bool, nodelist: str | None, nodes: str | None) -> None:
+    status, out = cli(["sbatch", "--include" if include else "--exclude", text,
+                       *(["--nodelist", nodelist] if nodelist else []), *(["-N", nodes] if nodes else []),
+                       "--", "prog"])
+    if status == 0:
+        lines = [line for line in out.splitlines() if line.startswith(("#SBATCH --nodelist", "#SBATCH --exclude"))]
+        assert len(lines) == 1 and ":" not in lines[0], "one whole-node option"

@@ -11,22 +11,20 @@ import time
 from pathlib import Path
 
 import pytest
+from test_render import WEIRD, check_script, slurm_argument
 
 from hpcdist.errors import UsageError
-from hpcdist.launching.hostfile import HostSlots
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import (
     SbatchSpec,
-    allocation_hosts,
     check_mem,
-    expand_nodelist,
     gpu_count,
     parse_signal,
     parse_time,
     render_sbatch,
 )
-
-from test_render import WEIRD, check_script, slurm_argument
+from hpcdist.launching.hostfile import HostSlots
+from hpcdist.launching.nodelist import allocation_hosts, expand_nodelist
 
 JINJA = make_environment(None, {})
 BASE = SbatchSpec(program=("python", "train.py"), python="/venv/bin/python")
@@ -160,7 +158,10 @@ def run_script(text: str, tmp_path: Path, nodes: int = 2, usr1_after: float | No
                 "codes = [subprocess.call(sys.argv[i:], env={**os.environ, 'SLURM_NODEID': str(n)})"
                 f" for n in range({nodes})]\nsys.exit(max(codes) or int(os.environ.get('FAKE_STATUS', '0')))\n",
         "scontrol": record + "if sys.argv[1:3] == ['show', 'hostnames']: print('node01\\nnode02')\n",
-        "python": record, "torchrun": record, "mpirun": record,
+        # `python -c CODE` (torchrun mode's port reservation) runs in the real Python, unrecorded
+        "python": f"import os, sys\nif sys.argv[1:2] == ['-c']:\n"
+                  f"    os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n" + record,
+        "torchrun": record, "mpirun": record,
     }
     for name, body in tools.items():
         (bin_dir / name).write_text(f"#!{sys.executable}\n{body}")
@@ -221,7 +222,8 @@ def test_torchrun_mode_runs_one_torchrun_per_node_with_its_rank(tmp_path: Path) 
     runs = [r for r in records if r[0] == "torchrun"]
     assert [r[0] for r in records[:2]] == ["scontrol", "srun"] and status == 3
     assert records[1][1][:3] == ["--kill-on-bad-exit=1", "--cpus-per-task=32", "--export=ALL,NCCL_DEBUG"]
-    port = str(15000 + 4242 % 10000)
+    port = runs[0][2]["MASTER_PORT"]  # the port the first node reserved (bind 0), the same for every node
+    assert 1024 <= int(port) <= 65535
     for node, (_, argv, env) in enumerate(runs):
         assert argv == [f"--node_rank={node}", "--nproc_per_node=8", "--nnodes=2", "--master_addr=node01",
                         f"--master_port={port}", "train.py"]
