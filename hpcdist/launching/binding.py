@@ -43,14 +43,14 @@ class RankBinding:
         return ", ".join(parts)
 
 
-def check_bind(mode: str, bind_to: str) -> str:
+def check_bind(mode: str, bind_to: str, what: str = "--bind") -> str:
     """`--bind` as given, unless it cannot be used with mpirun's own `--bind-to`.
 
     Raises:
         UsageError: an unknown mode, or --bind auto with a --bind-to other than none.
     """
     if mode not in BIND_MODES:
-        raise UsageError(f"--bind {mode!r}: use one of {', '.join(BIND_MODES)}")
+        raise UsageError(f"{what} {mode!r}: use one of {', '.join(BIND_MODES)}")
     if mode == "auto" and bind_to != "none":
         raise UsageError(
             f"--bind auto and --bind-to {bind_to} both bind the ranks; give --bind auto (hpcdist plans each rank's "

@@ -186,3 +186,27 @@ def test_this_machine() -> None:
     allowed = os.sched_getaffinity(0)
     plan = plan_binding(t.restrict(allowed), len(allowed))
     assert sorted(c for b in plan for c in b.cpus) == sorted(allowed) or t.gpus
+
+
+def test_mpirun_bind_auto_reaches_the_shim_as_a_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    from hpcdist.cli import main
+
+    assert main(["mpirun", "-np", "2", "--bind", "auto", "--dry-run", "--", "python", "x.py"]) == 0
+    assert "-x HPCDIST_BIND=auto" in capsys.readouterr().out
+    assert main(["mpirun", "-np", "2", "--dry-run", "--", "python", "x.py"]) == 0
+    assert "HPCDIST_BIND" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--bind", "auto", "--bind-to", "core"], "--bind auto and --bind-to core both bind the ranks"),
+        (["--bind", "auto", "--no-shim"], "--bind auto is applied by hpcdist's shim"),
+        (["--bind", "cores"], "--bind 'cores': use one of none, auto"),
+    ],
+)
+def test_mpirun_bind_mistakes(options: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from hpcdist.cli import main
+
+    assert main(["mpirun", "-np", "2", *options, "--dry-run", "--", "python", "x.py"]) == 2
+    assert f"hpcdist: error: {message}" in capsys.readouterr().err
