@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
-from launching import launch
+from launching import BIN, launch
 
 # Every rank writes what it got; a thread started by the program must have the same CPU set as the rank.
 REPORT = (
@@ -65,3 +66,15 @@ def test_more_ranks_than_cores_is_a_clear_error(hpcdist: str, tmp_path) -> None:
     assert f"--bind auto: {np} ranks need a core each, but this node has {len(CPUS)} cores" in result.stderr
     assert "--bind none" in result.stderr and "Traceback" not in result.stderr
     assert not list(tmp_path.iterdir())  # no program started
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs at least two CPUs to split")
+def test_torchrun_workers_bind_through_the_shim(tmp_path) -> None:
+    """What `hpcdist sbatch --launch torchrun --bind auto` runs on each node: torchrun's workers start in the shim."""
+    result = launch([str(BIN / "torchrun"), "--nproc_per_node", "2", "--no_python", sys.executable, "-m",
+                     "hpcdist.shim", "--", "python", "-c", REPORT], MARKER_DIR=str(tmp_path), HPCDIST_BIND="auto")
+    assert result.returncode == 0, result.stderr
+    reports = _reports(tmp_path)
+    assert sorted(reports) == [0, 1]
+    assert not set(reports[0][0]) & set(reports[1][0])
+    assert set(reports[0][0]) | set(reports[1][0]) == set(CPUS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,21 @@ def test_mpirun_bind_mistakes(options: list[str], message: str, capsys: pytest.C
 
     assert main(["mpirun", "-np", "2", *options, "--dry-run", "--", "python", "x.py"]) == 2
     assert f"hpcdist: error: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun", "torchrun"])
+def test_sbatch_bind_auto_hands_the_binding_to_the_shim(launch: str, tmp_path: Path) -> None:
+    from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+    from test_render import check_script
+
+    spec = SbatchSpec(("python", "train.py"), nodes=2, gpus_per_node="4", launch=launch, python="python3")
+    plain, bound = render_sbatch(spec), render_sbatch(replace(spec, bind="auto"))
+    check_script(bound, tmp_path)
+    assert "HPCDIST_BIND" not in plain and "--cpu-bind" not in plain
+    assert "export HPCDIST_BIND=auto\n" in bound
+    assert ("--cpu-bind=none" in bound) == (launch != "mpirun")  # Slurm's task binding off: the shim splits the node
+    assert "-x HPCDIST_BIND" in bound if launch == "mpirun" else "--export=ALL,HPCDIST_BIND" in bound
+    if launch == "torchrun":  # torchrun runs no shim of its own: each worker starts through it
+        assert "--no_python python3 -m hpcdist.shim -- python train.py" in bound
+    with pytest.raises(UsageError, match="--bind 'yes'"):
+        render_sbatch(replace(spec, bind="yes"))
