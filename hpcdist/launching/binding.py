@@ -33,8 +33,9 @@ class RankBinding:
     nic: Device | None = None
 
     def describe(self) -> str:
-        """E.g. 'local rank 0: cores 4 (CPUs 0-3,112-115) NUMA 0, GPU 0000:18:00.0, NIC mlx5_1'."""
-        parts = [f"local rank {self.local_rank}: {self.cores} cores (CPUs {_cpulist(self.cpus)}) NUMA "]
+        """E.g. 'local rank 0: 4 cores (CPUs 0-3,112-115) NUMA 0, GPU 0000:18:00.0, NIC mlx5_1'."""
+        cores = f"{self.cores} core{'s' * (self.cores != 1)}"
+        parts = [f"local rank {self.local_rank}: {cores} (CPUs {_cpulist(self.cpus)}) NUMA "]
         parts[0] += ",".join(map(str, self.numa))
         if self.gpu:
             parts.append(f"GPU {self.gpu.name}")

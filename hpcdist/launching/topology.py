@@ -80,7 +80,8 @@ class Topology:
         nics = f" ({', '.join(d.name for d in self.nics)})" if self.nics else ""
         return (
             f"{len(self.nodes)} NUMA node{'s' * (len(self.nodes) != 1)}, {cores} cores ({cpus} CPUs), "
-            f"{len(self.gpus)} GPUs, {len(self.nics)} NICs{nics}"
+            f"{len(self.gpus)} GPU{'s' * (len(self.gpus) != 1)}, "
+            f"{len(self.nics)} NIC{'s' * (len(self.nics) != 1)}{nics}"
         )
 
 

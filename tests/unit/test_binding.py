@@ -229,3 +229,37 @@ def test_sbatch_bind_auto_hands_the_binding_to_the_shim(launch: str, tmp_path: P
         assert "--no_python python3 -m hpcdist.shim -- python train.py" in bound
     with pytest.raises(UsageError, match="--bind 'yes'"):
         render_sbatch(replace(spec, bind="yes"))
+
+
+def test_doctor_shows_the_plan() -> None:
+    from hpcdist.doctor.bindplan import check_binding
+    from hpcdist.doctor.facts import Facts
+
+    rows = check_binding(Facts(topology=from_xml("dgx"), local_world_size=8, local_world_size_from="one per GPU"))
+    assert [r.status for r in rows] == ["info"] * 9
+    assert rows[0].detail.startswith("--bind auto, 8 local ranks (one per GPU): 2 NUMA nodes, 112 cores (224 CPUs)")
+    assert rows[3].detail == (
+        "local rank 2: 14 cores (CPUs 28-41,140-153) NUMA 0, GPU 0000:3a:00.0, NIC mlx5_0; "
+        "NCCL_IB_HCA==mlx5_0, OMP_NUM_THREADS=14"
+    )
+    user = check_binding(Facts(topology=from_xml("odd7"), local_world_size=1, bind_environ={"OMP_NUM_THREADS": "2"}))
+    assert user[1].detail == "local rank 0: 7 cores (CPUs 0-6) NUMA 0"  # the user's OMP_NUM_THREADS stays
+    (too_many,) = check_binding(Facts(topology=from_xml("odd7"), local_world_size=9))
+    assert too_many.status == "warn" and "9 ranks need a core each" in too_many.fix
+    (unread,) = check_binding(Facts(topology_error="no usable CPU"))
+    assert unread.status == "warn" and "--topology FILE" in unread.fix
+    assert check_binding(Facts()) == []  # not probed: nothing to say
+
+
+def test_doctor_binding_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcdist.doctor.probe import _binding_facts
+
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_ID", "RANK", "WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    facts = _binding_facts(None, str(DATA / "1s4gpu.xml"))
+    assert facts["local_world_size"] == 4 and facts["local_world_size_from"].startswith("one per GPU")
+    assert len(facts["topology"].nodes[0].cores) == 32  # a file is planned whole, not cut to this process's CPUs
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2")
+    assert _binding_facts(None, str(DATA / "odd7.xml"))["local_world_size"] == 2
+    assert _binding_facts(3, None)["local_world_size_from"] == "--local-world-size"
+    assert "cannot be read" in _binding_facts(1, "/nonexistent.xml")["topology_error"]
