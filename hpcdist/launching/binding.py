@@ -3,14 +3,15 @@
 On a GPU node, local rank r uses GPU r mod #GPUs (in PCI bus order, or $CUDA_VISIBLE_DEVICES' order), gets an
 equal share of whole cores of that GPU's NUMA node (the ranks whose GPUs share a NUMA node split its cores),
 and the NIC nearest its GPU (same PCIe switch first, then same NUMA node) for NCCL. Elsewhere the node's
-cores are split evenly in order (NUMA node by NUMA node, so a share crosses a node only when it must).
+cores are split evenly in order (NUMA node by NUMA node, so a share crosses a node only when it must): so
+also when a GPU's NUMA node is unknown on a multi-socket node (a VM) or holds none of the job's CPUs.
 A share is whole cores with all their SMT siblings; OMP_NUM_THREADS is its number of cores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import UsageError
 from .topology import Device, Topology
@@ -70,6 +71,13 @@ def plan_binding(
     """
     if local_world_size < 1:
         raise UsageError(f"the local world size must be at least 1, got {local_world_size}")
+    if len(topology.nodes) == 1:  # one NUMA node: a device whose node is unknown (-1, common there) is on it
+        only = topology.nodes[0].id
+        topology = replace(
+            topology,
+            gpus=tuple(replace(g, numa=only) if g.numa is None else g for g in topology.gpus),
+            nics=tuple(replace(n, numa=only) if n.numa is None else n for n in topology.nics),
+        )
     gpus = _visible_gpus(topology.gpus, (environ or {}).get("CUDA_VISIBLE_DEVICES"))
     numa_cores = {n.id: n.cores for n in topology.nodes}
     if gpus and all(g.numa in numa_cores for g in gpus):

@@ -263,3 +263,10 @@ def test_doctor_binding_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _binding_facts(None, str(DATA / "odd7.xml"))["local_world_size"] == 2
     assert _binding_facts(3, None)["local_world_size_from"] == "--local-world-size"
     assert "cannot be read" in _binding_facts(1, "/nonexistent.xml")["topology_error"]
+
+
+def test_unknown_device_numa_on_a_one_node_machine_is_that_node(read) -> None:
+    t = read("1s4gpu")
+    t = replace(t, gpus=tuple(replace(g, numa=None) for g in t.gpus), nics=tuple(replace(n, numa=None) for n in t.nics))
+    plan = plan_binding(t, 4)
+    assert [b.gpu.name for b in plan] == [g.name for g in t.gpus] and {b.nic.name for b in plan} == {"enp129s0"}
