@@ -21,12 +21,14 @@ from typing import NoReturn
 
 from .abort import abort_job
 from .errors import RendezvousTimeout, UsageError
+from .launching.binding import BIND_VAR, binding_env, check_bind, plan_binding
 from .launching.program import PythonTarget, is_python, parse_python_argv
+from .launching.topology import load_topology
 from .runtime.adopt import adopt, finish
 from .runtime.bootstrap import job_timeout, prepare
 from .runtime.env import LaunchEnv
 
-__all__ = ["format_failure", "main", "python_target"]
+__all__ = ["bind", "format_failure", "main", "python_target"]
 
 
 def python_target(argv: Sequence[str], which: Callable[[str], str | None] = shutil.which) -> PythonTarget | None:
@@ -108,6 +110,22 @@ def _run_child(words: Sequence[str], env: dict[str, str], rank: int) -> int:
         return 2
 
 
+def bind(local_rank: int, local_world_size: int) -> None:
+    """$HPCDIST_BIND=auto: pin this process to its share of the node's cores, and set OMP_NUM_THREADS and NCCL's NIC.
+
+    Runs before MPI or torch start any thread, so that every thread (and child) inherits the CPU set. Each local
+    rank plans the whole node from the same facts (sysfs or $HPCDIST_TOPOLOGY, and the CPUs the launcher left it)
+    and takes its own share, so the shares are disjoint without any exchange between the ranks.
+    """
+    mode = os.environ.get(BIND_VAR, "none")
+    if check_bind(mode, "none", f"${BIND_VAR}") == "none":
+        return
+    topology = load_topology(os.environ, os.sched_getaffinity(0))
+    share = plan_binding(topology, local_world_size, os.environ)[local_rank]
+    os.sched_setaffinity(0, share.cpus)
+    os.environ.update(binding_env(share, os.environ))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Prepare the torch variables, run the program, and abort the whole job if it fails."""
     words = list(sys.argv[1:] if argv is None else argv)
@@ -119,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = python_target(words)
         env = LaunchEnv.from_environ(os.environ)
         rank = str(env.rank)
+        bind(env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
         env, rdzv = prepare(seconds, env)
     except (UsageError, RendezvousTimeout) as exc:

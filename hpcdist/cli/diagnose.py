@@ -13,7 +13,7 @@ from ..doctor.facts import STATUSES
 from ..doctor.probe import DEFAULT_TIMEOUT
 from ..errors import UsageError
 from ..runtime.bootstrap import BACKENDS
-from .types import seconds
+from .types import count, seconds
 
 __all__ = ["COMMANDS", "add_parsers", "bench", "doctor"]
 
@@ -99,6 +99,15 @@ def _add_doctor(subparsers: Any) -> None:
         default=DEFAULT_TIMEOUT,
         help=f"seconds each probe may take (default {DEFAULT_TIMEOUT:g})",
     )
+    doctor.add_argument(
+        "--local-world-size",
+        type=count,
+        metavar="N",
+        help="ranks per node for the --bind auto plan (default: the launch's, else one per GPU, else 1)",
+    )
+    doctor.add_argument(
+        "--topology", metavar="FILE", help="plan from this hwloc XML (lstopo --of xml) instead of sysfs"
+    )
     doctor.add_argument("--json", action="store_true", help="print machine-readable results")
 
 
@@ -109,7 +118,7 @@ def doctor(args: argparse.Namespace) -> int:
     from ..doctor.checks import run_checks
     from ..doctor.probe import gather_facts
 
-    checks = run_checks(gather_facts(args.hostfile, args.mpirun, args.timeout))
+    checks = run_checks(gather_facts(args.hostfile, args.mpirun, args.timeout, args.local_world_size, args.topology))
     failed = any(c.status == "fail" for c in checks)
     counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
     if args.json:

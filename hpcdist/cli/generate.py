@@ -97,6 +97,13 @@ def add_parsers(sub: Any) -> None:
         help="export OPAL_PREFIX for the Open MPI wheel (default: with srun, when this Python has it)",
     )
     r.add_argument("--probe-fabrics", action="store_true", help="mpirun: keep Open MPI's libfabric probe")
+    r.add_argument(
+        "--bind",
+        default="none",
+        metavar="auto|none",
+        help="auto: hpcdist's shim gives each rank its own cores, OMP_NUM_THREADS and NCCL's NIC (see hpcdist "
+        "mpirun --bind); none: no binding (default)",
+    )
     r.add_argument("--requeue", action="store_true", help="requeue the job when Slurm signals preemption")
     r.add_argument("--requeue-signal", metavar="SIG@SECONDS", help="with --requeue: signal and lead time (USR1@90)")
     r.add_argument("--submit", action="store_true", help="submit with sbatch and print the job id")
@@ -263,6 +270,7 @@ def _sbatch(args: argparse.Namespace) -> int:
         requeue_signal=args.requeue_signal or "USR1@90",
         as_root=os.geteuid() == 0,
         probe_fabrics=args.probe_fabrics,
+        bind=args.bind,
     )
     text = render_sbatch(spec, make_environment(args.template_dir))
     if not args.submit:

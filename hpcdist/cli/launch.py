@@ -52,6 +52,13 @@ def add_parsers(sub: Any) -> None:
     )
     mpirun.add_argument("--bind-to", "-bind-to", default="none", help="process binding (default: none)")
     mpirun.add_argument("--map-by", "-map-by", default="slot", help="rank placement (default: slot)")
+    mpirun.add_argument(
+        "--bind",
+        default="none",
+        metavar="auto|none",
+        help="auto: the shim gives each local rank its own cores (its GPU's NUMA node on GPU nodes), "
+        "OMP_NUM_THREADS and NCCL's nearest NIC; none: no binding (default)",
+    )
     mpirun.add_argument("--oversubscribe", action="store_true", help="allow more ranks than slots")
     mpirun.add_argument(
         "--probe-fabrics",

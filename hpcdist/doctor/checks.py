@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from .bindplan import check_binding
 from .facts import Check, Facts, Probe, mpi_identity, tail
 from .network import check_interfaces
 
@@ -307,4 +308,5 @@ def run_checks(f: Facts) -> list[Check]:
         *check_rendezvous(f),
         *check_interfaces(f.environ, f.interfaces, multi_host, f.hostname_address),
         *check_gpus(f),
+        *check_binding(f),
     ]

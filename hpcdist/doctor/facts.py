@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..launching.hostfile import HostSlots
+from ..launching.topology import Topology
 
 __all__ = ["STATUSES", "Check", "Facts", "Probe", "mpi_identity", "tail"]
 
@@ -56,6 +57,11 @@ class Facts:
     hosts_probe: Probe | None = None
     rendezvous: Probe | None = None
     rendezvous_np: int = 2
+    topology: Topology | None = None  # this node, only the CPUs this process may use
+    topology_error: str = ""
+    local_world_size: int = 1  # for the --bind auto plan
+    local_world_size_from: str = "default"
+    bind_environ: Mapping[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, NCCL_*
 
 
 _IDENTITIES = (

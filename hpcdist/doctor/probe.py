@@ -20,6 +20,8 @@ from ..errors import UsageError
 from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
 from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
 from ..launching.spawn import capture
+from ..launching.topology import TOPOLOGY_VAR, load_topology
+from ..runtime.env import LaunchEnv
 from ..runtime.netif import resolve
 from .facts import Facts, Probe, mpi_identity, tail
 
@@ -106,7 +108,50 @@ def _spec(
     )
 
 
-def gather_facts(hostfile: str | None = None, mpirun: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Facts:
+def _binding_facts(local_world_size: int | None, topology: str | None) -> dict[str, Any]:
+    """This node's topology (sysfs, or the hwloc XML `topology`) and the local world size to plan --bind auto for.
+
+    The size: `local_world_size`, else the launch this runs in (mpirun, srun), else the allocation's
+    SLURM_NTASKS_PER_NODE, else one rank per GPU, else 1.
+    """
+    environ = {**os.environ, TOPOLOGY_VAR: topology} if topology else dict(os.environ)
+    facts: dict[str, Any] = {
+        "bind_environ": {
+            k: v
+            for k, v in environ.items()
+            if k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS") or k.startswith("NCCL_")
+        }
+    }
+    try:
+        found = load_topology(environ, None if topology else os.sched_getaffinity(0))  # a file: the whole machine
+    except UsageError as exc:
+        return {**facts, "topology_error": str(exc)}
+    try:
+        launch = LaunchEnv.from_environ(os.environ)
+    except UsageError:
+        launch = None
+    tasks = os.environ.get("SLURM_NTASKS_PER_NODE", "")
+    size, source = (
+        (local_world_size, "--local-world-size")
+        if local_world_size
+        else (launch.local_world_size, f"the {launch.launcher} launch")
+        if launch and launch.launcher != "single"
+        else (int(tasks), "SLURM_NTASKS_PER_NODE")
+        if tasks.isdigit() and int(tasks) > 0
+        else (len(found.gpus), "one per GPU; --local-world-size N for another")
+        if found.gpus
+        else (1, "--local-world-size N for another")
+    )
+    return {**facts, "topology": found, "local_world_size": size, "local_world_size_from": source}
+
+
+def gather_facts(
+    hostfile: str | None = None,
+    mpirun: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    local_world_size: int | None = None,
+    topology: str | None = None,
+) -> Facts:
     """Probe this machine (and the hostfile's hosts); every command runs with `timeout`."""
     mpirun = mpirun or locate_mpirun()
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -156,6 +201,7 @@ def gather_facts(hostfile: str | None = None, mpirun: str | None = None, timeout
         hosts_probe=hosts_probe,
         rendezvous=rendezvous,
         rendezvous_np=np,
+        **_binding_facts(local_world_size, topology),
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import jinja2
 
 from ..errors import UsageError
+from ..launching.binding import BIND_VAR, check_bind
 from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
 from ..launching.names import check_env_name
 from ..launching.nodelist import expand_nodelist
@@ -77,6 +78,7 @@ class SbatchSpec:
     requeue_signal: str = "USR1@90"
     as_root: bool = False  # mpirun mode: add --allow-run-as-root
     probe_fabrics: bool = False  # mpirun mode: keep Open MPI's libfabric probe
+    bind: str = "none"  # auto: the shim binds each rank (BIND_VAR), srun's own binding off (--cpu-bind=none)
 
     @property
     def tasks_per_node(self) -> int:
@@ -149,6 +151,7 @@ def _check(spec: SbatchSpec) -> int | None:
     if not spec.program:
         raise UsageError("no program given; usage: hpcdist sbatch [options] -- PROGRAM [ARGS...]")
     check_program(spec.program, "torchrun" if spec.launch == "torchrun" else "hpcdist's shim")
+    check_bind(spec.bind, "none")
     for name, count in (
         ("nodes", spec.nodes),
         ("ntasks-per-node", spec.ntasks_per_node),
@@ -218,9 +221,12 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
 def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> str:
     """The sbatch script for `spec`, rendered from sbatch.sh.j2 (pure: nothing is run or submitted)."""
     _check(spec)
-    env = sorted(dict(spec.env).items())
+    bind = spec.bind == "auto"
+    env = sorted({**dict(spec.env), **({BIND_VAR: "auto"} if bind else {})}.items())
     names = [name for name, _ in env] + (["OPAL_PREFIX"] if spec.opal_prefix else [])
     srun = ["srun", "--kill-on-bad-exit=1"]
+    if bind:  # every task starts with all the step's CPUs on its node; the shim takes its own share of them
+        srun.append("--cpu-bind=none")
     if spec.cpus_per_task:  # since Slurm 22.05, srun no longer inherits sbatch's --cpus-per-task
         cpus = spec.cpus_per_task * (spec.tasks_per_node if spec.launch == "torchrun" else 1)
         srun.append(f"--cpus-per-task={cpus}")
@@ -269,7 +275,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
             torchrun=spec.torchrun,
         )
         context.update(
-            program=program_words(spec.program),
+            program=["--no_python", *shim] if bind else program_words(spec.program),
             torchrun=[spec.torchrun, *torchrun_options(trun)],
             master_addr=spec.master_addr or "",
             master_port=str(spec.master_port or ""),

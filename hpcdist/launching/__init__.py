@@ -4,7 +4,8 @@
   no runtime);
 - `spec`: `hpcdist mpirun`'s options -> MpirunSpec (reads the environment, finds mpirun);
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
-- `monitor`: reads mpirun's output for lost hosts (pure).
+- `monitor`: reads mpirun's output for lost hosts (pure);
+- `topology`, `binding`: a node's topology read from sysfs or hwloc XML, and `--bind auto`'s per-rank plan (pure).
 
 May import: errors, values. Never torch, mpi4py, the runtime or the CLI.
 """

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 
 from ..errors import UsageError
+from .binding import BIND_VAR, check_bind
 from .hostfile import (
     HostSlots,
     check_np,
@@ -60,12 +61,13 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
         hostfile = None  # the selected hosts go to mpirun as -H (or app contexts), not the whole hostfile
     contexts = _contexts(selected, np or 0, environ, args.export, picked) if picked and sliced else ()
     shim = () if args.no_shim else (sys.executable, *SHIM)
+    bind = _bind_exports(args)
     return MpirunSpec(
         program=(*shim, *program),
         np=np,
         hostfile=hostfile,
         hosts=() if hostfile else hosts,
-        env=env_forwards(environ, [*_progress_bar(environ), *args.export]),
+        env=env_forwards(environ, [*_progress_bar(environ), *bind, *args.export]),
         mca=tuple((key, value) for key, value in args.mca),
         bind_to=args.bind_to,
         map_by=args.map_by,
@@ -118,6 +120,15 @@ def _contexts(
             devices = () if s.indices is None else (("CUDA_VISIBLE_DEVICES", ",".join(map(str, s.indices))),)
             contexts.append(AppContext(s.host, take, devices))
     return tuple(contexts)
+
+
+def _bind_exports(args: argparse.Namespace) -> list[str]:
+    """`--bind auto` reaches the shim as HPCDIST_BIND=auto (the shim applies it); none exports nothing."""
+    if check_bind(args.bind, args.bind_to) == "none":
+        return []
+    if args.no_shim:
+        raise UsageError("--bind auto is applied by hpcdist's shim, so it cannot be used with --no-shim; drop one")
+    return [f"{BIND_VAR}=auto"]
 
 
 def _progress_bar(environ: Mapping[str, str]) -> list[str]:
