@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
 
+from ..control import CONTROL_ENV
 from ..errors import UsageError
 from .hostfile import (
     HostSlots,
@@ -18,16 +20,23 @@ from .hostfile import (
     total_slots,
 )
 from .mpirun import SHIM, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
+from .output import DEFAULT_TAIL, OutputOptions, parse_ranks, shim_variables
 from .program import check_program
 
-__all__ = ["check_launcher", "find_mpirun", "spec_from_args"]
+__all__ = ["check_launcher", "find_mpirun", "output_from_args", "spec_from_args"]
 
 
-def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> MpirunSpec:
-    """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`).
+def spec_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ, token: str | None = None
+) -> tuple[MpirunSpec, OutputOptions]:
+    """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`), and its output.
+
+    With a control `token` (a launch that hpcdist itself runs), the ranks tag every line for the launcher to
+    route; without one (--dry-run, --script), the printed command carries the output options itself.
 
     Raises:
-        UsageError: no program, a hostfile that cannot be read or parsed, or -np that does not fit the slots.
+        UsageError: no program, a hostfile that cannot be read or parsed, -np that does not fit the slots, or
+            output options that do not fit the job.
     """
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
@@ -50,12 +59,25 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
     if np is not None and hosts:
         check_np(np, hosts, args.oversubscribe)
     shim = () if args.no_shim else (sys.executable, *SHIM)
-    return MpirunSpec(
+    output = output_from_args(args, np)
+    if args.no_shim and (args.no_tag or args.log_dir is not None or args.ranks is not None or args.tail is not None):
+        raise UsageError(
+            "--no-tag, --log-dir, --ranks and --tail need hpcdist's shim (it tags each rank's lines); drop --no-shim"
+        )
+    ours: list[str] = []
+    if args.no_shim:
+        pass
+    elif token is not None:  # hpcdist runs it: every line tagged, routed by the launcher
+        ours = [*shim_variables(output, routed=True), f"{CONTROL_ENV}={token}"]
+    else:  # a printed command: untagged as before, unless an output option asks for the tagger
+        asked = output.log_dir is not None or output.ranks is not None
+        ours = shim_variables(dataclasses.replace(output, tag=output.tag and asked))
+    spec = MpirunSpec(
         program=(*shim, *program),
         np=np,
         hostfile=hostfile,
         hosts=() if hostfile else hosts,
-        env=env_forwards(environ, [*_progress_bar(environ), *args.export]),
+        env=env_forwards(environ, [*_progress_bar(environ), *ours, *args.export]),
         mca=tuple((key, value) for key, value in args.mca),
         bind_to=args.bind_to,
         map_by=args.map_by,
@@ -64,6 +86,26 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
         skip_fabric_probe=not args.probe_fabrics and "OMPI_MCA_btl" not in environ,
         keepalive=spans_hosts(hosts, environ),
         mpirun=check_launcher(args.mpirun, "--mpirun") if args.mpirun is not None else find_mpirun(),
+    )
+    return spec, output
+
+
+def output_from_args(args: argparse.Namespace, np: int | None) -> OutputOptions:
+    """The per-rank output options (--no-tag, --log-dir, --ranks, --tail), checked against -np when known.
+
+    Raises:
+        UsageError: a rank list that is not one, or names a rank the job does not have.
+    """
+    if args.ranks is not None:
+        parse_ranks(args.ranks, np)
+    log_dir = args.log_dir
+    if log_dir is not None and not log_dir.strip():
+        raise UsageError("--log-dir needs a directory, e.g. --log-dir logs")
+    return OutputOptions(
+        tag=not args.no_tag,
+        log_dir=os.path.abspath(log_dir) if log_dir is not None else None,
+        ranks=args.ranks,
+        tail=DEFAULT_TAIL if args.tail is None else args.tail,
     )
 
 
