@@ -272,7 +272,7 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[st
     if out.log_dir is not None and not out.log_dir.strip():
         raise UsageError("--log-dir needs a directory, e.g. --log-dir logs")
     if spec.launch == "mpirun":
-        return [], [tuple(item.split("=", 1)) for item in shim_variables(out)], []  # type: ignore[misc]
+        return [], _pairs(shim_variables(out)), []
     if spec.launch == "srun":
         if out.log_dir is not None and out.ranks is not None:
             raise UsageError(
@@ -283,8 +283,7 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[st
         if out.log_dir is not None:  # srun's filename pattern: %Nt is the task id, zero-padded; %% is a %
             width = max(3, len(str(ranks - 1)))
             srun.append(f"--output={out.log_dir.replace('%', '%%').rstrip('/')}/rank-%{width}t.log")
-        shim = [tuple(item.split("=", 1)) for item in shim_variables(OutputOptions(tag=False, ranks=out.ranks))]
-        return srun, shim, []  # type: ignore[return-value]
+        return srun, _pairs(shim_variables(OutputOptions(tag=False, ranks=out.ranks))), []
     if out.ranks is not None and spec.nodes > 1:
         raise UsageError(
             "--launch torchrun filters the console by local rank (--local-ranks-filter), the same on every node; "
@@ -298,6 +297,11 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[st
     if out.ranks is not None:
         torchrun.append(f"--local-ranks-filter={','.join(map(str, sorted(parse_ranks(out.ranks, ranks))))}")
     return [], prefix, torchrun
+
+
+def _pairs(settings: list[str]) -> list[tuple[str, str]]:
+    """`NAME=VALUE` settings as (name, value) pairs."""
+    return [(name, value) for name, _, value in (item.partition("=") for item in settings)]
 
 
 def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> str:

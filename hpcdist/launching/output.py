@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..control import parse_control
+from ..control import ControlEvent, parse_control
 from ..errors import UsageError
 from ..values import MAX_COUNT
 
@@ -131,7 +131,7 @@ class OutputRouter:
         self.options = options
         self.token = token
         self.shown = None if options.ranks is None else parse_ranks(options.ranks, np)
-        self.events: list[tuple[str, int, str]] = []  # control events in arrival order: (event, rank, detail)
+        self.events: list[ControlEvent] = []  # control events in arrival order
         self._ranks: dict[int, _Rank] = {}
         self._failed: dict[int, tuple[str, str | None]] = {}  # rank -> (how, host named by mpirun)
         self._partial: dict[str, bytes] = {}
@@ -155,7 +155,7 @@ class OutputRouter:
         text = line.decode(errors="replace")
         event = parse_control(text, self.token) if self.token else None
         if event is not None:
-            self.events.append(tuple(event))  # type: ignore[arg-type]
+            self.events.append(event)
             if event.event == "failed":
                 self._failed.setdefault(event.rank, (event.detail or "failed", None))
             return b""

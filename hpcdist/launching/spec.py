@@ -99,8 +99,6 @@ def output_from_args(args: argparse.Namespace, np: int | None) -> OutputOptions:
     if args.ranks is not None:
         parse_ranks(args.ranks, np)
     log_dir = args.log_dir
-    if log_dir is not None and not log_dir.strip():
-        raise UsageError("--log-dir needs a directory, e.g. --log-dir logs")
     return OutputOptions(
         tag=not args.no_tag,
         log_dir=os.path.abspath(log_dir) if log_dir is not None else None,
