@@ -46,7 +46,11 @@ def add_output_options(parser: argparse.ArgumentParser, script: bool = False) ->
     if script:
         g.add_argument("--tag", action="store_true", help="prefix each line with its rank (srun: --label)")
     else:
-        g.add_argument("--no-tag", action="store_true", help="do not prefix each line with [host:rank]")
+        g.add_argument(
+            "--tag",
+            action=argparse.BooleanOptionalAction,
+            help="prefix each line with [host:rank] (default: when the output is a terminal)",
+        )
     g.add_argument("--log-dir", metavar="DIR", help="also write each rank's stdout and stderr to DIR/rank-NNN.log")
     g.add_argument("--ranks", metavar="LIST", help="show only these ranks' lines on the console, e.g. 0,3 or 0-3,7")
     if not script:

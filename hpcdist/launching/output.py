@@ -47,9 +47,9 @@ _SIGNALLED = re.compile(
 
 @dataclass(frozen=True)
 class OutputOptions:
-    """What `hpcdist mpirun --no-tag/--log-dir/--ranks/--tail` (`hpcdist sbatch --tag/--log-dir/--ranks`) ask for."""
+    """What `hpcdist mpirun --[no-]tag/--log-dir/--ranks/--tail` (`hpcdist sbatch --tag/--log-dir/--ranks`) ask for."""
 
-    tag: bool = True
+    tag: bool = True  # hpcdist mpirun: by default when its output is a terminal
     log_dir: str | None = None
     ranks: str | None = None  # the rank list as given, e.g. "0,3" or "0-3,7"; None: every rank
     tail: int = DEFAULT_TAIL

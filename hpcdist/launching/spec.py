@@ -60,9 +60,10 @@ def spec_from_args(
         check_np(np, hosts, args.oversubscribe)
     shim = () if args.no_shim else (sys.executable, *SHIM)
     output = output_from_args(args, np)
-    if args.no_shim and (args.no_tag or args.log_dir is not None or args.ranks is not None or args.tail is not None):
+    if args.no_shim and any(v is not None for v in (args.tag, args.log_dir, args.ranks, args.tail)):
         raise UsageError(
-            "--no-tag, --log-dir, --ranks and --tail need hpcdist's shim (it tags each rank's lines); drop --no-shim"
+            "--tag/--no-tag, --log-dir, --ranks and --tail need hpcdist's shim (it tags each rank's lines); "
+            "drop --no-shim"
         )
     ours: list[str] = []
     if args.no_shim:
@@ -70,7 +71,7 @@ def spec_from_args(
     elif token is not None:  # hpcdist runs it: every line tagged, routed by the launcher
         ours = [*shim_variables(output, routed=True), f"{CONTROL_ENV}={token}"]
     else:  # a printed command: untagged as before, unless an output option asks for the tagger
-        asked = output.log_dir is not None or output.ranks is not None
+        asked = args.tag or output.log_dir is not None or output.ranks is not None
         ours = shim_variables(dataclasses.replace(output, tag=output.tag and asked))
     spec = MpirunSpec(
         program=(*shim, *program),
@@ -91,7 +92,10 @@ def spec_from_args(
 
 
 def output_from_args(args: argparse.Namespace, np: int | None) -> OutputOptions:
-    """The per-rank output options (--no-tag, --log-dir, --ranks, --tail), checked against -np when known.
+    """The per-rank output options (--[no-]tag, --log-dir, --ranks, --tail), checked against -np when known.
+
+    Lines are tagged by default when our output is a terminal (as `ls --color=auto`); piped output stays as
+    the program printed it, for the tools that read it.
 
     Raises:
         UsageError: a rank list that is not one, or names a rank the job does not have.
@@ -100,7 +104,7 @@ def output_from_args(args: argparse.Namespace, np: int | None) -> OutputOptions:
         parse_ranks(args.ranks, np)
     log_dir = args.log_dir
     return OutputOptions(
-        tag=not args.no_tag,
+        tag=sys.stdout.isatty() if args.tag is None else args.tag,
         log_dir=os.path.abspath(log_dir) if log_dir is not None else None,
         ranks=args.ranks,
         tail=DEFAULT_TAIL if args.tail is None else args.tail,

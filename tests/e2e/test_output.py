@@ -47,14 +47,16 @@ def _all(result_out: str, result_err: str, tagged: bool) -> dict[int, set[int]]:
 
 
 def test_every_line_arrives_whole_and_tagged_with_its_host_and_rank(hpcdist: str) -> None:
-    result = launch([hpcdist, "mpirun", "-np", str(NP), "--", *CHATTER], LINES_PER_RANK=str(LINES))
+    result = launch([hpcdist, "mpirun", "-np", str(NP), "--tag", "--", *CHATTER], LINES_PER_RANK=str(LINES))
     assert result.returncode == 0, result.stderr[-2000:]
     assert _all(result.stdout, result.stderr, tagged=True) == {r: _expected(r) for r in range(NP)}
     assert "@@hpcdist" not in result.stdout + result.stderr
 
 
-def test_no_tag_prints_the_same_whole_lines_bare(hpcdist: str) -> None:
-    result = launch([hpcdist, "mpirun", "-np", str(NP), "--no-tag", "--", *CHATTER], LINES_PER_RANK=str(LINES))
+@pytest.mark.parametrize("option", ["--no-tag", None])  # untagged by default when the output is no terminal
+def test_no_tag_prints_the_same_whole_lines_bare(hpcdist: str, option: str | None) -> None:
+    argv = [hpcdist, "mpirun", "-np", str(NP), *([option] if option else []), "--", *CHATTER]
+    result = launch(argv, LINES_PER_RANK=str(LINES))
     assert result.returncode == 0, result.stderr[-2000:]
     assert _all(result.stdout, result.stderr, tagged=False) == {r: _expected(r) for r in range(NP)}
 
@@ -62,7 +64,7 @@ def test_no_tag_prints_the_same_whole_lines_bare(hpcdist: str) -> None:
 def test_ranks_selects_the_console_and_log_dir_keeps_every_rank_in_its_own_file(hpcdist: str, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     result = launch(
-        [hpcdist, "mpirun", "-np", str(NP), "--ranks", "1,3", "--log-dir", str(logs), "--", *CHATTER],
+        [hpcdist, "mpirun", "-np", str(NP), "--tag", "--ranks", "1,3", "--log-dir", str(logs), "--", *CHATTER],
         LINES_PER_RANK=str(LINES),
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -76,7 +78,7 @@ def test_ranks_selects_the_console_and_log_dir_keeps_every_rank_in_its_own_file(
 
 def test_a_non_python_programs_lines_are_tagged_too(hpcdist: str, tmp_path: Path) -> None:
     script = 'echo "out $RANK"; echo "err $RANK" >&2; printf "no newline $RANK"'
-    result = launch([hpcdist, "mpirun", "-np", "2", "--log-dir", str(tmp_path), "--", "sh", "-c", script])
+    result = launch([hpcdist, "mpirun", "-np", "2", "--tag", "--log-dir", str(tmp_path), "--", "sh", "-c", script])
     assert result.returncode == 0, result.stderr
     for rank in range(2):
         assert f"[{HOST}:{rank}] out {rank}\n" in result.stdout
@@ -93,7 +95,7 @@ def _summary(stderr: str, header: str) -> list[str]:
 
 
 def test_a_failed_ranks_last_lines_are_shown_even_when_ranks_hid_it(hpcdist: str) -> None:
-    result = launch([hpcdist, "mpirun", "-np", str(NP), "--ranks", "0", "--", *FAIL_AFTER],
+    result = launch([hpcdist, "mpirun", "-np", str(NP), "--tag", "--ranks", "0", "--", *FAIL_AFTER],
                     FAIL_RANK="2", FAIL_HOW="raise", timeout=120)  # fmt: skip
     assert result.returncode == 1, result.stderr
     tail = _summary(result.stderr, f"hpcdist: rank 2 on {HOST} failed (exit code 1); its last 20 lines:\n")
@@ -111,11 +113,11 @@ def test_a_failed_ranks_last_lines_are_shown_even_when_ranks_hid_it(hpcdist: str
 
 @pytest.mark.parametrize("tail", [None, "5"])
 def test_a_rank_killed_by_a_signal_still_has_its_tail_shown(hpcdist: str, tail: str | None) -> None:
-    option = ["--tail", tail] if tail else []
+    option = ["--tail", tail] if tail else []  # and untagged (no terminal): the header names the rank
     result = launch([hpcdist, "mpirun", "-np", str(NP), "--ranks", "0", *option, "--", *FAIL_AFTER],
                     FAIL_RANK="1", FAIL_HOW="kill", timeout=120)  # fmt: skip
     assert result.returncode != 0, result.stderr
     count = int(tail or 20)
     lines = _summary(result.stderr, f"failed (killed by signal 9 (Killed)); its last {count} lines:\n")
     assert f"hpcdist: rank 1 on {HOST} failed (killed by signal 9" in result.stderr
-    assert lines == [f"[{HOST}:1] rank 1 line {i}" for i in range(50 - count, 50)]
+    assert lines == [f"rank 1 line {i}" for i in range(50 - count, 50)]

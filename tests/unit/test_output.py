@@ -143,7 +143,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_mpirun_dry_run_prints_the_variables(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--log-dir",
+    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--tag", "--log-dir",
                          str(tmp_path / "logs"), "--ranks", "0,3", "--", "python", "x.py")  # fmt: skip
     assert status == 0
     words = shlex.split(out)
@@ -153,6 +153,10 @@ def test_mpirun_dry_run_prints_the_variables(capsys: pytest.CaptureFixture[str],
     status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--no-tag", "--ranks",
                          "1", "--", "python", "x.py")  # fmt: skip
     assert "-x HPCDIST_RANKS=1" in out and "HPCDIST_TAG" not in out and "HPCDIST_CONTROL" not in out
+    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--tag", "--", "x")
+    assert "-x HPCDIST_TAG=1 " in out and "HPCDIST_RANKS" not in out
+    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--", "x")
+    assert "HPCDIST_" not in out  # the printed command prints as before
 
 
 @pytest.mark.parametrize(
@@ -160,6 +164,7 @@ def test_mpirun_dry_run_prints_the_variables(capsys: pytest.CaptureFixture[str],
     [
         (["mpirun", "-np", "4", "--ranks", "0,4", "--", "true"], "--ranks '0,4': rank 4 does not exist in a job of 4"),
         (["mpirun", "-np", "2", "--no-shim", "--log-dir", "x", "--", "true"], "need hpcdist's shim"),
+        (["mpirun", "-np", "2", "--no-shim", "--no-tag", "--", "true"], "need hpcdist's shim"),
         (["mpirun", "-np", "2", "--no-shim", "--tail", "5", "--", "true"], "drop --no-shim"),
         (["mpirun", "-np", "2", "--log-dir", " ", "--", "true"], "--log-dir needs a value"),
         (["sbatch", "-N", "2", "--ntasks-per-node", "2", "--ranks", "4", "--", "x"], "rank 4 does not exist"),
