@@ -330,6 +330,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "torchrun": [],
         "master_addr": "",
         "master_port": "",
+        "log_dir": spec.rank_output.log_dir if spec.launch == "srun" else "",
     }
     if spec.requeue:
         # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers; srun and mpirun pass SIGUSR1 on

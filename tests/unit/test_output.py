@@ -179,25 +179,29 @@ def test_bad_output_options(capsys: pytest.CaptureFixture[str], argv: list[str],
     assert err.startswith("hpcdist: error: ") and message in err, err
 
 
+# what each mode's script holds for --tag --log-dir DIR: ("word", DIR as one shell word) or ("text", DIR quoted)
 @pytest.mark.parametrize(
     ("launch", "expected"),
     [
-        ("srun", ["--label", "--output={d}/rank-%3t.log"]),
-        ("mpirun", ["export HPCDIST_LOG_DIR={q}", "export HPCDIST_TAG=1", "-x HPCDIST_LOG_DIR -x HPCDIST_TAG"]),
-        ("torchrun", ["export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[${{rank}}]:'", "--tee=3", "--log-dir={d}"]),
+        ("srun", [("word", "--label"), ("word", "--output={d}/rank-%3t.log"), ("text", "mkdir -p -- {q}  #")]),
+        ("mpirun", [("text", "export HPCDIST_LOG_DIR={q}\n"), ("text", "export HPCDIST_TAG=1\n"),
+                    ("text", "-x HPCDIST_LOG_DIR -x HPCDIST_TAG ")]),
+        ("torchrun", [("text", "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[${{rank}}]:'\n"),
+                      ("word", "--tee=3"), ("word", "--log-dir={d}")]),
     ],
-)
+)  # fmt: skip
 @pytest.mark.parametrize("log_dir", ["logs", *WEIRD[:5]])
 def test_sbatch_scripts_tag_and_log_by_each_launchers_means(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, launch: str, expected: list[str], log_dir: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, launch: str, expected: list[tuple[str, str]], log_dir: str
 ) -> None:
     status, out, err = run(capsys, "sbatch", "-N", "2", "--ntasks-per-node", "2", "--launch", launch, "--tag",
                            "--log-dir", log_dir, "--python", "python3", "--", "python3", "train.py")  # fmt: skip
     assert status == 0, err
     check_script(out, tmp_path)
-    for item in expected:
-        word = item.format(d=log_dir.replace("%", "%%") if launch == "srun" else log_dir, q=shlex.quote(log_dir))
-        assert (word if log_dir == "logs" or launch == "mpirun" or word.startswith("export") else shlex.quote(word)) in out
+    pattern_dir = log_dir.replace("%", "%%") if launch == "srun" else log_dir  # a % would be srun's pattern
+    for kind, item in expected:
+        text = item.format(d=pattern_dir, q=shlex.quote(log_dir))
+        assert (shlex.quote(text) if kind == "word" else text) in out, text
 
 
 def test_sbatch_srun_rank_filter_uses_the_shim(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
