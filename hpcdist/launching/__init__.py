@@ -3,7 +3,9 @@
 - `names`, `hostfile`, `program`, `mpirun`: pure builders and parsers (no torch, no mpi4py, no runtime);
 - `spec`: `hpcdist mpirun`'s options -> MpirunSpec (reads the environment, finds mpirun);
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
-- `monitor`: reads mpirun's output for lost hosts (pure).
+- `monitor`: reads mpirun's output for lost hosts (pure);
+- `output`: per-rank output options, rank lists and the router of tagged lines (pure);
+- `tagger`: run in a rank by the shim: its forked line tagger and log file.
 
-May import: errors, values. Never torch, mpi4py, the runtime or the CLI.
+May import: errors, values, control. Never torch, mpi4py, the runtime or the CLI.
 """
