@@ -43,6 +43,12 @@ _SIGNALLED = re.compile(
     r"noticed that process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) exited on\s+"
     r"signal (?P<signal>[0-9]+)(?: \((?P<name>[^)]*)\))?"
 )
+# and when a program calls MPI_Abort itself (the shim says `failed` before it does):
+#   prterun has exited due to process rank 3 with PID 0 on node vm calling
+#   "abort". This may have caused other processes in the application to be
+_ABORTED = re.compile(
+    r"exited due to process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) calling\s+\"abort\""
+)
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,9 @@ class OutputRouter:
             self._untagged = (self._untagged + text)[-2000:]
             for match in _SIGNALLED.finditer(self._untagged):
                 how = f"killed by signal {match['signal']}" + (f" ({match['name']})" if match["name"] else "")
-                self._failed.setdefault(int(match["rank"]), (how, match["host"]))
+                self._note(int(match["rank"]), how, match["host"])
+            for match in _ABORTED.finditer(self._untagged):
+                self._note(int(match["rank"]), "called MPI_Abort", match["host"])
             return line
         host, rank, rest = tagged
         kept = self._ranks.setdefault(rank, _Rank(host, deque(maxlen=self.options.tail)))
@@ -172,6 +180,11 @@ class OutputRouter:
         shown = line if self.options.tag else rest
         kept.lines.append(shown)
         return shown if self.shown is None or rank in self.shown else b""
+
+    def _note(self, rank: int, how: str, host: str) -> None:
+        """Open MPI's word on a failed rank: how it ended, unless the rank said so first, and its host."""
+        said, _ = self._failed.get(rank, (how, None))
+        self._failed[rank] = (said, host)
 
     def failures(self) -> list[Failure]:
         """The ranks that failed, in the order their failure was heard, each with its last lines."""
@@ -193,5 +206,6 @@ def summary(failures: list[Failure], tail: int) -> str:
             parts.append(f"{head}{'; it printed nothing' if tail else ''}\n")
             continue
         body = b"".join(line if line.endswith(b"\n") else line + b"\n" for line in lines)
-        parts.append(f"{head}; its last {len(lines)} lines:\n" + body.decode(errors="replace"))
+        count = "its last line" if len(lines) == 1 else f"its last {len(lines)} lines"
+        parts.append(f"{head}; {count}:\n" + body.decode(errors="replace"))
     return "".join(parts)

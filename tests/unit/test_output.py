@@ -10,7 +10,16 @@ import pytest
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
-from hpcdist.launching.output import OutputOptions, OutputRouter, log_name, parse_ranks, shim_variables, split_tag
+from hpcdist.launching.output import (
+    Failure,
+    OutputOptions,
+    OutputRouter,
+    log_name,
+    parse_ranks,
+    shim_variables,
+    split_tag,
+    summary,
+)
 
 from test_render import WEIRD, check_script
 
@@ -218,3 +227,33 @@ def test_sbatch_without_output_options_is_unchanged(capsys: pytest.CaptureFixtur
     for launch in ("srun", "mpirun", "torchrun"):
         _, out, _ = run(capsys, "sbatch", "--launch", launch, "--python", "python3", "--", "python3", "train.py")
         assert "HPCDIST_TAG" not in out and "--label" not in out and "--tee" not in out
+
+
+def test_router_reads_open_mpis_message_about_a_rank_that_called_mpi_abort_itself() -> None:
+    router = OutputRouter(OutputOptions(), TOKEN, 4)
+    message = (
+        b"[vm:3] loss nan\n"
+        b"prterun has exited due to process rank 3 with PID 0 on node vm calling\n"
+        b'"abort". This may have caused other processes in the application to be\n'
+    )
+    _feed(router, "stderr", message, 9)
+    (failure,) = router.failures()
+    assert (failure.rank, failure.host, failure.how, failure.tail) == (3, "vm", "called MPI_Abort", (b"[vm:3] loss nan\n",))
+
+
+def test_a_control_line_before_open_mpis_message_names_how_the_rank_failed() -> None:
+    router = OutputRouter(OutputOptions(), TOKEN, 4)
+    _feed(router, "stderr", b"@@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1\n"
+          b"prterun has exited due to process rank 3 with PID 0 on node vm calling\n\"abort\".\n", 4096)  # fmt: skip
+    assert [(f.rank, f.host, f.how) for f in router.failures()] == [(3, "vm", "exit code 1")]
+
+
+def test_summary_names_each_failed_rank_and_shows_its_tail() -> None:
+    failures = [Failure(3, "n1", "exit code 1", (b"[n1:3] a\n", b"[n1:3] b\n", b"[n1:3] c")),
+                Failure(5, "n2", "called MPI_Abort", (b"x\n",)), Failure(6, "n2", "killed by signal 9", ())]  # fmt: skip
+    assert summary(failures, 2) == (
+        "hpcdist: rank 3 on n1 failed (exit code 1); its last 2 lines:\n[n1:3] b\n[n1:3] c\n"
+        "hpcdist: rank 5 on n2 failed (called MPI_Abort); its last line:\nx\n"
+        "hpcdist: rank 6 on n2 failed (killed by signal 9); it printed nothing\n"
+    )
+    assert summary(failures[:1], 0) == "hpcdist: rank 3 on n1 failed (exit code 1)\n"
