@@ -158,6 +158,7 @@ class OutputRouter:
 
     def _route(self, line: bytes) -> bytes:
         """One line: act on control lines (never shown), keep a rank's line, and return what to show of it."""
+        line = line.lstrip(b"\0")  # PRRTE ends a banner with a NUL, after its newline: the next line starts with it
         text = line.decode(errors="replace")
         event = parse_control(text, self.token) if self.token else None
         if event is not None:

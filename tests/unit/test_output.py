@@ -95,7 +95,7 @@ MPIRUN_OUT = (
     b"[n2:3] @@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1\n"
     b"[n2:3] Traceback\n"
     b"--------------------------------------------------------------------------\n"
-    b"[n1:1] last words"
+    b"\0[n1:1] last words"  # PRRTE ends a banner with a NUL: the next line starts with it
 )
 
 
@@ -103,7 +103,7 @@ MPIRUN_OUT = (
 def test_router_shows_selected_ranks_drops_control_lines_and_keeps_tails(size: int) -> None:
     router = OutputRouter(OutputOptions(ranks="0"), TOKEN, 4)
     shown = _feed(router, "stderr", MPIRUN_OUT, size)
-    assert shown == b"[n1:0] hello from 0\n" + b"-" * 74 + b"\n"
+    assert shown == b"[n1:0] hello from 0\n" + b"-" * 74 + b"\n"  # rank 1's last words: hidden
     assert [(e.event, e.rank) for e in router.events] == [("ready", 0), ("failed", 3)]
     (failure,) = router.failures()
     assert (failure.rank, failure.host, failure.how) == (3, "n2", "exit code 1")
