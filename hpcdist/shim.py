@@ -19,10 +19,12 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NoReturn
 
+from . import control
 from .abort import abort_job
 from .errors import RendezvousTimeout, UsageError
 from .launching.binding import BIND_VAR, binding_env, check_bind, plan_binding
 from .launching.program import PythonTarget, is_python, parse_python_argv
+from .launching.tagger import start as start_tagger
 from .launching.topology import load_topology
 from .runtime.adopt import adopt, finish
 from .runtime.bootstrap import job_timeout, prepare
@@ -137,11 +139,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = python_target(words)
         env = LaunchEnv.from_environ(os.environ)
         rank = str(env.rank)
+        start_tagger(env.rank, env.world_size, socket.gethostname().split(".")[0])  # before the program loads
         bind(env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
         env, rdzv = prepare(seconds, env)
     except (UsageError, RendezvousTimeout) as exc:
-        print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr)
+        print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr, flush=True)
+        if rank.isdigit():
+            control.emit("failed", int(rank), "exit code 2")
         abort_job(2)
         return 2
     if target is not None:
@@ -158,7 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"hpcdist: rank {env.rank} on {socket.gethostname()} failed ({_describe(code)}); ending the job",
             file=sys.stderr,
+            flush=True,
         )
+        control.emit("failed", env.rank, _describe(code))  # hpcdist mpirun shows this rank's last lines
         abort_job(code if 0 < code < 256 else 1)
     return code
 

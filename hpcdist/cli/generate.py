@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .types import count, rank
+from .types import add_output_options, count, rank
 
 __all__ = ["COMMANDS", "add_parsers", "emit"]
 
@@ -107,6 +107,7 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--requeue", action="store_true", help="requeue the job when Slurm signals preemption")
     r.add_argument("--requeue-signal", metavar="SIG@SECONDS", help="with --requeue: signal and lead time (USR1@90)")
     r.add_argument("--submit", action="store_true", help="submit with sbatch and print the job id")
+    add_output_options(sb, script=True)
     _common(sb)
     sb.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
@@ -222,6 +223,7 @@ def _sbatch(args: argparse.Namespace) -> int:
     """`hpcdist sbatch`: print the script, write it (-o) and/or submit it (--submit)."""
     from ..jobs.render import make_environment
     from ..jobs.sbatch import SbatchSpec, render_sbatch
+    from ..launching.output import OutputOptions
 
     program = _program(args.program, "sbatch")
     if args.requeue_signal and not args.requeue:
@@ -271,6 +273,7 @@ def _sbatch(args: argparse.Namespace) -> int:
         as_root=os.geteuid() == 0,
         probe_fabrics=args.probe_fabrics,
         bind=args.bind,
+        rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
     )
     text = render_sbatch(spec, make_environment(args.template_dir))
     if not args.submit:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .types import seconds
+from .types import add_output_options, seconds
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -73,6 +73,7 @@ def add_parsers(sub: Any) -> None:
     mpirun.add_argument(
         "--script", metavar="FILE", help="write the launch as a reusable shell script (- prints it) and run nothing"
     )
+    add_output_options(mpirun)
     mpirun.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
     run = sub.add_parser("run", help="run built-in workloads under any launcher, each verifying its result")
@@ -114,10 +115,12 @@ def _env(args: argparse.Namespace) -> int:
 
 def _mpirun(args: argparse.Namespace) -> int:
     """`hpcdist mpirun`: build the mpirun argv, print it (--dry-run), write it (--script) or run it."""
+    from ..control import new_token
     from ..launching.mpirun import build_mpirun_argv
     from ..launching.spec import spec_from_args
 
-    spec = spec_from_args(args)
+    token = None if args.dry_run or args.script else new_token()
+    spec, output = spec_from_args(args, token=token)
     argv = build_mpirun_argv(spec)
     if args.dry_run:
         print(shlex.join(argv))
@@ -129,9 +132,10 @@ def _mpirun(args: argparse.Namespace) -> int:
         text = render_mpirun_script(argv, {}, append=not spec.contexts)
         emit(text, None if args.script == "-" else args.script, 0o755)
         return 0
+    from ..launching.output import OutputRouter
     from ..launching.spawn import run_mpirun
 
-    return run_mpirun(argv)
+    return run_mpirun(argv, None if args.no_shim or token is None else OutputRouter(output, token, spec.np))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from ..errors import UsageError
 from ..values import MAX_COUNT, check_seconds, parse_seconds, parse_whole
 
-__all__ = ["count", "rank", "seconds", "whole"]
+__all__ = ["add_output_options", "count", "rank", "seconds", "whole"]
 
 
 def whole(low: int, high: int = MAX_COUNT) -> Callable[[str], int]:
@@ -38,3 +38,25 @@ def seconds(text: str) -> float:
         return check_seconds(value, "the timeout", "e.g. --timeout 300")
     except UsageError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_output_options(parser: argparse.ArgumentParser, script: bool = False) -> None:
+    """The per-rank output options of `hpcdist mpirun`, or (`script`) of the scripts `hpcdist sbatch` writes."""
+    g = parser.add_argument_group("per-rank output")
+    if script:
+        g.add_argument("--tag", action="store_true", help="prefix each line with its rank (srun: --label)")
+    else:
+        g.add_argument(
+            "--tag",
+            action=argparse.BooleanOptionalAction,
+            help="prefix each line with [host:rank] (default: when the output is a terminal)",
+        )
+    g.add_argument("--log-dir", metavar="DIR", help="also write each rank's stdout and stderr to DIR/rank-NNN.log")
+    g.add_argument("--ranks", metavar="LIST", help="show only these ranks' lines on the console, e.g. 0,3 or 0-3,7")
+    if not script:
+        g.add_argument(
+            "--tail",
+            type=whole(0),
+            metavar="N",
+            help="lines of a failed rank's output the failure summary shows (default: 20)",
+        )

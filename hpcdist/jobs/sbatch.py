@@ -12,6 +12,7 @@ from ..launching.binding import BIND_VAR, check_bind
 from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
 from ..launching.names import check_env_name
 from ..launching.nodelist import expand_nodelist
+from ..launching.output import OutputOptions, parse_ranks, shim_variables
 from ..launching.program import check_program
 from ..values import MAX_COUNT, parse_whole
 from .render import render_template
@@ -42,6 +43,7 @@ _MEM = re.compile(r"[0-9]+[KMGTkmgt]?\Z")
 _GPUS = re.compile(r"(?:[A-Za-z0-9_.-]+:)?([0-9]+)\Z")
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT")
 _MAX_SIGNAL_SECONDS = 65535  # Slurm stores the warning time in 16 bits
+_UNTAGGED = OutputOptions(tag=False)  # scripts print as the launcher does unless asked (--tag, --log-dir, --ranks)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class SbatchSpec:
     as_root: bool = False  # mpirun mode: add --allow-run-as-root
     probe_fabrics: bool = False  # mpirun mode: keep Open MPI's libfabric probe
     bind: str = "none"  # auto: the shim binds each rank (BIND_VAR), srun's own binding off (--cpu-bind=none)
+    rank_output: OutputOptions = _UNTAGGED  # per-rank output: tags, log files, the console's ranks
 
     @property
     def tasks_per_node(self) -> int:
@@ -218,11 +221,56 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
     return result
 
 
+def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """Per-rank output in each launch mode: (srun options, shim variables, torchrun options).
+
+    Slurm's and torchrun's own means where they exist, the shim's tagger otherwise.
+    """
+    out = spec.rank_output
+    ranks = spec.nodes * spec.tasks_per_node
+    if out.ranks is not None:
+        parse_ranks(out.ranks, ranks)
+    if out.log_dir is not None and not out.log_dir.strip():
+        raise UsageError("--log-dir needs a directory, e.g. --log-dir logs")
+    if spec.launch == "mpirun":
+        return [], _pairs(shim_variables(out)), []
+    if spec.launch == "srun":
+        if out.log_dir is not None and out.ranks is not None:
+            raise UsageError(
+                "with --launch srun, --log-dir sends each task's output to its file and none to the console, so "
+                "--ranks has nothing to filter; drop one, or use --launch mpirun for both"
+            )
+        srun = ["--label"] if out.tag else []
+        if out.log_dir is not None:  # srun's filename pattern: %Nt is the task id, zero-padded; %% is a %
+            width = max(3, len(str(ranks - 1)))
+            srun.append(f"--output={out.log_dir.replace('%', '%%').rstrip('/')}/rank-%{width}t.log")
+        return srun, _pairs(shim_variables(OutputOptions(tag=False, ranks=out.ranks))), []
+    if out.ranks is not None and spec.nodes > 1:
+        raise UsageError(
+            "--launch torchrun filters the console by local rank (--local-ranks-filter), the same on every node; "
+            "--ranks works there with --nodes 1 only; use --launch srun or mpirun"
+        )
+    # torchrun tags the lines it tees with the template's ${rank} (the global rank), e.g. `[3]:text`
+    prefix = [("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]:")] if out.tag else []
+    torchrun = ["--tee=3"] if out.tag or out.log_dir is not None else []
+    if out.log_dir is not None:
+        torchrun.append(f"--log-dir={out.log_dir}")
+    if out.ranks is not None:
+        torchrun.append(f"--local-ranks-filter={','.join(map(str, sorted(parse_ranks(out.ranks, ranks))))}")
+    return [], prefix, torchrun
+
+
+def _pairs(settings: list[str]) -> list[tuple[str, str]]:
+    """`NAME=VALUE` settings as (name, value) pairs."""
+    return [(name, value) for name, _, value in (item.partition("=") for item in settings)]
+
+
 def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> str:
     """The sbatch script for `spec`, rendered from sbatch.sh.j2 (pure: nothing is run or submitted)."""
     _check(spec)
     bind = spec.bind == "auto"
-    env = sorted({**dict(spec.env), **({BIND_VAR: "auto"} if bind else {})}.items())
+    srun_output, shim_env, torchrun_output = _output(spec)
+    env = sorted({**dict(spec.env), **dict(shim_env), **({BIND_VAR: "auto"} if bind else {})}.items())
     names = [name for name, _ in env] + (["OPAL_PREFIX"] if spec.opal_prefix else [])
     srun = ["srun", "--kill-on-bad-exit=1"]
     if bind:  # every task starts with all the step's CPUs on its node; the shim takes its own share of them
@@ -231,6 +279,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         cpus = spec.cpus_per_task * (spec.tasks_per_node if spec.launch == "torchrun" else 1)
         srun.append(f"--cpus-per-task={cpus}")
     srun.append("--export=" + ",".join(["ALL", *names]))
+    srun += srun_output
     shim = [spec.python, *SHIM, *spec.program]
     context: dict[str, object] = {
         "sbatch": _sbatch_options(spec),
@@ -246,6 +295,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "master_addr": "",
         "master_port": "",
         "python": spec.python,
+        "log_dir": spec.rank_output.log_dir if spec.launch == "srun" else "",
     }
     if spec.requeue:
         # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers; srun and mpirun pass SIGUSR1 on
@@ -276,7 +326,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         )
         context.update(
             program=["--no_python", *shim] if bind else program_words(spec.program),
-            torchrun=[spec.torchrun, *torchrun_options(trun)],
+            torchrun=[spec.torchrun, *torchrun_options(trun), *torchrun_output],
             master_addr=spec.master_addr or "",
             master_port=str(spec.master_port or ""),
         )

@@ -6,6 +6,8 @@
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
 - `monitor`: reads mpirun's output for lost hosts (pure);
 - `topology`, `binding`: a node's topology read from sysfs or hwloc XML, and `--bind auto`'s per-rank plan (pure).
+- `output`: per-rank output options, rank lists and the router of tagged lines (pure);
+- `tagger`: run in a rank by the shim: its forked line tagger and log file.
 
-May import: errors, values. Never torch, mpi4py, the runtime or the CLI.
+May import: errors, values, control. Never torch, mpi4py, the runtime or the CLI.
 """

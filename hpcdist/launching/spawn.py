@@ -15,6 +15,7 @@ from typing import IO
 
 from ..errors import UsageError
 from .monitor import LostHostWatch
+from .output import OutputRouter, summary
 
 __all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
@@ -24,12 +25,12 @@ _SYNTAX_SECONDS = 30.0  # how long `bash -n` may take to read a generated script
 
 
 def _spawn(
-    argv: Sequence[str], env: Mapping[str, str] | None, what: str, watch: Callable[[str, bytes], None] | None = None
+    argv: Sequence[str], env: Mapping[str, str] | None, what: str, watch: Callable[[str, bytes], bytes] | None = None
 ) -> int:
     """Run argv to completion, passing on the signals this process receives; return its status.
 
-    With `watch`, the child's stdout and stderr are copied to ours as they arrive and each chunk is also
-    shown to `watch("stdout" | "stderr", chunk)`; nothing is held back.
+    With `watch`, each chunk of the child's stdout and stderr is given to `watch("stdout" | "stderr", chunk)`
+    as it arrives, and what that returns is written to our stdout or stderr at once.
     """
     pipe = subprocess.PIPE if watch else None
     try:
@@ -75,11 +76,10 @@ def _not_found(program: str, what: str) -> str:
     return f"{what} {program!r} does not exist; check the path, or give the name of a program on PATH"
 
 
-def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], None]) -> None:
-    """Copy a pipe to this process's stdout or stderr chunk by chunk until it closes, showing each to watch."""
+def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes]) -> None:
+    """Read a pipe chunk by chunk until it closes; write what `watch` makes of each to our stdout or stderr."""
     fd = stream.fileno()
     out: IO[str] | None = sys.stdout if name == "stdout" else sys.stderr
-    sink: IO[bytes] | None = getattr(out, "buffer", None)
     while True:
         try:
             chunk = os.read(fd, 65536)
@@ -87,26 +87,47 @@ def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], None]) -> N
             return
         if not chunk:
             return
-        if out is not None:
+        shown = watch(name, chunk)
+        if out is not None and shown:
             try:
-                if sink is not None:
-                    sink.write(chunk)
-                else:
-                    out.write(chunk.decode(errors="replace"))
-                out.flush()
+                _write(out, shown)
             except (OSError, ValueError):  # our own output closed (e.g. `| head`): keep draining, keep watching
-                out = sink = None
-        watch(name, chunk)
+                out = None
 
 
-def run_mpirun(argv: Sequence[str]) -> int:
+def _write(out: IO[str], data: bytes) -> None:
+    """Write bytes to a text stream (through its buffer when it has one) and flush."""
+    sink: IO[bytes] | None = getattr(out, "buffer", None)
+    if sink is not None:
+        sink.write(data)
+    else:
+        out.write(data.decode(errors="replace"))
+    out.flush()
+
+
+def run_mpirun(argv: Sequence[str], router: OutputRouter | None = None) -> int:
     """Run the mpirun command line built by hpcdist; non-zero when a rank failed or a host was lost.
 
-    Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that.
+    Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that. With a
+    `router` (ranks that tag their lines), the console shows what it selects, and each failed rank's
+    last lines follow at the end.
     """
     watch = LostHostWatch()
-    code = _spawn(argv, None, "the MPI launcher", watch.feed)
+
+    def route(stream: str, chunk: bytes) -> bytes:
+        watch.feed(stream, chunk)
+        return chunk if router is None else router.feed(stream, chunk)
+
+    code = _spawn(argv, None, "the MPI launcher", route)
     ends_mid_line = watch.mid_line("stderr")
+    if router is not None:
+        for stream, out in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            with contextlib.suppress(OSError, ValueError):  # our own output closed
+                _write(out, router.finish(stream))
+        failed = summary(router.failures(), router.options.tail)
+        if failed:
+            print(f"{chr(10) if ends_mid_line else ''}{failed}", end="", file=sys.stderr, flush=True)
+            ends_mid_line = False
     status, problem = watch.verdict(code)
     if problem:
         print(f"{chr(10) if ends_mid_line else ''}hpcdist: error: {problem}", file=sys.stderr, flush=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
 
+from ..control import CONTROL_ENV
 from ..errors import UsageError
 from .binding import BIND_VAR, check_bind
 from .hostfile import (
@@ -20,18 +22,25 @@ from .hostfile import (
 )
 from .mpirun import SHIM, AppContext, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
 from .nodelist import allocation_hosts
+from .output import DEFAULT_TAIL, OutputOptions, parse_ranks, shim_variables
 from .program import check_program
 from .selection import Selected, select_hosts, selection_option
 
-__all__ = ["check_launcher", "find_mpirun", "spec_from_args"]
+__all__ = ["check_launcher", "find_mpirun", "output_from_args", "spec_from_args"]
 
 
-def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> MpirunSpec:
-    """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`).
+def spec_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ, token: str | None = None
+) -> tuple[MpirunSpec, OutputOptions]:
+    """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`), and its output.
+
+    With a control `token` (a launch that hpcdist itself runs), the ranks tag every line for the launcher to
+    route; without one (--dry-run, --script), the printed command carries the output options itself.
 
     Raises:
         UsageError: no program, a hostfile that cannot be read or parsed, an --include/--exclude that names what
-            is not there or leaves nothing, or -np that does not fit the (selected) slots.
+            is not there or leaves nothing, -np that does not fit the (selected) slots, or output options that do
+            not fit the job.
     """
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
@@ -61,13 +70,27 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
         hostfile = None  # the selected hosts go to mpirun as -H (or app contexts), not the whole hostfile
     contexts = _contexts(selected, np or 0, environ, args.export, picked) if picked and sliced else ()
     shim = () if args.no_shim else (sys.executable, *SHIM)
+    output = output_from_args(args, np)
+    if args.no_shim and any(v is not None for v in (args.tag, args.log_dir, args.ranks, args.tail)):
+        raise UsageError(
+            "--tag/--no-tag, --log-dir, --ranks and --tail need hpcdist's shim (it tags each rank's lines); "
+            "drop --no-shim"
+        )
+    ours: list[str] = []
+    if args.no_shim:
+        pass
+    elif token is not None:  # hpcdist runs it: every line tagged, routed by the launcher
+        ours = [*shim_variables(output, routed=True), f"{CONTROL_ENV}={token}"]
+    else:  # a printed command: untagged as before, unless an output option asks for the tagger
+        asked = args.tag or output.log_dir is not None or output.ranks is not None
+        ours = shim_variables(dataclasses.replace(output, tag=output.tag and asked))
     bind = _bind_exports(args)
-    return MpirunSpec(
+    spec = MpirunSpec(
         program=(*shim, *program),
         np=np,
         hostfile=hostfile,
         hosts=() if hostfile else hosts,
-        env=env_forwards(environ, [*_progress_bar(environ), *bind, *args.export]),
+        env=env_forwards(environ, [*_progress_bar(environ), *ours, *bind, *args.export]),
         mca=tuple((key, value) for key, value in args.mca),
         bind_to=args.bind_to,
         map_by=args.map_by,
@@ -77,6 +100,27 @@ def spec_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.env
         keepalive=spans_hosts(hosts, environ),
         mpirun=check_launcher(args.mpirun, "--mpirun") if args.mpirun is not None else find_mpirun(),
         contexts=contexts,
+    )
+    return spec, output
+
+
+def output_from_args(args: argparse.Namespace, np: int | None) -> OutputOptions:
+    """The per-rank output options (--[no-]tag, --log-dir, --ranks, --tail), checked against -np when known.
+
+    Lines are tagged by default when our output is a terminal (as `ls --color=auto`); piped output stays as
+    the program printed it, for the tools that read it.
+
+    Raises:
+        UsageError: a rank list that is not one, or names a rank the job does not have.
+    """
+    if args.ranks is not None:
+        parse_ranks(args.ranks, np)
+    log_dir = args.log_dir
+    return OutputOptions(
+        tag=sys.stdout.isatty() if args.tag is None else args.tag,
+        log_dir=os.path.abspath(log_dir) if log_dir is not None else None,
+        ranks=args.ranks,
+        tail=DEFAULT_TAIL if args.tail is None else args.tail,
     )
 
 

@@ -1,0 +1,212 @@
+"""Per-rank output (pure): the options, the shim's variables, rank lists, and the router of mpirun's lines.
+
+A rank started through hpcdist's shim with HPCDIST_TAG, HPCDIST_LOG_DIR or HPCDIST_RANKS set runs a tagger
+(`tagger.py`) that writes each whole line as `[host:rank] text`. `hpcdist mpirun` reads those lines back here:
+it shows the selected ranks, keeps each rank's last lines for the failure summary, and acts on control lines.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..control import ControlEvent, parse_control
+from ..errors import UsageError
+from ..values import MAX_COUNT
+
+__all__ = [
+    "DEFAULT_TAIL",
+    "LOG_DIR_ENV",
+    "RANKS_ENV",
+    "TAG_ENV",
+    "Failure",
+    "OutputOptions",
+    "OutputRouter",
+    "log_name",
+    "parse_ranks",
+    "shim_variables",
+    "split_tag",
+    "summary",
+]
+
+TAG_ENV = "HPCDIST_TAG"  # 1: prefix each line with [host:rank]; 0: not (the log dir and rank filter still apply)
+LOG_DIR_ENV = "HPCDIST_LOG_DIR"  # each rank also writes its lines to DIR/rank-NNN.log
+RANKS_ENV = "HPCDIST_RANKS"  # only these ranks' lines reach the console (e.g. 0,3 or 0-3,7)
+DEFAULT_TAIL = 20
+_TAG = re.compile(rb"\[(?P<host>[^\s:\[\]]+):(?P<rank>[0-9]{1,10})\] ")
+# Open MPI 5 (PRRTE) wraps this message at 72 columns; measured with 5.0.11:
+#   prterun noticed that process rank 1 with PID 25327 on node vm exited on
+#   signal 9 (Killed).
+_SIGNALLED = re.compile(
+    r"noticed that process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) exited on\s+"
+    r"signal (?P<signal>[0-9]+)(?: \((?P<name>[^)]*)\))?"
+)
+# and when a program calls MPI_Abort itself (the shim says `failed` before it does):
+#   prterun has exited due to process rank 3 with PID 0 on node vm calling
+#   "abort". This may have caused other processes in the application to be
+_ABORTED = re.compile(
+    r"exited due to process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) calling\s+\"abort\""
+)
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """What `hpcdist mpirun --[no-]tag/--log-dir/--ranks/--tail` (`hpcdist sbatch --tag/--log-dir/--ranks`) ask for."""
+
+    tag: bool = True  # hpcdist mpirun: by default when its output is a terminal
+    log_dir: str | None = None
+    ranks: str | None = None  # the rank list as given, e.g. "0,3" or "0-3,7"; None: every rank
+    tail: int = DEFAULT_TAIL
+
+
+def parse_ranks(text: str, np: int | None = None, what: str = "--ranks") -> frozenset[int]:
+    """The ranks of a list such as `0,3` or `0-3,7`; each must be below `np` when it is known.
+
+    Raises:
+        UsageError: not such a list, a range that runs backwards, or a rank the job does not have.
+    """
+    ranks: set[int] = set()
+    for item in text.split(","):
+        match = re.fullmatch(r"\s*([0-9]{1,10})\s*(?:-\s*([0-9]{1,10})\s*)?", item)
+        if match is None:
+            raise UsageError(f"{what} {text!r}: {item.strip()!r} is not a rank or a range; use e.g. 0,3 or 0-3,7")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if last < first:
+            raise UsageError(f"{what} {text!r}: the range {item.strip()!r} runs backwards; write it as {last}-{first}")
+        bound = np if np is not None else MAX_COUNT
+        if last >= bound:
+            raise UsageError(
+                f"{what} {text!r}: rank {last} does not exist in a job of {bound} ranks (ranks count from 0); "
+                f"give ranks from 0 to {bound - 1}"
+            )
+        ranks.update(range(first, last + 1))
+    return frozenset(ranks)
+
+
+def shim_variables(options: OutputOptions, routed: bool = False) -> list[str]:
+    """The `NAME=VALUE` settings that make the shim's tagger do what `options` ask (none: it does not start).
+
+    With `routed` (a launch `hpcdist mpirun` runs itself), ranks always tag and send every line: the launcher
+    filters and strips them itself, so it still has a hidden rank's last lines when that rank fails.
+    """
+    settings = [f"{TAG_ENV}=1"] if options.tag or routed else []
+    if options.log_dir:
+        settings.append(f"{LOG_DIR_ENV}={options.log_dir}")
+    if options.ranks is not None and not routed:
+        settings.append(f"{RANKS_ENV}={options.ranks}")
+    return settings
+
+
+def log_name(rank: int, size: int) -> str:
+    """`rank-003.log`: the rank zero-padded to the width of the largest rank, at least three digits."""
+    return f"rank-{rank:0{max(3, len(str(max(size - 1, 0))))}d}.log"
+
+
+def split_tag(line: bytes) -> tuple[str, int, bytes] | None:
+    """(host, rank, text) of a tagged line `[host:rank] text`, or None for an untagged one."""
+    match = _TAG.match(line)
+    if match is None:
+        return None
+    return match["host"].decode(errors="replace"), int(match["rank"]), line[match.end() :]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A rank that failed: where, how, and its last lines (tagged as they were shown)."""
+
+    rank: int
+    host: str
+    how: str
+    tail: tuple[bytes, ...]
+
+
+@dataclass
+class _Rank:
+    """What the router keeps of one rank: its host and last lines."""
+
+    host: str = "?"
+    lines: deque[bytes] = field(default_factory=deque)
+
+
+class OutputRouter:
+    """Fed mpirun's stdout and stderr in chunks; returns what to show and remembers each rank's last lines."""
+
+    def __init__(self, options: OutputOptions, token: str, np: int | None = None) -> None:
+        self.options = options
+        self.token = token
+        self.shown = None if options.ranks is None else parse_ranks(options.ranks, np)
+        self.events: list[ControlEvent] = []  # control events in arrival order
+        self._ranks: dict[int, _Rank] = {}
+        self._failed: dict[int, tuple[str, str | None]] = {}  # rank -> (how, host named by mpirun)
+        self._partial: dict[str, bytes] = {}
+        self._untagged = ""  # mpirun's own recent lines, read for its message about a signalled rank
+        self._lock = threading.Lock()
+
+    def feed(self, stream: str, chunk: bytes) -> bytes:
+        """The part of `chunk` (from mpirun's `stream`) to show now; a partial last line waits for more."""
+        with self._lock:
+            *lines, self._partial[stream] = (self._partial.get(stream, b"") + chunk).split(b"\n")
+            return b"".join(self._route(line + b"\n") for line in lines)
+
+    def finish(self, stream: str) -> bytes:
+        """What is left of `stream` once mpirun has ended (a last line without a newline), to show."""
+        with self._lock:
+            rest = self._partial.pop(stream, b"")
+            return self._route(rest) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
+
+    def _route(self, line: bytes) -> bytes:
+        """One line: act on control lines (never shown), keep a rank's line, and return what to show of it."""
+        line = line.lstrip(b"\0")  # PRRTE ends a banner with a NUL, after its newline: the next line starts with it
+        text = line.decode(errors="replace")
+        event = parse_control(text, self.token) if self.token else None
+        if event is not None:
+            self.events.append(event)
+            if event.event == "failed":
+                self._failed.setdefault(event.rank, (event.detail or "failed", None))
+            return b""
+        tagged = split_tag(line)
+        if tagged is None:
+            self._untagged = (self._untagged + text)[-2000:]
+            for match in _SIGNALLED.finditer(self._untagged):
+                how = f"killed by signal {match['signal']}" + (f" ({match['name']})" if match["name"] else "")
+                self._note(int(match["rank"]), how, match["host"])
+            for match in _ABORTED.finditer(self._untagged):
+                self._note(int(match["rank"]), "called MPI_Abort", match["host"])
+            return line
+        host, rank, rest = tagged
+        kept = self._ranks.setdefault(rank, _Rank(host, deque(maxlen=self.options.tail)))
+        kept.host = host
+        shown = line if self.options.tag else rest
+        kept.lines.append(shown)
+        return shown if self.shown is None or rank in self.shown else b""
+
+    def _note(self, rank: int, how: str, host: str) -> None:
+        """Open MPI's word on a failed rank: how it ended, unless the rank said so first, and its host."""
+        said, _ = self._failed.get(rank, (how, None))
+        self._failed[rank] = (said, host)
+
+    def failures(self) -> list[Failure]:
+        """The ranks that failed, in the order their failure was heard, each with its last lines."""
+        with self._lock:
+            result = []
+            for rank, (how, named) in self._failed.items():
+                kept = self._ranks.get(rank, _Rank())
+                result.append(Failure(rank, named or kept.host, how, tuple(kept.lines)))
+            return result
+
+
+def summary(failures: list[Failure], tail: int) -> str:
+    """The failure summary: for each failed rank a header naming it, then its last `tail` lines."""
+    parts = []
+    for failure in failures:
+        lines = failure.tail[-tail:] if tail else ()
+        head = f"hpcdist: rank {failure.rank} on {failure.host} failed ({failure.how})"
+        if not lines:
+            parts.append(f"{head}{'; it printed nothing' if tail else ''}\n")
+            continue
+        body = b"".join(line if line.endswith(b"\n") else line + b"\n" for line in lines)
+        count = "its last line" if len(lines) == 1 else f"its last {len(lines)} lines"
+        parts.append(f"{head}; {count}:\n" + body.decode(errors="replace"))
+    return "".join(parts)

@@ -1,0 +1,134 @@
+"""A rank's tagger: its stdout and stderr go through a forked process that writes whole, tagged lines.
+
+The shim calls `start` before it imports the program. fd 1 and fd 2 become pipes (so children and C
+libraries write there too); a forked process reads them to end-of-file and writes each line, in one
+`os.write`, as `[host:rank] text` to the original stdout or stderr, and with a log directory also to
+DIR/rank-NNN.log. Being a process, not a thread, it still drains the pipes when the rank segfaults or is
+killed: the pipes reach end-of-file only when the rank and its children are gone.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+from collections.abc import Mapping
+
+from ..control import CONTROL_ENV, parse_control
+from ..errors import UsageError
+from .output import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, log_name, parse_ranks
+
+__all__ = ["start"]
+
+_MAX_LINE = 1 << 22  # a "line" of 4 MiB without a newline is written out in pieces of that size
+_IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Start the tagger when HPCDIST_TAG, HPCDIST_LOG_DIR or HPCDIST_RANKS asks for it; whether it started.
+
+    Raises:
+        UsageError: HPCDIST_TAG is neither 0 nor 1, HPCDIST_RANKS is no rank list, or the log file cannot be
+            written.
+    """
+    tag = environ.get(TAG_ENV, "")
+    log_dir = environ.get(LOG_DIR_ENV) or None
+    ranks = environ.get(RANKS_ENV)
+    if tag not in ("", "0", "1"):
+        raise UsageError(f"{TAG_ENV}={tag!r}: set it to 1 (prefix each line with [host:rank]) or 0")
+    if tag != "1" and log_dir is None and ranks is None:
+        return False
+    shown = ranks is None or rank in parse_ranks(ranks, size, RANKS_ENV)
+    log = _open_log(log_dir, rank, size) if log_dir else None
+    prefix = f"[{host}:{rank}] ".encode() if tag == "1" else b""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    sinks = {out_read: os.dup(1), err_read: os.dup(2)}
+    pid = os.fork()
+    if pid == 0:  # the tagger
+        status = 0
+        try:
+            os.close(out_write)
+            os.close(err_write)
+            for sig in _IGNORED:  # a signal for the rank must not cut its last lines off: they end with EOF
+                signal.signal(sig, signal.SIG_IGN)
+            _Pump(sinks, prefix, shown, log, environ.get(CONTROL_ENV, "")).run()
+        except BaseException:  # noqa: BLE001 - whatever happens, never return into the rank's code
+            status = 1
+        finally:
+            os._exit(status)
+    os.dup2(out_write, 1)
+    os.dup2(err_write, 2)
+    for fd in (out_read, err_read, out_write, err_write, *sinks.values(), *([log] if log is not None else [])):
+        os.close(fd)
+    return True
+
+
+def _open_log(log_dir: str, rank: int, size: int) -> int:
+    """Open (truncate) this rank's log file in `log_dir`, creating the directory."""
+    path = os.path.join(log_dir, log_name(rank, size))
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write the log file {path!r}: {exc.strerror or exc}; give --log-dir a directory that every "
+            "host can write"
+        ) from None
+
+
+class _Pump:
+    """The tagger's loop: read both pipes to end-of-file and write each whole line where it belongs."""
+
+    def __init__(self, sinks: dict[int, int], prefix: bytes, shown: bool, log: int | None, token: str) -> None:
+        self.sinks = sinks
+        self.prefix = prefix
+        self.shown = shown
+        self.log = log
+        self.token = token
+        self.dead: set[int] = set()  # sinks that refused a write (e.g. a closed pipe): still drained, not written
+
+    def run(self) -> None:
+        """Until both pipes are at end-of-file."""
+        partial = dict.fromkeys(self.sinks, b"")
+        poller = select.poll()
+        for fd in self.sinks:
+            poller.register(fd, select.POLLIN)
+        while partial:
+            for fd, _ in poller.poll():
+                if fd not in partial:
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    poller.unregister(fd)
+                    rest = partial.pop(fd)
+                    if rest:
+                        self.line(self.sinks[fd], rest)
+                    continue
+                *lines, rest = (partial[fd] + chunk).split(b"\n")
+                while len(rest) >= _MAX_LINE:
+                    lines.append(rest[:_MAX_LINE])
+                    rest = rest[_MAX_LINE:]
+                partial[fd] = rest
+                for line in lines:
+                    self.line(self.sinks[fd], line)
+
+    def line(self, sink: int, text: bytes) -> None:
+        """One line (without its newline): to the console when shown or a control line, to the log file if not."""
+        control = b"@@hpcdist:" in text and parse_control(text.decode(errors="replace"), self.token) is not None
+        if self.shown or control:
+            self.write(sink, self.prefix + text + b"\n")
+        if self.log is not None and not control:
+            self.write(self.log, text + b"\n")
+
+    def write(self, fd: int, data: bytes) -> None:
+        """All of `data` to `fd` (one write unless the pipe takes it in parts); a failing sink is dropped."""
+        view = memoryview(data)
+        while view and fd not in self.dead:
+            try:
+                view = view[os.write(fd, view) :]
+            except OSError:
+                self.dead.add(fd)

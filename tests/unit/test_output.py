@@ -1,0 +1,259 @@
+"""Per-rank output, pure parts: rank lists, log names, the shim's variables, the router, the sbatch options."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from hpcdist.cli import main
+from hpcdist.errors import UsageError
+from hpcdist.launching.output import (
+    Failure,
+    OutputOptions,
+    OutputRouter,
+    log_name,
+    parse_ranks,
+    shim_variables,
+    split_tag,
+    summary,
+)
+
+from test_render import WEIRD, check_script
+
+TOKEN = "0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(("SLURM_", "HPCDIST_")):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize(
+    ("text", "ranks"),
+    [("0", {0}), ("0,3", {0, 3}), ("0-3,7", {0, 1, 2, 3, 7}), (" 2 - 4 , 2", {2, 3, 4}), ("5-5", {5})],
+)
+def test_rank_lists(text: str, ranks: set[int]) -> None:
+    assert parse_ranks(text, 8) == ranks
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("8", "--ranks '8': rank 8 does not exist in a job of 8 ranks (ranks count from 0); give ranks from 0 to 7"),
+        ("0-9", "rank 9 does not exist in a job of 8 ranks"),
+        ("3-1", "the range '3-1' runs backwards; write it as 1-3"),
+        ("a", "'a' is not a rank or a range; use e.g. 0,3 or 0-3,7"),
+        ("", "'' is not a rank or a range"),
+        ("0,,1", "'' is not a rank or a range"),
+        ("-1", "'-1' is not a rank or a range"),
+    ],
+)
+def test_bad_rank_lists(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=__import__("re").escape(message)):
+        parse_ranks(text, 8)
+
+
+@pytest.mark.parametrize(("rank", "size", "name"), [(3, 4, "rank-003.log"), (0, 1, "rank-000.log"),
+                                                     (7, 1000, "rank-007.log"), (7, 1001, "rank-0007.log")])  # fmt: skip
+def test_log_names_are_padded_to_the_largest_rank(rank: int, size: int, name: str) -> None:
+    assert log_name(rank, size) == name
+
+
+def test_split_tag() -> None:
+    assert split_tag(b"[n1:3] loss 0.21\n") == ("n1", 3, b"loss 0.21\n")
+    assert split_tag(b"[n1:3]loss\n") is None
+    assert split_tag(b"prterun noticed that\n") is None
+    assert split_tag(b"x [n1:3] late tag\n") is None
+
+
+def test_shim_variables() -> None:
+    both = OutputOptions(log_dir="/l", ranks="0,3")
+    assert shim_variables(OutputOptions(tag=False)) == []
+    assert shim_variables(both) == ["HPCDIST_TAG=1", "HPCDIST_LOG_DIR=/l", "HPCDIST_RANKS=0,3"]
+    # hpcdist mpirun routes itself: tags always, every rank's lines sent
+    assert shim_variables(OutputOptions(tag=False, log_dir="/l", ranks="0"), routed=True) == [
+        "HPCDIST_TAG=1",
+        "HPCDIST_LOG_DIR=/l",
+    ]
+
+
+def _feed(router: OutputRouter, stream: str, data: bytes, size: int) -> bytes:
+    """Feed `data` in chunks of `size` bytes and return everything shown."""
+    shown = b"".join(router.feed(stream, data[i : i + size]) for i in range(0, len(data), size))
+    return shown + router.finish(stream)
+
+
+MPIRUN_OUT = (
+    b"[n1:0] hello from 0\n"
+    b"[n2:3] hello from 3\n"
+    b"@@hpcdist:" + TOKEN.encode() + b":ready:0:\n"
+    b"[n2:3] @@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1\n"
+    b"[n2:3] Traceback\n"
+    b"--------------------------------------------------------------------------\n"
+    b"\0[n1:1] last words"  # PRRTE ends a banner with a NUL: the next line starts with it
+)
+
+
+@pytest.mark.parametrize("size", [1, 7, 4096])
+def test_router_shows_selected_ranks_drops_control_lines_and_keeps_tails(size: int) -> None:
+    router = OutputRouter(OutputOptions(ranks="0"), TOKEN, 4)
+    shown = _feed(router, "stderr", MPIRUN_OUT, size)
+    assert shown == b"[n1:0] hello from 0\n" + b"-" * 74 + b"\n"  # rank 1's last words: hidden
+    assert [(e.event, e.rank) for e in router.events] == [("ready", 0), ("failed", 3)]
+    (failure,) = router.failures()
+    assert (failure.rank, failure.host, failure.how) == (3, "n2", "exit code 1")
+    assert failure.tail == (b"[n2:3] hello from 3\n", b"[n2:3] Traceback\n")
+
+
+def test_router_without_tags_strips_them_and_a_foreign_token_is_an_ordinary_line() -> None:
+    router = OutputRouter(OutputOptions(tag=False), TOKEN, 4)
+    other = b"[n1:2] @@hpcdist:ffffffffffffffff:failed:2:exit code 1\n"
+    assert _feed(router, "stdout", b"[n1:0] a\n" + other + b"plain\n", 3) == (
+        b"a\n@@hpcdist:ffffffffffffffff:failed:2:exit code 1\nplain\n"
+    )
+    assert router.failures() == []
+
+
+def test_router_keeps_only_the_last_lines() -> None:
+    router = OutputRouter(OutputOptions(tail=3), TOKEN, 2)
+    _feed(router, "stdout", b"".join(b"[h:1] line %d\n" % i for i in range(50)), 100)
+    _feed(router, "stderr", b"@@hpcdist:" + TOKEN.encode() + b":failed:1:exit code 7\n", 100)
+    (failure,) = router.failures()
+    assert failure.tail == (b"[h:1] line 47\n", b"[h:1] line 48\n", b"[h:1] line 49\n")
+
+
+def test_router_reads_open_mpis_wrapped_message_about_a_signalled_rank() -> None:
+    router = OutputRouter(OutputOptions(), TOKEN, 4)
+    message = (
+        b"[vm:1] before\n"
+        b"--------------------------------------------------------------------------\n"
+        b"prterun noticed that process rank 1 with PID 25327 on node vm exited on\n"
+        b"signal 9 (Killed).\n"
+    )
+    assert _feed(router, "stderr", message, 5) == message
+    (failure,) = router.failures()
+    assert (failure.rank, failure.host, failure.how, failure.tail) == (
+        1,
+        "vm",
+        "killed by signal 9 (Killed)",
+        (b"[vm:1] before\n",),
+    )
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_mpirun_dry_run_prints_the_variables(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--tag", "--log-dir",
+                         str(tmp_path / "logs"), "--ranks", "0,3", "--", "python", "x.py")  # fmt: skip
+    assert status == 0
+    words = shlex.split(out)
+    assert words[words.index("HPCDIST_TAG=1") - 1 :][:6] == [
+        "-x", "HPCDIST_TAG=1", "-x", f"HPCDIST_LOG_DIR={tmp_path / 'logs'}", "-x", "HPCDIST_RANKS=0,3",
+    ]  # fmt: skip
+    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--no-tag", "--ranks",
+                         "1", "--", "python", "x.py")  # fmt: skip
+    assert "-x HPCDIST_RANKS=1" in out and "HPCDIST_TAG" not in out and "HPCDIST_CONTROL" not in out
+    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--tag", "--", "x")
+    assert "-x HPCDIST_TAG=1 " in out and "HPCDIST_RANKS" not in out
+    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--", "x")
+    assert "HPCDIST_" not in out  # the printed command prints as before
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["mpirun", "-np", "4", "--ranks", "0,4", "--", "true"], "--ranks '0,4': rank 4 does not exist in a job of 4"),
+        (["mpirun", "-np", "2", "--no-shim", "--log-dir", "x", "--", "true"], "need hpcdist's shim"),
+        (["mpirun", "-np", "2", "--no-shim", "--no-tag", "--", "true"], "need hpcdist's shim"),
+        (["mpirun", "-np", "2", "--no-shim", "--tail", "5", "--", "true"], "drop --no-shim"),
+        (["mpirun", "-np", "2", "--log-dir", " ", "--", "true"], "--log-dir needs a value"),
+        (["sbatch", "-N", "2", "--ntasks-per-node", "2", "--ranks", "4", "--", "x"], "rank 4 does not exist"),
+        (["sbatch", "--log-dir", "l", "--ranks", "0", "--", "x"], "--ranks has nothing to filter"),
+        (["sbatch", "-N", "2", "--launch", "torchrun", "--ranks", "0", "--", "x.py"], "--nodes 1 only"),
+    ],
+)
+def test_bad_output_options(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    status, _, err = run(capsys, *argv[:1], *(["--dry-run", "--mpirun", "mpirun"] if argv[0] == "mpirun" else []),
+                         *argv[1:])  # fmt: skip
+    assert status == 2
+    assert err.startswith("hpcdist: error: ") and message in err, err
+
+
+# what each mode's script holds for --tag --log-dir DIR: ("word", DIR as one shell word) or ("text", DIR quoted)
+@pytest.mark.parametrize(
+    ("launch", "expected"),
+    [
+        ("srun", [("word", "--label"), ("word", "--output={d}/rank-%3t.log"), ("text", "mkdir -p -- {q}  #")]),
+        ("mpirun", [("text", "export HPCDIST_LOG_DIR={q}\n"), ("text", "export HPCDIST_TAG=1\n"),
+                    ("text", "-x HPCDIST_LOG_DIR -x HPCDIST_TAG ")]),
+        ("torchrun", [("text", "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[${{rank}}]:'\n"),
+                      ("word", "--tee=3"), ("word", "--log-dir={d}")]),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("log_dir", ["logs", *WEIRD[:5]])
+def test_sbatch_scripts_tag_and_log_by_each_launchers_means(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, launch: str, expected: list[tuple[str, str]], log_dir: str
+) -> None:
+    status, out, err = run(capsys, "sbatch", "-N", "2", "--ntasks-per-node", "2", "--launch", launch, "--tag",
+                           "--log-dir", log_dir, "--python", "python3", "--", "python3", "train.py")  # fmt: skip
+    assert status == 0, err
+    check_script(out, tmp_path)
+    pattern_dir = log_dir.replace("%", "%%") if launch == "srun" else log_dir  # a % would be srun's pattern
+    for kind, item in expected:
+        text = item.format(d=pattern_dir, q=shlex.quote(log_dir))
+        assert (shlex.quote(text) if kind == "word" else text) in out, text
+
+
+def test_sbatch_srun_rank_filter_uses_the_shim(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, out, err = run(capsys, "sbatch", "-N", "2", "--ntasks-per-node", "2", "--ranks", "0,3", "--python",
+                           "python3", "--", "python3", "train.py")  # fmt: skip
+    assert status == 0, err
+    check_script(out, tmp_path)
+    assert "export HPCDIST_RANKS=0,3\n" in out
+    assert "--export=ALL,HPCDIST_RANKS " in out
+    assert "--label" not in out and "HPCDIST_TAG" not in out
+
+
+def test_sbatch_without_output_options_is_unchanged(capsys: pytest.CaptureFixture[str]) -> None:
+    for launch in ("srun", "mpirun", "torchrun"):
+        _, out, _ = run(capsys, "sbatch", "--launch", launch, "--python", "python3", "--", "python3", "train.py")
+        assert "HPCDIST_TAG" not in out and "--label" not in out and "--tee" not in out
+
+
+def test_router_reads_open_mpis_message_about_a_rank_that_called_mpi_abort_itself() -> None:
+    router = OutputRouter(OutputOptions(), TOKEN, 4)
+    message = (
+        b"[vm:3] loss nan\n"
+        b"prterun has exited due to process rank 3 with PID 0 on node vm calling\n"
+        b'"abort". This may have caused other processes in the application to be\n'
+    )
+    _feed(router, "stderr", message, 9)
+    (failure,) = router.failures()
+    assert (failure.rank, failure.host, failure.how, failure.tail) == (3, "vm", "called MPI_Abort", (b"[vm:3] loss nan\n",))
+
+
+def test_a_control_line_before_open_mpis_message_names_how_the_rank_failed() -> None:
+    router = OutputRouter(OutputOptions(), TOKEN, 4)
+    _feed(router, "stderr", b"@@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1\n"
+          b"prterun has exited due to process rank 3 with PID 0 on node vm calling\n\"abort\".\n", 4096)  # fmt: skip
+    assert [(f.rank, f.host, f.how) for f in router.failures()] == [(3, "vm", "exit code 1")]
+
+
+def test_summary_names_each_failed_rank_and_shows_its_tail() -> None:
+    failures = [Failure(3, "n1", "exit code 1", (b"[n1:3] a\n", b"[n1:3] b\n", b"[n1:3] c")),
+                Failure(5, "n2", "called MPI_Abort", (b"x\n",)), Failure(6, "n2", "killed by signal 9", ())]  # fmt: skip
+    assert summary(failures, 2) == (
+        "hpcdist: rank 3 on n1 failed (exit code 1); its last 2 lines:\n[n1:3] b\n[n1:3] c\n"
+        "hpcdist: rank 5 on n2 failed (called MPI_Abort); its last line:\nx\n"
+        "hpcdist: rank 6 on n2 failed (killed by signal 9); it printed nothing\n"
+    )
+    assert summary(failures[:1], 0) == "hpcdist: rank 3 on n1 failed (exit code 1)\n"

@@ -1,0 +1,77 @@
+"""The shim's tagger in real processes: whole tagged lines, log files, control lines, a rank killed mid-way."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdist.errors import UsageError
+from hpcdist.launching.tagger import start
+
+TOKEN = "0123456789abcdef"
+LONG = "x" * 200_000  # three times what a pipe holds
+# a "rank": starts the tagger as the shim does, then prints in every way a program can
+RANK = """
+import os, signal, subprocess, sys
+from hpcdist import control
+from hpcdist.launching.tagger import start
+
+start(5, 12, "h")
+print("first")
+os.write(1, b"half a ")
+os.write(1, b"line\\n")
+print("x" * 200_000, file=sys.stderr)
+control.emit("failed", 5, "exit code 1")
+subprocess.run(["sh", "-c", "echo child out; echo child err >&2"], check=True)
+sys.stdout.write("no newline")
+sys.stdout.flush()
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _rank(tmp_path: Path, how: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "HPCDIST_CONTROL": TOKEN, "HPCDIST_LOG_DIR": str(tmp_path / "logs"), **env}
+    return subprocess.run([sys.executable, "-c", RANK, how], env=full, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_lines_arrive_whole_and_tagged_and_the_log_file_has_them_without_control_lines(tmp_path: Path,
+                                                                                      how: str) -> None:  # fmt: skip
+    done = _rank(tmp_path, how, HPCDIST_TAG="1")
+    assert done.returncode == (-9 if how == "kill" else 0), done.stderr[-500:]
+    control = f"@@hpcdist:{TOKEN}:failed:5:exit code 1"
+    assert done.stdout == "[h:5] first\n[h:5] half a line\n[h:5] child out\n[h:5] no newline\n"
+    assert done.stderr == f"[h:5] {LONG}\n[h:5] {control}\n[h:5] child err\n"
+    log = (tmp_path / "logs" / "rank-005.log").read_text().splitlines()
+    assert sorted(log) == sorted(["first", "half a line", LONG, "child out", "child err", "no newline"])
+    assert control not in "".join(log)
+
+
+def test_a_rank_left_out_by_hpcdist_ranks_still_logs_and_still_sends_control_lines(tmp_path: Path) -> None:
+    done = _rank(tmp_path, "exit", HPCDIST_RANKS="0-4,6")
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout == "" and done.stderr == f"@@hpcdist:{TOKEN}:failed:5:exit code 1\n"  # untagged: no TAG=1
+    assert len((tmp_path / "logs" / "rank-005.log").read_text().splitlines()) == 6
+
+
+def test_nothing_asked_nothing_started() -> None:
+    assert start(0, 2, "h", {}) is False
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"HPCDIST_TAG": "yes"}, "HPCDIST_TAG='yes': set it to 1 (prefix each line with [host:rank]) or 0"),
+        ({"HPCDIST_RANKS": "0,12"}, "HPCDIST_RANKS '0,12': rank 12 does not exist in a job of 12 ranks"),
+        ({"HPCDIST_LOG_DIR": "/proc/no/such"}, "cannot write the log file '/proc/no/such/rank-005.log'"),
+    ],
+)
+def test_bad_settings_are_usage_errors(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        start(5, 12, "h", environ)
+    assert message in str(raised.value)
