@@ -11,7 +11,6 @@ import atexit
 import os
 import runpy
 import shutil
-import signal
 import socket
 import sys
 import traceback
@@ -19,11 +18,13 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NoReturn
 
+from . import control
 from .abort import abort_job
 from .errors import RendezvousTimeout, UsageError
+from .launching.monitor import describe_status
 from .launching.program import PythonTarget, is_python, parse_python_argv
 from .runtime.adopt import adopt, finish
-from .runtime.bootstrap import job_timeout, prepare
+from .runtime.bootstrap import job_timeout, prepare, say_ready
 from .runtime.env import LaunchEnv
 
 __all__ = ["format_failure", "main", "python_target"]
@@ -134,24 +135,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         child_env = dict(os.environ)
         if rdzv.hosted:
             child_env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # rank 0's shim hosts the store
+        say_ready(env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
         code = _run_child(words, child_env, env.rank)
     if code != 0:
-        print(
-            f"hpcdist: rank {env.rank} on {socket.gethostname()} failed ({_describe(code)}); ending the job",
-            file=sys.stderr,
-        )
+        host = socket.gethostname()
+        control.emit("failed", env.rank, f"{describe_status(code)} host={host}")
+        print(f"hpcdist: rank {env.rank} on {host} failed ({describe_status(code)}); ending the job", file=sys.stderr)
         abort_job(code if 0 < code < 256 else 1)
     return code
-
-
-def _describe(code: int) -> str:
-    """'exit code 3', or for a child's negative return code 'killed by SIGKILL' ('killed by signal 40')."""
-    if code >= 0:
-        return f"exit code {code}"
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:  # a number Python has no name for, e.g. a real-time signal
-        return f"killed by signal {-code}"
 
 
 def _leave(code: int) -> NoReturn:

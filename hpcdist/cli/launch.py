@@ -11,7 +11,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .types import seconds
+from ..errors import UsageError
+from .types import count, seconds, whole
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -60,6 +61,21 @@ def add_parsers(sub: Any) -> None:
     mpirun.add_argument(
         "--no-shim", action="store_true", help="run the program bare, without mapping MPI variables to torchrun's"
     )
+    mpirun.add_argument(
+        "--max-restarts",
+        type=whole(0),
+        default=0,
+        metavar="N",
+        help="start the whole job again after a failure, up to N times (default: 0); each attempt exports "
+        "HPCDIST_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT",
+    )
+    mpirun.add_argument(
+        "--min-np",
+        type=count,
+        metavar="M",
+        help="with --max-restarts: after a lost host, restart with fewer ranks (as many as the slots left hold, at "
+        "least M) rather than stop",
+    )
     mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     mpirun.add_argument("--dry-run", action="store_true", help="print the exact command and run nothing")
     mpirun.add_argument(
@@ -95,23 +111,39 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _mpirun(args: argparse.Namespace) -> int:
-    """`hpcdist mpirun`: build the mpirun argv, print it (--dry-run), write it (--script) or run it."""
+    """`hpcdist mpirun`: build the mpirun argv, print it (--dry-run), write it (--script) or run it (with restarts)."""
+    from ..launching.attempts import RestartPolicy, attempt_spec, check_policy, run_attempts
     from ..launching.mpirun import build_mpirun_argv
     from ..launching.spec import spec_from_args
 
-    argv = build_mpirun_argv(spec_from_args(args))
+    spec = spec_from_args(args)
+    policy = RestartPolicy(args.max_restarts, args.min_np)
+    check_policy(policy, spec.np)
+    if args.script and policy.max_restarts:
+        raise UsageError(
+            "--max-restarts is carried out by hpcdist mpirun while it runs, and --script writes a single mpirun "
+            "command; put `hpcdist mpirun --max-restarts N ...` in your script instead (or use `hpcdist sbatch "
+            "--max-restarts N`)"
+        )
     if args.dry_run:
-        print(shlex.join(argv))
+        first = attempt_spec(spec, 0, None) if policy.max_restarts else spec
+        print(shlex.join(build_mpirun_argv(first)))
+        if policy.max_restarts:
+            print(
+                f"hpcdist: note: this is attempt 1 of up to {policy.max_restarts + 1}; hpcdist mpirun itself runs the "
+                "restarts (exporting the attempt's index in both counters), so run it, not this line, to get them",
+                file=sys.stderr,
+            )
         return 0
     if args.script:
         from ..jobs.render import render_mpirun_script
         from .generate import emit
 
-        emit(render_mpirun_script(argv, {}), None if args.script == "-" else args.script, 0o755)
+        emit(render_mpirun_script(build_mpirun_argv(spec), {}), None if args.script == "-" else args.script, 0o755)
         return 0
     from ..launching.spawn import run_mpirun
 
-    return run_mpirun(argv)
+    return run_attempts(spec, policy, build_mpirun_argv, run_mpirun)
 
 
 def _run(args: argparse.Namespace) -> int:

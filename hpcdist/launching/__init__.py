@@ -3,7 +3,8 @@
 - `names`, `hostfile`, `program`, `mpirun`: pure builders and parsers (no torch, no mpi4py, no runtime);
 - `spec`: `hpcdist mpirun`'s options -> MpirunSpec (reads the environment, finds mpirun);
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
-- `monitor`: reads mpirun's output for lost hosts (pure).
+- `monitor`: reads mpirun's output for lost hosts, ranks' control lines and failures (pure);
+- `attempts`: `hpcdist mpirun --max-restarts`: when to restart, on which hosts, and the attempts' summary.
 
-May import: errors, values. Never torch, mpi4py, the runtime or the CLI.
+May import: errors, values, waits, control. Never torch, mpi4py, the runtime or the CLI.
 """

@@ -14,7 +14,7 @@ from types import FrameType
 from typing import IO
 
 from ..errors import UsageError
-from .monitor import LostHostWatch
+from .monitor import LaunchOutcome, MpirunWatch
 
 __all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
@@ -24,12 +24,16 @@ _SYNTAX_SECONDS = 30.0  # how long `bash -n` may take to read a generated script
 
 
 def _spawn(
-    argv: Sequence[str], env: Mapping[str, str] | None, what: str, watch: Callable[[str, bytes], None] | None = None
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    what: str,
+    watch: Callable[[str, bytes], bytes] | None = None,
+    received: list[int] | None = None,
 ) -> int:
-    """Run argv to completion, passing on the signals this process receives; return its status.
+    """Run argv to completion, passing on the signals this process receives (noted in `received`); return its status.
 
-    With `watch`, the child's stdout and stderr are copied to ours as they arrive and each chunk is also
-    shown to `watch("stdout" | "stderr", chunk)`; nothing is held back.
+    With `watch`, each chunk of the child's stdout and stderr goes through `watch("stdout" | "stderr", chunk)`
+    as it arrives, and what that returns is copied to ours (b"" after the last chunk asks for what it held).
     """
     pipe = subprocess.PIPE if watch else None
     try:
@@ -50,6 +54,8 @@ def _spawn(
             pumps.append(pump)
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        if received is not None:
+            received.append(signum)
         proc.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
@@ -75,42 +81,45 @@ def _not_found(program: str, what: str) -> str:
     return f"{what} {program!r} does not exist; check the path, or give the name of a program on PATH"
 
 
-def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], None]) -> None:
-    """Copy a pipe to this process's stdout or stderr chunk by chunk until it closes, showing each to watch."""
+def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes]) -> None:
+    """Copy a pipe to this process's stdout or stderr chunk by chunk until it closes, through watch."""
     fd = stream.fileno()
     out: IO[str] | None = sys.stdout if name == "stdout" else sys.stderr
     sink: IO[bytes] | None = getattr(out, "buffer", None)
-    while True:
+    chunk = b"-"
+    while chunk:
         try:
             chunk = os.read(fd, 65536)
         except OSError:
-            return
-        if not chunk:
-            return
-        if out is not None:
+            chunk = b""
+        shown = watch(name, chunk)
+        if out is not None and shown:
             try:
                 if sink is not None:
-                    sink.write(chunk)
+                    sink.write(shown)
                 else:
-                    out.write(chunk.decode(errors="replace"))
+                    out.write(shown.decode(errors="replace"))
                 out.flush()
             except (OSError, ValueError):  # our own output closed (e.g. `| head`): keep draining, keep watching
                 out = sink = None
-        watch(name, chunk)
 
 
-def run_mpirun(argv: Sequence[str]) -> int:
-    """Run the mpirun command line built by hpcdist; non-zero when a rank failed or a host was lost.
+def run_mpirun(argv: Sequence[str], token: str = "") -> LaunchOutcome:
+    """Run the mpirun command line built by hpcdist; its status is non-zero when a rank failed or a host was lost.
 
-    Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that.
+    Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that, and for the
+    control lines of ranks started with HPCDIST_CONTROL=`token` (acted on, never shown).
     """
-    watch = LostHostWatch()
-    code = _spawn(argv, None, "the MPI launcher", watch.feed)
-    ends_mid_line = watch.mid_line("stderr")
-    status, problem = watch.verdict(code)
+    watch = MpirunWatch(token)
+    received: list[int] = []
+    code = _spawn(argv, None, "the MPI launcher", watch.feed, received)
+    ends_mid_line = watch.lost.mid_line("stderr")
+    outcome, problem = watch.outcome(code, tuple(received))
+    if ends_mid_line:  # PRRTE ends its banners with a NUL, not a newline: start hpcdist's own lines afresh
+        print(file=sys.stderr, flush=True)
     if problem:
-        print(f"{chr(10) if ends_mid_line else ''}hpcdist: error: {problem}", file=sys.stderr, flush=True)
-    return status
+        print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
+    return outcome
 
 
 def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
