@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..control import CONTROL_ENV, new_token
+from ..control import CONTROL_ENV, RESTART_VARS, new_token
 from ..errors import UsageError
 from ..waits import Backoff
 from .hostfile import HostSlots, parse_hostfile, read_hostfile_text, total_slots
@@ -21,7 +21,6 @@ from .monitor import LaunchOutcome, describe_status
 from .mpirun import MpirunSpec
 
 __all__ = [
-    "RESTART_VARS",
     "Attempt",
     "Decision",
     "RestartPolicy",
@@ -34,7 +33,6 @@ __all__ = [
     "summary",
 ]
 
-RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # the attempt's index, 0 first
 USAGE_STATUS = 2  # hpcdist's (and argparse's) status for a usage error
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # sent to hpcdist mpirun: the user wants it to end
 
