@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .types import count, rank
+from .types import count, rank, whole
 
 __all__ = ["COMMANDS", "add_parsers", "emit"]
 
@@ -97,6 +97,13 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--probe-fabrics", action="store_true", help="mpirun: keep Open MPI's libfabric probe")
     r.add_argument("--requeue", action="store_true", help="requeue the job when Slurm signals preemption")
     r.add_argument("--requeue-signal", metavar="SIG@SECONDS", help="with --requeue: signal and lead time (USR1@90)")
+    r.add_argument(
+        "--max-restarts",
+        type=whole(0),
+        default=0,
+        metavar="N",
+        help="run the launch again after a failure, up to N times, from a loop in the script (default: 0)",
+    )
     r.add_argument("--submit", action="store_true", help="submit with sbatch and print the job id")
     _common(sb)
     sb.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
@@ -255,6 +262,7 @@ def _sbatch(args: argparse.Namespace) -> int:
         requeue_signal=args.requeue_signal or "USR1@90",
         as_root=os.geteuid() == 0,
         probe_fabrics=args.probe_fabrics,
+        max_restarts=args.max_restarts,
     )
     text = render_sbatch(spec, make_environment(args.template_dir))
     if not args.submit:
