@@ -91,3 +91,20 @@ def test_a_rank_killed_mid_training_restarts_from_the_checkpoint_and_ends_as_an_
     assert resumed, killed.stdout  # the restart did not start over: it began where the checkpoint left off
     assert killed.stdout.count("rank 0: epoch 1/3 loss") == 1  # epoch 1 was trained once, on attempt 0
     assert _digest(killed)[0] == _digest(whole)[0]
+
+
+def test_the_public_helper_stops_every_rank_at_one_step_and_the_next_run_resumes(hpcdist: str, tmp_path: Path) -> None:
+    """hpcdist.StopAtStepBoundary in the README's loop: SIGTERM to rank 1 alone after step 10; every rank stops
+    after step 12 (the next agreement), rank 0 checkpoints, the job exits 0; run again, it ends with the full sum."""
+    checkpoint = str(tmp_path / "state.pt")
+    program = ["python", str(PROGRAMS / "stop_loop.py"), checkpoint]
+    stopped = _mpirun(hpcdist, program=program, PREEMPT_RANK="1")
+    assert stopped.returncode == 0, stopped.stderr
+    assert sorted(re.findall(r"^rank \d: stopped after step \d+ \(.*\)$", stopped.stdout, re.M)) == [
+        "rank 0: stopped after step 12 (another rank's signal)", "rank 1: stopped after step 12 (SIGTERM)"]
+    assert "hpcdist: got SIGTERM; stopping at the next step boundary" in stopped.stderr
+    resumed = _mpirun(hpcdist, program=program)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "rank 0: starting at step 13" in resumed.stdout.replace("attempt 0, ", "")
+    assert sorted(re.findall(r"^rank \d: total \d+$", resumed.stdout, re.M)) == [
+        f"rank {r}: total {3 * sum(range(40))}" for r in range(NP)]
