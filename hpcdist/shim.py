@@ -21,7 +21,7 @@ from typing import NoReturn
 from . import control
 from .abort import abort_job
 from .errors import RendezvousTimeout, UsageError
-from .launching.monitor import describe_status
+from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
 from .runtime.adopt import adopt, finish
 from .runtime.bootstrap import job_timeout, prepare, say_ready
@@ -139,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _run_child(words, child_env, env.rank)
     if code != 0:
         host = socket.gethostname()
-        control.emit("failed", env.rank, f"{describe_status(code)} host={host}")
-        print(f"hpcdist: rank {env.rank} on {host} failed ({describe_status(code)}); ending the job", file=sys.stderr)
+        control.emit("failed", env.rank, f"{_describe(code)} host={host}")
+        print(f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}); ending the job", file=sys.stderr)
         abort_job(code if 0 < code < 256 else 1)
     return code
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from launching import PROGRAMS, launch
+from launching import PROGRAMS, ROOT, launch
 
 NP = 2
 DIGEST = re.compile(r"^rank (\d+): parameters sha256 ([0-9a-f]{64}) identical on all (\d+) ranks$", re.M)
@@ -108,3 +112,26 @@ def test_the_public_helper_stops_every_rank_at_one_step_and_the_next_run_resumes
     assert "rank 0: starting at step 13" in resumed.stdout.replace("attempt 0, ", "")
     assert sorted(re.findall(r"^rank \d: total \d+$", resumed.stdout, re.M)) == [
         f"rank {r}: total {3 * sum(range(40))}" for r in range(NP)]
+
+
+def test_sigterm_to_hpcdist_mpirun_ends_the_job_without_a_restart(hpcdist: str, tmp_path: Path) -> None:
+    argv = [hpcdist, "mpirun", "-np", str(NP), "--max-restarts", "3", "--", "python", "-c",
+            "import os, time, torch.distributed as dist; dist.init_process_group('gloo'); "
+            "open(os.path.join(os.environ['MARKERS'], str(dist.get_rank())), 'w').close(); time.sleep(120)"]
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "MARKERS": str(tmp_path)}
+    with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as job:
+        try:
+            deadline = time.monotonic() + 120
+            while len(list(tmp_path.iterdir())) < NP:
+                assert job.poll() is None, job.communicate()
+                assert time.monotonic() < deadline, "the ranks did not start within 120 s"
+                time.sleep(0.05)
+            job.send_signal(signal.SIGTERM)
+            _, err = job.communicate(timeout=60)
+        finally:
+            job.kill()
+    assert job.returncode != 0
+    assert re.search(r"^hpcdist: attempt 1/4 ended with .*; not restarting: hpcdist mpirun was sent SIGTERM$",
+                     err.replace("\0", ""), re.M), err
+    assert "attempt 2/4" not in err
