@@ -11,7 +11,6 @@ import atexit
 import os
 import runpy
 import shutil
-import signal
 import socket
 import sys
 import traceback
@@ -23,11 +22,12 @@ from . import control
 from .abort import abort_job
 from .errors import RendezvousTimeout, UsageError
 from .launching.binding import BIND_VAR, binding_env, check_bind, plan_binding
+from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
 from .launching.tagger import start as start_tagger
 from .launching.topology import load_topology
 from .runtime.adopt import adopt, finish
-from .runtime.bootstrap import job_timeout, prepare
+from .runtime.bootstrap import job_timeout, prepare, say_ready
 from .runtime.env import LaunchEnv
 
 __all__ = ["bind", "format_failure", "main", "python_target"]
@@ -158,26 +158,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         child_env = dict(os.environ)
         if rdzv.hosted:
             child_env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # rank 0's shim hosts the store
+        say_ready(env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
         code = _run_child(words, child_env, env.rank)
     if code != 0:
+        host = socket.gethostname()
         print(
-            f"hpcdist: rank {env.rank} on {socket.gethostname()} failed ({_describe(code)}); ending the job",
+            f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}); ending the job",
             file=sys.stderr,
             flush=True,
         )
-        control.emit("failed", env.rank, _describe(code))  # hpcdist mpirun shows this rank's last lines
+        control.emit("failed", env.rank, f"{_describe(code)} host={host}")  # hpcdist mpirun shows its last lines
         abort_job(code if 0 < code < 256 else 1)
     return code
-
-
-def _describe(code: int) -> str:
-    """'exit code 3', or for a child's negative return code 'killed by SIGKILL' ('killed by signal 40')."""
-    if code >= 0:
-        return f"exit code {code}"
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:  # a number Python has no name for, e.g. a real-time signal
-        return f"killed by signal {-code}"
 
 
 def _leave(code: int) -> NoReturn:

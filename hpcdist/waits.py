@@ -34,8 +34,12 @@ class Backoff:
             if waited < self.yielding:
                 os.sched_yield()  # not time.sleep(0): that sleeps for the timer slack, ~50 µs on Linux
                 return
-        self.tval = min(self.tmax, max(self.tmin, self.tval * 2))
+        self.tval = self.upcoming()
         time.sleep(self.tval)
+
+    def upcoming(self) -> float:
+        """How long the next sleep will be (what a caller may announce before it pauses)."""
+        return min(self.tmax, max(self.tmin, self.tval * 2))
 
 
 def poll_until(

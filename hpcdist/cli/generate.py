@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .types import add_output_options, count, rank
+from .types import add_output_options, count, rank, whole
 
 __all__ = ["COMMANDS", "add_parsers", "emit"]
 
@@ -106,6 +106,13 @@ def add_parsers(sub: Any) -> None:
     )
     r.add_argument("--requeue", action="store_true", help="requeue the job when Slurm signals preemption")
     r.add_argument("--requeue-signal", metavar="SIG@SECONDS", help="with --requeue: signal and lead time (USR1@90)")
+    r.add_argument(
+        "--max-restarts",
+        type=whole(0),
+        default=0,
+        metavar="N",
+        help="run the launch again after a failure, up to N times, from a loop in the script (default: 0)",
+    )
     r.add_argument("--submit", action="store_true", help="submit with sbatch and print the job id")
     add_output_options(sb, script=True)
     _common(sb)
@@ -274,6 +281,7 @@ def _sbatch(args: argparse.Namespace) -> int:
         probe_fabrics=args.probe_fabrics,
         bind=args.bind,
         rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
+        max_restarts=args.max_restarts,
     )
     text = render_sbatch(spec, make_environment(args.template_dir))
     if not args.submit:

@@ -11,7 +11,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .types import add_output_options, seconds
+from ..errors import UsageError
+from .types import add_output_options, count, seconds, whole
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -68,6 +69,21 @@ def add_parsers(sub: Any) -> None:
     mpirun.add_argument(
         "--no-shim", action="store_true", help="run the program bare, without mapping MPI variables to torchrun's"
     )
+    mpirun.add_argument(
+        "--max-restarts",
+        type=whole(0),
+        default=0,
+        metavar="N",
+        help="start the whole job again after a failure, up to N times (default: 0); each attempt exports "
+        "HPCDIST_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT",
+    )
+    mpirun.add_argument(
+        "--min-np",
+        type=count,
+        metavar="M",
+        help="with --max-restarts: after a lost host, restart with fewer ranks (as many as the slots left hold, at "
+        "least M) rather than stop",
+    )
     mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     mpirun.add_argument("--dry-run", action="store_true", help="print the exact command and run nothing")
     mpirun.add_argument(
@@ -114,28 +130,46 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _mpirun(args: argparse.Namespace) -> int:
-    """`hpcdist mpirun`: build the mpirun argv, print it (--dry-run), write it (--script) or run it."""
-    from ..control import new_token
+    """`hpcdist mpirun`: build the mpirun argv, print it (--dry-run), write it (--script) or run it (with restarts)."""
+    from ..launching.attempts import RestartPolicy, attempt_spec, check_policy, run_attempts
     from ..launching.mpirun import build_mpirun_argv
     from ..launching.spec import spec_from_args
 
-    token = None if args.dry_run or args.script else new_token()
-    spec, output = spec_from_args(args, token=token)
-    argv = build_mpirun_argv(spec)
+    routed = not (args.dry_run or args.script or args.no_shim)  # hpcdist runs it: the ranks' lines come through us
+    spec, output = spec_from_args(args, routed=routed)
+    policy = RestartPolicy(args.max_restarts, args.min_np)
+    check_policy(policy, spec.np)
+    if args.script and policy.max_restarts:
+        raise UsageError(
+            "--max-restarts is carried out by hpcdist mpirun while it runs, and --script writes a single mpirun "
+            "command; put `hpcdist mpirun --max-restarts N ...` in your script instead (or use `hpcdist sbatch "
+            "--max-restarts N`)"
+        )
     if args.dry_run:
-        print(shlex.join(argv))
+        first = attempt_spec(spec, 0, None) if policy.max_restarts else spec
+        print(shlex.join(build_mpirun_argv(first)))
+        if policy.max_restarts:
+            print(
+                f"hpcdist: note: this is attempt 1 of up to {policy.max_restarts + 1}; hpcdist mpirun itself runs the "
+                "restarts (exporting the attempt's index in both counters), so run it, not this line, to get them",
+                file=sys.stderr,
+            )
         return 0
     if args.script:
         from ..jobs.render import render_mpirun_script
         from .generate import emit
 
-        text = render_mpirun_script(argv, {}, append=not spec.contexts)
+        text = render_mpirun_script(build_mpirun_argv(spec), {}, append=not spec.contexts)
         emit(text, None if args.script == "-" else args.script, 0o755)
         return 0
+    from ..launching.monitor import LaunchOutcome
     from ..launching.output import OutputRouter
     from ..launching.spawn import run_mpirun
 
-    return run_mpirun(argv, None if args.no_shim or token is None else OutputRouter(output, token, spec.np))
+    def run(argv: list[str], token: str) -> LaunchOutcome:
+        return run_mpirun(argv, token, OutputRouter(output, spec.np) if routed else None)
+
+    return run_attempts(spec, policy, build_mpirun_argv, run)
 
 
 def _run(args: argparse.Namespace) -> int:

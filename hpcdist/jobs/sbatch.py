@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import jinja2
 
+from ..control import RESTART_VARS
 from ..errors import UsageError
 from ..launching.binding import BIND_VAR, check_bind
 from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
@@ -82,6 +83,7 @@ class SbatchSpec:
     probe_fabrics: bool = False  # mpirun mode: keep Open MPI's libfabric probe
     bind: str = "none"  # auto: the shim binds each rank (BIND_VAR), srun's own binding off (--cpu-bind=none)
     rank_output: OutputOptions = _UNTAGGED  # per-rank output: tags, log files, the console's ranks
+    max_restarts: int = 0  # run the launch again after a failure, up to this many times (a loop in the script)
 
     @property
     def tasks_per_node(self) -> int:
@@ -171,6 +173,8 @@ def _check(spec: SbatchSpec) -> int | None:
             f"--nodes {spec.nodes} x {spec.tasks_per_node} tasks per node is more than the {MAX_COUNT} ranks MPI "
             "can count; ask for fewer"
         )
+    if not 0 <= spec.max_restarts <= MAX_COUNT:
+        raise UsageError(f"--max-restarts must be a whole number from 0 to {MAX_COUNT}, got {spec.max_restarts}")
     if spec.mem is not None:
         check_mem(spec.mem)
     if spec.nodelist is not None:
@@ -296,6 +300,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "master_port": "",
         "python": spec.python,
         "log_dir": spec.rank_output.log_dir if spec.launch == "srun" else "",
+        "restarts": spec.max_restarts,
     }
     if spec.requeue:
         # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers; srun and mpirun pass SIGUSR1 on
@@ -308,7 +313,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
             MpirunSpec(
                 program=tuple(shim),
                 np=spec.nodes * spec.tasks_per_node,
-                env=tuple((n, None) for n in names),
+                env=tuple((n, None) for n in [*names, *(RESTART_VARS if spec.max_restarts else ())]),
                 as_root=spec.as_root,
                 skip_fabric_probe=not spec.probe_fabrics,
                 mpirun=spec.mpirun,

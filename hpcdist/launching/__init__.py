@@ -4,10 +4,11 @@
   no runtime);
 - `spec`: `hpcdist mpirun`'s options -> MpirunSpec (reads the environment, finds mpirun);
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
-- `monitor`: reads mpirun's output for lost hosts (pure);
-- `topology`, `binding`: a node's topology read from sysfs or hwloc XML, and `--bind auto`'s per-rank plan (pure).
+- `monitor`: reads mpirun's output for lost hosts, ranks' control lines and failures (pure);
+- `attempts`: `hpcdist mpirun --max-restarts`: when to restart, on which hosts, and the attempts' summary;
 - `output`: per-rank output options, rank lists and the router of tagged lines (pure);
-- `tagger`: run in a rank by the shim: its forked line tagger and log file.
+- `tagger`: run in a rank by the shim: its forked line tagger and log file;
+- `topology`, `binding`: a node's topology read from sysfs or hwloc XML, and `--bind auto`'s per-rank plan (pure).
 
-May import: errors, values, control. Never torch, mpi4py, the runtime or the CLI.
+May import: errors, values, waits, control. Never torch, mpi4py, the runtime or the CLI.
 """

@@ -1,11 +1,17 @@
-"""Read mpirun's output as it streams for failures mpirun does not report in its exit status (pure)."""
+"""Read mpirun's output as it streams: lost hosts, the ranks' control lines, the failures it reports (pure)."""
 
 from __future__ import annotations
 
 import re
+import signal
 import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-__all__ = ["LOST_HOST_STATUS", "LostHostWatch"]
+from ..control import parse_control
+
+__all__ = ["LOST_HOST_STATUS", "LaunchOutcome", "LostHostWatch", "MpirunWatch", "describe_status"]
 
 LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
 
@@ -71,3 +77,137 @@ class LostHostWatch:
             f"mpirun lost contact with host {hosts} (its daemon died or the network link was cut), so the job "
             f"did not finish although mpirun returned {returncode}; check that {hosts} is up and reachable"
         )
+
+
+# Open MPI 5 (PRRTE), over two or three lines:
+#   prterun noticed that process rank 1 with PID 24671 on node vm exited on
+#   signal 9 (Killed).
+_KILLED = re.compile(
+    r"noticed that process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) "
+    r"exited on\s+signal (?P<sig>[0-9]+)"
+)
+# and when a program calls MPI_Abort itself (the shim says `failed` before it does):
+#   prterun has exited due to process rank 3 with PID 0 on node vm calling
+#   "abort". This may have caused other processes in the application to be
+_ABORTED = re.compile(
+    r"exited due to process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) calling\s+\"abort\""
+)
+_MARK = b"@@hpcdist:"
+
+
+def describe_status(code: int) -> str:
+    """'exit code 3', or for a negative status or a signal number 'killed by SIGKILL' ('killed by signal 40')."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:  # a number Python has no name for, e.g. a real-time signal
+        return f"killed by signal {-code}"
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    """How one mpirun launch ended: its status and what hpcdist mpirun learnt from its output."""
+
+    status: int
+    lost_hosts: tuple[str, ...] = ()
+    ready: frozenset[int] = frozenset()  # the ranks that said their process group is initialised
+    world_size: int | None = None  # as the ready ranks said
+    failed: Mapping[int, str] = field(default_factory=dict)  # rank -> how it ended, e.g. "killed by SIGKILL"
+    hosts: Mapping[int, str] = field(default_factory=dict)  # rank -> its host, where known
+    signals: tuple[int, ...] = ()  # signals hpcdist mpirun itself received (and passed on) during the launch
+
+    def failures(self, ranks: Iterable[int] | None = None) -> str:
+        """'rank 1 on n1 killed by SIGKILL; rank 3 failed with exit code 2' for `ranks` (default: every known one)."""
+        chosen = sorted(self.failed) if ranks is None else [rank for rank in ranks if rank in self.failed]
+        return "; ".join(self._failure(rank) for rank in chosen)
+
+    def _failure(self, rank: int) -> str:
+        """How one rank ended, where."""
+        how = self.failed[rank]
+        where = f" on {self.hosts[rank]}" if self.hosts.get(rank) else ""
+        return f"rank {rank}{where} {how if how.startswith('killed') else 'failed with ' + how}"
+
+
+class MpirunWatch:
+    """Reads mpirun's output for lost hosts, the ranks' control lines and the failures mpirun reports.
+
+    `feed` returns what of each chunk to show: control lines are taken out whole, and the end of a line
+    that may still become one is held back until it is whole (all else passes at once, progress bars too).
+    """
+
+    def __init__(self, token: str = "") -> None:
+        self.token = token
+        self.lost = LostHostWatch()
+        self.ready: set[int] = set()
+        self.world_size: int | None = None
+        self.failed: dict[int, str] = {}
+        self.hosts: dict[int, str] = {}
+        self._held: dict[str, bytes] = {}
+        self._recent: dict[str, deque[str]] = {}
+        self._lock = threading.Lock()
+
+    def feed(self, stream: str, chunk: bytes) -> bytes:
+        """Note what a chunk of `stream` says and return what of it to show; b"" (the end) returns what was held."""
+        self.lost.feed(stream, chunk)
+        with self._lock:
+            data = self._held.pop(stream, b"") + chunk
+            if not chunk:
+                return b"" if not data or self._take(stream, data) else data
+            *lines, tail = data.split(b"\n")
+            shown = [line + b"\n" for line in lines if not self._take(stream, line)]
+            cut = _control_start(tail)
+            self._held[stream] = tail[cut:]
+            return b"".join(shown) + tail[:cut]
+
+    def _take(self, stream: str, line: bytes) -> bool:
+        """Act on one whole line; True when it is a control line (never shown)."""
+        text = line.decode(errors="replace")
+        event = parse_control(text, self.token) if _MARK in line else None
+        if event is not None:
+            fields = dict(word.partition("=")[::2] for word in event.detail.split())
+            if event.event == "ready":
+                self.ready.add(event.rank)
+                if fields.get("world", "").isdigit():
+                    self.world_size = int(fields["world"])
+            elif event.event == "failed":  # detail: how it ended, then host=NAME
+                self.failed.setdefault(event.rank, " ".join(w for w in event.detail.split() if "=" not in w))
+            if fields.get("host"):
+                self.hosts.setdefault(event.rank, fields["host"])
+            return True
+        recent = self._recent.setdefault(stream, deque(maxlen=3))
+        recent.append(text.strip("\0 \t\r"))
+        joined = " ".join(recent)  # PRRTE breaks its banners over lines
+        killed, aborted = _KILLED.search(joined), _ABORTED.search(joined)
+        found = killed or aborted
+        if found is not None:
+            rank = int(found["rank"])
+            self.failed.setdefault(rank, describe_status(-int(killed["sig"])) if killed else "called MPI_Abort")
+            self.hosts.setdefault(rank, found["host"])
+            recent.clear()
+        return False
+
+    def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
+        """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""
+        status, problem = self.lost.verdict(returncode)
+        with self._lock:
+            return LaunchOutcome(
+                status=status,
+                lost_hosts=tuple(self.lost.hosts),
+                ready=frozenset(self.ready),
+                world_size=self.world_size,
+                failed=dict(self.failed),
+                hosts=dict(self.hosts),
+                signals=signals,
+            ), problem
+
+
+def _control_start(tail: bytes) -> int:
+    """Where in an unfinished line a control line may begin (its length when nowhere): show what is before."""
+    at = tail.find(b"@")
+    while at != -1:
+        rest = tail[at:]
+        if rest.startswith(_MARK) or _MARK.startswith(rest):
+            return at
+        at = tail.find(b"@", at + 1)
+    return len(tail)

@@ -2,7 +2,8 @@
 
 A rank started through hpcdist's shim with HPCDIST_TAG, HPCDIST_LOG_DIR or HPCDIST_RANKS set runs a tagger
 (`tagger.py`) that writes each whole line as `[host:rank] text`. `hpcdist mpirun` reads those lines back here:
-it shows the selected ranks, keeps each rank's last lines for the failure summary, and acts on control lines.
+it shows the selected ranks and keeps each rank's last lines for the failure summary (monitor.py has taken
+the control lines out before).
 """
 
 from __future__ import annotations
@@ -10,17 +11,19 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..control import ControlEvent, parse_control
 from ..errors import UsageError
 from ..values import MAX_COUNT
+from .monitor import MpirunWatch
 
 __all__ = [
     "DEFAULT_TAIL",
     "LOG_DIR_ENV",
     "RANKS_ENV",
     "TAG_ENV",
+    "Console",
     "Failure",
     "OutputOptions",
     "OutputRouter",
@@ -36,19 +39,6 @@ LOG_DIR_ENV = "HPCDIST_LOG_DIR"  # each rank also writes its lines to DIR/rank-N
 RANKS_ENV = "HPCDIST_RANKS"  # only these ranks' lines reach the console (e.g. 0,3 or 0-3,7)
 DEFAULT_TAIL = 20
 _TAG = re.compile(rb"\[(?P<host>[^\s:\[\]]+):(?P<rank>[0-9]{1,10})\] ")
-# Open MPI 5 (PRRTE) wraps this message at 72 columns; measured with 5.0.11:
-#   prterun noticed that process rank 1 with PID 25327 on node vm exited on
-#   signal 9 (Killed).
-_SIGNALLED = re.compile(
-    r"noticed that process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) exited on\s+"
-    r"signal (?P<signal>[0-9]+)(?: \((?P<name>[^)]*)\))?"
-)
-# and when a program calls MPI_Abort itself (the shim says `failed` before it does):
-#   prterun has exited due to process rank 3 with PID 0 on node vm calling
-#   "abort". This may have caused other processes in the application to be
-_ABORTED = re.compile(
-    r"exited due to process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) calling\s+\"abort\""
-)
 
 
 @dataclass(frozen=True)
@@ -131,17 +121,13 @@ class _Rank:
 
 
 class OutputRouter:
-    """Fed mpirun's stdout and stderr in chunks; returns what to show and remembers each rank's last lines."""
+    """Fed mpirun's output (control lines already taken out) in chunks; returns what to show and keeps tails."""
 
-    def __init__(self, options: OutputOptions, token: str, np: int | None = None) -> None:
+    def __init__(self, options: OutputOptions, np: int | None = None) -> None:
         self.options = options
-        self.token = token
         self.shown = None if options.ranks is None else parse_ranks(options.ranks, np)
-        self.events: list[ControlEvent] = []  # control events in arrival order
         self._ranks: dict[int, _Rank] = {}
-        self._failed: dict[int, tuple[str, str | None]] = {}  # rank -> (how, host named by mpirun)
         self._partial: dict[str, bytes] = {}
-        self._untagged = ""  # mpirun's own recent lines, read for its message about a signalled rank
         self._lock = threading.Lock()
 
     def feed(self, stream: str, chunk: bytes) -> bytes:
@@ -157,24 +143,11 @@ class OutputRouter:
             return self._route(rest) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
 
     def _route(self, line: bytes) -> bytes:
-        """One line: act on control lines (never shown), keep a rank's line, and return what to show of it."""
+        """One line: keep a rank's line for its tail, and return what to show of it."""
         line = line.lstrip(b"\0")  # PRRTE ends a banner with a NUL, after its newline: the next line starts with it
-        text = line.decode(errors="replace")
-        event = parse_control(text, self.token) if self.token else None
-        if event is not None:
-            self.events.append(event)
-            if event.event == "failed":
-                self._failed.setdefault(event.rank, (event.detail or "failed", None))
-            return b""
         tagged = split_tag(line)
         if tagged is None:
-            self._untagged = (self._untagged + text)[-2000:]
-            for match in _SIGNALLED.finditer(self._untagged):
-                how = f"killed by signal {match['signal']}" + (f" ({match['name']})" if match["name"] else "")
-                self._note(int(match["rank"]), how, match["host"])
-            for match in _ABORTED.finditer(self._untagged):
-                self._note(int(match["rank"]), "called MPI_Abort", match["host"])
-            return line
+            return line  # mpirun's own
         host, rank, rest = tagged
         kept = self._ranks.setdefault(rank, _Rank(host, deque(maxlen=self.options.tail)))
         kept.host = host
@@ -182,19 +155,46 @@ class OutputRouter:
         kept.lines.append(shown)
         return shown if self.shown is None or rank in self.shown else b""
 
-    def _note(self, rank: int, how: str, host: str) -> None:
-        """Open MPI's word on a failed rank: how it ended, unless the rank said so first, and its host."""
-        said, _ = self._failed.get(rank, (how, None))
-        self._failed[rank] = (said, host)
-
-    def failures(self) -> list[Failure]:
-        """The ranks that failed, in the order their failure was heard, each with its last lines."""
+    def failures(self, failed: Mapping[int, str], hosts: Mapping[int, str]) -> list[Failure]:
+        """The failed ranks (rank -> how, in the order heard; their hosts where known), each with its last lines."""
         with self._lock:
             result = []
-            for rank, (how, named) in self._failed.items():
+            for rank, how in failed.items():
                 kept = self._ranks.get(rank, _Rank())
-                result.append(Failure(rank, named or kept.host, how, tuple(kept.lines)))
+                result.append(Failure(rank, hosts.get(rank) or kept.host, how, tuple(kept.lines)))
             return result
+
+
+class Console:
+    """mpirun's output on its way to ours: the watch takes control lines out and notes failures, the router routes."""
+
+    def __init__(self, watch: MpirunWatch, router: OutputRouter | None) -> None:
+        self.watch, self.router = watch, router
+        self._partial: dict[str, bytes] = {}
+
+    def feed(self, stream: str, chunk: bytes) -> bytes:
+        """What to show of a chunk of mpirun's `stream`; b"" (its end) gives back what was held.
+
+        With a router (tagged lines), the watch sees whole lines only, so a control line with a tag before it
+        is taken out whole however mpirun's output was cut into chunks.
+        """
+        if self.router is None:
+            return self.watch.feed(stream, chunk)
+        data = self._partial.pop(stream, b"") + chunk
+        if chunk:
+            whole, newline, self._partial[stream] = data.rpartition(b"\n")
+            data = whole + newline
+        shown = self.watch.feed(stream, data) if data else b""
+        if not chunk:
+            shown += self.watch.feed(stream, b"")
+        routed = self.router.feed(stream, shown) if shown else b""
+        return routed if chunk else routed + self.router.finish(stream)
+
+    def failures(self) -> list[Failure]:
+        """The ranks that failed, each with its last lines (none without a router)."""
+        if self.router is None:
+            return []
+        return self.router.failures(self.watch.failed, self.watch.hosts)
 
 
 def summary(failures: list[Failure], tail: int) -> str:

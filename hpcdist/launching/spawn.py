@@ -14,8 +14,8 @@ from types import FrameType
 from typing import IO
 
 from ..errors import UsageError
-from .monitor import LostHostWatch
-from .output import OutputRouter, summary
+from .monitor import LaunchOutcome, MpirunWatch
+from .output import Console, OutputRouter, summary
 
 __all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
@@ -25,12 +25,16 @@ _SYNTAX_SECONDS = 30.0  # how long `bash -n` may take to read a generated script
 
 
 def _spawn(
-    argv: Sequence[str], env: Mapping[str, str] | None, what: str, watch: Callable[[str, bytes], bytes] | None = None
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    what: str,
+    watch: Callable[[str, bytes], bytes] | None = None,
+    received: list[int] | None = None,
 ) -> int:
-    """Run argv to completion, passing on the signals this process receives; return its status.
+    """Run argv to completion, passing on the signals this process receives (noted in `received`); return its status.
 
-    With `watch`, each chunk of the child's stdout and stderr is given to `watch("stdout" | "stderr", chunk)`
-    as it arrives, and what that returns is written to our stdout or stderr at once.
+    With `watch`, each chunk of the child's stdout and stderr goes through `watch("stdout" | "stderr", chunk)`
+    as it arrives, and what that returns is copied to ours (b"" after the last chunk asks for what it held).
     """
     pipe = subprocess.PIPE if watch else None
     try:
@@ -51,6 +55,8 @@ def _spawn(
             pumps.append(pump)
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        if received is not None:
+            received.append(signum)
         proc.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
@@ -77,16 +83,18 @@ def _not_found(program: str, what: str) -> str:
 
 
 def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes]) -> None:
-    """Read a pipe chunk by chunk until it closes; write what `watch` makes of each to our stdout or stderr."""
+    """Read a pipe chunk by chunk until it closes; write what `watch` makes of each to our stdout or stderr.
+
+    After the last chunk, `watch(name, b"")` gives back what it still held (a last line without a newline).
+    """
     fd = stream.fileno()
     out: IO[str] | None = sys.stdout if name == "stdout" else sys.stderr
-    while True:
+    chunk = b"-"
+    while chunk:
         try:
             chunk = os.read(fd, 65536)
         except OSError:
-            return
-        if not chunk:
-            return
+            chunk = b""
         shown = watch(name, chunk)
         if out is not None and shown:
             try:
@@ -105,33 +113,27 @@ def _write(out: IO[str], data: bytes) -> None:
     out.flush()
 
 
-def run_mpirun(argv: Sequence[str], router: OutputRouter | None = None) -> int:
-    """Run the mpirun command line built by hpcdist; non-zero when a rank failed or a host was lost.
+def run_mpirun(argv: Sequence[str], token: str = "", router: OutputRouter | None = None) -> LaunchOutcome:
+    """Run the mpirun command line built by hpcdist; its status is non-zero when a rank failed or a host was lost.
 
-    Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that. With a
-    `router` (ranks that tag their lines), the console shows what it selects, and each failed rank's
-    last lines follow at the end.
+    Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that, and for the
+    control lines of ranks started with HPCDIST_CONTROL=`token` (acted on, never shown). With a `router`
+    (ranks that tag their lines), the console shows what it selects, and each failed rank's last lines
+    follow at the end.
     """
-    watch = LostHostWatch()
-
-    def route(stream: str, chunk: bytes) -> bytes:
-        watch.feed(stream, chunk)
-        return chunk if router is None else router.feed(stream, chunk)
-
-    code = _spawn(argv, None, "the MPI launcher", route)
-    ends_mid_line = watch.mid_line("stderr")
+    watch = MpirunWatch(token)
+    console = Console(watch, router)
+    received: list[int] = []
+    code = _spawn(argv, None, "the MPI launcher", console.feed, received)
+    ends_mid_line = watch.lost.mid_line("stderr")
+    outcome, problem = watch.outcome(code, tuple(received))
+    if ends_mid_line:  # PRRTE ends its banners with a NUL, not a newline: start hpcdist's own lines afresh
+        print(file=sys.stderr, flush=True)
     if router is not None:
-        for stream, out in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-            with contextlib.suppress(OSError, ValueError):  # our own output closed
-                _write(out, router.finish(stream))
-        failed = summary(router.failures(), router.options.tail)
-        if failed:
-            print(f"{chr(10) if ends_mid_line else ''}{failed}", end="", file=sys.stderr, flush=True)
-            ends_mid_line = False
-    status, problem = watch.verdict(code)
+        print(summary(console.failures(), router.options.tail), end="", file=sys.stderr, flush=True)
     if problem:
-        print(f"{chr(10) if ends_mid_line else ''}hpcdist: error: {problem}", file=sys.stderr, flush=True)
-    return status
+        print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
+    return outcome
 
 
 def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:

@@ -8,7 +8,6 @@ import os
 import sys
 from collections.abc import Mapping
 
-from ..control import CONTROL_ENV
 from ..errors import UsageError
 from .binding import BIND_VAR, check_bind
 from .hostfile import (
@@ -30,12 +29,12 @@ __all__ = ["check_launcher", "find_mpirun", "output_from_args", "spec_from_args"
 
 
 def spec_from_args(
-    args: argparse.Namespace, environ: Mapping[str, str] = os.environ, token: str | None = None
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ, routed: bool = False
 ) -> tuple[MpirunSpec, OutputOptions]:
     """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`), and its output.
 
-    With a control `token` (a launch that hpcdist itself runs), the ranks tag every line for the launcher to
-    route; without one (--dry-run, --script), the printed command carries the output options itself.
+    `routed` (a launch that hpcdist itself runs): the ranks tag every line for the launcher to route;
+    otherwise (--dry-run, --script) the printed command carries the output options itself.
 
     Raises:
         UsageError: no program, a hostfile that cannot be read or parsed, an --include/--exclude that names what
@@ -77,11 +76,9 @@ def spec_from_args(
             "drop --no-shim"
         )
     ours: list[str] = []
-    if args.no_shim:
-        pass
-    elif token is not None:  # hpcdist runs it: every line tagged, routed by the launcher
-        ours = [*shim_variables(output, routed=True), f"{CONTROL_ENV}={token}"]
-    else:  # a printed command: untagged as before, unless an output option asks for the tagger
+    if routed:  # hpcdist runs it: every line tagged, routed by the launcher (attempts add the control token)
+        ours = shim_variables(output, routed=True)
+    elif not args.no_shim:  # a printed command: untagged as before, unless an output option asks for the tagger
         asked = args.tag or output.log_dir is not None or output.ranks is not None
         ours = shim_variables(dataclasses.replace(output, tag=output.tag and asked))
     bind = _bind_exports(args)

@@ -12,6 +12,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
+from .. import control
 from ..abort import install_abort_hook
 from ..errors import UsageError
 from ..values import check_seconds, parse_seconds
@@ -29,6 +30,7 @@ __all__ = [
     "merge_environ",
     "mpi4py_backend",
     "prepare",
+    "say_ready",
     "shutdown",
     "socket_ifnames",
     "start_group",
@@ -239,6 +241,7 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
     if not forensics:
         init(backend, **kwargs)
+        say_ready(dist.get_rank(), dist.get_world_size())
         return
     from ..forensics import ledger, watchdog
 
@@ -246,8 +249,14 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     watchdog.LEDGER.enter(ledger.INITIALISING)
     init(backend, **kwargs)
     watchdog.LEDGER.enter(ledger.INITIALISED)
+    say_ready(dist.get_rank(), dist.get_world_size())
     if watchdog.start(seconds, startup_timeout(seconds)):
         _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
+
+
+def say_ready(rank: int, world_size: int) -> None:
+    """Tell `hpcdist mpirun` (when it started this rank) that the rank is initialised: a restart may help now."""
+    control.emit("ready", rank, f"host={socket.gethostname()} world={world_size}")
 
 
 def mpi4py_backend() -> str:

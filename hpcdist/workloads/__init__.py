@@ -2,7 +2,7 @@
 
 Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`), atomic checkpoints (`checkpoint`) and
 stopping at a step boundary on preemption (`preemption`).
-May import: errors, values, waits, runtime. Never the CLI. Listing the workloads never imports torch.
+May import: errors, values, waits, control, runtime. Never the CLI. Listing the workloads never imports torch.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ import argparse
 import hashlib
 import os
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -35,12 +34,11 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
 from . import checkpoint
-from .preemption import Preempted, Preemption
+from .preemption import Preempted, StopAtStepBoundary
 
 __all__ = [
     "CHECKPOINT_NAME",
     "Preempted",
-    "Preemption",
     "build_model",
     "check_identical",
     "make_dataset",
@@ -135,7 +133,7 @@ def train(session: Session, options: argparse.Namespace | None = None) -> nn.Mod
             _set_rng(state["rng"][rank], device)
     _say(rank, _describe(session, opts, done, step, path if opts.resume else None, state is not None))
 
-    with Preemption(device) as preemption:
+    with StopAtStepBoundary(CHECK_EVERY, device=device, label="ddp") as preemption:
         for epoch in range(done, opts.epochs):
             sampler.set_epoch(epoch)
             label = f"epoch {epoch + 1}/{opts.epochs}"
@@ -165,7 +163,7 @@ def train(session: Session, options: argparse.Namespace | None = None) -> nn.Mod
                     )
                     saved = f", saved {path}"
             _say(rank, f"epoch {epoch + 1}/{opts.epochs} loss {loss:.6f} samples/s {count / seconds:.0f}{saved}")
-            if preemption.agreed and epoch + 1 < opts.epochs:  # agreed on the epoch's last step: stop here
+            if preemption.stopping and epoch + 1 < opts.epochs:  # agreed on the epoch's last step: stop here
                 _stop(session, module, optimizer, config, losses, path, epoch + 1, None, preemption)
             if opts.stop_after_epoch == epoch + 1 and epoch + 1 < opts.epochs:
                 _say(rank, f"stopping after epoch {epoch + 1} as asked (--stop-after-epoch)")
@@ -189,7 +187,7 @@ def _stop(
     path: Path | None,
     epoch: int,
     where: _Stop | None,
-    preemption: Preemption,
+    preemption: StopAtStepBoundary,
 ) -> NoReturn:
     """Save the checkpoint at this step boundary (rank 0, atomically), wait for it on every rank, raise Preempted."""
     rank, device = session.rank, next(module.parameters()).device
@@ -215,10 +213,12 @@ def _stop(
             checkpoint.save(state, path)
             saved = f"saved {path}"
         dist.barrier()  # no rank exits before the checkpoint is on disk
-    name = signal.Signals(preemption.signal).name if preemption.signal else "another rank's signal"
     where_text = f"epoch {epoch + 1} step {step}" if step else f"the end of epoch {epoch}"
-    _say(rank, f"preempted ({name}): stopped at {where_text}, {saved}; run again with --resume to continue")
-    raise Preempted(epoch, step, path)
+    _say(
+        rank,
+        f"preempted ({preemption.signal_name}): stopped at {where_text}, {saved}; run again with --resume to continue",
+    )
+    preemption.exit(epoch, step, path)
 
 
 def _train_epoch(
@@ -230,7 +230,7 @@ def _train_epoch(
     label: str,
     skip: int = 0,
     partial: tuple[Any, torch.Tensor] | None = None,
-    preemption: Preemption | None = None,
+    preemption: StopAtStepBoundary | None = None,
 ) -> tuple[float, float, int] | _Stop:
     """One pass over this rank's share: (mean loss over all ranks, seconds, samples over all ranks).
 
@@ -274,7 +274,8 @@ def _train_epoch(
         if progress is not None:
             progress.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
             progress.update()
-        agreed = preemption is not None and (step % CHECK_EVERY == 0 or step == steps) and preemption.agree()
+        # a collective every CHECK_EVERY steps and on the epoch's last step
+        agreed = preemption is not None and preemption.should_stop(None if step == steps else step)
         if agreed and step < steps:  # on the last step the epoch ends as usual and train() stops after it
             if progress is not None:
                 progress.close()

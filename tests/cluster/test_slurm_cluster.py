@@ -123,6 +123,33 @@ def test_a_generated_script_runs_the_workloads_on_four_ranks_across_both_nodes(s
     assert "rank 0: epoch 2/2 loss " in result.stdout, result.describe()
 
 
+_FAILS_ONCE = """\
+import os, sys
+from pathlib import Path
+
+attempt, rank = os.environ["HPCDIST_RESTART_COUNT"], os.environ["RANK"]
+Path(f"attempt{attempt}-rank{rank}").write_text(f"{attempt} {os.environ['TORCHELASTIC_RESTART_COUNT']}")
+sys.exit(3 if (attempt, rank) == ("0", "3") else 0)
+"""
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_a_generated_script_restarts_a_failed_step_with_both_counters(submit, venv: Path, tmp_path: Path,
+                                                                      launch: str) -> None:
+    """--max-restarts 2: rank 3 fails on attempt 0 only; the script's loop runs the step again and the job completes."""
+    (tmp_path / "fails_once.py").write_text(_FAILS_ONCE)
+    script = generated(venv, "--launch", launch, *_OPTIONS[launch], "--max-restarts", "2",
+                       program=[venv / "bin" / "python", tmp_path / "fails_once.py"])
+    result = submit(script, 300)
+    assert_ok(result)
+    markers = {path.name: path.read_text() for path in tmp_path.glob("attempt*")}
+    assert markers == {f"attempt{n}-rank{r}": f"{n} {n}" for n in (0, 1) for r in range(4)}, result.describe()
+    err = result.stderr.replace("\0", "")  # PRRTE ends its banners with NUL bytes
+    assert re.search(r"^hpcdist: attempt 1/3 ended with exit status [1-9][0-9]*; restarting in 1 s$", err,
+                     re.M), result.describe()
+    assert "attempt 2/3" not in result.stderr, result.describe()  # the second attempt succeeded: no more
+
+
 def test_an_impossible_request_is_rejected_at_submit(cluster, venv: Path, tmp_path: Path) -> None:
     script = generated(venv, program=["hostname"], nodes=3)
     start = time.monotonic()

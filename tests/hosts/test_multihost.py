@@ -115,6 +115,28 @@ def test_a_lost_host_ends_the_job_non_zero_and_names_it(cluster: Hosts, tmp_path
     assert seconds < (20 if how == "link-cut" else 15)
 
 
+def test_a_restart_leaves_the_lost_host_out_and_runs_with_fewer_ranks(cluster: Hosts, tmp_path: Path) -> None:
+    """--max-restarts 1 --min-np 2: n2 dies while 4 ranks run; attempt 2 runs 2 ranks on n1 alone and succeeds."""
+    script = ('touch "$HPCDIST_MARKER_DIR/ready$RANK-$HPCDIST_RESTART_COUNT" && '
+              '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600')
+    launch = cluster.launch(["--max-restarts", "1", "--min-np", "2", "--", "sh", "-c", script], tmp_path)
+    deadline = time.monotonic() + 180
+    while len(list(tmp_path.glob("ready*-0"))) < NP:
+        assert launch.running(), launch.wait(10).stderr
+        assert time.monotonic() < deadline, launch.err.read_text()
+        time.sleep(0.2)
+    cluster.kill("n2")
+    result = launch.wait(120)
+    print(f"\n--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}", file=sys.stderr)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.glob("ready*")) == sorted([*(f"ready{r}-0" for r in range(NP)),
+                                                                      "ready0-1", "ready1-1"])
+    err = result.stderr.replace("\0", "")
+    assert ("hpcdist: attempt 1/2 ended with exit code 1 (lost host n2); restarting in 1.0 s "
+            "(leaving out host n2, with 2 ranks instead of 4)") in err
+    assert "hpcdist:   attempt 2/2: exit code 0; 2 ranks on n1:2" in err
+
+
 def test_the_doctor_checks_the_rendezvous_address_a_job_uses(cluster: Hosts, tmp_path: Path) -> None:
     """n1 has a second interface, and its hostname resolves to it; only eth0 (10.250.0.0/24) reaches n2.
 

@@ -10,7 +10,9 @@ import pytest
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
+from hpcdist.launching.monitor import MpirunWatch
 from hpcdist.launching.output import (
+    Console,
     Failure,
     OutputOptions,
     OutputRouter,
@@ -82,10 +84,15 @@ def test_shim_variables() -> None:
     ]
 
 
-def _feed(router: OutputRouter, stream: str, data: bytes, size: int) -> bytes:
-    """Feed `data` in chunks of `size` bytes and return everything shown."""
-    shown = b"".join(router.feed(stream, data[i : i + size]) for i in range(0, len(data), size))
-    return shown + router.finish(stream)
+def _console(options: OutputOptions, np: int) -> Console:
+    """What hpcdist mpirun puts between mpirun's output and ours: the watch (control lines), then the router."""
+    return Console(MpirunWatch(TOKEN), OutputRouter(options, np))
+
+
+def _feed(console: Console, stream: str, data: bytes, size: int) -> bytes:
+    """Feed `data` in chunks of `size` bytes, then its end, and return everything shown."""
+    shown = b"".join(console.feed(stream, data[i : i + size]) for i in range(0, len(data), size))
+    return shown + console.feed(stream, b"")
 
 
 MPIRUN_OUT = (
@@ -101,17 +108,17 @@ MPIRUN_OUT = (
 
 @pytest.mark.parametrize("size", [1, 7, 4096])
 def test_router_shows_selected_ranks_drops_control_lines_and_keeps_tails(size: int) -> None:
-    router = OutputRouter(OutputOptions(ranks="0"), TOKEN, 4)
+    router = _console(OutputOptions(ranks="0"), 4)
     shown = _feed(router, "stderr", MPIRUN_OUT, size)
     assert shown == b"[n1:0] hello from 0\n" + b"-" * 74 + b"\n"  # rank 1's last words: hidden
-    assert [(e.event, e.rank) for e in router.events] == [("ready", 0), ("failed", 3)]
+    assert (router.watch.ready, router.watch.failed) == ({0}, {3: "exit code 1"})
     (failure,) = router.failures()
     assert (failure.rank, failure.host, failure.how) == (3, "n2", "exit code 1")
     assert failure.tail == (b"[n2:3] hello from 3\n", b"[n2:3] Traceback\n")
 
 
 def test_router_without_tags_strips_them_and_a_foreign_token_is_an_ordinary_line() -> None:
-    router = OutputRouter(OutputOptions(tag=False), TOKEN, 4)
+    router = _console(OutputOptions(tag=False), 4)
     other = b"[n1:2] @@hpcdist:ffffffffffffffff:failed:2:exit code 1\n"
     assert _feed(router, "stdout", b"[n1:0] a\n" + other + b"plain\n", 3) == (
         b"a\n@@hpcdist:ffffffffffffffff:failed:2:exit code 1\nplain\n"
@@ -120,7 +127,7 @@ def test_router_without_tags_strips_them_and_a_foreign_token_is_an_ordinary_line
 
 
 def test_router_keeps_only_the_last_lines() -> None:
-    router = OutputRouter(OutputOptions(tail=3), TOKEN, 2)
+    router = _console(OutputOptions(tail=3), 2)
     _feed(router, "stdout", b"".join(b"[h:1] line %d\n" % i for i in range(50)), 100)
     _feed(router, "stderr", b"@@hpcdist:" + TOKEN.encode() + b":failed:1:exit code 7\n", 100)
     (failure,) = router.failures()
@@ -128,7 +135,7 @@ def test_router_keeps_only_the_last_lines() -> None:
 
 
 def test_router_reads_open_mpis_wrapped_message_about_a_signalled_rank() -> None:
-    router = OutputRouter(OutputOptions(), TOKEN, 4)
+    router = _console(OutputOptions(), 4)
     message = (
         b"[vm:1] before\n"
         b"--------------------------------------------------------------------------\n"
@@ -140,7 +147,7 @@ def test_router_reads_open_mpis_wrapped_message_about_a_signalled_rank() -> None
     assert (failure.rank, failure.host, failure.how, failure.tail) == (
         1,
         "vm",
-        "killed by signal 9 (Killed)",
+        "killed by SIGKILL",
         (b"[vm:1] before\n",),
     )
 
@@ -230,7 +237,7 @@ def test_sbatch_without_output_options_is_unchanged(capsys: pytest.CaptureFixtur
 
 
 def test_router_reads_open_mpis_message_about_a_rank_that_called_mpi_abort_itself() -> None:
-    router = OutputRouter(OutputOptions(), TOKEN, 4)
+    router = _console(OutputOptions(), 4)
     message = (
         b"[vm:3] loss nan\n"
         b"prterun has exited due to process rank 3 with PID 0 on node vm calling\n"
@@ -242,7 +249,7 @@ def test_router_reads_open_mpis_message_about_a_rank_that_called_mpi_abort_itsel
 
 
 def test_a_control_line_before_open_mpis_message_names_how_the_rank_failed() -> None:
-    router = OutputRouter(OutputOptions(), TOKEN, 4)
+    router = _console(OutputOptions(), 4)
     _feed(router, "stderr", b"@@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1\n"
           b"prterun has exited due to process rank 3 with PID 0 on node vm calling\n\"abort\".\n", 4096)  # fmt: skip
     assert [(f.rank, f.host, f.how) for f in router.failures()] == [(3, "vm", "exit code 1")]

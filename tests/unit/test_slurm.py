@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from test_render import WEIRD, check_script, slurm_argument
 
+from hpcdist.control import RESTART_VARS
 from hpcdist.errors import UsageError
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import (
@@ -38,6 +39,9 @@ SPECS = {
     "torchrun-fixed-master": dataclasses.replace(GPU, launch="torchrun", master_addr="10.0.0.1", master_port=1234),
     "requeue-srun": dataclasses.replace(GPU, requeue=True, requeue_signal="SIGUSR2@300", opal_prefix=True),
     "requeue-torchrun": dataclasses.replace(GPU, launch="torchrun", requeue=True),
+    "restarts-srun": dataclasses.replace(GPU, max_restarts=3),
+    "restarts-mpirun-requeue": dataclasses.replace(GPU, launch="mpirun", max_restarts=1, requeue=True),
+    "restarts-torchrun-requeue": dataclasses.replace(GPU, launch="torchrun", max_restarts=2, requeue=True),
     "weird": dataclasses.replace(GPU, job_name=WEIRD[2], output=WEIRD[0], program=("python", *WEIRD),
                                  env=tuple((f"W{i}", v) for i, v in enumerate(WEIRD))),
 }
@@ -145,7 +149,7 @@ def run_script(text: str, tmp_path: Path, nodes: int = 2, usr1_after: float | No
     bin_dir.mkdir()
     record = ("import json, os, sys\nwith open(os.environ['FAKE_LOG'], 'a') as f:\n"
               "    f.write(json.dumps([os.path.basename(sys.argv[0]), sys.argv[1:],"
-              " {k: v for k, v in os.environ.items() if k[:1] in 'WMO' or k == 'NCCL_DEBUG'}]) + '\\n')\n")
+              " {k: v for k, v in os.environ.items() if k[:1] in 'WMO' or k in ('NCCL_DEBUG', 'HPCDIST_RESTART_COUNT', 'TORCHELASTIC_RESTART_COUNT')}]) + '\\n')\n")
     tools = {
         # srun runs its command once per node, as each node's task would, with SLURM_NODEID set
         # like the real srun, it passes SIGUSR1 on to its tasks instead of dying of it (here: records it)
@@ -252,3 +256,20 @@ def test_a_step_that_ends_without_a_preemption_signal_is_not_requeued(tmp_path: 
     spec = _bare(SPECS["requeue-srun"], requeue_signal="USR1@90", opal_prefix=False)
     status, records = run_script(render_sbatch(spec, JINJA), tmp_path, nodes=1)
     assert status == 3 and "scontrol" not in [r[0] for r in records], records
+
+
+def test_restarts_rerun_the_step_with_both_counters_until_max_restarts(tmp_path: Path) -> None:
+    spec = _bare(BASE, max_restarts=2, opal_prefix=False)
+    text = render_sbatch(spec, JINJA)
+    status, records = run_script(text, tmp_path, nodes=1)
+    assert status == 3  # every attempt failed: the last one's status
+    counters = [[env.get(name) for name in RESTART_VARS] for tool, _, env in records if tool == "srun"]
+    assert counters == [["0", "0"], ["1", "1"], ["2", "2"]]
+
+
+def test_restarts_in_mpirun_mode_forward_the_counters_and_stop_on_success(tmp_path: Path) -> None:
+    spec = _bare(SPECS["gpu-mpirun"], max_restarts=3)
+    text = render_sbatch(spec, JINJA)
+    assert "-x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT \\\n" in text
+    status, records = run_script(text, tmp_path)
+    assert status == 0 and [tool for tool, _, _ in records] == ["mpirun"]  # the fake mpirun succeeds: no restart

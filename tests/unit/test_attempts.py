@@ -1,0 +1,204 @@
+"""Restarts of `hpcdist mpirun`, the pure parts: decisions, lost-host exclusion, messages, the control-line filter."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from hpcdist import restart_count
+from hpcdist.cli import main
+from hpcdist.control import new_token
+from hpcdist.errors import UsageError
+from hpcdist.launching.attempts import (
+    Attempt,
+    RestartPolicy,
+    attempt_spec,
+    check_policy,
+    decide,
+    describe_end,
+    run_attempts,
+    summary,
+)
+from hpcdist.launching.hostfile import HostSlots
+from hpcdist.launching.monitor import LaunchOutcome, MpirunWatch
+from hpcdist.launching.mpirun import MpirunSpec
+
+HOSTS = (HostSlots("n1", 2), HostSlots("n2", 2), HostSlots("n3", 2))
+SPEC = MpirunSpec(program=("python", "train.py"), np=4, hosts=HOSTS)
+ALL_READY = frozenset(range(4))
+POLICY = RestartPolicy(max_restarts=2)
+
+
+def _ended(status: int, **kw: object) -> LaunchOutcome:
+    return LaunchOutcome(status=status, **{"ready": ALL_READY, "world_size": 4, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("outcome, index, restart, why", [
+    (_ended(0), 0, False, ""),
+    (_ended(1, failed={1: "killed by SIGKILL"}), 0, True, ""),
+    (_ended(1), 1, True, ""),
+    (_ended(1), 2, False, "not restarting: --max-restarts 2 used up"),
+    (_ended(2), 0, False, "not restarting: exit status 2 is a usage error; a restart cannot fix that"),
+    (_ended(130, signals=(signal.SIGINT,)), 0, False, "not restarting: hpcdist mpirun was sent SIGINT"),
+    (_ended(1, signals=(signal.SIGUSR1,)), 0, True, ""),  # Slurm's preemption warning is no reason to stop
+    (_ended(3, ready=frozenset({0, 2, 3}), failed={1: "exit code 3"}, hosts={1: "n1"}), 0, False,
+     "not restarting: rank 1 never initialised (rank 1 on n1 failed with exit code 3 first); a restart cannot fix that"),
+    (_ended(3, ready=frozenset({0}), failed={1: "exit code 3"}), 0, False,
+     "not restarting: rank 1 never initialised (rank 1 failed with exit code 3 first; 2 other ranks did not initialise "
+     "either); a restart cannot fix that"),
+    (_ended(1, ready=frozenset(), world_size=None), 0, False,
+     "not restarting: ranks 0, 1, 2, 3 never initialised (the job ended before they did); a restart cannot fix that"),
+])  # fmt: skip
+def test_decisions(outcome: LaunchOutcome, index: int, restart: bool, why: str) -> None:
+    decision = decide(SPEC, HOSTS, outcome, index, POLICY)
+    assert (decision.restart, decision.why) == (restart, why)
+    assert decision.spec == (SPEC if restart else None)
+
+
+def test_a_lost_host_is_left_out_when_the_others_hold_np() -> None:
+    decision = decide(SPEC, HOSTS, _ended(1, lost_hosts=("n2",)), 0, POLICY)
+    assert (decision.restart, decision.why) == (True, "leaving out host n2")
+    assert decision.spec is not None
+    assert (decision.spec.np, decision.spec.hosts) == (4, (HOSTS[0], HOSTS[2]))
+
+
+def test_a_hostfile_job_restarts_on_a_host_list_without_the_lost_host() -> None:
+    spec = MpirunSpec(program=("x",), np=2, hostfile="hosts.txt")
+    decision = decide(spec, HOSTS, _ended(1, lost_hosts=("n1",), ready=frozenset({0, 1}), world_size=2), 0, POLICY)
+    assert decision.spec is not None
+    assert (decision.spec.hostfile, decision.spec.hosts) == (None, HOSTS[1:])
+
+
+@pytest.mark.parametrize("lost, min_np, restart, np, why", [
+    (("n2", "n3"), None, False, None, "not restarting: host n2, n3 was lost and the 2 slots left on n1 cannot hold "
+                                      "-np 4 (give --min-np M to go on with fewer ranks)"),
+    (("n2", "n3"), 2, True, 2, "leaving out host n2, n3, with 2 ranks instead of 4"),
+    (("n2", "n3"), 3, False, None, "not restarting: host n2, n3 was lost and the 2 slots left on n1 cannot hold "
+                                   "--min-np 3"),
+    (("n1", "n2", "n3"), 1, False, None, "not restarting: every host was lost (n1, n2, n3)"),
+    (("n9",), None, False, None, "not restarting: host n9 was lost but is not one of the hosts given (n1, n2, n3), so "
+                                 "it cannot be left out; check the host names"),
+])  # fmt: skip
+def test_lost_hosts_and_min_np(lost: tuple[str, ...], min_np: int | None, restart: bool, np: int | None,
+                               why: str) -> None:
+    decision = decide(SPEC, HOSTS, _ended(1, lost_hosts=lost), 0, RestartPolicy(2, min_np))
+    assert (decision.restart, decision.why) == (restart, why)
+    assert (decision.spec.np if decision.spec else None) == np
+
+
+def test_a_lost_host_in_a_slurm_allocation_cannot_be_left_out() -> None:
+    spec = MpirunSpec(program=("x",), np=None)
+    decision = decide(spec, (), _ended(1, lost_hosts=("n2",)), 0, POLICY)
+    assert not decision.restart
+    assert decision.why.startswith("not restarting: host n2 was lost, and mpirun reads the Slurm allocation's hosts")
+
+
+def test_attempt_spec_exports_both_counters_and_the_token_replacing_the_users() -> None:
+    spec = MpirunSpec(program=("x",), np=1, env=(("HPCDIST_RESTART_COUNT", "7"), ("A", None)))
+    assert attempt_spec(spec, 3, "ab" * 8).env == (
+        ("A", None), ("HPCDIST_RESTART_COUNT", "3"), ("TORCHELASTIC_RESTART_COUNT", "3"), ("HPCDIST_CONTROL", "ab" * 8)
+    )
+    assert attempt_spec(spec, None, None).env == spec.env  # without --max-restarts the counters are the user's
+
+
+def test_messages() -> None:
+    outcome = _ended(137, failed={1: "killed by SIGKILL", 0: "exit code 1"}, hosts={1: "n1"}, lost_hosts=("n2",))
+    assert describe_end(outcome) == "exit code 137 (rank 0 failed with exit code 1; rank 1 on n1 killed by SIGKILL; " \
+                                    "lost host n2)"
+    assert describe_end(_ended(-9)) == "killed by SIGKILL"
+    assert summary([Attempt(0, 4, HOSTS[:2], _ended(1)), Attempt(1, 2, HOSTS[:1], _ended(0))], 3) == [
+        "hpcdist: 2 attempts (of up to 3):",
+        "hpcdist:   attempt 1/3: exit code 1; 4 ranks on n1:2,n2:2",
+        "hpcdist:   attempt 2/3: exit code 0; 2 ranks on n1:2",
+    ]
+
+
+def test_run_attempts_restarts_with_a_new_token_each_time_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    runs: list[tuple[list[str], str]] = []
+    ends = iter([_ended(1, failed={1: "killed by SIGKILL"}, hosts={1: "n1"}), _ended(0)])
+
+    def run(argv: list[str], token: str) -> LaunchOutcome:
+        runs.append((argv, token))
+        return next(ends)
+
+    status = run_attempts(SPEC, RestartPolicy(2, pause=0.01), lambda spec: [f"{k}={v}" for k, v in spec.env], run)
+    assert status == 0
+    assert [argv for argv, _ in runs] == [
+        [f"HPCDIST_RESTART_COUNT={n}", f"TORCHELASTIC_RESTART_COUNT={n}", f"HPCDIST_CONTROL={token}"]
+        for n, (_, token) in enumerate(runs)
+    ]
+    assert runs[0][1] != runs[1][1]
+    assert capsys.readouterr().err.splitlines() == [
+        "hpcdist: attempt 1/3 ended with exit code 1 (rank 1 on n1 killed by SIGKILL); restarting in 0.0 s",
+        "hpcdist: attempt 2/3 ended with exit code 0",
+        "hpcdist: 2 attempts (of up to 3):",
+        "hpcdist:   attempt 1/3: exit code 1 (rank 1 on n1 killed by SIGKILL); 4 ranks on n1:2,n2:2,n3:2",
+        "hpcdist:   attempt 2/3: exit code 0; 4 ranks on n1:2,n2:2,n3:2",
+    ]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--min-np", "2"], "--min-np only matters when a restart leaves a lost host out; give --max-restarts N too"),
+    (["--max-restarts", "1", "--min-np", "5"], "--min-np 5 is more than -np 4; give --min-np at most 4"),
+    (["--max-restarts", "1", "--script", "-"], "--max-restarts is carried out by hpcdist mpirun while it runs"),
+    (["--max-restarts", "-1"], "argument --max-restarts: must be a whole number of at least 0"),
+])  # fmt: skip
+def test_restart_options_that_cannot_work(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    assert main(["mpirun", "--mpirun", "mpirun", "-np", "4", *argv, "--", "x"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_dry_run_shows_attempt_one_and_says_the_launcher_restarts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "2", "--max-restarts", "3", "--", "x"]) == 0
+    out, err = capsys.readouterr()
+    assert "-x HPCDIST_RESTART_COUNT=0 -x TORCHELASTIC_RESTART_COUNT=0" in out and "HPCDIST_CONTROL" not in out
+    assert "this is attempt 1 of up to 4; hpcdist mpirun itself runs the restarts" in err
+
+
+def test_check_policy_accepts_min_np_without_np() -> None:
+    check_policy(RestartPolicy(1, 2), None)
+    with pytest.raises(UsageError):
+        check_policy(RestartPolicy(0, 2), None)
+
+
+def test_the_watch_hides_control_lines_whole_however_the_chunks_fall() -> None:
+    token = new_token()
+    text = (f"loss 0.5\n@@hpcdist:{token}:ready:1:host=n1 world=2\nprogress 10%\rprogress 20%"
+            f"\r\n@@hpcdist:{token}:failed:1:killed by SIGKILL host=n1\n@@hpcdist:{'0' * 16}:ready:0:\nend")
+    data = text.encode()
+    for size in (1, 3, 7, len(data)):
+        watch = MpirunWatch(token)
+        shown = b"".join(watch.feed("stderr", data[i : i + size]) for i in range(0, len(data), size))
+        shown += watch.feed("stderr", b"")
+        assert shown.decode() == f"loss 0.5\nprogress 10%\rprogress 20%\r\n@@hpcdist:{'0' * 16}:ready:0:\nend"
+        outcome, problem = watch.outcome(137)
+        assert (outcome.ready, outcome.world_size, dict(outcome.failed), problem) == (
+            frozenset({1}), 2, {1: "killed by SIGKILL"}, None)
+        assert outcome.failures() == "rank 1 on n1 killed by SIGKILL"
+    tagged = MpirunWatch(token)  # a tag before the control line goes with it (when the line comes in one piece)
+    assert tagged.feed("stdout", f"a\n[n1:3] @@hpcdist:{token}:ready:3:\nb\n".encode()) == b"a\nb\n"
+
+
+def test_the_watch_passes_a_progress_bar_at_once_and_holds_only_a_possible_control_line() -> None:
+    watch = MpirunWatch(new_token())
+    assert watch.feed("stdout", b"\rstep 3/10") == b"\rstep 3/10"
+    assert watch.feed("stdout", b" mail me@host @@hpc") == b" mail me@host "
+    assert watch.feed("stdout", b"x is not one\n") == b"@@hpcx is not one\n"
+
+
+def test_the_watch_reads_prrtes_banner_of_a_killed_rank() -> None:
+    watch = MpirunWatch("")
+    watch.feed("stderr", b"prterun noticed that process rank 3 with PID 24671 on node n2 exited on\nsignal 9 (Killed).\n")
+    outcome, _ = watch.outcome(137)
+    assert outcome.failures() == "rank 3 on n2 killed by SIGKILL"
+
+
+def test_restart_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert restart_count({}) == 0
+    assert restart_count({"TORCHELASTIC_RESTART_COUNT": "2"}) == 2
+    assert restart_count({"HPCDIST_RESTART_COUNT": "1", "TORCHELASTIC_RESTART_COUNT": "2"}) == 1
+    monkeypatch.setenv("HPCDIST_RESTART_COUNT", "4")
+    from hpcdist import StopAtStepBoundary
+
+    assert StopAtStepBoundary().restart_count == 4
