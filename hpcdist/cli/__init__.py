@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -61,6 +62,9 @@ def build_parser() -> _Parser:
     return parser
 
 
+_PEER_LOST = re.compile(r"gloo/transport/|[Cc]onnection (?:reset|closed) by peer")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user mistakes print `hpcdist: error: …` and return 2, a bug in hpcdist returns 70."""
     from . import diagnose, generate, launch
@@ -93,10 +97,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _distributed_failure(exc: Exception) -> bool:
-    """Whether torch.distributed raised it (DistError and its kinds): a failure of the job, not a bug in hpcdist."""
+    """Whether torch.distributed raised it: a failure of the job, not a bug in hpcdist.
+
+    That is a DistError of any kind, or the plain RuntimeError gloo raises when a peer's connection drops
+    (e.g. inside DDP's backward: `[…/gloo/transport/tcp/pair.cc:534] Connection closed by peer`).
+    """
     dist = sys.modules.get("torch.distributed")  # never imported here: without it, it cannot have raised
     error = getattr(dist, "DistError", None)
-    return isinstance(error, type) and isinstance(exc, error)
+    if isinstance(error, type) and isinstance(exc, error):
+        return True
+    return dist is not None and type(exc) is RuntimeError and bool(_PEER_LOST.search(str(exc)))
 
 
 def _internal_error(exc: Exception) -> int:

@@ -370,6 +370,22 @@ def test_a_failure_torch_distributed_reports_is_the_jobs_not_a_bug(capsys: pytes
     assert err == "hpcdist: error: DistBackendError: connection closed by peer rank 3\n", err
 
 
+def _gloo_peer_gone(args: object) -> int:
+    import torch.distributed  # noqa: F401 - gloo's errors come with torch.distributed loaded
+
+    raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4242")
+
+
+def test_gloos_plain_runtime_error_about_a_lost_peer_is_the_jobs_not_a_bug(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcdist.cli import generate
+
+    monkeypatch.setitem(generate.COMMANDS, "hostfile", _gloo_peer_gone)
+    status, _, err = run(capsys, "hostfile", "--hosts", "a")
+    assert status == 1 and err.startswith("hpcdist: error: RuntimeError: [../third_party/gloo/"), err
+
+
 def test_a_timeout_is_an_error_not_a_bug(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from hpcdist.cli import generate
 
