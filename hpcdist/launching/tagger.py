@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from ..control import CONTROL_ENV, parse_control
+from ..control import CONTROL_ENV, RESTART_VARS, parse_control
 from ..errors import UsageError
 from .output import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, log_name, parse_ranks
 
@@ -40,7 +40,8 @@ def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.envir
     if tag != "1" and log_dir is None and ranks is None:
         return False
     shown = ranks is None or rank in parse_ranks(ranks, size, RANKS_ENV)
-    log = _open_log(log_dir, rank, size) if log_dir else None
+    restart = environ.get(RESTART_VARS[0], "0")
+    log = _open_log(log_dir, rank, size, int(restart) if restart.isdigit() else 0) if log_dir else None
     prefix = f"[{host}:{rank}] ".encode() if tag == "1" else b""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -67,12 +68,16 @@ def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.envir
     return True
 
 
-def _open_log(log_dir: str, rank: int, size: int) -> int:
-    """Open (truncate) this rank's log file in `log_dir`, creating the directory."""
+def _open_log(log_dir: str, rank: int, size: int, restart: int = 0) -> int:
+    """Open this rank's log file in `log_dir` (creating the directory): anew, or on a restart appended to."""
     path = os.path.join(log_dir, log_name(rank, size))
     try:
         os.makedirs(log_dir, exist_ok=True)
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fresh = 0 if restart else os.O_TRUNC  # a restart keeps the failed attempt's lines: they say why
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | fresh | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        if restart:
+            os.write(fd, f"hpcdist: attempt {restart + 1} ({RESTART_VARS[0]}={restart}) starts here\n".encode())
+        return fd
     except OSError as exc:
         raise UsageError(
             f"cannot write the log file {path!r}: {exc.strerror or exc}; give --log-dir a directory that every "

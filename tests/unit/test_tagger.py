@@ -75,3 +75,14 @@ def test_bad_settings_are_usage_errors(environ: dict[str, str], message: str) ->
     with pytest.raises(UsageError) as raised:
         start(5, 12, "h", environ)
     assert message in str(raised.value)
+
+
+def test_a_restart_appends_to_the_log_of_the_failed_attempt(tmp_path: Path) -> None:
+    """The first attempt starts the file anew; a restart keeps the failed attempt's lines and marks where it begins."""
+    for count in ("0", "1"):
+        done = _rank(tmp_path, "exit", HPCDIST_RESTART_COUNT=count)
+        assert done.returncode == 0, done.stderr[-500:]
+    log = (tmp_path / "logs" / "rank-005.log").read_text().splitlines()
+    assert log.count("first") == 2 and log.index("hpcdist: attempt 2 (HPCDIST_RESTART_COUNT=1) starts here") == 6
+    done = _rank(tmp_path, "exit", HPCDIST_RESTART_COUNT="0")  # a new job: the file starts anew
+    assert (tmp_path / "logs" / "rank-005.log").read_text().splitlines().count("first") == 1
