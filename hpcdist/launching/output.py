@@ -30,6 +30,7 @@ __all__ = [
     "log_name",
     "parse_ranks",
     "shim_variables",
+    "split_segments",
     "split_tag",
     "summary",
 ]
@@ -39,6 +40,7 @@ LOG_DIR_ENV = "HPCDIST_LOG_DIR"  # each rank also writes its lines to DIR/rank-N
 RANKS_ENV = "HPCDIST_RANKS"  # only these ranks' lines reach the console (e.g. 0,3 or 0-3,7)
 DEFAULT_TAIL = 20
 _TAG = re.compile(rb"\[(?P<host>[^\s:\[\]]+):(?P<rank>[0-9]{1,10})\] ")
+_SEGMENT_END = re.compile(rb"\r\n|\n|\r(?!\Z)")  # a lone \r last may still be a \r\n: wait for the next byte
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,19 @@ def log_name(rank: int, size: int) -> str:
     return f"rank-{rank:0{max(3, len(str(max(size - 1, 0))))}d}.log"
 
 
+def split_segments(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The whole segments of `data`, each with how it ended, and the rest that is not whole yet.
+
+    A segment ends with b"\n" (a line; `\r\n` counts as one) or b"\r" (a progress bar drawing itself again
+    on the same line, as tqdm does), so a redrawn bar is passed on at once rather than at its last newline.
+    """
+    segments, start = [], 0
+    for match in _SEGMENT_END.finditer(data):
+        segments.append((data[start : match.start()], b"\r" if match.group() == b"\r" else b"\n"))
+        start = match.end()
+    return segments, data[start:]
+
+
 def split_tag(line: bytes) -> tuple[str, int, bytes] | None:
     """(host, rank, text) of a tagged line `[host:rank] text`, or None for an untagged one."""
     match = _TAG.match(line)
@@ -133,8 +148,8 @@ class OutputRouter:
     def feed(self, stream: str, chunk: bytes) -> bytes:
         """The part of `chunk` (from mpirun's `stream`) to show now; a partial last line waits for more."""
         with self._lock:
-            *lines, self._partial[stream] = (self._partial.get(stream, b"") + chunk).split(b"\n")
-            return b"".join(self._route(line + b"\n") for line in lines)
+            segments, self._partial[stream] = split_segments(self._partial.get(stream, b"") + chunk)
+            return b"".join(self._route(text + end) for text, end in segments)
 
     def finish(self, stream: str) -> bytes:
         """What is left of `stream` once mpirun has ended (a last line without a newline), to show."""
@@ -143,7 +158,7 @@ class OutputRouter:
             return self._route(rest) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
 
     def _route(self, line: bytes) -> bytes:
-        """One line: keep a rank's line for its tail, and return what to show of it."""
+        """One line (or a progress bar's redraw, ending in \\r): keep a rank's line for its tail; what to show."""
         line = line.lstrip(b"\0")  # PRRTE ends a banner with a NUL, after its newline: the next line starts with it
         tagged = split_tag(line)
         if tagged is None:
@@ -152,7 +167,8 @@ class OutputRouter:
         kept = self._ranks.setdefault(rank, _Rank(host, deque(maxlen=self.options.tail)))
         kept.host = host
         shown = line if self.options.tag else rest
-        kept.lines.append(shown)
+        if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
+            kept.lines.append(shown)
         return shown if self.shown is None or rank in self.shown else b""
 
     def failures(self, failed: Mapping[int, str], hosts: Mapping[int, str]) -> list[Failure]:
@@ -175,15 +191,15 @@ class Console:
     def feed(self, stream: str, chunk: bytes) -> bytes:
         """What to show of a chunk of mpirun's `stream`; b"" (its end) gives back what was held.
 
-        With a router (tagged lines), the watch sees whole lines only, so a control line with a tag before it
-        is taken out whole however mpirun's output was cut into chunks.
+        With a router (tagged lines), the watch sees whole lines (and a progress bar's `\\r` redraws) only, so a
+        control line with a tag before it is taken out whole however mpirun's output was cut into chunks.
         """
         if self.router is None:
             return self.watch.feed(stream, chunk)
         data = self._partial.pop(stream, b"") + chunk
         if chunk:
-            whole, newline, self._partial[stream] = data.rpartition(b"\n")
-            data = whole + newline
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1  # whole lines, and a progress bar's redraws
+            data, self._partial[stream] = data[:cut], data[cut:]
         shown = self.watch.feed(stream, data) if data else b""
         if not chunk:
             shown += self.watch.feed(stream, b"")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from ..control import CONTROL_ENV, RESTART_VARS, parse_control
 from ..errors import UsageError
-from .output import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, log_name, parse_ranks
+from .output import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, log_name, parse_ranks, split_segments
 
 __all__ = ["start"]
 
@@ -113,13 +113,16 @@ class _Pump:
                     if rest:
                         self.line(self.sinks[fd], rest)
                     continue
-                *lines, rest = (partial[fd] + chunk).split(b"\n")
+                segments, rest = split_segments(partial[fd] + chunk)
                 while len(rest) >= _MAX_LINE:
-                    lines.append(rest[:_MAX_LINE])
+                    segments.append((rest[:_MAX_LINE], b"\n"))
                     rest = rest[_MAX_LINE:]
                 partial[fd] = rest
-                for line in lines:
-                    self.line(self.sinks[fd], line)
+                for text, end in segments:
+                    if end == b"\n":
+                        self.line(self.sinks[fd], text)
+                    elif text and self.shown:  # a progress bar redrawn: to the console now, not to the log
+                        self.write(self.sinks[fd], self.prefix + text + b"\r")
 
     def line(self, sink: int, text: bytes) -> None:
         """One line (without its newline): to the console when shown or a control line, to the log file if not."""

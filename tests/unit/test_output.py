@@ -19,6 +19,7 @@ from hpcdist.launching.output import (
     log_name,
     parse_ranks,
     shim_variables,
+    split_segments,
     split_tag,
     summary,
 )
@@ -264,3 +265,30 @@ def test_summary_names_each_failed_rank_and_shows_its_tail() -> None:
         "hpcdist: rank 6 on n2 failed (killed by signal 9); it printed nothing\n"
     )
     assert summary(failures[:1], 0) == "hpcdist: rank 3 on n1 failed (exit code 1)\n"
+
+
+@pytest.mark.parametrize(
+    ("data", "segments", "rest"),
+    [
+        (b"a\nb\r\nc", [(b"a", b"\n"), (b"b", b"\n")], b"c"),
+        (b"\r 10%\r 20%\r", [(b"", b"\r"), (b" 10%", b"\r")], b" 20%\r"),  # a last \r may be a \r\n
+        (b"x\r\n", [(b"x", b"\n")], b""),
+        (b"", [], b""),
+    ],
+)
+def test_split_segments(data: bytes, segments: list[tuple[bytes, bytes]], rest: bytes) -> None:
+    assert split_segments(data) == (segments, rest)
+
+
+@pytest.mark.parametrize("size", [1, 5, 4096])
+def test_a_progress_bars_redraws_pass_at_once_but_stay_out_of_the_tail(size: int) -> None:
+    """tqdm's \r redraws reach the console as they come (tag stripped with --no-tag, hidden ranks hidden)."""
+    console = _console(OutputOptions(tag=False, ranks="0"), 2)
+    bar = b"[n1:0]  50%|#####\r[n1:1]  50%|#####\r[n1:0] 100%|##########\n"
+    first = console.feed("stderr", bar[:size])
+    shown = first + b"".join(console.feed("stderr", bar[i : i + size]) for i in range(size, len(bar), size))
+    assert shown == b" 50%|#####\r100%|##########\n"
+    assert console.feed("stderr", b"") == b""
+    console.watch.failed[0] = "exit code 1"
+    (failure,) = console.failures()
+    assert failure.tail == (b"100%|##########\n",)

@@ -86,3 +86,27 @@ def test_a_restart_appends_to_the_log_of_the_failed_attempt(tmp_path: Path) -> N
     assert log.count("first") == 2 and log.index("hpcdist: attempt 2 (HPCDIST_RESTART_COUNT=1) starts here") == 6
     done = _rank(tmp_path, "exit", HPCDIST_RESTART_COUNT="0")  # a new job: the file starts anew
     assert (tmp_path / "logs" / "rank-005.log").read_text().splitlines().count("first") == 1
+
+
+BAR = """
+import os, sys
+from hpcdist.launching.tagger import start
+
+start(2, 4, "h")
+for part in ("\\r 10%|#", "\\r 50%|#####", "\\r100%|##########"):
+    os.write(2, part.encode())
+os.write(2, b"\\n")
+os.write(1, b"windows line\\r\\n")
+"""
+
+
+def test_a_progress_bar_is_redrawn_at_once_tagged_and_only_its_last_state_is_logged(tmp_path: Path) -> None:
+    """tqdm redraws its bar with \\r: each redraw reaches the console tagged (not held to the newline), the log
+    keeps the finished bar, and \\r\\n is one line end."""
+    full = {**os.environ, "HPCDIST_TAG": "1", "HPCDIST_LOG_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", BAR], env=full, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b"[h:2]  10%|#\r[h:2]  50%|#####\r[h:2] 100%|##########\n"
+    assert done.stdout == b"[h:2] windows line\n"
+    log = (tmp_path / "rank-002.log").read_bytes()
+    assert sorted(log.splitlines(keepends=True)) == [b"100%|##########\n", b"windows line\n"]  # two pipes: any order
