@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -55,6 +56,10 @@ def test_an_array_of_three_tasks_gives_each_rank_its_task_id(cluster, venv: Path
     assert markers == {f"task{t}-rank{r}": f"{job_id} 3" for t in range(3) for r in range(2)}, logs
     # one output file per task, named by Slurm's %A_%a
     assert {f"job-{job_id}_{t}.out" for t in range(3)} <= set(logs), logs
+    if launch == "srun":  # hpcdist status: one row per task
+        status = cluster.run("env", f"PYTHONPATH={ROOT}", str(venv / "bin" / "hpcdist"), "status", job_id, "--json")
+        rows = json.loads(status.stdout)
+        assert sorted((r["job_id"], r["state"]) for r in rows) == [(f"{job_id}_{t}", "COMPLETED") for t in range(3)]
 
 
 # a task's ranks: task 1's first run waits for the preemption signal (USR1), every other run just ends
