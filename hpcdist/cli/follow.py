@@ -80,6 +80,8 @@ def _logs(args: argparse.Namespace) -> int:
         raise UsageError(f"job {args.job_id} is an array of {len(infos)} records ({tasks}); name one task, e.g. "
                          f"hpcdist logs {infos[0].job_id}")  # fmt: skip
     info = infos[0]
+    if info.unsplit:
+        raise UsageError(f"the tasks of array job {info.job_id} have not started; they have no output yet")
     keep: Callable[[str], str | None] = lambda line: line  # noqa: E731 - every line
     streams: list[tuple[Path, IO[str]]] = []
     own = rank_log(batch_script(info.job_id), info, args.rank) if args.rank is not None else None

@@ -59,7 +59,14 @@ class JobInfo:
     def job_id(self) -> str:
         """`123`, or `123_4` for task 4 of array 123 (`123_[0-9]` for tasks not started yet)."""
         task = self.fields.get("ArrayTaskId")
-        return f"{self.fields['ArrayJobId']}_{task}" if task else self.fields.get("JobId", "?")
+        if not task:
+            return self.fields.get("JobId", "?")
+        return f"{self.fields['ArrayJobId']}_{task if task.isdigit() else f'[{task}]'}"
+
+    @property
+    def unsplit(self) -> bool:
+        """Whether this record stands for array tasks that have not started (each gets a record of its own then)."""
+        return not self.fields.get("ArrayTaskId", "0").isdigit()
 
     @property
     def state(self) -> str:
@@ -74,7 +81,8 @@ class JobInfo:
     def path(self, key: str) -> Path | None:
         """StdOut or StdErr (absolute, as scontrol gives them), None when unset."""
         value = self.fields.get(key, "")
-        return Path(value) if value and value != "(null)" else None
+        # tasks that have not started have no files yet (scontrol names them with task id 4294967294, NO_VAL)
+        return Path(value) if value and value != "(null)" and not self.unsplit else None
 
     def summary(self) -> dict[str, str]:
         """What `hpcdist status` shows, keyed by its column names."""
@@ -89,8 +97,8 @@ class JobInfo:
             "time_limit": f.get("TimeLimit", ""),
             "nodes": f.get("NodeList", ""),
             "restarts": f.get("Restarts", ""),
-            "stdout": f.get("StdOut", ""),
-            "stderr": f.get("StdErr", ""),
+            "stdout": str(self.path("StdOut") or ""),
+            "stderr": str(self.path("StdErr") or ""),
             "work_dir": f.get("WorkDir", ""),
         }
 

@@ -129,3 +129,11 @@ def test_rank_filter_keeps_tagged_and_labelled_lines_of_one_rank() -> None:
     keep = _rank_lines(1)
     lines = ["[node1:1] hello\n", "[node1:10] no\n", "  1: labelled\n", " 11: no\n", "untagged\n", "[node2:0] no\n"]
     assert [keep(line) for line in lines] == ["hello\n", None, "labelled\n", None, None, None]
+
+
+def test_array_tasks_not_started_have_no_files_yet() -> None:
+    # array 1_[0-2] just submitted, no task started: one record, files named with task id 4294967294 (NO_VAL)
+    (info,) = (JobInfo(r) for r in records("array_pending.txt"))
+    assert info.fields["StdOut"] == "/tmp/demo/slurm-1_4294967294.out"
+    assert info.job_id == "1_[0-2]" and info.unsplit and info.state == "PENDING" and info.path("StdOut") is None
+    assert info.summary()["stdout"] == ""
