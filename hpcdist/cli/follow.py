@@ -34,6 +34,19 @@ def add_parsers(sub: Any) -> None:
     )
     st.add_argument("job_id", metavar="JOBID", help="the id sbatch printed, or ARRAYID_TASK for one array task")
     st.add_argument("--json", action="store_true", help="print JSON (a list: one object per job or array task)")
+    st.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until the job (every task) has ended, with a progress line on a terminal; exit 1 unless all "
+        "COMPLETED with exit code 0",
+    )
+    st.add_argument(
+        "--timeout",
+        type=seconds,
+        default=_FOLLOW_SECONDS,
+        metavar="SECONDS",
+        help=f"with --wait: give up after this long (default: {_FOLLOW_SECONDS:g})",
+    )
     lg = sub.add_parser(
         "logs",
         allow_abbrev=False,
@@ -55,19 +68,24 @@ def add_parsers(sub: Any) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     """`hpcdist status JOBID [--json]`."""
-    from ..jobs.slurmjob import show_job
+    from ..jobs.slurmjob import show_job, wait_job
 
-    rows = [info.summary() for info in show_job(args.job_id)]
+    if args.wait:
+        infos = wait_job(args.job_id, args.timeout, sys.stderr if sys.stderr.isatty() else None)
+    else:
+        infos = show_job(args.job_id)
+    rows = [info.summary() for info in infos]
+    failed = args.wait and any((row["state"], row["exit_code"]) != ("COMPLETED", "0:0") for row in rows)
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True))
-        return 0
+        return 1 if failed else 0
     table = [[c.upper().replace("_", " ") for c in _COLUMNS]] + [[row[c] for c in _COLUMNS] for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
     for row in rows:
         print(f"{row['job_id']}: stdout {row['stdout'] or '-'}, stderr {row['stderr'] or '-'}")
-    return 0
+    return 1 if failed else 0
 
 
 def _logs(args: argparse.Namespace) -> int:

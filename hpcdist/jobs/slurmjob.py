@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from ..errors import UsageError
 from ..launching.output import LOG_DIR_ENV, log_name
 from ..launching.spawn import capture
 from ..values import parse_whole
+from ..waits import Backoff, poll_until
+from .arrays import array_indices
 
 __all__ = [
     "FINAL_STATES",
@@ -21,6 +27,7 @@ __all__ = [
     "parse_records",
     "rank_log",
     "show_job",
+    "wait_job",
 ]
 
 SCONTROL_SECONDS = 30.0  # how long one scontrol call may take before the cluster counts as unreachable
@@ -83,6 +90,16 @@ class JobInfo:
         value = self.fields.get(key, "")
         # tasks that have not started have no files yet (scontrol names them with task id 4294967294, NO_VAL)
         return Path(value) if value and value != "(null)" and not self.unsplit else None
+
+    @property
+    def tasks(self) -> int:
+        """How many jobs this record stands for: 1, or the array tasks not started yet."""
+        if not self.unsplit:
+            return 1
+        try:
+            return len(array_indices(self.fields.get("ArrayTaskId", "").partition("%")[0])[0])
+        except UsageError:  # a form hpcdist does not read (e.g. a site's larger MaxArraySize): count it once
+            return 1
 
     def summary(self) -> dict[str, str]:
         """What `hpcdist status` shows, keyed by its column names."""
@@ -197,3 +214,58 @@ def rank_log(script: str, info: JobInfo, rank: int) -> Path | None:
         folder = words[0] if words else "."
         name = log_name(rank, max(ranks, 1))
     return work / folder / name
+
+
+def wait_job(job_id: str, timeout: float, progress: IO[str] | None = None) -> list[JobInfo]:
+    """Poll scontrol until the job, or every task of an array, has ended; return the last records.
+
+    With `progress` (a terminal: the caller decides), a tqdm line there shows the tasks ended and the states.
+
+    Raises:
+        WaitTimeout: `timeout` seconds passed first; the message names the job and the states it was in.
+        UsageError: as show_job.
+    """
+    latest: list[JobInfo] = []
+    bars: list[Any] = []  # the tqdm bar, made at the first answer (when the number of tasks is known)
+
+    def ended() -> bool:
+        latest[:] = show_job(job_id)
+        if progress is not None:
+            total = sum(info.tasks for info in latest)
+            done = sum(info.tasks for info in latest if info.ended)
+            if not bars:
+                from tqdm import tqdm
+
+                # a fresh pseudo-terminal says 0 x 0, and tqdm would draw nothing: size it (80 x 24 when unknown)
+                columns, lines = shutil.get_terminal_size()
+                bars.append(tqdm(desc=f"job {job_id}", file=progress, leave=False, bar_format=_BAR, ncols=columns,
+                                 nrows=lines, total=total, postfix=_states(latest)))  # fmt: skip
+            bars[0].total, bars[0].n = total, done
+            bars[0].set_postfix_str(_states(latest))
+        return all(info.ended for info in latest)
+
+    try:
+        poll_until(
+            ended,
+            time.monotonic() + timeout,
+            lambda: (
+                f"hpcdist waited {timeout:g} s for job {job_id} to end; it is still {_states(latest)}; "
+                "wait longer (--timeout) or look at it with `hpcdist status`"
+            ),
+            backoff=Backoff(0.5, 5.0),
+        )
+    finally:
+        for bar in bars:
+            bar.close()
+    return latest
+
+
+_BAR = "{desc}: {n}/{total} ended{postfix} [{elapsed}]"  # tqdm puts ", " before the postfix
+
+
+def _states(infos: list[JobInfo]) -> str:
+    """`RUNNING 2, COMPLETED 1`: how many tasks are in each state."""
+    counts: Counter[str] = Counter()
+    for info in infos:
+        counts[info.state] += info.tasks
+    return ", ".join(f"{state} {n}" for state, n in sorted(counts.items())) or "unknown"

@@ -69,7 +69,11 @@ def test_logs_rank_picks_one_ranks_labelled_lines_of_an_srun_job(cluster, venv: 
     script = generated(venv, "--launch", "srun", "--opal-prefix", "--tag", "--env", f"PYTHONPATH={ROOT}",
                        program=[venv / "bin" / "python", tmp_path / "talk.py", "0"])
     job = cluster.sbatch(script, tmp_path)
-    assert cluster.wait(job, 180).ok
+    waited = hpcdist(cluster, venv, "status", job, "--wait", "--timeout", "170", timeout=200)
+    # the job's own table once it ended; no progress line on a pipe
+    assert waited.returncode == 0 and waited.stderr == "", waited
+    assert waited.stdout.splitlines()[1].split()[:3] == [job, "job0.sh", "COMPLETED"], waited.stdout
+    assert cluster.job_fields(job)["JobState"] == "COMPLETED"
     out = hpcdist(cluster, venv, "logs", job, "--rank", "3")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["hello from 3", "bye 3"] and out.stderr.splitlines() == ["warn 3"], out

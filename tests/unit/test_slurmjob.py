@@ -136,4 +136,55 @@ def test_array_tasks_not_started_have_no_files_yet() -> None:
     (info,) = (JobInfo(r) for r in records("array_pending.txt"))
     assert info.fields["StdOut"] == "/tmp/demo/slurm-1_4294967294.out"
     assert info.job_id == "1_[0-2]" and info.unsplit and info.state == "PENDING" and info.path("StdOut") is None
-    assert info.summary()["stdout"] == ""
+    assert info.summary()["stdout"] == "" and info.tasks == 3
+
+
+RUNNING_THEN_DONE = """\
+import os
+calls = os.path.join(os.environ["FAKE_DIR"], "calls")
+n = len(open(calls).read()) if os.path.exists(calls) else 0
+open(calls, "a").write("x")
+sys.stdout.write(open(DATA + ("/running.txt" if n < 2 else "/completed.txt")).read())
+"""
+
+
+def test_status_wait_polls_until_the_job_ends_and_draws_nothing_on_a_pipe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake_scontrol(tmp_path, monkeypatch, RUNNING_THEN_DONE)
+    monkeypatch.setenv("FAKE_DIR", str(tmp_path))
+    assert main(["status", "1", "--wait", "--timeout", "60"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].split()[:4] == ["1", "my", "job", "COMPLETED"] and err == ""
+    assert (tmp_path / "calls").read_text() == "xxx"  # running, running, completed
+
+
+def test_status_wait_times_out_naming_the_job_and_its_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake_scontrol(tmp_path, monkeypatch, "sys.stdout.write(open(DATA + '/running.txt').read())")
+    assert main(["status", "1", "--wait", "--timeout", "1"]) == 1
+    assert "hpcdist waited 1 s for job 1 to end; it is still RUNNING 1" in capsys.readouterr().err
+
+
+def test_status_wait_shows_progress_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import pty
+    import subprocess
+
+    fake_scontrol(tmp_path, monkeypatch, RUNNING_THEN_DONE)
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "FAKE_DIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-m", "hpcdist", "status", "1", "--wait"], stdout=subprocess.PIPE,
+                          stderr=secondary, env=env, timeout=60)
+    os.close(secondary)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(primary)
+    assert done.returncode == 0, drawn
+    assert b"job 1: 0/1 ended, RUNNING 1 [" in drawn and b"job 1: 1/1 ended, COMPLETED 1 [" in drawn, drawn
