@@ -188,11 +188,6 @@ def _check(spec: SbatchSpec) -> int | None:
     check_master(spec.master_addr, spec.master_port)
     if spec.array is not None:
         check_array(spec.array)
-        if spec.rank_output.log_dir is not None:
-            raise UsageError(
-                "--log-dir with --array would write every task's rank files into the same directory; drop "
-                "--log-dir (each task's output goes to its own file, slurm-%A_%a.out by default)"
-            )
     seconds = parse_time(spec.time) if spec.time is not None else None
     if spec.requeue:
         _, before = parse_signal(spec.requeue_signal)
@@ -257,7 +252,8 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[st
         srun = ["--label"] if out.tag else []
         if out.log_dir is not None:  # srun's filename pattern: %Nt is the task id, zero-padded; %% is a %
             width = max(3, len(str(ranks - 1)))
-            srun.append(f"--output={out.log_dir.replace('%', '%%').rstrip('/')}/rank-%{width}t.log")
+            task = "/%A_%a" if spec.array is not None else ""  # an array task's files: a directory of its own
+            srun.append(f"--output={out.log_dir.replace('%', '%%').rstrip('/')}{task}/rank-%{width}t.log")
         return srun, _pairs(shim_variables(OutputOptions(tag=False, ranks=out.ranks))), []
     if out.ranks is not None and spec.nodes > 1:
         raise UsageError(
@@ -309,7 +305,8 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "master_addr": "",
         "master_port": "",
         "python": spec.python,
-        "log_dir": spec.rank_output.log_dir if spec.launch == "srun" else "",
+        "log_dir": spec.rank_output.log_dir if spec.launch != "torchrun" else "",
+        "array": spec.array is not None,
         "restarts": spec.max_restarts,
     }
     if spec.requeue:

@@ -49,7 +49,9 @@ FINAL_STATES = frozenset(
 )
 _JOB_ID = re.compile(r"[0-9]{1,10}(?:_[0-9]{1,10})?\Z")  # 123, or 123_4: task 4 of array job 123
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_/:]*)=")  # scontrol's keys: MinCPUsNode, Socks/Node, ReqB:S:C:T
-_SRUN_LOG = re.compile(r"--output=(\S+)/rank-%([0-9]+)t\.log")  # srun mode's per-task files (jobs.sbatch)
+# srun mode's per-rank files (jobs.sbatch): `--output=DIR/rank-%3t.log`, single-quoted when DIR has blanks
+_SRUN_LOG = re.compile(r"--output=([^'\n]+?)/rank-%([0-9]+)t\.log")
+_ARRAY_DIR = '/"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'  # mpirun mode: each array task's own directory
 _UNKNOWN = (
     "Slurm knows no job {job}: it never existed, or it ended more than MinJobAge (300 s by default) ago and the "
     "controller forgot it (without slurmdbd nothing keeps a record); check the id with `squeue`"
@@ -206,12 +208,15 @@ def rank_log(script: str, info: JobInfo, rank: int) -> Path | None:
         return None
     if ranks and not 0 <= rank < ranks:
         raise UsageError(f"--rank {rank}: job {info.job_id} has ranks 0 to {ranks - 1}")
+    task = f"{info.fields.get('ArrayJobId')}_{info.fields.get('ArrayTaskId')}"  # an array task's directory
     if srun is not None:
-        folder = srun[1].replace("%%", "%")
+        folder = srun[1].replace("%A_%a", task).replace("%%", "%")
         name = f"rank-{rank:0{int(srun[2])}d}.log"
     else:
         words = shlex.split(mpirun[1]) if mpirun else []
         folder = words[0] if words else "."
+        if _ARRAY_DIR in script and "ArrayTaskId" in info.fields:
+            folder = f"{folder}/{task}"
         name = log_name(rank, max(ranks, 1))
     return work / folder / name
 

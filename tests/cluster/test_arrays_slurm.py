@@ -114,3 +114,21 @@ def test_a_preempted_array_task_requeues_itself_alone(cluster, venv: Path, tmp_p
     assert f"requeueing job {task1}" in logs[f"job-{job_id}_1.err"], logs
     done = sorted(p.name for p in tmp_path.glob("done-*"))
     assert done == ["done-0-0-0", "done-0-1-0", "done-1-0-1", "done-1-1-1"], (done, logs)
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_log_dir_gives_each_array_task_its_rank_files_and_logs_finds_them(
+        cluster, venv: Path, tmp_path: Path, launch: str) -> None:
+    (tmp_path / "mark.py").write_text(MARK + "print('rank', e['RANK'], 'of task', e['SLURM_ARRAY_TASK_ID'])\n")
+    script = generated(venv, "--launch", launch, *(["--opal-prefix"] if launch == "srun" else []),
+                       "--array", "0-1", "--log-dir", "logs", "--env", f"PYTHONPATH={ROOT}",
+                       program=[venv / "bin" / "python", tmp_path / "mark.py"], nodes=1)
+    job_id = cluster.sbatch(script, tmp_path)
+    tasks = wait_tasks(cluster, job_id, 2, 240)
+    assert all(r["JobState"] == "COMPLETED" for r in tasks.values()), tasks
+    for task in range(2):
+        for rank in range(2):
+            text = (tmp_path / "logs" / f"{job_id}_{task}" / f"rank-00{rank}.log").read_text()
+            assert f"rank {rank} of task {task}" in text, text
+    shown = cluster.run("env", f"PYTHONPATH={ROOT}", str(venv / "bin" / "hpcdist"), "logs", f"{job_id}_1", "--rank", "1")
+    assert shown.returncode == 0 and "rank 1 of task 1" in shown.stdout, shown

@@ -81,10 +81,17 @@ def test_no_output_option_leaves_slurms_per_task_default() -> None:
     assert "--output" not in text and "--error" not in text
 
 
-def test_log_dir_with_an_array_is_refused() -> None:
-    spec = dataclasses.replace(BASE, rank_output=OutputOptions(log_dir="logs"))
-    with pytest.raises(UsageError, match="--log-dir with --array"):
-        render_sbatch(spec, JINJA)
+def test_log_dir_with_an_array_gives_each_task_a_directory(tmp_path: Path) -> None:
+    srun = render_sbatch(dataclasses.replace(BASE, rank_output=OutputOptions(log_dir="my logs")), JINJA)
+    assert "'--output=my logs/%A_%a/rank-%3t.log'" in srun
+    assert 'mkdir -p -- \'my logs\'/"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in srun
+    check_script(srun, tmp_path, "srun.sh")
+    spec = dataclasses.replace(BASE, launch="mpirun", rank_output=OutputOptions(log_dir="logs"))
+    mpirun = render_sbatch(spec, JINJA)
+    assert 'export HPCDIST_LOG_DIR="$HPCDIST_LOG_DIR"/"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in mpirun
+    check_script(mpirun, tmp_path, "mpirun.sh")
+    torchrun = render_sbatch(dataclasses.replace(spec, launch="torchrun"), JINJA)  # torchrun's own run directories
+    assert "--log-dir=logs" in torchrun and "SLURM_ARRAY_TASK_ID" not in torchrun
 
 
 def test_cli_array_option(capsys: pytest.CaptureFixture[str]) -> None:
