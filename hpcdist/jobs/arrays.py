@@ -7,12 +7,13 @@ import re
 from ..errors import UsageError
 from ..values import parse_whole
 
-__all__ = ["ARRAY_VARS", "MAX_ARRAY_SIZE", "array_indices", "check_array"]
+__all__ = ["ARRAY_VARS", "MAX_ARRAY_SIZE", "array_indices", "check_array", "check_task_file"]
 
 MAX_ARRAY_SIZE = 1001  # Slurm's MaxArraySize default: task ids run from 0 to MaxArraySize - 1
 # what Slurm sets in an array task's batch script and steps; mpirun passes them on to every rank with -x
 ARRAY_VARS = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT")
 _ITEM = re.compile(r"(?P<first>[0-9]+)(?:-(?P<last>[0-9]+)(?::(?P<step>[0-9]+))?)?\Z")
+_PATTERN = re.compile(r"%(%|[0-9]*[A-Za-z])")  # sbatch's filename patterns: %j, %4a, … and %% for a %
 _FORMS = "use IDS[%LIMIT] with IDS like 0-15, 1,3,5 or 1-9:2, e.g. --array 0-31%4"
 
 
@@ -59,3 +60,12 @@ def check_array(spec: str) -> str:
     """The --array value as written, once array_indices accepted it."""
     array_indices(spec)
     return spec
+
+
+def check_task_file(option: str, value: str) -> None:
+    """UsageError when an array's --output/--error names one file for every task (no %a task id, no %j job id)."""
+    if not any(m[1][-1] in "aj" for m in _PATTERN.finditer(value)):
+        raise UsageError(
+            f"{option} {value!r} with --array: every task would write this one file; put the task id in it, "
+            "e.g. job-%A_%a.out (%A: the array's id, %a: the task's), or leave it out (slurm-%A_%a.out)"
+        )

@@ -16,7 +16,7 @@ from ..launching.nodelist import expand_nodelist
 from ..launching.output import OutputOptions, parse_ranks, shim_variables
 from ..launching.program import check_program
 from ..values import MAX_COUNT, parse_whole
-from .arrays import ARRAY_VARS, check_array
+from .arrays import ARRAY_VARS, check_array, check_task_file
 from .render import render_template
 from .torchrun import TorchrunSpec, check_master, program_words, torchrun_options
 
@@ -188,6 +188,9 @@ def _check(spec: SbatchSpec) -> int | None:
     check_master(spec.master_addr, spec.master_port)
     if spec.array is not None:
         check_array(spec.array)
+        for option, value in (("--output", spec.output), ("--error", spec.error)):
+            if value is not None:
+                check_task_file(option, value)
     seconds = parse_time(spec.time) if spec.time is not None else None
     if spec.requeue:
         _, before = parse_signal(spec.requeue_signal)

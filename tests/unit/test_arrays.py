@@ -99,3 +99,14 @@ def test_cli_array_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert "#SBATCH --array=1,3,5\n" in capsys.readouterr().out
     assert main(["sbatch", "-a", "3-1", "--", "python", "x.py"]) == 2
     assert "hpcdist: error: --array '3-1': the range '3-1' runs backwards" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["job-%A_%a.out", "job-%j.out", "out/%4a.log", "%x-%A-%a"])
+def test_array_output_files_that_name_each_task(name: str) -> None:
+    assert "--output" in render_sbatch(dataclasses.replace(BASE, output=name, error=name), JINJA)
+
+
+@pytest.mark.parametrize("name", ["job.out", "job-%A.out", "job-%%a.out", "%x.out"])
+def test_array_output_files_shared_by_every_task_are_refused(name: str) -> None:
+    with pytest.raises(UsageError, match=r"with --array: every task would write this one file; put the task id"):
+        render_sbatch(dataclasses.replace(BASE, error=name), JINJA)
