@@ -51,7 +51,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> _Parser:
     """All subcommands and their options."""
-    from . import diagnose, generate, launch
+    from . import diagnose, follow, generate, launch
 
     parser = _Parser(prog="hpcdist", description="MPI-first HPC job toolkit for PyTorch.")
     parser.add_argument("--version", action="version", version=f"hpcdist {__version__}")
@@ -59,6 +59,7 @@ def build_parser() -> _Parser:
     launch.add_parsers(sub)
     generate.add_parsers(sub)
     diagnose.add_parsers(sub)
+    follow.add_parsers(sub)
     return parser
 
 
@@ -67,11 +68,12 @@ _PEER_LOST = re.compile(r"gloo/transport/|[Cc]onnection (?:reset|closed) by peer
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user mistakes print `hpcdist: error: …` and return 2, a bug in hpcdist returns 70."""
-    from . import diagnose, generate, launch
+    from . import diagnose, follow, generate, launch
 
     try:
         args = build_parser().parse_args(argv)
-        return {**launch.COMMANDS, **generate.COMMANDS, **diagnose.COMMANDS}[args.command](args)
+        commands = {**launch.COMMANDS, **generate.COMMANDS, **diagnose.COMMANDS, **follow.COMMANDS}
+        return commands[args.command](args)
     except UsageError as exc:
         print(f"hpcdist: error: {exc}", file=sys.stderr)
         return 2

@@ -68,6 +68,7 @@ def add_parsers(sub: Any) -> None:
         ("--error", None, "the job's stderr file"),
     ):
         a.add_argument(*([short] if short else []), flag, help=help_text)
+    a.add_argument("-a", "--array", metavar="IDS[%LIMIT]", help="a job array, e.g. 0-15, 1,3,5 or 0-31%%4")
     a.add_argument("--exclusive", action="store_true", help="whole nodes only")
     a.add_argument("--include", metavar="NODE@...", help="only these nodes, e.g. n1@n2 or n[1-4] (as --nodelist)")
     a.add_argument("-x", "--exclude", metavar="NODE@...", help="never these nodes, e.g. n3@n[7-8] (as sbatch's)")
@@ -266,6 +267,7 @@ def _sbatch(args: argparse.Namespace) -> int:
         job_name=args.job_name,
         output=args.output,
         error=args.error,
+        array=args.array,
         env=tuple(_environment(args, nodes).items()),
         setup=tuple(args.setup),
         launch=args.launch,

@@ -16,6 +16,7 @@ from ..launching.nodelist import expand_nodelist
 from ..launching.output import OutputOptions, parse_ranks, shim_variables
 from ..launching.program import check_program
 from ..values import MAX_COUNT, parse_whole
+from .arrays import ARRAY_VARS, check_array, check_task_file
 from .render import render_template
 from .torchrun import TorchrunSpec, check_master, program_words, torchrun_options
 
@@ -68,6 +69,7 @@ class SbatchSpec:
     job_name: str | None = None
     output: str | None = None
     error: str | None = None
+    array: str | None = None  # Slurm's --array: task ids such as 0-15, 1,3,5 or 0-31%4
     env: tuple[tuple[str, str], ...] = ()
     setup: tuple[str, ...] = ()
     launch: str = "srun"
@@ -184,6 +186,11 @@ def _check(spec: SbatchSpec) -> int | None:
     for name, _ in spec.env:
         check_env_name(name)
     check_master(spec.master_addr, spec.master_port)
+    if spec.array is not None:
+        check_array(spec.array)
+        for option, value in (("--output", spec.output), ("--error", spec.error)):
+            if value is not None:
+                check_task_file(option, value)
     seconds = parse_time(spec.time) if spec.time is not None else None
     if spec.requeue:
         _, before = parse_signal(spec.requeue_signal)
@@ -215,6 +222,7 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
         ("exclude", spec.exclude),
         ("output", spec.output),
         ("error", spec.error),
+        ("array", spec.array),
     ]
     result: list[tuple[str, str | None]] = [(name, str(value)) for name, value in options if value is not None]
     if spec.exclusive:
@@ -247,7 +255,8 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[st
         srun = ["--label"] if out.tag else []
         if out.log_dir is not None:  # srun's filename pattern: %Nt is the task id, zero-padded; %% is a %
             width = max(3, len(str(ranks - 1)))
-            srun.append(f"--output={out.log_dir.replace('%', '%%').rstrip('/')}/rank-%{width}t.log")
+            task = "/%A_%a" if spec.array is not None else ""  # an array task's files: a directory of its own
+            srun.append(f"--output={out.log_dir.replace('%', '%%').rstrip('/')}{task}/rank-%{width}t.log")
         return srun, _pairs(shim_variables(OutputOptions(tag=False, ranks=out.ranks))), []
     if out.ranks is not None and spec.nodes > 1:
         raise UsageError(
@@ -299,7 +308,8 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "master_addr": "",
         "master_port": "",
         "python": spec.python,
-        "log_dir": spec.rank_output.log_dir if spec.launch == "srun" else "",
+        "log_dir": spec.rank_output.log_dir if spec.launch != "torchrun" else "",
+        "array": spec.array is not None,
         "restarts": spec.max_restarts,
     }
     if spec.requeue:
@@ -313,7 +323,14 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
             MpirunSpec(
                 program=tuple(shim),
                 np=spec.nodes * spec.tasks_per_node,
-                env=tuple((n, None) for n in [*names, *(RESTART_VARS if spec.max_restarts else ())]),
+                env=tuple(
+                    (n, None)
+                    for n in [
+                        *names,
+                        *(RESTART_VARS if spec.max_restarts else ()),
+                        *(ARRAY_VARS if spec.array is not None else ()),
+                    ]
+                ),
                 as_root=spec.as_root,
                 skip_fabric_probe=not spec.probe_fabrics,
                 mpirun=spec.mpirun,

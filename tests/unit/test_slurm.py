@@ -143,7 +143,8 @@ def test_weird_sbatch_values_parse_back() -> None:
     assert f"--job-name={WEIRD[2]}" in options and f"--output={WEIRD[0]}" in options
 
 
-def run_script(text: str, tmp_path: Path, nodes: int = 2, usr1_after: float | None = None) -> tuple[int, list]:
+def run_script(text: str, tmp_path: Path, nodes: int = 2, usr1_after: float | None = None,
+               extra: dict[str, str] | None = None) -> tuple[int, list]:
     """Run a rendered script with fake srun/scontrol/tools on PATH; return its status and the tools' records."""
     bin_dir, log = tmp_path / "bin", tmp_path / "log.jsonl"
     bin_dir.mkdir()
@@ -172,7 +173,8 @@ def run_script(text: str, tmp_path: Path, nodes: int = 2, usr1_after: float | No
         (bin_dir / name).chmod(0o755)
     script = check_script(text, tmp_path)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_LOG": str(log), "SLURM_JOB_ID": "4242",
-           "SLURM_JOB_NODELIST": "node[01-02]", "FAKE_SLEEP": "3" if usr1_after else "0", "FAKE_STATUS": "3"}
+           "SLURM_JOB_NODELIST": "node[01-02]", "FAKE_SLEEP": "3" if usr1_after else "0", "FAKE_STATUS": "3",
+           **(extra or {})}
     proc = subprocess.Popen(["bash", str(script)], env=env, cwd=tmp_path)
     if usr1_after:
         time.sleep(usr1_after)
@@ -273,3 +275,15 @@ def test_restarts_in_mpirun_mode_forward_the_counters_and_stop_on_success(tmp_pa
     assert "-x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT \\\n" in text
     status, records = run_script(text, tmp_path)
     assert status == 0 and [tool for tool, _, _ in records] == ["mpirun"]  # the fake mpirun succeeds: no restart
+
+
+def test_a_preempted_array_task_requeues_itself_by_arrayid_task(tmp_path: Path) -> None:
+    # an array task's own SLURM_JOB_ID can be the array's id (the last task gets it): requeueing that id would
+    # requeue every task, so the script names the task as ARRAYID_TASK
+    spec = _bare(SPECS["requeue-srun"], requeue_signal="USR1@90", opal_prefix=False, array="0-1")
+    text = render_sbatch(spec, JINJA)
+    assert "#SBATCH --array=0-1\n" in text
+    array = {"SLURM_JOB_ID": "4242", "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": "1"}
+    status, records = run_script(text, tmp_path, nodes=1, usr1_after=1.0, extra=array)
+    assert status == 3, records
+    assert [r[:2] for r in records if r[0] == "scontrol"][-1] == ["scontrol", ["requeue", "4242_1"]], records
