@@ -1,7 +1,8 @@
 """hpcdist: an MPI-first HPC job toolkit for PyTorch."""
 
 from ._version import __version__
-from .errors import MapTimeout, RendezvousTimeout, UsageError, WaitTimeout
+from .errors import LaunchTimeout, MapTimeout, RankFailed, RendezvousTimeout, UsageError, WaitTimeout
+from .launching.pyfunc import launch
 from .runtime.bootstrap import Session, init, shutdown
 from .runtime.env import LaunchEnv
 from .workloads.preemption import Preempted, StopAtStepBoundary, restart_count
@@ -9,8 +10,10 @@ from .workloads.taskmap import map  # noqa: A004  (hpcdist.map is the seeds' rep
 
 __all__ = [
     "LaunchEnv",
+    "LaunchTimeout",
     "MapTimeout",
     "Preempted",
+    "RankFailed",
     "RendezvousTimeout",
     "Session",
     "StopAtStepBoundary",
@@ -18,6 +21,7 @@ __all__ = [
     "WaitTimeout",
     "__version__",
     "init",
+    "launch",
     "map",
     "restart_count",
     "shutdown",
