@@ -20,6 +20,7 @@ import traceback
 from typing import Any
 
 from ..errors import UsageError
+from ..values import RANK
 from .bootstrap import Session, init, shutdown
 
 __all__ = ["accept_own_init", "main"]
@@ -46,6 +47,8 @@ def main(argv: list[str]) -> int:
         rank = session.rank
         fn, args, kwargs = pickle.loads(payload["call"])
         accept_own_init(session)
+        args = tuple(rank if arg is RANK else arg for arg in args)
+        kwargs = {key: rank if arg is RANK else arg for key, arg in kwargs.items()}
         value = fn(*args, **kwargs)
         _write(template.format(rank=rank), {"rank": rank, "host": host, "ok": True, "value": _dumps(value)})
     except BaseException as exc:  # noqa: BLE001 - any failure of the call travels back to the caller
@@ -74,7 +77,10 @@ def _dumps(value: object, what: str = "its return value") -> bytes:
 
 def _write_failure(path: str, rank: int, host: str, exc: BaseException) -> None:
     """Write a failed rank's outcome; if even that fails, print the traceback here so that it is not lost."""
-    text = "".join(traceback.format_exception(exc))
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:  # start in the user's code
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
     try:
         sent: bytes | None = _dumps(exc, "the exception")
     except UsageError:
