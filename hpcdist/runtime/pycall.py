@@ -131,7 +131,7 @@ def accept_own_init(session: Session) -> None:
         _check_agrees(session, given)
 
     init_process_group._hpcdist_original = getattr(previous, "_hpcdist_original", previous)  # type: ignore[attr-defined]
-    dist.init_process_group = init_process_group  # type: ignore[assignment]
+    dist.init_process_group = init_process_group
 
 
 def _check_agrees(session: Session, given: dict[str, Any]) -> None:
