@@ -8,6 +8,7 @@ which each rank runs under the shim). The caller pickles only; it never loads to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pickle
 import re
@@ -67,14 +68,15 @@ def launch(
         raise UsageError(f"hpcdist.launch needs the number of ranks as np=N (N >= 1), got np={np!r}; e.g. np=2")
     call = _pack(fn, args, kwargs)
     name = getattr(fn, "__qualname__", repr(fn))
-    parent = os.environ.get(DIR_ENV) or (os.getcwd() if hostfile is not None else None)
+    spec, _ = spec_from_args(_options(np, hostfile, [sys.executable, *_RUNNER]))
+    parent = os.environ.get(DIR_ENV) or (os.getcwd() if spec.keepalive else None)  # keepalive: several hosts
     directory = tempfile.mkdtemp(prefix="hpcdist-launch-", dir=parent)  # mode 0700: private to this user
     try:
         call_path = os.path.join(directory, "call.pkl")
         with open(call_path, "wb") as handle:
             pickle.dump({"path": list(sys.path), "backend": backend, "call": call}, handle)
         template = os.path.join(directory, "rank-{rank}.pkl")
-        spec, _ = spec_from_args(_options(np, hostfile, [sys.executable, *_RUNNER, call_path, template]))
+        spec = dataclasses.replace(spec, program=(*spec.program, call_path, template))
         token = control.new_token()
         argv = build_mpirun_argv(attempt_spec(spec, None, token))
         size = spec.np or 0
