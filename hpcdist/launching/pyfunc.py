@@ -13,6 +13,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -54,8 +55,9 @@ def launch(
     """Run `fn(*args, **kwargs)` on `np` ranks with the process group initialised; return their values by rank.
 
     The ranks run on this machine, or on the hosts of `hostfile` (`np` defaults to its slots), started by the
-    mpirun `hpcdist mpirun` uses, each with `hpcdist.init(backend)` done. `timeout` (seconds, None: no limit)
-    bounds the whole call.
+    mpirun `hpcdist mpirun` uses, each with `hpcdist.init(backend)` done. An argument that is `hpcdist.RANK`
+    reaches each rank as its own rank (mp.spawn's first argument). `timeout` (seconds, None: no limit) bounds
+    the whole call; Ctrl-C ends the job and raises KeyboardInterrupt here.
 
     Raises:
         UsageError: `fn` or an argument cannot be sent to the ranks, or the launch options are wrong; raised
@@ -89,6 +91,8 @@ def launch(
                 f"{_ranks(done)} returned, {_ranks(sorted(set(range(size)) - set(done)))} did not; the job was "
                 "ended (give a larger timeout, or find what those ranks wait for)"
             ) from None
+        if signal.SIGINT in outcome.signals:  # Ctrl-C: mpirun passed it on and ended the ranks
+            raise KeyboardInterrupt
         return _results(_outcomes(template, size), size, name, describe_end(outcome), directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
