@@ -144,3 +144,20 @@ def test_seed_000_mp_spawn_ddp_example_gets_hpcdists_hint_and_runs_once_changed_
     result = launch([sys.executable, str(fixed)], **{"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     assert result.returncode == 0, result.stderr
     assert {"Rank 0 finished training.", "Rank 1 finished training."} <= set(result.stdout.splitlines())
+
+
+def test_a_class_defined_in_an_interactive_session_without_a_file_runs(tmp_path) -> None:
+    code = textwrap.dedent("""
+        import hpcdist, torch.distributed as dist
+        class Scaled:                               # defined in <stdin>: no file for the ranks to import
+            def __init__(self, k):
+                self.k = k
+            def __call__(self, x):
+                return self.k * x + dist.get_rank()
+        print(hpcdist.launch(Scaled(10), 4, np=2, backend="gloo"))
+    """)
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    done = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=180, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[40, 41]"
