@@ -1,6 +1,6 @@
 """hpcdist's exceptions: one for user mistakes, and one hierarchy for waits that ran out of time."""
 
-__all__ = ["MapTimeout", "RendezvousTimeout", "UsageError", "WaitTimeout"]
+__all__ = ["LaunchTimeout", "MapTimeout", "RankFailed", "RendezvousTimeout", "UsageError", "WaitTimeout"]
 
 
 class UsageError(Exception):
@@ -20,3 +20,21 @@ class RendezvousTimeout(WaitTimeout):
 
 class MapTimeout(WaitTimeout):
     """A rank waited longer than the job's timeout for a message of `hpcdist.map`."""
+
+
+class LaunchTimeout(WaitTimeout):
+    """`hpcdist.launch` waited longer than its timeout for the ranks to return; the job was ended."""
+
+
+class RankFailed(Exception):
+    """A rank of `hpcdist.launch` raised: which rank, on which host, what it raised, and its traceback.
+
+    `exception` is the rank's exception itself when it could be sent back (also this one's `__cause__`), else None.
+    """
+
+    def __init__(self, rank: int, host: str, kind: str, message: str, remote_traceback: str, hint: str = "") -> None:
+        self.rank, self.host, self.kind, self.message = rank, host, kind, message
+        self.remote_traceback, self.hint = remote_traceback, hint
+        self.exception: BaseException | None = None
+        text = f"rank {rank} on {host} raised {kind}: {message}"
+        super().__init__(text + (f"\n{hint}" if hint else "") + f"\n\nthe rank's traceback:\n{remote_traceback}")

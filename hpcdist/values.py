@@ -15,6 +15,7 @@ __all__ = [
     "ADDRESS",
     "MAX_COUNT",
     "MAX_SECONDS",
+    "RANK",
     "check_seconds",
     "parse_seconds",
     "parse_whole",
@@ -88,3 +89,16 @@ def slurm_counts(text: str, what: str, limit: int) -> list[tuple[int, int]]:
             )
         runs.append((count, repeat))
     return runs
+
+
+class _Rank:
+    """The type of RANK: one instance, pickled by name so that every rank loads the same object."""
+
+    def __repr__(self) -> str:
+        return "hpcdist.RANK"
+
+    def __reduce__(self) -> str:
+        return "RANK"
+
+
+RANK = _Rank()  # an argument of hpcdist.launch that each rank receives as its own rank (mp.spawn's first argument)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
-from ..errors import UsageError
+from ..errors import UsageError, WaitTimeout
 from .monitor import LaunchOutcome, MpirunWatch
 from .output import Console, OutputRouter, summary
 
@@ -22,6 +22,7 @@ __all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _DRAIN_SECONDS = 2.0  # after mpirun exits, how long its output may take to reach end-of-file
 _SYNTAX_SECONDS = 30.0  # how long `bash -n` may take to read a generated script
+_END_SECONDS = 10.0  # after a timeout: how long mpirun may take to end its ranks on SIGTERM before SIGKILL
 
 
 def _spawn(
@@ -30,8 +31,12 @@ def _spawn(
     what: str,
     watch: Callable[[str, bytes], bytes] | None = None,
     received: list[int] | None = None,
+    timeout: float | None = None,
 ) -> int:
     """Run argv to completion, passing on the signals this process receives (noted in `received`); return its status.
+
+    Raises:
+        WaitTimeout: it ran longer than `timeout` seconds; it was ended (SIGTERM, then SIGKILL) first.
 
     With `watch`, each chunk of the child's stdout and stderr goes through `watch("stdout" | "stderr", chunk)`
     as it arrives, and what that returns is copied to ours (b"" after the last chunk asks for what it held).
@@ -59,9 +64,13 @@ def _spawn(
             received.append(signum)
         proc.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
+    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED} if main else {}
     try:
-        code = proc.wait()
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _end(proc)
+        raise WaitTimeout(f"{what} {argv[0]!r} ran longer than {timeout:g} s; it was ended") from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -71,6 +80,16 @@ def _spawn(
         # take what is there, but never wait for it to close.
         pump.join(max(0.0, deadline - time.monotonic()))
     return code
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """End a process that ran out of time: SIGTERM (mpirun then ends its ranks), SIGKILL if it lingers."""
+    proc.terminate()
+    try:
+        proc.wait(_END_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _not_found(program: str, what: str) -> str:
@@ -113,8 +132,13 @@ def _write(out: IO[str], data: bytes) -> None:
     out.flush()
 
 
-def run_mpirun(argv: Sequence[str], token: str = "", router: OutputRouter | None = None) -> LaunchOutcome:
+def run_mpirun(
+    argv: Sequence[str], token: str = "", router: OutputRouter | None = None, timeout: float | None = None
+) -> LaunchOutcome:
     """Run the mpirun command line built by hpcdist; its status is non-zero when a rank failed or a host was lost.
+
+    Raises:
+        WaitTimeout: the job ran longer than `timeout` seconds (None: no limit); it was ended.
 
     Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that, and for the
     control lines of ranks started with HPCDIST_CONTROL=`token` (acted on, never shown). With a `router`
@@ -124,7 +148,7 @@ def run_mpirun(argv: Sequence[str], token: str = "", router: OutputRouter | None
     watch = MpirunWatch(token)
     console = Console(watch, router)
     received: list[int] = []
-    code = _spawn(argv, None, "the MPI launcher", console.feed, received)
+    code = _spawn(argv, None, "the MPI launcher", console.feed, received, timeout)
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
     if ends_mid_line:  # PRRTE ends its banners with a NUL, not a newline: start hpcdist's own lines afresh

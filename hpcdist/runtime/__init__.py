@@ -4,7 +4,8 @@
 - `netif`: this host's interfaces and name resolution;
 - `rendezvous`: MASTER_ADDR/MASTER_PORT by MPI, Slurm or this host, and the reachability check;
 - `bootstrap`: the one place that writes os.environ and calls init_process_group;
-- `adopt`: the shim's import hook that routes a program's own init_process_group through bootstrap.
+- `adopt`: the shim's import hook that routes a program's own init_process_group through bootstrap;
+- `pycall`: a rank's side of `hpcdist.launch` (run as `python -m hpcdist.runtime.pycall` under the shim).
 
 May import: errors, values, waits, abort; mpi_backend and forensics (lazily, from `init` and `adopt`).
 Never the CLI, launching or jobs.

@@ -1,0 +1,159 @@
+"""The rank side of `hpcdist.launch`: load the call, initialise the process group, run it, write its outcome.
+
+Each rank runs `python -m hpcdist.runtime.pycall CALL OUTCOME` under hpcdist's shim. CALL is a pickle of
+{"path": the caller's sys.path, "backend": ..., "call": cloudpickle bytes of (fn, args, kwargs)}. The rank
+writes its outcome to OUTCOME with `{rank}` replaced, atomically (a temporary file, then a rename), as a pickle
+of {"rank", "host", "ok": True, "value"} or {"rank", "host", "ok": False, "kind", "message", "traceback",
+"exception" (cloudpickle bytes of the exception, or None), "time"}. After a failure it ends the whole job.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import pickle
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+from ..errors import UsageError
+from ..values import RANK
+from .bootstrap import Session, init, shutdown
+
+__all__ = ["accept_own_init", "main"]
+
+
+def main(argv: list[str]) -> int:
+    """Run the call of CALL on this rank and write its outcome; 0 when it returned, 1 when it raised."""
+    call_path, template = argv
+    host = socket.gethostname().split(".")[0]
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        with open(call_path, "rb") as handle:
+            payload = pickle.load(handle)
+    except OSError as exc:
+        print(
+            f"hpcdist: error: rank {rank} on {host} cannot read hpcdist.launch's call {call_path}: {exc.strerror}; "
+            "every host must see the launch directory: set HPCDIST_LAUNCH_DIR to a directory they share",
+            file=sys.stderr,
+        )
+        return 2
+    sys.path.extend(p for p in payload["path"] if p not in sys.path)  # the caller's modules import here too
+    try:
+        session = init(payload["backend"])
+        rank = session.rank
+        fn, args, kwargs = pickle.loads(payload["call"])
+        accept_own_init(session)
+        args = tuple(rank if arg is RANK else arg for arg in args)
+        kwargs = {key: rank if arg is RANK else arg for key, arg in kwargs.items()}
+        value = fn(*args, **kwargs)
+        _write(template.format(rank=rank), {"rank": rank, "host": host, "ok": True, "value": _dumps(value)})
+    except BaseException as exc:  # noqa: BLE001 - any failure of the call travels back to the caller
+        _write_failure(template.format(rank=rank), rank, host, exc)
+        return 1  # the shim ends the whole job; no shutdown, which could wait on a peer stuck in a collective
+    shutdown()
+    return 0
+
+
+def _dumps(value: object, what: str = "its return value") -> bytes:
+    """cloudpickle bytes of `value`.
+
+    Raises:
+        UsageError: it cannot be pickled; the message says what to return instead.
+    """
+    import cloudpickle
+
+    try:
+        return bytes(cloudpickle.dumps(value))
+    except Exception as exc:  # noqa: BLE001 - pickle raises TypeError, PicklingError, AttributeError, ...
+        raise UsageError(
+            f"{what} ({type(value).__name__}) cannot be sent back to the caller: {exc}; return plain data "
+            "instead (numbers, lists, dicts, tensors moved to the CPU)"
+        ) from None
+
+
+def _write_failure(path: str, rank: int, host: str, exc: BaseException) -> None:
+    """Write a failed rank's outcome; if even that fails, print the traceback here so that it is not lost."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:  # start in the user's code
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    try:
+        sent: bytes | None = _dumps(exc, "the exception")
+    except UsageError:
+        sent = None
+    record = {
+        "rank": rank,
+        "host": host,
+        "ok": False,
+        "kind": type(exc).__name__,
+        "message": str(exc),
+        "traceback": text,
+        "exception": sent,
+        "time": time.time(),
+    }
+    try:
+        _write(path, record)
+    except OSError as problem:
+        print(f"{text}hpcdist: rank {rank} could not write its outcome to {path}: {problem}", file=sys.stderr)
+        return
+    print(f"hpcdist: rank {rank} on {host} raised {type(exc).__name__}; the caller raises it", file=sys.stderr)
+
+
+def _write(path: str, record: dict[str, Any]) -> None:
+    """Write `record` to `path` atomically: the caller sees a whole file or none."""
+    partial = f"{path}.{os.getpid()}.partial"
+    with open(partial, "wb") as handle:
+        pickle.dump(record, handle)
+    os.replace(partial, path)
+
+
+def accept_own_init(session: Session) -> None:
+    """Let the function's own `init_process_group` (as code written for mp.spawn has) use the group in place.
+
+    A call that agrees with it (rank, world size and backend, where given) returns at once; one that does not is
+    a UsageError saying what to change. Once the group is destroyed, calls go to torch again.
+    """
+    import torch.distributed as dist
+
+    previous = dist.init_process_group
+    signature = inspect.signature(previous)
+
+    @functools.wraps(previous)
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        if not dist.is_initialized():
+            previous(*args, **kwargs)
+            return
+        given = signature.bind(*args, **kwargs).arguments
+        _check_agrees(session, given)
+
+    init_process_group._hpcdist_original = getattr(previous, "_hpcdist_original", previous)  # type: ignore[attr-defined]
+    dist.init_process_group = init_process_group
+
+
+def _check_agrees(session: Session, given: dict[str, Any]) -> None:
+    """Raise UsageError when an init_process_group call asks for another group than hpcdist.launch's."""
+    backend = given.get("backend")
+    wanted = str(backend).lower() if backend is not None else None
+    same = wanted is None or wanted == session.backend or (wanted == "mpi" and session.backend == "mpi4py")
+    if not same:
+        raise UsageError(
+            f"the function calls init_process_group(backend={backend!r}), but hpcdist.launch already initialised "
+            f"the process group with backend {session.backend!r}; pass backend={backend!r} to hpcdist.launch, "
+            "or drop the call"
+        )
+    for name, ours in (("rank", session.rank), ("world_size", session.world_size)):
+        value = given.get(name, -1)
+        if value not in (-1, ours):
+            raise UsageError(
+                f"the function calls init_process_group({name}={value!r}) on rank {session.rank}, but "
+                f"hpcdist.launch's process group has {name}={ours}; pass the rank and world size hpcdist.launch "
+                "gives (dist.get_rank(), dist.get_world_size()), or drop the arguments"
+            )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,163 @@
+"""`hpcdist.launch` end to end: a Python function on real ranks through hpcdist's mpirun, from a __main__ script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from launching import PROGRAMS, launch
+
+
+def _driver(tmp_path: Path, code: str, timeout: float = 240, **env: str):
+    """Run `code` as a script's __main__ (so its functions are __main__'s, as in a notebook) and parse its JSON."""
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(code))
+    result = launch([sys.executable, str(script)], timeout=timeout, **env)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    return result, [json.loads(line) for line in lines]
+
+
+def test_values_come_back_in_rank_order_from_main_functions_lambdas_and_closures(tmp_path) -> None:
+    result, out = _driver(tmp_path, """
+        import json, hpcdist, torch, torch.distributed as dist
+        scale = 10                                  # closed over: cloudpickle sends it by value
+        def step(rank, x, *, y):
+            total = torch.tensor([float(dist.get_rank())])
+            dist.all_reduce(total)
+            return [rank, dist.get_rank(), dist.get_world_size(), x * scale + y, total.item()]
+        print(json.dumps({"three": hpcdist.launch(step, hpcdist.RANK, 2, y=1, np=3)}))
+        print(json.dumps({"one": hpcdist.launch(lambda: dist.get_world_size() * scale, np=1, backend="gloo")}))
+        try:
+            hpcdist.launch(lambda: dist.init_process_group("nccl"), np=1, backend="gloo")
+        except hpcdist.RankFailed as exc:
+            print(json.dumps({"mismatch": [exc.kind, exc.message]}))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert out[0] == {"three": [[r, r, 3, 21, 3.0] for r in range(3)]}
+    assert out[1] == {"one": [10]}
+    kind, message = out[2]["mismatch"]
+    assert kind == "UsageError"
+    assert "already initialised the process group with backend 'gloo'; pass backend='nccl'" in message
+
+
+def test_a_failing_rank_is_raised_in_the_caller_with_its_rank_type_and_traceback(tmp_path) -> None:
+    result, out = _driver(tmp_path, """
+        import json, time, hpcdist, torch, torch.distributed as dist
+        def step():
+            if dist.get_rank() == 1:
+                raise ValueError("NaN in the gradients")
+            dist.all_reduce(torch.ones(1))          # ranks 0 and 2 wait for rank 1 here
+        began = time.monotonic()
+        try:
+            hpcdist.launch(step, np=3, backend="gloo")
+        except hpcdist.RankFailed as exc:
+            print(json.dumps({"rank": exc.rank, "kind": exc.kind, "cause": repr(exc.__cause__),
+                              "traceback": exc.remote_traceback, "text": str(exc),
+                              "seconds": time.monotonic() - began}))
+    """)
+    assert result.returncode == 0, result.stderr
+    (failed,) = out
+    assert (failed["rank"], failed["kind"], failed["cause"]) == (1, "ValueError", "ValueError('NaN in the gradients')")
+    assert 'raise ValueError("NaN in the gradients")' in failed["traceback"]
+    assert failed["traceback"].startswith("Traceback (most recent call last):\n  File \"" + str(tmp_path))
+    assert failed["text"].startswith("rank 1 on ")
+    assert failed["seconds"] < 60  # the job ended at once: the others did not wait out any timeout
+
+
+def test_a_function_or_argument_that_cannot_be_sent_is_an_error_before_any_process_starts(tmp_path) -> None:
+    marker = tmp_path / "mpirun-started"
+    wrapper = tmp_path / "mpirun"
+    mpirun = Path(sys.executable).parent / "mpirun"
+    wrapper.write_text(f'#!/bin/sh\ntouch "{marker}"\nexec "{mpirun}" "$@"\n')
+    wrapper.chmod(0o755)
+    result, out = _driver(tmp_path, f"""
+        import json, os, threading, hpcdist
+        lock = threading.Lock()
+        def holds():
+            return lock.locked()                    # closes over a lock: cannot be sent
+        for name, call in [("function", lambda: hpcdist.launch(holds, np=2)),
+                           ("argument", lambda: hpcdist.launch(print, 1, threading.Lock(), np=2)),
+                           ("keyword", lambda: hpcdist.launch(print, file=open(os.devnull, "w"), np=2))]:
+            try:
+                call()
+            except hpcdist.UsageError as exc:
+                print(json.dumps({{"case": name, "error": str(exc), "started": os.path.exists({str(marker)!r})}}))
+        print(json.dumps({{"case": "fine", "value": hpcdist.launch(len, "ab", np=1, backend="gloo"),
+                          "started": os.path.exists({str(marker)!r})}}))
+    """, HPCDIST_MPIRUN=str(wrapper))
+    assert result.returncode == 0, result.stderr
+    by_case = {o["case"]: o for o in out}
+    assert by_case["function"]["error"].startswith("hpcdist.launch cannot send the function holds (function)")
+    assert "create such objects (locks, open files, sockets, CUDA state) inside the function" in by_case["function"]["error"]
+    assert by_case["argument"]["error"].startswith("hpcdist.launch cannot send argument 1 of print (lock) to the ranks")
+    assert by_case["keyword"]["error"].startswith("hpcdist.launch cannot send keyword argument file= of print")
+    assert not any(by_case[case]["started"] for case in ("function", "argument", "keyword"))
+    assert by_case["fine"] == {"case": "fine", "value": [2], "started": True}  # the wrapper does see a launch
+
+
+def test_the_timeout_ends_the_job_and_says_who_waited_for_what(tmp_path) -> None:
+    shared = tmp_path / "launches"
+    shared.mkdir()
+    result, out = _driver(tmp_path, """
+        import json, time, hpcdist, torch.distributed as dist
+        def slow():
+            if dist.get_rank() == 1:
+                time.sleep(600)
+            return dist.get_rank()
+        began = time.monotonic()
+        try:
+            hpcdist.launch(slow, np=2, timeout=25)
+        except hpcdist.LaunchTimeout as exc:
+            print(json.dumps({"error": str(exc), "seconds": time.monotonic() - began}))
+    """, HPCDIST_LAUNCH_DIR=str(shared))
+    assert result.returncode == 0, result.stderr
+    (timed_out,) = out
+    assert timed_out["error"].startswith("hpcdist.launch waited 25 s for the 2 ranks of slow to return; rank 0 returned, rank 1 did not")
+    assert 25 <= timed_out["seconds"] < 25 + 20
+    assert list(shared.iterdir()) == []  # the private directory is gone
+    left = subprocess.run(["pgrep", "-f", str(shared)], capture_output=True, text=True)
+    assert left.stdout == "", "ranks outlived the timeout"
+
+
+def test_seed_004_mp_process_example_runs_with_only_its_launch_call_changed() -> None:
+    result = launch([sys.executable, str(PROGRAMS / "seed004_process.py")])
+    assert result.returncode == 0, result.stderr
+    lines = set(result.stdout.splitlines())
+    assert {f"Rank: {r}, has data: tensor([5., 7., 9.])" for r in range(2)} <= lines
+
+
+def test_seed_000_mp_spawn_ddp_example_gets_hpcdists_hint_and_runs_once_changed_as_it_says(tmp_path) -> None:
+    program = PROGRAMS / "seed000_ddp.py"
+    result = launch([sys.executable, str(program)])
+    assert result.returncode == 1
+    assert "hpcdist.errors.RankFailed: rank " in result.stderr
+    assert "but got device_ids [" in result.stderr  # torch's own words, on the rank that failed first
+    assert "hpcdist: hint: the model is on the CPU, where DDP takes no device_ids: write DistributedDataParallel(model)" in result.stderr
+    fixed = tmp_path / "seed000_fixed.py"
+    text = program.read_text()
+    assert text.count("DistributedDataParallel(model, device_ids=[rank])") == 1
+    fixed.write_text(text.replace("DistributedDataParallel(model, device_ids=[rank])", "DistributedDataParallel(model)"))
+    result = launch([sys.executable, str(fixed)], **{"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    assert result.returncode == 0, result.stderr
+    assert {"Rank 0 finished training.", "Rank 1 finished training."} <= set(result.stdout.splitlines())
+
+
+def test_a_class_defined_in_an_interactive_session_without_a_file_runs(tmp_path) -> None:
+    code = textwrap.dedent("""
+        import hpcdist, torch.distributed as dist
+        class Scaled:                               # defined in <stdin>: no file for the ranks to import
+            def __init__(self, k):
+                self.k = k
+            def __call__(self, x):
+                return self.k * x + dist.get_rank()
+        print(hpcdist.launch(Scaled(10), 4, np=2, backend="gloo"))
+    """)
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    done = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=180, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[40, 41]"
