@@ -1,6 +1,6 @@
 """hpcdist's exceptions: one for user mistakes, and one hierarchy for waits that ran out of time."""
 
-__all__ = ["LaunchTimeout", "MapTimeout", "RankFailed", "RendezvousTimeout", "UsageError", "WaitTimeout"]
+__all__ = ["JobFailed", "LaunchTimeout", "MapTimeout", "RankFailed", "RendezvousTimeout", "UsageError", "WaitTimeout"]
 
 
 class UsageError(Exception):
@@ -38,3 +38,14 @@ class RankFailed(Exception):
         self.exception: BaseException | None = None
         text = f"rank {rank} on {host} raised {kind}: {message}"
         super().__init__(text + (f"\n{hint}" if hint else "") + f"\n\nthe rank's traceback:\n{remote_traceback}")
+
+
+class JobFailed(Exception):
+    """A job of `hpcdist.submit` ended without every rank's value, and no rank raised: cancelled, out of time, killed.
+
+    `job_id` and `state` (Slurm's JobState: CANCELLED, TIMEOUT, NODE_FAIL, …) say which job and how it ended.
+    """
+
+    def __init__(self, job_id: str, state: str, message: str) -> None:
+        self.job_id, self.state = job_id, state
+        super().__init__(message)

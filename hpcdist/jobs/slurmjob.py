@@ -22,7 +22,9 @@ __all__ = [
     "FINAL_STATES",
     "SCONTROL_SECONDS",
     "JobInfo",
+    "UnknownJob",
     "batch_script",
+    "cancel_job",
     "check_job_id",
     "parse_records",
     "rank_log",
@@ -56,6 +58,10 @@ _UNKNOWN = (
     "Slurm knows no job {job}: it never existed, or it ended more than MinJobAge (300 s by default) ago and the "
     "controller forgot it (without slurmdbd nothing keeps a record); check the id with `squeue`"
 )
+
+
+class UnknownJob(UsageError):
+    """Slurm's controller knows no such job (never submitted, or ended and forgotten)."""
 
 
 @dataclass(frozen=True)
@@ -145,25 +151,28 @@ def parse_records(text: str) -> list[dict[str, str]]:
     return records
 
 
-def _scontrol(argv: list[str], job: str) -> str:
-    """scontrol's stdout for `argv`, else UsageError saying whether the job or the cluster is the trouble."""
-    status, out, err = capture(["scontrol", *argv], SCONTROL_SECONDS)
+def _slurm(tool: str, argv: list[str], job: str) -> str:
+    """scontrol's or scancel's stdout for `argv`, else UsageError saying whether the job or the cluster is the trouble.
+
+    Raises:
+        UnknownJob: Slurm knows no job `job`.
+        UsageError: the tool is missing, or the controller did not answer or refused.
+    """
+    status, out, err = capture([tool, *argv], SCONTROL_SECONDS)
     if status is None:
         raise UsageError(
-            f"`scontrol {shlex.join(argv)}` did not answer within {SCONTROL_SECONDS:g} s: the Slurm controller "
+            f"`{tool} {shlex.join(argv)}` did not answer within {SCONTROL_SECONDS:g} s: the Slurm controller "
             "cannot be reached; check `scontrol ping`, then try again"
         )
     if status == 127:
-        raise UsageError(
-            "scontrol not found on PATH; run hpcdist status/logs where Slurm's commands are (a login node)"
-        )
+        raise UsageError(f"{tool} not found on PATH; run this where Slurm's commands are (a login node)")
     if status != 0:
         if "invalid job id" in err.lower():
-            raise UsageError(_UNKNOWN.format(job=job))
+            raise UnknownJob(_UNKNOWN.format(job=job))
         lines = err.strip().splitlines()
         reason = lines[-1] if lines else f"exit status {status}"  # the last line says why (fatal: …)
         raise UsageError(
-            f"`scontrol {shlex.join(argv)}` failed ({reason}): the Slurm controller cannot be reached; check "
+            f"`{tool} {shlex.join(argv)}` failed ({reason}): the Slurm controller cannot be reached; check "
             "`scontrol ping` and SLURM_CONF"
         )
     return out
@@ -176,15 +185,20 @@ def show_job(job_id: str) -> list[JobInfo]:
         UsageError: a malformed id, a job Slurm does not know, or a controller that cannot be reached.
     """
     job = check_job_id(job_id)
-    infos = [JobInfo(record) for record in parse_records(_scontrol(["show", "job", "-o", job], job))]
+    infos = [JobInfo(record) for record in parse_records(_slurm("scontrol", ["show", "job", "-o", job], job))]
     if not infos:
-        raise UsageError(_UNKNOWN.format(job=job))
+        raise UnknownJob(_UNKNOWN.format(job=job))
     return infos
 
 
 def batch_script(job_id: str) -> str:
     """The batch script Slurm keeps for a job (`scontrol write batch_script JOB -`)."""
-    return _scontrol(["write", "batch_script", check_job_id(job_id), "-"], job_id)
+    return _slurm("scontrol", ["write", "batch_script", check_job_id(job_id), "-"], job_id)
+
+
+def cancel_job(job_id: str) -> None:
+    """`scancel JOB_ID`: end the job (or array task), or take it out of the queue; UsageError as show_job."""
+    _slurm("scancel", [check_job_id(job_id)], job_id)
 
 
 def rank_log(script: str, info: JobInfo, rank: int) -> Path | None:
@@ -221,8 +235,8 @@ def rank_log(script: str, info: JobInfo, rank: int) -> Path | None:
     return work / folder / name
 
 
-def wait_job(job_id: str, timeout: float, progress: IO[str] | None = None) -> list[JobInfo]:
-    """Poll scontrol until the job, or every task of an array, has ended; return the last records.
+def wait_job(job_id: str, timeout: float | None, progress: IO[str] | None = None) -> list[JobInfo]:
+    """Poll scontrol until the job, or every task of an array, has ended (None: no time limit); the last records.
 
     With `progress` (a terminal: the caller decides), a tqdm line there shows the tasks ended and the states.
 
@@ -252,10 +266,10 @@ def wait_job(job_id: str, timeout: float, progress: IO[str] | None = None) -> li
     try:
         poll_until(
             ended,
-            time.monotonic() + timeout,
+            None if timeout is None else time.monotonic() + timeout,
             lambda: (
-                f"hpcdist waited {timeout:g} s for job {job_id} to end; it is still {_states(latest)}; "
-                "wait longer (--timeout) or look at it with `hpcdist status`"
+                f"hpcdist waited {timeout or 0:g} s for job {job_id} to end; it is still {_states(latest)}; "
+                f"wait longer (a larger timeout) or look at it with `hpcdist status {job_id}`"
             ),
             backoff=Backoff(0.5, 5.0),
         )

@@ -1,10 +1,11 @@
 """The rank side of `hpcdist.launch`: load the call, initialise the process group, run it, write its outcome.
 
-Each rank runs `python -m hpcdist.runtime.pycall CALL OUTCOME` under hpcdist's shim. CALL is a pickle of
-{"path": the caller's sys.path, "backend": ..., "call": cloudpickle bytes of (fn, args, kwargs)}. The rank
-writes its outcome to OUTCOME with `{rank}` replaced, atomically (a temporary file, then a rename), as a pickle
-of {"rank", "host", "ok": True, "value"} or {"rank", "host", "ok": False, "kind", "message", "traceback",
-"exception" (cloudpickle bytes of the exception, or None), "time"}. After a failure it ends the whole job.
+Each rank runs `python -m hpcdist.runtime.pycall CALL OUTCOME` under hpcdist's shim (`launching.calls` writes
+CALL and reads the outcomes). The rank writes its outcome to OUTCOME with `{rank}` and `{task}` (the Slurm array
+task id) replaced, atomically (a temporary file, then a rename), as a pickle of {"rank", "host", "ok": True,
+"value"} or {"rank", "host", "ok": False, "kind", "message", "traceback", "exception" (cloudpickle bytes of the
+exception, or None), "time"}. After a failure it ends the whole job. A function that leaves by `sys.exit(0)`
+(as `hpcdist.StopAtStepBoundary` does on preemption, before a requeue) writes no outcome.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import traceback
 from typing import Any
 
 from ..errors import UsageError
-from ..values import RANK
+from ..values import ARRAY_TASK, RANK
 from .bootstrap import Session, init, shutdown
 
 __all__ = ["accept_own_init", "main"]
@@ -31,6 +32,7 @@ def main(argv: list[str]) -> int:
     call_path, template = argv
     host = socket.gethostname().split(".")[0]
     rank = int(os.environ.get("RANK", "0"))
+    task = os.environ.get("SLURM_ARRAY_TASK_ID", "")
     try:
         with open(call_path, "rb") as handle:
             payload = pickle.load(handle)
@@ -47,15 +49,35 @@ def main(argv: list[str]) -> int:
         rank = session.rank
         fn, args, kwargs = pickle.loads(payload["call"])
         accept_own_init(session)
-        args = tuple(rank if arg is RANK else arg for arg in args)
-        kwargs = {key: rank if arg is RANK else arg for key, arg in kwargs.items()}
+        args = tuple(_placed(arg, rank, task) for arg in args)
+        kwargs = {key: _placed(arg, rank, task) for key, arg in kwargs.items()}
         value = fn(*args, **kwargs)
-        _write(template.format(rank=rank), {"rank": rank, "host": host, "ok": True, "value": _dumps(value)})
+        _write(template.format(rank=rank, task=task), {"rank": rank, "host": host, "ok": True, "value": _dumps(value)})
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            _write_failure(template.format(rank=rank, task=task), rank, host, exc)
+            return 1
+        print(f"hpcdist: rank {rank} on {host} left by sys.exit(0): no value to return", file=sys.stderr)
+        return 0
     except BaseException as exc:  # noqa: BLE001 - any failure of the call travels back to the caller
-        _write_failure(template.format(rank=rank), rank, host, exc)
+        _write_failure(template.format(rank=rank, task=task), rank, host, exc)
         return 1  # the shim ends the whole job; no shutdown, which could wait on a peer stuck in a collective
     shutdown()
     return 0
+
+
+def _placed(arg: object, rank: int, task: str) -> object:
+    """`arg`, or the rank for hpcdist.RANK and the array task id for hpcdist.ARRAY_TASK."""
+    if arg is RANK:
+        return rank
+    if arg is ARRAY_TASK:
+        if not task.isdigit():
+            raise UsageError(
+                "hpcdist.ARRAY_TASK stands for the task id of a Slurm job array, and this job is none "
+                "(SLURM_ARRAY_TASK_ID is unset); submit with hpcdist.submit(..., array='0-3'), or pass the value"
+            )
+        return int(task)
+    return arg
 
 
 def _dumps(value: object, what: str = "its return value") -> bytes:

