@@ -161,3 +161,26 @@ def test_a_class_defined_in_an_interactive_session_without_a_file_runs(tmp_path)
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[40, 41]"
+
+
+def test_a_rank_leaving_by_sys_exit_0_or_asking_for_an_array_task_outside_an_array_is_named(tmp_path) -> None:
+    result, out = _driver(tmp_path, """
+        import json, sys, hpcdist
+        def leaves(rank):
+            if rank == 1:
+                sys.exit(0)                         # as StopAtStepBoundary.exit() does before a requeue
+            return rank
+        for call in (lambda: hpcdist.launch(leaves, hpcdist.RANK, np=2, backend="gloo"),
+                     lambda: hpcdist.launch(print, hpcdist.ARRAY_TASK, np=1, backend="gloo")):
+            try:
+                call()
+            except hpcdist.RankFailed as exc:
+                print(json.dumps({"rank": exc.rank, "kind": exc.kind, "message": exc.message}))
+    """)
+    assert result.returncode == 0, result.stderr
+    left, array = out
+    assert (left["rank"], left["kind"]) == (1, "no outcome"), out
+    assert left["message"].startswith("rank 1 of leaves ended without returning or raising"), out
+    assert "hpcdist: rank 1 on " in result.stderr and "left by sys.exit(0): no value to return" in result.stderr
+    assert (array["rank"], array["kind"]) == (0, "UsageError"), out
+    assert "hpcdist.ARRAY_TASK stands for the task id of a Slurm job array, and this job is none" in array["message"]
