@@ -65,6 +65,17 @@ def test_submit_returns_every_ranks_value_from_both_nodes_and_their_logs(cluster
     assert forgotten == {"state": "COMPLETED", "ranks": end["ranks"]}, said
 
 
+def test_the_seeds_ray_example_runs_as_a_job_through_submit_and_map(cluster, venv: Path, tmp_path: Path) -> None:
+    said = drive(cluster, venv, tmp_path, """
+        def compute(x):
+            return x ** 2
+
+        job = hpcdist.submit(hpcdist.map, compute, range(10), nodes=2, ntasks_per_node=2, time="5", folder="jobs")
+        say(results=job.result(timeout=240))
+    """)
+    assert said == [{"results": [x**2 for x in range(10)]}]
+
+
 def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(cluster, venv: Path, tmp_path: Path) -> None:
     said = drive(cluster, venv, tmp_path, """
         def fails_on_2(rank):

@@ -130,6 +130,12 @@ def test_seed_004_mp_process_example_runs_with_only_its_launch_call_changed() ->
     assert {f"Rank: {r}, has data: tensor([5., 7., 9.])" for r in range(2)} <= lines
 
 
+def test_seed_000_ray_example_runs_through_launch_and_map_with_only_rays_calls_changed() -> None:
+    result = launch([sys.executable, str(PROGRAMS / "seed000_ray.py")])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[0, 1, 4, 9, 16, 25, 36, 49, 64, 81]"]
+
+
 def test_seed_000_mp_spawn_ddp_example_gets_hpcdists_hint_and_runs_once_changed_as_it_says(tmp_path) -> None:
     program = PROGRAMS / "seed000_ddp.py"
     result = launch([sys.executable, str(program)])
