@@ -1,14 +1,16 @@
-"""Job generation: hostfiles, sbatch scripts, torchrun lines and mpirun scripts as text, from Jinja templates.
+"""Job generation: hostfiles, sbatch scripts, torchrun lines and mpirun scripts as text, and Slurm jobs followed.
 
 - `render`: the one Jinja environment and the quoting filters;
 - `sbatch`, `torchrun`: specs -> script text or argv (pure);
 - `profiles`: NCCL/Gloo settings, env files and trap warnings;
 - `arrays`: Slurm's --array syntax (pure);
 - `slurmjob`: a submitted job as `scontrol` shows it (parsing is pure; the queries go through launching.spawn);
+- `local`: what the submitting Python brings to a script (its interpreter, the mpirun and torchrun beside it);
+- `submit`: `hpcdist.submit`, a Python function as a Slurm job, and its `Job` handle;
 - `examples`: the rendered example files of hostfiles/ and slurm/;
 - `templates/`: the bundled template set (a site's --template-dir is searched first).
 
-May import: errors, values, launching's pure builders (hostfile, names, nodelist, program, mpirun), and
-launching.spawn's `capture` for slurmjob's scontrol calls. Never torch, mpi4py,
-the runtime or the CLI.
+May import: errors, values, waits, launching's pure builders (hostfile, names, nodelist, program, mpirun, output,
+calls), and launching.spawn's `capture` and `submit_sbatch` for Slurm's commands. Never torch, mpi4py, the runtime
+or the CLI.
 """

@@ -76,6 +76,29 @@ def test_the_seeds_ray_example_runs_as_a_job_through_submit_and_map(cluster, ven
     assert said == [{"results": [x**2 for x in range(10)]}]
 
 
+def test_the_seeds_mp_spawn_and_mp_process_examples_run_as_jobs_through_submit(
+        cluster, venv: Path, tmp_path: Path) -> None:
+    programs = ROOT / "tests" / "e2e" / "programs"
+    seed000 = (programs / "seed000_ddp.py").read_text()  # fixed as hpcdist.launch's hint says (test_launch.py)
+    (tmp_path / "seed000_fixed.py").write_text(
+        seed000.replace("DistributedDataParallel(model, device_ids=[rank])", "DistributedDataParallel(model)"))
+    said = drive(cluster, venv, tmp_path, f"""
+        sys.path[:0] = [{str(programs)!r}, {str(tmp_path)!r}]
+        import seed000_fixed, seed004_process
+        spawn = hpcdist.submit(seed000_fixed.train, hpcdist.RANK, 2, nodes=2, ntasks_per_node=1, backend="gloo",
+                               time="5", folder="jobs")
+        process = hpcdist.submit(seed004_process.init_process, hpcdist.RANK, 2, seed004_process.run,
+                                 ntasks_per_node=2, backend="gloo", time="5", folder="jobs")
+        say(spawn=spawn.result(timeout=240, all_ranks=True), spawn_logs=[spawn.logs(0), spawn.logs(1)],
+            process=process.wait(timeout=240), process_logs=[process.logs(0), process.logs(1)])
+    """)
+    (end,) = said
+    assert end["spawn"] == [None, None] and end["process"] == "COMPLETED", said
+    for rank in (0, 1):
+        assert f"Rank {rank} finished training." in end["spawn_logs"][rank].splitlines(), said
+        assert f"Rank: {rank}, has data: tensor([5., 7., 9.])" in end["process_logs"][rank].splitlines(), said
+
+
 def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(cluster, venv: Path, tmp_path: Path) -> None:
     said = drive(cluster, venv, tmp_path, """
         def fails_on_2(rank):
