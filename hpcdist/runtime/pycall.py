@@ -10,6 +10,7 @@ exception, or None), "time"}. After a failure it ends the whole job. A function 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -47,6 +48,8 @@ def main(argv: list[str]) -> int:
     try:
         session = init(payload["backend"])
         rank = session.rank
+        with contextlib.suppress(FileNotFoundError):  # an earlier run's (a requeued or restarted job): not this one's
+            os.unlink(template.format(rank=rank, task=task))
         fn, args, kwargs = pickle.loads(payload["call"])
         accept_own_init(session)
         args = tuple(_placed(arg, rank, task) for arg in args)

@@ -130,6 +130,36 @@ def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(cluster, venv
     assert "rank 2 on node2 raised ValueError" in end["log2"], said
 
 
+def test_restarts_keep_the_handle_and_an_earlier_runs_outcomes_are_never_taken_for_this_ones(
+        cluster, venv: Path, tmp_path: Path) -> None:
+    said = drive(cluster, venv, tmp_path, """
+        import signal
+
+        def flaky(rank):
+            import torch, torch.distributed as dist
+            attempt = hpcdist.restart_count()
+            if rank == 1 and attempt == 0:
+                raise ValueError("first attempt")
+            if rank == 1 and killed:
+                os.kill(os.getpid(), signal.SIGKILL)  # leaves no outcome: rank 1's of attempt 0 must not count
+            dist.all_reduce(torch.ones(1))
+            return attempt
+
+        options = dict(ntasks_per_node=2, time="5", backend="gloo", max_restarts=1, folder="jobs")
+        killed = False
+        recovers = hpcdist.submit(flaky, hpcdist.RANK, **options)
+        killed = True
+        dies = hpcdist.submit(flaky, hpcdist.RANK, **options)
+        error = dies.exception(timeout=240)
+        say(values=recovers.result(timeout=240, all_ranks=True), state=dies.state(), error=str(error),
+            batch=dies.logs(None))
+    """)
+    (end,) = said
+    assert end["values"] == [1, 1], said
+    assert end["state"] == "FAILED", said
+    assert "first attempt" not in end["error"] and "attempt 2/2 ended with exit status" in end["batch"], said
+
+
 def test_a_cancelled_job_ends_its_handle_with_jobfailed(cluster, venv: Path, tmp_path: Path) -> None:
     said = drive(cluster, venv, tmp_path, """
         def sleeps():
