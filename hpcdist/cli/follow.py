@@ -57,7 +57,8 @@ def add_parsers(sub: Any) -> None:
         allow_abbrev=False,
         help="print a Slurm job's output (or one rank's), and with --follow keep printing until the job ends",
         description="The job's StdOut and StdErr files as scontrol names them; --rank reads the rank's own file "
-        "when the job was generated with --log-dir, else picks the rank's lines when it was generated with --tag.",
+        "when the job was generated with --log-dir (--launch torchrun: the latest run's stdout.log and stderr.log "
+        "of the rank), else picks the rank's lines when it was generated with --tag.",
     )
     lg.add_argument("job_id", metavar="JOBID", help="the id sbatch printed, or ARRAYID_TASK for one array task")
     lg.add_argument("--rank", type=rank, metavar="N", help="only rank N's output")

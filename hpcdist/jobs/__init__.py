@@ -5,6 +5,7 @@
 - `profiles`: NCCL/Gloo settings, env files and trap warnings;
 - `arrays`: Slurm's --array syntax (pure);
 - `slurmjob`: a submitted job as `scontrol` shows it (parsing is pure; the queries go through launching.spawn);
+- `torchrunlogs`: where torchrun-mode jobs' ranks wrote their files (the script's layout, read back; lookups only);
 - `examples`: the rendered example files of hostfiles/ and slurm/;
 - `templates/`: the bundled template set (a site's --template-dir is searched first).
 

@@ -74,13 +74,12 @@ class RankFiles:
         return self.runs > 1 or self.attempts > 1
 
     def describe(self, job: str, rank: int) -> str:
-        """`job 12 rank 3: torchrun run 2 of 2 on node 1 (the latest), attempt_0, local rank 1: DIR/…`."""
-        node = self.attempt_dir.parent.parent.name
-        return (
-            f"job {job} rank {rank}: showing the latest of {self.runs} torchrun run(s) on {node} "
-            f"({self.attempt_dir.parent.name}, {self.attempt_dir.name} of {self.attempts}), local rank "
-            f"{self.local_rank}: {self.attempt_dir / str(self.local_rank)}"
-        )
+        """`job 12 rank 3: the latest of 2 torchrun runs on node-1 (12_…), attempt_0, local rank 1: …/attempt_0/1`."""
+        run, node = self.attempt_dir.parent, self.attempt_dir.parent.parent.name
+        runs = f"the latest of {self.runs} torchrun runs on {node}" if self.runs > 1 else f"torchrun's run on {node}"
+        attempt = self.attempt_dir.name + (f" (the latest of {self.attempts})" if self.attempts > 1 else "")
+        folder = self.attempt_dir / str(self.local_rank)
+        return f"job {job} rank {rank}: {runs} ({run.name}), {attempt}, local rank {self.local_rank}: {folder}"
 
 
 def read_layout(script: str) -> TorchrunLayout | None:

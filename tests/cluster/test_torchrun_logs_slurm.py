@@ -63,7 +63,7 @@ def test_logs_rank_of_an_array_task_shows_its_latest_restart(cluster, venv: Path
         # the second run of the script's restart loop; the first one is left where it was, and named
         assert shown.stdout.splitlines() == [f"run 1 rank 3 task {task}"], shown
         assert "err 1 3" in shown.stderr.splitlines(), shown.stderr
-        note = f"hpcdist: job {job}_{task} rank 3: showing the latest of 2 torchrun run(s) on node-1 ("
+        note = f"hpcdist: job {job}_{task} rank 3: the latest of 2 torchrun runs on node-1 ({tasks[task]['JobId']}_"
         assert shown.stderr.startswith(note), shown.stderr
         own_id = tasks[task]["JobId"]  # each task's own id is its SLURM_JOB_ID, torchrun's run id
         assert len(list((tmp_path / "logs" / "node-1").glob(f"{own_id}_*/attempt_0/1/stdout.log"))) == 2

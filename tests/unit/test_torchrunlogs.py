@@ -88,8 +88,18 @@ def test_the_latest_run_and_attempt_are_chosen_and_said(tmp_path: Path) -> None:
     assert found is not None and found.stdout.read_text() == "a10\n"  # attempt 10 after 2: numbers, not names
     assert (found.runs, found.attempts, found.chosen) == (2, 4, True)
     assert found.describe("7", 3) == (
-        f"job 7 rank 3: showing the latest of 2 torchrun run(s) on node-1 (7_aaaaaaaa, attempt_10 of 4), local rank "
+        "job 7 rank 3: the latest of 2 torchrun runs on node-1 (7_aaaaaaaa), attempt_10 (the latest of 4), local rank "
         f"1: {latest / 'attempt_10' / '1'}"
+    )
+
+
+def test_torchruns_own_restarts_alone_are_said_too(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "node-0", "9_abcdefgh", {0: {0: "a0\n"}, 1: {0: "a1\n"}})
+    found = find_rank_files(tmp_path, "9", LAYOUT, 0)
+    assert found is not None and found.chosen and found.stdout.read_text() == "a1\n"
+    assert found.describe("9", 0) == (
+        f"job 9 rank 0: torchrun's run on node-0 (9_abcdefgh), attempt_1 (the latest of 2), local rank 0: "
+        f"{run / 'attempt_1' / '0'}"
     )
 
 
@@ -127,7 +137,7 @@ def test_logs_rank_prints_the_ranks_torchrun_files(
     make_run(work / "my logs" / "node-1", "12_later000", {0: {1: "three again\n"}}, mtime=2_000)
     assert main(["logs", "12", "--rank", "3", "--follow"]) == 0
     out, err = capsys.readouterr()
-    assert out == "three again\n" and err.startswith("hpcdist: job 12 rank 3: showing the latest of 2 torchrun run(s)")
+    assert out == "three again\n" and err.startswith("hpcdist: job 12 rank 3: the latest of 2 torchrun runs on node-1")
     assert err.endswith("err three again\n")
     assert main(["logs", "12", "--rank", "4"]) == 2
     assert "hpcdist: error: --rank 4: job 12 has ranks 0 to 3" in capsys.readouterr().err
@@ -164,7 +174,7 @@ def test_follow_goes_on_from_one_run_to_the_next(
         writer.join()
     out, err = capsys.readouterr()
     assert out == "first\nfirst, last line\nsecond\nno newline at the end"
-    note = "hpcdist: job 12 rank 1: showing the latest of 2 torchrun run(s) on node-0 (12_second00, attempt_0 of 1)"
+    note = "hpcdist: job 12 rank 1: the latest of 2 torchrun runs on node-0 (12_second00), attempt_0, local rank 1: "
     assert err.startswith("err first\n") and note in err and err.endswith("err second\n"), err
 
 
