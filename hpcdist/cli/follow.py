@@ -9,17 +9,22 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .types import rank, seconds
+
+if TYPE_CHECKING:  # the jobs wing is imported when a command runs, not when the CLI parses
+    from ..jobs.slurmjob import JobInfo
+    from ..jobs.torchrunlogs import RankFiles, TorchrunLayout
 
 __all__ = ["COMMANDS", "add_parsers"]
 
 _FOLLOW_SECONDS = 86400.0  # --follow's default limit: a day
 _STATE_EVERY = 2.0  # --follow asks scontrol for the job's state at most this often
-# a rank's line: the shim's tag `[host:3] text` (--tag, mpirun mode) or srun --label's `  3: text`
-_RANK_LINE = re.compile(r"(?:\[[^\s:\[\]]+:(?P<tag>[0-9]+)\] |\s*(?P<label>[0-9]+): )")
+# a rank's line: the shim's tag `[host:3] text` (--tag, mpirun mode), torchrun's `[3]:text` (--tag, torchrun mode)
+# or srun --label's `  3: text`
+_RANK_LINE = re.compile(r"(?:\[[^\s:\[\]]+:(?P<tag>[0-9]+)\] |\[(?P<torchrun>[0-9]+)\]:|\s*(?P<label>[0-9]+): )")
 _COLUMNS = ("job_id", "name", "state", "exit_code", "run_time", "nodes", "reason")
 
 
@@ -52,7 +57,8 @@ def add_parsers(sub: Any) -> None:
         allow_abbrev=False,
         help="print a Slurm job's output (or one rank's), and with --follow keep printing until the job ends",
         description="The job's StdOut and StdErr files as scontrol names them; --rank reads the rank's own file "
-        "when the job was generated with --log-dir, else picks the rank's lines when it was generated with --tag.",
+        "when the job was generated with --log-dir (--launch torchrun: the latest run's stdout.log and stderr.log "
+        "of the rank), else picks the rank's lines when it was generated with --tag.",
     )
     lg.add_argument("job_id", metavar="JOBID", help="the id sbatch printed, or ARRAYID_TASK for one array task")
     lg.add_argument("--rank", type=rank, metavar="N", help="only rank N's output")
@@ -91,6 +97,7 @@ def _status(args: argparse.Namespace) -> int:
 def _logs(args: argparse.Namespace) -> int:
     """`hpcdist logs JOBID [--rank N] [--follow]`."""
     from ..jobs.slurmjob import batch_script, rank_log, show_job
+    from ..jobs.torchrunlogs import check_torchrun_tags, read_layout
 
     infos = show_job(args.job_id)
     if len(infos) > 1:
@@ -102,7 +109,11 @@ def _logs(args: argparse.Namespace) -> int:
         raise UsageError(f"the tasks of array job {info.job_id} have not started; they have no output yet")
     keep: Callable[[str], str | None] = lambda line: line  # noqa: E731 - every line
     streams: list[tuple[Path, IO[str]]] = []
-    own = rank_log(batch_script(info.job_id), info, args.rank) if args.rank is not None else None
+    script = batch_script(info.job_id) if args.rank is not None else ""
+    layout = read_layout(script)
+    if layout is not None:
+        return _torchrun_logs(args, info, layout)
+    own = rank_log(script, info, args.rank) if args.rank is not None else None
     if own is not None:
         streams = [(own, sys.stdout)]
     else:
@@ -111,6 +122,7 @@ def _logs(args: argparse.Namespace) -> int:
             if path is not None and path not in [p for p, _ in streams]:
                 streams.append((path, sink))
         if args.rank is not None:
+            check_torchrun_tags(script, info.job_id)
             keep = _rank_lines(args.rank)
     if not streams:
         raise UsageError(f"job {info.job_id} has no output file scontrol knows of (StdOut and StdErr are unset)")
@@ -121,7 +133,39 @@ def _logs(args: argparse.Namespace) -> int:
                              "node that ran the job, or put the output on a shared file system")  # fmt: skip
         _copy(streams, {}, keep, final=True)
         return 0
-    _follow(info.job_id, streams, keep, args.timeout)
+    _follow(info.job_id, lambda: streams, keep, args.timeout)
+    return 0
+
+
+def _torchrun_logs(args: argparse.Namespace, info: JobInfo, layout: TorchrunLayout) -> int:
+    """`hpcdist logs JOBID --rank N` of a torchrun-mode job with --log-dir: the rank's files of the latest run."""
+    from ..jobs.torchrunlogs import find_rank_files
+
+    root = Path(info.fields.get("WorkDir", ".")) / layout.log_dir
+    job = info.fields.get("JobId", info.job_id)  # an array task's own id: its SLURM_JOB_ID, torchrun's run id
+    layout.place(args.rank, info.job_id)  # an out-of-range rank is an error before anything is read
+    shown: list[RankFiles] = []  # oldest first: --follow goes on from one run (or attempt) to the next
+
+    def streams() -> list[tuple[Path, IO[str]]]:
+        found = find_rank_files(root, job, layout, args.rank)
+        if found is not None and found.attempt_dir not in [f.attempt_dir for f in shown]:
+            if shown or found.chosen:  # say which run is shown: there was a choice, or a new one began
+                print(f"hpcdist: {found.describe(info.job_id, args.rank)}", file=sys.stderr, flush=True)
+            shown.append(found)
+        # earlier runs stay in the list, so what they wrote before --follow saw the next one is printed too
+        return [pair for f in shown for pair in ((f.stdout, sys.stdout), (f.stderr, sys.stderr))]
+
+    keep: Callable[[str], str | None] = lambda line: line  # noqa: E731 - every line
+    if args.follow:
+        _follow(info.job_id, streams, keep, args.timeout)
+        return 0
+    files = streams()
+    if not files and info.state != "PENDING":
+        node, _ = layout.place(args.rank, info.job_id)
+        raise UsageError(f"job {info.job_id} ({info.state}): torchrun has made no run directory {job}_* under "
+                         f"{root / f'node-{node}'} here; torchrun makes it when node {node} starts its workers: "
+                         "read it on the node that ran the job, or put --log-dir on a shared file system")  # fmt: skip
+    _copy(files, {}, keep, final=True)
     return 0
 
 
@@ -130,7 +174,7 @@ def _rank_lines(wanted: int) -> Callable[[str], str | None]:
 
     def keep(line: str) -> str | None:
         match = _RANK_LINE.match(line)
-        if match is None or int(match["tag"] or match["label"]) != wanted:
+        if match is None or int(match["tag"] or match["torchrun"] or match["label"]) != wanted:
             return None
         return line[match.end() :]
 
@@ -159,8 +203,13 @@ def _copy(
         sink.flush()
 
 
-def _follow(job: str, streams: list[tuple[Path, IO[str]]], keep: Callable[[str], str | None], timeout: float) -> None:
-    """Print new output as it arrives until the job has ended (then the rest), or `timeout` passes."""
+def _follow(
+    job: str, streams: Callable[[], list[tuple[Path, IO[str]]]], keep: Callable[[str], str | None], timeout: float
+) -> None:
+    """Print new output as it arrives until the job has ended (then the rest), or `timeout` passes.
+
+    `streams` is asked again at each step: torchrun's files appear, and change at a restart, while the job runs.
+    """
     from ..jobs.slurmjob import show_job
     from ..waits import Backoff, poll_until
 
@@ -174,7 +223,7 @@ def _follow(job: str, streams: list[tuple[Path, IO[str]]], keep: Callable[[str],
             info = show_job(job)[0]
             asked, state = time.monotonic(), info.state
             ended = info.ended  # asked before reading: what the job wrote before it ended is read below
-        _copy(streams, offsets, keep, final=ended)
+        _copy(streams(), offsets, keep, final=ended)
         return ended
 
     poll_until(

@@ -7,6 +7,7 @@
 - `slurmjob`: a submitted job as `scontrol` shows it (parsing is pure; the queries go through launching.spawn);
 - `local`: what the submitting Python brings to a script (its interpreter, the mpirun and torchrun beside it);
 - `submit`: `hpcdist.submit`, a Python function as a Slurm job, and its `Job` handle;
+- `torchrunlogs`: where torchrun-mode jobs' ranks wrote their files (the script's layout, read back; lookups only);
 - `examples`: the rendered example files of hostfiles/ and slurm/;
 - `templates/`: the bundled template set (a site's --template-dir is searched first).
 

@@ -19,6 +19,7 @@ from ..values import MAX_COUNT, parse_whole
 from .arrays import ARRAY_VARS, check_array, check_task_file
 from .render import render_template
 from .torchrun import TorchrunSpec, check_master, program_words, torchrun_options
+from .torchrunlogs import NODE_WRAPPER, PLAIN_WRAPPER
 
 __all__ = [
     "LAUNCHES",
@@ -265,9 +266,7 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[st
         )
     # torchrun tags the lines it tees with the template's ${rank} (the global rank), e.g. `[3]:text`
     prefix = [("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]:")] if out.tag else []
-    torchrun = ["--tee=3"] if out.tag or out.log_dir is not None else []
-    if out.log_dir is not None:
-        torchrun.append(f"--log-dir={out.log_dir}")
+    torchrun = ["--tee=3"] if out.tag or out.log_dir is not None else []  # --log-dir: see render_sbatch
     if out.ranks is not None:
         torchrun.append(f"--local-ranks-filter={','.join(map(str, sorted(parse_ranks(out.ranks, ranks))))}")
     return [], prefix, torchrun
@@ -305,6 +304,8 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "program": shim,
         "launcher": srun,
         "torchrun": [],
+        "wrapper": "",
+        "wrapper_logs": False,
         "master_addr": "",
         "master_port": "",
         "python": spec.python,
@@ -346,9 +347,14 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
             node_rank=None,
             torchrun=spec.torchrun,
         )
+        # with --log-dir, each node's wrapper gets `--log-dir=DIR` as its $1 and makes it DIR/node-$SLURM_NODEID
+        log_dir = spec.rank_output.log_dir
+        log_word = [f"--log-dir={log_dir}"] if log_dir is not None else []
         context.update(
             program=["--no_python", *shim] if bind else program_words(spec.program),
-            torchrun=[spec.torchrun, *torchrun_options(trun), *torchrun_output],
+            torchrun=[spec.torchrun, *log_word, *torchrun_options(trun), *torchrun_output],
+            wrapper=NODE_WRAPPER if log_dir is not None else PLAIN_WRAPPER,
+            wrapper_logs=log_dir is not None,
             master_addr=spec.master_addr or "",
             master_port=str(spec.master_port or ""),
         )

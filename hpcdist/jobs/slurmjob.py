@@ -207,7 +207,8 @@ def rank_log(script: str, info: JobInfo, rank: int) -> Path | None:
     None when the script sent no rank to a file of its own. Relative directories are the job's WorkDir's.
 
     Raises:
-        UsageError: the rank is not one of the job's ranks, or the job ran torchrun (whose files torchrun names).
+        UsageError: the rank is not one of the job's ranks, or the job ran torchrun with one --log-dir for every
+            node (scripts from before jobs.torchrunlogs' per-node layout, which the caller reads first).
     """
     ranks = parse_whole(info.fields.get("NumTasks", "")) or 0  # srun and mpirun modes: one task per rank
     work = Path(info.fields.get("WorkDir", "."))
@@ -216,8 +217,9 @@ def rank_log(script: str, info: JobInfo, rank: int) -> Path | None:
     if srun is None and mpirun is None:
         if "--log-dir=" in script:
             raise UsageError(
-                f"job {info.job_id} ran torchrun with --log-dir: torchrun names its files itself, under "
-                f"{work}/<log dir>/<run id>/attempt_N/RANK/; read them there"
+                f"job {info.job_id} ran torchrun with one --log-dir for every node (a script from an older "
+                f"hpcdist): torchrun names its files itself, under {work}/<log dir>/none_<random>/attempt_N/"
+                "<local rank>/, one such directory per node; read them there"
             )
         return None
     if ranks and not 0 <= rank < ranks:
