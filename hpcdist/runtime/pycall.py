@@ -39,8 +39,9 @@ def main(argv: list[str]) -> int:
             payload = pickle.load(handle)
     except OSError as exc:
         print(
-            f"hpcdist: error: rank {rank} on {host} cannot read hpcdist.launch's call {call_path}: {exc.strerror}; "
-            "every host must see the launch directory: set HPCDIST_LAUNCH_DIR to a directory they share",
+            f"hpcdist: error: rank {rank} on {host} cannot read the call {call_path}: {exc.strerror}; every host "
+            "must see its directory: give hpcdist.launch a directory they share in HPCDIST_LAUNCH_DIR, or "
+            "hpcdist.submit one as folder= (or HPCDIST_SUBMIT_DIR)",
             file=sys.stderr,
         )
         return 2
