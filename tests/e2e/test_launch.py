@@ -190,3 +190,68 @@ def test_a_rank_leaving_by_sys_exit_0_or_asking_for_an_array_task_outside_an_arr
     assert "hpcdist: rank 1 on " in result.stderr and "left by sys.exit(0): no value to return" in result.stderr
     assert (array["rank"], array["kind"]) == (0, "UsageError"), out
     assert "hpcdist.ARRAY_TASK stands for the task id of a Slurm job array, and this job is none" in array["message"]
+
+
+NOTEBOOK_CELLS = [
+    """
+import hpcdist, torch, torch.distributed as dist
+
+class Scale:                                   # a class of the notebook: no file to import it from
+    def __init__(self, k):
+        self.k = k
+
+def cell(x):
+    total = torch.ones(1) * Scale(x).k
+    dist.all_reduce(total)
+    print("rank", dist.get_rank(), "says", total.item(), flush=True)
+    return total.item()
+
+hpcdist.launch(cell, 3, np=2)
+""",
+    """
+def broken():
+    raise KeyError("in a notebook")
+
+try:
+    hpcdist.launch(broken, np=2, backend="gloo", timeout=120)
+except hpcdist.RankFailed as exc:
+    print("caught", exc.kind, exc.message, type(exc.__cause__).__name__)
+""",
+]
+
+
+def test_a_real_jupyter_kernel_launches_its_own_functions_and_shows_the_ranks_output() -> None:
+    """As in a notebook: cells run in an IPython kernel (its __main__ is not a file; its stdout is the kernel's
+    stream to the client, not a file descriptor); the ranks' lines arrive as the cell's output."""
+    from jupyter_client.manager import start_new_kernel
+
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    manager, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(PROGRAMS))
+    try:
+        outputs = [_run_cell(client, code) for code in NOTEBOOK_CELLS]
+    finally:
+        manager.shutdown_kernel(now=True)
+    values, failure = outputs
+    assert values["result"] == ["[6.0, 6.0]"], values
+    assert sorted(values["stdout"].splitlines()) == ["rank 0 says 6.0", "rank 1 says 6.0"], values
+    assert failure["stdout"] == "caught KeyError 'in a notebook' KeyError\n", failure
+    assert "error" not in values and "error" not in failure, outputs
+
+
+def _run_cell(client, code: str) -> dict:
+    """Execute one cell; its streams, results and error, joined by kind."""
+    msg_id = client.execute(code)
+    out: dict = {}
+    while True:
+        msg = client.get_iopub_msg(timeout=180)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            out[content["name"]] = out.get(content["name"], "") + content["text"]
+        elif kind == "execute_result":
+            out.setdefault("result", []).append(content["data"]["text/plain"])
+        elif kind == "error":
+            out["error"] = f"{content['ename']}: {content['evalue']}"
+        elif kind == "status" and content["execution_state"] == "idle":
+            return out
