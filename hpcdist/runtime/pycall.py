@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         with contextlib.suppress(FileNotFoundError):  # an earlier run's (a requeued or restarted job): not this one's
             os.unlink(template.format(rank=rank, task=task))
         fn, args, kwargs = pickle.loads(payload["call"])
-        accept_own_init(session)
+        accept_own_init(session, chosen=payload["backend"] != "auto")
         args = tuple(_placed(arg, rank, task) for arg in args)
         kwargs = {key: _placed(arg, rank, task) for key, arg in kwargs.items()}
         value = fn(*args, **kwargs)
@@ -137,16 +137,19 @@ def _write(path: str, record: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-def accept_own_init(session: Session) -> None:
+def accept_own_init(session: Session, chosen: bool = True) -> None:
     """Let the function's own `init_process_group` (as code written for mp.spawn has) use the group in place.
 
-    A call that agrees with it (rank, world size and backend, where given) returns at once; one that does not is
-    a UsageError saying what to change. Once the group is destroyed, calls go to torch again.
+    A call that agrees with it (rank, world size and backend, where given) returns at once. One that asks for
+    another backend gets it when the caller left the backend to hpcdist (`chosen` False: "auto"): the group is
+    made again with it, on a fresh rendezvous (every rank makes the call, as code for mp.spawn does). Otherwise a
+    disagreement is a UsageError saying what to change. Once the group is destroyed, calls go to torch again.
     """
     import torch.distributed as dist
 
     previous = dist.init_process_group
     signature = inspect.signature(previous)
+    current = [session]
 
     @functools.wraps(previous)
     def init_process_group(*args: Any, **kwargs: Any) -> None:
@@ -154,18 +157,26 @@ def accept_own_init(session: Session) -> None:
             previous(*args, **kwargs)
             return
         given = signature.bind(*args, **kwargs).arguments
-        _check_agrees(session, given)
+        wanted = given.get("backend")
+        if wanted is not None and not chosen and not _same_backend(wanted, current[0].backend):
+            shutdown()
+            current[0] = init(str(wanted).lower())
+        _check_agrees(current[0], given)
 
     init_process_group._hpcdist_original = getattr(previous, "_hpcdist_original", previous)  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
 
 
+def _same_backend(wanted: object, ours: str) -> bool:
+    """Whether an init_process_group backend argument names the group's backend (mpi is hpcdist's mpi4py one)."""
+    name = str(wanted).lower()
+    return name == ours or (name == "mpi" and ours == "mpi4py")
+
+
 def _check_agrees(session: Session, given: dict[str, Any]) -> None:
     """Raise UsageError when an init_process_group call asks for another group than hpcdist.launch's."""
     backend = given.get("backend")
-    wanted = str(backend).lower() if backend is not None else None
-    same = wanted is None or wanted == session.backend or (wanted == "mpi" and session.backend == "mpi4py")
-    if not same:
+    if backend is not None and not _same_backend(backend, session.backend):
         raise UsageError(
             f"the function calls init_process_group(backend={backend!r}), but hpcdist.launch already initialised "
             f"the process group with backend {session.backend!r}; pass backend={backend!r} to hpcdist.launch, "

@@ -85,10 +85,10 @@ def test_the_seeds_mp_spawn_and_mp_process_examples_run_as_jobs_through_submit(
     said = drive(cluster, venv, tmp_path, f"""
         sys.path[:0] = [{str(programs)!r}, {str(tmp_path)!r}]
         import seed000_fixed, seed004_process
-        spawn = hpcdist.submit(seed000_fixed.train, hpcdist.RANK, 2, nodes=2, ntasks_per_node=1, backend="gloo",
-                               time="5", folder="jobs")
+        spawn = hpcdist.submit(seed000_fixed.train, hpcdist.RANK, 2, nodes=2, ntasks_per_node=1, time="5",
+                               folder="jobs")  # the default backend: the seeds' own init asks for gloo and gets it
         process = hpcdist.submit(seed004_process.init_process, hpcdist.RANK, 2, seed004_process.run,
-                                 ntasks_per_node=2, backend="gloo", time="5", folder="jobs")
+                                 ntasks_per_node=2, time="5", folder="jobs")
         say(spawn=spawn.result(timeout=240, all_ranks=True), spawn_logs=[spawn.logs(0), spawn.logs(1)],
             process=process.wait(timeout=240), process_logs=[process.logs(0), process.logs(1)])
     """)

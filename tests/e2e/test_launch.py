@@ -123,6 +123,23 @@ def test_the_timeout_ends_the_job_and_says_who_waited_for_what(tmp_path) -> None
     assert left.stdout == "", "ranks outlived the timeout"
 
 
+def test_with_the_default_backend_the_functions_own_init_process_group_gets_the_backend_it_asks_for(tmp_path) -> None:
+    result, out = _driver(tmp_path, """
+        import json, os, hpcdist, torch, torch.distributed as dist
+        def spawned(rank, world_size):               # written for mp.spawn: its own init, its own backend
+            before = dist.get_backend()
+            dist.init_process_group("gloo", rank=rank, world_size=world_size)
+            total = torch.ones(1)
+            dist.all_reduce(total)
+            return [before, dist.get_backend(), total.item()]
+        print(json.dumps({"auto": hpcdist.launch(spawned, hpcdist.RANK, 3, np=3)}))
+        print(json.dumps({"gloo": hpcdist.launch(spawned, hpcdist.RANK, 1, np=1, backend="gloo")}))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert out[0] == {"auto": [["mpi4py", "gloo", 3.0]] * 3}, out
+    assert out[1] == {"gloo": [["gloo", "gloo", 1.0]]}, out
+
+
 def test_seed_004_mp_process_example_runs_with_only_its_launch_call_changed() -> None:
     result = launch([sys.executable, str(PROGRAMS / "seed004_process.py")])
     assert result.returncode == 0, result.stderr

@@ -32,7 +32,7 @@ def train(rank, world_size):
 
 def main():
     world_size = 2
-    hpcdist.launch(train, hpcdist.RANK, world_size, np=world_size, backend="gloo")
+    hpcdist.launch(train, hpcdist.RANK, world_size, np=world_size)
 
 if __name__ == "__main__":
     main()

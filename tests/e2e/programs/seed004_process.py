@@ -40,4 +40,4 @@ def run(rank, size):
 
 if __name__ == "__main__":
     size = 2
-    hpcdist.launch(init_process, hpcdist.RANK, size, run, np=size, backend="gloo")
+    hpcdist.launch(init_process, hpcdist.RANK, size, run, np=size)
