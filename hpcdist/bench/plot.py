@@ -70,13 +70,21 @@ def check_plot_file(path: str) -> None:
             f"--plot {path}: {given} a picture format hpcdist draws; end the name with .png, .svg or .pdf, "
             "e.g. --plot bench.png"
         )
-    if target.is_dir():
-        raise UsageError(f"--plot {path} is a directory; give a file name, e.g. --plot {target / 'bench.png'}")
-    folder = target.parent
-    if not folder.is_dir():
-        raise UsageError(f"--plot {path}: the directory {folder} does not exist; create it first or write elsewhere")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"--plot {path}: the directory {folder} is not writable; write the picture elsewhere")
+    try:
+        if b"\0" in os.fsencode(path):
+            raise UsageError(f"--plot {path!r}: a file name cannot hold a NUL character; give another name")
+        if target.is_dir():
+            raise UsageError(f"--plot {path} is a directory; give a file name, e.g. --plot {target / 'bench.png'}")
+        folder = target.parent
+        if not folder.is_dir():
+            raise UsageError(
+                f"--plot {path}: the directory {folder} does not exist; create it first or write elsewhere"
+            )
+        if not os.access(folder, os.W_OK):
+            raise UsageError(f"--plot {path}: the directory {folder} is not writable; write the picture elsewhere")
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"--plot {path!r}: not a usable file name ({reason}); give a shorter, plainer name") from None
 
 
 def load_run(path: str) -> dict[str, Any]:
@@ -121,7 +129,8 @@ def replot(args: Any) -> int:
     kind = doc["collective"] if doc["tool"] == "hpcdist bench" else "ddp"
     if args.collective is not None and args.collective != kind:
         raise UsageError(
-            f"--from {args.source} holds a {kind} run, not {args.collective}; give `bench {kind}` or leave the name out"
+            f"--from {args.source} is a saved {kind} run, not {args.collective}; "
+            f"give `bench {kind}` or leave the name out"
         )
     try:
         fig = figure(doc)
@@ -266,14 +275,15 @@ def _size_flag(size: int) -> str:
 
 
 def _where(doc: dict[str, Any]) -> str:
-    """`2 ranks on 1 host (vm), device cpu, launcher openmpi, 2 torch threads per rank`."""
+    """`2 ranks on 1 host (vm), device cpu, launcher openmpi, torch threads per rank: 2`."""
     env, devices = doc.get("environment", {}), doc.get("devices", [])
     hosts = sorted({d["host"] for d in devices})
     kinds = sorted({d["device"] for d in devices})
     shown = ", ".join(hosts[:3]) + (", …" if len(hosts) > 3 else "")
     return (
         f"{env.get('world_size', len(devices))} ranks on {len(hosts)} host{'s' * (len(hosts) != 1)} ({shown}), "
-        f"device {', '.join(kinds)}, launcher {env.get('launcher')}, {env.get('torch_threads')} torch threads per rank"
+        f"device {', '.join(kinds)}, launcher {env.get('launcher')}, "
+        f"torch threads per rank: {env.get('torch_threads')}"
     )
 
 
