@@ -126,8 +126,8 @@ def replot(args: Any) -> int:
             "(the picture shows the settings the file was measured with)"
         )
     doc = load_run(args.source)
-    kind = doc["collective"] if doc["tool"] == "hpcdist bench" else "ddp"
-    if args.collective is not None and args.collective != kind:
+    kind = doc.get("collective") if doc["tool"] == "hpcdist bench" else "ddp"
+    if args.collective is not None and isinstance(kind, str) and args.collective != kind:
         raise UsageError(
             f"--from {args.source} is a saved {kind} run, not {args.collective}; "
             f"give `bench {kind}` or leave the name out"
