@@ -13,10 +13,12 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..runtime.env import LaunchEnv
 from .fmt import REFERENCE, human_bytes
 
 if TYPE_CHECKING:
@@ -52,9 +54,10 @@ _MEASURING = (
 )
 
 
-def check_plot_file(path: str) -> None:
-    """Refuse, before anything is measured, a --plot that could not be written: no matplotlib, an unknown format,
-    or a directory that is not there."""
+def check_plot_file(path: str, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse, before anything is measured, a --plot that could not be written: no matplotlib or an unknown format
+    (on every rank, so all stop at once), or a directory that is not there (on the rank that will be rank 0 and
+    draw: the directory may be on its host alone)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
@@ -70,6 +73,8 @@ def check_plot_file(path: str) -> None:
             f"--plot {path}: {given} a picture format hpcdist draws; end the name with .png, .svg or .pdf, "
             "e.g. --plot bench.png"
         )
+    if LaunchEnv.from_environ(os.environ if environ is None else environ).rank != 0:
+        return
     try:
         if b"\0" in os.fsencode(path):
             raise UsageError(f"--plot {path!r}: a file name cannot hold a NUL character; give another name")

@@ -196,6 +196,19 @@ def test_a_plot_file_that_cannot_be_written_is_refused_first(name: str, message:
         check_plot_file(str(path))
 
 
+def test_only_the_rank_that_draws_checks_the_directory(tmp_path: Path) -> None:
+    """Rank 0 draws, so only rank 0 looks for the directory (it may exist on rank 0's host alone); every rank
+    checks the format (and matplotlib), so all stop at once."""
+    missing = str(tmp_path / "missing" / "b.png")
+    ompi = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    rank1 = {**ompi, "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+    check_plot_file(missing, rank1)
+    with pytest.raises(UsageError, match="does not exist"):
+        check_plot_file(missing, {**ompi, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"})
+    with pytest.raises(UsageError, match="not a picture format"):
+        check_plot_file(str(tmp_path / "b.jpg"), rank1)
+
+
 def test_a_directory_is_not_a_plot_file(tmp_path: Path) -> None:
     (tmp_path / "d.png").mkdir()
     with pytest.raises(UsageError, match=r"is a directory; give a file name"):
