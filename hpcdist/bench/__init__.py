@@ -4,7 +4,8 @@
 - `fmt`: nccl-tests' table, footer and the side-by-side comparison (pure);
 - `data`: the values sent and expected per rank (numpy);
 - `impl`: the implementations timed (a torch group, raw mpi4py), `groups`: one group per backend;
-- `run`: the interleaved rounds; `describe`: hosts, devices and versions; `ddp`: the DDP step.
+- `run`: the interleaved rounds; `describe`: hosts, devices and versions; `ddp`: the DDP step;
+- `plot`: `--plot`'s pictures, drawn from the JSON document (matplotlib, an optional extra), and `--from`'s redraw.
 
 May import: errors, values, runtime, mpi_backend. Never the CLI.
 """

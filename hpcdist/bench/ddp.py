@@ -23,7 +23,17 @@ from ..errors import UsageError
 from ..runtime.bootstrap import Session
 from .plan import check_counts, parse_backends
 
-__all__ = ["BATCH", "LAYERS", "DdpPlan", "DdpResult", "ddp_lines", "ddp_plan_from_args", "mlp_parameters", "run_ddp"]
+__all__ = [
+    "BATCH",
+    "LAYERS",
+    "DdpPlan",
+    "DdpResult",
+    "ddp_document",
+    "ddp_lines",
+    "ddp_plan_from_args",
+    "mlp_parameters",
+    "run_ddp",
+]
 
 LAYERS = (512, 1024, 1024, 512)  # widths of the MLP: input, hidden, hidden, output
 BATCH = 32  # samples per rank and step
@@ -53,6 +63,7 @@ class DdpPlan:
     iters: int
     warmup: int
     json: bool
+    plot: str | None = None  # rank 0 draws the step times into this file (bench/plot.py)
 
 
 def ddp_plan_from_args(args: Any) -> DdpPlan:
@@ -66,7 +77,7 @@ def ddp_plan_from_args(args: Any) -> DdpPlan:
     if getattr(args, "reference", False):
         raise UsageError("--reference times raw mpi4py collectives; bench ddp has no raw-MPI step, so drop --reference")
     check_counts((("-n", args.iters, 1), ("-w", args.warmup, 0)))
-    return DdpPlan(parse_backends(args.backend), args.iters, args.warmup, args.json)
+    return DdpPlan(parse_backends(args.backend), args.iters, args.warmup, args.json, getattr(args, "plot", None))
 
 
 @dataclass(frozen=True)
@@ -138,8 +149,32 @@ def ddp_lines(plan: DdpPlan, versions: str, devices: list[str], results: list[Dd
     return [*lines, "#"]
 
 
+def ddp_document(
+    plan: DdpPlan, env: dict[str, Any], devices: list[dict[str, Any]], results: list[DdpResult]
+) -> dict[str, Any]:
+    """The JSON document of a run, which `--json` prints and `--plot` draws."""
+    base = _baseline(results)
+    return {
+        "version": 1,
+        "tool": "hpcdist bench ddp",
+        "model": {
+            "layers": list(LAYERS),
+            "parameters": mlp_parameters(),
+            "batch_per_rank": BATCH,
+            "loss": "mse",
+            "optimizer": "sgd",
+        },
+        "config": {"warmup_iters": plan.warmup, "iterations": plan.iters, "backends": list(plan.backends)},
+        "environment": env,
+        "devices": devices,
+        "results": [r.as_json(base) for r in results],
+        "okay": not any(r.wrong for r in results),
+    }
+
+
 def run_ddp(plan: DdpPlan, session: Session, out: Any = None) -> int:
-    """Time the DDP step on every backend; rank 0 prints the table (or JSON). 1 if parameters disagree."""
+    """Time the DDP step on every backend; rank 0 prints the table (or JSON) and draws --plot. 1 if parameters
+    disagree."""
     import torch
     import torch.distributed as dist
 
@@ -166,32 +201,17 @@ def run_ddp(plan: DdpPlan, session: Session, out: Any = None) -> int:
         DdpResult(f"torch/{g.name}", tuple(times[j].tolist()), _disagreeing(step.model, g.group))
         for j, (g, step) in enumerate(zip(groups, steps, strict=True))
     ]
+    summary = env.pop("summary")
     if session.rank == 0 and not plan.json:
-        print(
-            "\n".join(ddp_lines(plan, env.pop("summary"), [device_line(d) for d in devices], results)),
-            file=out,
-            flush=True,
-        )
-    elif session.rank == 0:
-        env.pop("summary")
-        base = _baseline(results)
-        doc = {
-            "version": 1,
-            "tool": "hpcdist bench ddp",
-            "model": {
-                "layers": list(LAYERS),
-                "parameters": mlp_parameters(),
-                "batch_per_rank": BATCH,
-                "loss": "mse",
-                "optimizer": "sgd",
-            },
-            "config": {"warmup_iters": plan.warmup, "iterations": plan.iters, "backends": list(plan.backends)},
-            "environment": env,
-            "devices": devices,
-            "results": [r.as_json(base) for r in results],
-            "okay": not any(r.wrong for r in results),
-        }
-        print(json.dumps(doc, indent=1), file=out, flush=True)
+        print("\n".join(ddp_lines(plan, summary, [device_line(d) for d in devices], results)), file=out, flush=True)
+    if session.rank == 0 and (plan.json or plan.plot):
+        doc = ddp_document(plan, env, devices, results)
+        if plan.json:
+            print(json.dumps(doc, indent=1), file=out, flush=True)
+        if plan.plot:
+            from .plot import draw
+
+            draw(doc, plan.plot)
     return 1 if any(r.wrong for r in results) else 0
 
 

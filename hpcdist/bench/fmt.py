@@ -9,6 +9,7 @@ from .plan import BenchPlan
 
 __all__ = [
     "BIG_BYTES",
+    "REFERENCE",
     "Comparison",
     "Result",
     "compare",
@@ -17,7 +18,11 @@ __all__ = [
     "format_row",
     "header_lines",
     "human_bytes",
+    "json_row",
 ]
+
+
+REFERENCE = "raw-mpi4py"  # the impl column of --reference rows: raw mpi4py on numpy buffers
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,20 @@ def format_row(size: int, count: int, plan: BenchPlan, oop: Result, inp: Result,
     """One result line; `impl` adds the trailing column that tells the backend from the mpi4py reference."""
     line = f"{size:12d}  {count:12d}  {plan.type_name:>8}  {plan.op:>6}  {plan.root:6d}" + _body(oop) + _body(inp)
     return line + (f"  {impl}" if impl else "")
+
+
+def json_row(size: int, count: int, plan: BenchPlan, impl: str, oop: Result, inp: Result) -> dict[str, Any]:
+    """The same result as format_row, as one of the JSON document's rows (nccl-tests' keys, plus the impl)."""
+    return {
+        "size": size,
+        "count": count,
+        "type": plan.type_name,
+        "redop": plan.op,
+        "root": plan.root,
+        "impl": impl,
+        "out_of_place": oop.as_json(),
+        "in_place": inp.as_json(),
+    }
 
 
 def header_lines(plan: BenchPlan, versions: str, devices: list[str], with_impl: bool) -> list[str]:

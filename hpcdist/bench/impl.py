@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
+from .fmt import REFERENCE
 from .groups import BackendGroup
 from .plan import BenchPlan, Counts
 
@@ -138,7 +139,7 @@ class TorchImpl:
 class MpiImpl:
     """The same collective as raw mpi4py calls on numpy buffers (the --reference rows)."""
 
-    name = "raw-mpi4py"
+    name = REFERENCE
 
     def __init__(self, plan: BenchPlan, session: Session) -> None:
         import numpy as np

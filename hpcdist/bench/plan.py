@@ -166,6 +166,7 @@ class BenchPlan:
     root: int  # -1 for collectives without a root
     json: bool
     reference: bool
+    plot: str | None = None  # rank 0 draws the results into this file (bench/plot.py)
 
     @property
     def backend(self) -> str:
@@ -255,6 +256,7 @@ def plan_from_args(args: Any) -> BenchPlan:
         root,
         args.json,
         args.reference,
+        getattr(args, "plot", None),
     )
 
 

@@ -18,15 +18,16 @@ from typing import Any
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
 from .describe import describe, device_line
-from .fmt import Result, compare, footer_lines, format_row, header_lines
+from .fmt import Comparison, Result, compare, footer_lines, format_row, header_lines, json_row
 from .impl import Implementation
 from .plan import COLLECTIVES, BenchPlan, Counts, bandwidths, byte_counts, round_sizes
 
-__all__ = ["run_plan"]
+__all__ = ["collective_document", "run_plan"]
 
 
 def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
-    """Run every size with every implementation; rank 0 prints the table (or JSON). 1 if anything was wrong."""
+    """Run every size with every implementation; rank 0 prints the table (or JSON) and draws --plot. 1 if anything
+    was wrong."""
     from .data import expected_values
 
     out = out or sys.stdout
@@ -54,51 +55,58 @@ def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
         for impl, oop, inp in zip(impls, oops, inps, strict=True):
             busbw[impl.name] += [oop.busbw, inp.busbw]
             show(format_row(nbytes, counts.param, plan, oop, inp, impl.name if len(impls) > 1 else None))
-            rows.append(
-                {
-                    "size": nbytes,
-                    "count": counts.param,
-                    "type": plan.type_name,
-                    "redop": plan.op,
-                    "root": plan.root,
-                    "impl": impl.name,
-                    "out_of_place": oop.as_json(),
-                    "in_place": inp.as_json(),
-                }
-            )
+            rows.append(json_row(nbytes, counts.param, plan, impl.name, oop, inp))
     wrong = sum(1 for row in rows for key in ("out_of_place", "in_place") if row[key]["nwrong"])
     average = {name: sum(v) / len(v) if v else 0.0 for name, v in busbw.items()}
     compared = compare(rows, MpiImpl.name) if plan.reference and plan.collective == "all_reduce" else ()
     for line in footer_lines(plan, wrong, average, compared):
         show(line)
-    if rank == 0 and plan.json:
-        config = {
-            "minimum_bytes": plan.min_bytes,
-            "maximum_bytes": plan.max_bytes,
-            "warmup_iters": plan.warmup,
-            "iterations": plan.iters,
-            "rounds": plan.rounds,
-            "validation": plan.check,
-            "reference": plan.reference,
-            "backends": list(plan.backends),
-        }
-        config["step_factor" if plan.step_factor > 1 else "step_bytes"] = (
-            plan.step_factor if plan.step_factor > 1 else plan.step_bytes
-        )
-        doc = {
-            "version": 1,
-            "tool": "hpcdist bench",
-            "collective": plan.collective,
-            "config": config,
-            "environment": {k: v for k, v in env.items() if k != "summary"},
-            "devices": devices,
-            "results": rows,
-            "out_of_bounds": {"count": wrong, "okay": wrong == 0},
-            "average_bus_bandwidth": average,
-            "comparisons": [c.as_json() for c in compared],
-        }
-        print(json.dumps(doc, indent=1), file=out, flush=True)
+    if rank == 0 and (plan.json or plan.plot):
+        doc = collective_document(plan, env, devices, rows, wrong, average, compared)
+        if plan.json:
+            print(json.dumps(doc, indent=1), file=out, flush=True)
+        if plan.plot:
+            from .plot import draw
+
+            draw(doc, plan.plot)
     return 1 if wrong else 0
+
+
+def collective_document(
+    plan: BenchPlan,
+    env: dict[str, Any],
+    devices: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    wrong: int,
+    average: dict[str, float],
+    compared: tuple[Comparison, ...],
+) -> dict[str, Any]:
+    """nccl-tests' JSON document of a run (with hpcdist's comparisons), which `--json` prints and `--plot` draws."""
+    config = {
+        "minimum_bytes": plan.min_bytes,
+        "maximum_bytes": plan.max_bytes,
+        "warmup_iters": plan.warmup,
+        "iterations": plan.iters,
+        "rounds": plan.rounds,
+        "validation": plan.check,
+        "reference": plan.reference,
+        "backends": list(plan.backends),
+    }
+    config["step_factor" if plan.step_factor > 1 else "step_bytes"] = (
+        plan.step_factor if plan.step_factor > 1 else plan.step_bytes
+    )
+    return {
+        "version": 1,
+        "tool": "hpcdist bench",
+        "collective": plan.collective,
+        "config": config,
+        "environment": {k: v for k, v in env.items() if k != "summary"},
+        "devices": devices,
+        "results": rows,
+        "out_of_bounds": {"count": wrong, "okay": wrong == 0},
+        "average_bus_bandwidth": average,
+        "comparisons": [c.as_json() for c in compared],
+    }
 
 
 def _measure(

@@ -33,7 +33,12 @@ def _add_bench(subparsers: Any) -> None:
         "launcher, e.g. `hpcdist mpirun -np 2 -- hpcdist bench all_reduce -b 8 -e 64M -f 2 --backend "
         "mpi,gloo --reference`. `bench ddp` times a DDP training step of a fixed MLP on each backend.",
     )
-    p.add_argument("collective", choices=[*COLLECTIVES, "ddp"], help="the operation to time, or ddp")
+    p.add_argument(
+        "collective",
+        nargs="?",
+        choices=[*COLLECTIVES, "ddp"],
+        help="the operation to time, or ddp (may be left out with --from)",
+    )
     p.add_argument("-b", "--minbytes", help="smallest size in bytes (default: 32M)")
     p.add_argument("-e", "--maxbytes", help="largest size in bytes (default: 32M)")
     step = p.add_mutually_exclusive_group()
@@ -64,10 +69,34 @@ def _add_bench(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--reference", action="store_true", help="also time raw mpi4py on numpy buffers, row by row")
     p.add_argument("--timeout", type=seconds, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="rank 0 also draws the results into FILE (.png, .svg or .pdf): bus bandwidth and time against size "
+        "per backend, or the DDP step times; needs matplotlib (pip install 'hpcdist[plot]')",
+    )
+    p.add_argument(
+        "--from",
+        dest="source",
+        metavar="FILE.json",
+        help="measure nothing: redraw --plot from a run saved with --json (no launcher needed)",
+    )
 
 
 def bench(args: argparse.Namespace) -> int:
-    """`hpcdist bench`: check the options, initialise the first backend, run; 1 if any result was wrong."""
+    """`hpcdist bench`: check the options, initialise the first backend, run; 1 if any result was wrong.
+    With --from, redraw a saved run instead (no launcher, no torch)."""
+    from ..bench.plot import check_plot_file, replot
+
+    if args.plot is not None:
+        check_plot_file(args.plot)  # before anything is measured
+    if args.source is not None:
+        return replot(args)
+    if args.collective is None:
+        raise UsageError(
+            "bench needs the operation to time, e.g. `hpcdist bench all_reduce` or `hpcdist bench ddp`, "
+            "or --from FILE.json --plot FILE.png to redraw a saved run"
+        )
     from ..bench.plan import plan_from_args
     from ..bench.run import run_plan
     from ..runtime.bootstrap import init
