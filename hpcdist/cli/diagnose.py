@@ -85,7 +85,9 @@ def _add_bench(subparsers: Any) -> None:
 
 def bench(args: argparse.Namespace) -> int:
     """`hpcdist bench`: check the options, initialise the first backend, run; 1 if any result was wrong.
-    With --from, redraw a saved run instead (no launcher, no torch)."""
+
+    With --from, redraw a saved run instead (no launcher, no torch).
+    """
     from ..bench.plot import check_plot_file, replot
 
     if args.plot is not None:
