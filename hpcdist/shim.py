@@ -24,6 +24,7 @@ from .errors import RendezvousTimeout, UsageError
 from .launching.binding import BIND_VAR, binding_env, check_bind, plan_binding
 from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
+from .launching.tagger import drain as drain_tagger
 from .launching.tagger import start as start_tagger
 from .launching.topology import load_topology
 from .runtime.adopt import adopt, finish
@@ -147,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr, flush=True)
         if rank.isdigit():
             control.emit("failed", int(rank), "exit code 2")
+        drain_tagger()
         abort_job(2)
         return 2
     if target is not None:
@@ -168,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         control.emit("failed", env.rank, f"{_describe(code)} host={host}")  # hpcdist mpirun shows its last lines
+        drain_tagger()  # its last lines out before MPI_Abort, which under Hydra also ends the tagger
         abort_job(code if 0 < code < 256 else 1)
     return code
 
