@@ -30,3 +30,24 @@ def launch(argv: list[str], timeout: float = 180, **env: str) -> Result:
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
     return Result(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+
+def mpich_overlay(dest: Path) -> Path:
+    """A virtual environment at `dest` with the `mpich` wheel over this one's packages; its `bin/python`.
+
+    One mpi4py serves both MPIs: it loads the libmpi of `sys.exec_prefix/lib` first (mpi4py/_mpiabi.py), so this
+    venv's python loads MPICH and this one's loads Open MPI. $HPCDIST_MPICH_VENV names a ready one instead.
+    """
+    ready = os.environ.get("HPCDIST_MPICH_VENV")
+    if ready:
+        return Path(ready) / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True, timeout=120)
+    python = dest / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    ours = subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    Path(site, "_hpcdist_base.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "mpich>=4.2"],
+                   capture_output=True, check=True, timeout=600)
+    return python

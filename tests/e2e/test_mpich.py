@@ -1,0 +1,68 @@
+"""`hpcdist mpirun` on MPICH: real Hydra `mpiexec`, two and four ranks, a failing rank named, the job ended fast.
+
+The MPICH venv is this one's packages with the `mpich` wheel over them (launching.mpich_overlay), made once per
+session; without pip's reach to that wheel the tests skip (a failure under CI=true).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launching import PROGRAMS, launch, mpich_overlay
+
+CHECKS = ("p2p", "broadcast", "allreduce")
+
+
+@pytest.fixture(scope="module")
+def mpich(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python of the MPICH venv."""
+    try:
+        return mpich_overlay(tmp_path_factory.mktemp("mpich") / "venv")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"cannot make the MPICH venv (pip install mpich): {exc}")
+
+
+def hpcdist(python: Path, *args: str) -> list[str]:
+    """`hpcdist ARGS` run by `python` (its venv decides the MPI)."""
+    return [str(python), "-m", "hpcdist", *args]
+
+
+def test_the_mpich_launcher_is_told_by_its_installation(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "--dry-run", "-np", "2", "-x", "A=1 2", "--", "python", "x.py"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (f"{mpich.parent}/mpirun -n 2 -hosts localhost:2 -bind-to none -genv A '1 2' "
+                             f"{mpich} -m hpcdist.shim -- python x.py\n")
+
+
+@pytest.mark.parametrize("np", [2, 4])
+def test_collectives_on_real_mpich_ranks(mpich: Path, np: int) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", str(np), "--", "python", "-m", "hpcdist", "run", *CHECKS,
+                            "--backend", "gloo"), timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if "received" in line) == [
+        f"rank {r}: received {100 + r} from rank 0" for r in range(1, np)
+    ]
+    for r in range(np):  # every rank in one world of np (an Open MPI mpi4py under Hydra would be np worlds of 1)
+        assert f"rank {r}: all_reduce SUM over all ranks -> " in result.stdout
+
+
+@pytest.mark.parametrize(("how", "code", "status"), [("raise", "exit code 1", 1), ("exit", "exit code 3", 3)])
+def test_a_failing_rank_is_named_and_ends_the_job(mpich: Path, how: str, code: str, status: int) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
+                    timeout=120, FAIL_RANK="2", FAIL_HOW=how)
+    assert result.returncode == status, result.stderr
+    assert "hpcdist: rank 2 on " in result.stderr and f"failed ({code}); ending the job" in result.stderr
+    assert f"failed ({code}); its last" in result.stderr  # hpcdist mpirun's summary got the rank's lines
+    if how == "raise":
+        assert "ValueError: deliberate failure on rank 2" in result.stderr
+    assert result.seconds < 60  # the others are blocked in a barrier: MPI_Abort ends them
+
+
+def test_a_killed_rank_ends_the_job(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
+                    timeout=120, FAIL_RANK="2", FAIL_HOW="kill")
+    assert result.returncode != 0, result.stderr
+    assert result.seconds < 60
