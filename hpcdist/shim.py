@@ -172,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         control.emit("failed", env.rank, f"{_describe(code)} host={host}")  # hpcdist mpirun shows its last lines
         drain_tagger()  # its last lines out before MPI_Abort, which under Hydra also ends the tagger
         abort_job(code if 0 < code < 256 else 1)
+    else:
+        control.emit("done", env.rank)  # its tagger need not report it vanished
     return code
 
 

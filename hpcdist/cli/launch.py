@@ -173,7 +173,8 @@ def _mpirun(args: argparse.Namespace) -> int:
     from ..launching.spawn import run_mpirun
 
     def run(argv: list[str], token: str) -> LaunchOutcome:
-        return run_mpirun(argv, token, OutputRouter(output, spec.np) if routed else None)
+        router = OutputRouter(output, spec.np) if routed else None
+        return run_mpirun(argv, token, router, vanished_named=spec.family != "openmpi")
 
     return run_attempts(spec, policy, build_mpirun_argv, run)
 

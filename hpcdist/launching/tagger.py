@@ -4,7 +4,8 @@ The shim calls `start` before it imports the program. fd 1 and fd 2 become pipes
 libraries write there too); a forked process reads them to end-of-file and writes each line, in one
 `os.write`, as `[host:rank] text` to the original stdout or stderr, and with a log directory also to
 DIR/rank-NNN.log. Being a process, not a thread, it still drains the pipes when the rank segfaults or is
-killed: the pipes reach end-of-file only when the rank and its children are gone.
+killed: the pipes reach end-of-file only when the rank and its children are gone. A rank that ends without
+saying how (no `done` or `failed` control line: a signal, or os._exit) is then reported as `vanished`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import time
 from collections.abc import Mapping
 
-from ..control import CONTROL_ENV, RESTART_VARS, parse_control
+from ..control import CONTROL_ENV, RESTART_VARS, emit, parse_control
 from ..errors import UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from .output import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, log_name, parse_ranks, split_segments
@@ -61,7 +62,10 @@ def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.envir
             os.close(err_write)
             for sig in _IGNORED:  # a signal for the rank must not cut its last lines off: they end with EOF
                 signal.signal(sig, signal.SIG_IGN)
-            _Pump(sinks, prefix, shown, log, environ.get(CONTROL_ENV, "")).run()
+            pump = _Pump(sinks, prefix, shown, log, environ.get(CONTROL_ENV, ""))
+            pump.run()
+            if not pump.said:  # the rank ended without saying how: killed by a signal, or os._exit
+                emit("vanished", rank, f"host={host}", environ)
         except BaseException:  # noqa: BLE001 - whatever happens, never return into the rank's code
             status = 1
         finally:
@@ -135,6 +139,7 @@ class _Pump:
         self.log = log
         self.token = token
         self.dead: set[int] = set()  # sinks that refused a write (e.g. a closed pipe): still drained, not written
+        self.said = False  # whether the rank said how it ended (a `done` or `failed` control line passed)
 
     def run(self) -> None:
         """Until both pipes are at end-of-file."""
@@ -166,7 +171,9 @@ class _Pump:
 
     def line(self, sink: int, text: bytes) -> None:
         """One line (without its newline): to the console when shown or a control line, to the log file if not."""
-        control = b"@@hpcdist:" in text and parse_control(text.decode(errors="replace"), self.token) is not None
+        event = parse_control(text.decode(errors="replace"), self.token) if b"@@hpcdist:" in text else None
+        control = event is not None
+        self.said = self.said or (event is not None and event.event in ("done", "failed"))
         if self.shown or control:
             self.write(sink, self.prefix + text + b"\n")
         if self.log is not None and not control:
