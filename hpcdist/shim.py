@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import NoReturn
 
 from . import control
-from .abort import abort_job
+from .abort import abort_job, before_abort
 from .errors import RendezvousTimeout, UsageError
 from .launching.binding import BIND_VAR, binding_env, check_bind, plan_binding
 from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
@@ -140,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = python_target(words)
         env = LaunchEnv.from_environ(os.environ)
         rank = str(env.rank)
-        start_tagger(env.rank, env.world_size, socket.gethostname().split(".")[0])  # before the program loads
+        if start_tagger(env.rank, env.world_size, socket.gethostname().split(".")[0]):  # before the program loads
+            before_abort(drain_tagger)  # under Hydra, MPI_Abort also ends the tagger: its last lines go out first
         bind(env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
         env, rdzv = prepare(seconds, env)
@@ -148,7 +149,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr, flush=True)
         if rank.isdigit():
             control.emit("failed", int(rank), "exit code 2")
-        drain_tagger()
         abort_job(2)
         return 2
     if target is not None:
@@ -170,7 +170,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         control.emit("failed", env.rank, f"{_describe(code)} host={host}")  # hpcdist mpirun shows its last lines
-        drain_tagger()  # its last lines out before MPI_Abort, which under Hydra also ends the tagger
         abort_job(code if 0 < code < 256 else 1)
     else:
         control.emit("done", env.rank)  # its tagger need not report it vanished
