@@ -25,8 +25,12 @@ LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although 
 #     A daemon failed to report back after being spawned. …
 #       Local host:    n1
 #       Remote host:   n2
+# MPICH 5.0.2's Hydra, when a host's proxy dies (everything on it killed), ends at once with status 255 and
+# names no host:
+#     [mpiexec@n1] control_cb (/mpich-5.0.2/src/pm/hydra/mpiexec/pmiserv_cb.c:280): assert (!closed) failed
 _BANNERS = re.compile(
     r"\b(?:PRTE|ORTE) has lost communication with a remote daemon|\bA daemon failed to report back after being spawned"
+    r"|\] control_cb \(.*\): assert \(!closed\) failed"
 )
 _HOST = re.compile(r"Remote daemon\s*:\s*\S+\s+on node\s+(\S+)|Remote host\s*:\s*(\S+)")
 
@@ -71,11 +75,13 @@ class LostHostWatch:
             self._partial.clear()
             if not self.lost:
                 return returncode, None
-            hosts = ", ".join(self.hosts) or "a remote host"
+            names = ", ".join(self.hosts)
         status = returncode if returncode != 0 else LOST_HOST_STATUS
+        returned = f"although mpirun returned {returncode}" if returncode == 0 else f"(mpirun returned {returncode})"
+        who, check = (f"host {names}", names) if names else ("a remote host (it names none)", "every host")
         return status, (
-            f"mpirun lost contact with host {hosts} (its daemon died or the network link was cut), so the job "
-            f"did not finish although mpirun returned {returncode}; check that {hosts} is up and reachable"
+            f"mpirun lost contact with {who} (its daemon died or the network link was cut), so the job "
+            f"did not finish {returned}; check that {check} is up and reachable"
         )
 
 

@@ -37,10 +37,10 @@ def test_the_mpich_launcher_is_told_by_its_installation(mpich: Path) -> None:
                              f"{mpich} -m hpcdist.shim -- python x.py\n")
 
 
-@pytest.mark.parametrize("np", [2, 4])
-def test_collectives_on_real_mpich_ranks(mpich: Path, np: int) -> None:
+@pytest.mark.parametrize(("np", "backend"), [(2, "gloo"), (4, "gloo"), (4, "mpi")])
+def test_collectives_on_real_mpich_ranks(mpich: Path, np: int, backend: str) -> None:
     result = launch(hpcdist(mpich, "mpirun", "-np", str(np), "--", "python", "-m", "hpcdist", "run", *CHECKS,
-                            "--backend", "gloo"), timeout=240)
+                            "--backend", backend), timeout=240)
     assert result.returncode == 0, result.stderr
     assert sorted(line for line in result.stdout.splitlines() if "received" in line) == [
         f"rank {r}: received {100 + r} from rank 0" for r in range(1, np)
@@ -70,3 +70,20 @@ def test_a_killed_rank_ends_the_job(mpich: Path) -> None:
     # tells before the clean-up ends it, the summary names rank 2, and never another rank as killed
     named = [line for line in result.stderr.splitlines() if "failed (killed or exited abruptly)" in line]
     assert all(line.startswith("hpcdist: rank 2 on ") for line in named), result.stderr
+
+
+def test_ddp_on_mpich_ranks_ends_with_identical_parameters(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "2", "--", "python", "-m", "hpcdist", "run", "ddp",
+                            "--backend", "mpi", "--samples", "512", "--epochs", "2"), timeout=240)
+    assert result.returncode == 0, result.stderr
+    digests = {line.split()[4] for line in result.stdout.splitlines() if "identical on all 2 ranks" in line}
+    assert len(digests) == 1 and result.stdout.count("identical on all 2 ranks") == 2, result.stdout
+
+
+def test_a_hang_on_mpich_is_reported_and_ends_the_job(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "2", "--", "python", str(PROGRAMS / "plain.py")),
+                    timeout=120, HANG="sleep", HPCDIST_TIMEOUT="10")
+    assert result.returncode == 1, result.stderr
+    assert "first divergence: rank 0 waits in all_reduce #1 while rank(s) 1 are not in any communication call" \
+        in result.stderr
+    assert "hpcdist: rank 0 on " in result.stderr and "failed (called MPI_Abort); its last" in result.stderr

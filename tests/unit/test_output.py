@@ -319,3 +319,20 @@ def test_under_open_mpi_vanished_ranks_are_not_named() -> None:
     console = _console(OutputOptions(tag=True), 4)
     _feed(console, "stderr", HYDRA_KILL, 4096)
     assert [f.rank for f in console.failures(9)] == [3]
+
+
+HYDRA_LOST = (  # MPICH 5.0.2's mpiexec on n1 when everything on n2 was killed (tests/hosts' namespaces)
+    b"[mpiexec@n1] control_cb (/mpich-5.0.2/src/pm/hydra/mpiexec/pmiserv_cb.c:280): assert (!closed) failed\n"
+    b"[mpiexec@n1] HYDT_dmxu_poll_wait_for_event (/mpich-5.0.2/src/pm/hydra/lib/tools/demux/demux_poll.c:76): "
+    b"callback returned error status\n"
+)
+
+
+def test_hydra_losing_a_hosts_proxy_is_a_lost_host_it_does_not_name() -> None:
+    watch = MpirunWatch(TOKEN, vanished_named=True)
+    watch.feed("stderr", HYDRA_LOST)
+    outcome, problem = watch.outcome(255)
+    assert outcome.status == 255 and problem == (
+        "mpirun lost contact with a remote host (it names none) (its daemon died or the network link was cut), so "
+        "the job did not finish (mpirun returned 255); check that every host is up and reachable"
+    )
