@@ -32,22 +32,22 @@ def launch(argv: list[str], timeout: float = 180, **env: str) -> Result:
     return Result(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
 
 
-def mpich_overlay(dest: Path) -> Path:
-    """A virtual environment at `dest` with the `mpich` wheel over this one's packages; its `bin/python`.
+def mpi_overlay(dest: Path, wheel: str = "mpich") -> Path:
+    """A virtual environment at `dest` with an MPI `wheel` (mpich, impi-rt) over this one's packages; its python.
 
-    One mpi4py serves both MPIs: it loads the libmpi of `sys.exec_prefix/lib` first (mpi4py/_mpiabi.py), so this
-    venv's python loads MPICH and this one's loads Open MPI. $HPCDIST_MPICH_VENV names a ready one instead.
+    One mpi4py serves every MPI: it loads the libmpi of `sys.exec_prefix/lib` first (mpi4py/_mpiabi.py), so this
+    venv's python loads that wheel's MPI and this one's Open MPI. $HPCDIST_MPICH_VENV names a ready MPICH one.
     """
-    ready = os.environ.get("HPCDIST_MPICH_VENV")
+    ready = os.environ.get("HPCDIST_MPICH_VENV") if wheel == "mpich" else None
     if ready:
         return Path(ready) / "bin" / "python"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True, timeout=120)
     python = dest / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
-    ours = subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
-    Path(site, "_hpcdist_base.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "mpich>=4.2"],
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = subprocess.run([str(python), "-c", purelib], capture_output=True, text=True, check=True, timeout=60)
+    ours = subprocess.run([sys.executable, "-c", purelib], capture_output=True, text=True, check=True, timeout=60)
+    base = f"import site; site.addsitedir({ours.stdout.strip()!r})\n"  # .pth files there are read too
+    Path(site.stdout.strip(), "_hpcdist_base.pth").write_text(base)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", wheel],
                    capture_output=True, check=True, timeout=600)
     return python

@@ -1,17 +1,18 @@
-"""`hpcdist mpirun` on MPICH: real Hydra `mpiexec`, two and four ranks, a failing rank named, the job ended fast.
+"""`hpcdist mpirun` on MPICH (and a start on Intel MPI): real Hydra, two and four ranks, failures named.
 
-The MPICH venv is this one's packages with the `mpich` wheel over them (launching.mpich_overlay), made once per
-session; without pip's reach to that wheel the tests skip (a failure under CI=true).
+Each MPI's venv is this one's packages with the MPI's wheel over them (launching.mpi_overlay), made once per
+module; without pip's reach to that wheel the tests skip (a failure under CI=true).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from launching import PROGRAMS, launch, mpich_overlay
+from launching import PROGRAMS, launch, mpi_overlay
 
 CHECKS = ("p2p", "broadcast", "allreduce")
 
@@ -20,7 +21,7 @@ CHECKS = ("p2p", "broadcast", "allreduce")
 def mpich(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of the MPICH venv."""
     try:
-        return mpich_overlay(tmp_path_factory.mktemp("mpich") / "venv")
+        return mpi_overlay(tmp_path_factory.mktemp("mpich") / "venv", "mpich>=4.2")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"cannot make the MPICH venv (pip install mpich): {exc}")
 
@@ -87,3 +88,29 @@ def test_a_hang_on_mpich_is_reported_and_ends_the_job(mpich: Path) -> None:
     assert "first divergence: rank 0 waits in all_reduce #1 while rank(s) 1 are not in any communication call" \
         in result.stderr
     assert "hpcdist: rank 0 on " in result.stderr and "failed (called MPI_Abort); its last" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def intel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python of an Intel MPI venv (the impi-rt wheel)."""
+    try:
+        return mpi_overlay(tmp_path_factory.mktemp("impi") / "venv", "impi-rt")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"cannot make the Intel MPI venv (pip install impi-rt): {exc}")
+
+
+def test_intel_mpi_ranks_run_the_collectives_unpinned(intel: Path) -> None:
+    dry = launch(hpcdist(intel, "mpirun", "--dry-run", "-np", "2", "--", "python", "x.py"))
+    assert dry.stdout == f"{intel.parent}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 {intel} " \
+        "-m hpcdist.shim -- python x.py\n", dry.stderr
+    code = "import os; from mpi4py import MPI as M; print('cpus', len(os.sched_getaffinity(0)), M.Get_library_version())"
+    result = launch(hpcdist(intel, "mpirun", "-np", "2", "--", "python", "-c", code), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("Intel(R) MPI Library") == 2
+    cpus = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("cpus ")}
+    assert cpus == {str(len(os.sched_getaffinity(0)))}  # I_MPI_PIN=0: not one core each
+    result = launch(hpcdist(intel, "mpirun", "-np", "4", "--", "python", "-m", "hpcdist", "run", *CHECKS,
+                            "--backend", "gloo"), timeout=240)
+    assert result.returncode == 0, result.stderr
+    for r in range(4):
+        assert f"rank {r}: all_reduce SUM over all ranks -> [10.0, 20.0, 30.0]" in result.stdout
