@@ -103,10 +103,11 @@ def test_intel_mpi_ranks_run_the_collectives_unpinned(intel: Path) -> None:
     dry = launch(hpcdist(intel, "mpirun", "--dry-run", "-np", "2", "--", "python", "x.py"))
     assert dry.stdout == f"{intel.parent}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 {intel} " \
         "-m hpcdist.shim -- python x.py\n", dry.stderr
-    code = "import os; from mpi4py import MPI as M; print('cpus', len(os.sched_getaffinity(0)), M.Get_library_version())"
+    code = ("import os; from mpi4py import MPI as M; "
+            "print('cpus', len(os.sched_getaffinity(0)), M.Get_library_version().split()[0])")
     result = launch(hpcdist(intel, "mpirun", "-np", "2", "--", "python", "-c", code), timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("Intel(R) MPI Library") == 2
+    assert result.stdout.count(" Intel(R)\n") == 2
     cpus = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("cpus ")}
     assert cpus == {str(len(os.sched_getaffinity(0)))}  # I_MPI_PIN=0: not one core each
     result = launch(hpcdist(intel, "mpirun", "-np", "4", "--", "python", "-m", "hpcdist", "run", *CHECKS,
