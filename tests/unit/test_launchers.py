@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
 
+from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.launching.families import check_family, family_from_files, family_from_version
 from hpcdist.launching.hostfile import HostSlots
@@ -165,3 +167,66 @@ def test_check_family() -> None:
     assert check_family("mpich") == "mpich"
     with pytest.raises(UsageError, match="--mpi 'mvapich' is not an MPI hpcdist knows; use one of openmpi"):
         check_family("mvapich")
+
+
+# -- hpcdist mpirun --mpi / detection, through the CLI (--dry-run) -----------------------------------------------
+
+
+def _install(tmp_path: Path, *files: str) -> Path:
+    """A fake MPI installation: executable files in tmp_path/bin; its directory."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in files:
+        (folder / name).write_text("#!/bin/sh\nexit 0\n")
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def _dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["mpirun", "--dry-run", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_mpich_is_told_by_the_files_beside_its_mpiexec(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = _install(tmp_path, "mpiexec", "mpiexec.hydra", "mpichversion", "hydra_pmi_proxy")
+    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpiexec"), "-np", "2", "--", "python", "x.py")
+    assert status == 0, err
+    shim = f"{sys.executable} -m hpcdist.shim --"
+    assert out == f"{folder}/mpiexec -n 2 -hosts localhost:2 -bind-to none {shim} python x.py\n"
+
+
+def test_intel_mpis_mpirun_script_is_replaced_by_the_hydra_beside_it(capsys: pytest.CaptureFixture[str],
+                                                                     tmp_path: Path) -> None:  # fmt: skip
+    folder = _install(tmp_path, "mpirun", "mpiexec", "mpiexec.hydra", "hydra_bstrap_proxy", "impi_info")
+    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "2", "--no-shim", "--", "x")
+    assert status == 0, err
+    assert out == f"{folder}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 x\n"
+
+
+def test_an_open_mpi_hostfile_reaches_hydra_as_hosts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("n1 slots=2\nn2 slots=2 max_slots=4\n")
+    status, out, err = _dry_run(capsys, "--mpi", "mpich", "--mpirun", "mpiexec", "--hostfile", str(hostfile),
+                                "--no-shim", "--", "x")  # fmt: skip
+    assert status == 0, err
+    assert out == "mpiexec -n 4 -hosts n1:2,n2:2 -bind-to none x\n"
+
+
+def test_an_unknown_installation_stays_open_mpi(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = _install(tmp_path, "mpirun")
+    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "1", "--no-shim", "--", "x")
+    assert status == 0, err
+    assert out.startswith(f"{folder}/mpirun -np 1 -H localhost:1 --bind-to none --map-by slot ")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--mpi", "lam", "-np", "2", "--", "x"], "hpcdist: error: --mpi 'lam' is not an MPI hpcdist knows; use one of "
+                                              "openmpi, mpich, intel\n"),
+    (["--mpi", "mpich", "--mca", "btl", "tcp", "-np", "2", "--", "x"], "hpcdist: error: --mca is Open MPI's; mpich's "
+     "settings are environment variables (MPIR_CVAR_*, FI_*, I_MPI_*): pass them with -x NAME=VALUE, or use --mpi "
+     "openmpi\n"),
+])  # fmt: skip
+def test_bad_mpi_choices_are_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    status, out, err = _dry_run(capsys, "--mpirun", "mpiexec", *argv)
+    assert (status, out, err) == (2, "", message)
