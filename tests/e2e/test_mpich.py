@@ -1,29 +1,31 @@
 """`hpcdist mpirun` on MPICH (and a start on Intel MPI): real Hydra, two and four ranks, failures named.
 
-Each MPI's venv is this one's packages with the MPI's wheel over them (launching.mpi_overlay), made once per
-module; without pip's reach to that wheel the tests skip (a failure under CI=true).
+Each MPI's venv is this one's packages with the MPI's wheel over them (tests/conftest.py), made once per
+session; without pip's reach to that wheel the tests skip (a failure under CI=true).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from launching import PROGRAMS, launch, mpi_overlay
+from launching import PROGRAMS, launch
 
 CHECKS = ("p2p", "broadcast", "allreduce")
 
 
-@pytest.fixture(scope="module")
-def mpich(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The python of the MPICH venv."""
-    try:
-        return mpi_overlay(tmp_path_factory.mktemp("mpich") / "venv", "mpich>=4.2")
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot make the MPICH venv (pip install mpich): {exc}")
+@pytest.fixture
+def mpich(mpich_python: Path) -> Path:
+    """The python of the MPICH venv (tests/conftest.py)."""
+    return mpich_python
+
+
+@pytest.fixture
+def intel(impi_python: Path) -> Path:
+    """The python of the Intel MPI venv (tests/conftest.py)."""
+    return impi_python
 
 
 def hpcdist(python: Path, *args: str) -> list[str]:
@@ -88,15 +90,6 @@ def test_a_hang_on_mpich_is_reported_and_ends_the_job(mpich: Path) -> None:
     assert "first divergence: rank 0 waits in all_reduce #1 while rank(s) 1 are not in any communication call" \
         in result.stderr
     assert "hpcdist: rank 0 on " in result.stderr and "failed (called MPI_Abort); its last" in result.stderr
-
-
-@pytest.fixture(scope="module")
-def intel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The python of an Intel MPI venv (the impi-rt wheel)."""
-    try:
-        return mpi_overlay(tmp_path_factory.mktemp("impi") / "venv", "impi-rt")
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot make the Intel MPI venv (pip install impi-rt): {exc}")
 
 
 def test_intel_mpi_ranks_run_the_collectives_unpinned(intel: Path) -> None:
