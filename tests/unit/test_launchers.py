@@ -13,6 +13,7 @@ from hpcdist.errors import UsageError
 from hpcdist.launching.families import check_family, family_from_files, family_from_version
 from hpcdist.launching.hostfile import HostSlots
 from hpcdist.launching.mpirun import LAUNCHERS, AppContext, MpirunSpec, build_mpirun_argv
+from hpcdist.launching.spec import detect_family
 
 VERSIONS = Path(__file__).parent / "data" / "mpirun_version"  # real `--version` output of the PyPI wheels
 PROG = ("python", "train.py")
@@ -230,3 +231,14 @@ def test_an_unknown_installation_stays_open_mpi(capsys: pytest.CaptureFixture[st
 def test_bad_mpi_choices_are_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     status, out, err = _dry_run(capsys, "--mpirun", "mpiexec", *argv)
     assert (status, out, err) == (2, "", message)
+
+
+def test_detect_family_follows_debians_alternatives(tmp_path: Path) -> None:
+    folder = _install(tmp_path, "mpirun.mpich", "mpirun.openmpi", "ompi_info", "mpichversion")
+    (folder / "mpirun").symlink_to(folder / "mpirun.mpich")  # /usr/bin/mpirun -> /etc/alternatives -> mpirun.mpich
+    assert detect_family(str(folder / "mpirun")) == "mpich"
+    (folder / "mpirun").unlink()
+    (folder / "mpirun").symlink_to(folder / "mpirun.openmpi")
+    assert detect_family(str(folder / "mpirun")) == "openmpi"
+    assert detect_family(str(tmp_path / "no-such-mpirun")) is None
+    assert detect_family("no-such-mpirun-on-path") is None
