@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import socket
 import sys
+from collections.abc import Callable
 from types import TracebackType
 
-__all__ = ["abort_job", "install_abort_hook"]
+from . import control
+
+__all__ = ["abort_job", "before_abort", "install_abort_hook"]
+
+_BEFORE: list[Callable[[], None]] = []
+
+
+def before_abort(hook: Callable[[], None]) -> None:
+    """Have `abort_job` call `hook` before MPI_Abort: the shim's, to let its tagger write the rank's last lines."""
+    if hook not in _BEFORE:
+        _BEFORE.append(hook)
 
 
 def abort_job(code: int) -> None:
@@ -18,6 +30,10 @@ def abort_job(code: int) -> None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
+    rank = mpi.COMM_WORLD.Get_rank()  # hpcdist mpirun learns how this rank ended (the first word about it wins)
+    control.emit("failed", rank, f"called MPI_Abort host={socket.gethostname().split('.')[0]}")
+    for hook in _BEFORE:
+        hook()
     mpi.COMM_WORLD.Abort(code)
 
 

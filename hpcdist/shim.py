@@ -19,11 +19,12 @@ from types import TracebackType
 from typing import NoReturn
 
 from . import control
-from .abort import abort_job
+from .abort import abort_job, before_abort
 from .errors import RendezvousTimeout, UsageError
 from .launching.binding import BIND_VAR, binding_env, check_bind, plan_binding
 from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
+from .launching.tagger import drain as drain_tagger
 from .launching.tagger import start as start_tagger
 from .launching.topology import load_topology
 from .runtime.adopt import adopt, finish
@@ -139,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = python_target(words)
         env = LaunchEnv.from_environ(os.environ)
         rank = str(env.rank)
-        start_tagger(env.rank, env.world_size, socket.gethostname().split(".")[0])  # before the program loads
+        if start_tagger(env.rank, env.world_size, socket.gethostname().split(".")[0]):  # before the program loads
+            before_abort(drain_tagger)  # under Hydra, MPI_Abort also ends the tagger: its last lines go out first
         bind(env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
         env, rdzv = prepare(seconds, env)
@@ -169,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         control.emit("failed", env.rank, f"{_describe(code)} host={host}")  # hpcdist mpirun shows its last lines
         abort_job(code if 0 < code < 256 else 1)
+    else:
+        control.emit("done", env.rank)  # its tagger need not report it vanished
     return code
 
 

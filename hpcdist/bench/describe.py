@@ -46,7 +46,8 @@ def describe(session: Session, backends: list[str], dtype: str) -> tuple[list[di
     except ImportError:
         pass
     if "mpi4py.MPI" in sys.modules:  # never initialise MPI just to name it
-        env["mpi_library"] = sys.modules["mpi4py.MPI"].Get_library_version().split(",")[0].strip()
+        text = sys.modules["mpi4py.MPI"].Get_library_version().strip()  # MPICH's runs over lines, Open MPI's over ','
+        env["mpi_library"] = " ".join(text.splitlines()[0].split(",")[0].split()) if text else None
     parts = [f"{__version__} backend {','.join(backends)} nRanks {session.world_size} torch {torch.__version__}"]
     parts += [f"mpi4py {env['mpi4py']}"] if env["mpi4py"] else []
     parts += [env["mpi_library"]] if env["mpi_library"] else []

@@ -27,7 +27,7 @@ def add_parsers(sub: Any) -> None:
 
     mpirun = sub.add_parser(
         "mpirun",
-        help="run a program (e.g. an unmodified torchrun-style script) under Open MPI's mpirun",
+        help="run a program (e.g. an unmodified torchrun-style script) under mpirun (Open MPI, MPICH or Intel MPI)",
         description="Everything after `--` is the program each rank runs.",
     )
     mpirun.add_argument("-np", "-n", "--np", dest="np", type=int, help="number of ranks (default: all slots)")
@@ -85,6 +85,12 @@ def add_parsers(sub: Any) -> None:
         "least M) rather than stop",
     )
     mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
+    mpirun.add_argument(
+        "--mpi",
+        metavar="openmpi|mpich|intel",
+        help="the MPI whose launcher --mpirun is, and so its command-line dialect (default: told by the files "
+        "installed beside it; Open MPI when they do not say)",
+    )
     mpirun.add_argument("--dry-run", action="store_true", help="print the exact command and run nothing")
     mpirun.add_argument(
         "--script", metavar="FILE", help="write the launch as a reusable shell script (- prints it) and run nothing"
@@ -167,7 +173,8 @@ def _mpirun(args: argparse.Namespace) -> int:
     from ..launching.spawn import run_mpirun
 
     def run(argv: list[str], token: str) -> LaunchOutcome:
-        return run_mpirun(argv, token, OutputRouter(output, spec.np) if routed else None)
+        router = OutputRouter(output, spec.np) if routed else None
+        return run_mpirun(argv, token, router, vanished_named=spec.family != "openmpi")
 
     return run_attempts(spec, policy, build_mpirun_argv, run)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..launching.families import mpi_identity  # the one parser of MPI version text, the launchers' too
 from ..launching.hostfile import HostSlots
 from ..launching.topology import Topology
 
@@ -62,23 +62,6 @@ class Facts:
     local_world_size: int = 1  # for the --bind auto plan
     local_world_size_from: str = "default"
     bind_environ: Mapping[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, NCCL_*
-
-
-_IDENTITIES = (
-    ("Intel MPI", re.compile(r"Intel\(R\) MPI Library\D*?(\d{4}(?:\.\d+)*)")),
-    ("MVAPICH", re.compile(r"MVAPICH2?\b.*?(\d+\.\d+[\w.]*)", re.S)),
-    ("Open MPI", re.compile(r"Open MPI\)?\s+v?(\d+\.\d+(?:\.\d+)?)")),
-    ("MPICH", re.compile(r"(?:MPICH|HYDRA).*?Version:\s*(\d+\.\d+(?:\.\d+)?\w*)", re.S)),
-)
-
-
-def mpi_identity(text: str) -> tuple[str, str] | None:
-    """(family, version) from `mpirun --version` or MPI_Get_library_version text, or None if unknown."""
-    for family, pattern in _IDENTITIES:
-        match = pattern.search(text)
-        if match:
-            return family, match.group(1)
-    return None
 
 
 def tail(text: str, lines: int = 4) -> str:

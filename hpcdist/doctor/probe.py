@@ -7,6 +7,7 @@ address a job would use.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -17,13 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import UsageError
+from ..launching.families import family_from_version
 from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
 from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
 from ..launching.spawn import capture
 from ..launching.topology import TOPOLOGY_VAR, load_topology
 from ..runtime.env import LaunchEnv
 from ..runtime.netif import resolve
-from .facts import Facts, Probe, mpi_identity, tail
+from .facts import Facts, Probe, tail
 
 __all__ = ["DEFAULT_TIMEOUT", "gather_facts", "rendezvous_probe"]
 
@@ -80,13 +82,8 @@ def _interfaces() -> dict[str, str]:
 
 
 def _launch(family: str | None, spec: MpirunSpec) -> list[str]:
-    """The probe's mpirun argv: Open MPI's from the argv builder; for another MPI only -np, hosts and program."""
-    if family in (None, "Open MPI"):
-        return build_mpirun_argv(spec)
-    hosts = (
-        ["--hostfile", spec.hostfile] if spec.hostfile else ["-H", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)]
-    )
-    return [spec.mpirun, "-np", str(spec.np), *(hosts if spec.hosts or spec.hostfile else []), *spec.program]
+    """The probe's launch argv, in the dialect of the MPI that `mpirun --version` named (Open MPI's if none)."""
+    return build_mpirun_argv(dataclasses.replace(spec, family=family or "openmpi"))
 
 
 def _spec(
@@ -159,7 +156,7 @@ def gather_facts(
         mpi4py, mpi4py_error = _json_probe(_MPI4PY_PROBE, timeout)
         version = _probe([mpirun, "--version"], timeout) if mpirun else None
         torch_facts, torch_error = torch_job.result()
-    family = (mpi_identity(version.out + version.err) or (None, None))[0] if version else None
+    family = family_from_version(version.out + version.err) if version else None
     hosts: tuple[HostSlots, ...] = ()
     hostfile_error, as_hosts = "", False
     if hostfile:
@@ -170,7 +167,8 @@ def gather_facts(
             hostfile_error = str(exc)
     resolved = {h.host: resolve(h.host) for h in hosts}
     can_launch = mpirun is not None and mpi4py is not None
-    given = None if as_hosts else hostfile  # Open MPI misreads `host:N` lines, CRLF, a BOM: pass the hosts as -H
+    # Open MPI misreads `host:N` lines, CRLF, a BOM, and Hydra Open MPI's `slots=N`: pass the hosts as -H / -hosts
+    given = None if as_hosts or family not in (None, "openmpi") else hostfile
     world = hosts_probe = rendezvous = None
     if mpirun and can_launch:
         world = _probe(_launch(family, _spec(mpirun, 2, [sys.executable, "-c", _WORLD_PROBE])), timeout)

@@ -1,7 +1,7 @@
 """Launching through mpirun: hostfiles, the argv builder, options -> spec, and the one module that spawns.
 
-- `names`, `hostfile`, `nodelist`, `selection`, `program`, `mpirun`: pure builders and parsers (no torch, no mpi4py,
-  no runtime);
+- `names`, `hostfile`, `nodelist`, `selection`, `program`, `families`, `mpirun`: pure builders and parsers (no torch,
+  no mpi4py, no runtime); `mpirun` holds one registered launcher class per MPI (Open MPI, MPICH, Intel MPI);
 - `spec`: `hpcdist mpirun`'s options -> MpirunSpec (reads the environment, finds mpirun);
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
 - `monitor`: reads mpirun's output for lost hosts, ranks' control lines and failures (pure);

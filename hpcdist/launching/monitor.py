@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..control import parse_control
 
-__all__ = ["LOST_HOST_STATUS", "LaunchOutcome", "LostHostWatch", "MpirunWatch", "describe_status"]
+__all__ = ["LOST_HOST_STATUS", "VANISHED", "LaunchOutcome", "LostHostWatch", "MpirunWatch", "describe_status"]
 
 LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
 
@@ -25,8 +25,12 @@ LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although 
 #     A daemon failed to report back after being spawned. …
 #       Local host:    n1
 #       Remote host:   n2
+# MPICH 5.0.2's Hydra, when a host's proxy dies (everything on it killed), ends at once with status 255 and
+# names no host:
+#     [mpiexec@n1] control_cb (/mpich-5.0.2/src/pm/hydra/mpiexec/pmiserv_cb.c:280): assert (!closed) failed
 _BANNERS = re.compile(
     r"\b(?:PRTE|ORTE) has lost communication with a remote daemon|\bA daemon failed to report back after being spawned"
+    r"|\] control_cb \(.*\): assert \(!closed\) failed"
 )
 _HOST = re.compile(r"Remote daemon\s*:\s*\S+\s+on node\s+(\S+)|Remote host\s*:\s*(\S+)")
 
@@ -71,11 +75,13 @@ class LostHostWatch:
             self._partial.clear()
             if not self.lost:
                 return returncode, None
-            hosts = ", ".join(self.hosts) or "a remote host"
+            names = ", ".join(self.hosts)
         status = returncode if returncode != 0 else LOST_HOST_STATUS
+        returned = f"although mpirun returned {returncode}" if returncode == 0 else f"(mpirun returned {returncode})"
+        who, check = (f"host {names}", names) if names else ("a remote host (it names none)", "every host")
         return status, (
-            f"mpirun lost contact with host {hosts} (its daemon died or the network link was cut), so the job "
-            f"did not finish although mpirun returned {returncode}; check that {hosts} is up and reachable"
+            f"mpirun lost contact with {who} (its daemon died or the network link was cut), so the job "
+            f"did not finish {returned}; check that {check} is up and reachable"
         )
 
 
@@ -93,6 +99,9 @@ _ABORTED = re.compile(
     r"exited due to process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) calling\s+\"abort\""
 )
 _MARK = b"@@hpcdist:"
+# How a rank ended that its tagger saw vanish. MPICH's Hydra names no rank when one is killed: its banner's PID
+# is often another rank's, killed in its clean-up (measured with MPICH 5.0.2).
+VANISHED = "killed or exited abruptly"
 
 
 def describe_status(code: int) -> str:
@@ -136,13 +145,15 @@ class MpirunWatch:
     that may still become one is held back until it is whole (all else passes at once, progress bars too).
     """
 
-    def __init__(self, token: str = "") -> None:
+    def __init__(self, token: str = "", vanished_named: bool = False) -> None:
         self.token = token
+        self.vanished_named = vanished_named
         self.lost = LostHostWatch()
         self.ready: set[int] = set()
         self.world_size: int | None = None
         self.failed: dict[int, str] = {}
         self.hosts: dict[int, str] = {}
+        self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
         self._held: dict[str, bytes] = {}
         self._recent: dict[str, deque[str]] = {}
         self._lock = threading.Lock()
@@ -172,6 +183,9 @@ class MpirunWatch:
                     self.world_size = int(fields["world"])
             elif event.event == "failed":  # detail: how it ended, then host=NAME
                 self.failed.setdefault(event.rank, " ".join(w for w in event.detail.split() if "=" not in w))
+            elif event.event == "vanished" and event.rank not in self.vanished:
+                self.vanished.append(event.rank)
+
             if fields.get("host"):
                 self.hosts.setdefault(event.rank, fields["host"])
             return True
@@ -187,16 +201,30 @@ class MpirunWatch:
             recent.clear()
         return False
 
+    def named(self, returncode: int) -> dict[int, str]:
+        """The failed ranks (rank -> how); with `vanished_named`, first the ranks seen to vanish, if the launch failed.
+
+        Hydra SIGKILLs every other rank's process group in its clean-up, taggers included, so a tagger that says its
+        rank vanished speaks of the rank that was killed. Open MPI's clean-up leaves the taggers to see their ranks
+        killed, and names a killed rank itself: there `vanished` is not used.
+        """
+        with self._lock:
+            failed = dict(self.failed)
+            if not self.vanished_named or returncode == 0:
+                return failed
+            return {**{rank: VANISHED for rank in self.vanished if rank not in failed}, **failed}
+
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""
         status, problem = self.lost.verdict(returncode)
+        failed = self.named(returncode)
         with self._lock:
             return LaunchOutcome(
                 status=status,
                 lost_hosts=tuple(self.lost.hosts),
                 ready=frozenset(self.ready),
                 world_size=self.world_size,
-                failed=dict(self.failed),
+                failed=failed,
                 hosts=dict(self.hosts),
                 signals=signals,
             ), problem

@@ -1,12 +1,19 @@
-"""Build the Open MPI `mpirun` command line for a job (pure: no processes are started)."""
+"""Build the launch command line of a job in its MPI's dialect (pure: no processes are started).
+
+One registered class per launcher dialect (ReFrame's `register_launcher`): `command(spec) -> list[str]`.
+`build_mpirun_argv` picks the class `spec.family` names: Open MPI's `mpirun`, MPICH's Hydra `mpiexec`, or
+Intel MPI's Hydra.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..errors import UsageError
 from ..values import MAX_COUNT
@@ -15,9 +22,14 @@ from .names import ENV_NAME
 
 __all__ = [
     "KEEPALIVE",
+    "LAUNCHERS",
     "SHIM",
     "AppContext",
+    "HydraLauncher",
+    "IntelLauncher",
+    "Launcher",
     "MpirunSpec",
+    "OpenMpiLauncher",
     "build_mpirun_argv",
     "env_forwards",
     "locate_mpirun",
@@ -61,39 +73,203 @@ class MpirunSpec:
     extra: tuple[str, ...] = ()
     mpirun: str = "mpirun"
     contexts: tuple[AppContext, ...] = ()  # set: one app context per host, each with its own variables
+    family: str = "openmpi"  # the launcher's dialect: a key of LAUNCHERS (launching.families.FAMILIES)
+
+
+class Launcher:
+    """One MPI family's launcher dialect; `command` turns a checked spec into its argv."""
+
+    name: ClassVar[str]
+
+    def command(self, spec: MpirunSpec) -> list[str]:
+        """The argv that launches `spec`."""
+        raise NotImplementedError
+
+
+LAUNCHERS: dict[str, type[Launcher]] = {}
+
+
+def register_launcher(name: str) -> Callable[[type[Launcher]], type[Launcher]]:
+    """Class decorator: `LAUNCHERS[name]` builds the argv of specs whose family is `name`."""
+
+    def register(cls: type[Launcher]) -> type[Launcher]:
+        cls.name = name
+        LAUNCHERS[name] = cls
+        return cls
+
+    return register
 
 
 def build_mpirun_argv(spec: MpirunSpec) -> list[str]:
-    """Return the mpirun argv for `spec`; `contexts` win over `hostfile`, which wins over `hosts`."""
+    """Return the launch argv for `spec` in its family's dialect.
+
+    Raises:
+        UsageError: a spec the launcher would reject or misread, or a family hpcdist has no launcher for.
+    """
     _validate(spec)
-    argv = [spec.mpirun] if spec.np is None or spec.contexts else [spec.mpirun, "-np", str(spec.np)]
-    if spec.contexts:  # each app context names its host below
-        pass
-    elif spec.hostfile is not None:
-        argv += ["--hostfile", spec.hostfile]
-    elif spec.hosts:
-        argv += ["-H", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)]
-    argv += ["--bind-to", spec.bind_to, "--map-by", spec.map_by]
-    if spec.oversubscribe:
-        argv.append("--oversubscribe")
-    if spec.as_root:
-        argv.append("--allow-run-as-root")
-    for key, value in _mca_pairs(spec.mca, spec.skip_fabric_probe):
-        argv += ["--mca", key, value]
-    if spec.keepalive:
-        for key, value in KEEPALIVE:
-            argv += ["--prtemca", key, value]
-    for name, setting in spec.env:
-        argv += ["-x", name if setting is None else f"{name}={setting}"]
-    argv += spec.extra
-    if not spec.contexts:
-        return argv + list(spec.program)
-    for index, context in enumerate(spec.contexts):
-        argv += [*([":"] if index else []), "-np", str(context.np), "-H", f"{context.host.host}:{context.host.slots}"]
-        for name, value in context.env:
-            argv += ["-x", f"{name}={value}"]
-        argv += spec.program
-    return argv
+    launcher = LAUNCHERS.get(spec.family)
+    if launcher is None:
+        raise UsageError(f"no launcher for MPI {spec.family!r}; use one of {', '.join(LAUNCHERS)}")
+    return launcher().command(spec)
+
+
+@register_launcher("openmpi")
+class OpenMpiLauncher(Launcher):
+    """Open MPI's `mpirun` (PRRTE): `contexts` win over `hostfile`, which wins over `hosts`."""
+
+    def command(self, spec: MpirunSpec) -> list[str]:
+        """The mpirun argv for `spec`."""
+        argv = [spec.mpirun] if spec.np is None or spec.contexts else [spec.mpirun, "-np", str(spec.np)]
+        if spec.contexts:  # each app context names its host below
+            pass
+        elif spec.hostfile is not None:
+            argv += ["--hostfile", spec.hostfile]
+        elif spec.hosts:
+            argv += ["-H", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)]
+        argv += ["--bind-to", spec.bind_to, "--map-by", spec.map_by]
+        if spec.oversubscribe:
+            argv.append("--oversubscribe")
+        if spec.as_root:
+            argv.append("--allow-run-as-root")
+        for key, value in _mca_pairs(spec.mca, spec.skip_fabric_probe):
+            argv += ["--mca", key, value]
+        if spec.keepalive:
+            for key, value in KEEPALIVE:
+                argv += ["--prtemca", key, value]
+        for name, setting in spec.env:
+            argv += ["-x", name if setting is None else f"{name}={setting}"]
+        argv += spec.extra
+        if not spec.contexts:
+            return argv + list(spec.program)
+        for index, context in enumerate(spec.contexts):
+            argv += [
+                *([":"] if index else []),
+                "-np",
+                str(context.np),
+                "-H",
+                f"{context.host.host}:{context.host.slots}",
+            ]
+            for name, value in context.env:
+                argv += ["-x", f"{name}={value}"]
+            argv += spec.program
+        return argv
+
+
+@register_launcher("mpich")
+class HydraLauncher(Launcher):
+    """MPICH's Hydra `mpiexec` (MVAPICH's too).
+
+    Measured with MPICH 5.0.2: hosts are global only (`-hosts a:2,b:2` or `-f FILE` of `host:N` lines; a second
+    list is "duplicate host file or host list setting"), so app contexts fill the hosts in order. Hydra passes
+    the whole environment by default (`-genvall`; `-genvlist` would drop the rest), so a bare `-x NAME` needs
+    nothing and a value is `-genv NAME VALUE`. It runs as root and oversubscribes without being asked.
+    """
+
+    def command(self, spec: MpirunSpec) -> list[str]:
+        """The mpiexec argv for `spec`."""
+        if spec.mca:
+            raise UsageError(
+                f"--mca is Open MPI's; {self.name}'s settings are environment variables (MPIR_CVAR_*, FI_*, "
+                f"I_MPI_*): pass them with -x NAME=VALUE, or use --mpi openmpi"
+            )
+        argv = [spec.mpirun] if spec.np is None or spec.contexts else [spec.mpirun, "-n", str(spec.np)]
+        if not spec.contexts:
+            argv += self.placement(spec)
+        argv += self.binding(spec)
+        for name, setting in spec.env:
+            argv += [] if setting is None else ["-genv", name, setting]
+        argv += spec.extra
+        if not spec.contexts:
+            return argv + list(spec.program)
+        return argv + self.app_contexts(spec)
+
+    def placement(self, spec: MpirunSpec) -> list[str]:
+        """Where the ranks go: the hostfile, else the hosts with their slots, else Hydra's own (this host, Slurm)."""
+        if spec.hostfile is not None:
+            return ["-f", spec.hostfile]
+        return ["-hosts", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)] if spec.hosts else []
+
+    def binding(self, spec: MpirunSpec) -> list[str]:
+        """Hydra's `-bind-to`; `-map-by` only when not the default fill of each host's slots in turn."""
+        return ["-bind-to", spec.bind_to, *(["-map-by", spec.map_by] if spec.map_by != "slot" else [])]
+
+    def app_contexts(self, spec: MpirunSpec) -> list[str]:
+        """The hosts, each context's slots in order, then one context per host with its own variables."""
+        argv = ["-hosts", ",".join(f"{c.host.host}:{c.np}" for c in spec.contexts)]
+        for index, context in enumerate(spec.contexts):
+            argv += [*([":"] if index else []), "-n", str(context.np)]
+            for name, value in context.env:
+                argv += ["-env", name, value]
+            argv += spec.program
+        return argv
+
+
+@register_launcher("intel")
+class IntelLauncher(HydraLauncher):
+    """Intel MPI's Hydra `mpiexec.hydra`.
+
+    Measured with impi-rt 2021.18.1: `-hosts a:2` is read as a host named "a:2" (the bootstrap fails), so equal
+    slots are `-hosts a,b -ppn 2` and others one app context per host (`-n 2 -host a PROG : …`); `-f FILE`
+    reads `host:N` lines. It pins every rank to one core by default (I_MPI_PIN): `--bind-to none` turns that
+    off, and other values name the pinning domain.
+    """
+
+    def placement(self, spec: MpirunSpec) -> list[str]:
+        """The hostfile, else the hosts and their common number of slots per host (per-host contexts otherwise)."""
+        if spec.hostfile is not None or not spec.hosts:
+            return super().placement(spec)
+        return ["-hosts", ",".join(h.host for h in spec.hosts), "-ppn", str(spec.hosts[0].slots)]
+
+    def binding(self, spec: MpirunSpec) -> list[str]:
+        """I_MPI_PIN=0 for no binding, else I_MPI_PIN_DOMAIN; Intel MPI places ranks by -ppn, not -map-by."""
+        if spec.map_by != "slot":
+            raise UsageError(
+                f"--map-by {spec.map_by} is not Intel MPI's; it places ranks by host and slots (-H a:2,b:2) and "
+                "pins them by I_MPI_PIN_* variables: drop --map-by, or pass -x I_MPI_PIN_ORDER=..."
+            )
+        if any(name.startswith("I_MPI_PIN") for name, _ in spec.env):
+            return []  # the user's own pinning variables decide
+        if spec.bind_to == "none":
+            return ["-genv", "I_MPI_PIN", "0"]
+        return ["-genv", "I_MPI_PIN_DOMAIN", spec.bind_to]
+
+    def command(self, spec: MpirunSpec) -> list[str]:
+        """Hosts of unequal slots become one app context per host, each with its `-host`."""
+        if not spec.contexts and spec.hostfile is None and len({h.slots for h in spec.hosts}) > 1:
+            spec = dataclasses.replace(spec, contexts=_fill(spec.hosts, spec.np))
+        return super().command(spec)
+
+    def app_contexts(self, spec: MpirunSpec) -> list[str]:
+        """One context per host: its ranks, its `-host` and its own variables."""
+        argv: list[str] = []
+        for index, context in enumerate(spec.contexts):
+            argv += [*([":"] if index else []), "-n", str(context.np), "-host", context.host.host]
+            for name, value in context.env:
+                argv += ["-env", name, value]
+            argv += spec.program
+        return argv
+
+
+def _fill(hosts: Sequence[HostSlots], np: int | None) -> tuple[AppContext, ...]:
+    """One context per host, the ranks filling each host's slots in turn (all slots when np is None).
+
+    Raises:
+        UsageError: more ranks than slots (Intel MPI's per-host contexts cannot oversubscribe).
+    """
+    left = sum(h.slots for h in hosts) if np is None else np
+    if left > sum(h.slots for h in hosts):
+        raise UsageError(
+            f"-np {left} is more than the {sum(h.slots for h in hosts)} slots of hosts "
+            f"{','.join(f'{h.host}:{h.slots}' for h in hosts)}; Intel MPI gets hosts of unequal slots as one app "
+            "context per host, which cannot oversubscribe: lower -np or give every host the same slots"
+        )
+    contexts = []
+    for host in hosts:
+        take = min(left, host.slots)
+        left -= take
+        if take:
+            contexts.append(AppContext(host, take))
+    return tuple(contexts)
 
 
 def spans_hosts(hosts: Sequence[HostSlots], environ: Mapping[str, str]) -> bool:

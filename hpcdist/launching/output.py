@@ -206,11 +206,11 @@ class Console:
         routed = self.router.feed(stream, shown) if shown else b""
         return routed if chunk else routed + self.router.finish(stream)
 
-    def failures(self) -> list[Failure]:
-        """The ranks that failed, each with its last lines (none without a router)."""
+    def failures(self, returncode: int = 1) -> list[Failure]:
+        """The ranks that failed (see MpirunWatch.named), each with its last lines (none without a router)."""
         if self.router is None:
             return []
-        return self.router.failures(self.watch.failed, self.watch.hosts)
+        return self.router.failures(self.watch.named(returncode), self.watch.hosts)
 
 
 def summary(failures: list[Failure], tail: int) -> str:

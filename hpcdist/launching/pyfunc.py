@@ -105,6 +105,7 @@ def _options(np: int | None, hostfile: str | None, program: list[str]) -> argpar
         probe_fabrics=False,
         no_shim=False,
         mpirun=None,
+        mpi=None,
         tag=False,
         log_dir=None,
         ranks=None,

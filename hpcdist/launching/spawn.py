@@ -133,7 +133,11 @@ def _write(out: IO[str], data: bytes) -> None:
 
 
 def run_mpirun(
-    argv: Sequence[str], token: str = "", router: OutputRouter | None = None, timeout: float | None = None
+    argv: Sequence[str],
+    token: str = "",
+    router: OutputRouter | None = None,
+    timeout: float | None = None,
+    vanished_named: bool = False,
 ) -> LaunchOutcome:
     """Run the mpirun command line built by hpcdist; its status is non-zero when a rank failed or a host was lost.
 
@@ -143,9 +147,9 @@ def run_mpirun(
     Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that, and for the
     control lines of ranks started with HPCDIST_CONTROL=`token` (acted on, never shown). With a `router`
     (ranks that tag their lines), the console shows what it selects, and each failed rank's last lines
-    follow at the end.
+    follow at the end. `vanished_named` (Hydra): a rank whose tagger saw it vanish is named (MpirunWatch.named).
     """
-    watch = MpirunWatch(token)
+    watch = MpirunWatch(token, vanished_named)
     console = Console(watch, router)
     received: list[int] = []
     code = _spawn(argv, None, "the MPI launcher", console.feed, received, timeout)
@@ -154,7 +158,7 @@ def run_mpirun(
     if ends_mid_line:  # PRRTE ends its banners with a NUL, not a newline: start hpcdist's own lines afresh
         print(file=sys.stderr, flush=True)
     if router is not None:
-        print(summary(console.failures(), router.options.tail), end="", file=sys.stderr, flush=True)
+        print(summary(console.failures(code), router.options.tail), end="", file=sys.stderr, flush=True)
     if problem:
         print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
     return outcome

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 
 from ..errors import UsageError
 from .binding import BIND_VAR, check_bind
+from .families import check_family, family_from_files
 from .hostfile import (
     HostSlots,
     check_np,
@@ -25,7 +27,7 @@ from .output import DEFAULT_TAIL, OutputOptions, parse_ranks, shim_variables
 from .program import check_program
 from .selection import Selected, select_hosts, selection_option
 
-__all__ = ["check_launcher", "find_mpirun", "output_from_args", "spec_from_args"]
+__all__ = ["check_launcher", "detect_family", "find_mpirun", "output_from_args", "spec_from_args"]
 
 
 def spec_from_args(
@@ -48,11 +50,13 @@ def spec_from_args(
     if args.hostfile is not None and args.hosts is not None:
         raise UsageError("give either --hostfile or -H, not both")
     hostfile, hosts = args.hostfile, parse_hosts_arg(args.hosts) if args.hosts is not None else ()
+    launcher = check_launcher(args.mpirun, "--mpirun") if args.mpirun is not None else find_mpirun()
+    family = check_family(args.mpi) if args.mpi is not None else detect_family(launcher) or "openmpi"
     if hostfile is not None:
         text = read_hostfile_text(hostfile)
         hosts = parse_hostfile(text, hostfile)
-        if not open_mpi_reads(text):
-            hostfile = None  # e.g. MPICH's `host:N`, which Open MPI takes for a host name: pass the hosts as -H
+        if family != "openmpi" or not open_mpi_reads(text):
+            hostfile = None  # MPICH's `host:N` for Open MPI, Open MPI's `slots=N` for Hydra: pass the hosts parsed
     picked = selection_option(args.include, args.exclude)
     selected = _select(args, hosts, environ) if picked else tuple(Selected(h) for h in hosts)
     hosts = tuple(s.host for s in selected)
@@ -95,8 +99,9 @@ def spec_from_args(
         as_root=os.geteuid() == 0,
         skip_fabric_probe=not args.probe_fabrics and "OMPI_MCA_btl" not in environ,
         keepalive=spans_hosts(hosts, environ),
-        mpirun=check_launcher(args.mpirun, "--mpirun") if args.mpirun is not None else find_mpirun(),
+        mpirun=_hydra_binary(launcher) if family == "intel" else launcher,
         contexts=contexts,
+        family=family,
     )
     return spec, output
 
@@ -190,6 +195,32 @@ def find_mpirun() -> str:
             "load your site's MPI module, or pass --mpirun PATH"
         )
     return check_launcher(found, "$HPCDIST_MPIRUN" if os.environ.get("HPCDIST_MPIRUN") else "the mpirun found")
+
+
+def detect_family(launcher: str) -> str | None:
+    """The MPI of `launcher` (a path or a name on PATH), told by its real name and the files beside it; None if not.
+
+    Reads the file system only: running `launcher --version` here would start a process on every launch and
+    every --dry-run (`hpcdist doctor` runs it).
+    """
+    found = shutil.which(launcher) if os.sep not in launcher else launcher
+    if found is None:
+        return None
+    real = os.path.realpath(found)
+    try:
+        beside = os.listdir(os.path.dirname(real))
+    except OSError:
+        beside = []
+    return family_from_files(real, beside) or family_from_files(found, [])
+
+
+def _hydra_binary(launcher: str) -> str:
+    """Intel MPI's `mpirun` is a shell script that runs `mpiexec.hydra` from PATH (measured: "mpiexec.hydra: not
+    found" when its directory is not on PATH); the binary beside it runs wherever it is."""
+    hydra = os.path.join(os.path.dirname(launcher), "mpiexec.hydra")
+    if os.path.basename(launcher) == "mpirun" and os.sep in launcher and os.access(hydra, os.X_OK):
+        return hydra
+    return launcher
 
 
 def check_launcher(path: str, where: str) -> str:

@@ -292,3 +292,47 @@ def test_a_progress_bars_redraws_pass_at_once_but_stay_out_of_the_tail(size: int
     console.watch.failed[0] = "exit code 1"
     (failure,) = console.failures()
     assert failure.tail == (b"100%|##########\n",)
+
+
+HYDRA_KILL = (
+    b"[vm:2] step 3\n"
+    b"@@hpcdist:" + TOKEN.encode() + b":vanished:2:host=vm\n"  # rank 2's tagger: its rank ended without a word
+    b"[vm:3] @@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1 host=vm\n"  # gloo saw rank 2's sockets close
+    b"=   PID 10969 RUNNING AT localhost\n=   EXIT CODE: 9\n"  # Hydra's banner: often another rank's PID
+)
+
+
+@pytest.mark.parametrize("size", [1, 4096])
+def test_under_hydra_a_rank_whose_tagger_saw_it_vanish_is_named_first(size: int) -> None:
+    console = Console(MpirunWatch(TOKEN, vanished_named=True), OutputRouter(OutputOptions(tag=True), 4))
+    shown = _feed(console, "stderr", HYDRA_KILL, size)
+    assert b"@@hpcdist" not in shown
+    assert [(f.rank, f.host, f.how) for f in console.failures(9)] == [
+        (2, "vm", "killed or exited abruptly"), (3, "vm", "exit code 1")
+    ]  # fmt: skip
+    assert [f.tail for f in console.failures(9)][0] == (b"[vm:2] step 3\n",)
+    assert [f.rank for f in console.failures(0)] == [3]  # a launch that succeeded: no rank vanished
+
+
+def test_under_open_mpi_vanished_ranks_are_not_named() -> None:
+    # Open MPI's clean-up leaves the taggers alive to see their ranks killed; PRRTE names a killed rank itself
+    console = _console(OutputOptions(tag=True), 4)
+    _feed(console, "stderr", HYDRA_KILL, 4096)
+    assert [f.rank for f in console.failures(9)] == [3]
+
+
+HYDRA_LOST = (  # MPICH 5.0.2's mpiexec on n1 when everything on n2 was killed (tests/hosts' namespaces)
+    b"[mpiexec@n1] control_cb (/mpich-5.0.2/src/pm/hydra/mpiexec/pmiserv_cb.c:280): assert (!closed) failed\n"
+    b"[mpiexec@n1] HYDT_dmxu_poll_wait_for_event (/mpich-5.0.2/src/pm/hydra/lib/tools/demux/demux_poll.c:76): "
+    b"callback returned error status\n"
+)
+
+
+def test_hydra_losing_a_hosts_proxy_is_a_lost_host_it_does_not_name() -> None:
+    watch = MpirunWatch(TOKEN, vanished_named=True)
+    watch.feed("stderr", HYDRA_LOST)
+    outcome, problem = watch.outcome(255)
+    assert outcome.status == 255 and problem == (
+        "mpirun lost contact with a remote host (it names none) (its daemon died or the network link was cut), so "
+        "the job did not finish (mpirun returned 255); check that every host is up and reachable"
+    )

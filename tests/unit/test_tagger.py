@@ -110,3 +110,43 @@ def test_a_progress_bar_is_redrawn_at_once_tagged_and_only_its_last_state_is_log
     assert done.stdout == b"[h:2] windows line\n"
     log = (tmp_path / "rank-002.log").read_bytes()
     assert sorted(log.splitlines(keepends=True)) == [b"100%|##########\n", b"windows line\n"]  # two pipes: any order
+
+
+SAYS = """
+import os, signal, sys
+from hpcdist import control
+from hpcdist.launching.tagger import drain, start
+
+start(5, 12, "h")
+print("working")
+how = sys.argv[1]
+if how == "done":
+    control.emit("done", 5)
+if how == "drain":
+    control.emit("failed", 5, "exit code 1")
+    drain()
+    os.write(2, b"after the drain\\n")  # the rank's own stderr again: untagged, after every tagged line
+    sys.exit(0)
+os.kill(os.getpid(), signal.SIGKILL) if how in ("kill", "done") else os._exit(3)
+"""
+
+
+@pytest.mark.parametrize(("how", "vanished"), [("kill", True), ("exit", True), ("done", False)])
+def test_a_rank_that_ends_without_a_word_is_reported_vanished_by_its_tagger(how: str, vanished: bool) -> None:
+    done = subprocess.run([sys.executable, "-c", SAYS, how], env={**os.environ, "HPCDIST_CONTROL": TOKEN,
+                          "HPCDIST_TAG": "1"}, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.stdout == "[h:5] working\n"
+    assert done.stderr.endswith(f"@@hpcdist:{TOKEN}:vanished:5:host=h\n") is vanished, done.stderr
+
+
+def test_without_a_token_the_tagger_reports_nothing() -> None:
+    done = subprocess.run([sys.executable, "-c", SAYS, "kill"], env={**os.environ, "HPCDIST_TAG": "1"},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.stdout == "[h:5] working\n" and done.stderr == ""
+
+
+def test_drain_hands_back_the_ranks_own_output_after_the_tagger_wrote_everything() -> None:
+    done = subprocess.run([sys.executable, "-c", SAYS, "drain"], env={**os.environ, "HPCDIST_CONTROL": TOKEN,
+                          "HPCDIST_TAG": "1"}, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "[h:5] working\n"
+    assert done.stderr == f"[h:5] @@hpcdist:{TOKEN}:failed:5:exit code 1\nafter the drain\n"

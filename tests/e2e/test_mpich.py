@@ -1,0 +1,110 @@
+"""`hpcdist mpirun` on MPICH (and a start on Intel MPI): real Hydra, two and four ranks, failures named.
+
+Each MPI's venv is this one's packages with the MPI's wheel over them (tests/conftest.py), made once per
+session; without pip's reach to that wheel the tests skip (a failure under CI=true).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from launching import PROGRAMS, launch
+
+CHECKS = ("p2p", "broadcast", "allreduce")
+
+
+@pytest.fixture
+def mpich(mpich_python: Path) -> Path:
+    """The python of the MPICH venv (tests/conftest.py)."""
+    return mpich_python
+
+
+@pytest.fixture
+def intel(impi_python: Path) -> Path:
+    """The python of the Intel MPI venv (tests/conftest.py)."""
+    return impi_python
+
+
+def hpcdist(python: Path, *args: str) -> list[str]:
+    """`hpcdist ARGS` run by `python` (its venv decides the MPI)."""
+    return [str(python), "-m", "hpcdist", *args]
+
+
+def test_the_mpich_launcher_is_told_by_its_installation(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "--dry-run", "-np", "2", "-x", "A=1 2", "--", "python", "x.py"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (f"{mpich.parent}/mpirun -n 2 -hosts localhost:2 -bind-to none -genv A '1 2' "
+                             f"{mpich} -m hpcdist.shim -- python x.py\n")
+
+
+@pytest.mark.parametrize(("np", "backend"), [(2, "gloo"), (4, "gloo"), (4, "mpi")])
+def test_collectives_on_real_mpich_ranks(mpich: Path, np: int, backend: str) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", str(np), "--", "python", "-m", "hpcdist", "run", *CHECKS,
+                            "--backend", backend), timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if "received" in line) == [
+        f"rank {r}: received {100 + r} from rank 0" for r in range(1, np)
+    ]
+    for r in range(np):  # every rank in one world of np (an Open MPI mpi4py under Hydra would be np worlds of 1)
+        assert f"rank {r}: all_reduce SUM over all ranks -> " in result.stdout
+
+
+@pytest.mark.parametrize(("how", "code", "status"), [("raise", "exit code 1", 1), ("exit", "exit code 3", 3)])
+def test_a_failing_rank_is_named_and_ends_the_job(mpich: Path, how: str, code: str, status: int) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
+                    timeout=120, FAIL_RANK="2", FAIL_HOW=how)
+    assert result.returncode == status, result.stderr
+    assert "hpcdist: rank 2 on " in result.stderr and f"failed ({code}); ending the job" in result.stderr
+    assert f"failed ({code}); its last" in result.stderr  # hpcdist mpirun's summary got the rank's lines
+    if how == "raise":
+        assert "ValueError: deliberate failure on rank 2" in result.stderr
+    assert result.seconds < 60  # the others are blocked in a barrier: MPI_Abort ends them
+
+
+def test_a_killed_rank_ends_the_job(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
+                    timeout=120, FAIL_RANK="2", FAIL_HOW="kill")
+    assert result.returncode != 0, result.stderr
+    assert result.seconds < 60
+    # Hydra names no rank, and a peer may fail first (gloo sees rank 2's sockets close); when rank 2's tagger
+    # tells before the clean-up ends it, the summary names rank 2, and never another rank as killed
+    named = [line for line in result.stderr.splitlines() if "failed (killed or exited abruptly)" in line]
+    assert all(line.startswith("hpcdist: rank 2 on ") for line in named), result.stderr
+
+
+def test_ddp_on_mpich_ranks_ends_with_identical_parameters(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "2", "--", "python", "-m", "hpcdist", "run", "ddp",
+                            "--backend", "mpi", "--samples", "512", "--epochs", "2"), timeout=240)
+    assert result.returncode == 0, result.stderr
+    digests = {line.split()[4] for line in result.stdout.splitlines() if "identical on all 2 ranks" in line}
+    assert len(digests) == 1 and result.stdout.count("identical on all 2 ranks") == 2, result.stdout
+
+
+def test_a_hang_on_mpich_is_reported_and_ends_the_job(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "2", "--", "python", str(PROGRAMS / "plain.py")),
+                    timeout=120, HANG="sleep", HPCDIST_TIMEOUT="10")
+    assert result.returncode == 1, result.stderr
+    assert "first divergence: rank 0 waits in all_reduce #1 while rank(s) 1 are not in any communication call" \
+        in result.stderr
+    assert "hpcdist: rank 0 on " in result.stderr and "failed (called MPI_Abort); its last" in result.stderr
+
+
+def test_intel_mpi_ranks_run_the_collectives_unpinned(intel: Path) -> None:
+    dry = launch(hpcdist(intel, "mpirun", "--dry-run", "-np", "2", "--", "python", "x.py"))
+    assert dry.stdout == f"{intel.parent}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 {intel} " \
+        "-m hpcdist.shim -- python x.py\n", dry.stderr
+    code = ("import os; from mpi4py import MPI as M; "
+            "print('cpus', len(os.sched_getaffinity(0)), M.Get_library_version().split()[0])")
+    result = launch(hpcdist(intel, "mpirun", "-np", "2", "--", "python", "-c", code), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(" Intel(R)\n") == 2
+    cpus = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("cpus ")}
+    assert cpus == {str(len(os.sched_getaffinity(0)))}  # I_MPI_PIN=0: not one core each
+    result = launch(hpcdist(intel, "mpirun", "-np", "4", "--", "python", "-m", "hpcdist", "run", *CHECKS,
+                            "--backend", "gloo"), timeout=240)
+    assert result.returncode == 0, result.stderr
+    for r in range(4):
+        assert f"rank {r}: all_reduce SUM over all ranks -> [10.0, 20.0, 30.0]" in result.stdout

