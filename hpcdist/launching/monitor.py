@@ -154,6 +154,7 @@ class MpirunWatch:
         self.failed: dict[int, str] = {}
         self.hosts: dict[int, str] = {}
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
+        self.first_vanished: int | None = None  # the first of them, when it was heard before any failure
         self._held: dict[str, bytes] = {}
         self._recent: dict[str, deque[str]] = {}
         self._lock = threading.Lock()
@@ -184,6 +185,8 @@ class MpirunWatch:
             elif event.event == "failed":  # detail: how it ended, then host=NAME
                 self.failed.setdefault(event.rank, " ".join(w for w in event.detail.split() if "=" not in w))
             elif event.event == "vanished" and event.rank not in self.vanished:
+                if not self.vanished and not self.failed:
+                    self.first_vanished = event.rank
                 self.vanished.append(event.rank)
 
             if fields.get("host"):
@@ -202,17 +205,23 @@ class MpirunWatch:
         return False
 
     def named(self, returncode: int) -> dict[int, str]:
-        """The failed ranks (rank -> how); with `vanished_named`, first the ranks seen to vanish, if the launch failed.
+        """The failed ranks (rank -> how), if the launch failed first the ranks seen to vanish that caused it.
 
-        Hydra SIGKILLs every other rank's process group in its clean-up, taggers included, so a tagger that says its
-        rank vanished speaks of the rank that was killed. Open MPI's clean-up leaves the taggers to see their ranks
-        killed, and names a killed rank itself: there `vanished` is not used.
+        Hydra (`vanished_named`) SIGKILLs every other rank's process group in its clean-up, taggers included, so a
+        tagger that says its rank vanished speaks of the rank that was killed. Open MPI's clean-up leaves the taggers
+        to see their ranks killed, after the failure that began it, and names a killed rank itself, unless a peer's
+        failure reaches it first (a peer blocked on the killed rank's sockets): there only the first rank heard to
+        vanish before any failure is named.
         """
         with self._lock:
             failed = dict(self.failed)
-            if not self.vanished_named or returncode == 0:
+            if returncode == 0:
                 return failed
-            return {**{rank: VANISHED for rank in self.vanished if rank not in failed}, **failed}
+            if self.vanished_named:
+                first = self.vanished
+            else:
+                first = [] if self.first_vanished is None else [self.first_vanished]
+            return {**{rank: VANISHED for rank in first if rank not in failed}, **failed}
 
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""

@@ -23,8 +23,10 @@ def _mpirun(hpcdist: str, *options: str, program: list[str], **env: str):
     return dataclasses.replace(result, stderr=result.stderr.replace("\0", ""))
 
 
+# killed: PRRTE names the signal; when a peer's failure (gloo saw the sockets close) reaches it first, it names
+# only that peer, and rank 1 is named by its tagger, which saw it vanish first (measured once in CI, under load)
 @pytest.mark.parametrize("how, ending", [("exit", "rank 1 on [^ ]+ failed with exit code 3"),
-                                         ("kill", "rank 1 on [^ ]+ killed by SIGKILL")])
+                                         ("kill", "rank 1 on [^ ]+ killed (?:by SIGKILL|or exited abruptly)")])
 def test_a_job_that_fails_on_its_first_attempt_succeeds_on_the_restart(hpcdist: str, tmp_path: Path, how: str,
                                                                         ending: str) -> None:
     result = _mpirun(hpcdist, "--max-restarts", "2", program=["python", str(PROGRAMS / "flaky.py")],
