@@ -1,14 +1,11 @@
 """hpcdist: an MPI-first HPC job toolkit for PyTorch."""
 
+import importlib
 from typing import TYPE_CHECKING
 
 from ._version import __version__
 from .errors import JobFailed, LaunchTimeout, MapTimeout, RankFailed, RendezvousTimeout, UsageError, WaitTimeout
-from .runtime.bootstrap import Session, init, shutdown
-from .runtime.env import LaunchEnv
 from .values import ARRAY_TASK, RANK
-from .workloads.preemption import Preempted, StopAtStepBoundary, restart_count
-from .workloads.taskmap import map  # noqa: A004  (hpcdist.map is the seeds' replacement for ray.get over a task list)
 
 __all__ = [
     "ARRAY_TASK",
@@ -35,19 +32,40 @@ __all__ = [
 ]
 
 
+# Where each of the other names lives: loaded on first use, so that `import hpcdist` (and every text-only command,
+# which imports it as the package of hpcdist.cli) costs no more than the errors and values above.
+_LAZY = {
+    "Session": "runtime.bootstrap",
+    "init": "runtime.bootstrap",
+    "shutdown": "runtime.bootstrap",
+    "LaunchEnv": "runtime.env",
+    "Preempted": "workloads.preemption",
+    "StopAtStepBoundary": "workloads.preemption",
+    "restart_count": "workloads.preemption",
+    "map": "workloads.taskmap",
+    "launch": "launching.pyfunc",
+    "submit": "jobs.submit",
+    "Job": "jobs.submit",
+}
+
 if TYPE_CHECKING:
     from .jobs.submit import Job, submit
     from .launching.pyfunc import launch
+    from .runtime.bootstrap import Session, init, shutdown
+    from .runtime.env import LaunchEnv
+    from .workloads.preemption import Preempted, StopAtStepBoundary, restart_count
+    from .workloads.taskmap import map  # noqa: A004  (hpcdist.map replaces the seeds' ray.get over a task list)
 
 
 def __getattr__(name: str) -> object:
-    """`hpcdist.launch`, `submit` and `Job`, loaded on first use: `import hpcdist` stays as quick as without them."""
-    if name == "launch":
-        from .launching.pyfunc import launch
+    """The public names of `_LAZY`, imported from their module on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'hpcdist' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
 
-        return launch
-    if name in ("submit", "Job"):
-        from .jobs import submit as module
 
-        return getattr(module, name)
-    raise AttributeError(f"module 'hpcdist' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    """Every public name, loaded or not (for completion in a shell or notebook)."""
+    return sorted({*globals(), *_LAZY})

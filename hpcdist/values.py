@@ -14,6 +14,7 @@ from .errors import UsageError
 __all__ = [
     "ADDRESS",
     "ARRAY_TASK",
+    "BACKENDS",
     "MAX_COUNT",
     "MAX_SECONDS",
     "RANK",
@@ -23,6 +24,7 @@ __all__ = [
     "slurm_counts",
 ]
 
+BACKENDS = ("auto", "gloo", "nccl", "mpi")  # what --backend and hpcdist.init(backend=) take
 MAX_COUNT = 2**31 - 1  # ranks, slots, nodes, tasks: MPI and Slurm count them in a C int
 MAX_SECONDS = 30 * 86400  # a timeout: a wait longer than 30 days is a hang, and far larger ones overflow timedelta
 _HUGE = 10**20  # stands for any whole number of more than 19 digits: above every bound hpcdist checks

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..values import MAX_COUNT
+from ..values import BACKENDS, MAX_COUNT
 
 __all__ = [
     "COLLECTIVES",
@@ -186,8 +186,6 @@ class BenchPlan:
 
 def parse_backends(text: str) -> tuple[str, ...]:
     """`--backend mpi,gloo` -> ("mpi", "gloo"): known names, none twice, at least one."""
-    from ..runtime.bootstrap import BACKENDS
-
     names = tuple(name.strip() for name in text.split(","))
     for name in names:
         if name not in BACKENDS:

@@ -9,10 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..bench.plan import COLLECTIVES, DTYPES, OPS
-from ..doctor.facts import STATUSES
-from ..doctor.probe import DEFAULT_TIMEOUT
+from ..doctor.facts import DEFAULT_TIMEOUT, STATUSES
 from ..errors import UsageError
-from ..runtime.bootstrap import BACKENDS
+from ..values import BACKENDS
 from .types import count, seconds
 
 __all__ = ["COMMANDS", "add_parsers", "bench", "doctor"]

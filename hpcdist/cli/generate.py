@@ -42,7 +42,7 @@ def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
 
 def add_parsers(sub: Any) -> None:
     """Add the job-generation subcommands to the CLI's subparsers."""
-    from ..jobs.sbatch import LAUNCHES
+    from ..jobs import LAUNCHES
 
     sb = sub.add_parser(
         "sbatch",

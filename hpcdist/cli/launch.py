@@ -19,7 +19,7 @@ __all__ = ["COMMANDS", "add_parsers"]
 
 def add_parsers(sub: Any) -> None:
     """Add `env`, `mpirun` and `run` to the CLI's subparsers."""
-    from ..runtime.bootstrap import BACKENDS
+    from ..values import BACKENDS
     from ..workloads import WORKLOADS, add_arguments
 
     env = sub.add_parser("env", help="show the launcher and ranks hpcdist detects in this process")

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..launching.families import mpi_identity  # the one parser of MPI version text, the launchers' too
-from ..launching.hostfile import HostSlots
-from ..launching.topology import Topology
 
-__all__ = ["STATUSES", "Check", "Facts", "Probe", "mpi_identity", "tail"]
+if TYPE_CHECKING:
+    from ..launching.hostfile import HostSlots
+    from ..launching.topology import Topology
 
+__all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Check", "Facts", "Probe", "mpi_identity", "tail"]
+
+DEFAULT_TIMEOUT = 30.0  # seconds each probe may take
 STATUSES = ("pass", "warn", "fail", "info")
 
 

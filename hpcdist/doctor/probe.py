@@ -25,11 +25,10 @@ from ..launching.spawn import capture
 from ..launching.topology import TOPOLOGY_VAR, load_topology
 from ..runtime.env import LaunchEnv
 from ..runtime.netif import resolve
-from .facts import Facts, Probe, tail
+from .facts import DEFAULT_TIMEOUT, Facts, Probe, tail
 
-__all__ = ["DEFAULT_TIMEOUT", "gather_facts", "rendezvous_probe"]
+__all__ = ["gather_facts", "rendezvous_probe"]
 
-DEFAULT_TIMEOUT = 30.0
 _MPI4PY_PROBE = (
     "import json, mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; from mpi4py import MPI; "
     "print(json.dumps({'version': mpi4py.__version__, 'library': MPI.Get_library_version(), "

@@ -15,3 +15,7 @@ May import: errors, values, waits, launching's pure builders (hostfile, names, n
 calls), and launching.spawn's `capture` and `submit_sbatch` for Slurm's commands. Never torch, mpi4py, the runtime
 or the CLI.
 """
+
+__all__ = ["LAUNCHES"]
+
+LAUNCHES = ("srun", "mpirun", "torchrun")  # how a job script starts its ranks (sbatch --launch)

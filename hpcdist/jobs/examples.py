@@ -6,13 +6,15 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..launching.hostfile import HostSlots
 from .render import BUNDLED_DIR, make_environment, render_hostfile
 from .sbatch import SbatchSpec, render_sbatch
+
+if TYPE_CHECKING:
+    import jinja2
 
 __all__ = ["EXAMPLES", "check_examples", "main", "render_examples", "write_examples"]
 

@@ -7,14 +7,15 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import UsageError
 from ..launching.hostfile import HostSlots, format_hostfile
 from ..launching.names import HOST_NAME, check_env_name
+
+if TYPE_CHECKING:  # jinja2 itself loads when a template is rendered: `--help` and the dry runs do without it
+    import jinja2
 
 __all__ = [
     "BUNDLED_DIR",
@@ -102,6 +103,8 @@ def search_path(template_dir: str | None = None, environ: Mapping[str, str] | No
 
 def make_environment(template_dir: str | None = None, environ: Mapping[str, str] | None = None) -> jinja2.Environment:
     """The Jinja environment every hpcdist template renders in: strict, shell-aware, site templates first."""
+    import jinja2
+
     jinja = jinja2.Environment(
         loader=jinja2.FileSystemLoader(search_path(template_dir, environ)),
         undefined=jinja2.StrictUndefined,
@@ -124,6 +127,8 @@ def make_environment(template_dir: str | None = None, environ: Mapping[str, str]
 
 def render_template(name: str, context: Mapping[str, Any], jinja: jinja2.Environment | None = None) -> str:
     """Render template `name`; a missing template or an undefined variable is a UsageError naming it."""
+    import jinja2
+
     jinja = jinja or make_environment()
     dirs = getattr(jinja.loader, "searchpath", [])
     try:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from ..control import RESTART_VARS
 from ..errors import UsageError
@@ -16,13 +15,16 @@ from ..launching.nodelist import expand_nodelist
 from ..launching.output import OutputOptions, parse_ranks, shim_variables
 from ..launching.program import check_program
 from ..values import MAX_COUNT, parse_whole
+from . import LAUNCHES
 from .arrays import ARRAY_VARS, check_array, check_task_file
 from .render import render_template
 from .torchrun import TorchrunSpec, check_master, program_words, torchrun_options
 from .torchrunlogs import NODE_WRAPPER, PLAIN_WRAPPER
 
+if TYPE_CHECKING:
+    import jinja2
+
 __all__ = [
-    "LAUNCHES",
     "SbatchSpec",
     "check_mem",
     "gpu_count",
@@ -31,7 +33,6 @@ __all__ = [
     "render_sbatch",
 ]
 
-LAUNCHES = ("srun", "mpirun", "torchrun")
 _TIME_FORMS = (
     "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, or UNLIMITED (also INFINITE, -1 or 0), "
     "e.g. --time 30, --time 4:00:00, --time 1-12"

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..launching.names import check_env_name
 from ..launching.program import check_program, is_python, parse_python_argv
 from ..values import ADDRESS, MAX_COUNT, parse_whole
 from .render import render_template, shjoin, shquote
+
+if TYPE_CHECKING:
+    import jinja2
 
 __all__ = [
     "TorchrunSpec",

@@ -15,12 +15,11 @@ from typing import Any
 from .. import control
 from ..abort import install_abort_hook
 from ..errors import UsageError
-from ..values import check_seconds, parse_seconds
+from ..values import BACKENDS, check_seconds, parse_seconds
 from .env import LaunchEnv
 from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvous, slurm_rendezvous
 
 __all__ = [
-    "BACKENDS",
     "DEFAULT_TIMEOUT",
     "Session",
     "choose_backend",
@@ -37,7 +36,6 @@ __all__ = [
     "startup_timeout",
 ]
 
-BACKENDS = ("auto", "gloo", "nccl", "mpi")
 DEFAULT_TIMEOUT = 300.0
 _BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the hang report comes first
 _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch: seconds, more on a busy host)
