@@ -194,3 +194,28 @@ def test_rendering_never_imports_torch(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def test_help_and_dry_runs_load_only_what_they_print(tmp_path: Path) -> None:
+    # Start-up time of text-only commands is mostly imports: --help loads no template engine, no runtime and no
+    # launcher machinery; the dry runs load what they print and nothing that starts processes.
+    code = (
+        "import contextlib, io, sys\nfrom hpcdist.cli import main\n"
+        "argv, banned = sys.argv[1:-1], sys.argv[-1].split(',')\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        status = main(argv)\n    except SystemExit as exc:\n        status = exc.code\n"
+        "assert status == 0, (argv, status)\n"
+        "print(sorted(m for m in sys.modules if m in banned or m.split('.')[0] in banned))\n"
+    )
+    heavy = "torch,mpi4py,numpy,jinja2,hpcdist.runtime.bootstrap,hpcdist.runtime.rendezvous,hpcdist.doctor.probe"
+    for argv, banned in (
+        (["--help"], heavy + ",hpcdist.launching.spawn,hpcdist.launching.mpirun,hpcdist.jobs.sbatch"),
+        (["--version"], heavy + ",hpcdist.launching.spawn,hpcdist.launching.mpirun,hpcdist.jobs.sbatch"),
+        (["sbatch", "--help"], heavy + ",hpcdist.launching.spawn"),
+        (["env"], heavy + ",hpcdist.launching.spawn"),
+        (["mpirun", "-np", "2", "--dry-run", "--", "python", "t.py"], heavy + ",hpcdist.launching.spawn"),
+        (["torchrun", "--nnodes", "2", "--master-addr", "a", "--", "t.py"], heavy + ",hpcdist.launching.spawn"),
+    ):
+        done = subprocess.run([sys.executable, "-c", code, *argv, banned], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+        assert (done.returncode, done.stdout.strip()) == (0, "[]"), (argv, done.stdout, done.stderr)
