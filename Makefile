@@ -62,10 +62,12 @@ test-mpi: env
 	HPCDIST_TEST_NP=1 $(MPICH_MPIEXEC) -n 1 $(MPICH_PY) $(PYTEST_MPI)
 
 # torch's own distributed test suite (DistributedTest._DistTestBase) under mpiexec -n 3, as PyTorch's CI ran it for
-# its MPI backend: on hpcdist's mpi backend, then on gloo for comparison (tests/torchsuite/test_torch_suite.py).
+# its MPI backend: on hpcdist's mpi backend, then on gloo for comparison (tests/torchsuite/test_torch_suite.py);
+# then the mpi backend again on MPICH (gloo does not differ by MPI).
 test-torch-suite: env
 	BACKEND=mpi $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 	BACKEND=gloo $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
+	BACKEND=mpi $(MPICH_MPIEXEC) -n 3 $(MPICH_PY) $(PYTEST_TORCH_SUITE)
 
 test-e2e: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
