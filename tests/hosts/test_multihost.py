@@ -85,10 +85,10 @@ def test_a_rank_raising_on_the_second_host_ends_the_job_and_is_named(mpi_cluster
     assert result.seconds < 60  # the others wait in a barrier: only MPI_Abort ends them
 
 
-def test_a_rendezvous_other_hosts_cannot_reach_is_reported_per_rank(cluster: Hosts, tmp_path: Path) -> None:
+def test_a_rendezvous_other_hosts_cannot_reach_is_reported_per_rank(mpi_cluster: Hosts, tmp_path: Path) -> None:
     # MASTER_ADDR=127.0.0.1 from a single-host habit: the ranks on n2 would connect to themselves.
     program = [HPCDIST, "run", "p2p", "--backend", "gloo"]
-    result = cluster.launch(["-x", "MASTER_ADDR=127.0.0.1", "--", *program], tmp_path).wait(180)
+    result = mpi_cluster.launch(["-x", "MASTER_ADDR=127.0.0.1", "--", *program], tmp_path).wait(180)
     assert result.returncode != 0
     assert "hpcdist: error: rank " in result.stderr, result.stderr
     assert " on n1: the rendezvous 127.0.0.1:" in result.stderr, result.stderr
