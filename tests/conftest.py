@@ -30,7 +30,10 @@ def _overlay_or_skip(factory: pytest.TempPathFactory, wheel: str, ready: str) ->
     """$`ready`/bin/python when that names a venv (`make env` makes .venv-mpich), else a fresh overlay with `wheel`
     (tests/mpi_venv.py); a skip if pip cannot get it."""
     if os.environ.get(ready):
-        return Path(os.environ[ready]) / "bin" / "python"
+        python = Path(os.environ[ready]) / "bin" / "python"
+        if not python.exists():
+            pytest.fail(f"${ready}={os.environ[ready]} has no bin/python: run `make env`, or unset {ready}")
+        return python
     try:
         return overlay(factory.mktemp("mpi") / "venv", wheel)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:

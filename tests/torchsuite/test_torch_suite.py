@@ -113,7 +113,8 @@ def report(backend: str, torch_backend: str, mpi: str, results: list[Result], ve
     expected = EXPECTED_FAILURES[backend]
     lines = [
         f"torch {torch.__version__} DistributedTest._DistTestBase, BACKEND={backend} (torch backend "
-        f"{torch_backend!r}), {WORLD_SIZE} ranks of {mpi}: {len(results)} tests in {sum(r.seconds for r in results):.1f} s",
+        f"{torch_backend!r}), {WORLD_SIZE} ranks of {mpi}: {len(results)} tests in "
+        f"{sum(r.seconds for r in results):.1f} s",
         f"  {counts['passed']} passed, {counts['failed']} failed "
         f"({sum(r.name in expected for r in results if r.outcome == 'failed')} expected), "
         f"{counts['skipped']} skipped by torch's suite",
