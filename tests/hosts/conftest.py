@@ -50,3 +50,11 @@ def cluster(hosts: Hosts) -> Iterator[Hosts]:
         yield hosts
     finally:
         hosts.reset()
+
+
+@pytest.fixture(params=["openmpi", "mpich"])
+def mpi_cluster(request: pytest.FixtureRequest, cluster: Hosts) -> Hosts:
+    """The healed hosts, launched on Open MPI and then on MPICH (its venv made only for the MPICH case)."""
+    if request.param == "openmpi":
+        return cluster
+    return cluster.on_mpich(request.getfixturevalue("mpich_python"))

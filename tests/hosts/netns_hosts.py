@@ -1,7 +1,7 @@
 """Launching `hpcdist mpirun` across the namespace hosts n1 and n2 of netns.sh, and breaking them.
 
-mpirun runs inside hpc-n1 with hostname n1; PRRTE starts the daemon on n2 through tests/hosts/agent instead
-of ssh. Output goes to files and every wait has a timeout.
+mpirun runs inside hpc-n1 with hostname n1 and starts what runs on n2 through tests/hosts/agent instead of
+ssh: PRRTE's daemon (Open MPI) or Hydra's proxy (MPICH). Output goes to files and every wait has a timeout.
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ AGENT = HERE / "agent"
 PROGRAMS = HERE / "programs"
 BIN = Path(sys.executable).parent  # the venv under test: /tmp/venv0 here, <repo>/.venv in CI
 HOSTFILE_TEXT = "n1 slots=2\nn2 slots=2\n"
+# How each MPI's launcher is told to reach n2 through the agent: PRRTE's plm_ssh_agent, Hydra's ssh launcher.
+AGENT_SETTINGS = {
+    "openmpi": {"PRTE_MCA_plm_ssh_agent": str(AGENT)},
+    "mpich": {"HYDRA_LAUNCHER": "ssh", "HYDRA_LAUNCHER_EXEC": str(AGENT)},
+}
 ADDRESSES = {"n1": "10.250.0.1", "n2": "10.250.0.2"}
 
 
@@ -62,15 +67,22 @@ class Launch:
 
 
 class Hosts:
-    """The two namespace hosts: launching across them, and breaking them."""
+    """The two namespace hosts: launching across them with one MPI (Open MPI unless made by on_mpich), and
+    breaking them."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, mpi: str = "openmpi", hpcdist: tuple[str, ...] = (str(BIN / "hpcdist"),)) -> None:
         self.hostfile = tmp / "hostfile"
         self.hostfile.write_text(HOSTFILE_TEXT)
+        self.mpi, self.hpcdist = mpi, hpcdist
+
+    def on_mpich(self, python: Path) -> Hosts:
+        """The same hosts, launched by `python -m hpcdist` of an MPICH venv (tests/conftest.py's mpich_python)."""
+        return Hosts(self.hostfile.parent, "mpich", (str(python), "-m", "hpcdist"))
 
     def launch(self, hpcdist_args: list[str], workdir: Path, *, clean_agent: bool = True, doctor: bool = False,
                **env: str) -> Launch:
-        """Start `hpcdist mpirun --hostfile n1:2,n2:2 ARGS` with mpirun itself on n1 (`hpcdist ARGS` with doctor).
+        """Start `hpcdist mpirun --hostfile n1:2,n2:2 -np 4 ARGS` with mpirun itself on n1 (`hpcdist ARGS` with
+        doctor), on this Hosts' MPI.
 
         clean_agent: the agent passes only what ssh would (PATH, HOME, USER…), so a variable reaches the
         ranks on n2 only if hpcdist forwards it with -x.
@@ -79,7 +91,7 @@ class Hosts:
             **os.environ,
             "OMPI_ALLOW_RUN_AS_ROOT": "1",
             "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "PRTE_MCA_plm_ssh_agent": str(AGENT),
+            **AGENT_SETTINGS[self.mpi],
             "HPCDIST_AGENT_ENV": "clean" if clean_agent else "",
             "HPCDIST_TIMEOUT": "120",
             "HPCDIST_MARKER_DIR": str(workdir),
@@ -87,7 +99,7 @@ class Hosts:
         }
         argv = [
             "ip", "netns", "exec", "hpc-n1", "unshare", "--uts", "sh", "-c", 'hostname n1 && exec "$@"', "sh",
-            str(BIN / "hpcdist"), *(hpcdist_args if doctor else
+            *self.hpcdist, *(hpcdist_args if doctor else
                                     ["mpirun", "--hostfile", str(self.hostfile), "-np", "4", *hpcdist_args]),
         ]  # fmt: skip
         return Launch(argv, full_env, workdir)

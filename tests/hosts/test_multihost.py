@@ -1,4 +1,7 @@
-"""`hpcdist mpirun` across two hosts (network namespaces n1, n2): workloads, rendezvous, lost hosts."""
+"""`hpcdist mpirun` across two hosts (network namespaces n1, n2): workloads, rendezvous, lost hosts.
+
+The tests taking `mpi_cluster` run on Open MPI and on MPICH (tests/hosts/conftest.py); the rest on Open MPI.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from netns_hosts import ADDRESSES, BIN, PROGRAMS, Hosts
+from netns_hosts import ADDRESSES, BIN, PROGRAMS, ROOT, Hosts
 
 NP = 4
 RANKS_ON = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}  # `n1 slots=2, n2 slots=2`, mapped by slot
 HPCDIST = str(BIN / "hpcdist")
+FAIL_PROGRAM = ROOT / "tests" / "e2e" / "programs" / "fail.py"  # rank $FAIL_RANK fails as $FAIL_HOW says
 
 
 def _collectives(stdout: str) -> None:
@@ -21,6 +25,7 @@ def _collectives(stdout: str) -> None:
     assert {f"rank {r}: received {100 + r:g} from rank 0" for r in range(1, NP)} <= lines
     assert {f"rank {r}: broadcast from rank 0 -> [42.0, 43.0, 44.0, 45.0]" for r in range(NP)} <= lines
     assert {f"rank {r}: all_reduce SUM over all ranks -> [10.0, 20.0, 30.0]" for r in range(NP)} <= lines
+    assert {f"rank {r}: all_reduce SUM over new_group([0, 1]) -> [3.0, 6.0, 9.0]" for r in (0, 1)} <= lines
 
 
 def _ddp(stdout: str) -> None:
@@ -47,10 +52,10 @@ def _markers(directory: Path, prefix: str = "rank") -> dict[int, dict]:
 
 
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
-def test_a_workload_runs_across_both_hosts(cluster: Hosts, tmp_path: Path, workload: str) -> None:
+def test_a_workload_runs_across_both_hosts(mpi_cluster: Hosts, tmp_path: Path, workload: str) -> None:
     args, check = WORKLOADS[workload]
     program = [sys.executable, str(PROGRAMS / "marked.py"), "-m", "hpcdist", "run", *args]
-    result = cluster.launch(["--", *program], tmp_path, TEST_UNFORWARDED="1").wait(240)
+    result = mpi_cluster.launch(["--", *program], tmp_path, TEST_UNFORWARDED="1").wait(240)
     assert result.returncode == 0, result.stderr
     check(result.stdout)
     markers = _markers(tmp_path)
@@ -61,14 +66,29 @@ def test_a_workload_runs_across_both_hosts(cluster: Hosts, tmp_path: Path, workl
         # never loopback when ranks span hosts: rank 0's address on the subnet the hosts share
         assert marker["master_addr"] == ADDRESSES["n1"], marker
         assert marker["gloo_ifname"] == "eth0", marker
-        # the agent passes only what ssh would: n2 sees just what hpcdist forwarded (it still worked)
-        assert marker["unforwarded"] is (RANKS_ON[rank] == "n1"), marker
+        # the agent passes only what ssh would: under Open MPI n2 sees just what hpcdist forwarded (it still
+        # worked); Hydra passes mpiexec's whole environment to every rank (-genvall is its default)
+        assert marker["unforwarded"] is (mpi_cluster.mpi == "mpich" or RANKS_ON[rank] == "n1"), marker
 
 
-def test_a_rendezvous_other_hosts_cannot_reach_is_reported_per_rank(cluster: Hosts, tmp_path: Path) -> None:
+def test_a_rank_raising_on_the_second_host_ends_the_job_and_is_named(mpi_cluster: Hosts, tmp_path: Path) -> None:
+    """Rank 2 (on n2) raises after the rendezvous while the others wait in a barrier: the job ends, naming it."""
+    program = ["python", str(FAIL_PROGRAM)]
+    result = mpi_cluster.launch(["-x", "FAIL_RANK", "-x", "FAIL_HOW", "--", *program], tmp_path,
+                                FAIL_RANK="2", FAIL_HOW="raise").wait(180)  # fmt: skip
+    print(f"\n{mpi_cluster.mpi}: status {result.returncode} after {result.seconds:.1f} s\n--- stderr ---\n"
+          f"{result.stderr}", file=sys.stderr)
+    assert result.returncode == 1, result.stderr
+    assert "[rank 2] ValueError: deliberate failure on rank 2" in result.stderr
+    assert "hpcdist: rank 2 on n2 failed (exit code 1); ending the job" in result.stderr
+    assert "hpcdist: rank 2 on n2 failed (exit code 1); its last" in result.stderr  # the summary has its lines
+    assert result.seconds < 60  # the others wait in a barrier: only MPI_Abort ends them
+
+
+def test_a_rendezvous_other_hosts_cannot_reach_is_reported_per_rank(mpi_cluster: Hosts, tmp_path: Path) -> None:
     # MASTER_ADDR=127.0.0.1 from a single-host habit: the ranks on n2 would connect to themselves.
     program = [HPCDIST, "run", "p2p", "--backend", "gloo"]
-    result = cluster.launch(["-x", "MASTER_ADDR=127.0.0.1", "--", *program], tmp_path).wait(180)
+    result = mpi_cluster.launch(["-x", "MASTER_ADDR=127.0.0.1", "--", *program], tmp_path).wait(180)
     assert result.returncode != 0
     assert "hpcdist: error: rank " in result.stderr, result.stderr
     assert " on n1: the rendezvous 127.0.0.1:" in result.stderr, result.stderr

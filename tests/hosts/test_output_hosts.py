@@ -1,4 +1,5 @@
-"""Per-rank output across two hosts (network namespaces n1, n2): tags name each rank's host, logs per rank."""
+"""Per-rank output across two hosts (network namespaces n1, n2), on Open MPI and MPICH: tags name each rank's
+host, logs per rank."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from netns_hosts import Hosts
 RANKS_ON = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}  # `n1 slots=2, n2 slots=2`, mapped by slot
 
 
-def test_each_line_is_tagged_with_its_host_and_rank_and_logged_per_rank(cluster: Hosts, tmp_path: Path) -> None:
+def test_each_line_is_tagged_with_its_host_and_rank_and_logged_per_rank(mpi_cluster: Hosts, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     script = 'echo "out $RANK"; echo "err $RANK" >&2'
-    result = cluster.launch(["--tag", "--ranks", "1-3", "--log-dir", str(logs), "--", "sh", "-c", script],
+    result = mpi_cluster.launch(["--tag", "--ranks", "1-3", "--log-dir", str(logs), "--", "sh", "-c", script],
                             tmp_path).wait(180)  # fmt: skip
     assert result.returncode == 0, result.stderr
     for rank, host in RANKS_ON.items():

@@ -32,3 +32,21 @@ def _restore_environ() -> Iterator[None]:
 
 restore_environ_per_module = pytest.fixture(scope="module", autouse=True)(_restore_environ)
 restore_environ_per_test = pytest.fixture(autouse=True)(_restore_environ)
+
+
+# How MPI_Get_library_version begins -> the launcher hpcdist.runtime.env should detect when that MPI's own
+# mpiexec started the run: Open MPI's sets OMPI_COMM_WORLD_*, Hydra (MPICH's and Intel MPI's) sets PMI_*.
+_LAUNCHER_OF_LIBRARY = {"Open MPI": "openmpi", "MPICH": "mpich", "Intel(R) MPI": "mpich"}
+
+
+@pytest.fixture(scope="session")
+def expected_launcher() -> str:
+    """The launcher name LaunchEnv must report in this run, told by the MPI library mpi4py loaded (`make test-mpi`
+    runs this tier under Open MPI's mpiexec and under MPICH's); an MPI not in the table fails the test."""
+    from mpi4py import MPI
+
+    library = MPI.Get_library_version()
+    for prefix, launcher in _LAUNCHER_OF_LIBRARY.items():
+        if library.startswith(prefix):
+            return launcher
+    pytest.fail(f"MPI library {library[:60]!r} is none of {', '.join(_LAUNCHER_OF_LIBRARY)}: add it to the table")

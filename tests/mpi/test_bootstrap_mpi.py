@@ -28,12 +28,12 @@ def test_the_world_is_as_large_as_the_launch_asked(comm) -> None:
         assert comm.size == int(os.environ["HPCDIST_TEST_NP"])
 
 
-def test_launch_env_matches_what_mpi_says(comm) -> None:
+def test_launch_env_matches_what_mpi_says(comm, expected_launcher: str) -> None:
     from mpi4py import MPI
 
     env = LaunchEnv.from_environ(os.environ)
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    assert (env.launcher, env.rank, env.world_size) == ("openmpi", comm.rank, comm.size)
+    assert (env.launcher, env.rank, env.world_size) == (expected_launcher, comm.rank, comm.size)
     assert (env.local_rank, env.local_world_size) == (node.rank, node.size)
     ranks = comm.allgather(env.rank)
     assert ranks == list(range(comm.size))

@@ -1,8 +1,9 @@
 """torch's own distributed test suite on hpcdist's mpi backend (BACKEND=mpi) or on gloo, under `mpiexec -n 3`.
 
-`make test-torch-suite` runs this module twice, as PyTorch's CI once ran distributed_test.py for its MPI backend:
+`make test-torch-suite` runs this module three times, as PyTorch's CI once ran distributed_test.py for its MPI backend:
     BACKEND=mpi  mpiexec -n 3 python -m pytest --with-mpi tests/torchsuite
     BACKEND=gloo mpiexec -n 3 python -m pytest --with-mpi tests/torchsuite
+and BACKEND=mpi again with MPICH's mpiexec and the MPICH venv's python (the backend is the part that differs by MPI).
 One pytest test runs every test of torch's DistributedTest._DistTestBase (harness.py says how). torch's own
 skips (GPU-only tests, tests written for other backends or world sizes) are not pytest skips: the tier counts
 them and lists them by reason in its report, so under CI=true (where a pytest skip fails the run) the tier
@@ -20,6 +21,8 @@ from typing import Any
 
 import pytest
 from harness import Harness, Result
+
+from hpcdist.launching.families import mpi_identity
 
 pytestmark = pytest.mark.mpi
 
@@ -80,7 +83,8 @@ def test_torch_distributed_suite(request: pytest.FixtureRequest, deadline: Any, 
     finally:
         harness.close()
         comm.Free()
-    tier_report(report(backend, harness.torch_backend, results, request.config.get_verbosity()))
+    mpi = " ".join(mpi_identity(MPI.Get_library_version()) or ("an unknown MPI",))
+    tier_report(report(backend, harness.torch_backend, mpi, results, request.config.get_verbosity()))
     problems = check(results, EXPECTED_FAILURES[backend])
     assert not problems, "\n".join(problems)
 
@@ -101,15 +105,16 @@ def check(results: list[Result], expected: dict[str, str]) -> list[str]:
     return problems
 
 
-def report(backend: str, torch_backend: str, results: list[Result], verbosity: int = 0) -> str:
-    """The tier's summary: counts, every failure with its cause, and torch's skips grouped by reason."""
+def report(backend: str, torch_backend: str, mpi: str, results: list[Result], verbosity: int = 0) -> str:
+    """The tier's summary (`mpi` names the MPI that ran it): counts, every failure with its cause, torch's skips."""
     import torch
 
     counts = Counter(r.outcome for r in results)
     expected = EXPECTED_FAILURES[backend]
     lines = [
         f"torch {torch.__version__} DistributedTest._DistTestBase, BACKEND={backend} (torch backend "
-        f"{torch_backend!r}), {WORLD_SIZE} ranks: {len(results)} tests in {sum(r.seconds for r in results):.1f} s",
+        f"{torch_backend!r}), {WORLD_SIZE} ranks of {mpi}: {len(results)} tests in "
+        f"{sum(r.seconds for r in results):.1f} s",
         f"  {counts['passed']} passed, {counts['failed']} failed "
         f"({sum(r.name in expected for r in results if r.outcome == 'failed')} expected), "
         f"{counts['skipped']} skipped by torch's suite",
