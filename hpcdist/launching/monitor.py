@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..control import parse_control
+from .heartbeat import Heartbeats
 
 __all__ = ["LOST_HOST_STATUS", "VANISHED", "LaunchOutcome", "LostHostWatch", "MpirunWatch", "describe_status"]
 
@@ -145,10 +146,12 @@ class MpirunWatch:
     that may still become one is held back until it is whole (all else passes at once, progress bars too).
     """
 
-    def __init__(self, token: str = "", vanished_named: bool = False) -> None:
+    def __init__(self, token: str = "", vanished_named: bool = False, heartbeat: float | None = None) -> None:
         self.token = token
         self.vanished_named = vanished_named
         self.lost = LostHostWatch()
+        self.heartbeats = Heartbeats(heartbeat)  # `heartbeat`: the limit in seconds (None: not watched)
+        self.ended_by_us: set[int] = set()  # ranks heard to vanish after hpcdist mpirun ended the job: not causes
         self.ready: set[int] = set()
         self.world_size: int | None = None
         self.failed: dict[int, str] = {}
@@ -191,6 +194,7 @@ class MpirunWatch:
 
             if fields.get("host"):
                 self.hosts.setdefault(event.rank, fields["host"])
+            self._heard(event.event, event.rank, fields.get("host", ""))
             return True
         recent = self._recent.setdefault(stream, deque(maxlen=3))
         recent.append(text.strip("\0 \t\r"))
@@ -203,6 +207,20 @@ class MpirunWatch:
             self.hosts.setdefault(rank, found["host"])
             recent.clear()
         return False
+
+    def _heard(self, event: str, rank: int, host: str) -> None:
+        """Keep the heartbeats: a `beat` counts, and a rank that said how it ended is no longer expected to beat."""
+        if event == "beat":
+            self.heartbeats.beat(rank, host)
+        elif event in ("done", "failed", "vanished"):
+            self.heartbeats.ended(rank)
+        if event == "vanished" and self.heartbeats.problem is not None:
+            self.ended_by_us.add(rank)
+
+    def _silent(self) -> dict[int, str]:
+        """The ranks whose heartbeat hpcdist mpirun stopped hearing (it ended the job for them): rank -> how."""
+        beats = self.heartbeats
+        return dict.fromkeys(beats.silent, f"no heartbeat for {beats.limit:g} s") if beats.problem else {}
 
     def named(self, returncode: int) -> dict[int, str]:
         """The failed ranks (rank -> how), if the launch failed first the ranks seen to vanish that caused it.
@@ -221,20 +239,29 @@ class MpirunWatch:
                 first = self.vanished
             else:
                 first = [] if self.first_vanished is None else [self.first_vanished]
-            return {**{rank: VANISHED for rank in first if rank not in failed}, **failed}
+            vanished = {rank: VANISHED for rank in first if rank not in failed and rank not in self.ended_by_us}
+            return {**vanished, **self._silent(), **failed}
 
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""
         status, problem = self.lost.verdict(returncode)
         failed = self.named(returncode)
+        beats = self.heartbeats
+        if beats.problem is not None:  # hpcdist mpirun ended the job: the silent ranks and hosts are its cause
+            status = status or LOST_HOST_STATUS
+            problem = (
+                problem
+                or f"{beats.problem}; hpcdist mpirun ended the job (check that the host is up and "
+                "reachable; --heartbeat-timeout or $HPCDIST_HEARTBEAT_TIMEOUT sets the limit)"
+            )
         with self._lock:
             return LaunchOutcome(
                 status=status,
-                lost_hosts=tuple(self.lost.hosts),
+                lost_hosts=tuple(dict.fromkeys([*self.lost.hosts, *beats.lost_hosts])),
                 ready=frozenset(self.ready),
                 world_size=self.world_size,
                 failed=failed,
-                hosts=dict(self.hosts),
+                hosts={**beats.silent, **self.hosts},
                 signals=signals,
             ), problem
 
