@@ -93,9 +93,10 @@ class Heartbeats:
             if now - self._checked > self.limit / 2:
                 self._last = dict.fromkeys(self._last, now)
             self._checked = now
-            silent = {rank: self._hosts[rank] for rank, last in self._last.items() if now - last > self.limit}
-            if not silent:
+            if all(now - last <= self.limit for last in self._last.values()):
                 return
+            # with the first past the limit, every rank that missed two beats: a host's ranks go silent together
+            silent = {rank: self._hosts[rank] for rank, last in self._last.items() if now - last > self.limit / 3}
             self.silent = silent
             self.problem = self._describe(silent)
         raise HeartbeatLost(self.problem)

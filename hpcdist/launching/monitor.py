@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..control import parse_control
+from ..errors import HeartbeatLost
 from .heartbeat import Heartbeats
 
 __all__ = ["LOST_HOST_STATUS", "VANISHED", "LaunchOutcome", "LostHostWatch", "MpirunWatch", "describe_status"]
@@ -151,7 +152,7 @@ class MpirunWatch:
         self.vanished_named = vanished_named
         self.lost = LostHostWatch()
         self.heartbeats = Heartbeats(heartbeat)  # `heartbeat`: the limit in seconds (None: not watched)
-        self.ended_by_us: set[int] = set()  # ranks heard to vanish after hpcdist mpirun ended the job: not causes
+        self._causes: set[int] | None = None  # when hpcdist mpirun ended the job: the ranks named before it did
         self.ready: set[int] = set()
         self.world_size: int | None = None
         self.failed: dict[int, str] = {}
@@ -214,13 +215,26 @@ class MpirunWatch:
             self.heartbeats.beat(rank, host)
         elif event in ("done", "failed", "vanished"):
             self.heartbeats.ended(rank)
-        if event == "vanished" and self.heartbeats.problem is not None:
-            self.ended_by_us.add(rank)
+
+    def check_heartbeats(self) -> None:
+        """Raise HeartbeatLost when a rank fell silent (Heartbeats.check), noting which ranks had failed before.
+
+        hpcdist mpirun then ends the job (SIGTERM to mpirun, which passes it on): the ranks that fail or vanish
+        after that are its consequences, not named.
+        """
+        try:
+            self.heartbeats.check()
+        except HeartbeatLost:
+            with self._lock:
+                self._causes = {*self.failed, *self.vanished, *self.heartbeats.silent}
+            raise
 
     def _silent(self) -> dict[int, str]:
         """The ranks whose heartbeat hpcdist mpirun stopped hearing (it ended the job for them): rank -> how."""
         beats = self.heartbeats
-        return dict.fromkeys(beats.silent, f"no heartbeat for {beats.limit:g} s") if beats.problem else {}
+        if beats.problem is None:
+            return {}
+        return dict.fromkeys(beats.silent, f"no heartbeat for {beats.limit:g} s")
 
     def named(self, returncode: int) -> dict[int, str]:
         """The failed ranks (rank -> how), if the launch failed first the ranks seen to vanish that caused it.
@@ -239,8 +253,9 @@ class MpirunWatch:
                 first = self.vanished
             else:
                 first = [] if self.first_vanished is None else [self.first_vanished]
-            vanished = {rank: VANISHED for rank in first if rank not in failed and rank not in self.ended_by_us}
-            return {**vanished, **self._silent(), **failed}
+            vanished = {rank: VANISHED for rank in first if rank not in failed}
+            named = {**vanished, **self._silent(), **failed}
+            return named if self._causes is None else {r: how for r, how in named.items() if r in self._causes}
 
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""

@@ -180,7 +180,7 @@ def run_mpirun(
     watch = MpirunWatch(token, vanished_named, heartbeat)
     console = Console(watch, router)
     received: list[int] = []
-    check = watch.heartbeats.check if heartbeat is not None else None
+    check = watch.check_heartbeats if heartbeat is not None else None
     code = _spawn(argv, None, "the MPI launcher", console.feed, received, timeout, check)
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
