@@ -86,6 +86,23 @@ def test_a_killed_rank_is_named_every_time(mpich: Path, attempt: int) -> None:
     assert result.seconds < 60
 
 
+def test_ranks_busy_with_the_gil_or_blocked_in_a_barrier_still_beat(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "3", "--heartbeat-timeout", "3", "--", "python",
+                            str(PROGRAMS / "busy.py")), timeout=120, BUSY="8")
+    assert result.returncode == 0, result.stderr  # 8 s busy or blocked, beats every 0.5 s: never silent for 3
+    assert sorted(result.stdout.splitlines()) == [f"rank {r} passed the barrier" for r in range(3)]
+    assert "@@hpcdist" not in result.stdout + result.stderr
+
+
+def test_a_frozen_rank_is_named_by_its_silence(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "3", "--heartbeat-timeout", "3", "--", "python",
+                            str(PROGRAMS / "busy.py")), timeout=120, STOP_RANK="1")
+    assert result.returncode != 0, result.stderr
+    assert "hpcdist: rank 1 on " in result.stderr and " silent: no heartbeat for 3 s; ending the job" in result.stderr
+    assert "failed (no heartbeat for 3 s)" in result.stderr
+    assert result.seconds < 60
+
+
 def test_ddp_on_mpich_ranks_ends_with_identical_parameters(mpich: Path) -> None:
     result = launch(hpcdist(mpich, "mpirun", "-np", "2", "--", "python", "-m", "hpcdist", "run", "ddp",
                             "--backend", "mpi", "--samples", "512", "--epochs", "2"), timeout=240)
