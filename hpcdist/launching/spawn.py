@@ -57,9 +57,12 @@ def _spawn(
             f"{what} {argv[0]!r} cannot be started: {exc.strerror or exc}; check that it is a program"
         ) from None
     pumps = []
+    writing: set[str] = set()  # the pumps now writing to our own output (blocked there when nobody reads it)
     if watch is not None:
         for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
-            pump = threading.Thread(target=_tee, args=(stream, name, watch), name=f"hpcdist-{name}", daemon=True)
+            pump = threading.Thread(
+                target=_tee, args=(stream, name, watch, writing), name=f"hpcdist-{name}", daemon=True
+            )
             pump.start()
             pumps.append(pump)
 
@@ -71,7 +74,7 @@ def _spawn(
     main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
     previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED} if main else {}
     try:
-        code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check)
+        code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing)
     except (subprocess.TimeoutExpired, WaitTimeout) as exc:
         _end(proc)
         if not isinstance(exc, HeartbeatLost):
@@ -88,8 +91,13 @@ def _spawn(
     return code
 
 
-def _wait_checking(proc: subprocess.Popen[bytes], timeout: float | None, check: Callable[[], None]) -> int:
+def _wait_checking(
+    proc: subprocess.Popen[bytes], timeout: float | None, check: Callable[[], None], writing: set[str]
+) -> int:
     """Wait for `proc` as Popen.wait does (polls 1 to 50 ms apart), calling `check` between polls.
+
+    Not while a pump is writing to our output: when that blocks (a paused pager), the ranks' lines and beats
+    wait behind it, and their silence is ours (the heartbeat counts start afresh after such a pause).
 
     Raises:
         WaitTimeout: past `timeout`; HeartbeatLost: from `check`, said on stderr as it happens.
@@ -98,13 +106,14 @@ def _wait_checking(proc: subprocess.Popen[bytes], timeout: float | None, check: 
 
     def ended() -> bool:
         try:
-            check()
+            if not writing:
+                check()
         except HeartbeatLost as exc:
             print(f"hpcdist: {exc}; ending the job", file=sys.stderr, flush=True)
             raise
         return proc.poll() is not None
 
-    poll_until(ended, deadline, lambda: f"the launcher ran longer than {timeout} s", backoff=Backoff(0.001, 0.05))
+    poll_until(ended, deadline, lambda: f"the launcher ran longer than {timeout:g} s", backoff=Backoff(0.001, 0.05))
     return proc.wait()
 
 
@@ -127,7 +136,7 @@ def _not_found(program: str, what: str) -> str:
     return f"{what} {program!r} does not exist; check the path, or give the name of a program on PATH"
 
 
-def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes]) -> None:
+def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes], writing: set[str]) -> None:
     """Read a pipe chunk by chunk until it closes; write what `watch` makes of each to our stdout or stderr.
 
     After the last chunk, `watch(name, b"")` gives back what it still held (a last line without a newline).
@@ -142,10 +151,13 @@ def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes]) -> 
             chunk = b""
         shown = watch(name, chunk)
         if out is not None and shown:
+            writing.add(name)
             try:
                 _write(out, shown)
             except (OSError, ValueError):  # our own output closed (e.g. `| head`): keep draining, keep watching
                 out = None
+            finally:
+                writing.discard(name)
 
 
 def _write(out: IO[str], data: bytes) -> None:

@@ -7,11 +7,13 @@ session; without pip's reach to that wheel the tests skip (a failure under CI=tr
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from launching import PROGRAMS, launch
+from launching import PROGRAMS, ROOT, launch
 
 CHECKS = ("p2p", "broadcast", "allreduce")
 
@@ -101,6 +103,18 @@ def test_a_frozen_rank_is_named_by_its_silence(mpich: Path) -> None:
     assert "hpcdist: rank 1 on " in result.stderr and " silent: no heartbeat for 3 s; ending the job" in result.stderr
     assert "failed (no heartbeat for 3 s)" in result.stderr
     assert result.seconds < 60
+
+
+def test_a_paused_reader_of_hpcdists_output_is_no_silence_of_the_ranks(mpich: Path) -> None:
+    """Our stdout unread for 10 s (a paused pager): the ranks' lines and beats wait behind it; no rank is lost."""
+    program = "for i in range(300000): print(i, 'x' * 60)"  # 40 MB: far more than the pipes between hold
+    argv = hpcdist(mpich, "mpirun", "-np", "2", "--heartbeat-timeout", "3", "--", "python", "-c", program)
+    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          env={**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}) as proc:
+        time.sleep(10)
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert len(out.splitlines()) == 600_000
 
 
 def test_ddp_on_mpich_ranks_ends_with_identical_parameters(mpich: Path) -> None:
