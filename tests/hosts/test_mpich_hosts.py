@@ -93,3 +93,24 @@ def test_a_cut_link_with_idle_ranks_ends_the_mpich_job_by_heartbeat(cluster: Hos
     assert "hpcdist: rank 2 on n2 failed (no heartbeat for 6 s)" in result.stderr
     assert 5 <= seconds < 30  # the last beat heard came up to one interval (1 s) before the cut
     assert cluster.pids("n1") == [] or all(not Path(f"/proc/{pid}").exists() for pid in cluster.pids("n1"))
+
+
+def test_a_restart_after_a_silent_host_leaves_it_out(cluster: Hosts, mpich_python: Path, tmp_path: Path) -> None:
+    """The heartbeat names the host Hydra cannot: --max-restarts runs attempt 2 on n1 alone, with 2 ranks."""
+    script = ('touch "$HPCDIST_MARKER_DIR/ready$RANK-$HPCDIST_RESTART_COUNT" && '
+              '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600')
+    args = ["--heartbeat-timeout", "6", "--max-restarts", "1", "--min-np", "2", "--", "sh", "-c", script]
+    launch = _launch(cluster, mpich_python, args, tmp_path)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready*-0"))) < NP:
+        assert launch.running(), launch.wait(10).stderr
+        assert time.monotonic() < deadline, launch.err.read_text()
+        time.sleep(0.2)
+    cluster.link("n2", "down")
+    result = launch.wait(120)
+    print(f"\n--- stderr ---\n{result.stderr}", file=sys.stderr)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.glob("ready*")) == sorted([*(f"ready{r}-0" for r in range(NP)),
+                                                                      "ready0-1", "ready1-1"])
+    assert "(leaving out host n2, with 2 ranks instead of 4)" in result.stderr
+    assert "hpcdist:   attempt 2/2: exit code 0; 2 ranks on n1:2" in result.stderr
