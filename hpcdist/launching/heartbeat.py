@@ -102,8 +102,10 @@ class Heartbeats:
         raise HeartbeatLost(self.problem)
 
     def _describe(self, silent: dict[int, str]) -> str:
-        """'host n2 lost: no heartbeat from ranks 2, 3 for 30 s' per host, or for a host with other ranks beating
-        'rank 1 on n1 silent: no heartbeat for 30 s'."""
+        """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2, 3 for 30 s'.
+
+        A host with other ranks still beating is not lost: 'rank 1 on n1 silent: no heartbeat for 30 s'.
+        """
         parts = []
         for host in sorted(set(silent.values())):
             ranks = sorted(rank for rank, where in silent.items() if where == host)
