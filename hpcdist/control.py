@@ -6,7 +6,8 @@ anywhere in mpirun's output (a tag before it does not matter), acts on it, and n
 the variable (a generated script, a plain mpirun) nothing is written.
 
 Events: `ready` (this rank's process group is initialised), `failed` (detail: how the program ended), `done`
-(the program ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`).
+(the program ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`), `beat`
+(from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py).
 Each attempt of `hpcdist mpirun --max-restarts` (and of a generated script's restart loop) also exports its
 index, 0 first, in RESTART_VARS: hpcdist's name and torchrun's.
 """
@@ -20,9 +21,10 @@ import secrets
 from collections.abc import Mapping
 from typing import NamedTuple
 
-__all__ = ["CONTROL_ENV", "RESTART_VARS", "ControlEvent", "emit", "new_token", "parse_control"]
+__all__ = ["BEAT_ENV", "CONTROL_ENV", "RESTART_VARS", "ControlEvent", "emit", "new_token", "parse_control"]
 
 CONTROL_ENV = "HPCDIST_CONTROL"
+BEAT_ENV = "HPCDIST_HEARTBEAT"  # seconds between a rank's `beat` lines; set by hpcdist mpirun, unset: no beats
 RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # hpcdist's first, then torchrun's
 _LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<event>[a-z]+):(?P<rank>[0-9]+):(?P<detail>[^\n]*)")
 

@@ -1,6 +1,15 @@
 """hpcdist's exceptions: one for user mistakes, and one hierarchy for waits that ran out of time."""
 
-__all__ = ["JobFailed", "LaunchTimeout", "MapTimeout", "RankFailed", "RendezvousTimeout", "UsageError", "WaitTimeout"]
+__all__ = [
+    "HeartbeatLost",
+    "JobFailed",
+    "LaunchTimeout",
+    "MapTimeout",
+    "RankFailed",
+    "RendezvousTimeout",
+    "UsageError",
+    "WaitTimeout",
+]
 
 
 class UsageError(Exception):
@@ -24,6 +33,13 @@ class MapTimeout(WaitTimeout):
 
 class LaunchTimeout(WaitTimeout):
     """`hpcdist.launch` waited longer than its timeout for the ranks to return; the job was ended."""
+
+
+class HeartbeatLost(WaitTimeout):
+    """`hpcdist mpirun` heard no heartbeat from a running rank for longer than its limit; the job is ended.
+
+    The message names the silent ranks and their host (`host n2 lost: no heartbeat from ranks 2, 3 for 30 s`).
+    """
 
 
 class RankFailed(Exception):

@@ -25,6 +25,7 @@ from .launching.binding import BIND_VAR, binding_env, check_bind, plan_binding
 from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
 from .launching.tagger import drain as drain_tagger
+from .launching.tagger import leave_time_to_peers
 from .launching.tagger import start as start_tagger
 from .launching.topology import load_topology
 from .runtime.adopt import adopt, finish
@@ -142,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rank = str(env.rank)
         if start_tagger(env.rank, env.world_size, socket.gethostname().split(".")[0]):  # before the program loads
             before_abort(drain_tagger)  # under Hydra, MPI_Abort also ends the tagger: its last lines go out first
+            if env.launcher == "mpich":  # Hydra's MPI_Abort silences a peer killed a moment ago: let it be named
+                before_abort(leave_time_to_peers)
         bind(env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
         env, rdzv = prepare(seconds, env)

@@ -84,6 +84,13 @@ def add_parsers(sub: Any) -> None:
         help="with --max-restarts: after a lost host, restart with fewer ranks (as many as the slots left hold, at "
         "least M) rather than stop",
     )
+    mpirun.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="end the job when a running rank's heartbeat (its tagger's, every sixth of this, at most 5 s) is not "
+        "heard for this long, naming the rank and its host (default: $HPCDIST_HEARTBEAT_TIMEOUT or 30; 0: off)",
+    )
     mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     mpirun.add_argument(
         "--mpi",
@@ -168,13 +175,16 @@ def _mpirun(args: argparse.Namespace) -> int:
         text = render_mpirun_script(build_mpirun_argv(spec), {}, append=not spec.contexts)
         emit(text, None if args.script == "-" else args.script, 0o755)
         return 0
+    from ..launching.heartbeat import heartbeat_limit
     from ..launching.monitor import LaunchOutcome
     from ..launching.output import OutputRouter
     from ..launching.spawn import run_mpirun
 
+    limit = heartbeat_limit(args.heartbeat_timeout, os.environ) if routed else None
+
     def run(argv: list[str], token: str) -> LaunchOutcome:
         router = OutputRouter(output, spec.np) if routed else None
-        return run_mpirun(argv, token, router, vanished_named=spec.family != "openmpi")
+        return run_mpirun(argv, token, router, vanished_named=spec.family != "openmpi", heartbeat=limit)
 
     return run_attempts(spec, policy, build_mpirun_argv, run)
 

@@ -5,6 +5,7 @@
 - `spec`: `hpcdist mpirun`'s options -> MpirunSpec (reads the environment, finds mpirun);
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
 - `monitor`: reads mpirun's output for lost hosts, ranks' control lines and failures (pure);
+- `heartbeat`: hpcdist's own heartbeat: its limit, and the watch of ranks that fell silent (pure);
 - `attempts`: `hpcdist mpirun --max-restarts`: when to restart, on which hosts, and the attempts' summary;
 - `output`: per-rank output options, rank lists and the router of tagged lines (pure);
 - `tagger`: run in a rank by the shim: its forked line tagger and log file;

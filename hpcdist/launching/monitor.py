@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..control import parse_control
+from ..errors import HeartbeatLost
+from .heartbeat import Heartbeats
 
 __all__ = ["LOST_HOST_STATUS", "VANISHED", "LaunchOutcome", "LostHostWatch", "MpirunWatch", "describe_status"]
 
@@ -145,10 +147,12 @@ class MpirunWatch:
     that may still become one is held back until it is whole (all else passes at once, progress bars too).
     """
 
-    def __init__(self, token: str = "", vanished_named: bool = False) -> None:
+    def __init__(self, token: str = "", vanished_named: bool = False, heartbeat: float | None = None) -> None:
         self.token = token
         self.vanished_named = vanished_named
         self.lost = LostHostWatch()
+        self.heartbeats = Heartbeats(heartbeat)  # `heartbeat`: the limit in seconds (None: not watched)
+        self._causes: set[int] | None = None  # when hpcdist mpirun ended the job: the ranks named before it did
         self.ready: set[int] = set()
         self.world_size: int | None = None
         self.failed: dict[int, str] = {}
@@ -191,6 +195,7 @@ class MpirunWatch:
 
             if fields.get("host"):
                 self.hosts.setdefault(event.rank, fields["host"])
+            self._heard(event.event, event.rank, fields.get("host", ""))
             return True
         recent = self._recent.setdefault(stream, deque(maxlen=3))
         recent.append(text.strip("\0 \t\r"))
@@ -203,6 +208,33 @@ class MpirunWatch:
             self.hosts.setdefault(rank, found["host"])
             recent.clear()
         return False
+
+    def _heard(self, event: str, rank: int, host: str) -> None:
+        """Keep the heartbeats: a `beat` counts, and a rank that said how it ended is no longer expected to beat."""
+        if event == "beat":
+            self.heartbeats.beat(rank, host)
+        elif event in ("done", "failed", "vanished"):
+            self.heartbeats.ended(rank)
+
+    def check_heartbeats(self) -> None:
+        """Raise HeartbeatLost when a rank fell silent (Heartbeats.check), noting which ranks had failed before.
+
+        hpcdist mpirun then ends the job (SIGTERM to mpirun, which passes it on): the ranks that fail or vanish
+        after that are its consequences, not named.
+        """
+        try:
+            self.heartbeats.check()
+        except HeartbeatLost:
+            with self._lock:
+                self._causes = {*self.failed, *self.vanished, *self.heartbeats.silent}
+            raise
+
+    def _silent(self) -> dict[int, str]:
+        """The ranks whose heartbeat hpcdist mpirun stopped hearing (it ended the job for them): rank -> how."""
+        beats = self.heartbeats
+        if beats.problem is None:
+            return {}
+        return dict.fromkeys(beats.silent, f"no heartbeat for {beats.limit:g} s")
 
     def named(self, returncode: int) -> dict[int, str]:
         """The failed ranks (rank -> how), if the launch failed first the ranks seen to vanish that caused it.
@@ -221,20 +253,30 @@ class MpirunWatch:
                 first = self.vanished
             else:
                 first = [] if self.first_vanished is None else [self.first_vanished]
-            return {**{rank: VANISHED for rank in first if rank not in failed}, **failed}
+            vanished = {rank: VANISHED for rank in first if rank not in failed}
+            named = {**vanished, **self._silent(), **failed}
+            return named if self._causes is None else {r: how for r, how in named.items() if r in self._causes}
 
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""
         status, problem = self.lost.verdict(returncode)
         failed = self.named(returncode)
+        beats = self.heartbeats
+        if beats.problem is not None:  # hpcdist mpirun ended the job: the silent ranks and hosts are its cause
+            status = status or LOST_HOST_STATUS
+            problem = (
+                problem
+                or f"{beats.problem}; hpcdist mpirun ended the job (check that the host is up and "
+                "reachable; --heartbeat-timeout or $HPCDIST_HEARTBEAT_TIMEOUT sets the limit)"
+            )
         with self._lock:
             return LaunchOutcome(
                 status=status,
-                lost_hosts=tuple(self.lost.hosts),
+                lost_hosts=tuple(dict.fromkeys([*self.lost.hosts, *beats.lost_hosts])),
                 ready=frozenset(self.ready),
                 world_size=self.world_size,
                 failed=failed,
-                hosts=dict(self.hosts),
+                hosts={**beats.silent, **self.hosts},
                 signals=signals,
             ), problem
 

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
-from ..errors import UsageError, WaitTimeout
+from ..errors import HeartbeatLost, UsageError, WaitTimeout
+from ..waits import Backoff, poll_until
 from .monitor import LaunchOutcome, MpirunWatch
 from .output import Console, OutputRouter, summary
 
@@ -32,11 +33,14 @@ def _spawn(
     watch: Callable[[str, bytes], bytes] | None = None,
     received: list[int] | None = None,
     timeout: float | None = None,
+    check: Callable[[], None] | None = None,
 ) -> int:
     """Run argv to completion, passing on the signals this process receives (noted in `received`); return its status.
 
     Raises:
         WaitTimeout: it ran longer than `timeout` seconds; it was ended (SIGTERM, then SIGKILL) first.
+
+    `check`, called while it runs, raises HeartbeatLost to have it ended (the same way) and its status returned.
 
     With `watch`, each chunk of the child's stdout and stderr goes through `watch("stdout" | "stderr", chunk)`
     as it arrives, and what that returns is copied to ours (b"" after the last chunk asks for what it held).
@@ -53,9 +57,12 @@ def _spawn(
             f"{what} {argv[0]!r} cannot be started: {exc.strerror or exc}; check that it is a program"
         ) from None
     pumps = []
+    writing: set[str] = set()  # the pumps now writing to our own output (blocked there when nobody reads it)
     if watch is not None:
         for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
-            pump = threading.Thread(target=_tee, args=(stream, name, watch), name=f"hpcdist-{name}", daemon=True)
+            pump = threading.Thread(
+                target=_tee, args=(stream, name, watch, writing), name=f"hpcdist-{name}", daemon=True
+            )
             pump.start()
             pumps.append(pump)
 
@@ -67,10 +74,12 @@ def _spawn(
     main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
     previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED} if main else {}
     try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
+        code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing)
+    except (subprocess.TimeoutExpired, WaitTimeout) as exc:
         _end(proc)
-        raise WaitTimeout(f"{what} {argv[0]!r} ran longer than {timeout:g} s; it was ended") from None
+        if not isinstance(exc, HeartbeatLost):
+            raise WaitTimeout(f"{what} {argv[0]!r} ran longer than {timeout:g} s; it was ended") from None
+        code = proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -80,6 +89,32 @@ def _spawn(
         # take what is there, but never wait for it to close.
         pump.join(max(0.0, deadline - time.monotonic()))
     return code
+
+
+def _wait_checking(
+    proc: subprocess.Popen[bytes], timeout: float | None, check: Callable[[], None], writing: set[str]
+) -> int:
+    """Wait for `proc` as Popen.wait does (polls 1 to 50 ms apart), calling `check` between polls.
+
+    Not while a pump is writing to our output: when that blocks (a paused pager), the ranks' lines and beats
+    wait behind it, and their silence is ours (the heartbeat counts start afresh after such a pause).
+
+    Raises:
+        WaitTimeout: past `timeout`; HeartbeatLost: from `check`, said on stderr as it happens.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def ended() -> bool:
+        try:
+            if not writing:
+                check()
+        except HeartbeatLost as exc:
+            print(f"hpcdist: {exc}; ending the job", file=sys.stderr, flush=True)
+            raise
+        return proc.poll() is not None
+
+    poll_until(ended, deadline, lambda: f"the launcher ran longer than {timeout:g} s", backoff=Backoff(0.001, 0.05))
+    return proc.wait()
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
@@ -101,7 +136,7 @@ def _not_found(program: str, what: str) -> str:
     return f"{what} {program!r} does not exist; check the path, or give the name of a program on PATH"
 
 
-def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes]) -> None:
+def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes], writing: set[str]) -> None:
     """Read a pipe chunk by chunk until it closes; write what `watch` makes of each to our stdout or stderr.
 
     After the last chunk, `watch(name, b"")` gives back what it still held (a last line without a newline).
@@ -116,10 +151,13 @@ def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes]) -> 
             chunk = b""
         shown = watch(name, chunk)
         if out is not None and shown:
+            writing.add(name)
             try:
                 _write(out, shown)
             except (OSError, ValueError):  # our own output closed (e.g. `| head`): keep draining, keep watching
                 out = None
+            finally:
+                writing.discard(name)
 
 
 def _write(out: IO[str], data: bytes) -> None:
@@ -138,6 +176,7 @@ def run_mpirun(
     router: OutputRouter | None = None,
     timeout: float | None = None,
     vanished_named: bool = False,
+    heartbeat: float | None = None,
 ) -> LaunchOutcome:
     """Run the mpirun command line built by hpcdist; its status is non-zero when a rank failed or a host was lost.
 
@@ -148,11 +187,13 @@ def run_mpirun(
     control lines of ranks started with HPCDIST_CONTROL=`token` (acted on, never shown). With a `router`
     (ranks that tag their lines), the console shows what it selects, and each failed rank's last lines
     follow at the end. `vanished_named` (Hydra): a rank whose tagger saw it vanish is named (MpirunWatch.named).
+    `heartbeat` (seconds): a rank that beat and fell silent that long ends the job (launching/heartbeat.py).
     """
-    watch = MpirunWatch(token, vanished_named)
+    watch = MpirunWatch(token, vanished_named, heartbeat)
     console = Console(watch, router)
     received: list[int] = []
-    code = _spawn(argv, None, "the MPI launcher", console.feed, received, timeout)
+    check = watch.check_heartbeats if heartbeat is not None else None
+    code = _spawn(argv, None, "the MPI launcher", console.feed, received, timeout, check)
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
     if ends_mid_line:  # PRRTE ends its banners with a NUL, not a newline: start hpcdist's own lines afresh

@@ -9,9 +9,11 @@ import shutil
 import sys
 from collections.abc import Mapping
 
+from ..control import BEAT_ENV
 from ..errors import UsageError
 from .binding import BIND_VAR, check_bind
 from .families import check_family, family_from_files
+from .heartbeat import beat_interval, heartbeat_limit
 from .hostfile import (
     HostSlots,
     check_np,
@@ -82,6 +84,8 @@ def spec_from_args(
     ours: list[str] = []
     if routed:  # hpcdist runs it: every line tagged, routed by the launcher (attempts add the control token)
         ours = shim_variables(output, routed=True)
+        limit = heartbeat_limit(getattr(args, "heartbeat_timeout", None), environ)
+        ours += [f"{BEAT_ENV}={beat_interval(limit):g}"] if limit is not None else []
     elif not args.no_shim:  # a printed command: untagged as before, unless an output option asks for the tagger
         asked = args.tag or output.log_dir is not None or output.ranks is not None
         ours = shim_variables(dataclasses.replace(output, tag=output.tag and asked))

@@ -7,11 +7,13 @@ session; without pip's reach to that wheel the tests skip (a failure under CI=tr
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from launching import PROGRAMS, launch
+from launching import PROGRAMS, ROOT, launch
 
 CHECKS = ("p2p", "broadcast", "allreduce")
 
@@ -73,6 +75,46 @@ def test_a_killed_rank_ends_the_job(mpich: Path) -> None:
     # tells before the clean-up ends it, the summary names rank 2, and never another rank as killed
     named = [line for line in result.stderr.splitlines() if "failed (killed or exited abruptly)" in line]
     assert all(line.startswith("hpcdist: rank 2 on ") for line in named), result.stderr
+
+
+@pytest.mark.parametrize("attempt", range(3))  # a race before the fix: named in 2 runs of 3 (10 of 10 after it)
+def test_a_killed_rank_is_named_every_time(mpich: Path, attempt: int) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
+                    timeout=120, FAIL_RANK="2", FAIL_HOW="kill")
+    assert result.returncode != 0, result.stderr
+    # a peer's gloo error and MPI_Abort may come first: it waits for the killed rank's tagger to say so
+    assert "hpcdist: rank 2 on " in result.stderr and "failed (killed or exited abruptly)" in result.stderr, \
+        result.stderr
+    assert result.seconds < 60
+
+
+def test_ranks_busy_with_the_gil_or_blocked_in_a_barrier_still_beat(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "3", "--heartbeat-timeout", "3", "--", "python",
+                            str(PROGRAMS / "busy.py")), timeout=120, BUSY="8")
+    assert result.returncode == 0, result.stderr  # 8 s busy or blocked, beats every 0.5 s: never silent for 3
+    assert sorted(result.stdout.splitlines()) == [f"rank {r} passed the barrier" for r in range(3)]
+    assert "@@hpcdist" not in result.stdout + result.stderr
+
+
+def test_a_frozen_rank_is_named_by_its_silence(mpich: Path) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "3", "--heartbeat-timeout", "3", "--", "python",
+                            str(PROGRAMS / "busy.py")), timeout=120, STOP_RANK="1")
+    assert result.returncode != 0, result.stderr
+    assert "hpcdist: rank 1 on " in result.stderr and " silent: no heartbeat for 3 s; ending the job" in result.stderr
+    assert "failed (no heartbeat for 3 s)" in result.stderr
+    assert result.seconds < 60
+
+
+def test_a_paused_reader_of_hpcdists_output_is_no_silence_of_the_ranks(mpich: Path) -> None:
+    """Our stdout unread for 10 s (a paused pager): the ranks' lines and beats wait behind it; no rank is lost."""
+    program = "for i in range(300000): print(i, 'x' * 60)"  # 40 MB: far more than the pipes between hold
+    argv = hpcdist(mpich, "mpirun", "-np", "2", "--heartbeat-timeout", "3", "--", "python", "-c", program)
+    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          env={**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}) as proc:
+        time.sleep(10)
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert len(out.splitlines()) == 600_000
 
 
 def test_ddp_on_mpich_ranks_ends_with_identical_parameters(mpich: Path) -> None:

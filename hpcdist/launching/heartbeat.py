@@ -1,0 +1,119 @@
+"""hpcdist's own heartbeat: each rank's tagger beats in band; a rank that was beating and goes silent is lost (pure).
+
+Hydra has no keepalive: with a host's link cut and its ranks idle, MPICH's mpiexec waits forever (measured with
+MPICH 5.0.2). `hpcdist mpirun` therefore exports BEAT_ENV (the seconds between beats, a sixth of the limit, at
+most 5 s) to every rank; the rank's tagger, a process of its own, writes a `beat` control line that often, however
+busy the rank is (in a blocking MPI call, or a loop that holds the GIL). The monitor ends the job when a rank that
+was beating, and has not said how it ended, is silent longer than the limit: `--heartbeat-timeout`, else
+HEARTBEAT_TIMEOUT_ENV, else DEFAULT_HEARTBEAT_TIMEOUT; 0 turns it off.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+from ..errors import HeartbeatLost
+from ..values import check_seconds, parse_seconds
+
+__all__ = [
+    "DEFAULT_HEARTBEAT_TIMEOUT",
+    "HEARTBEAT_TIMEOUT_ENV",
+    "Heartbeats",
+    "beat_interval",
+    "heartbeat_limit",
+]
+
+HEARTBEAT_TIMEOUT_ENV = "HPCDIST_HEARTBEAT_TIMEOUT"
+DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # Open MPI's PRRTE notices a cut link in ~5 s; this is the backstop for every MPI
+_MAX_INTERVAL = 5.0  # seconds between beats at most: 12 short lines a minute per rank
+
+
+def heartbeat_limit(option: float | None, environ: Mapping[str, str]) -> float | None:
+    """The heartbeat limit in seconds: `option`, else $HPCDIST_HEARTBEAT_TIMEOUT, else 30; None when 0 (off).
+
+    Raises:
+        UsageError: a value that is no number of seconds, negative, or above 30 days.
+    """
+    if option is not None:
+        return check_seconds(option, "--heartbeat-timeout", "e.g. --heartbeat-timeout 30 (0: off)") if option else None
+    raw = environ.get(HEARTBEAT_TIMEOUT_ENV)
+    if raw is None:
+        return DEFAULT_HEARTBEAT_TIMEOUT
+    value = parse_seconds(raw)
+    if value == 0:
+        return None
+    what = f"{HEARTBEAT_TIMEOUT_ENV}={raw!r}"
+    return check_seconds(value if value is not None else raw, what, f"e.g. {HEARTBEAT_TIMEOUT_ENV}=30 (0: off)")
+
+
+def beat_interval(limit: float) -> float:
+    """Seconds between a rank's beats for a `limit`: a sixth of it, at most 5 s."""
+    return min(_MAX_INTERVAL, limit / 6)
+
+
+class Heartbeats:
+    """The last beat heard from each rank still running; `check` raises HeartbeatLost when one fell silent."""
+
+    def __init__(self, limit: float | None) -> None:
+        self.limit = limit
+        self.lost_hosts: list[str] = []  # hosts whose every running rank fell silent
+        self.silent: dict[int, str] = {}  # rank -> its host, for each rank that fell silent
+        self.problem: str | None = None  # what was found, as the error to print at the end
+        self._last: dict[int, float] = {}
+        self._hosts: dict[int, str] = {}
+        self._ended: set[int] = set()
+        self._checked = time.monotonic()
+        self._lock = threading.Lock()
+
+    def beat(self, rank: int, host: str) -> None:
+        """Note a beat of `rank` on `host` (ignored once the rank said how it ended)."""
+        with self._lock:
+            if rank not in self._ended:
+                self._last[rank] = time.monotonic()
+                self._hosts[rank] = host or "?"
+
+    def ended(self, rank: int) -> None:
+        """`rank` said how it ended (done, failed, vanished): its silence from now on is no loss."""
+        with self._lock:
+            self._ended.add(rank)
+            self._last.pop(rank, None)
+
+    def check(self) -> None:
+        """Raise HeartbeatLost (once) when a rank that was beating has been silent longer than the limit.
+
+        A pause of the watcher itself (hpcdist mpirun stopped, or starved) longer than half the limit starts
+        every rank's count afresh: the beats it could not read meanwhile are no silence of the ranks.
+        """
+        now = time.monotonic()
+        with self._lock:
+            if self.limit is None or self.problem is not None:
+                return
+            if now - self._checked > self.limit / 2:
+                self._last = dict.fromkeys(self._last, now)
+            self._checked = now
+            if all(now - last <= self.limit for last in self._last.values()):
+                return
+            # with the first past the limit, every rank that missed two beats: a host's ranks go silent together
+            silent = {rank: self._hosts[rank] for rank, last in self._last.items() if now - last > self.limit / 3}
+            self.silent = silent
+            self.problem = self._describe(silent)
+        raise HeartbeatLost(self.problem)
+
+    def _describe(self, silent: dict[int, str]) -> str:
+        """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2, 3 for 30 s'.
+
+        A host with other ranks still beating is not lost: 'rank 1 on n1 silent: no heartbeat for 30 s'.
+        """
+        parts = []
+        for host in sorted(set(silent.values())):
+            ranks = sorted(rank for rank, where in silent.items() if where == host)
+            beating = [rank for rank in self._last if self._hosts[rank] == host and rank not in silent]
+            listed = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+            if beating:
+                parts.append(f"{listed} on {host} silent: no heartbeat for {self.limit:g} s")
+            else:
+                self.lost_hosts.append(host)
+                parts.append(f"host {host} lost: no heartbeat from {listed} for {self.limit:g} s")
+        return "; ".join(parts)

@@ -1,0 +1,172 @@
+"""hpcdist's heartbeat: the limit's settings, the watch of silent ranks, the tagger's beats, and the CLI's errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdist.cli import main
+from hpcdist.errors import HeartbeatLost, UsageError, WaitTimeout
+from hpcdist.launching import heartbeat
+from hpcdist.launching.heartbeat import Heartbeats, beat_interval, heartbeat_limit
+from hpcdist.launching.monitor import MpirunWatch
+
+TOKEN = "0123456789abcdef"
+
+
+def _beat(rank: int, host: str) -> bytes:
+    return f"@@hpcdist:{TOKEN}:beat:{rank}:host={host}\n".encode()
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        monkeypatch.setattr(heartbeat.time, "monotonic", lambda: self.now)
+
+
+@pytest.mark.parametrize(
+    ("option", "environ", "limit"),
+    [(None, {}, 30.0), (None, {"HPCDIST_HEARTBEAT_TIMEOUT": "12.5"}, 12.5), (8.0, {"HPCDIST_HEARTBEAT_TIMEOUT": "12"}, 8.0),
+     (0.0, {}, None), (None, {"HPCDIST_HEARTBEAT_TIMEOUT": "0"}, None)],
+)  # fmt: skip
+def test_the_limit_is_the_option_else_the_variable_else_30_s_and_0_turns_it_off(
+    option: float | None, environ: dict[str, str], limit: float | None
+) -> None:
+    assert heartbeat_limit(option, environ) == limit
+
+
+@pytest.mark.parametrize(
+    ("option", "environ", "message"),
+    [(-1.0, {}, "--heartbeat-timeout must be a positive number of seconds, got -1.0"),
+     (float("nan"), {}, "--heartbeat-timeout must be a positive number of seconds"),
+     (None, {"HPCDIST_HEARTBEAT_TIMEOUT": "soon"}, "HPCDIST_HEARTBEAT_TIMEOUT='soon' must be a positive number"),
+     (None, {"HPCDIST_HEARTBEAT_TIMEOUT": "-3"}, "e.g. HPCDIST_HEARTBEAT_TIMEOUT=30 (0: off)")],
+)  # fmt: skip
+def test_a_bad_limit_is_a_usage_error_naming_the_setting(
+    option: float | None, environ: dict[str, str], message: str
+) -> None:
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        heartbeat_limit(option, environ)
+
+
+def test_ranks_beat_a_sixth_of_the_limit_apart_at_most_5_s() -> None:
+    assert (beat_interval(30), beat_interval(6), beat_interval(600)) == (5.0, 1.0, 5.0)
+    assert issubclass(HeartbeatLost, WaitTimeout)
+
+
+def test_a_hosts_silent_ranks_are_named_together_and_a_rank_that_ended_is_not_expected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock(monkeypatch)
+    beats = Heartbeats(30)
+    for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2"), (4, "n2")):
+        beats.beat(rank, host)
+    beats.ended(4)  # said done: its silence is no loss
+    for now in (1010.0, 1020.0, 1029.0):
+        clock.now = now
+        beats.beat(0, "n1")
+        beats.beat(1, "n1")
+        beats.check()
+    clock.now = 1030.5  # 30.5 s of silence
+    beats.beat(0, "n1")
+    beats.beat(1, "n1")
+    with pytest.raises(HeartbeatLost, match=r"^host n2 lost: no heartbeat from ranks 2, 3 for 30 s$"):
+        beats.check()
+    assert beats.lost_hosts == ["n2"] and beats.silent == {2: "n2", 3: "n2"}
+    beats.check()  # said once
+
+
+def test_one_silent_rank_beside_beating_ones_is_named_alone_and_its_host_is_not_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock(monkeypatch)
+    beats = Heartbeats(6)
+    beats.beat(0, "n1")
+    beats.beat(1, "n1")
+    for step in range(1, 15):
+        clock.now = 1000.0 + step * 0.5
+        beats.beat(0, "n1")
+        if clock.now > 1006.0:
+            with pytest.raises(HeartbeatLost, match=r"^rank 1 on n1 silent: no heartbeat for 6 s$"):
+                beats.check()
+            break
+        beats.check()
+    assert beats.lost_hosts == [] and beats.silent == {1: "n1"}
+
+
+def test_a_pause_of_the_watcher_itself_is_no_silence_of_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    beats = Heartbeats(6)
+    beats.beat(0, "n1")
+    beats.check()
+    clock.now += 60  # hpcdist mpirun was stopped (Ctrl-Z) or starved: the beats wait in the pipe
+    beats.check()
+    clock.now += 5
+    beats.check()
+
+
+def test_the_watch_takes_beats_out_and_its_outcome_names_the_lost_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    watch = MpirunWatch(TOKEN, vanished_named=True, heartbeat=6)
+    shown = watch.feed("stderr", b"".join(_beat(rank, "n2" if rank > 1 else "n1") for rank in range(4)) + b"work\n")
+    assert shown == b"work\n"
+    for _ in range(6):  # the watcher checks often (every 50 ms at most in spawn): here once a second
+        clock.now += 1
+        watch.feed("stderr", _beat(0, "n1") + _beat(1, "n1"))
+        watch.check_heartbeats()
+    clock.now += 1
+    with pytest.raises(HeartbeatLost, match="host n2 lost: no heartbeat from ranks 2, 3 for 6 s"):
+        watch.check_heartbeats()
+    # what follows hpcdist mpirun's SIGTERM is its consequence: rank 0's shim names its child's signal
+    watch.feed("stderr", f"[n1:0] @@hpcdist:{TOKEN}:failed:0:killed by SIGTERM host=n1\n".encode())
+    outcome, problem = watch.outcome(143)
+    assert outcome.status == 143 and outcome.lost_hosts == ("n2",)
+    assert problem is not None and problem.startswith("host n2 lost: no heartbeat from ranks 2, 3 for 6 s; hpcdist")
+    assert watch.named(143) == {2: "no heartbeat for 6 s", 3: "no heartbeat for 6 s"}
+    assert outcome.failures() == "rank 2 on n2 failed with no heartbeat for 6 s; rank 3 on n2 failed with no " \
+        "heartbeat for 6 s"  # fmt: skip
+    assert MpirunWatch(TOKEN).outcome(0)[0].status == 0  # no limit given: nothing watched
+
+
+BUSY = """
+import sys, time
+from hpcdist.launching.tagger import start
+
+start(1, 2, "h")
+print("busy", flush=True)
+t = time.monotonic()
+while time.monotonic() - t < 1.0:
+    pass  # holds the GIL: the tagger is a process of its own
+"""
+
+
+def test_the_tagger_beats_while_the_rank_holds_the_gil_and_the_log_has_no_beat(tmp_path: Path) -> None:
+    env = {**os.environ, "HPCDIST_CONTROL": TOKEN, "HPCDIST_TAG": "1", "HPCDIST_HEARTBEAT": "0.1",
+           "HPCDIST_LOG_DIR": str(tmp_path)}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", BUSY], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "[h:1] busy\n"
+    beats = done.stderr.splitlines()
+    assert set(beats) <= {f"@@hpcdist:{TOKEN}:beat:1:host=h", f"@@hpcdist:{TOKEN}:vanished:1:host=h"}, beats
+    assert beats.count(f"@@hpcdist:{TOKEN}:beat:1:host=h") >= 6  # ~10 in the second it was busy
+    assert (tmp_path / "rank-001.log").read_text() == "busy\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "message"),
+    [(["--heartbeat-timeout", "-5"], {}, "--heartbeat-timeout must be a positive number of seconds, got -5.0"),
+     ([], {"HPCDIST_HEARTBEAT_TIMEOUT": "later"}, "HPCDIST_HEARTBEAT_TIMEOUT='later' must be a positive number")],
+)  # fmt: skip
+def test_the_cli_refuses_a_bad_limit_before_it_starts_anything(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str], environ: dict[str, str],
+    message: str,
+) -> None:  # fmt: skip
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert main(["mpirun", "-np", "1", "--mpirun", "/bin/true", "--mpi", "mpich", *argv, "--", "python", "-c", "1"]) == 2
+    assert f"hpcdist: error: {message}" in capsys.readouterr().err
