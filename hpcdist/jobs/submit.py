@@ -231,7 +231,7 @@ def submit(
 
     Each rank runs the function with `hpcdist.init(backend)` done; `hpcdist.RANK` as an argument becomes the rank,
     `hpcdist.ARRAY_TASK` the array task's id. `sbatch_options` are `hpcdist sbatch`'s, by their Python names
-    (gpus_per_node="4", mem="16G", account=…, requeue=True, launch="mpirun", env={"NAME": "value"}, setup=[lines],
+    (gpus_per_node="4", mem="16G", account=…, requeue=True, launch="mpirun", mpi="mpich", env={"NAME": "value"}, setup=[lines],
     bind="auto", max_restarts=2, …). Keyword arguments of `fn`: bind them first (functools.partial).
 
     Raises:
@@ -256,7 +256,7 @@ def submit(
         ) from None
     template = str(directory / _template(array is not None))
     launch = settings.pop("launch", "srun")
-    tools = {key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix") if key in settings}
+    tools = {key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix", "mpi") if key in settings}
     spec = SbatchSpec(
         program=(tools.get("python") or sys.executable, *_RUNNER, str(directory / "call.pkl"), template),
         launch=launch,
