@@ -14,6 +14,7 @@ from types import FrameType
 from typing import IO
 
 from ..errors import UsageError, WaitTimeout
+from .exitcodes import ExitCodeWatch, describe_exit_codes
 from .monitor import LaunchOutcome, MpirunWatch
 from .output import Console, OutputRouter, summary
 
@@ -151,14 +152,23 @@ def run_mpirun(
     """
     watch = MpirunWatch(token, vanished_named)
     console = Console(watch, router)
+    codes = ExitCodeWatch()  # Hydra's -print-all-exitcodes block, read beside the watch
+
+    def feed(stream: str, chunk: bytes) -> bytes:
+        codes.feed(stream, chunk)
+        return console.feed(stream, chunk)
+
     received: list[int] = []
-    code = _spawn(argv, None, "the MPI launcher", console.feed, received, timeout)
+    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout)
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
     if ends_mid_line:  # PRRTE ends its banners with a NUL, not a newline: start hpcdist's own lines afresh
         print(file=sys.stderr, flush=True)
     if router is not None:
         print(summary(console.failures(code), router.options.tail), end="", file=sys.stderr, flush=True)
+    endings = describe_exit_codes(codes.endings(outcome.hosts)) if code else ""
+    if endings:
+        print(f"hpcdist: exit statuses as Hydra reports them: {endings}", file=sys.stderr, flush=True)
     if problem:
         print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
     return outcome
