@@ -313,7 +313,6 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "log_dir": spec.rank_output.log_dir if spec.launch != "torchrun" else "",
         "array": spec.array is not None,
         "restarts": spec.max_restarts,
-        "hydra": spec.launch == "mpirun" and spec.mpi != "openmpi",
     }
     if spec.requeue:
         # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers; srun and mpirun pass SIGUSR1 on

@@ -42,6 +42,10 @@ SHIM = ("-m", "hpcdist.shim", "--")  # after a python: what each rank runs befor
 # Open MPI 5's `btl ofi` probes for an HPC fabric: ~1 s per start on hosts that have none.
 _FABRIC_PROBE_BTL = "ofi"
 # TCP keepalive on PRRTE's daemon links: a cut link is noticed after ~2 + 3 x 1 s instead of ~8 minutes.
+# Hydra's srun starts one proxy per node; with a site's MpiDefault=pmix, srun would give them, and so the ranks,
+# PMIX_* beside Hydra's PMI_*, and MPICH's MPI_Init aborts ("Found both env vars PMI_SIZE and PMIX_NAMESPACE",
+# measured): srun reads its --mpi from this variable.
+_SRUN_MPI = "SLURM_MPI_TYPE"
 KEEPALIVE = (("oob_tcp_keepalive_time", "2"), ("oob_tcp_keepalive_intvl", "1"), ("oob_tcp_keepalive_probes", "3"))
 
 
@@ -185,6 +189,8 @@ class HydraLauncher(Launcher):
         for name, setting in spec.env:
             argv += [] if setting is None else ["-genv", name, setting]
         argv += spec.extra
+        if spec.slurm and spec.launch_agent is None:  # srun starts the proxies, which are no MPI tasks
+            argv = ["env", f"{_SRUN_MPI}=none", *argv]
         if not spec.contexts:
             return argv + list(spec.program)
         return argv + self.app_contexts(spec)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_slurm_cluster import NODES, assert_ok, generated, records, rankrun
+from test_slurm_cluster import NODES, assert_ok, batch_script, generated, rankrun, records
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -65,3 +65,18 @@ def test_a_rank_failing_on_node2_ends_the_hydra_job_and_is_named(submit, venv: P
     assert "hpcdist: rank 3 on node2 failed (exit code 1); ending the job" in result.stderr, result.describe()
     assert result.seconds < 120, result.describe()
 
+
+
+def test_hpcdist_mpirun_inside_an_allocation_runs_mpich_ranks_on_both_nodes(submit, venv: Path, mpich_python: Path,
+                                                                           tmp_path: Path) -> None:  # fmt: skip
+    """`hpcdist mpirun -np 4` in a batch script: Hydra takes both nodes through srun (no PMIx for its proxies), and
+    names every rank's exit status from its -print-all-exitcodes lines."""
+    program = rankrun(mpich_python.parent.parent, tmp_path, "run", "allreduce", "--backend", "gloo")
+    script_text = batch_script(venv, nodes=2, ntasks_per_node=2, commands=[
+        ["env", f"PYTHONPATH={ROOT}", mpich_python, "-m", "hpcdist", "mpirun", "-np", "4", "--", *program]])
+    result = submit(script_text, 300)
+    assert_ok(result)
+    markers = {path.name: path.read_text() for path in tmp_path.glob("rank[0-9]")}
+    assert markers == {f"rank{r}": f"{r} {r % 2} 4 2 {NODES[r]}" for r in range(4)}, result.describe()
+    expected = {f"rank {r}: all_reduce SUM over all ranks -> [10.0, 20.0, 30.0]" for r in range(4)}
+    assert expected <= set(records(result.stdout)), result.describe()

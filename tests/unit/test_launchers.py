@@ -245,6 +245,7 @@ def test_detect_family_follows_debians_alternatives(tmp_path: Path) -> None:
 
 
 AGENT = "/opt/site/agent"
+NO_PMIX = ["env", "SLURM_MPI_TYPE=none"]
 OPEN_MPI = dataclasses.replace(MPICH, family="openmpi", mpirun="mpirun", skip_fabric_probe=False)
 
 
@@ -258,16 +259,18 @@ OPEN_MPI = dataclasses.replace(MPICH, family="openmpi", mpirun="mpirun", skip_fa
      ["mpiexec", "-n", "4", "-hosts", "n1,n2", "-ppn", "2", "-launcher", "ssh", "-launcher-exec", AGENT, *NO_PIN,
       *PROG]),
     # inside a Slurm allocation: Hydra's proxies start by srun; Open MPI's PRRTE finds Slurm by itself
-    (dataclasses.replace(MPICH, slurm=True, np=4), ["mpiexec", "-n", "4", "-launcher", "slurm", "-bind-to", "none",
+    # (srun's --mpi none for the proxies: a site's MpiDefault=pmix gave the ranks PMIX_* and MPI_Init aborted)
+    (dataclasses.replace(MPICH, slurm=True, np=4), [*NO_PMIX, "mpiexec", "-n", "4", "-launcher", "slurm", "-bind-to",
+                                                    "none", *PROG]),
+    (dataclasses.replace(INTEL, slurm=True, np=4), [*NO_PMIX, "mpiexec", "-n", "4", "-launcher", "slurm", *NO_PIN,
                                                     *PROG]),
-    (dataclasses.replace(INTEL, slurm=True, np=4), ["mpiexec", "-n", "4", "-launcher", "slurm", *NO_PIN, *PROG]),
     (dataclasses.replace(OPEN_MPI, slurm=True), ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot", *PROG]),
     # the agent wins over srun when both are asked for (hosts still from Slurm's kernel)
     (dataclasses.replace(MPICH, slurm=True, launch_agent=AGENT),
      ["mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", AGENT, "-bind-to", "none", *PROG]),
     # a run hpcdist itself watches: Hydra prints every rank's exit status for the monitor
     (dataclasses.replace(MPICH, exit_codes=True, slurm=True),
-     ["mpiexec", "-n", "2", "-print-all-exitcodes", "-launcher", "slurm", "-bind-to", "none", *PROG]),
+     [*NO_PMIX, "mpiexec", "-n", "2", "-print-all-exitcodes", "-launcher", "slurm", "-bind-to", "none", *PROG]),
     (dataclasses.replace(INTEL, exit_codes=True), ["mpiexec", "-n", "2", "-print-all-exitcodes", *NO_PIN, *PROG]),
     (dataclasses.replace(OPEN_MPI, exit_codes=True), ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot",
                                                       *PROG]),
