@@ -20,7 +20,6 @@ __all__ = [
 ]
 
 
-
 def check_mpi(f: Facts) -> list[Check]:
     """mpirun and mpi4py present, the same MPI library, and `mpirun -np 2` makes one world of 2."""
     checks = []

@@ -231,8 +231,8 @@ def submit(
 
     Each rank runs the function with `hpcdist.init(backend)` done; `hpcdist.RANK` as an argument becomes the rank,
     `hpcdist.ARRAY_TASK` the array task's id. `sbatch_options` are `hpcdist sbatch`'s, by their Python names
-    (gpus_per_node="4", mem="16G", account=…, requeue=True, launch="mpirun", mpi="mpich", env={"NAME": "value"}, setup=[lines],
-    bind="auto", max_restarts=2, …). Keyword arguments of `fn`: bind them first (functools.partial).
+    (gpus_per_node="4", mem="16G", account=…, requeue=True, launch="mpirun", mpi="mpich", env={"NAME": "value"},
+    setup=[lines], bind="auto", max_restarts=2, …). Keyword arguments of `fn`: bind them first (functools.partial).
 
     Raises:
         UsageError: the function or an argument cannot be sent, an option is wrong, or sbatch refused the job;
@@ -246,7 +246,9 @@ def submit(
     name = _NAME.sub("_", getattr(fn, "__name__", "job"))[:64] or "job"
     tasks = array_indices(array)[0] if array is not None else []
     launch = settings.pop("launch", "srun")
-    given = {key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix", "mpi") if key in settings}
+    given = {
+        key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix", "mpi") if key in settings
+    }
     tools = local_tools(launch, **given)  # the MPI's dialect is resolved here, before anything is made
     base = Path(folder or os.environ.get(DIR_ENV) or "hpcdist-jobs").absolute()
     try:
