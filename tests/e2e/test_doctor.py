@@ -77,7 +77,8 @@ def test_the_mix_is_fixed_by_the_command_the_doctor_prints(mpich_python: Path, r
         Path(sys.executable), mpich_python.parent / "mpiexec")
     proc, _ = _doctor("--mpirun", str(mpirun), "--timeout", "60", python=python)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    loads, own = ("MPICH", mpich_python.parent / "mpirun") if reverse else ("Open MPI", Path(sys.executable).parent / "mpirun")
+    loads, own = ("MPICH", mpich_python.parent / "mpirun") if reverse else (
+        "Open MPI", Path(sys.executable).parent / "mpirun")
     command = _printed_command(proc.stdout)
     assert f"fix: mpi4py here loads {loads}: start it with {loads}'s launcher" in proc.stdout, proc.stdout
     assert command == [str(python), "-m", "hpcdist", "doctor", "--mpirun", str(own)], proc.stdout
