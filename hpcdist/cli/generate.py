@@ -82,6 +82,12 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--setup", action="append", default=[], metavar="LINE", help="a setup line, e.g. 'module load cuda'")
     r.add_argument("--python", help="the Python on the compute nodes (default: this one)")
     r.add_argument("--mpirun", help="mpirun for --launch mpirun (default: beside --python)")
+    r.add_argument(
+        "--mpi",
+        metavar="openmpi|mpich|intel",
+        help="--launch mpirun: the MPI whose launcher --mpirun is, and so the dialect of its line (default: told "
+        "by the files installed beside it, as hpcdist mpirun; Open MPI when they do not say)",
+    )
     r.add_argument("--torchrun", help="torchrun for --launch torchrun (default: beside --python)")
     r.add_argument("--master-addr", "--master_addr", dest="master_addr", help="torchrun: default the first node")
     r.add_argument(
@@ -262,7 +268,7 @@ def _sbatch(args: argparse.Namespace) -> int:
         env=tuple(_environment(args, nodes).items()),
         setup=tuple(args.setup),
         launch=args.launch,
-        **local_tools(args.launch, args.python, args.mpirun, args.torchrun, args.opal_prefix),
+        **local_tools(args.launch, args.python, args.mpirun, args.torchrun, args.opal_prefix, args.mpi),
         master_addr=args.master_addr,
         master_port=args.master_port,
         requeue=args.requeue,

@@ -98,6 +98,12 @@ def add_parsers(sub: Any) -> None:
         help="the MPI whose launcher --mpirun is, and so its command-line dialect (default: told by the files "
         "installed beside it; Open MPI when they do not say)",
     )
+    mpirun.add_argument(
+        "--launch-agent",
+        metavar="CMD",
+        help="the command the launcher starts its daemons on other hosts with, in place of ssh (Open MPI: "
+        "--prtemca plm_ssh_agent CMD; MPICH and Intel MPI: -launcher ssh -launcher-exec CMD, one program)",
+    )
     mpirun.add_argument("--dry-run", action="store_true", help="print the exact command and run nothing")
     mpirun.add_argument(
         "--script", metavar="FILE", help="write the launch as a reusable shell script (- prints it) and run nothing"

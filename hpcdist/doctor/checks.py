@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 
 from .bindplan import check_binding
 from .facts import Check, Facts, Probe, mpi_identity, tail
@@ -16,12 +18,6 @@ __all__ = [
     "check_torch",
     "run_checks",
 ]
-
-_REBUILD_MPI4PY = (
-    "build mpi4py against the MPI of this mpirun: `env MPICC=<that MPI>/bin/mpicc pip install "
-    "--no-binary mpi4py --no-cache-dir --force-reinstall mpi4py`, or use the mpirun that belongs to "
-    "mpi4py's MPI (with pip's Open MPI: the mpirun beside the venv's python, via --mpirun or $HPCDIST_MPIRUN)"
-)
 
 
 def check_mpi(f: Facts) -> list[Check]:
@@ -71,7 +67,7 @@ def check_mpi(f: Facts) -> list[Check]:
                 "fail",
                 f"{f.mpirun} is {launcher[0]} {launcher[1]} but mpi4py {mpi4py_v} "
                 f"uses {library[0]} {library[1]}: two MPI installations are mixed",
-                _REBUILD_MPI4PY,
+                _mix_fix(f, launcher[0], library[0]),
             )
         )
     elif launcher[1] != library[1]:
@@ -81,16 +77,48 @@ def check_mpi(f: Facts) -> list[Check]:
                 "warn",
                 f"{f.mpirun} is {launcher[0]} {launcher[1]} but mpi4py {mpi4py_v} "
                 f"uses {library[0]} {library[1]}: likely two installations",
-                _REBUILD_MPI4PY,
+                _rebuild(f),
             )
         )
     else:
         checks.append(Check("mpi", "pass", f"{f.mpirun} and mpi4py {mpi4py_v} both use {launcher[0]} {launcher[1]}"))
-    checks.append(_check_world(f.world))
+    checks.append(_check_world(f.world, _rebuild(f)))
     return checks
 
 
-def _check_world(world: Probe | None) -> Check:
+def _rebuild(f: Facts) -> str:
+    """Build mpi4py from source against the MPI of the mpirun in use (its mpicc beside it), with this python."""
+    folder = os.path.dirname(f.mpirun or "")
+    mpicc = shlex.quote(os.path.join(folder, "mpicc") if folder else "mpicc")
+    return (
+        f"build mpi4py against the MPI of this mpirun: `env MPICC={mpicc} {shlex.quote(f.python or 'python')} -m pip "
+        "install --no-binary mpi4py --no-cache-dir --force-reinstall mpi4py`, or use the mpirun of mpi4py's MPI "
+        "(--mpirun PATH or $HPCDIST_MPIRUN)"
+    )
+
+
+def _mix_fix(f: Facts, launcher: str, library: str) -> str:
+    """The fix for `launcher`'s mpirun starting an mpi4py that loads `library`: that MPI's launcher when one is
+    installed beside this python (a command that runs as printed), else a Python that loads the launcher's MPI."""
+    python = shlex.quote(f.python or "python")
+    own = f.beside.get(library)
+    if own is not None and own != f.mpirun:
+        return (
+            f"mpi4py here loads {library}: start it with {library}'s launcher, the one beside this python "
+            f"(`{python} -m hpcdist doctor --mpirun {shlex.quote(own)}`; hpcdist mpirun and sbatch take the same "
+            f"--mpirun), or start the ranks with a python whose mpi4py loads {launcher}"
+        )
+    if library == "Open MPI" and launcher in ("MPICH", "Intel MPI"):
+        wheel = "mpich" if launcher == "MPICH" else "impi-rt"
+        return (
+            f"mpi4py here loads Open MPI; to use {launcher}'s launcher, start the ranks with the python of a venv "
+            f"that has the {wheel} wheel (mpi4py loads the libmpi of its own prefix; README: Quick start on MPICH), "
+            "or pass --mpirun the mpirun of the Open MPI that mpi4py loads"
+        )
+    return _rebuild(f)
+
+
+def _check_world(world: Probe | None, fix: str) -> Check:
     """`mpirun -np 2 python -c 'print(COMM_WORLD.size)'` must print size 2 twice, not 1 twice."""
     if world is None:
         return Check("mpi", "info", "launch test not run")
@@ -111,7 +139,7 @@ def _check_world(world: Probe | None) -> Check:
             "fail",
             f"`mpirun -np 2 python` started {len(sizes)} separate worlds of size 1: "
             "mpi4py's MPI is not mpirun's (every rank would be rank 0, LOCAL_RANK 0)",
-            _REBUILD_MPI4PY,
+            fix,
         )
     return Check(
         "mpi",

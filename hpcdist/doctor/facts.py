@@ -65,6 +65,8 @@ class Facts:
     local_world_size: int = 1  # for the --bind auto plan
     local_world_size_from: str = "default"
     bind_environ: Mapping[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, NCCL_*
+    python: str = ""  # the interpreter the doctor and its probes ran with
+    beside: Mapping[str, str] = field(default_factory=dict)  # MPI name ("MPICH") -> its launcher beside that python
 
 
 def tail(text: str, lines: int = 4) -> str:

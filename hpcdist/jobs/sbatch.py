@@ -77,6 +77,7 @@ class SbatchSpec:
     launch: str = "srun"
     python: str = "python3"
     mpirun: str = "mpirun"
+    mpi: str = "openmpi"  # mpirun mode: the MPI whose dialect the mpirun line speaks (launching.families.FAMILIES)
     torchrun: str = "torchrun"
     master_addr: str | None = None  # torchrun mode; default: the allocation's first node
     master_port: int | None = None  # torchrun mode; default: a port the first node reserves (bind 0)
@@ -337,6 +338,8 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
                 skip_fabric_probe=not spec.probe_fabrics,
                 mpirun=spec.mpirun,
                 keepalive=spec.nodes > 1,  # a lost node ends the job in seconds, not after TCP's ~8 min
+                family=spec.mpi,
+                slurm=True,  # Hydra: srun starts its proxies; Open MPI's PRRTE finds Slurm by itself
             )
         )
         context["launcher"] = argv[: len(argv) - len(shim)]

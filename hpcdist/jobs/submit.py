@@ -231,8 +231,8 @@ def submit(
 
     Each rank runs the function with `hpcdist.init(backend)` done; `hpcdist.RANK` as an argument becomes the rank,
     `hpcdist.ARRAY_TASK` the array task's id. `sbatch_options` are `hpcdist sbatch`'s, by their Python names
-    (gpus_per_node="4", mem="16G", account=…, requeue=True, launch="mpirun", env={"NAME": "value"}, setup=[lines],
-    bind="auto", max_restarts=2, …). Keyword arguments of `fn`: bind them first (functools.partial).
+    (gpus_per_node="4", mem="16G", account=…, requeue=True, launch="mpirun", mpi="mpich", env={"NAME": "value"},
+    setup=[lines], bind="auto", max_restarts=2, …). Keyword arguments of `fn`: bind them first (functools.partial).
 
     Raises:
         UsageError: the function or an argument cannot be sent, an option is wrong, or sbatch refused the job;
@@ -245,6 +245,11 @@ def submit(
     call = pack(fn, args, {}, "hpcdist.submit")
     name = _NAME.sub("_", getattr(fn, "__name__", "job"))[:64] or "job"
     tasks = array_indices(array)[0] if array is not None else []
+    launch = settings.pop("launch", "srun")
+    given = {
+        key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix", "mpi") if key in settings
+    }
+    tools = local_tools(launch, **given)  # the MPI's dialect is resolved here, before anything is made
     base = Path(folder or os.environ.get(DIR_ENV) or "hpcdist-jobs").absolute()
     try:
         base.mkdir(parents=True, exist_ok=True)
@@ -255,13 +260,11 @@ def submit(
             f"{DIR_ENV}) to a directory you can write that the job's nodes share"
         ) from None
     template = str(directory / _template(array is not None))
-    launch = settings.pop("launch", "srun")
-    tools = {key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix") if key in settings}
     spec = SbatchSpec(
-        program=(tools.get("python") or sys.executable, *_RUNNER, str(directory / "call.pkl"), template),
+        program=(tools["python"], *_RUNNER, str(directory / "call.pkl"), template),
         launch=launch,
         **{"job_name": name, **settings},
-        **local_tools(launch, **tools),
+        **tools,
         output=str(directory / ("slurm-%A_%a.out" if array is not None else "slurm-%j.out")),
         rank_output=OutputOptions(tag=False, log_dir=str(directory / "logs")),
     )

@@ -42,6 +42,10 @@ SHIM = ("-m", "hpcdist.shim", "--")  # after a python: what each rank runs befor
 # Open MPI 5's `btl ofi` probes for an HPC fabric: ~1 s per start on hosts that have none.
 _FABRIC_PROBE_BTL = "ofi"
 # TCP keepalive on PRRTE's daemon links: a cut link is noticed after ~2 + 3 x 1 s instead of ~8 minutes.
+# Hydra's srun starts one proxy per node; with a site's MpiDefault=pmix, srun would give them, and so the ranks,
+# PMIX_* beside Hydra's PMI_*, and MPICH's MPI_Init aborts ("Found both env vars PMI_SIZE and PMIX_NAMESPACE",
+# measured): srun reads its --mpi from this variable.
+_SRUN_MPI = "SLURM_MPI_TYPE"
 KEEPALIVE = (("oob_tcp_keepalive_time", "2"), ("oob_tcp_keepalive_intvl", "1"), ("oob_tcp_keepalive_probes", "3"))
 
 
@@ -74,6 +78,9 @@ class MpirunSpec:
     mpirun: str = "mpirun"
     contexts: tuple[AppContext, ...] = ()  # set: one app context per host, each with its own variables
     family: str = "openmpi"  # the launcher's dialect: a key of LAUNCHERS (launching.families.FAMILIES)
+    launch_agent: str | None = None  # the remote shell that starts the launcher's daemons on other hosts (ssh's)
+    slurm: bool = False  # ranks placed by the Slurm allocation it runs in: Hydra starts its proxies with srun
+    exit_codes: bool = False  # Hydra: print every rank's exit status at the end (-print-all-exitcodes)
 
 
 class Launcher:
@@ -136,6 +143,8 @@ class OpenMpiLauncher(Launcher):
         if spec.keepalive:
             for key, value in KEEPALIVE:
                 argv += ["--prtemca", key, value]
+        if spec.launch_agent is not None:
+            argv += ["--prtemca", "plm_ssh_agent", spec.launch_agent]
         for name, setting in spec.env:
             argv += ["-x", name if setting is None else f"{name}={setting}"]
         argv += spec.extra
@@ -175,10 +184,13 @@ class HydraLauncher(Launcher):
         argv = [spec.mpirun] if spec.np is None or spec.contexts else [spec.mpirun, "-n", str(spec.np)]
         if not spec.contexts:
             argv += self.placement(spec)
+        argv += self.bootstrap(spec)
         argv += self.binding(spec)
         for name, setting in spec.env:
             argv += [] if setting is None else ["-genv", name, setting]
         argv += spec.extra
+        if spec.slurm and spec.launch_agent is None:  # srun starts the proxies, which are no MPI tasks
+            argv = ["env", f"{_SRUN_MPI}=none", *argv]
         if not spec.contexts:
             return argv + list(spec.program)
         return argv + self.app_contexts(spec)
@@ -188,6 +200,19 @@ class HydraLauncher(Launcher):
         if spec.hostfile is not None:
             return ["-f", spec.hostfile]
         return ["-hosts", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)] if spec.hosts else []
+
+    def bootstrap(self, spec: MpirunSpec) -> list[str]:
+        """How Hydra starts its proxies: the launch agent as ssh's stand-in, srun inside Slurm; its exit codes."""
+        argv = ["-print-all-exitcodes"] if spec.exit_codes else []
+        if spec.launch_agent is not None:
+            if len(spec.launch_agent.split()) != 1:
+                raise UsageError(
+                    f"--launch-agent {spec.launch_agent!r}: {self.name}'s Hydra runs the agent as one program "
+                    "(execvp of the whole text, measured), so it takes no arguments here; put the command in a "
+                    "script and pass the script's path"
+                )
+            return [*argv, "-launcher", "ssh", "-launcher-exec", spec.launch_agent]
+        return [*argv, "-launcher", "slurm"] if spec.slurm else argv
 
     def binding(self, spec: MpirunSpec) -> list[str]:
         """Hydra's `-bind-to`; `-map-by` only when not the default fill of each host's slots in turn."""
@@ -313,6 +338,8 @@ def _validate(spec: MpirunSpec) -> None:
             raise UsageError(
                 f"-x {name!r}: not a valid variable name; use letters, digits and '_' not starting with a digit"
             )
+    if spec.launch_agent is not None and not spec.launch_agent.strip():
+        raise UsageError("--launch-agent needs a command that reaches another host, e.g. --launch-agent ssh")
     if not spec.bind_to.strip():
         raise UsageError("--bind-to needs a value such as none, core or socket")
     if not spec.map_by.strip():

@@ -106,6 +106,7 @@ def _options(np: int | None, hostfile: str | None, program: list[str]) -> argpar
         no_shim=False,
         mpirun=None,
         mpi=None,
+        launch_agent=None,
         tag=False,
         log_dir=None,
         ranks=None,

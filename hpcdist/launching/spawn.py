@@ -15,6 +15,7 @@ from typing import IO
 
 from ..errors import HeartbeatLost, UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
+from .exitcodes import ExitCodeWatch, describe_exit_codes
 from .monitor import LaunchOutcome, MpirunWatch
 from .output import Console, OutputRouter, summary
 
@@ -191,15 +192,24 @@ def run_mpirun(
     """
     watch = MpirunWatch(token, vanished_named, heartbeat)
     console = Console(watch, router)
+    codes = ExitCodeWatch()  # Hydra's -print-all-exitcodes block, read beside the watch
+
+    def feed(stream: str, chunk: bytes) -> bytes:
+        codes.feed(stream, chunk)
+        return console.feed(stream, chunk)
+
     received: list[int] = []
     check = watch.check_heartbeats if heartbeat is not None else None
-    code = _spawn(argv, None, "the MPI launcher", console.feed, received, timeout, check)
+    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, check)
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
     if ends_mid_line:  # PRRTE ends its banners with a NUL, not a newline: start hpcdist's own lines afresh
         print(file=sys.stderr, flush=True)
     if router is not None:
         print(summary(console.failures(code), router.options.tail), end="", file=sys.stderr, flush=True)
+    endings = describe_exit_codes(codes.endings(outcome.hosts)) if code else ""
+    if endings:
+        print(f"hpcdist: exit statuses as Hydra reports them: {endings}", file=sys.stderr, flush=True)
     if problem:
         print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
     return outcome

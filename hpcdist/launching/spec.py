@@ -29,7 +29,7 @@ from .output import DEFAULT_TAIL, OutputOptions, parse_ranks, shim_variables
 from .program import check_program
 from .selection import Selected, select_hosts, selection_option
 
-__all__ = ["check_launcher", "detect_family", "find_mpirun", "output_from_args", "spec_from_args"]
+__all__ = ["check_launcher", "detect_family", "find_mpirun", "output_from_args", "resolve_family", "spec_from_args"]
 
 
 def spec_from_args(
@@ -53,7 +53,7 @@ def spec_from_args(
         raise UsageError("give either --hostfile or -H, not both")
     hostfile, hosts = args.hostfile, parse_hosts_arg(args.hosts) if args.hosts is not None else ()
     launcher = check_launcher(args.mpirun, "--mpirun") if args.mpirun is not None else find_mpirun()
-    family = check_family(args.mpi) if args.mpi is not None else detect_family(launcher) or "openmpi"
+    family, launcher = resolve_family(launcher, args.mpi)
     if hostfile is not None:
         text = read_hostfile_text(hostfile)
         hosts = parse_hostfile(text, hostfile)
@@ -103,9 +103,12 @@ def spec_from_args(
         as_root=os.geteuid() == 0,
         skip_fabric_probe=not args.probe_fabrics and "OMPI_MCA_btl" not in environ,
         keepalive=spans_hosts(hosts, environ),
-        mpirun=_hydra_binary(launcher) if family == "intel" else launcher,
+        mpirun=launcher,
         contexts=contexts,
         family=family,
+        launch_agent=args.launch_agent,
+        slurm=in_allocation,
+        exit_codes=routed,  # hpcdist's monitor reads Hydra's exit-code lines (monitor.hydra_exit_codes)
     )
     return spec, output
 
@@ -216,6 +219,19 @@ def detect_family(launcher: str) -> str | None:
     except OSError:
         beside = []
     return family_from_files(real, beside) or family_from_files(found, [])
+
+
+def resolve_family(launcher: str, mpi: str | None, where: str = "--mpi") -> tuple[str, str]:
+    """(dialect, launcher to run): `mpi` when given, else told by the launcher's installation, else Open MPI.
+
+    The one choice of family for `hpcdist mpirun`, `hpcdist sbatch --launch mpirun` and `hpcdist.submit`. Intel
+    MPI's `mpirun` becomes the `mpiexec.hydra` beside it.
+
+    Raises:
+        UsageError: `mpi` is not an MPI hpcdist knows.
+    """
+    family = check_family(mpi, where) if mpi is not None else detect_family(launcher) or "openmpi"
+    return family, _hydra_binary(launcher) if family == "intel" else launcher
 
 
 def _hydra_binary(launcher: str) -> str:

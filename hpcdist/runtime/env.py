@@ -239,8 +239,15 @@ def _comparable(first: _Reading, readings: list[_Reading], environ: Mapping[str,
         return [first]
     # A Slurm step with a different task count is the step that started the launcher's per-node
     # daemons (mpirun's prted, Hydra's proxies inside sbatch), so its SLURM_PROCID is not our rank.
+    # Intel MPI's Hydra passes the batch script's SLURM_NTASKS on to its ranks over its proxies' own step; the
+    # step's SLURM_STEP_NUM_TASKS still tells (measured: SLURM_NTASKS=4 but SLURM_STEP_NUM_TASKS=2 in 4 ranks).
     world = first.values["world_size"][1]
-    return [r for r in readings if r.source.launcher != "slurm" or r is first or r.values["world_size"][1] == world]
+    step = environ.get("SLURM_STEP_NUM_TASKS", str(world))
+    return [
+        r
+        for r in readings
+        if r.source.launcher != "slurm" or r is first or (r.values["world_size"][1] == world and step == str(world))
+    ]
 
 
 def _check_agree(first: _Reading, other: _Reading) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -18,11 +19,13 @@ pytestmark = pytest.mark.e2e
 _RUN = "import sys\nfrom hpcdist.cli import main\nsys.exit(main(['doctor', *sys.argv[1:]]))\n"
 
 # A foreign MPI's launcher: MPICH's version text, and it starts N unconnected copies of the program.
-def _doctor(*args: str, timeout: float = 240, **extra_env: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run the doctor with this environment minus launcher/network variables, plus `extra_env`."""
+def _doctor(*args: str, timeout: float = 240, python: Path | None = None,
+            **extra_env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the doctor (by `python`, default this one) with this environment minus launcher/network variables, plus
+    `extra_env`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX", "PRTE_", "HPCDIST_", "NCCL_", "GLOO_"))}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", _RUN, *args], cwd=ROOT, env={**env, **extra_env},
+    proc = subprocess.run([str(python or sys.executable), "-c", _RUN, *args], cwd=ROOT, env={**env, **extra_env},
                           capture_output=True, text=True, timeout=timeout)
     return proc, time.monotonic() - start
 
@@ -59,3 +62,27 @@ def test_a_bad_interface_and_an_unknown_host_fail_with_fixes(tmp_path: Path) -> 
     assert "host 'no-such-host.invalid'" in proc.stdout and "GLOO_SOCKET_IFNAME=no-such-if0" in proc.stdout
     assert proc.stdout.count("fix: ") >= 2
     assert seconds < 120
+
+
+def _printed_command(stdout: str) -> list[str]:
+    """The command in backquotes in the mixed installation's fix line (the first FAIL's)."""
+    fix = next(line for line in stdout.splitlines() if "fix: mpi4py here loads" in line)
+    return shlex.split(fix.split("`")[1])
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["mpich-mpiexec-openmpi-mpi4py", "openmpi-mpirun-mpich-mpi4py"])
+def test_the_mix_is_fixed_by_the_command_the_doctor_prints(mpich_python: Path, reverse: bool) -> None:
+    """Both mixes for real; the fix names the launcher of mpi4py's MPI beside the python, and its command passes."""
+    python, mpirun = (mpich_python, Path(sys.executable).parent / "mpirun") if reverse else (
+        Path(sys.executable), mpich_python.parent / "mpiexec")
+    proc, _ = _doctor("--mpirun", str(mpirun), "--timeout", "60", python=python)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    loads, own = ("MPICH", mpich_python.parent / "mpirun") if reverse else (
+        "Open MPI", Path(sys.executable).parent / "mpirun")
+    command = _printed_command(proc.stdout)
+    assert f"fix: mpi4py here loads {loads}: start it with {loads}'s launcher" in proc.stdout, proc.stdout
+    assert command == [str(python), "-m", "hpcdist", "doctor", "--mpirun", str(own)], proc.stdout
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX", "PRTE_", "HPCDIST_"))}
+    fixed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert f"both use {loads} " in fixed.stdout

@@ -208,3 +208,36 @@ def test_the_checks_do_not_import_torch_or_mpi4py() -> None:
     before = {m for m in ("torch", "mpi4py") if m in sys.modules}
     run_checks(GOOD)
     assert {m for m in ("torch", "mpi4py") if m in sys.modules} == before
+
+
+HYDRA_VERSION = Probe(("mpiexec", "--version"), 0, "HYDRA build details:\n    Version:     5.0.2\n")
+
+
+@pytest.mark.parametrize(("changes", "fix"), [
+    # an MPICH mpiexec starting the Open MPI mpi4py of a venv that has Open MPI's mpirun beside its python
+    ({"mpirun": "/m/bin/mpiexec", "mpirun_version": HYDRA_VERSION, "python": "/v/bin/python",
+      "beside": {"Open MPI": "/v/bin/mpirun"}},
+     "mpi4py here loads Open MPI: start it with Open MPI's launcher, the one beside this python "
+     "(`/v/bin/python -m hpcdist doctor --mpirun /v/bin/mpirun`; hpcdist mpirun and sbatch take the same --mpirun), "
+     "or start the ranks with a python whose mpi4py loads MPICH"),
+    # the reverse: Open MPI's mpirun starting an MPICH venv's python
+    ({"mpi4py": {"version": "4.1.2", "library": MPICH_LIB}, "python": "/m/bin/python",
+      "beside": {"MPICH": "/m/bin/mpirun"}},
+     "mpi4py here loads MPICH: start it with MPICH's launcher, the one beside this python "
+     "(`/m/bin/python -m hpcdist doctor --mpirun /m/bin/mpirun`; hpcdist mpirun and sbatch take the same --mpirun), "
+     "or start the ranks with a python whose mpi4py loads Open MPI"),
+    # Intel MPI's Hydra and an Open MPI mpi4py with no Open MPI launcher beside: a venv with the impi-rt wheel
+    ({"mpirun": "/i/bin/mpiexec.hydra", "python": "/s/bin/python",
+      "mpirun_version": Probe(("mpiexec",), 0, "Intel(R) MPI Library for Linux* OS, Version 2021.19 Build 1")},
+     "mpi4py here loads Open MPI; to use Intel MPI's launcher, start the ranks with the python of a venv that has "
+     "the impi-rt wheel (mpi4py loads the libmpi of its own prefix; README: Quick start on MPICH), or pass --mpirun "
+     "the mpirun of the Open MPI that mpi4py loads"),
+    # nothing to switch to: build mpi4py against this mpirun's MPI, with the mpicc beside it and this python
+    ({"mpi4py": {"version": "4.1.2", "library": MPICH_LIB}, "python": "/s/bin/python"},
+     "build mpi4py against the MPI of this mpirun: `env MPICC=/venv/bin/mpicc /s/bin/python -m pip install "
+     "--no-binary mpi4py --no-cache-dir --force-reinstall mpi4py`, or use the mpirun of mpi4py's MPI (--mpirun PATH "
+     "or $HPCDIST_MPIRUN)"),
+])  # fmt: skip
+def test_the_mix_fix_names_the_launcher_or_build_for_the_mix_found(changes: dict, fix: str) -> None:
+    first = check_mpi(dataclasses.replace(GOOD, **changes))[0]
+    assert (first.status, first.fix) == ("fail", fix)

@@ -224,3 +224,12 @@ def test_launch_env_is_frozen() -> None:
     env = LaunchEnv.from_environ({})
     with pytest.raises(AttributeError):
         env.rank = 1  # type: ignore[misc]
+
+
+def test_intel_mpi_ranks_under_sbatch_ignore_the_proxies_slurm_step() -> None:
+    """Intel MPI's Hydra (-launcher slurm) passes the batch script's SLURM_NTASKS=4 to its ranks over its proxies'
+    step (2 tasks, one per node): SLURM_STEP_NUM_TASKS tells the step apart, so PMI_RANK is the rank (measured)."""
+    step = srun(1, 4, 0, 1, "1(x2)") | {"SLURM_NPROCS": "2", "SLURM_STEP_NUM_TASKS": "2"}
+    hydra = {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+    env = LaunchEnv.from_environ(step | hydra)
+    assert (env.launcher, env.rank, env.world_size, env.local_rank, env.local_world_size) == ("mpich", 3, 4, 1, 2)

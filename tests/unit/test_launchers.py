@@ -242,3 +242,70 @@ def test_detect_family_follows_debians_alternatives(tmp_path: Path) -> None:
     assert detect_family(str(folder / "mpirun")) == "openmpi"
     assert detect_family(str(tmp_path / "no-such-mpirun")) is None
     assert detect_family("no-such-mpirun-on-path") is None
+
+
+AGENT = "/opt/site/agent"
+NO_PMIX = ["env", "SLURM_MPI_TYPE=none"]
+OPEN_MPI = dataclasses.replace(MPICH, family="openmpi", mpirun="mpirun", skip_fabric_probe=False)
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    # --launch-agent: each family's way of taking the remote shell
+    (dataclasses.replace(OPEN_MPI, launch_agent="ssh -x"),
+     ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot", "--prtemca", "plm_ssh_agent", "ssh -x", *PROG]),
+    (dataclasses.replace(MPICH, launch_agent=AGENT),
+     ["mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", AGENT, "-bind-to", "none", *PROG]),
+    (dataclasses.replace(INTEL, launch_agent=AGENT, hosts=TWO, np=4),
+     ["mpiexec", "-n", "4", "-hosts", "n1,n2", "-ppn", "2", "-launcher", "ssh", "-launcher-exec", AGENT, *NO_PIN,
+      *PROG]),
+    # inside a Slurm allocation: Hydra's proxies start by srun; Open MPI's PRRTE finds Slurm by itself
+    # (srun's --mpi none for the proxies: a site's MpiDefault=pmix gave the ranks PMIX_* and MPI_Init aborted)
+    (dataclasses.replace(MPICH, slurm=True, np=4), [*NO_PMIX, "mpiexec", "-n", "4", "-launcher", "slurm", "-bind-to",
+                                                    "none", *PROG]),
+    (dataclasses.replace(INTEL, slurm=True, np=4), [*NO_PMIX, "mpiexec", "-n", "4", "-launcher", "slurm", *NO_PIN,
+                                                    *PROG]),
+    (dataclasses.replace(OPEN_MPI, slurm=True), ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot", *PROG]),
+    # the agent wins over srun when both are asked for (hosts still from Slurm's kernel)
+    (dataclasses.replace(MPICH, slurm=True, launch_agent=AGENT),
+     ["mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", AGENT, "-bind-to", "none", *PROG]),
+    # a run hpcdist itself watches: Hydra prints every rank's exit status for the monitor
+    (dataclasses.replace(MPICH, exit_codes=True, slurm=True),
+     [*NO_PMIX, "mpiexec", "-n", "2", "-print-all-exitcodes", "-launcher", "slurm", "-bind-to", "none", *PROG]),
+    (dataclasses.replace(INTEL, exit_codes=True), ["mpiexec", "-n", "2", "-print-all-exitcodes", *NO_PIN, *PROG]),
+    (dataclasses.replace(OPEN_MPI, exit_codes=True), ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot",
+                                                      *PROG]),
+])  # fmt: skip
+def test_launch_agent_slurm_and_exit_code_argv(spec: MpirunSpec, expected: list[str]) -> None:
+    assert build_mpirun_argv(spec) == expected
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    (dataclasses.replace(MPICH, launch_agent="ssh -p 2222"), "--launch-agent 'ssh -p 2222': mpich's Hydra runs the "
+     "agent as one program (execvp of the whole text, measured), so it takes no arguments here; put the command in a "
+     "script and pass the script's path"),
+    (dataclasses.replace(INTEL, launch_agent="ssh -x"), "--launch-agent 'ssh -x': intel's Hydra runs the agent"),
+    (dataclasses.replace(OPEN_MPI, launch_agent=" "), "--launch-agent needs a command that reaches another host, "
+     "e.g. --launch-agent ssh"),
+])  # fmt: skip
+def test_launch_agent_refusals(spec: MpirunSpec, message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        build_mpirun_argv(spec)
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize(("family", "expected"), [
+    ("openmpi", f"mpirun -np 2 -H n1:1,n2:1 --bind-to none --map-by slot --prtemca plm_ssh_agent {AGENT} x\n"),
+    ("mpich", f"mpirun -n 2 -hosts n1:1,n2:1 -launcher ssh -launcher-exec {AGENT} -bind-to none x\n"),
+    ("intel", f"mpirun -n 2 -hosts n1,n2 -ppn 1 -launcher ssh -launcher-exec {AGENT} -genv I_MPI_PIN 0 x\n"),
+])  # fmt: skip
+def test_dry_run_prints_the_launch_agent_in_each_dialect(capsys: pytest.CaptureFixture[str], family: str,
+                                                         expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.geteuid", lambda: 1000)  # no --allow-run-as-root, as for a user
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # forwarded by -x when set
+    status, out, err = _dry_run(capsys, "--mpi", family, "--mpirun", "mpirun", "-H", "n1:1,n2:1", "--launch-agent",
+                                AGENT, "--no-shim", "--", "x")  # fmt: skip
+    assert (status, err) == (0, "")
+    assert out.replace("--mca btl '^ofi' ", "").replace(KEEP, "") == expected
+
+
+KEEP = "--prtemca oob_tcp_keepalive_time 2 --prtemca oob_tcp_keepalive_intvl 1 --prtemca oob_tcp_keepalive_probes 3 "

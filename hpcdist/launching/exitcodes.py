@@ -1,0 +1,119 @@
+"""Hydra's `-print-all-exitcodes` lines: each rank's exit status as MPICH's or Intel MPI's mpiexec reports it (pure).
+
+Measured (MPICH 5.0.2, impi-rt 2021.19), on mpiexec's stdout as the job ends, one line per host, its ranks in order:
+    [mpiexec@node1] Exit codes: [node1] 0,0         MPICH: wait statuses (768 = exit code 3, 9 = SIGKILL)
+    [node2] 0,768
+    [mpiexec@vm] Exit codes: [localhost:0] 3,3,3,3  Intel MPI: exit codes (137 after a SIGKILL), `host:N`
+MPICH prints them when a rank ended abnormally (a kill, an exit without MPI_Finalize), not after MPI_Abort; Intel MPI
+prints the job's code for every rank after MPI_Abort or a kill (`1,1,1,1`, `137,137,137,137`), so a rank's own
+failure is told only where the statuses differ.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping
+
+from .monitor import describe_status
+
+__all__ = ["ExitCodeWatch", "describe_exit_codes", "parse_exit_codes", "ranks_of"]
+
+_HEADER = re.compile(r"^\[mpiexec@[^\]]*\] Exit codes: (?P<rest>.*)$")
+_HOST = re.compile(r"^\[(?P<host>[^\]\s:]+)(?P<intel>:\d+)?\] (?P<codes>-?\d+(?:,-?\d+)*)$")
+
+
+def parse_exit_codes(lines: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """Each host's ranks' endings ('exit code 3', 'killed by SIGKILL'), in order, from Hydra's `Exit codes:` block.
+
+    Host lines count only right after the header line (and each other); other output ends the block.
+    """
+    hosts: list[tuple[str, tuple[str, ...]]] = []
+    inside = False
+    for raw in lines:
+        line = _bare(raw)
+        header = _HEADER.match(line)
+        if header:
+            line, inside = header["rest"], True
+        match = _HOST.match(line) if inside else None
+        if match is None:
+            inside = False
+            continue
+        codes = (int(code) for code in match["codes"].split(","))
+        hosts.append((match["host"], tuple(_intel(code) if match["intel"] else _wait(code) for code in codes)))
+    return hosts
+
+
+def _bare(line: str) -> str:
+    """A line without the NULs, blanks and line ends around it."""
+    return line.strip("\0 \t\r\n")
+
+
+def _wait(status: int) -> str:
+    """MPICH reports the raw wait status of each rank."""
+    if status < 0 or status > 0xFFFF:
+        return f"status {status}"
+    return describe_status(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+
+
+def _intel(code: int) -> str:
+    """Intel MPI reports exit codes as a shell does: 128 + N after signal N."""
+    return describe_status(128 - code if 128 < code < 160 else code)
+
+
+def ranks_of(hosts: list[tuple[str, tuple[str, ...]]], known: Mapping[int, str]) -> dict[int, str]:
+    """rank -> ending, when the hosts' ranks are consecutive (Hydra fills each host's slots in turn) and agree with
+    the hosts the ranks said they were on (`known`); otherwise {} (the ranks cannot be told)."""
+    endings: dict[int, str] = {}
+    for host, statuses in hosts:
+        for how in statuses:
+            rank = len(endings)
+            if known.get(rank, host).split(".")[0] != host.split(".")[0] and host != "localhost":
+                return {}
+            endings[rank] = how
+    return endings
+
+
+def describe_exit_codes(endings: Mapping[int, str]) -> str:
+    """'rank 2 exit code 3; ranks 0-1, 3 killed by SIGKILL' for the ranks that did not end with exit code 0."""
+    groups: dict[str, list[int]] = {}
+    for rank in sorted(endings):
+        if endings[rank] != "exit code 0":
+            groups.setdefault(endings[rank], []).append(rank)
+    return "; ".join(f"{_ranks(ranks)} {how}" for how, ranks in groups.items())
+
+
+def _ranks(ranks: list[int]) -> str:
+    """'rank 2', 'ranks 0-2, 5'."""
+    spans: list[str] = []
+    start = prev = ranks[0]
+    for rank in [*ranks[1:], None]:
+        if rank is not None and rank == prev + 1:
+            prev = rank
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if rank is not None:
+            start = prev = rank
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(spans)
+
+
+class ExitCodeWatch:
+    """Fed mpiexec's output in chunks, keeps the lines of Hydra's exit-code block for `parse_exit_codes`."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._partial: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def feed(self, stream: str, chunk: bytes) -> None:
+        """Keep the complete lines of a chunk that may belong to the block; a partial last line waits."""
+        with self._lock:
+            text = self._partial.get(stream, "") + chunk.decode(errors="replace")
+            *lines, self._partial[stream] = text.split("\n") if chunk else [*text.split("\n"), ""]
+            self.lines += [line for line in lines if _HEADER.match(_bare(line)) or _HOST.match(_bare(line))]
+
+    def endings(self, known: Mapping[int, str]) -> dict[int, str]:
+        """rank -> how it ended as Hydra reports it ({} when Hydra said nothing or its ranks cannot be told)."""
+        with self._lock:
+            return ranks_of(parse_exit_codes(self.lines), known)
