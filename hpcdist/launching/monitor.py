@@ -5,17 +5,27 @@ from __future__ import annotations
 import re
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..control import parse_control
-from ..errors import HeartbeatLost
+from ..errors import JobEnding, LauncherStalled
 from .heartbeat import Heartbeats
 
-__all__ = ["LOST_HOST_STATUS", "VANISHED", "LaunchOutcome", "LostHostWatch", "MpirunWatch", "describe_status"]
+__all__ = [
+    "LAUNCHER_GRACE",
+    "LOST_HOST_STATUS",
+    "VANISHED",
+    "LaunchOutcome",
+    "LostHostWatch",
+    "MpirunWatch",
+    "describe_status",
+]
 
 LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
+LAUNCHER_GRACE = 10.0  # seconds the MPI launcher has to end the job after a rank failed before hpcdist mpirun does
 
 # Open MPI 5 (PRRTE) and 4 (ORTE) exit 0 and leave the job unfinished when a node's daemon dies or its
 # link is cut. Measured with Open MPI 5.0.11, each banner names the node a few lines further down:
@@ -159,6 +169,8 @@ class MpirunWatch:
         self.hosts: dict[int, str] = {}
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
         self.first_vanished: int | None = None  # the first of them, when it was heard before any failure
+        self.stalled: str | None = None  # set when the launcher left the job running after a rank failed
+        self._first_failure: tuple[float, int] | None = None  # when, and which, rank was first heard to fail or vanish
         self._held: dict[str, bytes] = {}
         self._recent: dict[str, deque[str]] = {}
         self._lock = threading.Lock()
@@ -192,6 +204,8 @@ class MpirunWatch:
                 if not self.vanished and not self.failed:
                     self.first_vanished = event.rank
                 self.vanished.append(event.rank)
+            if event.event in ("failed", "vanished") and self._first_failure is None:
+                self._first_failure = (time.monotonic(), event.rank)
 
             if fields.get("host"):
                 self.hosts.setdefault(event.rank, fields["host"])
@@ -216,15 +230,28 @@ class MpirunWatch:
         elif event in ("done", "failed", "vanished"):
             self.heartbeats.ended(rank)
 
-    def check_heartbeats(self) -> None:
-        """Raise HeartbeatLost when a rank fell silent (Heartbeats.check), noting which ranks had failed before.
+    def check(self) -> None:
+        """Raise JobEnding when the job must end: a rank fell silent (Heartbeats.check), or the launcher stalled.
 
-        hpcdist mpirun then ends the job (SIGTERM to mpirun, which passes it on): the ranks that fail or vanish
-        after that are its consequences, not named.
+        Stalled: a rank failed or vanished LAUNCHER_GRACE seconds ago and the launcher still runs (Hydra, at
+        times, leaves the others running after a rank's `os._exit`). hpcdist mpirun then ends the job (SIGTERM
+        to mpirun, which passes it on): the ranks that fail or vanish after that are its consequences, not named.
         """
         try:
             self.heartbeats.check()
-        except HeartbeatLost:
+            with self._lock:
+                if self._first_failure is None or self.stalled:
+                    return
+                since, first = self._first_failure
+                if time.monotonic() - since < LAUNCHER_GRACE:
+                    return
+                how = self.failed.get(first, VANISHED)
+                self.stalled = (
+                    f"rank {first} on {self.hosts.get(first, '?')} failed ({how}) and the MPI launcher had not ended "
+                    f"the job {LAUNCHER_GRACE:g} s later"
+                )
+            raise LauncherStalled(self.stalled)
+        except JobEnding:
             with self._lock:
                 self._causes = {*self.failed, *self.vanished, *self.heartbeats.silent}
             raise
@@ -262,6 +289,8 @@ class MpirunWatch:
         status, problem = self.lost.verdict(returncode)
         failed = self.named(returncode)
         beats = self.heartbeats
+        if self.stalled is not None:
+            problem = problem or f"{self.stalled}; hpcdist mpirun ended it"
         if beats.problem is not None:  # hpcdist mpirun ended the job: the silent ranks and hosts are its cause
             status = status or LOST_HOST_STATUS
             problem = (

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
-from ..errors import HeartbeatLost, UsageError, WaitTimeout
+from ..errors import JobEnding, UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from .exitcodes import ExitCodeWatch, describe_exit_codes
 from .monitor import LaunchOutcome, MpirunWatch
@@ -41,7 +41,7 @@ def _spawn(
     Raises:
         WaitTimeout: it ran longer than `timeout` seconds; it was ended (SIGTERM, then SIGKILL) first.
 
-    `check`, called while it runs, raises HeartbeatLost to have it ended (the same way) and its status returned.
+    `check`, called while it runs, raises JobEnding to have it ended (the same way) and its status returned.
 
     With `watch`, each chunk of the child's stdout and stderr goes through `watch("stdout" | "stderr", chunk)`
     as it arrives, and what that returns is copied to ours (b"" after the last chunk asks for what it held).
@@ -78,7 +78,7 @@ def _spawn(
         code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing)
     except (subprocess.TimeoutExpired, WaitTimeout) as exc:
         _end(proc)
-        if not isinstance(exc, HeartbeatLost):
+        if not isinstance(exc, JobEnding):
             raise WaitTimeout(f"{what} {argv[0]!r} ran longer than {timeout:g} s; it was ended") from None
         code = proc.wait()
     finally:
@@ -101,7 +101,7 @@ def _wait_checking(
     wait behind it, and their silence is ours (the heartbeat counts start afresh after such a pause).
 
     Raises:
-        WaitTimeout: past `timeout`; HeartbeatLost: from `check`, said on stderr as it happens.
+        WaitTimeout: past `timeout`; JobEnding: from `check`, said on stderr as it happens.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -109,7 +109,7 @@ def _wait_checking(
         try:
             if not writing:
                 check()
-        except HeartbeatLost as exc:
+        except JobEnding as exc:
             print(f"hpcdist: {exc}; ending the job", file=sys.stderr, flush=True)
             raise
         return proc.poll() is not None
@@ -199,8 +199,7 @@ def run_mpirun(
         return console.feed(stream, chunk)
 
     received: list[int] = []
-    check = watch.check_heartbeats if heartbeat is not None else None
-    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, check)
+    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, watch.check)
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
     if ends_mid_line:  # PRRTE ends its banners with a NUL, not a newline: start hpcdist's own lines afresh

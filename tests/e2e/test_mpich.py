@@ -88,6 +88,19 @@ def test_a_killed_rank_is_named_every_time(mpich: Path, attempt: int) -> None:
     assert result.seconds < 60
 
 
+IDLE_EXIT = "import os, sys, time; time.sleep(1); os._exit(3) if os.environ['PMI_RANK'] == '1' else time.sleep(120)"
+
+
+@pytest.mark.parametrize("attempt", range(2))  # Hydra left the others running in 2 runs of 4 before hpcdist's grace
+def test_a_rank_that_exits_while_the_others_idle_ends_the_job(mpich: Path, attempt: int) -> None:
+    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", "-c", IDLE_EXIT), timeout=120)
+    assert result.returncode != 0, result.stderr
+    assert "hpcdist: rank 1 on " in result.stderr and "failed (killed or exited abruptly)" in result.stderr, \
+        result.stderr
+    assert "rank 1 exit code 3" in result.stderr  # Hydra's -print-all-exitcodes, read
+    assert result.seconds < 30, result.stderr  # Hydra's own end, or hpcdist mpirun's after its 10 s grace
+
+
 def test_ranks_busy_with_the_gil_or_blocked_in_a_barrier_still_beat(mpich: Path) -> None:
     result = launch(hpcdist(mpich, "mpirun", "-np", "3", "--heartbeat-timeout", "3", "--", "python",
                             str(PROGRAMS / "busy.py")), timeout=120, BUSY="8")

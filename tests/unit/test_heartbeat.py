@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from hpcdist.cli import main
-from hpcdist.errors import HeartbeatLost, UsageError, WaitTimeout
+from hpcdist.errors import HeartbeatLost, LauncherStalled, UsageError, WaitTimeout
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats, beat_interval, heartbeat_limit
-from hpcdist.launching.monitor import MpirunWatch
+from hpcdist.launching.monitor import LAUNCHER_GRACE, MpirunWatch
 
 TOKEN = "0123456789abcdef"
 
@@ -119,10 +119,10 @@ def test_the_watch_takes_beats_out_and_its_outcome_names_the_lost_host(monkeypat
     for _ in range(6):  # the watcher checks often (every 50 ms at most in spawn): here once a second
         clock.now += 1
         watch.feed("stderr", _beat(0, "n1") + _beat(1, "n1"))
-        watch.check_heartbeats()
+        watch.check()
     clock.now += 1
     with pytest.raises(HeartbeatLost, match="host n2 lost: no heartbeat from ranks 2, 3 for 6 s"):
-        watch.check_heartbeats()
+        watch.check()
     # what follows hpcdist mpirun's SIGTERM is its consequence: rank 0's shim names its child's signal
     watch.feed("stderr", f"[n1:0] @@hpcdist:{TOKEN}:failed:0:killed by SIGTERM host=n1\n".encode())
     outcome, problem = watch.outcome(143)
@@ -132,6 +132,36 @@ def test_the_watch_takes_beats_out_and_its_outcome_names_the_lost_host(monkeypat
     assert outcome.failures() == "rank 2 on n2 failed with no heartbeat for 6 s; rank 3 on n2 failed with no " \
         "heartbeat for 6 s"  # fmt: skip
     assert MpirunWatch(TOKEN).outcome(0)[0].status == 0  # no limit given: nothing watched
+
+
+
+def test_a_launcher_that_leaves_the_job_running_after_a_rank_failed_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Measured under Hydra: rank 1's os._exit(3) left ranks 0, 2, 3 running in 2 runs of 4
+    clock = Clock(monkeypatch)
+    watch = MpirunWatch(TOKEN, vanished_named=True)  # no heartbeat limit: this watch holds all the same
+    watch.feed("stderr", f"@@hpcdist:{TOKEN}:vanished:1:host=n1\n".encode())
+    clock.now += LAUNCHER_GRACE - 0.5
+    watch.check()  # the launcher's own time to end the job
+    clock.now += 1
+    with pytest.raises(LauncherStalled, match=r"^rank 1 on n1 failed \(killed or exited abruptly\) and the MPI "):
+        watch.check()
+    watch.check()  # said once
+    watch.feed("stderr", f"@@hpcdist:{TOKEN}:failed:2:killed by SIGTERM host=n1\n".encode())  # its consequence
+    outcome, problem = watch.outcome(143)
+    assert watch.named(143) == {1: "killed or exited abruptly"}
+    assert problem == (f"rank 1 on n1 failed (killed or exited abruptly) and the MPI launcher had not ended the job "
+                       f"{LAUNCHER_GRACE:g} s later; hpcdist mpirun ended it")
+    assert outcome.status == 143 and outcome.lost_hosts == ()
+
+
+def test_a_launcher_that_ends_the_job_itself_is_left_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    watch = MpirunWatch(TOKEN)
+    watch.feed("stderr", f"@@hpcdist:{TOKEN}:failed:0:exit code 3 host=n1\n".encode())
+    clock.now += LAUNCHER_GRACE - 0.5
+    watch.check()
+    outcome, problem = watch.outcome(3)  # the launcher ended within its grace
+    assert problem is None and watch.named(3) == {0: "exit code 3"}
 
 
 BUSY = """
