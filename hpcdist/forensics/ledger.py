@@ -25,6 +25,7 @@ __all__ = [
 _P2P_RECV = ("recv", "irecv")
 _P2P_SEND = ("send", "isend")
 _P2P = _P2P_RECV + _P2P_SEND
+_monotonic = time.monotonic
 
 # Where a rank's program is, as far as torch.distributed goes (the shim and init_process_group say so).
 RUNNING = "running"  # its program runs but has not called init_process_group
@@ -33,7 +34,7 @@ INITIALISED = "initialised"
 FINISHED = "finished"  # its program has ended; the shim waits for the other ranks'
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """One live communication call: sequence number, operation, peer or root, shape, dtype, group."""
 
@@ -41,7 +42,7 @@ class Entry:
     op: str
     peer: str  # "src=0", "dst=2", "root=0" or ""
     shape: tuple[int, ...]
-    dtype: str
+    dtype: object  # a name, or a torch.dtype as the call passed it (named only when sent: it costs per call)
     group: str
     gseq: int  # the how-many-th collective on its group (0 for point-to-point): aligns ranks' ledgers
     started: float
@@ -96,29 +97,35 @@ class Ledger:
         """The phase, to send to another rank."""
         return Phase(self.phase, time.monotonic() - self.since)
 
-    def start(self, op: str, peer: str, shape: tuple[int, ...], dtype: str, group: str) -> Entry:
-        """Record a call as it begins."""
+    def __post_init__(self) -> None:
+        self.entries = deque(self.entries, maxlen=self.size)  # the ring buffer drops the oldest call itself
+
+    def start(self, op: str, peer: str, shape: tuple[int, ...], dtype: object, group: str) -> Entry:
+        """Record a call as it begins (about a microsecond: it runs on every call)."""
         self.seq += 1
         gseq = 0
         if op not in _P2P:
             gseq = self.collectives[group] = self.collectives.get(group, 0) + 1
-        entry = Entry(self.seq, op, peer, shape, dtype, group, gseq, time.monotonic())
+        entry = Entry(self.seq, op, peer, shape, dtype, group, gseq, _monotonic())
         self.entries.append(entry)
-        if len(self.entries) > self.size:
-            self.entries.popleft()
         return entry
 
     def pending(self) -> Entry | None:
         """The oldest call that has not finished, if any."""
-        return next((e for e in self.entries if not e.done), None)
+        return next((e for e in list(self.entries) if not e.done), None)  # a copy: the main thread appends
 
     def snapshot(self) -> list[Record]:
         """The entries as records, to send to another rank."""
         now = time.monotonic()
         return [
-            Record(e.seq, e.op, e.peer, e.shape, e.dtype, e.group, e.gseq, now - e.started, e.done)
-            for e in self.entries
+            Record(e.seq, e.op, e.peer, tuple(e.shape), _dtype_name(e.dtype), e.group, e.gseq, now - e.started, e.done)
+            for e in list(self.entries)
         ]
+
+
+def _dtype_name(dtype: object) -> str:
+    """`float32` for torch.float32 or for the name itself."""
+    return str(dtype).removeprefix("torch.")
 
 
 def first_divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phase] | None = None) -> str | None:

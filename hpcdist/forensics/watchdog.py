@@ -67,7 +67,7 @@ def _recorded(name: str, call: Callable[..., Any], spec: tuple, dist: Any) -> Ca
     @functools.wraps(call)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         tensor = args[t_index] if 0 <= t_index < len(args) else kwargs.get(t_key)
-        if isinstance(tensor, (list, tuple)):
+        if type(tensor) is list or type(tensor) is tuple:
             tensor = tensor[0] if tensor else None
         peer = ""
         if p_label:
@@ -77,8 +77,8 @@ def _recorded(name: str, call: Callable[..., Any], spec: tuple, dist: Any) -> Ca
         entry = LEDGER.start(
             name,
             peer,
-            tuple(tensor.shape) if tensor is not None else (),
-            str(tensor.dtype).removeprefix("torch.") if tensor is not None else "",
+            () if tensor is None else tensor.shape,  # torch.Size is a tuple; the dtype is named when sent
+            "" if tensor is None else tensor.dtype,
             "world" if group is None else _group_name(group, dist),
         )
         try:
@@ -90,10 +90,15 @@ def _recorded(name: str, call: Callable[..., Any], spec: tuple, dist: Any) -> Ca
     return wrapper
 
 
-@functools.lru_cache(maxsize=64)
+_NAMES: dict[int, tuple[Any, str]] = {}  # id(group) -> (group, its name); the group is kept so its id stays its own
+
+
 def _group_name(group: Any, dist: Any) -> str:
-    """A subgroup named by its global ranks, e.g. `[0, 1]`."""
-    return str(dist.get_process_group_ranks(group))
+    """A subgroup named by its global ranks, e.g. `[0, 1]` (a dict by id: hashing a ProcessGroup costs more)."""
+    known = _NAMES.get(id(group))
+    if known is None:
+        known = _NAMES[id(group)] = (group, str(dist.get_process_group_ranks(group)))
+    return known[1]
 
 
 def reserve(timeout: float, init_timeout: float) -> bool:
