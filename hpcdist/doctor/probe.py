@@ -18,11 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import UsageError
-from ..launching.families import FAMILIES, family_from_version
+from ..launching.families import FAMILIES, detect_family, family_from_version, resolve_family
 from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
 from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
 from ..launching.spawn import capture
-from ..launching.spec import detect_family, resolve_family
 from ..launching.topology import TOPOLOGY_VAR, load_topology
 from ..runtime.env import LaunchEnv
 from ..runtime.netif import resolve

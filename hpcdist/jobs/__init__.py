@@ -12,7 +12,7 @@
 - `templates/`: the bundled template set (a site's --template-dir is searched first).
 
 May import: errors, values, waits, launching's pure builders (hostfile, names, nodelist, program, mpirun, output,
-calls), launching.spec's `resolve_family` (the one choice of MPI dialect), and launching.spawn's
+calls), launching.families' `resolve_family` (the one choice of MPI dialect), and launching.spawn's
 `capture` and `submit_sbatch` for Slurm's commands. Never torch, mpi4py, the runtime
 or the CLI.
 """

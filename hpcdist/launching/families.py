@@ -1,14 +1,26 @@
-"""Which MPI a launcher belongs to: from its `--version` text or from the files of its installation (pure)."""
+"""Which MPI a launcher belongs to: from its `--version` text or from the files of its installation.
+
+Pure but for `detect_family` (and `resolve_family`, which uses it), which list the launcher's directory.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Iterable
 
 from ..errors import UsageError
 
-__all__ = ["FAMILIES", "check_family", "family_from_files", "family_from_version", "mpi_identity"]
+__all__ = [
+    "FAMILIES",
+    "check_family",
+    "detect_family",
+    "family_from_files",
+    "family_from_version",
+    "mpi_identity",
+    "resolve_family",
+]
 
 # hpcdist's name of each launcher dialect -> the MPI it is named after; `--mpi` takes the names.
 FAMILIES = {"openmpi": "Open MPI", "mpich": "MPICH", "intel": "Intel MPI"}
@@ -72,3 +84,42 @@ def check_family(name: str, where: str = "--mpi") -> str:
     if name not in FAMILIES:
         raise UsageError(f"{where} {name!r} is not an MPI hpcdist knows; use one of {', '.join(FAMILIES)}")
     return name
+
+
+def detect_family(launcher: str) -> str | None:
+    """The MPI of `launcher` (a path or a name on PATH), told by its real name and the files beside it; None if not.
+
+    Reads the file system only: running `launcher --version` here would start a process on every launch and
+    every --dry-run (`hpcdist doctor` runs it).
+    """
+    found = shutil.which(launcher) if os.sep not in launcher else launcher
+    if found is None:
+        return None
+    real = os.path.realpath(found)
+    try:
+        beside = os.listdir(os.path.dirname(real))
+    except OSError:
+        beside = []
+    return family_from_files(real, beside) or family_from_files(found, [])
+
+
+def resolve_family(launcher: str, mpi: str | None, where: str = "--mpi") -> tuple[str, str]:
+    """(dialect, launcher to run): `mpi` when given, else told by the launcher's installation, else Open MPI.
+
+    The one choice of family for `hpcdist mpirun`, `hpcdist sbatch --launch mpirun` and `hpcdist.submit`. Intel
+    MPI's `mpirun` becomes the `mpiexec.hydra` beside it.
+
+    Raises:
+        UsageError: `mpi` is not an MPI hpcdist knows.
+    """
+    family = check_family(mpi, where) if mpi is not None else detect_family(launcher) or "openmpi"
+    return family, _hydra_binary(launcher) if family == "intel" else launcher
+
+
+def _hydra_binary(launcher: str) -> str:
+    """Intel MPI's `mpirun` is a shell script that runs `mpiexec.hydra` from PATH (measured: "mpiexec.hydra: not
+    found" when its directory is not on PATH); the binary beside it runs wherever it is."""
+    hydra = os.path.join(os.path.dirname(launcher), "mpiexec.hydra")
+    if os.path.basename(launcher) == "mpirun" and os.sep in launcher and os.access(hydra, os.X_OK):
+        return hydra
+    return launcher

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shutil
 import sys
 from collections.abc import Mapping
 
 from ..control import BEAT_ENV
 from ..errors import UsageError
 from .binding import BIND_VAR, check_bind
-from .families import check_family, family_from_files
+from .families import resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
 from .hostfile import (
     HostSlots,
@@ -29,7 +28,7 @@ from .output import DEFAULT_TAIL, OutputOptions, parse_ranks, shim_variables
 from .program import check_program
 from .selection import Selected, select_hosts, selection_option
 
-__all__ = ["check_launcher", "detect_family", "find_mpirun", "output_from_args", "resolve_family", "spec_from_args"]
+__all__ = ["check_launcher", "find_mpirun", "output_from_args", "spec_from_args"]
 
 
 def spec_from_args(
@@ -202,45 +201,6 @@ def find_mpirun() -> str:
             "load your site's MPI module, or pass --mpirun PATH"
         )
     return check_launcher(found, "$HPCDIST_MPIRUN" if os.environ.get("HPCDIST_MPIRUN") else "the mpirun found")
-
-
-def detect_family(launcher: str) -> str | None:
-    """The MPI of `launcher` (a path or a name on PATH), told by its real name and the files beside it; None if not.
-
-    Reads the file system only: running `launcher --version` here would start a process on every launch and
-    every --dry-run (`hpcdist doctor` runs it).
-    """
-    found = shutil.which(launcher) if os.sep not in launcher else launcher
-    if found is None:
-        return None
-    real = os.path.realpath(found)
-    try:
-        beside = os.listdir(os.path.dirname(real))
-    except OSError:
-        beside = []
-    return family_from_files(real, beside) or family_from_files(found, [])
-
-
-def resolve_family(launcher: str, mpi: str | None, where: str = "--mpi") -> tuple[str, str]:
-    """(dialect, launcher to run): `mpi` when given, else told by the launcher's installation, else Open MPI.
-
-    The one choice of family for `hpcdist mpirun`, `hpcdist sbatch --launch mpirun` and `hpcdist.submit`. Intel
-    MPI's `mpirun` becomes the `mpiexec.hydra` beside it.
-
-    Raises:
-        UsageError: `mpi` is not an MPI hpcdist knows.
-    """
-    family = check_family(mpi, where) if mpi is not None else detect_family(launcher) or "openmpi"
-    return family, _hydra_binary(launcher) if family == "intel" else launcher
-
-
-def _hydra_binary(launcher: str) -> str:
-    """Intel MPI's `mpirun` is a shell script that runs `mpiexec.hydra` from PATH (measured: "mpiexec.hydra: not
-    found" when its directory is not on PATH); the binary beside it runs wherever it is."""
-    hydra = os.path.join(os.path.dirname(launcher), "mpiexec.hydra")
-    if os.path.basename(launcher) == "mpirun" and os.sep in launcher and os.access(hydra, os.X_OK):
-        return hydra
-    return launcher
 
 
 def check_launcher(path: str, where: str) -> str:
