@@ -4,7 +4,9 @@
   no mpi4py, no runtime); `mpirun` holds one registered launcher class per MPI (Open MPI, MPICH, Intel MPI);
 - `spec`: `hpcdist mpirun`'s options -> MpirunSpec (reads the environment, finds mpirun);
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
-- `monitor`: reads mpirun's output for lost hosts, ranks' control lines and failures (pure);
+- `monitor`: reads mpirun's output for lost hosts, ranks' control lines and failures, and says when the job must end
+  (a rank silent, or the launcher still running after a rank failed) (pure);
+- `exitcodes`: Hydra's `-print-all-exitcodes` block, read beside the monitor (pure);
 - `heartbeat`: hpcdist's own heartbeat: its limit, and the watch of ranks that fell silent (pure);
 - `attempts`: `hpcdist mpirun --max-restarts`: when to restart, on which hosts, and the attempts' summary;
 - `output`: per-rank output options, rank lists and the router of tagged lines (pure);
