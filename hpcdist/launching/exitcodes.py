@@ -99,19 +99,40 @@ def _ranks(ranks: list[int]) -> str:
 
 
 class ExitCodeWatch:
-    """Fed mpiexec's output in chunks, keeps the lines of Hydra's exit-code block for `parse_exit_codes`."""
+    """Fed mpiexec's output in chunks, takes out the lines of Hydra's exit-code block for `parse_exit_codes`.
+
+    hpcdist asks for the block (-print-all-exitcodes) and says what it tells in its own summary, so the block is
+    never shown: Hydra prints it after every job, a successful one too (`[mpiexec@vm] Exit codes: [localhost] 0,0`).
+    """
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self._partial: dict[str, str] = {}
+        self._held: dict[str, bytes] = {}  # a stream's unfinished last line, when it may begin a block line
+        self._inside: dict[str, bool] = {}  # whether a stream's last whole line was in the block
         self._lock = threading.Lock()
 
-    def feed(self, stream: str, chunk: bytes) -> None:
-        """Keep the complete lines of a chunk that may belong to the block; a partial last line waits."""
+    def feed(self, stream: str, chunk: bytes) -> bytes:
+        """Keep the block's lines of a chunk and return the rest to show; b"" (the end) returns what was held."""
         with self._lock:
-            text = self._partial.get(stream, "") + chunk.decode(errors="replace")
-            *lines, self._partial[stream] = text.split("\n") if chunk else [*text.split("\n"), ""]
-            self.lines += [line for line in lines if _HEADER.match(_bare(line)) or _HOST.match(_bare(line))]
+            data = self._held.pop(stream, b"") + chunk
+            if not chunk:  # the end: a held line is whole now
+                return b"" if data and self._take(stream, data) else data
+            *lines, tail = data.split(b"\n")
+            shown = [line + b"\n" for line in lines if not self._take(stream, line)]
+            if tail.startswith(b"[") and (self._inside.get(stream) or tail[:9] == b"[mpiexec@"[: len(tail[:9])]):
+                self._held[stream] = tail  # it may be a block line: shown or taken when whole
+            else:
+                shown.append(tail)
+            return b"".join(shown)
+
+    def _take(self, stream: str, line: bytes) -> bool:
+        """Keep `line` when it belongs to the block (True), else note that the block, if any, has ended."""
+        text = _bare(line.decode(errors="replace"))
+        inside = bool(_HEADER.match(text) or (self._inside.get(stream) and _HOST.match(text)))
+        self._inside[stream] = inside
+        if inside:
+            self.lines.append(text)
+        return inside
 
     def endings(self, known: Mapping[int, str]) -> dict[int, str]:
         """rank -> how it ended as Hydra reports it ({} when Hydra said nothing or its ranks cannot be told)."""

@@ -195,8 +195,10 @@ def run_mpirun(
     codes = ExitCodeWatch()  # Hydra's -print-all-exitcodes block, read beside the watch
 
     def feed(stream: str, chunk: bytes) -> bytes:
-        codes.feed(stream, chunk)
-        return console.feed(stream, chunk)
+        shown = codes.feed(stream, chunk)  # Hydra's exit-code block taken out
+        if chunk:
+            return console.feed(stream, shown) if shown else b""
+        return (console.feed(stream, shown) if shown else b"") + console.feed(stream, b"")
 
     received: list[int] = []
     code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, watch.check)
@@ -206,9 +208,12 @@ def run_mpirun(
         print(file=sys.stderr, flush=True)
     if router is not None:
         print(summary(console.failures(code), router.options.tail), end="", file=sys.stderr, flush=True)
-    endings = describe_exit_codes(codes.endings(outcome.hosts)) if code else ""
+    known = codes.endings(outcome.hosts) if code else {}
+    endings = describe_exit_codes(known)
     if endings:
         print(f"hpcdist: exit statuses as Hydra reports them: {endings}", file=sys.stderr, flush=True)
+    elif code and codes.lines and not known:  # taken out of the output: said as Hydra printed it
+        print(f"hpcdist: Hydra's exit codes (ranks not told apart): {' '.join(codes.lines)}", file=sys.stderr)
     if problem:
         print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
     return outcome
