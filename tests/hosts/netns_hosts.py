@@ -65,6 +65,17 @@ class Launch:
         """Whether hpcdist mpirun has not ended yet."""
         return self.proc.poll() is None
 
+    def wait_for_markers(self, directory: Path, pattern: str, count: int, timeout: float = 180) -> None:
+        """Wait until `count` files match `pattern` in `directory` (the ranks' ready markers); fail if the job
+        ends first or they are not all there within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while len(list(directory.glob(pattern))) < count:
+            if not self.running():
+                pytest.fail(f"the job ended before all ranks were ready:\n{self.wait(10).stderr}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"ranks not ready after {timeout:g} s:\n{self.err.read_text()}")
+            time.sleep(0.2)
+
 
 class Hosts:
     """The two namespace hosts: launching across them with one MPI (Open MPI unless made by on_mpich), and

@@ -20,11 +20,7 @@ NP = 4
 def test_a_lost_host_ends_the_mpich_job_at_once(cluster: Hosts, mpich_python: Path, tmp_path: Path) -> None:
     script = 'touch "$HPCDIST_MARKER_DIR/ready$RANK" && exec sleep 600'
     launch = cluster.on_mpich(mpich_python).launch(["--", "sh", "-c", script], tmp_path)
-    deadline = time.monotonic() + 120
-    while len(list(tmp_path.glob("ready*"))) < NP:
-        assert launch.running(), launch.wait(10).stderr
-        assert time.monotonic() < deadline, launch.err.read_text()
-        time.sleep(0.2)
+    launch.wait_for_markers(tmp_path, "ready*", NP, 120)
     broken = time.monotonic()
     cluster.kill("n2")
     result = launch.wait(60)
@@ -44,11 +40,7 @@ def test_a_cut_link_with_idle_ranks_ends_the_mpich_job_by_heartbeat(cluster: Hos
     """Hydra has no keepalive: ranks that only sleep behind a cut link ran on for good; hpcdist's heartbeat ends it."""
     script = 'touch "$HPCDIST_MARKER_DIR/ready$RANK" && exec sleep 600'
     launch = cluster.on_mpich(mpich_python).launch(["--heartbeat-timeout", "6", "--", "sh", "-c", script], tmp_path)
-    deadline = time.monotonic() + 120
-    while len(list(tmp_path.glob("ready*"))) < NP:
-        assert launch.running(), launch.wait(10).stderr
-        assert time.monotonic() < deadline, launch.err.read_text()
-        time.sleep(0.2)
+    launch.wait_for_markers(tmp_path, "ready*", NP, 120)
     broken = time.monotonic()
     cluster.link("n2", "down")
     result = launch.wait(60)
@@ -72,11 +64,7 @@ def test_a_restart_after_a_silent_host_leaves_it_out(cluster: Hosts, mpich_pytho
               '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600')
     args = ["--heartbeat-timeout", "6", "--max-restarts", "1", "--min-np", "2", "--", "sh", "-c", script]
     launch = cluster.on_mpich(mpich_python).launch(args, tmp_path)
-    deadline = time.monotonic() + 120
-    while len(list(tmp_path.glob("ready*-0"))) < NP:
-        assert launch.running(), launch.wait(10).stderr
-        assert time.monotonic() < deadline, launch.err.read_text()
-        time.sleep(0.2)
+    launch.wait_for_markers(tmp_path, "ready*-0", NP, 120)
     cluster.link("n2", "down")
     result = launch.wait(120)
     print(f"\n--- stderr ---\n{result.stderr}", file=sys.stderr)

@@ -104,13 +104,7 @@ def _start_and_wait_until_ready(cluster: Hosts, tmp_path: Path):
     """Four ranks that have rendezvoused, each having written `readyN`, then sleep."""
     script = 'touch "$HPCDIST_MARKER_DIR/ready$RANK" && exec sleep 600'
     launch = cluster.launch(["--", "sh", "-c", script], tmp_path)
-    deadline = time.monotonic() + 180
-    while len(list(tmp_path.glob("ready*"))) < NP:
-        if not launch.running():
-            pytest.fail(f"the job ended before all ranks were ready:\n{launch.wait(10).stderr}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"ranks not ready after 180 s:\n{launch.err.read_text()}")
-        time.sleep(0.2)
+    launch.wait_for_markers(tmp_path, "ready*", NP, 180)
     return launch
 
 
@@ -140,11 +134,7 @@ def test_a_restart_leaves_the_lost_host_out_and_runs_with_fewer_ranks(cluster: H
     script = ('touch "$HPCDIST_MARKER_DIR/ready$RANK-$HPCDIST_RESTART_COUNT" && '
               '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600')
     launch = cluster.launch(["--max-restarts", "1", "--min-np", "2", "--", "sh", "-c", script], tmp_path)
-    deadline = time.monotonic() + 180
-    while len(list(tmp_path.glob("ready*-0"))) < NP:
-        assert launch.running(), launch.wait(10).stderr
-        assert time.monotonic() < deadline, launch.err.read_text()
-        time.sleep(0.2)
+    launch.wait_for_markers(tmp_path, "ready*-0", NP, 180)
     cluster.kill("n2")
     result = launch.wait(120)
     print(f"\n--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}", file=sys.stderr)
