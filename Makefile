@@ -18,11 +18,15 @@ MPIEXEC := timeout 900 $(BIN)/mpiexec --oversubscribe --bind-to none --mca btl ^
 # MPICH's Hydra oversubscribes and leaves ranks unbound without being asked.
 MPICH_MPIEXEC := timeout 900 $(MPICH_VENV)/bin/mpiexec
 PYTEST_MPI := -m pytest --with-mpi -p no:cacheprovider -q --color=no tests/mpi
+# The compiled mpi backend must run where it is tested (no silent fall-back to the Python one); the Python backend's
+# own behaviour (a timed-out synchronous collective raises instead of ending the job) is tested apart.
+NATIVE := HPCDIST_MPI_NATIVE=1
+NATIVE_ONLY := -m 'not python_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
 .PHONY: env demo test lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
 
-env: $(VENV)/.installed $(MPICH_VENV)/.installed
+env: $(VENV)/.native $(MPICH_VENV)/.native
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +37,11 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 $(MPICH_VENV)/.installed: $(VENV)/.installed tests/mpi_venv.py
 	rm -rf $(MPICH_VENV)
 	$(PY) tests/mpi_venv.py $(MPICH_VENV) 'mpich>=4.2'
+	touch $@
+
+# The compiled mpi backend, built once per venv (its MPI) and cached there, so no job waits for the compiler.
+%/.native: %/.installed hpcdist/mpi_backend/native.cpp
+	$*/bin/python -m hpcdist.mpi_backend.native
 	touch $@
 
 demo: env
@@ -54,20 +63,23 @@ test-unit: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 	$(PY) -m pytest -q -p no:cacheprovider tests/plugin
 
-# The MPI tier under Open MPI's mpiexec, then under MPICH's (the same tests: they assert the MPI that runs).
+# The MPI tier under Open MPI's mpiexec, then under MPICH's (the same tests: they assert the MPI that runs), on the
+# compiled mpi backend (HPCDIST_MPI_NATIVE=1: it must be the one that runs); then on the Python one, the reference.
 test-mpi: env
-	HPCDIST_TEST_NP=$(NP) $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI)
-	HPCDIST_TEST_NP=1 $(MPIEXEC) -n 1 $(PY) $(PYTEST_MPI)
-	HPCDIST_TEST_NP=$(NP) $(MPICH_MPIEXEC) -n $(NP) $(MPICH_PY) $(PYTEST_MPI)
-	HPCDIST_TEST_NP=1 $(MPICH_MPIEXEC) -n 1 $(MPICH_PY) $(PYTEST_MPI)
+	HPCDIST_TEST_NP=$(NP) $(NATIVE) $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI) $(NATIVE_ONLY)
+	HPCDIST_TEST_NP=1 $(NATIVE) $(MPIEXEC) -n 1 $(PY) $(PYTEST_MPI) $(NATIVE_ONLY)
+	HPCDIST_TEST_NP=$(NP) $(NATIVE) $(MPICH_MPIEXEC) -n $(NP) $(MPICH_PY) $(PYTEST_MPI) $(NATIVE_ONLY)
+	HPCDIST_TEST_NP=1 $(NATIVE) $(MPICH_MPIEXEC) -n 1 $(MPICH_PY) $(PYTEST_MPI) $(NATIVE_ONLY)
+	HPCDIST_TEST_NP=$(NP) HPCDIST_MPI_NATIVE=0 $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI)
 
 # torch's own distributed test suite (DistributedTest._DistTestBase) under mpiexec -n 3, as PyTorch's CI ran it for
-# its MPI backend: on hpcdist's mpi backend, then on gloo for comparison (tests/torchsuite/test_torch_suite.py);
-# then the mpi backend again on MPICH (gloo does not differ by MPI).
+# its MPI backend: on hpcdist's compiled mpi backend, on its Python one, then on gloo for comparison
+# (tests/torchsuite/test_torch_suite.py); then the compiled one again on MPICH (gloo does not differ by MPI).
 test-torch-suite: env
-	BACKEND=mpi $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
+	BACKEND=mpi $(NATIVE) $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
+	BACKEND=mpi HPCDIST_MPI_NATIVE=0 $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 	BACKEND=gloo $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
-	BACKEND=mpi $(MPICH_MPIEXEC) -n 3 $(MPICH_PY) $(PYTEST_TORCH_SUITE)
+	BACKEND=mpi $(NATIVE) $(MPICH_MPIEXEC) -n 3 $(MPICH_PY) $(PYTEST_TORCH_SUITE)
 
 test-e2e: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e

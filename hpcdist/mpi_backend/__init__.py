@@ -9,6 +9,10 @@ Ranks and sizes come from MPI.COMM_WORLD. The backend itself never reads torch's
 default group gets hpcdist's shared TCP store all the same, so groups of other backends (gloo, nccl)
 can be made beside it with `new_group(backend=...)`.
 
+Two implementations: the compiled one (native.cpp, built once and cached by native.py; the default where it
+builds) runs the hot collectives on MPI's blocking calls from C++ and hands every other call form to the Python
+one (MPIProcessGroup, the reference, and all there is with HPCDIST_MPI_NATIVE=0).
+
 May import: errors, waits, abort, torch and mpi4py. Never the runtime, launching, jobs or the CLI.
 """
 
@@ -20,7 +24,7 @@ import torch.distributed as dist
 from mpi4py import MPI
 
 from .dtypes import reduction_plan
-from .errors import CollectiveError, CollectiveTimeout
+from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
 from .group import BACKEND_NAME, MPIProcessGroup
 from .work import MPIWork
 
@@ -30,6 +34,8 @@ __all__ = [
     "CollectiveTimeout",
     "MPIProcessGroup",
     "MPIWork",
+    "NativeUnavailable",
+    "native_active",
     "reduction_plan",
     "register",
 ]
@@ -44,6 +50,13 @@ def register() -> None:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
+def native_active() -> bool:
+    """Whether this process's "mpi4py" groups run on the compiled backend (native.py) rather than MPIProcessGroup."""
+    from . import native
+
+    return native.active()
+
+
 def _parent() -> MPI.Intracomm:
     """A private duplicate of COMM_WORLD (errors raise) that subgroups are carved from."""
     comm = _world.get("comm")
@@ -53,8 +66,11 @@ def _parent() -> MPI.Intracomm:
     return comm
 
 
-def _create(options: Any, backend_options: Any = None) -> MPIProcessGroup:
-    """torch's creator hook: build the group for the default group (all ranks) or a subgroup."""
+def _create(options: Any, backend_options: Any = None) -> Any:
+    """torch's creator hook: the group for the default group (all ranks) or a subgroup.
+
+    The compiled backend over it when it is available (native.py), else the Python group itself.
+    """
     parent = _parent()
     ranks = list(options.global_ranks_in_group)
     timeout = options.timeout.total_seconds()
@@ -82,4 +98,14 @@ def _create(options: Any, backend_options: Any = None) -> MPIProcessGroup:
         raise ValueError(
             f"MPI rank {comm.rank} in the new communicator differs from torch's group rank {options.group_rank}"
         )
-    return MPIProcessGroup(comm, ranks, timeout)
+    reference = MPIProcessGroup(comm, ranks, timeout)
+    from . import native  # not at import: `python -m hpcdist.mpi_backend.native` runs it as __main__
+
+    compiled = native.load()
+    agreed = comm.allreduce(compiled is not None, op=MPI.LAND)  # every rank of the group one way, or none
+    if compiled is None or not agreed:
+        return reference
+    native.start_watchdog(compiled)
+    return compiled.make_group(
+        comm.handle, comm.rank, comm.size, reference._who(), reference._desc, options.timeout, reference
+    )

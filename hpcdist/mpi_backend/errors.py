@@ -1,12 +1,12 @@
-"""The mpi backend's errors: torch's DistBackendError for a failed operation, and a WaitTimeout for a late one."""
+"""The mpi backend's errors: a failed operation (torch's DistBackendError), a late one, no compiled backend."""
 
 from __future__ import annotations
 
 import torch.distributed as dist
 
-from ..errors import WaitTimeout
+from ..errors import UsageError, WaitTimeout
 
-__all__ = ["CollectiveError", "CollectiveTimeout"]
+__all__ = ["CollectiveError", "CollectiveTimeout", "NativeUnavailable"]
 
 
 class CollectiveError(dist.DistBackendError):
@@ -15,3 +15,7 @@ class CollectiveError(dist.DistBackendError):
 
 class CollectiveTimeout(CollectiveError, WaitTimeout):
     """An MPI operation did not complete within the group's timeout."""
+
+
+class NativeUnavailable(UsageError):
+    """The compiled backend was asked for ($HPCDIST_MPI_NATIVE=1) and cannot be built or loaded: why, what to do."""

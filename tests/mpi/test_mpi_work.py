@@ -95,6 +95,7 @@ def test_a_receive_nobody_sends_times_out_naming_rank_operation_and_group(world)
     assert t.item() == 1.0
 
 
+@pytest.mark.python_backend  # the compiled backend's blocking call ends the job instead: tests/e2e/test_native.py
 def test_a_collective_only_rank_0_calls_times_out_then_completes_when_the_others_join(world) -> None:
     import hpcdist.mpi_backend as mb
 

@@ -1,0 +1,679 @@
+// hpcdist's compiled mpi backend: a c10d::Backend whose hot collectives call MPI from C++.
+//
+// Synchronous calls run MPI's blocking collectives (the MPI's tuned algorithms) on the caller's thread;
+// asynchronous ones run on one worker thread per group and settle a Work and its Future. Every call runs on
+// the group's one communicator in the order it was issued (a call waits until the worker has run the ones
+// before it): torch may issue the same collective synchronously on one rank and asynchronously on another
+// (DDP's join does), and MPI matches collectives on a communicator by their order only. Every other call form (p2p, gather/scatter/alltoall, several tensors, reduced
+// precision, AVG, accelerator tensors, coalescing) goes to the Python group it was made with, which stays the
+// reference implementation. A blocking call cannot time out in MPI: `overdue()` names the calls past their
+// group's timeout, and the Python watchdog (native.py) ends the job with that text, as NCCL's watchdog does.
+#include <torch/extension.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include <pybind11/chrono.h>
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+namespace py = pybind11;
+using c10d::Work;
+using WorkPtr = c10::intrusive_ptr<Work>;
+using Tensors = std::vector<at::Tensor>;
+using ms = std::chrono::milliseconds;
+using Future = c10::ivalue::Future;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+MPI_Comm comm_of(int64_t handle) {  // mpi4py's Comm.handle: a pointer (Open MPI) or an int (MPICH and its ABI)
+  static_assert(sizeof(MPI_Comm) == sizeof(intptr_t) || sizeof(MPI_Comm) == sizeof(int), "unknown MPI_Comm");
+  MPI_Comm comm;
+  if constexpr (sizeof(MPI_Comm) == sizeof(intptr_t)) {
+    const intptr_t value = static_cast<intptr_t>(handle);
+    std::memcpy(&comm, &value, sizeof comm);
+  } else {
+    const int value = static_cast<int>(handle);
+    std::memcpy(&comm, &value, sizeof comm);
+  }
+  return comm;
+}
+
+MPI_Datatype mpi_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kChar: return MPI_INT8_T;
+    case at::kByte: return MPI_UINT8_T;
+    case at::kShort: return MPI_INT16_T;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op mpi_op(const c10d::ReduceOp& op, at::ScalarType t) {
+  const bool integral = at::isIntegralType(t, /*includeBool=*/false);
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return MPI_SUM;
+    case c10d::ReduceOp::PRODUCT: return MPI_PROD;
+    case c10d::ReduceOp::MIN: return MPI_MIN;
+    case c10d::ReduceOp::MAX: return MPI_MAX;
+    case c10d::ReduceOp::BAND: return integral ? MPI_BAND : MPI_OP_NULL;
+    case c10d::ReduceOp::BOR: return integral ? MPI_BOR : MPI_OP_NULL;
+    case c10d::ReduceOp::BXOR: return integral ? MPI_BXOR : MPI_OP_NULL;
+    default: return MPI_OP_NULL;  // AVG, PREMUL_SUM: the Python group's
+  }
+}
+
+c10::intrusive_ptr<Future> tensor_future() {
+  return c10::make_intrusive<Future>(c10::ListType::create(c10::TensorType::get()));
+}
+
+// Whether a tensor can go to MPI from here: on the CPU, dense, with at most INT_MAX elements or bytes. These
+// depend only on what every rank of a collective passes alike, so all ranks take the same path.
+bool dense_cpu(const at::Tensor& t) {
+  return t.device().is_cpu() && t.layout() == at::kStrided && t.nbytes() <= static_cast<size_t>(INT_MAX);
+}
+
+// A buffer MPI may read and write: the tensor itself, or a contiguous copy written back by `done()`.
+struct Staged {
+  at::Tensor user, buf;
+  explicit Staged(const at::Tensor& t) : user(t) {
+    const bool direct = t.is_contiguous() && !t.is_conj() && !t.is_neg();
+    buf = direct ? t : t.resolve_conj().resolve_neg().contiguous();
+  }
+  void* data() const { return buf.data_ptr(); }
+  int count() const { return static_cast<int>(buf.numel()); }
+  int bytes() const { return static_cast<int>(buf.nbytes()); }
+  void done() {
+    if (!buf.is_same(user)) user.copy_(buf);
+  }
+};
+
+// The call a thread of this group is in, for the watchdog: its name and deadline (0: none).
+struct InFlight {
+  std::atomic<int64_t> deadline{0};
+  std::atomic<const char*> name{""};
+  std::atomic<int64_t> limit_ms{0};
+};
+
+class Watched {
+ public:
+  Watched(InFlight& slot, const char* name, ms limit) : slot_(slot) {
+    slot_.name.store(name);
+    slot_.limit_ms.store(limit.count());
+    slot_.deadline.store(now_ns() + limit.count() * 1000000);
+  }
+  ~Watched() { slot_.deadline.store(0); }
+
+ private:
+  InFlight& slot_;
+};
+
+// Run `f` without the GIL: a blocking MPI call must never hold it (the watchdog and progress threads need it).
+template <class F>
+void without_gil(F&& f) {
+  if (PyGILState_Check()) {
+    py::gil_scoped_release release;
+    f();
+  } else {
+    f();
+  }
+}
+
+// A synchronous operation's Work: it finished before it was returned.
+class DoneWork : public Work {
+ public:
+  explicit DoneWork(Tensors out) : out_(std::move(out)) { completed_ = true; }
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(ms) override { return true; }
+  Tensors result() override { return out_; }
+  c10::intrusive_ptr<Future> getFuture() override {
+    auto fut = tensor_future();
+    fut->markCompleted(c10::IValue(out_));
+    return fut;
+  }
+
+ private:
+  Tensors out_;
+};
+
+// An asynchronous operation's Work: settled by the group's worker thread, with its Future.
+class QueuedWork : public Work {
+ public:
+  QueuedWork(Tensors out, std::string what) : out_(std::move(out)), what_(std::move(what)), fut_(tensor_future()) {}
+  bool isCompleted() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completed_;
+  }
+  bool isSuccess() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completed_ && !exception_;
+  }
+  std::exception_ptr exception() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return exception_;
+  }
+  Tensors result() override { return out_; }
+  bool wait(ms timeout) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout == kNoTimeout) {
+      cv_.wait(lock, [&] { return completed_; });
+    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      C10_THROW_ERROR(DistBackendError, what_ + " did not complete within " + std::to_string(timeout.count() / 1e3) +
+                                            " s (the timeout given to wait(); the operation goes on)");
+    }
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+  c10::intrusive_ptr<Future> getFuture() override { return fut_; }
+  void settle(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      completed_ = true;
+      exception_ = error;
+    }
+    cv_.notify_all();
+    if (error) {
+      fut_->setError(error);
+    } else {
+      fut_->markCompleted(c10::IValue(out_));
+    }
+  }
+
+ private:
+  Tensors out_;
+  std::string what_;
+  c10::intrusive_ptr<Future> fut_;
+};
+
+// A Work of the Python group: every query goes to the Python object (torch's trampoline forwards only two).
+class PyWork : public Work {
+ public:
+  explicit PyWork(py::object work) : work_(std::move(work)) {}
+  ~PyWork() override {
+    py::gil_scoped_acquire gil;
+    work_ = py::object();
+  }
+  bool wait(ms timeout) override {
+    py::gil_scoped_acquire gil;
+    py::object done = timeout == kNoTimeout ? work_.attr("wait")() : work_.attr("wait")(timeout);
+    return done.cast<bool>();
+  }
+  bool isCompleted() override { return call<bool>("is_completed"); }
+  bool isSuccess() const override { return call<bool>("is_success"); }
+  std::exception_ptr exception() const override {
+    py::gil_scoped_acquire gil;
+    py::object error = work_.attr("exception")();
+    if (error.is_none()) return nullptr;
+    return std::make_exception_ptr(std::runtime_error(py::str(error).cast<std::string>()));
+  }
+  int sourceRank() const override { return call<int>("source_rank"); }
+  Tensors result() override { return call<Tensors>("result"); }
+  void synchronize() override { wait(kNoTimeout); }
+  c10::intrusive_ptr<Future> getFuture() override {
+    py::gil_scoped_acquire gil;
+    return work_.attr("get_future")().cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
+  }
+
+ private:
+  template <class T>
+  T call(const char* name) const {
+    py::gil_scoped_acquire gil;
+    return work_.attr(name)().cast<T>();
+  }
+  py::object work_;
+};
+
+class NativeBackend;
+std::mutex live_mutex;
+std::set<NativeBackend*> live;  // every group of this process, for overdue()
+
+class NativeBackend : public c10d::Backend {
+ public:
+  NativeBackend(int64_t comm, int rank, int size, std::string who, std::string desc, ms timeout,
+                py::object fallback)
+      : Backend(rank, size),
+        comm_(comm_of(comm)),
+        who_(std::move(who)),
+        desc_(std::move(desc)),
+        timeout_(timeout),
+        py_(std::move(fallback)) {
+    std::lock_guard<std::mutex> lock(live_mutex);
+    live.insert(this);
+  }
+
+  ~NativeBackend() override {
+    {
+      std::lock_guard<std::mutex> lock(live_mutex);
+      live.erase(this);
+    }
+    stop();
+    py::gil_scoped_acquire gil;
+    py_ = py::object();
+  }
+
+  const std::string getBackendName() const override { return "mpi4py"; }
+  bool supportsCoalescing() const override { return true; }
+
+  // The text of each call of this group past its deadline (the watchdog ends the job with it).
+  void overdue(std::vector<std::string>& out) const {
+    const int64_t now = now_ns();
+    for (const InFlight* slot : {&caller_, &worker_slot_}) {
+      const int64_t deadline = slot->deadline.load();
+      if (deadline != 0 && now > deadline) {
+        out.push_back(who_ + ": " + slot->name.load() + " on " + desc_ + " did not complete within " +
+                      seconds(slot->limit_ms.load()) +
+                      " s (the group's timeout; check that every rank of the group made this call, or pass a "
+                      "larger timeout); MPI cannot cancel a blocking call, so the job ends");
+      }
+    }
+  }
+
+  // -- collectives -------------------------------------------------------------------------------------------
+  WorkPtr allreduce(Tensors& ts, const c10d::AllreduceOptions& opts) override {
+    if (coalescing_ || ts.size() != 1 || !reducible(ts[0], opts.reduceOp)) return fallback("allreduce", ts, opts);
+    MPI_Datatype type = mpi_type(ts[0].scalar_type());
+    MPI_Op op = mpi_op(opts.reduceOp, ts[0].scalar_type());
+    return issue("all_reduce", ts, opts.asyncOp, opts.timeout, [=, t = ts[0]](MPI_Comm comm) {
+      Staged s(t);
+      check(MPI_Allreduce(MPI_IN_PLACE, s.data(), s.count(), type, op, comm), "all_reduce");
+      s.done();
+    });
+  }
+
+  WorkPtr broadcast(Tensors& ts, const c10d::BroadcastOptions& opts) override {
+    if (coalescing_ || ts.size() != 1 || !dense_cpu(ts[0]) || !root_ok(opts.rootRank)) return fallback("broadcast", ts, opts);
+    const int root = static_cast<int>(opts.rootRank);
+    return issue("broadcast", ts, opts.asyncOp, opts.timeout, [=, t = ts[0]](MPI_Comm comm) {
+      Staged s(t);
+      check(MPI_Bcast(s.data(), s.bytes(), MPI_BYTE, root, comm), "broadcast");
+      s.done();
+    });
+  }
+
+  WorkPtr reduce(Tensors& ts, const c10d::ReduceOptions& opts) override {
+    if (coalescing_ || ts.size() != 1 || !reducible(ts[0], opts.reduceOp) || !root_ok(opts.rootRank)) {
+      return fallback("reduce", ts, opts);
+    }
+    MPI_Datatype type = mpi_type(ts[0].scalar_type());
+    MPI_Op op = mpi_op(opts.reduceOp, ts[0].scalar_type());
+    const int root = static_cast<int>(opts.rootRank);
+    const bool mine = root == rank_;
+    return issue("reduce", ts, opts.asyncOp, opts.timeout, [=, t = ts[0]](MPI_Comm comm) {
+      Staged s(t);
+      check(MPI_Reduce(mine ? MPI_IN_PLACE : s.data(), s.data(), s.count(), type, op, root, comm), "reduce");
+      if (mine) s.done();
+    });
+  }
+
+  WorkPtr allgather(std::vector<Tensors>& outs, Tensors& ins, const c10d::AllgatherOptions& opts) override {
+    if (coalescing_ || ins.size() != 1 || outs.size() != 1 || !same_shape(outs[0], ins[0]) || !fits(ins[0], size_)) {
+      return fallback("allgather", outs, ins, opts);
+    }
+    return issue("all_gather", outs[0], opts.asyncOp, opts.timeout, [=, in = ins[0], out = outs[0]](MPI_Comm comm) {
+      at::Tensor src = in.resolve_conj().resolve_neg().contiguous();
+      at::Tensor flat = at::empty({static_cast<int64_t>(out.size()) * src.numel()}, src.options());
+      const int n = static_cast<int>(src.nbytes());
+      check(MPI_Allgather(src.data_ptr(), n, MPI_BYTE, flat.data_ptr(), n, MPI_BYTE, comm), "all_gather");
+      for (size_t i = 0; i < out.size(); ++i) out[i].copy_(flat.narrow(0, i * src.numel(), src.numel()).view(out[i].sizes()));
+    });
+  }
+
+  WorkPtr _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& opts) override {
+    if (coalescing_ || !dense_cpu(in) || !dense_cpu(out) || in.scalar_type() != out.scalar_type() ||
+        out.numel() != in.numel() * size_) {
+      return fallback("_allgather_base", out, in, opts);
+    }
+    Tensors result{out};
+    return issue("all_gather_into_tensor", result, opts.asyncOp, opts.timeout, [=](MPI_Comm comm) {
+      Staged dst(out);
+      const int n = static_cast<int>(in.nbytes());
+      char* slot = static_cast<char*>(dst.data()) + static_cast<int64_t>(rank_) * n;
+      const bool in_place = in.is_contiguous() && in.data_ptr() == slot;
+      at::Tensor src = in_place ? in : in.resolve_conj().resolve_neg().contiguous();
+      if (!in_place && overlaps(src, dst.buf)) src = src.clone();
+      check(MPI_Allgather(in_place ? MPI_IN_PLACE : src.data_ptr(), n, MPI_BYTE, dst.data(), n, MPI_BYTE, comm),
+            "all_gather_into_tensor");
+      dst.done();
+    });
+  }
+
+  WorkPtr reduce_scatter(Tensors& outs, std::vector<Tensors>& ins, const c10d::ReduceScatterOptions& opts) override {
+    if (coalescing_ || outs.size() != 1 || ins.size() != 1 || !reducible(outs[0], opts.reduceOp) ||
+        !same_shape(ins[0], outs[0]) || !fits(outs[0], size_)) {
+      return fallback("reduce_scatter", outs, ins, opts);
+    }
+    MPI_Datatype type = mpi_type(outs[0].scalar_type());
+    MPI_Op op = mpi_op(opts.reduceOp, outs[0].scalar_type());
+    return issue("reduce_scatter", outs, opts.asyncOp, opts.timeout, [=, out = outs[0], in = ins[0]](MPI_Comm comm) {
+      std::vector<at::Tensor> flat;
+      for (const auto& t : in) flat.push_back(t.resolve_conj().resolve_neg().reshape({-1}));
+      at::Tensor src = at::cat(flat);
+      Staged dst(out);
+      check(MPI_Reduce_scatter_block(src.data_ptr(), dst.data(), dst.count(), type, op, comm), "reduce_scatter");
+      dst.done();
+    });
+  }
+
+  WorkPtr _reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& opts) override {
+    if (coalescing_ || !reducible(out, opts.reduceOp) || !dense_cpu(in) || in.scalar_type() != out.scalar_type() ||
+        in.numel() != out.numel() * size_) {
+      return fallback("_reduce_scatter_base", out, in, opts);
+    }
+    MPI_Datatype type = mpi_type(out.scalar_type());
+    MPI_Op op = mpi_op(opts.reduceOp, out.scalar_type());
+    Tensors result{out};
+    return issue("reduce_scatter_tensor", result, opts.asyncOp, opts.timeout, [=](MPI_Comm comm) {
+      at::Tensor src = in.resolve_conj().resolve_neg().contiguous();
+      Staged dst(out);
+      if (overlaps(src, dst.buf)) src = src.clone();
+      check(MPI_Reduce_scatter_block(src.data_ptr(), dst.data(), dst.count(), type, op, comm),
+            "reduce_scatter_tensor");
+      dst.done();
+    });
+  }
+
+  WorkPtr barrier(const c10d::BarrierOptions& opts) override {
+    if (coalescing_) return fallback("barrier", opts);
+    Tensors none;
+    return issue("barrier", none, opts.asyncOp, opts.timeout,
+                 [this](MPI_Comm comm) { check(MPI_Barrier(comm), "barrier"); });
+  }
+
+  // -- the Python group's: every other call form -------------------------------------------------------------
+  WorkPtr allreduce_coalesced(Tensors& ts, const c10d::AllreduceCoalescedOptions& opts) override {
+    return fallback("allreduce_coalesced", ts, opts);
+  }
+  WorkPtr allgather_coalesced(std::vector<Tensors>& outs, Tensors& ins, const c10d::AllgatherOptions& opts) override {
+    return fallback("allgather_coalesced", outs, ins, opts);
+  }
+  WorkPtr allgather_into_tensor_coalesced(Tensors& outs, Tensors& ins, const c10d::AllgatherOptions& opts) override {
+    return fallback("allgather_into_tensor_coalesced", outs, ins, opts);
+  }
+  WorkPtr reduce_scatter_tensor_coalesced(Tensors& outs, Tensors& ins,
+                                          const c10d::ReduceScatterOptions& opts) override {
+    return fallback("reduce_scatter_tensor_coalesced", outs, ins, opts);
+  }
+  WorkPtr gather(std::vector<Tensors>& outs, Tensors& ins, const c10d::GatherOptions& opts) override {
+    return fallback("gather", outs, ins, opts);
+  }
+  WorkPtr scatter(Tensors& outs, std::vector<Tensors>& ins, const c10d::ScatterOptions& opts) override {
+    return fallback("scatter", outs, ins, opts);
+  }
+  WorkPtr alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
+                        std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
+    return fallback("alltoall_base", out, in, out_splits, in_splits, opts);
+  }
+  WorkPtr alltoall(Tensors& outs, Tensors& ins, const c10d::AllToAllOptions& opts) override {
+    return fallback("alltoall", outs, ins, opts);
+  }
+  WorkPtr send(Tensors& ts, int dst, int tag) override { return fallback<false>("send", ts, dst, tag); }
+  WorkPtr recv(Tensors& ts, int src, int tag) override { return fallback<false>("recv", ts, src, tag); }
+  WorkPtr recvAnysource(Tensors& ts, int tag) override { return fallback<false>("recv_anysource", ts, tag); }
+
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    drain();
+    py::gil_scoped_acquire gil;
+    py_.attr("monitored_barrier")(opts, wait_all_ranks);
+  }
+
+  void startCoalescing() override {
+    drain();
+    coalescing_ = true;
+    py::gil_scoped_acquire gil;
+    py_.attr("start_coalescing")();
+  }
+
+  WorkPtr endCoalescing() override {
+    coalescing_ = false;
+    py::gil_scoped_acquire gil;
+    return c10::make_intrusive<PyWork>(py_.attr("end_coalescing")());
+  }
+
+  void setTimeout(ms timeout) override {
+    timeout_ = timeout;
+    py::gil_scoped_acquire gil;
+    py_.attr("set_timeout")(timeout);
+  }
+
+  // The collectives issued on this group so far (point-to-point calls are not counted: ranks differ in those).
+  void setSequenceNumberForGroup() override { seq_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+  void shutdown() override {
+    stop();
+    py::gil_scoped_acquire gil;
+    py_.attr("shutdown")();
+  }
+
+  void abort() override {
+    py::gil_scoped_acquire gil;
+    py_.attr("abort")();
+  }
+
+ private:
+  using Op = std::function<void(MPI_Comm)>;
+  struct Job {
+    Op op;
+    c10::intrusive_ptr<QueuedWork> work;
+    const char* name;
+    ms limit;
+  };
+
+  static std::string seconds(int64_t millis) {
+    std::string text = std::to_string(millis / 1e3);
+    text.erase(text.find_last_not_of('0') + 1);
+    if (!text.empty() && text.back() == '.') text.pop_back();
+    return text;
+  }
+
+  static bool same_shape(const Tensors& ts, const at::Tensor& like) {
+    for (const auto& t : ts) {
+      if (!dense_cpu(t) || t.scalar_type() != like.scalar_type() || t.numel() != like.numel()) return false;
+    }
+    return dense_cpu(like);
+  }
+
+  static bool fits(const at::Tensor& t, int size) {
+    return t.nbytes() * static_cast<size_t>(size) <= static_cast<size_t>(INT_MAX);
+  }
+
+  static bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+    const char* pa = static_cast<const char*>(a.data_ptr());
+    const char* pb = static_cast<const char*>(b.data_ptr());
+    return a.nbytes() && b.nbytes() && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+  }
+
+  bool reducible(const at::Tensor& t, const c10d::ReduceOp& op) const {
+    return dense_cpu(t) && mpi_type(t.scalar_type()) != MPI_DATATYPE_NULL && mpi_op(op, t.scalar_type()) != MPI_OP_NULL;
+  }
+
+  bool root_ok(int64_t root) const { return 0 <= root && root < size_; }
+
+  void check(int code, const char* name) const {
+    if (code == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(code, text, &length);
+    C10_THROW_ERROR(DistBackendError, who_ + ": " + name + " on " + desc_ + " failed: " + std::string(text, length));
+  }
+
+  template <bool Collective = true, class... A>
+  WorkPtr fallback(const char* name, A&... args) {
+    if (Collective) ++seq_;
+    drain();
+    py::gil_scoped_acquire gil;
+    python_pending_ = true;
+    return c10::make_intrusive<PyWork>(py_.attr(name)(args...));
+  }
+
+  // The Python group's asynchronous calls: settled before each call here, as the Python group does before its
+  // own, so an error nobody waited for is raised at the next call whichever implementation takes it.
+  void settle_python() {
+    if (!python_pending_) return;
+    py::gil_scoped_acquire gil;
+    py_.attr("_check")();
+    python_pending_ = py::len(py_.attr("_outstanding")) + py::len(py_.attr("_orphans")) > 0;
+  }
+
+  ms limit_of(ms given) const { return given.count() > 0 ? given : timeout_; }
+
+  // Run an operation now (synchronous) or hand it to the worker (asynchronous).
+  WorkPtr issue(const char* name, const Tensors& out, bool async, ms given, Op op) {
+    settle_python();
+    ++seq_;
+    const ms limit = limit_of(given);
+    if (std::this_thread::get_id() == worker_id_) {  // a future's callback issued it: run it where every rank's is
+      Watched watch(worker_slot_, name, limit);
+      without_gil([&] { op(comm_); });
+      return c10::make_intrusive<DoneWork>(out);
+    }
+    if (!async) {
+      drain();
+      {
+        Watched watch(caller_, name, limit);
+        without_gil([&] { op(comm_); });
+      }
+      return c10::make_intrusive<DoneWork>(out);
+    }
+    auto work = c10::make_intrusive<QueuedWork>(out, who_ + ": " + name + " on " + desc_);
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      if (!worker_thread_.joinable()) start();
+      queue_.push_back(Job{std::move(op), work, name, limit});
+      ++pending_;
+    }
+    queue_cv_.notify_one();
+    return work;
+  }
+
+  // Wait until the worker has run everything handed to it: operations run in the order they were issued.
+  void drain() {
+    if (pending_.load() == 0 || std::this_thread::get_id() == worker_id_) return;
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    without_gil([&] { idle_cv_.wait(lock, [&] { return pending_.load() == 0; }); });
+  }
+
+  void start() {
+    worker_thread_ = std::thread([this] { run(); });
+    worker_id_ = worker_thread_.get_id();
+  }
+
+  void run() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex_);
+        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        Watched watch(worker_slot_, job.name, job.limit);
+        job.op(comm_);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      job.work->settle(error);  // runs the future's callbacks here; they may issue more (run in place)
+      {
+        std::lock_guard<std::mutex> lock(queue_mutex_);
+        --pending_;
+      }
+      idle_cv_.notify_all();
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (worker_thread_.joinable() && std::this_thread::get_id() != worker_id_) {
+      without_gil([&] { worker_thread_.join(); });
+    }
+  }
+
+  MPI_Comm comm_;
+  std::string who_, desc_;
+  ms timeout_;
+  py::object py_;
+  bool coalescing_ = false;
+  bool python_pending_ = false;  // the Python group may have calls in flight
+  std::atomic<uint64_t> seq_{0};
+  InFlight caller_, worker_slot_;  // what the caller's thread and the worker are in
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_, idle_cv_;
+  std::deque<Job> queue_;
+  std::atomic<int> pending_{0};
+  bool stopping_ = false;
+  std::thread worker_thread_;
+  std::thread::id worker_id_;
+};
+
+// The process group torch gets: the backend for CPU and CUDA tensors, under its registered name (torch would say
+// "custom", which DDP's logging and get_backend's users would see).
+class NamedGroup : public c10d::ProcessGroup {
+ public:
+  NamedGroup(const c10::intrusive_ptr<NativeBackend>& backend, int rank, int size) : ProcessGroup(rank, size) {
+    setDefaultBackend(BackendType::CUSTOM);
+    for (auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) setBackend(device, BackendType::CUSTOM, backend);
+  }
+  const std::string getBackendName() const override { return "mpi4py"; }
+  void setSequenceNumberForGroup() override { getDefaultBackend()->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return getDefaultBackend()->getSequenceNumberForGroup(); }
+};
+
+std::vector<std::string> overdue() {
+  std::vector<std::string> out;
+  std::lock_guard<std::mutex> lock(live_mutex);
+  for (const NativeBackend* backend : live) backend->overdue(out);
+  return out;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> make_group(int64_t comm, int rank, int size, std::string who, std::string desc,
+                                                  ms timeout, py::object fallback) {
+  auto backend = c10::make_intrusive<NativeBackend>(comm, rank, size, std::move(who), std::move(desc), timeout,
+                                                    std::move(fallback));
+  return c10::make_intrusive<NamedGroup>(backend, rank, size);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "hpcdist's compiled mpi backend (see hpcdist/mpi_backend/native.py)";
+  m.def("make_group", &make_group, "A process group over an MPI communicator, with the Python group for the rest");
+  m.def("overdue", &overdue, "The calls of every group past their timeout, as the watchdog reports them");
+  m.def("library_version", [] {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING];
+    int length = 0;
+    MPI_Get_library_version(text, &length);
+    return std::string(text, length);
+  });
+}
