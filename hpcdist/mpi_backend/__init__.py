@@ -26,6 +26,7 @@ from mpi4py import MPI
 from .dtypes import reduction_plan
 from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
 from .group import BACKEND_NAME, MPIProcessGroup
+from .ring import ring_min_bytes
 from .work import MPIWork
 
 __all__ = [
@@ -102,10 +103,13 @@ def _create(options: Any, backend_options: Any = None) -> Any:
     from . import native  # not at import: `python -m hpcdist.mpi_backend.native` runs it as __main__
 
     compiled = native.load()
-    agreed = comm.allreduce(compiled is not None, op=MPI.LAND)  # every rank of the group one way, or none
+    # Every rank of the group alike: the compiled backend or not; blocking MPI calls, or (where any rank shares a
+    # core) non-blocking ones that yield the CPU while they wait.
+    agreed = comm.allreduce(compiled is not None, op=MPI.LAND)
+    crowded = comm.allreduce(native.crowded(), op=MPI.LOR)
     if compiled is None or not agreed:
         return reference
     native.start_watchdog(compiled)
-    return compiled.make_group(
-        comm.handle, comm.rank, comm.size, reference._who(), reference._desc, options.timeout, reference
-    )
+    ring = ring_min_bytes(compiled=True)
+    who, desc = reference._who(), reference._desc
+    return compiled.make_group(comm.handle, comm.rank, comm.size, who, desc, options.timeout, ring, crowded, reference)

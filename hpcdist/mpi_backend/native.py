@@ -166,6 +166,15 @@ def load() -> ModuleType | None:
     return module
 
 
+def crowded() -> bool:
+    """Whether this node runs more ranks than this rank may use cores ($LOCAL_WORLD_SIZE against the affinity)."""
+    try:
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        ranks = 1
+    return ranks > len(os.sched_getaffinity(0))
+
+
 def active() -> bool:
     """Whether this process's mpi4py groups run on the compiled backend (known once the first group exists)."""
     return _state.get("module") is not None
