@@ -93,6 +93,23 @@ MPI_Op mpi_op(const c10d::ReduceOp& op, at::ScalarType t) {
   }
 }
 
+std::string seconds(int64_t millis) {  // 1500 -> "1.5"
+  std::string text = std::to_string(millis / 1e3);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (!text.empty() && text.back() == '.') text.pop_back();
+  return text;
+}
+
+// Drop a Python reference: with the GIL, or (a static destructor after Python ended) leaked.
+void release(py::object& object) {
+  if (!Py_IsInitialized()) {
+    object.release();
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  object = py::object();
+}
+
 c10::intrusive_ptr<Future> tensor_future() {
   return c10::make_intrusive<Future>(c10::ListType::create(c10::TensorType::get()));
 }
@@ -141,8 +158,8 @@ class Watched {
 // Run `f` without the GIL: a blocking MPI call must never hold it (the watchdog and progress threads need it).
 template <class F>
 void without_gil(F&& f) {
-  if (PyGILState_Check()) {
-    py::gil_scoped_release release;
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release unlocked;
     f();
   } else {
     f();
@@ -189,7 +206,7 @@ class QueuedWork : public Work {
     if (timeout == kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
     } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      C10_THROW_ERROR(DistBackendError, what_ + " did not complete within " + std::to_string(timeout.count() / 1e3) +
+      C10_THROW_ERROR(DistBackendError, what_ + " did not complete within " + seconds(timeout.count()) +
                                             " s (the timeout given to wait(); the operation goes on)");
     }
     if (exception_) std::rethrow_exception(exception_);
@@ -220,10 +237,7 @@ class QueuedWork : public Work {
 class PyWork : public Work {
  public:
   explicit PyWork(py::object work) : work_(std::move(work)) {}
-  ~PyWork() override {
-    py::gil_scoped_acquire gil;
-    work_ = py::object();
-  }
+  ~PyWork() override { release(work_); }
   bool wait(ms timeout) override {
     py::gil_scoped_acquire gil;
     py::object done = timeout == kNoTimeout ? work_.attr("wait")() : work_.attr("wait")(timeout);
@@ -280,8 +294,7 @@ class NativeBackend : public c10d::Backend {
       live.erase(this);
     }
     stop();
-    py::gil_scoped_acquire gil;
-    py_ = py::object();
+    release(py_);
   }
 
   const std::string getBackendName() const override { return "mpi4py"; }
@@ -342,7 +355,8 @@ class NativeBackend : public c10d::Backend {
   }
 
   WorkPtr allgather(std::vector<Tensors>& outs, Tensors& ins, const c10d::AllgatherOptions& opts) override {
-    if (coalescing_ || ins.size() != 1 || outs.size() != 1 || !same_shape(outs[0], ins[0]) || !fits(ins[0], size_)) {
+    if (coalescing_ || ins.size() != 1 || outs.size() != 1 || outs[0].size() != static_cast<size_t>(size_) ||
+        !same_shape(outs[0], ins[0]) || !fits(ins[0], size_)) {
       return fallback("allgather", outs, ins, opts);
     }
     return issue("all_gather", outs[0], opts.asyncOp, opts.timeout, [=, in = ins[0], out = outs[0]](MPI_Comm comm) {
@@ -374,8 +388,8 @@ class NativeBackend : public c10d::Backend {
   }
 
   WorkPtr reduce_scatter(Tensors& outs, std::vector<Tensors>& ins, const c10d::ReduceScatterOptions& opts) override {
-    if (coalescing_ || outs.size() != 1 || ins.size() != 1 || !reducible(outs[0], opts.reduceOp) ||
-        !same_shape(ins[0], outs[0]) || !fits(outs[0], size_)) {
+    if (coalescing_ || outs.size() != 1 || ins.size() != 1 || ins[0].size() != static_cast<size_t>(size_) ||
+        !reducible(outs[0], opts.reduceOp) || !same_shape(ins[0], outs[0]) || !fits(outs[0], size_)) {
       return fallback("reduce_scatter", outs, ins, opts);
     }
     MPI_Datatype type = mpi_type(outs[0].scalar_type());
@@ -496,13 +510,6 @@ class NativeBackend : public c10d::Backend {
     ms limit;
   };
 
-  static std::string seconds(int64_t millis) {
-    std::string text = std::to_string(millis / 1e3);
-    text.erase(text.find_last_not_of('0') + 1);
-    if (!text.empty() && text.back() == '.') text.pop_back();
-    return text;
-  }
-
   static bool same_shape(const Tensors& ts, const at::Tensor& like) {
     for (const auto& t : ts) {
       if (!dense_cpu(t) || t.scalar_type() != like.scalar_type() || t.numel() != like.numel()) return false;
@@ -532,7 +539,8 @@ class NativeBackend : public c10d::Backend {
 
   // MPI's blocking call; or, where ranks share cores, its non-blocking twin waited on with sched_yield: a blocking
   // call busy-polls and starves the rank it waits for (raw Allreduce of 16 B took 5 ms at 4 ranks on 2 cores).
-  // Every rank of the group decides alike (native.py): MPI never matches a blocking with a non-blocking call.
+  // Every rank of the group decides alike (_create in __init__.py): MPI never matches a blocking call with a
+  // non-blocking one.
   template <class Blocking, class Nonblocking>
   int call(Blocking blocking, Nonblocking nonblocking) const {
     if (!yielding_) return blocking();
