@@ -30,6 +30,7 @@ __all__ = ["ENV", "active", "build", "load", "start_watchdog"]
 ENV = "HPCDIST_MPI_NATIVE"
 _SOURCE = Path(__file__).with_name("native.cpp")
 _WATCH_EVERY = 0.2  # seconds between the watchdog's looks at the calls in flight
+_LOCAL_SIZES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")  # hpcdist, Open MPI, Hydra
 _state: dict[str, object] = {}
 
 
@@ -51,7 +52,7 @@ def _libmpi() -> Path:
     with open("/proc/self/maps") as maps:
         for line in maps:
             path = line.rsplit(None, 1)[-1]
-            if "/libmpi.so" in path or path.endswith("/libmpi.so"):
+            if "/libmpi.so" in path:
                 return Path(path)
     raise NativeUnavailable("cannot tell which libmpi this process loaded (/proc/self/maps names none)")
 
@@ -167,11 +168,9 @@ def load() -> ModuleType | None:
 
 
 def crowded() -> bool:
-    """Whether this node runs more ranks than this rank may use cores ($LOCAL_WORLD_SIZE against the affinity)."""
-    try:
-        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    except ValueError:
-        ranks = 1
+    """Whether this node runs more ranks than this rank may use cores (its launcher's local size against affinity)."""
+    text = next((os.environ[name] for name in _LOCAL_SIZES if name in os.environ), "1")
+    ranks = int(text) if text.isdigit() else 1
     return ranks > len(os.sched_getaffinity(0))
 
 
