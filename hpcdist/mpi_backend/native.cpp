@@ -4,10 +4,12 @@
 // asynchronous ones run on one worker thread per group and settle a Work and its Future. Every call runs on
 // the group's one communicator in the order it was issued (a call waits until the worker has run the ones
 // before it): torch may issue the same collective synchronously on one rank and asynchronously on another
-// (DDP's join does), and MPI matches collectives on a communicator by their order only. Every other call form (p2p, gather/scatter/alltoall, several tensors, reduced
-// precision, AVG, accelerator tensors, coalescing) goes to the Python group it was made with, which stays the
-// reference implementation. A blocking call cannot time out in MPI: `overdue()` names the calls past their
-// group's timeout, and the Python watchdog (native.py) ends the job with that text, as NCCL's watchdog does.
+// (DDP's join does), and MPI matches collectives on a communicator by their order only. Every other call form
+// (p2p, gather/scatter/alltoall, several tensors, reduced precision, AVG, accelerator tensors, coalescing) goes
+// to the Python group it was made with, which stays the reference implementation. Where ranks share cores, each
+// call is its non-blocking twin, waited on with sched_yield (`call`). A blocking call cannot time out in MPI:
+// `overdue()` names the calls past their group's timeout, and the Python watchdog (native.py) ends the job
+// with that text, as NCCL's watchdog does.
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -31,7 +33,6 @@
 #include <set>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 // One collective as `call` runs it (NativeBackend::call): MPI_<blocking>(args) or MPI_<nonblocking>(args, &request).
@@ -120,13 +121,13 @@ bool dense_cpu(const at::Tensor& t) {
   return t.device().is_cpu() && t.layout() == at::kStrided && t.nbytes() <= static_cast<size_t>(INT_MAX);
 }
 
+// The tensor's values in plain contiguous memory MPI can read: the tensor itself when it already is.
+at::Tensor plain(const at::Tensor& t) { return t.resolve_conj().resolve_neg().contiguous(); }
+
 // A buffer MPI may read and write: the tensor itself, or a contiguous copy written back by `done()`.
 struct Staged {
   at::Tensor user, buf;
-  explicit Staged(const at::Tensor& t) : user(t) {
-    const bool direct = t.is_contiguous() && !t.is_conj() && !t.is_neg();
-    buf = direct ? t : t.resolve_conj().resolve_neg().contiguous();
-  }
+  explicit Staged(const at::Tensor& t) : user(t), buf(plain(t)) {}
   void* data() const { return buf.data_ptr(); }
   int count() const { return static_cast<int>(buf.numel()); }
   int bytes() const { return static_cast<int>(buf.nbytes()); }
@@ -329,7 +330,9 @@ class NativeBackend : public c10d::Backend {
   }
 
   WorkPtr broadcast(Tensors& ts, const c10d::BroadcastOptions& opts) override {
-    if (coalescing_ || ts.size() != 1 || !dense_cpu(ts[0]) || !root_ok(opts.rootRank)) return fallback("broadcast", ts, opts);
+    if (coalescing_ || ts.size() != 1 || !dense_cpu(ts[0]) || !root_ok(opts.rootRank)) {
+      return fallback("broadcast", ts, opts);
+    }
     const int root = static_cast<int>(opts.rootRank);
     return issue("broadcast", ts, opts.asyncOp, opts.timeout, [=, t = ts[0]](MPI_Comm comm) {
       Staged s(t);
@@ -360,11 +363,13 @@ class NativeBackend : public c10d::Backend {
       return fallback("allgather", outs, ins, opts);
     }
     return issue("all_gather", outs[0], opts.asyncOp, opts.timeout, [=, in = ins[0], out = outs[0]](MPI_Comm comm) {
-      at::Tensor src = in.resolve_conj().resolve_neg().contiguous();
-      at::Tensor flat = at::empty({static_cast<int64_t>(out.size()) * src.numel()}, src.options());
+      at::Tensor src = plain(in);
+      const int64_t count = src.numel();
+      at::Tensor flat = at::empty({static_cast<int64_t>(out.size()) * count}, src.options());
       const int n = static_cast<int>(src.nbytes());
-      check(COLLECTIVE(Allgather, Iallgather, src.data_ptr(), n, MPI_BYTE, flat.data_ptr(), n, MPI_BYTE, comm), "all_gather");
-      for (size_t i = 0; i < out.size(); ++i) out[i].copy_(flat.narrow(0, i * src.numel(), src.numel()).view(out[i].sizes()));
+      check(COLLECTIVE(Allgather, Iallgather, src.data_ptr(), n, MPI_BYTE, flat.data_ptr(), n, MPI_BYTE, comm),
+            "all_gather");
+      for (size_t i = 0; i < out.size(); ++i) out[i].copy_(flat.narrow(0, i * count, count).view(out[i].sizes()));
     });
   }
 
@@ -379,10 +384,11 @@ class NativeBackend : public c10d::Backend {
       const int n = static_cast<int>(in.nbytes());
       char* slot = static_cast<char*>(dst.data()) + static_cast<int64_t>(rank_) * n;
       const bool in_place = in.is_contiguous() && in.data_ptr() == slot;
-      at::Tensor src = in_place ? in : in.resolve_conj().resolve_neg().contiguous();
+      at::Tensor src = in_place ? in : plain(in);
       if (!in_place && overlaps(src, dst.buf)) src = src.clone();
       const void* send = in_place ? MPI_IN_PLACE : src.data_ptr();
-      check(COLLECTIVE(Allgather, Iallgather, send, n, MPI_BYTE, dst.data(), n, MPI_BYTE, comm), "all_gather_into_tensor");
+      check(COLLECTIVE(Allgather, Iallgather, send, n, MPI_BYTE, dst.data(), n, MPI_BYTE, comm),
+            "all_gather_into_tensor");
       dst.done();
     });
   }
@@ -396,10 +402,11 @@ class NativeBackend : public c10d::Backend {
     MPI_Op op = mpi_op(opts.reduceOp, outs[0].scalar_type());
     return issue("reduce_scatter", outs, opts.asyncOp, opts.timeout, [=, out = outs[0], in = ins[0]](MPI_Comm comm) {
       std::vector<at::Tensor> flat;
-      for (const auto& t : in) flat.push_back(t.resolve_conj().resolve_neg().reshape({-1}));
+      for (const auto& t : in) flat.push_back(plain(t).reshape({-1}));
       at::Tensor src = at::cat(flat);
       Staged dst(out);
-      check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type, op, comm),
+      check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type, op,
+                       comm),
             "reduce_scatter");
       dst.done();
     });
@@ -414,10 +421,11 @@ class NativeBackend : public c10d::Backend {
     MPI_Op op = mpi_op(opts.reduceOp, out.scalar_type());
     Tensors result{out};
     return issue("reduce_scatter_tensor", result, opts.asyncOp, opts.timeout, [=](MPI_Comm comm) {
-      at::Tensor src = in.resolve_conj().resolve_neg().contiguous();
+      at::Tensor src = plain(in);
       Staged dst(out);
       if (overlaps(src, dst.buf)) src = src.clone();
-      check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type, op, comm),
+      check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type, op,
+                       comm),
             "reduce_scatter_tensor");
       dst.done();
     });
@@ -711,10 +719,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "hpcdist's compiled mpi backend (see hpcdist/mpi_backend/native.py)";
   m.def("make_group", &make_group, "A process group over an MPI communicator, with the Python group for the rest");
   m.def("overdue", &overdue, "The calls of every group past their timeout, as the watchdog reports them");
-  m.def("library_version", [] {
-    char text[MPI_MAX_LIBRARY_VERSION_STRING];
-    int length = 0;
-    MPI_Get_library_version(text, &length);
-    return std::string(text, length);
-  });
 }

@@ -47,8 +47,7 @@ def mode() -> str:
 
 
 def _libmpi() -> Path:
-    """The libmpi this process loaded (mpi4py picks it at import), as its file."""
-    MPI.Get_library_version()  # loaded by now
+    """The libmpi this process loaded (mpi4py loaded it at `from mpi4py import MPI`), as its file."""
     with open("/proc/self/maps") as maps:
         for line in maps:
             path = line.rsplit(None, 1)[-1]
