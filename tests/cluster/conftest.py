@@ -27,8 +27,21 @@ SCRIPT = Path(__file__).resolve().parent / "slurm_cluster.sh"
 UP_TIMEOUT = 600.0  # seconds for `up`, which includes apt-get update + install on a fresh machine
 POLL = 0.25  # seconds between `scontrol show job` polls
 # a job in one of these states will not change any more
-FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-                          "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "PREEMPTED",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
 # the only variables of the pytest process that reach sbatch (and so the job): no OMPI_*, SLURM_*,
 # RANK, MASTER_*, CI or PYTEST_* leaks into a job, as if it were submitted from a fresh login shell
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME")
@@ -62,8 +75,10 @@ class JobResult:
 
     def describe(self) -> str:
         """A failure message: state, exit code, and both output files."""
-        return (f"job {self.job_id} ended {self.state} (exit {self.exit_code}:{self.signal}, reason {self.reason}) "
-                f"on {self.nodes} after {self.seconds:.1f} s\n--- stdout ---\n{self.stdout}--- stderr ---\n{self.stderr}")
+        return (
+            f"job {self.job_id} ended {self.state} (exit {self.exit_code}:{self.signal}, reason {self.reason}) "
+            f"on {self.nodes} after {self.seconds:.1f} s\n--- stdout ---\n{self.stdout}--- stderr ---\n{self.stderr}"
+        )
 
 
 @dataclass(frozen=True)
@@ -86,8 +101,14 @@ class Cluster:
 
     def run(self, *argv: str, timeout: float = 30, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client (sbatch, scontrol, squeue…) inside the cluster's network namespace."""
-        return subprocess.run(["nsenter", f"--net={self.state / 'netns'}", "--", *argv], cwd=cwd,
-                              env=self.client_env(), capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            ["nsenter", f"--net={self.state / 'netns'}", "--", *argv],
+            cwd=cwd,
+            env=self.client_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def sbatch(self, script_text: str, workdir: Path, *options: str) -> str:
         """Write the script into `workdir`, submit it from there, and return the job id."""
@@ -121,17 +142,28 @@ class Cluster:
             if time.monotonic() - start > timeout:
                 self.run("scancel", job_id)
                 out, err = (_tail(_read(fields.get(k, ""))) for k in ("StdOut", "StdErr"))
-                pytest.fail(f"job {job_id} did not end within {timeout:g} s: its last state was {state} "
-                            f"(reason {fields.get('Reason', '?')}, nodes {fields.get('NodeList', '?')}); "
-                            f"cancelled it.\n--- stdout (end) ---\n{out}--- stderr (end) ---\n{err}",
-                            pytrace=False)
+                pytest.fail(
+                    f"job {job_id} did not end within {timeout:g} s: its last state was {state} "
+                    f"(reason {fields.get('Reason', '?')}, nodes {fields.get('NodeList', '?')}); "
+                    f"cancelled it.\n--- stdout (end) ---\n{out}--- stderr (end) ---\n{err}",
+                    pytrace=False,
+                )
             time.sleep(POLL)
         seconds = time.monotonic() - start
         code, _, sig = fields.get("ExitCode", "0:0").partition(":")
         _timings.append((f"job {job_id}", seconds))
-        return JobResult(job_id, state, int(code or 0), int(sig or 0), fields.get("Reason", ""),
-                         fields.get("NodeList", ""), _read(fields.get("StdOut", "")),
-                         _read(fields.get("StdErr", "")), seconds, fields)
+        return JobResult(
+            job_id,
+            state,
+            int(code or 0),
+            int(sig or 0),
+            fields.get("Reason", ""),
+            fields.get("NodeList", ""),
+            _read(fields.get("StdOut", "")),
+            _read(fields.get("StdErr", "")),
+            seconds,
+            fields,
+        )
 
 
 def _read(path: str) -> str:
@@ -164,8 +196,13 @@ def _cannot_run() -> str | None:
 def _cluster_script(command: str, state: Path) -> subprocess.CompletedProcess[str]:
     """Run slurm_cluster.sh COMMAND STATE, timed."""
     start = time.monotonic()
-    proc = subprocess.run(["bash", str(SCRIPT), command, str(state)], capture_output=True, text=True,
-                          timeout=UP_TIMEOUT, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), command, str(state)],
+        capture_output=True,
+        text=True,
+        timeout=UP_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     _timings.append((f"cluster {command}", time.monotonic() - start))
     return proc
 
@@ -178,14 +215,18 @@ def slurm_cluster() -> Iterator[Cluster]:
         pytest.skip(reason)
     venv = Path(os.environ.get("HPCDIST_VENV") or sys.prefix).resolve()
     if not (venv / "bin" / "hpcdist").exists():
-        pytest.fail(f"{venv}/bin/hpcdist does not exist; set HPCDIST_VENV to a venv with hpcdist installed "
-                    "(e.g. the .venv that `make env` creates)", pytrace=False)
+        pytest.fail(
+            f"{venv}/bin/hpcdist does not exist; set HPCDIST_VENV to a venv with hpcdist installed "
+            "(e.g. the .venv that `make env` creates)",
+            pytrace=False,
+        )
     state = Path(os.environ.get("HPCDIST_SLURM_STATE") or f"/tmp/hpcdist-slurm-{os.getpid()}")
     up = _cluster_script("up", state)
     if up.returncode != 0:
         down = _cluster_script("down", state)
-        pytest.fail(f"slurm_cluster.sh up {state} failed (exit {up.returncode}):\n{up.stderr}{down.stderr}",
-                    pytrace=False)
+        pytest.fail(
+            f"slurm_cluster.sh up {state} failed (exit {up.returncode}):\n{up.stderr}{down.stderr}", pytrace=False
+        )
     yield Cluster(state, venv)
     if os.environ.get("HPCDIST_SLURM_KEEP") == "1":
         print(f"\nHPCDIST_SLURM_KEEP=1: cluster left up; stop it with: bash {SCRIPT} down {state}")
@@ -222,4 +263,3 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("-", "slurm test cluster timings")
         for what, seconds in _timings:
             terminalreporter.write_line(f"{what:<20} {seconds:6.1f} s")
-

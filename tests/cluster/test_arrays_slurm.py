@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from conftest import FINAL_STATES, POLL
-
 from test_slurm_cluster import generated
 
 pytestmark = pytest.mark.timeout(600)  # the first test also waits for apt-get install on a fresh machine
@@ -43,9 +42,22 @@ def wait_tasks(cluster, job_id: str, count: int, timeout: float) -> dict[str, di
 @pytest.mark.parametrize("launch", ["srun", "mpirun", "torchrun"])
 def test_an_array_of_three_tasks_gives_each_rank_its_task_id(cluster, venv: Path, tmp_path: Path, launch: str) -> None:
     (tmp_path / "mark.py").write_text(MARK)  # a file: torchrun runs `python SCRIPT`, not `python -c`
-    script = generated(venv, "--launch", launch, *(["--opal-prefix"] if launch == "srun" else []),
-                       "--array", "0-2", "--env", f"PYTHONPATH={ROOT}", "--output", "job-%A_%a.out",
-                       "--error", "job-%A_%a.err", program=[venv / "bin" / "python", tmp_path / "mark.py"], nodes=1)
+    script = generated(
+        venv,
+        "--launch",
+        launch,
+        *(["--opal-prefix"] if launch == "srun" else []),
+        "--array",
+        "0-2",
+        "--env",
+        f"PYTHONPATH={ROOT}",
+        "--output",
+        "job-%A_%a.out",
+        "--error",
+        "job-%A_%a.err",
+        program=[venv / "bin" / "python", tmp_path / "mark.py"],
+        nodes=1,
+    )
     assert "#SBATCH --array=0-2\n" in script
     job_id = cluster.sbatch(script, tmp_path)
     tasks = wait_tasks(cluster, job_id, 3, 240)
@@ -86,9 +98,23 @@ def test_a_preempted_array_task_requeues_itself_alone(cluster, venv: Path, tmp_p
     `scontrol requeue ARRAYID_1`, and task 1 alone runs again; task 0 is untouched. (Task 1's SLURM_JOB_ID is the
     array's own id, 1 below task 0's: `scontrol requeue $SLURM_JOB_ID` would requeue both tasks.)"""
     (tmp_path / "preempted.py").write_text(PREEMPTED)
-    script = generated(venv, "--opal-prefix", "--array", "0-1", "--requeue", "--requeue-signal", "USR1@60",
-                       "--env", f"PYTHONPATH={ROOT}", "--output", "job-%A_%a.out", "--error", "job-%A_%a.err",
-                       program=[venv / "bin" / "python", tmp_path / "preempted.py"], nodes=1)
+    script = generated(
+        venv,
+        "--opal-prefix",
+        "--array",
+        "0-1",
+        "--requeue",
+        "--requeue-signal",
+        "USR1@60",
+        "--env",
+        f"PYTHONPATH={ROOT}",
+        "--output",
+        "job-%A_%a.out",
+        "--error",
+        "job-%A_%a.err",
+        program=[venv / "bin" / "python", tmp_path / "preempted.py"],
+        nodes=1,
+    )
     start = time.monotonic()
     job_id = cluster.sbatch(script, tmp_path)
     task1 = f"{job_id}_1"
@@ -118,11 +144,23 @@ def test_a_preempted_array_task_requeues_itself_alone(cluster, venv: Path, tmp_p
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun"])
 def test_log_dir_gives_each_array_task_its_rank_files_and_logs_finds_them(
-        cluster, venv: Path, tmp_path: Path, launch: str) -> None:
+    cluster, venv: Path, tmp_path: Path, launch: str
+) -> None:
     (tmp_path / "mark.py").write_text(MARK + "print('rank', e['RANK'], 'of task', e['SLURM_ARRAY_TASK_ID'])\n")
-    script = generated(venv, "--launch", launch, *(["--opal-prefix"] if launch == "srun" else []),
-                       "--array", "0-1", "--log-dir", "logs", "--env", f"PYTHONPATH={ROOT}",
-                       program=[venv / "bin" / "python", tmp_path / "mark.py"], nodes=1)
+    script = generated(
+        venv,
+        "--launch",
+        launch,
+        *(["--opal-prefix"] if launch == "srun" else []),
+        "--array",
+        "0-1",
+        "--log-dir",
+        "logs",
+        "--env",
+        f"PYTHONPATH={ROOT}",
+        program=[venv / "bin" / "python", tmp_path / "mark.py"],
+        nodes=1,
+    )
     job_id = cluster.sbatch(script, tmp_path)
     tasks = wait_tasks(cluster, job_id, 2, 240)
     assert all(r["JobState"] == "COMPLETED" for r in tasks.values()), tasks
@@ -130,5 +168,7 @@ def test_log_dir_gives_each_array_task_its_rank_files_and_logs_finds_them(
         for rank in range(2):
             text = (tmp_path / "logs" / f"{job_id}_{task}" / f"rank-00{rank}.log").read_text()
             assert f"rank {rank} of task {task}" in text, text
-    shown = cluster.run("env", f"PYTHONPATH={ROOT}", str(venv / "bin" / "hpcdist"), "logs", f"{job_id}_1", "--rank", "1")
+    shown = cluster.run(
+        "env", f"PYTHONPATH={ROOT}", str(venv / "bin" / "hpcdist"), "logs", f"{job_id}_1", "--rank", "1"
+    )
     assert shown.returncode == 0 and "rank 1 of task 1" in shown.stdout, shown

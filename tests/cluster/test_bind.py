@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from test_slurm_cluster import NODES, assert_ok, generated
 
 pytestmark = pytest.mark.timeout(600)
@@ -25,8 +24,12 @@ Path("bind" + os.environ["RANK"]).write_text(json.dumps(
 def test_bind_auto_gives_each_rank_of_a_node_its_own_cores(submit, venv: Path, tmp_path: Path, launch: str) -> None:
     (tmp_path / "report.py").write_text(_REPORT)
     options = ["--launch", launch, "--bind", "auto", "--env", f"PYTHONPATH={ROOT}"]  # the hpcdist under test
-    script = generated(venv, *options, *(["--opal-prefix"] if launch == "srun" else []),
-                       program=[venv / "bin" / "python", tmp_path / "report.py"])
+    script = generated(
+        venv,
+        *options,
+        *(["--opal-prefix"] if launch == "srun" else []),
+        program=[venv / "bin" / "python", tmp_path / "report.py"],
+    )
     assert "HPCDIST_BIND=auto" in script
     result = submit(script, 300)
     assert_ok(result)

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_slurm_cluster import generated
 
 pytestmark = pytest.mark.timeout(600)  # the first test also waits for apt-get install on a fresh machine
@@ -32,9 +31,21 @@ def hpcdist(cluster, venv: Path, *args: str, timeout: float = 120) -> subprocess
 
 def test_logs_follow_status_and_rank_files_of_an_mpirun_job(cluster, venv: Path, tmp_path: Path) -> None:
     (tmp_path / "talk.py").write_text(TALK)
-    script = generated(venv, "--launch", "mpirun", "--tag", "--log-dir", "logs", "--env", f"PYTHONPATH={ROOT}",
-                       "--output", "job-%j.out", "--error", "job-%j.out",
-                       program=[venv / "bin" / "python", tmp_path / "talk.py", "6"])
+    script = generated(
+        venv,
+        "--launch",
+        "mpirun",
+        "--tag",
+        "--log-dir",
+        "logs",
+        "--env",
+        f"PYTHONPATH={ROOT}",
+        "--output",
+        "job-%j.out",
+        "--error",
+        "job-%j.out",
+        program=[venv / "bin" / "python", tmp_path / "talk.py", "6"],
+    )
     job = cluster.sbatch(script, tmp_path)
     start = time.monotonic()
     followed = hpcdist(cluster, venv, "logs", job, "--follow", "--timeout", "240", timeout=300)
@@ -66,8 +77,16 @@ def test_logs_follow_status_and_rank_files_of_an_mpirun_job(cluster, venv: Path,
 
 def test_logs_rank_picks_one_ranks_labelled_lines_of_an_srun_job(cluster, venv: Path, tmp_path: Path) -> None:
     (tmp_path / "talk.py").write_text(TALK)
-    script = generated(venv, "--launch", "srun", "--opal-prefix", "--tag", "--env", f"PYTHONPATH={ROOT}",
-                       program=[venv / "bin" / "python", tmp_path / "talk.py", "0"])
+    script = generated(
+        venv,
+        "--launch",
+        "srun",
+        "--opal-prefix",
+        "--tag",
+        "--env",
+        f"PYTHONPATH={ROOT}",
+        program=[venv / "bin" / "python", tmp_path / "talk.py", "0"],
+    )
     job = cluster.sbatch(script, tmp_path)
     waited = hpcdist(cluster, venv, "status", job, "--wait", "--timeout", "170", timeout=200)
     # the job's own table once it ended; no progress line on a pipe

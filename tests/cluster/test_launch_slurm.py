@@ -7,7 +7,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from test_slurm_cluster import assert_ok, batch_script
 
 pytestmark = pytest.mark.timeout(600)
@@ -26,11 +25,13 @@ def test_launch_in_an_allocation_runs_on_both_nodes(submit, venv: Path, tmp_path
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(DRIVER))
     checkout = Path(__file__).resolve().parents[2]  # this checkout's hpcdist, also when the venv's is another
-    script = batch_script(venv, nodes=2, ntasks_per_node=2, commands=[
-        ["env", f"PYTHONPATH={checkout}", venv / "bin" / "python", driver]])
+    script = batch_script(
+        venv, nodes=2, ntasks_per_node=2, commands=[["env", f"PYTHONPATH={checkout}", venv / "bin" / "python", driver]]
+    )
     result = submit(script, 300)
     assert_ok(result)
     values = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("[")]
     assert values == [[[0, "node1", 4.0, 5], [1, "node1", 4.0, 5], [2, "node2", 4.0, 5], [3, "node2", 4.0, 5]]], (
-        result.describe())
+        result.describe()
+    )
     assert not list(tmp_path.glob("hpcdist-launch-*")), "the launch directory (in the job's directory) is removed"

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_slurm_cluster import NODES, assert_ok, batch_script, generated, rankrun, records
 
 pytestmark = pytest.mark.timeout(600)
@@ -30,8 +29,20 @@ def hydra(request: pytest.FixtureRequest) -> tuple[str, Path, int]:
 def script(venv: Path, python: Path, family: str, *options: str, program: list[str | Path], nodes: int = 2) -> str:
     """The script this checkout's `hpcdist sbatch --launch mpirun --mpi FAMILY --python PYTHON` writes for 2 x 2
     ranks: the mpiexec beside `python`, which also runs the shim."""
-    text = generated(venv, "--launch", "mpirun", "--mpi", family, "--python", str(python), "--env",
-                     f"PYTHONPATH={ROOT}", *options, program=program, nodes=nodes)
+    text = generated(
+        venv,
+        "--launch",
+        "mpirun",
+        "--mpi",
+        family,
+        "--python",
+        str(python),
+        "--env",
+        f"PYTHONPATH={ROOT}",
+        *options,
+        program=program,
+        nodes=nodes,
+    )
     assert " -launcher slurm " in text
     return text
 
@@ -54,11 +65,13 @@ def test_hydra_ranks_take_the_allocation_and_exchange_values(submit, venv: Path,
     assert expected <= lines, result.describe()
 
 
-def test_a_rank_failing_on_node2_ends_the_hydra_job_and_is_named(submit, venv: Path, mpich_python: Path,
-                                                                 tmp_path: Path) -> None:
+def test_a_rank_failing_on_node2_ends_the_hydra_job_and_is_named(
+    submit, venv: Path, mpich_python: Path, tmp_path: Path
+) -> None:
     """Rank 3 (on node2) raises while the others wait in a barrier: the job fails within seconds, naming it."""
-    text = script(venv, mpich_python, "mpich", "--env", "FAIL_RANK=3", "--env", "FAIL_HOW=raise",
-                  program=[mpich_python, FAIL])
+    text = script(
+        venv, mpich_python, "mpich", "--env", "FAIL_RANK=3", "--env", "FAIL_HOW=raise", program=[mpich_python, FAIL]
+    )
     result = submit(text, 240)
     assert result.state == "FAILED" and result.exit_code != 0, result.describe()
     assert "ValueError: deliberate failure on rank 3" in result.stderr, result.describe()
@@ -66,14 +79,17 @@ def test_a_rank_failing_on_node2_ends_the_hydra_job_and_is_named(submit, venv: P
     assert result.seconds < 120, result.describe()
 
 
-
 def test_hpcdist_mpirun_inside_an_allocation_runs_mpich_ranks_on_both_nodes(submit, venv: Path, mpich_python: Path,
                                                                            tmp_path: Path) -> None:  # fmt: skip
     """`hpcdist mpirun -np 4` in a batch script: Hydra takes both nodes through srun (no PMIx for its proxies), and
     names every rank's exit status from its -print-all-exitcodes lines."""
     program = rankrun(mpich_python.parent.parent, tmp_path, "run", "allreduce", "--backend", "gloo")
-    script_text = batch_script(venv, nodes=2, ntasks_per_node=2, commands=[
-        ["env", f"PYTHONPATH={ROOT}", mpich_python, "-m", "hpcdist", "mpirun", "-np", "4", "--", *program]])
+    script_text = batch_script(
+        venv,
+        nodes=2,
+        ntasks_per_node=2,
+        commands=[["env", f"PYTHONPATH={ROOT}", mpich_python, "-m", "hpcdist", "mpirun", "-np", "4", "--", *program]],
+    )
     result = submit(script_text, 300)
     assert_ok(result)
     markers = {path.name: path.read_text() for path in tmp_path.glob("rank[0-9]")}

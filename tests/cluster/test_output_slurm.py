@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_slurm_cluster import assert_ok, by_task, generated
 
 pytestmark = pytest.mark.timeout(600)  # the first test also waits for apt-get install on a fresh machine

@@ -37,9 +37,25 @@ sys.exit(main(sys.argv[1:]))
 
 def generated(venv: Path, *options: str, program: list[str | Path], nodes: int = 2) -> str:
     """The script `hpcdist sbatch` writes for 2 tasks per node on `nodes` nodes (with the venv's python)."""
-    argv = [str(venv / "bin" / "hpcdist"), "sbatch", "--nodes", str(nodes), "--ntasks-per-node", "2",
-            "--time", "5", "--output", "job-%j.out", "--error", "job-%j.err", "--python", str(venv / "bin" / "python"),
-            *options, "--", *map(str, program)]
+    argv = [
+        str(venv / "bin" / "hpcdist"),
+        "sbatch",
+        "--nodes",
+        str(nodes),
+        "--ntasks-per-node",
+        "2",
+        "--time",
+        "5",
+        "--output",
+        "job-%j.out",
+        "--error",
+        "job-%j.err",
+        "--python",
+        str(venv / "bin" / "python"),
+        *options,
+        "--",
+        *map(str, program),
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"{shlex.join(argv)} failed:\n{proc.stderr}"
     return proc.stdout
@@ -52,8 +68,9 @@ def rankrun(venv: Path, workdir: Path, *args: str) -> list[str | Path]:
     return [venv / "bin" / "python", workdir / "rankrun.py", *args]
 
 
-def batch_script(venv: Path, *, nodes: int, ntasks_per_node: int, commands: list[list[str | Path]],
-                 minutes: int = 5) -> str:
+def batch_script(
+    venv: Path, *, nodes: int, ntasks_per_node: int, commands: list[list[str | Path]], minutes: int = 5
+) -> str:
     """A hand-written sbatch script running `commands` (argv lists) one after another, stopping at a failure."""
     lines = [
         "#!/bin/bash",
@@ -104,8 +121,9 @@ _OPTIONS = {"srun": ["--opal-prefix"], "mpirun": [], "torchrun": []}
 
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun", "torchrun"])
-def test_a_generated_script_runs_the_workloads_on_four_ranks_across_both_nodes(submit, venv: Path, tmp_path: Path,
-                                                                              launch: str) -> None:
+def test_a_generated_script_runs_the_workloads_on_four_ranks_across_both_nodes(
+    submit, venv: Path, tmp_path: Path, launch: str
+) -> None:
     program = rankrun(venv, tmp_path, "run", "p2p", "allreduce", "ddp", "--backend", "gloo", "--epochs", "2")
     script = generated(venv, "--launch", launch, *_OPTIONS[launch], program=program)
     assert {"srun": "srun --mpi=pmix ", "mpirun": "bin/mpirun -np 4 ", "torchrun": "bin/torchrun "}[launch] in script
@@ -114,8 +132,11 @@ def test_a_generated_script_runs_the_workloads_on_four_ranks_across_both_nodes(s
     markers = {path.name: path.read_text() for path in tmp_path.glob("rank[0-9]")}
     assert markers == {f"rank{r}": f"{r} {r % 2} 4 2 {NODES[r]}" for r in range(4)}, result.describe()
     lines = set(records(result.stdout))
-    expected = {"rank 0: sent tensor to ranks 1..3", "rank 0: all_reduce SUM over new_group([0, 1]) -> [3.0, 6.0, 9.0]",
-                "rank 1: all_reduce SUM over new_group([0, 1]) -> [3.0, 6.0, 9.0]"}
+    expected = {
+        "rank 0: sent tensor to ranks 1..3",
+        "rank 0: all_reduce SUM over new_group([0, 1]) -> [3.0, 6.0, 9.0]",
+        "rank 1: all_reduce SUM over new_group([0, 1]) -> [3.0, 6.0, 9.0]",
+    }
     expected |= {f"rank {r}: received {100 + r:g} from rank 0" for r in (1, 2, 3)}
     expected |= {f"rank {r}: all_reduce SUM over all ranks -> [10.0, 20.0, 30.0]" for r in range(4)}
     assert expected <= lines, result.describe()
@@ -134,19 +155,28 @@ sys.exit(3 if (attempt, rank) == ("0", "3") else 0)
 
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun"])
-def test_a_generated_script_restarts_a_failed_step_with_both_counters(submit, venv: Path, tmp_path: Path,
-                                                                      launch: str) -> None:
+def test_a_generated_script_restarts_a_failed_step_with_both_counters(
+    submit, venv: Path, tmp_path: Path, launch: str
+) -> None:
     """--max-restarts 2: rank 3 fails on attempt 0 only; the script's loop runs the step again and the job completes."""
     (tmp_path / "fails_once.py").write_text(_FAILS_ONCE)
-    script = generated(venv, "--launch", launch, *_OPTIONS[launch], "--max-restarts", "2",
-                       program=[venv / "bin" / "python", tmp_path / "fails_once.py"])
+    script = generated(
+        venv,
+        "--launch",
+        launch,
+        *_OPTIONS[launch],
+        "--max-restarts",
+        "2",
+        program=[venv / "bin" / "python", tmp_path / "fails_once.py"],
+    )
     result = submit(script, 300)
     assert_ok(result)
     markers = {path.name: path.read_text() for path in tmp_path.glob("attempt*")}
     assert markers == {f"attempt{n}-rank{r}": f"{n} {n}" for n in (0, 1) for r in range(4)}, result.describe()
     err = result.stderr.replace("\0", "")  # PRRTE ends its banners with NUL bytes
-    assert re.search(r"^hpcdist: attempt 1/3 ended with exit status [1-9][0-9]*; restarting in 1 s$", err,
-                     re.M), result.describe()
+    assert re.search(r"^hpcdist: attempt 1/3 ended with exit status [1-9][0-9]*; restarting in 1 s$", err, re.M), (
+        result.describe()
+    )
     assert "attempt 2/3" not in result.stderr, result.describe()  # the second attempt succeeded: no more
 
 
@@ -162,16 +192,24 @@ def test_an_impossible_request_is_rejected_at_submit(cluster, venv: Path, tmp_pa
 
 
 def test_a_requeued_ddp_job_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one(
-        cluster, venv: Path, tmp_path: Path) -> None:
+    cluster, venv: Path, tmp_path: Path
+) -> None:
     """USR1 reaches the batch script (as `--signal=B:USR1@60` would shortly before the time limit): its trap
     passes USR1 to srun, every rank stops at the same step and rank 0 checkpoints, the script requeues the
     job, and the requeued run resumes mid-epoch. An uninterrupted job with the same settings runs beside it."""
     ddp = ["run", "ddp", "--backend", "gloo", "--samples", "8192", "--epochs", "3"]
     whole_dir, cut_dir = tmp_path / "whole", tmp_path / "cut"
-    whole_script = generated(venv, "--opal-prefix", program=[venv / "bin" / "hpcdist", *ddp,
-                                                             "--checkpoint-dir", whole_dir])
-    cut_script = generated(venv, "--opal-prefix", "--requeue", "--requeue-signal", "USR1@60",
-                           program=[venv / "bin" / "hpcdist", *ddp, "--checkpoint-dir", cut_dir, "--resume"])
+    whole_script = generated(
+        venv, "--opal-prefix", program=[venv / "bin" / "hpcdist", *ddp, "--checkpoint-dir", whole_dir]
+    )
+    cut_script = generated(
+        venv,
+        "--opal-prefix",
+        "--requeue",
+        "--requeue-signal",
+        "USR1@60",
+        program=[venv / "bin" / "hpcdist", *ddp, "--checkpoint-dir", cut_dir, "--resume"],
+    )
     assert "#SBATCH --signal=B:USR1@60" in cut_script and "#SBATCH --requeue" in cut_script
     start = time.monotonic()
     whole_id = cluster.sbatch(whole_script, whole_dir)
@@ -180,7 +218,9 @@ def test_a_requeued_ddp_job_resumes_from_its_checkpoint_and_ends_as_an_uninterru
     checkpoint = cut_dir / "ddp.pt"
     while not checkpoint.exists():  # epoch 1 is done: preempt the job in epoch 2
         fields = cluster.job_fields(cut_id)
-        assert fields.get("JobState") in ("PENDING", "RUNNING"), f"job {cut_id} ended before its first checkpoint: {fields}"
+        assert fields.get("JobState") in ("PENDING", "RUNNING"), (
+            f"job {cut_id} ended before its first checkpoint: {fields}"
+        )
         assert time.monotonic() - start < 240, f"job {cut_id} wrote no checkpoint within 240 s"
         time.sleep(0.2)
     signalled = cluster.run("scancel", "--signal=USR1", "--batch", cut_id)
@@ -227,9 +267,14 @@ print(json.dumps({"host": socket.gethostname(), "mpi_rank": MPI.COMM_WORLD.rank,
 def test_srun_pmi2_starts_singletons_that_launchenv_takes_for_one_4_rank_world(submit, venv: Path) -> None:
     """Records today's behaviour (not a wish): Open MPI 5 has no PMI-2 client, so each task is an MPI world
     of its own, while PMI_RANK/PMI_SIZE make LaunchEnv see one consistent 4-rank "mpich" launch."""
-    script = batch_script(venv, nodes=2, ntasks_per_node=2, commands=[
-        ["srun", "--mpi=pmi2", "--label", venv / "bin" / "python", "-c", _PMI2_PROBE],
-    ])
+    script = batch_script(
+        venv,
+        nodes=2,
+        ntasks_per_node=2,
+        commands=[
+            ["srun", "--mpi=pmi2", "--label", venv / "bin" / "python", "-c", _PMI2_PROBE],
+        ],
+    )
     result = submit(script, 180)
     assert_ok(result)
     tasks = {task: json.loads(lines[-1]) for task, lines in by_task(result.stdout).items()}
@@ -237,8 +282,13 @@ def test_srun_pmi2_starts_singletons_that_launchenv_takes_for_one_4_rank_world(s
     for task, row in tasks.items():
         assert (row["host"], row["mpi_rank"], row["mpi_size"]) == (NODES[task], 0, 1), result.describe()
         env = row["env"]
-        assert (env["launcher"], env["rank"], env["world_size"], env["local_rank"], env["node_rank"]) == \
-            ("mpich", task, 4, task % 2, task // 2), result.describe()
+        assert (env["launcher"], env["rank"], env["world_size"], env["local_rank"], env["node_rank"]) == (
+            "mpich",
+            task,
+            4,
+            task % 2,
+            task // 2,
+        ), result.describe()
     assert "4 singletons will be started" in result.stderr, result.describe()
 
 
@@ -280,8 +330,15 @@ def test_two_torchrun_jobs_on_one_node_get_ports_of_their_own(cluster, venv: Pat
         workdir = tmp_path / name
         workdir.mkdir()
         (workdir / "portrun.py").write_text(_PORTRUN)
-        script = generated(venv, "--launch", "torchrun", "--include", "node1",
-                           program=[venv / "bin" / "python", workdir / "portrun.py"], nodes=1)
+        script = generated(
+            venv,
+            "--launch",
+            "torchrun",
+            "--include",
+            "node1",
+            program=[venv / "bin" / "python", workdir / "portrun.py"],
+            nodes=1,
+        )
         assert "MASTER_PORT=$((" not in script and "coproc hpcdist_port" in script
         jobs.append((workdir, cluster.sbatch(script, workdir)))
     ports = set()
@@ -299,8 +356,14 @@ def test_hpcdist_mpirun_excludes_a_node_of_its_allocation(submit, venv: Path, tm
     """Inside a 2-node allocation, `hpcdist mpirun --exclude node1` reads SLURM_JOB_NODELIST and runs on node2."""
     program = rankrun(venv, tmp_path, "run", "allreduce", "--backend", "gloo")
     checkout = Path(__file__).resolve().parents[2]  # this checkout's hpcdist, also when the venv's is another
-    script = batch_script(venv, nodes=2, ntasks_per_node=2, commands=[
-        ["env", f"PYTHONPATH={checkout}", venv / "bin" / "hpcdist", "mpirun", "--exclude", "node1", "--", *program]])
+    script = batch_script(
+        venv,
+        nodes=2,
+        ntasks_per_node=2,
+        commands=[
+            ["env", f"PYTHONPATH={checkout}", venv / "bin" / "hpcdist", "mpirun", "--exclude", "node1", "--", *program]
+        ],
+    )
     result = submit(script, 300)
     assert_ok(result)
     markers = {path.name: path.read_text() for path in tmp_path.glob("rank[0-9]")}

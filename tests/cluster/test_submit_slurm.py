@@ -34,14 +34,24 @@ def drive(cluster, venv: Path, workdir: Path, code: str, timeout: float = 300) -
     """Run PRELUDE + `code` with the venv's python (this checkout's hpcdist) in `workdir`; the JSON lines it said."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "driver.py").write_text(PRELUDE + textwrap.dedent(code))
-    proc = cluster.run("env", f"PYTHONPATH={ROOT}", str(venv / "bin" / "python"), str(workdir / "driver.py"),
-                       cwd=workdir, timeout=timeout)
+    proc = cluster.run(
+        "env",
+        f"PYTHONPATH={ROOT}",
+        str(venv / "bin" / "python"),
+        str(workdir / "driver.py"),
+        cwd=workdir,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
 def test_submit_returns_every_ranks_value_from_both_nodes_and_their_logs(cluster, venv: Path, tmp_path: Path) -> None:
-    said = drive(cluster, venv, tmp_path, """
+    said = drive(
+        cluster,
+        venv,
+        tmp_path,
+        """
         job = hpcdist.submit(where, 7, nodes=2, ntasks_per_node=2, time="5", folder="jobs")
         say(job_id=job.job_id, first=job.state())
         say(state=job.wait(timeout=240), rank0=job.result(), ranks=job.result(all_ranks=True),
@@ -50,7 +60,8 @@ def test_submit_returns_every_ranks_value_from_both_nodes_and_their_logs(cluster
         say(job_id=again.job_id, state=again.state(), ranks=again.result(all_ranks=True))
         forgotten = hpcdist.Job("999999", job.directory, 4)  # scontrol: Invalid job id, as after MinJobAge
         say(state=forgotten.state(), ranks=forgotten.result(all_ranks=True))
-    """)
+    """,
+    )
     start, end, again, forgotten = said
     assert start["first"] in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED"), said
     assert end["state"] == "COMPLETED" and end["error"] == "None", said
@@ -66,23 +77,34 @@ def test_submit_returns_every_ranks_value_from_both_nodes_and_their_logs(cluster
 
 
 def test_the_seeds_ray_example_runs_as_a_job_through_submit_and_map(cluster, venv: Path, tmp_path: Path) -> None:
-    said = drive(cluster, venv, tmp_path, """
+    said = drive(
+        cluster,
+        venv,
+        tmp_path,
+        """
         def compute(x):
             return x ** 2
 
         job = hpcdist.submit(hpcdist.map, compute, range(10), nodes=2, ntasks_per_node=2, time="5", folder="jobs")
         say(results=job.result(timeout=240))
-    """)
+    """,
+    )
     assert said == [{"results": [x**2 for x in range(10)]}]
 
 
 def test_the_seeds_mp_spawn_and_mp_process_examples_run_as_jobs_through_submit(
-        cluster, venv: Path, tmp_path: Path) -> None:
+    cluster, venv: Path, tmp_path: Path
+) -> None:
     programs = ROOT / "tests" / "e2e" / "programs"
     seed000 = (programs / "seed000_ddp.py").read_text()  # fixed as hpcdist.launch's hint says (test_launch.py)
     (tmp_path / "seed000_fixed.py").write_text(
-        seed000.replace("DistributedDataParallel(model, device_ids=[rank])", "DistributedDataParallel(model)"))
-    said = drive(cluster, venv, tmp_path, f"""
+        seed000.replace("DistributedDataParallel(model, device_ids=[rank])", "DistributedDataParallel(model)")
+    )
+    said = drive(
+        cluster,
+        venv,
+        tmp_path,
+        f"""
         sys.path[:0] = [{str(programs)!r}, {str(tmp_path)!r}]
         import seed000_fixed, seed004_process
         spawn = hpcdist.submit(seed000_fixed.train, hpcdist.RANK, 2, nodes=2, ntasks_per_node=1, time="5",
@@ -91,7 +113,8 @@ def test_the_seeds_mp_spawn_and_mp_process_examples_run_as_jobs_through_submit(
                                  ntasks_per_node=2, time="5", folder="jobs")
         say(spawn=spawn.result(timeout=240, all_ranks=True), spawn_logs=[spawn.logs(0), spawn.logs(1)],
             process=process.wait(timeout=240), process_logs=[process.logs(0), process.logs(1)])
-    """)
+    """,
+    )
     (end,) = said
     assert end["spawn"] == [None, None] and end["process"] == "COMPLETED", said
     for rank in (0, 1):
@@ -100,7 +123,11 @@ def test_the_seeds_mp_spawn_and_mp_process_examples_run_as_jobs_through_submit(
 
 
 def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(cluster, venv: Path, tmp_path: Path) -> None:
-    said = drive(cluster, venv, tmp_path, """
+    said = drive(
+        cluster,
+        venv,
+        tmp_path,
+        """
         def fails_on_2(rank):
             import torch, torch.distributed as dist
             if rank == 2:
@@ -119,7 +146,8 @@ def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(cluster, venv
             raised = {"rank": exc.rank, "host": exc.host, "kind": exc.kind, "message": exc.message,
                       "cause": repr(exc.__cause__), "traceback": exc.remote_traceback}
         say(state=state, raised=raised, exception=type(job.exception()).__name__, log2=job.logs(2))
-    """)
+    """,
+    )
     (end,) = said
     assert end["state"] == "FAILED", said
     raised = end["raised"]
@@ -131,8 +159,13 @@ def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(cluster, venv
 
 
 def test_restarts_keep_the_handle_and_an_earlier_runs_outcomes_are_never_taken_for_this_ones(
-        cluster, venv: Path, tmp_path: Path) -> None:
-    said = drive(cluster, venv, tmp_path, """
+    cluster, venv: Path, tmp_path: Path
+) -> None:
+    said = drive(
+        cluster,
+        venv,
+        tmp_path,
+        """
         import signal
 
         def flaky(rank):
@@ -153,7 +186,8 @@ def test_restarts_keep_the_handle_and_an_earlier_runs_outcomes_are_never_taken_f
         error = dies.exception(timeout=240)
         say(values=recovers.result(timeout=240, all_ranks=True), state=dies.state(), error=str(error),
             batch=dies.logs(None))
-    """)
+    """,
+    )
     (end,) = said
     assert end["values"] == [1, 1], said
     assert end["state"] == "FAILED", said
@@ -161,7 +195,11 @@ def test_restarts_keep_the_handle_and_an_earlier_runs_outcomes_are_never_taken_f
 
 
 def test_a_cancelled_job_ends_its_handle_with_jobfailed(cluster, venv: Path, tmp_path: Path) -> None:
-    said = drive(cluster, venv, tmp_path, """
+    said = drive(
+        cluster,
+        venv,
+        tmp_path,
+        """
         def sleeps():
             time.sleep(600)
 
@@ -177,17 +215,26 @@ def test_a_cancelled_job_ends_its_handle_with_jobfailed(cluster, venv: Path, tmp
             said_by_result = str(exc)
         say(state=state, done=job.done(), kind=type(error).__name__, job=error.job_id, error_state=error.state,
             message=str(error), result=said_by_result)
-    """)
+    """,
+    )
     (end,) = said
     assert end["state"] == "CANCELLED" and end["done"], said
     assert (end["kind"], end["error_state"]) == ("JobFailed", "CANCELLED"), said
-    assert end["message"].startswith(f"job {end['job']} ended CANCELLED") and "ranks 0, 1 of 2 returned no value" in \
-        end["message"], said
+    assert (
+        end["message"].startswith(f"job {end['job']} ended CANCELLED")
+        and "ranks 0, 1 of 2 returned no value" in end["message"]
+    ), said
     assert end["result"] == end["message"], said
 
 
-def test_an_array_under_mpirun_gives_one_handle_per_task_and_each_task_its_id_and_logs(cluster, venv: Path, tmp_path: Path) -> None:
-    said = drive(cluster, venv, tmp_path, """
+def test_an_array_under_mpirun_gives_one_handle_per_task_and_each_task_its_id_and_logs(
+    cluster, venv: Path, tmp_path: Path
+) -> None:
+    said = drive(
+        cluster,
+        venv,
+        tmp_path,
+        """
         def square(task, rank):
             print(f"task {task} rank {rank} on {os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}")
             return task * task + rank / 10
@@ -196,7 +243,8 @@ def test_an_array_under_mpirun_gives_one_handle_per_task_and_each_task_its_id_an
                               time="5", backend="gloo", launch="mpirun", folder="jobs")
         say(ids=[job.job_id for job in jobs], values=[job.result(timeout=240, all_ranks=True) for job in jobs],
             states=[job.state() for job in jobs], logs=[job.logs(1) for job in jobs])
-    """)
+    """,
+    )
     (end,) = said
     array = end["ids"][0].split("_")[0]
     assert end["ids"] == [f"{array}_1", f"{array}_3", f"{array}_5"], said
@@ -207,11 +255,14 @@ def test_an_array_under_mpirun_gives_one_handle_per_task_and_each_task_its_id_an
 
 
 def test_a_preempted_job_is_requeued_under_the_same_handle_which_returns_the_second_runs_value(
-        cluster, venv: Path, tmp_path: Path) -> None:
+    cluster, venv: Path, tmp_path: Path
+) -> None:
     """USR1 reaches the batch script (as `requeue_signal="USR1@60"` makes Slurm do a minute before the time
     limit): every rank stops at a step boundary and leaves by `stop.exit()`, the script requeues the job, and the
     caller's wait() goes on through PENDING to the value of the run that finished."""
-    (tmp_path / "driver.py").write_text(PRELUDE + textwrap.dedent("""
+    (tmp_path / "driver.py").write_text(
+        PRELUDE
+        + textwrap.dedent("""
         def train():
             restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
             with hpcdist.StopAtStepBoundary(every=1) as stop:
@@ -228,11 +279,24 @@ def test_a_preempted_job_is_requeued_under_the_same_handle_which_returns_the_sec
         say(job_id=job.job_id)
         say(state=job.wait(timeout=400), values=job.result(all_ranks=True), job_id=job.job_id,
             batch=job.logs(None))
-    """))
+    """)
+    )
     driver = subprocess.Popen(
-        ["nsenter", f"--net={cluster.state / 'netns'}", "--", "env", f"PYTHONPATH={ROOT}",
-         str(venv / "bin" / "python"), str(tmp_path / "driver.py")],
-        cwd=tmp_path, env=cluster.client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            "nsenter",
+            f"--net={cluster.state / 'netns'}",
+            "--",
+            "env",
+            f"PYTHONPATH={ROOT}",
+            str(venv / "bin" / "python"),
+            str(tmp_path / "driver.py"),
+        ],
+        cwd=tmp_path,
+        env=cluster.client_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         job_id = json.loads(driver.stdout.readline())["job_id"]
         start = time.monotonic()

@@ -30,4 +30,3 @@ def launch(argv: list[str], timeout: float = 180, **env: str) -> Result:
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
     return Result(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
-

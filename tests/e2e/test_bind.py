@@ -7,7 +7,6 @@ import os
 import sys
 
 import pytest
-
 from launching import BIN, launch
 
 # Every rank writes what it got; a thread started by the program must have the same CPU set as the rank.
@@ -26,8 +25,9 @@ def _reports(directory) -> dict[int, list]:
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs at least two CPUs to split")
 def test_two_ranks_get_disjoint_cores_and_one_thread_each(hpcdist: str, tmp_path) -> None:
-    result = launch([hpcdist, "mpirun", "-np", "2", "--bind", "auto", "--", "python", "-c", REPORT],
-                    MARKER_DIR=str(tmp_path))
+    result = launch(
+        [hpcdist, "mpirun", "-np", "2", "--bind", "auto", "--", "python", "-c", REPORT], MARKER_DIR=str(tmp_path)
+    )
     assert result.returncode == 0, result.stderr
     reports = _reports(tmp_path)
     assert sorted(reports) == [0, 1]
@@ -39,15 +39,18 @@ def test_two_ranks_get_disjoint_cores_and_one_thread_each(hpcdist: str, tmp_path
 
 
 def test_one_rank_gets_every_core(hpcdist: str, tmp_path) -> None:
-    result = launch([hpcdist, "mpirun", "-np", "1", "--bind", "auto", "--", "python", "-c", REPORT],
-                    MARKER_DIR=str(tmp_path))
+    result = launch(
+        [hpcdist, "mpirun", "-np", "1", "--bind", "auto", "--", "python", "-c", REPORT], MARKER_DIR=str(tmp_path)
+    )
     assert result.returncode == 0, result.stderr
     assert _reports(tmp_path)[0][0] == CPUS
 
 
 def test_the_users_omp_num_threads_wins(hpcdist: str, tmp_path) -> None:
-    result = launch([hpcdist, "mpirun", "-np", "2", "--bind", "auto", "-x", "OMP_NUM_THREADS=3", "--",
-                     "python", "-c", REPORT], MARKER_DIR=str(tmp_path))
+    result = launch(
+        [hpcdist, "mpirun", "-np", "2", "--bind", "auto", "-x", "OMP_NUM_THREADS=3", "--", "python", "-c", REPORT],
+        MARKER_DIR=str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     assert [r[2] for r in _reports(tmp_path).values()] == ["3", "3"]
 
@@ -60,8 +63,10 @@ def test_bind_none_leaves_every_cpu_and_omp_alone(hpcdist: str, tmp_path) -> Non
 
 def test_more_ranks_than_cores_is_a_clear_error(hpcdist: str, tmp_path) -> None:
     np = len(CPUS) + 1
-    result = launch([hpcdist, "mpirun", "-np", str(np), "--oversubscribe", "--bind", "auto", "--",
-                     "python", "-c", REPORT], MARKER_DIR=str(tmp_path))
+    result = launch(
+        [hpcdist, "mpirun", "-np", str(np), "--oversubscribe", "--bind", "auto", "--", "python", "-c", REPORT],
+        MARKER_DIR=str(tmp_path),
+    )
     assert result.returncode == 2
     assert f"--bind auto: {np} ranks need a core each, but this node has {len(CPUS)} cores" in result.stderr
     assert "--bind none" in result.stderr and "Traceback" not in result.stderr
@@ -71,8 +76,23 @@ def test_more_ranks_than_cores_is_a_clear_error(hpcdist: str, tmp_path) -> None:
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs at least two CPUs to split")
 def test_torchrun_workers_bind_through_the_shim(tmp_path) -> None:
     """What `hpcdist sbatch --launch torchrun --bind auto` runs on each node: torchrun's workers start in the shim."""
-    result = launch([str(BIN / "torchrun"), "--nproc_per_node", "2", "--no_python", sys.executable, "-m",
-                     "hpcdist.shim", "--", "python", "-c", REPORT], MARKER_DIR=str(tmp_path), HPCDIST_BIND="auto")
+    result = launch(
+        [
+            str(BIN / "torchrun"),
+            "--nproc_per_node",
+            "2",
+            "--no_python",
+            sys.executable,
+            "-m",
+            "hpcdist.shim",
+            "--",
+            "python",
+            "-c",
+            REPORT,
+        ],
+        MARKER_DIR=str(tmp_path),
+        HPCDIST_BIND="auto",
+    )
     assert result.returncode == 0, result.stderr
     reports = _reports(tmp_path)
     assert sorted(reports) == [0, 1]

@@ -15,8 +15,28 @@ DIGEST = re.compile(r"^rank (\d+): parameters sha256 ([0-9a-f]{64}) identical on
 
 
 def _ddp(hpcdist: str, *options: str, **env: str):
-    return launch([hpcdist, "mpirun", "-np", str(NP), "--hostfile", "hostfiles/localhost", "--",
-                   hpcdist, "run", "ddp", "--backend", "gloo", "--samples", "512", "--epochs", "3", *options], **env)
+    return launch(
+        [
+            hpcdist,
+            "mpirun",
+            "-np",
+            str(NP),
+            "--hostfile",
+            "hostfiles/localhost",
+            "--",
+            hpcdist,
+            "run",
+            "ddp",
+            "--backend",
+            "gloo",
+            "--samples",
+            "512",
+            "--epochs",
+            "3",
+            *options,
+        ],
+        **env,
+    )
 
 
 def _digest(result) -> str:
@@ -48,8 +68,25 @@ def test_a_resumed_job_ends_with_exactly_the_parameters_of_an_uninterrupted_one(
 
 def test_resuming_with_another_world_size_is_a_clear_error(hpcdist: str, tmp_path) -> None:
     _digest(_ddp(hpcdist, "--checkpoint-dir", str(tmp_path), "--epochs", "1"))
-    result = launch([hpcdist, "mpirun", "-np", "2", "--", hpcdist, "run", "ddp", "--backend", "gloo",
-                     "--samples", "512", "--checkpoint-dir", str(tmp_path), "--resume"])
+    result = launch(
+        [
+            hpcdist,
+            "mpirun",
+            "-np",
+            "2",
+            "--",
+            hpcdist,
+            "run",
+            "ddp",
+            "--backend",
+            "gloo",
+            "--samples",
+            "512",
+            "--checkpoint-dir",
+            str(tmp_path),
+            "--resume",
+        ]
+    )
     assert result.returncode != 0
     assert f"was written with world_size={NP}, this run has world_size=2" in result.stdout + result.stderr
 
@@ -59,8 +96,23 @@ def test_sigusr1_to_mpirun_stops_every_rank_at_one_step_and_the_resume_is_exact(
     mid-epoch, the job exits 0, and `--resume` ends bit for bit where an uninterrupted run ends."""
     options = ("--samples", "8192", "--epochs", "2")
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    argv = [hpcdist, "mpirun", "-np", str(NP), "--hostfile", "hostfiles/localhost", "--", hpcdist, "run", "ddp",
-            "--backend", "gloo", *options, "--checkpoint-dir", str(cut)]
+    argv = [
+        hpcdist,
+        "mpirun",
+        "-np",
+        str(NP),
+        "--hostfile",
+        "hostfiles/localhost",
+        "--",
+        hpcdist,
+        "run",
+        "ddp",
+        "--backend",
+        "gloo",
+        *options,
+        "--checkpoint-dir",
+        str(cut),
+    ]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as job:
         try:
@@ -83,6 +135,10 @@ def test_sigusr1_to_mpirun_stops_every_rank_at_one_step_and_the_resume_is_exact(
     uninterrupted = _ddp(hpcdist, *options, "--checkpoint-dir", str(whole))
     assert f"resumed from {cut / 'ddp.pt'} after step {stopped[1]} of epoch 2" in resumed.stdout
     assert _digest(resumed) == _digest(uninterrupted)
-    epoch2 = [line.split(" samples/s")[0] for r in (resumed, uninterrupted) for line in r.stdout.splitlines()
-              if line.startswith("rank 0: epoch 2/2 loss ")]
+    epoch2 = [
+        line.split(" samples/s")[0]
+        for r in (resumed, uninterrupted)
+        for line in r.stdout.splitlines()
+        if line.startswith("rank 0: epoch 2/2 loss ")
+    ]
     assert len(epoch2) == 2 and epoch2[0] == epoch2[1]  # the mid-epoch loss totals were carried over too

@@ -18,15 +18,27 @@ pytestmark = pytest.mark.e2e
 # The doctor through the CLI's entry point, in a fresh interpreter.
 _RUN = "import sys\nfrom hpcdist.cli import main\nsys.exit(main(['doctor', *sys.argv[1:]]))\n"
 
+
 # A foreign MPI's launcher: MPICH's version text, and it starts N unconnected copies of the program.
-def _doctor(*args: str, timeout: float = 240, python: Path | None = None,
-            **extra_env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def _doctor(
+    *args: str, timeout: float = 240, python: Path | None = None, **extra_env: str
+) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run the doctor (by `python`, default this one) with this environment minus launcher/network variables, plus
     `extra_env`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX", "PRTE_", "HPCDIST_", "NCCL_", "GLOO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OMPI_", "PMIX", "PRTE_", "HPCDIST_", "NCCL_", "GLOO_"))
+    }
     start = time.monotonic()
-    proc = subprocess.run([str(python or sys.executable), "-c", _RUN, *args], cwd=ROOT, env={**env, **extra_env},
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [str(python or sys.executable), "-c", _RUN, *args],
+        cwd=ROOT,
+        env={**env, **extra_env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return proc, time.monotonic() - start
 
 
@@ -48,8 +60,10 @@ def test_a_foreign_mpirun_is_caught_as_a_mixed_installation(mpich_python: Path) 
     proc, _ = _doctor("--mpirun", str(mpich_python.parent / "mpiexec"), "--timeout", "60")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert any(line.startswith("FAIL") and "is MPICH 5." in line and "but mpi4py" in line and "uses Open MPI" in line
-               for line in lines), proc.stdout
+    assert any(
+        line.startswith("FAIL") and "is MPICH 5." in line and "but mpi4py" in line and "uses Open MPI" in line
+        for line in lines
+    ), proc.stdout
     assert any(line.startswith("FAIL") and "2 separate worlds of size 1" in line for line in lines), proc.stdout
     assert "fix: build mpi4py against the MPI of this mpirun" in proc.stdout
 
@@ -73,12 +87,16 @@ def _printed_command(stdout: str) -> list[str]:
 @pytest.mark.parametrize("reverse", [False, True], ids=["mpich-mpiexec-openmpi-mpi4py", "openmpi-mpirun-mpich-mpi4py"])
 def test_the_mix_is_fixed_by_the_command_the_doctor_prints(mpich_python: Path, reverse: bool) -> None:
     """Both mixes for real; the fix names the launcher of mpi4py's MPI beside the python, and its command passes."""
-    python, mpirun = (mpich_python, Path(sys.executable).parent / "mpirun") if reverse else (
-        Path(sys.executable), mpich_python.parent / "mpiexec")
+    python, mpirun = (
+        (mpich_python, Path(sys.executable).parent / "mpirun")
+        if reverse
+        else (Path(sys.executable), mpich_python.parent / "mpiexec")
+    )
     proc, _ = _doctor("--mpirun", str(mpirun), "--timeout", "60", python=python)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    loads, own = ("MPICH", mpich_python.parent / "mpirun") if reverse else (
-        "Open MPI", Path(sys.executable).parent / "mpirun")
+    loads, own = (
+        ("MPICH", mpich_python.parent / "mpirun") if reverse else ("Open MPI", Path(sys.executable).parent / "mpirun")
+    )
     command = _printed_command(proc.stdout)
     assert f"fix: mpi4py here loads {loads}: start it with {loads}'s launcher" in proc.stdout, proc.stdout
     assert command == [str(python), "-m", "hpcdist", "doctor", "--mpirun", str(own)], proc.stdout

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from launching import launch
 
 # Rank 2 ends as asked after a second. The others end by os._exit(0) after 5 s, if Hydra has not killed them

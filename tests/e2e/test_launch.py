@@ -22,7 +22,9 @@ def _driver(tmp_path: Path, code: str, timeout: float = 240, **env: str):
 
 
 def test_values_come_back_in_rank_order_from_main_functions_lambdas_and_closures(tmp_path) -> None:
-    result, out = _driver(tmp_path, """
+    result, out = _driver(
+        tmp_path,
+        """
         import json, hpcdist, torch, torch.distributed as dist
         scale = 10                                  # closed over: cloudpickle sends it by value
         def step(rank, x, *, y):
@@ -35,7 +37,8 @@ def test_values_come_back_in_rank_order_from_main_functions_lambdas_and_closures
             hpcdist.launch(lambda: dist.init_process_group("nccl"), np=1, backend="gloo")
         except hpcdist.RankFailed as exc:
             print(json.dumps({"mismatch": [exc.kind, exc.message]}))
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     assert out[0] == {"three": [[r, r, 3, 21, 3.0] for r in range(3)]}
     assert out[1] == {"one": [10]}
@@ -45,7 +48,9 @@ def test_values_come_back_in_rank_order_from_main_functions_lambdas_and_closures
 
 
 def test_a_failing_rank_is_raised_in_the_caller_with_its_rank_type_and_traceback(tmp_path) -> None:
-    result, out = _driver(tmp_path, """
+    result, out = _driver(
+        tmp_path,
+        """
         import json, time, hpcdist, torch, torch.distributed as dist
         def step():
             if dist.get_rank() == 1:
@@ -58,12 +63,13 @@ def test_a_failing_rank_is_raised_in_the_caller_with_its_rank_type_and_traceback
             print(json.dumps({"rank": exc.rank, "kind": exc.kind, "cause": repr(exc.__cause__),
                               "traceback": exc.remote_traceback, "text": str(exc),
                               "seconds": time.monotonic() - began}))
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     (failed,) = out
     assert (failed["rank"], failed["kind"], failed["cause"]) == (1, "ValueError", "ValueError('NaN in the gradients')")
     assert 'raise ValueError("NaN in the gradients")' in failed["traceback"]
-    assert failed["traceback"].startswith("Traceback (most recent call last):\n  File \"" + str(tmp_path))
+    assert failed["traceback"].startswith('Traceback (most recent call last):\n  File "' + str(tmp_path))
     assert failed["text"].startswith("rank 1 on ")
     assert failed["seconds"] < 60  # the job ended at once: the others did not wait out any timeout
 
@@ -74,7 +80,9 @@ def test_a_function_or_argument_that_cannot_be_sent_is_an_error_before_any_proce
     mpirun = Path(sys.executable).parent / "mpirun"
     wrapper.write_text(f'#!/bin/sh\ntouch "{marker}"\nexec "{mpirun}" "$@"\n')
     wrapper.chmod(0o755)
-    result, out = _driver(tmp_path, f"""
+    result, out = _driver(
+        tmp_path,
+        f"""
         import json, os, threading, hpcdist
         lock = threading.Lock()
         def holds():
@@ -88,11 +96,16 @@ def test_a_function_or_argument_that_cannot_be_sent_is_an_error_before_any_proce
                 print(json.dumps({{"case": name, "error": str(exc), "started": os.path.exists({str(marker)!r})}}))
         print(json.dumps({{"case": "fine", "value": hpcdist.launch(len, "ab", np=1, backend="gloo"),
                           "started": os.path.exists({str(marker)!r})}}))
-    """, HPCDIST_MPIRUN=str(wrapper))
+    """,
+        HPCDIST_MPIRUN=str(wrapper),
+    )
     assert result.returncode == 0, result.stderr
     by_case = {o["case"]: o for o in out}
     assert by_case["function"]["error"].startswith("hpcdist.launch cannot send the function holds (function)")
-    assert "create such objects (locks, open files, sockets, CUDA state) inside the function" in by_case["function"]["error"]
+    assert (
+        "create such objects (locks, open files, sockets, CUDA state) inside the function"
+        in by_case["function"]["error"]
+    )
     assert by_case["argument"]["error"].startswith("hpcdist.launch cannot send argument 1 of print (lock) to the ranks")
     assert by_case["keyword"]["error"].startswith("hpcdist.launch cannot send keyword argument file= of print")
     assert not any(by_case[case]["started"] for case in ("function", "argument", "keyword"))
@@ -102,7 +115,9 @@ def test_a_function_or_argument_that_cannot_be_sent_is_an_error_before_any_proce
 def test_the_timeout_ends_the_job_and_says_who_waited_for_what(tmp_path) -> None:
     shared = tmp_path / "launches"
     shared.mkdir()
-    result, out = _driver(tmp_path, """
+    result, out = _driver(
+        tmp_path,
+        """
         import json, time, hpcdist, torch.distributed as dist
         def slow():
             if dist.get_rank() == 1:
@@ -113,10 +128,14 @@ def test_the_timeout_ends_the_job_and_says_who_waited_for_what(tmp_path) -> None
             hpcdist.launch(slow, np=2, timeout=25)
         except hpcdist.LaunchTimeout as exc:
             print(json.dumps({"error": str(exc), "seconds": time.monotonic() - began}))
-    """, HPCDIST_LAUNCH_DIR=str(shared))
+    """,
+        HPCDIST_LAUNCH_DIR=str(shared),
+    )
     assert result.returncode == 0, result.stderr
     (timed_out,) = out
-    assert timed_out["error"].startswith("hpcdist.launch waited 25 s for the 2 ranks of slow to return; rank 0 returned, rank 1 did not")
+    assert timed_out["error"].startswith(
+        "hpcdist.launch waited 25 s for the 2 ranks of slow to return; rank 0 returned, rank 1 did not"
+    )
     assert 25 <= timed_out["seconds"] < 25 + 20
     assert list(shared.iterdir()) == []  # the private directory is gone
     left = subprocess.run(["pgrep", "-f", str(shared)], capture_output=True, text=True)
@@ -124,7 +143,9 @@ def test_the_timeout_ends_the_job_and_says_who_waited_for_what(tmp_path) -> None
 
 
 def test_with_the_default_backend_the_functions_own_init_process_group_gets_the_backend_it_asks_for(tmp_path) -> None:
-    result, out = _driver(tmp_path, """
+    result, out = _driver(
+        tmp_path,
+        """
         import json, os, hpcdist, torch, torch.distributed as dist
         def spawned(rank, world_size):               # written for mp.spawn: its own init, its own backend
             before = dist.get_backend()
@@ -134,7 +155,8 @@ def test_with_the_default_backend_the_functions_own_init_process_group_gets_the_
             return [before, dist.get_backend(), total.item()]
         print(json.dumps({"auto": hpcdist.launch(spawned, hpcdist.RANK, 3, np=3)}))
         print(json.dumps({"gloo": hpcdist.launch(spawned, hpcdist.RANK, 1, np=1, backend="gloo")}))
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     assert out[0] == {"auto": [["mpi4py", "gloo", 3.0]] * 3}, out
     assert out[1] == {"gloo": [["gloo", "gloo", 1.0]]}, out
@@ -159,11 +181,16 @@ def test_seed_000_mp_spawn_ddp_example_gets_hpcdists_hint_and_runs_once_changed_
     assert result.returncode == 1
     assert "hpcdist.errors.RankFailed: rank " in result.stderr
     assert "but got device_ids [" in result.stderr  # torch's own words, on the rank that failed first
-    assert "hpcdist: hint: the model is on the CPU, where DDP takes no device_ids: write DistributedDataParallel(model)" in result.stderr
+    assert (
+        "hpcdist: hint: the model is on the CPU, where DDP takes no device_ids: write DistributedDataParallel(model)"
+        in result.stderr
+    )
     fixed = tmp_path / "seed000_fixed.py"
     text = program.read_text()
     assert text.count("DistributedDataParallel(model, device_ids=[rank])") == 1
-    fixed.write_text(text.replace("DistributedDataParallel(model, device_ids=[rank])", "DistributedDataParallel(model)"))
+    fixed.write_text(
+        text.replace("DistributedDataParallel(model, device_ids=[rank])", "DistributedDataParallel(model)")
+    )
     result = launch([sys.executable, str(fixed)], **{"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     assert result.returncode == 0, result.stderr
     assert {"Rank 0 finished training.", "Rank 1 finished training."} <= set(result.stdout.splitlines())
@@ -180,14 +207,17 @@ def test_a_class_defined_in_an_interactive_session_without_a_file_runs(tmp_path)
         print(hpcdist.launch(Scaled(10), 4, np=2, backend="gloo"))
     """)
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    done = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=180, env=env,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-"], input=code, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[40, 41]"
 
 
 def test_a_rank_leaving_by_sys_exit_0_or_asking_for_an_array_task_outside_an_array_is_named(tmp_path) -> None:
-    result, out = _driver(tmp_path, """
+    result, out = _driver(
+        tmp_path,
+        """
         import json, sys, hpcdist
         def leaves(rank):
             if rank == 1:
@@ -199,7 +229,8 @@ def test_a_rank_leaving_by_sys_exit_0_or_asking_for_an_array_task_outside_an_arr
                 call()
             except hpcdist.RankFailed as exc:
                 print(json.dumps({"rank": exc.rank, "kind": exc.kind, "message": exc.message}))
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     left, array = out
     assert (left["rank"], left["kind"]) == (1, "no outcome"), out

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from launching import PROGRAMS, ROOT, launch
 
 CHECKS = ("p2p", "broadcast", "allreduce")
@@ -38,14 +37,18 @@ def hpcdist(python: Path, *args: str) -> list[str]:
 def test_the_mpich_launcher_is_told_by_its_installation(mpich: Path) -> None:
     result = launch(hpcdist(mpich, "mpirun", "--dry-run", "-np", "2", "-x", "A=1 2", "--", "python", "x.py"))
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (f"{mpich.parent}/mpirun -n 2 -hosts localhost:2 -bind-to none -genv A '1 2' "
-                             f"{mpich} -m hpcdist.shim -- python x.py\n")
+    assert result.stdout == (
+        f"{mpich.parent}/mpirun -n 2 -hosts localhost:2 -bind-to none -genv A '1 2' "
+        f"{mpich} -m hpcdist.shim -- python x.py\n"
+    )
 
 
 @pytest.mark.parametrize(("np", "backend"), [(2, "gloo"), (4, "gloo"), (4, "mpi")])
 def test_collectives_on_real_mpich_ranks(mpich: Path, np: int, backend: str) -> None:
-    result = launch(hpcdist(mpich, "mpirun", "-np", str(np), "--", "python", "-m", "hpcdist", "run", *CHECKS,
-                            "--backend", backend), timeout=240)
+    result = launch(
+        hpcdist(mpich, "mpirun", "-np", str(np), "--", "python", "-m", "hpcdist", "run", *CHECKS, "--backend", backend),
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(line for line in result.stdout.splitlines() if "received" in line) == [
         f"rank {r}: received {100 + r} from rank 0" for r in range(1, np)
@@ -56,8 +59,12 @@ def test_collectives_on_real_mpich_ranks(mpich: Path, np: int, backend: str) -> 
 
 @pytest.mark.parametrize(("how", "code", "status"), [("raise", "exit code 1", 1), ("exit", "exit code 3", 3)])
 def test_a_failing_rank_is_named_and_ends_the_job(mpich: Path, how: str, code: str, status: int) -> None:
-    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
-                    timeout=120, FAIL_RANK="2", FAIL_HOW=how)
+    result = launch(
+        hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
+        timeout=120,
+        FAIL_RANK="2",
+        FAIL_HOW=how,
+    )
     assert result.returncode == status, result.stderr
     assert "hpcdist: rank 2 on " in result.stderr and f"failed ({code}); ending the job" in result.stderr
     assert f"failed ({code}); its last" in result.stderr  # hpcdist mpirun's summary got the rank's lines
@@ -67,8 +74,12 @@ def test_a_failing_rank_is_named_and_ends_the_job(mpich: Path, how: str, code: s
 
 
 def test_a_killed_rank_ends_the_job(mpich: Path) -> None:
-    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
-                    timeout=120, FAIL_RANK="2", FAIL_HOW="kill")
+    result = launch(
+        hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
+        timeout=120,
+        FAIL_RANK="2",
+        FAIL_HOW="kill",
+    )
     assert result.returncode != 0, result.stderr
     assert result.seconds < 60
     # Hydra names no rank, and a peer may fail first (gloo sees rank 2's sockets close); when rank 2's tagger
@@ -79,12 +90,17 @@ def test_a_killed_rank_ends_the_job(mpich: Path) -> None:
 
 @pytest.mark.parametrize("attempt", range(3))  # a race before the fix: named in 2 runs of 3 (10 of 10 after it)
 def test_a_killed_rank_is_named_every_time(mpich: Path, attempt: int) -> None:
-    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
-                    timeout=120, FAIL_RANK="2", FAIL_HOW="kill")
+    result = launch(
+        hpcdist(mpich, "mpirun", "-np", "4", "--", "python", str(PROGRAMS / "fail.py")),
+        timeout=120,
+        FAIL_RANK="2",
+        FAIL_HOW="kill",
+    )
     assert result.returncode != 0, result.stderr
     # a peer's gloo error and MPI_Abort may come first: it waits for the killed rank's tagger to say so
-    assert "hpcdist: rank 2 on " in result.stderr and "failed (killed or exited abruptly)" in result.stderr, \
+    assert "hpcdist: rank 2 on " in result.stderr and "failed (killed or exited abruptly)" in result.stderr, (
         result.stderr
+    )
     assert result.seconds < 60
 
 
@@ -95,23 +111,30 @@ IDLE_EXIT = "import os, sys, time; time.sleep(1); os._exit(3) if os.environ['PMI
 def test_a_rank_that_exits_while_the_others_idle_ends_the_job(mpich: Path, attempt: int) -> None:
     result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", "-c", IDLE_EXIT), timeout=120)
     assert result.returncode != 0, result.stderr
-    assert "hpcdist: rank 1 on " in result.stderr and "failed (killed or exited abruptly)" in result.stderr, \
+    assert "hpcdist: rank 1 on " in result.stderr and "failed (killed or exited abruptly)" in result.stderr, (
         result.stderr
+    )
     assert "rank 1 exit code 3" in result.stderr  # Hydra's -print-all-exitcodes, read
     assert result.seconds < 30, result.stderr  # Hydra's own end, or hpcdist mpirun's after its 10 s grace
 
 
 def test_ranks_busy_with_the_gil_or_blocked_in_a_barrier_still_beat(mpich: Path) -> None:
-    result = launch(hpcdist(mpich, "mpirun", "-np", "3", "--heartbeat-timeout", "3", "--", "python",
-                            str(PROGRAMS / "busy.py")), timeout=120, BUSY="8")
+    result = launch(
+        hpcdist(mpich, "mpirun", "-np", "3", "--heartbeat-timeout", "3", "--", "python", str(PROGRAMS / "busy.py")),
+        timeout=120,
+        BUSY="8",
+    )
     assert result.returncode == 0, result.stderr  # 8 s busy or blocked, beats every 0.5 s: never silent for 3
     assert sorted(result.stdout.splitlines()) == [f"rank {r} passed the barrier" for r in range(3)]
     assert "@@hpcdist" not in result.stdout + result.stderr
 
 
 def test_a_frozen_rank_is_named_by_its_silence(mpich: Path) -> None:
-    result = launch(hpcdist(mpich, "mpirun", "-np", "3", "--heartbeat-timeout", "3", "--", "python",
-                            str(PROGRAMS / "busy.py")), timeout=120, STOP_RANK="1")
+    result = launch(
+        hpcdist(mpich, "mpirun", "-np", "3", "--heartbeat-timeout", "3", "--", "python", str(PROGRAMS / "busy.py")),
+        timeout=120,
+        STOP_RANK="1",
+    )
     assert result.returncode != 0, result.stderr
     assert "hpcdist: rank 1 on " in result.stderr and " silent: no heartbeat for 3 s; ending the job" in result.stderr
     assert "failed (no heartbeat for 3 s)" in result.stderr
@@ -122,8 +145,13 @@ def test_a_paused_reader_of_hpcdists_output_is_no_silence_of_the_ranks(mpich: Pa
     """Our stdout unread for 10 s (a paused pager): the ranks' lines and beats wait behind it; no rank is lost."""
     program = "for i in range(300000): print(i, 'x' * 60)"  # 40 MB: far more than the pipes between hold
     argv = hpcdist(mpich, "mpirun", "-np", "2", "--heartbeat-timeout", "3", "--", "python", "-c", program)
-    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          env={**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}) as proc:
+    with subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"},
+    ) as proc:
         time.sleep(10)
         out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0
@@ -131,35 +159,66 @@ def test_a_paused_reader_of_hpcdists_output_is_no_silence_of_the_ranks(mpich: Pa
 
 
 def test_ddp_on_mpich_ranks_ends_with_identical_parameters(mpich: Path) -> None:
-    result = launch(hpcdist(mpich, "mpirun", "-np", "2", "--", "python", "-m", "hpcdist", "run", "ddp",
-                            "--backend", "mpi", "--samples", "512", "--epochs", "2"), timeout=240)
+    result = launch(
+        hpcdist(
+            mpich,
+            "mpirun",
+            "-np",
+            "2",
+            "--",
+            "python",
+            "-m",
+            "hpcdist",
+            "run",
+            "ddp",
+            "--backend",
+            "mpi",
+            "--samples",
+            "512",
+            "--epochs",
+            "2",
+        ),
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     digests = {line.split()[4] for line in result.stdout.splitlines() if "identical on all 2 ranks" in line}
     assert len(digests) == 1 and result.stdout.count("identical on all 2 ranks") == 2, result.stdout
 
 
 def test_a_hang_on_mpich_is_reported_and_ends_the_job(mpich: Path) -> None:
-    result = launch(hpcdist(mpich, "mpirun", "-np", "2", "--", "python", str(PROGRAMS / "plain.py")),
-                    timeout=120, HANG="sleep", HPCDIST_TIMEOUT="10")
+    result = launch(
+        hpcdist(mpich, "mpirun", "-np", "2", "--", "python", str(PROGRAMS / "plain.py")),
+        timeout=120,
+        HANG="sleep",
+        HPCDIST_TIMEOUT="10",
+    )
     assert result.returncode == 1, result.stderr
-    assert "first divergence: rank 0 waits in all_reduce #1 while rank(s) 1 are not in any communication call" \
+    assert (
+        "first divergence: rank 0 waits in all_reduce #1 while rank(s) 1 are not in any communication call"
         in result.stderr
+    )
     assert "hpcdist: rank 0 on " in result.stderr and "failed (called MPI_Abort); its last" in result.stderr
 
 
 def test_intel_mpi_ranks_run_the_collectives_unpinned(intel: Path) -> None:
     dry = launch(hpcdist(intel, "mpirun", "--dry-run", "-np", "2", "--", "python", "x.py"))
-    assert dry.stdout == f"{intel.parent}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 {intel} " \
-        "-m hpcdist.shim -- python x.py\n", dry.stderr
-    code = ("import os; from mpi4py import MPI as M; "
-            "print('cpus', len(os.sched_getaffinity(0)), M.Get_library_version().split()[0])")
+    assert (
+        dry.stdout == f"{intel.parent}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 {intel} "
+        "-m hpcdist.shim -- python x.py\n"
+    ), dry.stderr
+    code = (
+        "import os; from mpi4py import MPI as M; "
+        "print('cpus', len(os.sched_getaffinity(0)), M.Get_library_version().split()[0])"
+    )
     result = launch(hpcdist(intel, "mpirun", "-np", "2", "--", "python", "-c", code), timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(" Intel(R)\n") == 2
     cpus = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("cpus ")}
     assert cpus == {str(len(os.sched_getaffinity(0)))}  # I_MPI_PIN=0: not one core each
-    result = launch(hpcdist(intel, "mpirun", "-np", "4", "--", "python", "-m", "hpcdist", "run", *CHECKS,
-                            "--backend", "gloo"), timeout=240)
+    result = launch(
+        hpcdist(intel, "mpirun", "-np", "4", "--", "python", "-m", "hpcdist", "run", *CHECKS, "--backend", "gloo"),
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     for r in range(4):
         assert f"rank {r}: all_reduce SUM over all ranks -> [10.0, 20.0, 30.0]" in result.stdout

@@ -7,7 +7,6 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from launching import PROGRAMS, launch
 
 NP = 4

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from launching import launch
 
 EXIT_ON_RANK_1 = "import os, sys\nif os.environ['RANK'] == '1':\n    sys.exit({code})\n"
@@ -11,8 +10,9 @@ EXIT_ON_RANK_1 = "import os, sys\nif os.environ['RANK'] == '1':\n    sys.exit({c
 
 @pytest.mark.parametrize(("code", "status"), [(-1, 255), (-100, 156)])
 def test_a_negative_sys_exit_is_reported_as_the_exit_code_the_os_makes(hpcdist: str, code: int, status: int) -> None:
-    result = launch([hpcdist, "mpirun", "-np", "2", "--", "python", "-c", EXIT_ON_RANK_1.format(code=code)],
-                    timeout=120)
+    result = launch(
+        [hpcdist, "mpirun", "-np", "2", "--", "python", "-c", EXIT_ON_RANK_1.format(code=code)], timeout=120
+    )
     assert "hpcdist: rank 1 on " in result.stderr and f"failed (exit code {status}); ending the job" in result.stderr
     assert result.returncode == status, result.stderr
     assert "killed by" not in result.stderr and "Traceback" not in result.stderr
@@ -24,12 +24,14 @@ def test_a_child_killed_by_a_signal_python_has_no_name_for_is_reported_by_number
     assert result.returncode == 1 and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(("program", "message"), [
-    ("/no/such-binary", "program '/no/such-binary' does not exist; check the path"),
-    ("no-such-binary", "program 'no-such-binary' not found on PATH; check the name"),
-])
-def test_a_program_that_does_not_exist_is_a_clear_error_with_status_2(hpcdist: str, program: str,
-                                                                      message: str) -> None:
+@pytest.mark.parametrize(
+    ("program", "message"),
+    [
+        ("/no/such-binary", "program '/no/such-binary' does not exist; check the path"),
+        ("no-such-binary", "program 'no-such-binary' not found on PATH; check the name"),
+    ],
+)
+def test_a_program_that_does_not_exist_is_a_clear_error_with_status_2(hpcdist: str, program: str, message: str) -> None:
     result = launch([hpcdist, "mpirun", "-np", "2", "--", program, "--flag"], timeout=120)
     assert result.returncode == 2, result.stderr
     assert "hpcdist: error: rank " in result.stderr and message in result.stderr

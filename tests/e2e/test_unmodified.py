@@ -61,17 +61,17 @@ def test_a_rank_that_never_initialises_is_named(hpcdist: str, backend: str) -> N
     # ranks reach init_process_group after their own start-up, so it gets at least 60 s
     assert "hpcdist: init_process_group waited longer than its 60 s start-up timeout" in result.stderr
     assert "  rank 1: running its program, which has not called init_process_group" in result.stderr
-    assert (
-        "first divergence: rank 0 waits in init_process_group while rank 1 never initialised" in result.stderr
-    ), result.stderr
+    assert "first divergence: rank 0 waits in init_process_group while rank 1 never initialised" in result.stderr, (
+        result.stderr
+    )
     assert result.seconds < 60 + 60
 
 
 def test_a_master_addr_that_does_not_resolve_is_reported_at_once(hpcdist: str) -> None:
     result = _plain(hpcdist, MASTER_ADDR="no-such-host.invalid")
     assert result.returncode == 2, result.stderr
-    assert (
-        f"MASTER_ADDR=no-such-host.invalid does not resolve on host {socket.gethostname()} " in result.stderr
-    ), result.stderr
+    assert f"MASTER_ADDR=no-such-host.invalid does not resolve on host {socket.gethostname()} " in result.stderr, (
+        result.stderr
+    )
     assert "correct the name (a typo?)" in result.stderr
     assert result.seconds < 30  # not torch's 60 s store timeout

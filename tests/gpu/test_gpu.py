@@ -13,8 +13,20 @@ WORKLOADS = ["p2p", "broadcast", "allreduce", "reduce", "gather", "ddp"]
 def test_nccl_workloads_at_one_rank(hpcdist: str, tmp_path) -> None:
     """`hpcdist run … --backend nccl` under hpcdist mpirun at one rank: every workload verifies its own result."""
     done = launch(
-        [hpcdist, "mpirun", "-np", "1", "--", hpcdist, "run", *WORKLOADS, "--backend", "nccl",
-         "--checkpoint-dir", str(tmp_path)]
+        [
+            hpcdist,
+            "mpirun",
+            "-np",
+            "1",
+            "--",
+            hpcdist,
+            "run",
+            *WORKLOADS,
+            "--backend",
+            "nccl",
+            "--checkpoint-dir",
+            str(tmp_path),
+        ]
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "ddp.pt").exists()
@@ -47,8 +59,25 @@ def test_ddp_trains_on_the_gpu(hpcdist: str) -> None:
 def test_bench_compares_nccl_gloo_and_mpi(hpcdist: str) -> None:
     """`hpcdist bench` with --backend nccl,gloo,mpi times every backend (its numbers go into the README)."""
     done = launch(
-        [hpcdist, "mpirun", "-np", "1", "--", hpcdist, "bench", "all_reduce", "-b", "1M", "-e", "64M", "-f", "4",
-         "--backend", "nccl,gloo,mpi", "--json"]
+        [
+            hpcdist,
+            "mpirun",
+            "-np",
+            "1",
+            "--",
+            hpcdist,
+            "bench",
+            "all_reduce",
+            "-b",
+            "1M",
+            "-e",
+            "64M",
+            "-f",
+            "4",
+            "--backend",
+            "nccl,gloo,mpi",
+            "--json",
+        ]
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -58,5 +87,7 @@ def test_bench_compares_nccl_gloo_and_mpi(hpcdist: str) -> None:
     assert all(row["out_of_place"]["nwrong"] == 0 and row["in_place"]["nwrong"] == 0 for row in report["results"])
     assert all(d["device"].startswith("cuda:0 ") for d in report["devices"]), report["devices"]
     for row in report["results"]:
-        print(f"{row['impl']:14} {row['size']:>10} B  {row['out_of_place']['time']:9.1f} us  "
-              f"{row['out_of_place']['alg_bw']:7.2f} GB/s")
+        print(
+            f"{row['impl']:14} {row['size']:>10} B  {row['out_of_place']['time']:9.1f} us  "
+            f"{row['out_of_place']['alg_bw']:7.2f} GB/s"
+        )

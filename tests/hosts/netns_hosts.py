@@ -90,8 +90,9 @@ class Hosts:
         """The same hosts, launched by `python -m hpcdist` of an MPICH venv (tests/conftest.py's mpich_python)."""
         return Hosts(self.hostfile.parent, "mpich", (str(python), "-m", "hpcdist"))
 
-    def launch(self, hpcdist_args: list[str], workdir: Path, *, clean_agent: bool = True, doctor: bool = False,
-               **env: str) -> Launch:
+    def launch(
+        self, hpcdist_args: list[str], workdir: Path, *, clean_agent: bool = True, doctor: bool = False, **env: str
+    ) -> Launch:
         """Start `hpcdist mpirun --hostfile n1:2,n2:2 -np 4 ARGS` with mpirun itself on n1 (`hpcdist ARGS` with
         doctor), on this Hosts' MPI.
 
@@ -154,10 +155,11 @@ class Hosts:
             self.link(host, "up")
             self.kill(host)
             ns = f"hpc-{host}"
-            if subprocess.run(["ip", "-n", ns, "link", "show", "eth1"], capture_output=True, check=False).returncode == 0:
+            if (
+                subprocess.run(["ip", "-n", ns, "link", "show", "eth1"], capture_output=True, check=False).returncode
+                == 0
+            ):
                 subprocess.run(["ip", "-n", ns, "link", "del", "eth1"], check=True)
             etc = Path(f"/etc/netns/{ns}/hosts")
             lines = [line for line in etc.read_text().splitlines() if not line.endswith(f" {host}")]
             etc.write_text("\n".join([*lines, f"{address} {host}", f"::ffff:{address} {host}"]) + "\n")
-
-

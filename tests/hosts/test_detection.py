@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.runtime.bootstrap import socket_ifnames
 from hpcdist.launching.monitor import LostHostWatch
+from hpcdist.runtime.bootstrap import socket_ifnames
 from hpcdist.runtime.netif import Interface
 from hpcdist.runtime.rendezvous import (
     HostInfo,

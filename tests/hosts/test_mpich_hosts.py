@@ -25,8 +25,11 @@ def test_a_lost_host_ends_the_mpich_job_at_once(cluster: Hosts, mpich_python: Pa
     cluster.kill("n2")
     result = launch.wait(60)
     seconds = time.monotonic() - broken
-    print(f"\nhpcdist mpirun ended {seconds:.1f} s after n2 was killed, status {result.returncode}\n"
-          f"--- stderr ---\n{result.stderr}", file=sys.stderr)
+    print(
+        f"\nhpcdist mpirun ended {seconds:.1f} s after n2 was killed, status {result.returncode}\n"
+        f"--- stderr ---\n{result.stderr}",
+        file=sys.stderr,
+    )
     assert result.returncode != 0, result.stderr
     # Hydra names no host: `[mpiexec@n1] control_cb (…): assert (!closed) failed`
     assert "assert (!closed) failed" in result.stderr
@@ -35,8 +38,9 @@ def test_a_lost_host_ends_the_mpich_job_at_once(cluster: Hosts, mpich_python: Pa
     assert cluster.pids("n1") == [] or all(not Path(f"/proc/{pid}").exists() for pid in cluster.pids("n1"))
 
 
-def test_a_cut_link_with_idle_ranks_ends_the_mpich_job_by_heartbeat(cluster: Hosts, mpich_python: Path,
-                                                                     tmp_path: Path) -> None:
+def test_a_cut_link_with_idle_ranks_ends_the_mpich_job_by_heartbeat(
+    cluster: Hosts, mpich_python: Path, tmp_path: Path
+) -> None:
     """Hydra has no keepalive: ranks that only sleep behind a cut link ran on for good; hpcdist's heartbeat ends it."""
     script = 'touch "$HPCDIST_MARKER_DIR/ready$RANK" && exec sleep 600'
     launch = cluster.on_mpich(mpich_python).launch(["--heartbeat-timeout", "6", "--", "sh", "-c", script], tmp_path)
@@ -45,12 +49,17 @@ def test_a_cut_link_with_idle_ranks_ends_the_mpich_job_by_heartbeat(cluster: Hos
     cluster.link("n2", "down")
     result = launch.wait(60)
     seconds = time.monotonic() - broken
-    print(f"\nhpcdist mpirun ended {seconds:.1f} s after n2's link was cut, status {result.returncode}\n"
-          f"--- stderr ---\n{result.stderr}", file=sys.stderr)
+    print(
+        f"\nhpcdist mpirun ended {seconds:.1f} s after n2's link was cut, status {result.returncode}\n"
+        f"--- stderr ---\n{result.stderr}",
+        file=sys.stderr,
+    )
     assert result.returncode != 0, result.stderr
     assert "hpcdist: host n2 lost: no heartbeat from ranks 2, 3 for 6 s; ending the job" in result.stderr
-    assert "hpcdist: error: host n2 lost: no heartbeat from ranks 2, 3 for 6 s; hpcdist mpirun ended the job" \
+    assert (
+        "hpcdist: error: host n2 lost: no heartbeat from ranks 2, 3 for 6 s; hpcdist mpirun ended the job"
         in result.stderr
+    )
     # the ranks on n1, ended by hpcdist mpirun's SIGTERM, say so themselves, but the summary names n2's alone
     assert not re.search(r"rank [01] on n1 failed \([^)]*\); (its last|it printed)", result.stderr)
     assert "hpcdist: rank 2 on n2 failed (no heartbeat for 6 s)" in result.stderr
@@ -60,8 +69,10 @@ def test_a_cut_link_with_idle_ranks_ends_the_mpich_job_by_heartbeat(cluster: Hos
 
 def test_a_restart_after_a_silent_host_leaves_it_out(cluster: Hosts, mpich_python: Path, tmp_path: Path) -> None:
     """The heartbeat names the host Hydra cannot: --max-restarts runs attempt 2 on n1 alone, with 2 ranks."""
-    script = ('touch "$HPCDIST_MARKER_DIR/ready$RANK-$HPCDIST_RESTART_COUNT" && '
-              '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600')
+    script = (
+        'touch "$HPCDIST_MARKER_DIR/ready$RANK-$HPCDIST_RESTART_COUNT" && '
+        '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600'
+    )
     args = ["--heartbeat-timeout", "6", "--max-restarts", "1", "--min-np", "2", "--", "sh", "-c", script]
     launch = cluster.on_mpich(mpich_python).launch(args, tmp_path)
     launch.wait_for_markers(tmp_path, "ready*-0", NP, 120)
@@ -69,7 +80,8 @@ def test_a_restart_after_a_silent_host_leaves_it_out(cluster: Hosts, mpich_pytho
     result = launch.wait(120)
     print(f"\n--- stderr ---\n{result.stderr}", file=sys.stderr)
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in tmp_path.glob("ready*")) == sorted([*(f"ready{r}-0" for r in range(NP)),
-                                                                      "ready0-1", "ready1-1"])
+    assert sorted(p.name for p in tmp_path.glob("ready*")) == sorted(
+        [*(f"ready{r}-0" for r in range(NP)), "ready0-1", "ready1-1"]
+    )
     assert "(leaving out host n2, with 2 ranks instead of 4)" in result.stderr
     assert "hpcdist:   attempt 2/2: exit code 0; 2 ranks on n1:2" in result.stderr

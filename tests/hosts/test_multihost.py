@@ -47,7 +47,7 @@ WORKLOADS: dict[str, tuple[list[str], Callable[[str], None]]] = {
 def _markers(directory: Path, prefix: str = "rank") -> dict[int, dict]:
     found = {}
     for path in directory.glob(f"{prefix}*"):
-        found[int(path.name[len(prefix):])] = json.loads(path.read_text())
+        found[int(path.name[len(prefix) :])] = json.loads(path.read_text())
     return found
 
 
@@ -76,8 +76,11 @@ def test_a_rank_raising_on_the_second_host_ends_the_job_and_is_named(mpi_cluster
     program = ["python", str(FAIL_PROGRAM)]
     result = mpi_cluster.launch(["-x", "FAIL_RANK", "-x", "FAIL_HOW", "--", *program], tmp_path,
                                 FAIL_RANK="2", FAIL_HOW="raise").wait(180)  # fmt: skip
-    print(f"\n{mpi_cluster.mpi}: status {result.returncode} after {result.seconds:.1f} s\n--- stderr ---\n"
-          f"{result.stderr}", file=sys.stderr)
+    print(
+        f"\n{mpi_cluster.mpi}: status {result.returncode} after {result.seconds:.1f} s\n--- stderr ---\n"
+        f"{result.stderr}",
+        file=sys.stderr,
+    )
     assert result.returncode == 1, result.stderr
     assert "[rank 2] ValueError: deliberate failure on rank 2" in result.stderr
     assert "hpcdist: rank 2 on n2 failed (exit code 1); ending the job" in result.stderr
@@ -118,8 +121,11 @@ def test_a_lost_host_ends_the_job_non_zero_and_names_it(cluster: Hosts, tmp_path
         cluster.link("n2", "down")
     result = launch.wait(120)
     seconds = time.monotonic() - broken
-    print(f"\n{how}: hpcdist mpirun ended {seconds:.1f} s after the break, status {result.returncode}\n"
-          f"--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}", file=sys.stderr)
+    print(
+        f"\n{how}: hpcdist mpirun ended {seconds:.1f} s after the break, status {result.returncode}\n"
+        f"--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}",
+        file=sys.stderr,
+    )
     assert result.returncode != 0, result.stderr  # plain mpirun returns 0 here
     # Open MPI's own report: the daemon on n2 stopped answering (noticed by TCP keepalive when the link
     # is cut), or, when everything on n2 is killed, its launch agent (ssh's stand-in) died (on stdout).
@@ -131,19 +137,24 @@ def test_a_lost_host_ends_the_job_non_zero_and_names_it(cluster: Hosts, tmp_path
 
 def test_a_restart_leaves_the_lost_host_out_and_runs_with_fewer_ranks(cluster: Hosts, tmp_path: Path) -> None:
     """--max-restarts 1 --min-np 2: n2 dies while 4 ranks run; attempt 2 runs 2 ranks on n1 alone and succeeds."""
-    script = ('touch "$HPCDIST_MARKER_DIR/ready$RANK-$HPCDIST_RESTART_COUNT" && '
-              '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600')
+    script = (
+        'touch "$HPCDIST_MARKER_DIR/ready$RANK-$HPCDIST_RESTART_COUNT" && '
+        '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600'
+    )
     launch = cluster.launch(["--max-restarts", "1", "--min-np", "2", "--", "sh", "-c", script], tmp_path)
     launch.wait_for_markers(tmp_path, "ready*-0", NP, 180)
     cluster.kill("n2")
     result = launch.wait(120)
     print(f"\n--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}", file=sys.stderr)
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in tmp_path.glob("ready*")) == sorted([*(f"ready{r}-0" for r in range(NP)),
-                                                                      "ready0-1", "ready1-1"])
+    assert sorted(p.name for p in tmp_path.glob("ready*")) == sorted(
+        [*(f"ready{r}-0" for r in range(NP)), "ready0-1", "ready1-1"]
+    )
     err = result.stderr.replace("\0", "")
-    assert ("hpcdist: attempt 1/2 ended with exit code 1 (lost host n2); restarting in 1.0 s "
-            "(leaving out host n2, with 2 ranks instead of 4)") in err
+    assert (
+        "hpcdist: attempt 1/2 ended with exit code 1 (lost host n2); restarting in 1.0 s "
+        "(leaving out host n2, with 2 ranks instead of 4)"
+    ) in err
     assert "hpcdist:   attempt 2/2: exit code 0; 2 ranks on n1:2" in err
 
 

@@ -12,8 +12,9 @@ from netns_hosts import PROGRAMS, Hosts
 
 
 @pytest.mark.parametrize(("selection", "host"), [(["--exclude", "n2"], "n1"), (["--include", "n2"], "n2")])
-def test_every_rank_runs_on_the_selected_host(mpi_cluster: Hosts, tmp_path: Path, selection: list[str],
-                                              host: str) -> None:
+def test_every_rank_runs_on_the_selected_host(
+    mpi_cluster: Hosts, tmp_path: Path, selection: list[str], host: str
+) -> None:
     program = [sys.executable, str(PROGRAMS / "marked.py"), "-m", "hpcdist", "run", "allreduce", "--backend", "gloo"]
     # the hostfile is `n1 slots=2, n2 slots=2`; one host's two slots are left
     result = mpi_cluster.launch(["-np", "2", *selection, "--", *program], tmp_path).wait(180)

@@ -46,8 +46,23 @@ def _bench(*argv: str) -> tuple[int, str]:
 
 def test_mpi_and_gloo_side_by_side_with_raw_mpi4py(comm) -> None:
     """The default group on mpi4py, a gloo group beside it, and raw mpi4py: every row right, every impl in the JSON."""
-    code, text = _bench("all_reduce", "-b", "4", "-e", "1M", "-f", "16", "-n", "2", "-w", "1", "--backend", "mpi,gloo",
-                        "--reference", "--json")
+    code, text = _bench(
+        "all_reduce",
+        "-b",
+        "4",
+        "-e",
+        "1M",
+        "-f",
+        "16",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "--backend",
+        "mpi,gloo",
+        "--reference",
+        "--json",
+    )
     assert code == 0
     if comm.rank != 0:
         assert text == ""
@@ -62,18 +77,28 @@ def test_mpi_and_gloo_side_by_side_with_raw_mpi4py(comm) -> None:
     assert (doc["environment"]["backend"], doc["environment"]["backends"]) == ("mpi4py", ["mpi4py", "gloo"])
     assert doc["config"]["backends"] == ["mpi", "gloo"]
     assert [(c["impl"], c["reference"], c["latency_bytes"]) for c in doc["comparisons"]] == [
-        ("torch/mpi4py", "raw-mpi4py", 4), ("torch/gloo", "raw-mpi4py", 4)]
+        ("torch/mpi4py", "raw-mpi4py", 4),
+        ("torch/gloo", "raw-mpi4py", 4),
+    ]
     assert all(c["bus_bw_ratio"] is None or c["bus_bw_ratio"] > 0 for c in doc["comparisons"])
 
 
 def test_the_side_by_side_table_has_an_impl_column_and_comparison_lines(comm) -> None:
-    code, text = _bench("all_reduce", "-b", "8", "-e", "8", "-n", "2", "-w", "1", "--backend", "mpi,gloo", "--reference")
+    code, text = _bench(
+        "all_reduce", "-b", "8", "-e", "8", "-n", "2", "-w", "1", "--backend", "mpi,gloo", "--reference"
+    )
     assert code == 0
     if comm.rank == 0:
         lines = text.splitlines()
-        assert [line.split()[-1] for line in lines if not line.startswith("#")] == ["torch/mpi4py", "torch/gloo", "raw-mpi4py"]
+        assert [line.split()[-1] for line in lines if not line.startswith("#")] == [
+            "torch/mpi4py",
+            "torch/gloo",
+            "raw-mpi4py",
+        ]
         assert [line.split(":")[0] for line in lines if " vs raw-mpi4py in place: busbw " in line] == [
-            "# torch/mpi4py vs raw-mpi4py in place", "# torch/gloo vs raw-mpi4py in place"]
+            "# torch/mpi4py vs raw-mpi4py in place",
+            "# torch/gloo vs raw-mpi4py in place",
+        ]
         assert "# time: median of 2 rounds (2 iters split), interleaved across implementations" in lines
 
 
@@ -117,10 +142,24 @@ def test_every_collective_is_right_beside_raw_mpi4py(session, comm, collective: 
         return
     doc = json.loads(text)
     assert (doc["version"], doc["tool"], doc["collective"]) == (1, "hpcdist bench", collective)
-    assert doc["config"] == {"minimum_bytes": 4, "maximum_bytes": 4096, "step_factor": 8, "warmup_iters": 1,
-                             "iterations": 2, "rounds": 2, "validation": 1, "reference": True, "backends": ["gloo", "mpi"]}
+    assert doc["config"] == {
+        "minimum_bytes": 4,
+        "maximum_bytes": 4096,
+        "step_factor": 8,
+        "warmup_iters": 1,
+        "iterations": 2,
+        "rounds": 2,
+        "validation": 1,
+        "reference": True,
+        "backends": ["gloo", "mpi"],
+    }
     env = doc["environment"]
-    assert (env["backend"], env["world_size"], env["dtype"], env["launcher"]) == ("gloo", comm.size, "float32", expected_launcher)
+    assert (env["backend"], env["world_size"], env["dtype"], env["launcher"]) == (
+        "gloo",
+        comm.size,
+        "float32",
+        expected_launcher,
+    )
     assert env["torch"] and env["mpi4py"] and env["mpi_library"] and env["hpcdist"]
     assert [d["rank"] for d in doc["devices"]] == list(range(comm.size))
     assert [r["impl"] for r in doc["results"]] == ["torch/gloo", "torch/mpi4py", "raw-mpi4py"] * 4
@@ -137,15 +176,24 @@ def test_every_collective_is_right_beside_raw_mpi4py(session, comm, collective: 
     assert len(doc["comparisons"]) == (2 if collective == "all_reduce" else 0)
 
 
-@pytest.mark.parametrize(("collective", "op", "dtype"), [
-    ("all_reduce", "prod", "float16"), ("all_reduce", "min", "int8"), ("all_reduce", "avg", "float64"),
-    ("reduce_scatter", "max", "int32"), ("reduce_scatter", "avg", "bfloat16"), ("reduce", "sum", "uint8"),
-])
+@pytest.mark.parametrize(
+    ("collective", "op", "dtype"),
+    [
+        ("all_reduce", "prod", "float16"),
+        ("all_reduce", "min", "int8"),
+        ("all_reduce", "avg", "float64"),
+        ("reduce_scatter", "max", "int32"),
+        ("reduce_scatter", "avg", "bfloat16"),
+        ("reduce", "sum", "uint8"),
+    ],
+)
 def test_ops_and_dtypes_are_right(session, comm, collective: str, op: str, dtype: str) -> None:
     code, text = _run(session, collective, *SMALL, "--op", op, "--dtype", dtype, "--json")
     assert code == 0
     if comm.rank == 0:
-        assert all(row["out_of_place"]["nwrong"] == 0 == row["in_place"]["nwrong"] for row in json.loads(text)["results"])
+        assert all(
+            row["out_of_place"]["nwrong"] == 0 == row["in_place"]["nwrong"] for row in json.loads(text)["results"]
+        )
 
 
 def test_the_table_is_nccl_tests_layout_on_rank_0_only(session, comm) -> None:

@@ -64,7 +64,9 @@ def test_a_wait_that_times_out_names_the_rank_and_what_it_waited_for(comm) -> No
         comm.Ibcast(buf, root=0).Wait()
         return
     request = comm.Ibcast(buf, root=0)
-    with pytest.raises(RendezvousTimeout, match=f"rank {comm.rank} of {comm.size} on .* waited 0.2 s for rank 0's word"):
+    with pytest.raises(
+        RendezvousTimeout, match=f"rank {comm.rank} of {comm.size} on .* waited 0.2 s for rank 0's word"
+    ):
         _wait(comm, request, 0.2, "rank 0's word")
     request.Wait()
 
@@ -112,7 +114,12 @@ def test_init_gloo_then_all_reduce_and_a_subgroup(comm) -> None:
     import hpcdist
 
     with hpcdist.init("gloo", timeout=60) as session:
-        assert (session.rank, session.world_size, session.backend, session.device) == (comm.rank, comm.size, "gloo", "cpu")
+        assert (session.rank, session.world_size, session.backend, session.device) == (
+            comm.rank,
+            comm.size,
+            "gloo",
+            "cpu",
+        )
         assert os.environ["RANK"] == str(comm.rank) and os.environ["MASTER_PORT"] == str(session.master_port)
         _check_world_and_subgroup_sums(comm)
     assert not dist.is_initialized()

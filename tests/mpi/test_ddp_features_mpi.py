@@ -66,11 +66,13 @@ def _model(extras: bool = False) -> Net:
 def _batch(rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A global batch, the same on every rank."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(rows, IN, generator=g, dtype=torch.float64), torch.randn(rows, OUT, generator=g, dtype=torch.float64)
+    return torch.randn(rows, IN, generator=g, dtype=torch.float64), torch.randn(
+        rows, OUT, generator=g, dtype=torch.float64
+    )
 
 
 def _slice(t: torch.Tensor, part: int, rows: int = ROWS) -> torch.Tensor:
-    return t[part * rows:(part + 1) * rows]
+    return t[part * rows : (part + 1) * rows]
 
 
 def _loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -99,7 +101,9 @@ def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
     optimizer.step()
 
 
-def _train_ddp(comm, ddp: DDP, steps: int, branch: Callable[[int, int], bool] = lambda s, r: False, first: int = 0) -> None:
+def _train_ddp(
+    comm, ddp: DDP, steps: int, branch: Callable[[int, int], bool] = lambda s, r: False, first: int = 0
+) -> None:
     """Steps first .. first + steps - 1 of the data sequence the reference sees."""
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     for s in range(first, first + steps):
@@ -107,7 +111,9 @@ def _train_ddp(comm, ddp: DDP, steps: int, branch: Callable[[int, int], bool] = 
         _step(opt, _loss(ddp(_slice(x, comm.rank), branch(s, comm.rank)), _slice(y, comm.rank)))
 
 
-def _train_reference(size: int, steps: int, branch: Callable[[int, int], bool] | None = None, extras: bool = False) -> Net:
+def _train_reference(
+    size: int, steps: int, branch: Callable[[int, int], bool] | None = None, extras: bool = False
+) -> Net:
     """The whole global batch in one process; with `branch`, each rank's slice goes its own way, losses averaged."""
     model = _model(extras)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
@@ -129,6 +135,7 @@ def test_ddp_matches_a_single_process_run_on_the_concatenated_batch(comm) -> Non
 
 def test_ddp_find_unused_parameters_with_a_branch_some_ranks_skip_on_some_steps(comm) -> None:
     """The branch runs where step + rank is even: at 1 rank on every other step, at more on some ranks each step."""
+
     def branch(s: int, r: int) -> bool:
         return (s + r) % 2 == 0
 
@@ -199,13 +206,16 @@ def _bf16_compress_hook(state, bucket):
     return default_hooks.bf16_compress_hook(state, bucket)
 
 
-@pytest.mark.parametrize("name, rtol, atol", [
-    ("allreduce_hook", 1e-10, 1e-12),
-    # Gradients rounded to float16 (11 significant bits) or bfloat16 (8) before the sum: after 4 steps the parameters
-    # are off by ~2e-5 and ~4e-4 (they moved by ~0.1; a wrong average would be off by that much): ~10x margin.
-    ("fp16_compress_hook", 0, 2e-4),
-    ("bf16_compress_hook", 0, 3e-3),
-])
+@pytest.mark.parametrize(
+    "name, rtol, atol",
+    [
+        ("allreduce_hook", 1e-10, 1e-12),
+        # Gradients rounded to float16 (11 significant bits) or bfloat16 (8) before the sum: after 4 steps the parameters
+        # are off by ~2e-5 and ~4e-4 (they moved by ~0.1; a wrong average would be off by that much): ~10x margin.
+        ("fp16_compress_hook", 0, 2e-4),
+        ("bf16_compress_hook", 0, 3e-3),
+    ],
+)
 def test_builtin_comm_hooks(comm, name: str, rtol: float, atol: float) -> None:
     """DDP.register_comm_hook refuses bf16_compress_hook *by its name* unless torch has CUDA+NCCL or XPU+XCCL, although
     the hook is only casts and an all_reduce: it runs torch's own hook function under another name."""
@@ -243,8 +253,15 @@ def test_powersgd_hook_rank_1(comm) -> None:
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
     start = 3
-    state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=start,
-                                   min_compression_rate=0.5, use_error_feedback=True, warm_start=True, random_seed=0)
+    state = powersgd.PowerSGDState(
+        process_group=None,
+        matrix_approximation_rank=1,
+        start_powerSGD_iter=start,
+        min_compression_rate=0.5,
+        use_error_feedback=True,
+        warm_start=True,
+        random_seed=0,
+    )
     ddp = DDP(_model())
     ddp.register_comm_hook(state, powersgd.powerSGD_hook)
     _train_ddp(comm, ddp, steps=start - 1)
@@ -282,4 +299,3 @@ def test_fsdp2_fully_shard_on_cpu_matches_a_single_process_run(comm) -> None:
     for p, q in zip(model.parameters(), _model().parameters()):  # each rank holds only its dim-0 chunk
         chunks = torch.chunk(q, comm.size, dim=0)
         assert p.to_local().numel() == (chunks[comm.rank].numel() if comm.rank < len(chunks) else 0)
-

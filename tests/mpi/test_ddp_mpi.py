@@ -70,7 +70,8 @@ def test_training_leaves_identical_parameters_on_every_rank_and_learns(comm, ses
         assert (state["epoch"], state["world_size"], len(state["rng"])) == (3, comm.size, comm.size)
         assert state["losses"][-1] < state["losses"][0]  # it learns
         assert [line.split(" loss ")[0] for line in out.splitlines() if " loss " in line] == [
-            f"rank 0: epoch {e}/3" for e in (1, 2, 3)]
+            f"rank 0: epoch {e}/3" for e in (1, 2, 3)
+        ]
     else:
         assert out.splitlines() == []  # progress is rank 0's
 
@@ -115,14 +116,17 @@ def test_the_final_check_catches_a_rank_whose_parameters_differ(comm, session) -
             next(module.parameters())[0, 0] += 1e-6
     problem = check_identical(module, session)
     if comm.size > 1:
-        assert problem == f"rank {comm.rank}: 1 of {sum(p.numel() for p in module.parameters())} parameters differ " \
-                          f"across the {comm.size} ranks"
+        assert (
+            problem == f"rank {comm.rank}: 1 of {sum(p.numel() for p in module.parameters())} parameters differ "
+            f"across the {comm.size} ranks"
+        )
     else:
         assert problem is None
 
 
-def test_a_signal_to_one_rank_stops_all_at_one_step_and_the_resume_is_exact(comm, session, shared_dir,
-                                                                             monkeypatch) -> None:
+def test_a_signal_to_one_rank_stops_all_at_one_step_and_the_resume_is_exact(
+    comm, session, shared_dir, monkeypatch
+) -> None:
     """SIGUSR1 reaches only the last rank, in the middle of epoch 2: every rank stops after the same step, rank 0
     checkpoints mid-epoch, and the resumed run ends bit for bit where an uninterrupted one does."""
     import signal
@@ -130,8 +134,7 @@ def test_a_signal_to_one_rank_stops_all_at_one_step_and_the_resume_is_exact(comm
     import torch
     from torch.utils.data import TensorDataset
 
-    from hpcdist.workloads import checkpoint
-    from hpcdist.workloads import ddp
+    from hpcdist.workloads import checkpoint, ddp
 
     monkeypatch.setattr(ddp, "CHECK_EVERY", 1)
     whole = _digests(comm, ddp.train(session, _options(epochs=3, checkpoint_dir=os.path.join(shared_dir, "a"))))

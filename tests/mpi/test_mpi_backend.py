@@ -19,7 +19,18 @@ import torch.distributed as dist
 
 pytestmark = pytest.mark.mpi
 
-DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.int8, torch.uint8, torch.bool, torch.float16, torch.bfloat16, torch.complex64]
+DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.int32,
+    torch.int64,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.float16,
+    torch.bfloat16,
+    torch.complex64,
+]
 OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR"]
 
 
@@ -31,14 +42,21 @@ def world():
 
     comm = MPI.COMM_WORLD
     assert not dist.is_initialized()
-    store = dist.TCPStore("127.0.0.1", 0, comm.size, True, timedelta(seconds=60), wait_for_workers=False) if comm.rank == 0 else None
+    store = (
+        dist.TCPStore("127.0.0.1", 0, comm.size, True, timedelta(seconds=60), wait_for_workers=False)
+        if comm.rank == 0
+        else None
+    )
     port = comm.bcast(store.port if store else None, root=0)
     if store is None:
         store = dist.TCPStore("127.0.0.1", port, comm.size, False, timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=comm.rank, world_size=comm.size, timeout=timedelta(seconds=60))
     mb.register()
     half = list(range(0, comm.size, 2))  # a subgroup: the even ranks
-    pairs = [(dist.group.WORLD, dist.new_group(backend="mpi4py")), (dist.new_group(half), dist.new_group(half, backend="mpi4py"))]
+    pairs = [
+        (dist.group.WORLD, dist.new_group(backend="mpi4py")),
+        (dist.new_group(half), dist.new_group(half, backend="mpi4py")),
+    ]
     yield SimpleNamespace(comm=comm, rank=comm.rank, size=comm.size, pairs=pairs, mpi=pairs[0][1])
     dist.destroy_process_group()
 
@@ -90,7 +108,10 @@ def test_all_reduce_matches_gloo_for_every_dtype_and_op(world) -> None:
                 for transposed in (False, True):
                     base = _data(dtype, (3, 4), 100 + world.rank)
                     tensors = [base.clone().t() if transposed else base.clone() for _ in pair]
-                    res = _both(pair, lambda g, ts=iter(tensors): dist.all_reduce(next(ts), op=getattr(dist.ReduceOp, op), group=g))
+                    res = _both(
+                        pair,
+                        lambda g, ts=iter(tensors): dist.all_reduce(next(ts), op=getattr(dist.ReduceOp, op), group=g),
+                    )
                     what = f"all_reduce {dtype} {op} transposed={transposed}"
                     assert isinstance(res[0], Exception) == isinstance(res[1], Exception), f"{what}: {res}"
                     if not isinstance(res[0], Exception):
@@ -245,7 +266,9 @@ def test_all_gather_coalesced_fills_one_list_per_rank_like_gloo(world) -> None:
             outs = [[torch.full_like(t, -1.0) for t in ins] for _ in members]
             dist.all_gather_coalesced(outs, ins, group=group)
             results.append(outs)
-        assert [[t.tolist() for t in outs] for outs in results[1]] == [[t.tolist() for t in outs] for outs in results[0]]
+        assert [[t.tolist() for t in outs] for outs in results[1]] == [
+            [t.tolist() for t in outs] for outs in results[0]
+        ]
         assert results[1][-1][2].tolist() == [members[-1] + 0.5] * 3  # list r holds rank r's inputs
     with pytest.raises(ValueError, match="one per rank"):
         dist.all_gather_coalesced([[torch.empty(1)] for _ in range(n + 1)], [torch.ones(1)], group=world.mpi)
@@ -325,7 +348,9 @@ def test_all_gather_coalesced_lists_outputs_by_rank_then_input_like_gloo(world) 
                         dist.all_gather_coalesced(outputs, inputs, group=g)
                         for r in range(n):
                             for got, want in zip(outputs[r], expected[r], strict=True):
-                                assert torch.equal(got, want), f"{dist.get_backend(g)} {what}: rank {r}: {got} != {want}"
+                                assert torch.equal(got, want), (
+                                    f"{dist.get_backend(g)} {what}: rank {r}: {got} != {want}"
+                                )
             out = [[torch.empty(2)] for _ in range(n)]
             dist.all_gather_coalesced(out, [torch.full((2,), float(world.rank))], pair[1], async_op=True).wait()
             assert [o[0].tolist() for o in out] == [[float(r)] * 2 for r in ranks]

@@ -88,7 +88,10 @@ def test_a_receive_nobody_sends_times_out_naming_rank_operation_and_group(world)
     g = _self_group(1.0)
     t = torch.zeros(1)
     work = g.recv([t], 0, 9)
-    with pytest.raises(mb.CollectiveTimeout, match=rf"rank {world.rank}: recv from group rank 0 \(tag 9\) on group \[{world.rank}\] did not complete within 1 s"):
+    with pytest.raises(
+        mb.CollectiveTimeout,
+        match=rf"rank {world.rank}: recv from group rank 0 \(tag 9\) on group \[{world.rank}\] did not complete within 1 s",
+    ):
         work.wait()
     g.send([torch.ones(1)], 0, 9).wait()  # the late message completes the orphaned request
     g.barrier().wait()
@@ -103,7 +106,9 @@ def test_a_collective_only_rank_0_calls_times_out_then_completes_when_the_others
     t = torch.ones(1)
     if world.size > 1 and world.rank == 0:
         members = ",".join(map(str, range(world.size)))
-        with pytest.raises(mb.CollectiveTimeout, match=rf"rank 0: all_reduce on group \[{members}\] did not complete within 1 s"):
+        with pytest.raises(
+            mb.CollectiveTimeout, match=rf"rank 0: all_reduce on group \[{members}\] did not complete within 1 s"
+        ):
             dist.all_reduce(t, group=g)
     world.Barrier()
     if world.rank != 0 or world.size == 1:
@@ -117,7 +122,9 @@ def test_a_timeout_says_so_as_torch_s_own_backends_do(world) -> None:
     import hpcdist.mpi_backend as mb
 
     g = _self_group(0.2)
-    with pytest.raises(mb.CollectiveTimeout, match=r" (Timed out|closed|timeout) ") as caught:  # torch's test suite's pattern
+    with pytest.raises(
+        mb.CollectiveTimeout, match=r" (Timed out|closed|timeout) "
+    ) as caught:  # torch's test suite's pattern
         g.recv([torch.zeros(1)], 0, 11).wait()
     assert "every rank of the group made this call" in str(caught.value)
     g.send([torch.ones(1)], 0, 11).wait()  # completes the orphaned request
@@ -149,4 +156,7 @@ def test_an_unobserved_error_at_destruction_aborts_the_job(world, monkeypatch) -
 def test_the_bootstrap_picks_the_mpi4py_backend() -> None:
     from hpcdist.runtime.bootstrap import choose_backend
 
-    assert choose_backend("mpi", cuda_devices=0, local_world_size=4, native_mpi=dist.is_mpi_available(), host="h") in ("mpi", "mpi4py")
+    assert choose_backend("mpi", cuda_devices=0, local_world_size=4, native_mpi=dist.is_mpi_available(), host="h") in (
+        "mpi",
+        "mpi4py",
+    )

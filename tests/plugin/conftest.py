@@ -15,7 +15,7 @@ import pytest
 BIN = Path(sys.executable).parent
 
 # Written into each throwaway directory: every rank records "nodeid when outcome" in outcomes-<rank>.txt.
-_RECORDER = '''
+_RECORDER = """
 import os
 
 def pytest_runtest_logreport(report):
@@ -23,7 +23,7 @@ def pytest_runtest_logreport(report):
     kind = ("xfailed" if report.skipped else "xpassed") if hasattr(report, "wasxfail") else report.outcome
     with open(f"outcomes-{rank}.txt", "a") as f:
         f.write(f"{report.nodeid} {report.when} {kind}\\n")
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,11 @@ class Run:
 
 def _clean_env(**extra: str) -> dict[str, str]:
     """This environment without any launcher's variables (the tests may run under mpiexec themselves)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMPI_", "PMIX", "PRTE_", "PMI_", "HPCDIST_")) and k not in ("CI", "PYTEST_ADDOPTS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OMPI_", "PMIX", "PRTE_", "PMI_", "HPCDIST_")) and k not in ("CI", "PYTEST_ADDOPTS")
+    }
     return {**env, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **extra}
 
 
@@ -56,11 +59,35 @@ def run_pytest(tmp_path: Path):
     def run(source: str, np: int | None = 2, *args: str, timeout: float = 150) -> Run:
         (tmp_path / "conftest.py").write_text(_RECORDER)
         (tmp_path / "test_throwaway.py").write_text(textwrap.dedent(source))
-        pytest_argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no",
-                       "-p", "no:randomly", *args, "test_throwaway.py"]
-        argv = pytest_argv if np is None else [
-            str(BIN / "mpiexec"), "-n", str(np), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "^ofi",
-            *pytest_argv]
+        pytest_argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--color=no",
+            "-p",
+            "no:randomly",
+            *args,
+            "test_throwaway.py",
+        ]
+        argv = (
+            pytest_argv
+            if np is None
+            else [
+                str(BIN / "mpiexec"),
+                "-n",
+                str(np),
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+                "--mca",
+                "btl",
+                "^ofi",
+                *pytest_argv,
+            ]
+        )
         start = time.monotonic()
         proc = subprocess.run(argv, cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=timeout)
         return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start, tmp_path)

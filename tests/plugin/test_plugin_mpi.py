@@ -6,7 +6,8 @@ import re
 
 
 def test_a_failure_or_lone_skip_on_one_rank_fails_the_test_on_every_rank(run_pytest) -> None:
-    run = run_pytest("""
+    run = run_pytest(
+        """
         import pytest
         pytestmark = pytest.mark.mpi
 
@@ -34,7 +35,11 @@ def test_a_failure_or_lone_skip_on_one_rank_fails_the_test_on_every_rank(run_pyt
         @pytest.mark.xfail(reason="known bug on rank 0")
         def test_xfail_on_rank_0(mpi_comm):
             assert mpi_comm.rank != 0
-    """, 2, "--with-mpi", "-rA")
+    """,
+        2,
+        "--with-mpi",
+        "-rA",
+    )
     assert run.returncode != 0, run.output
     for rank in (0, 1):
         seen = run.outcomes(rank)
@@ -85,7 +90,8 @@ def test_a_real_deadlock_ends_the_job_with_every_ranks_stack(run_pytest) -> None
 
 
 def test_a_rank_stuck_holding_the_gil_is_reported_from_faulthandler(run_pytest) -> None:
-    run = run_pytest("""
+    run = run_pytest(
+        """
         import ctypes
         import pytest
 
@@ -94,7 +100,10 @@ def test_a_rank_stuck_holding_the_gil_is_reported_from_faulthandler(run_pytest) 
             if mpi_comm.rank == 1:
                 ctypes.PyDLL(None).sleep(600)  # a C call that keeps the GIL: rank 1's watchdog thread cannot run
             mpi_comm.Barrier()
-    """, 2, "--mpi-agree")
+    """,
+        2,
+        "--mpi-agree",
+    )
     assert run.returncode != 0, run.output
     assert run.seconds < 5 + 4 + 30, run.output
     assert "rank 1 (its Python thread never ran: stuck in a C call holding the GIL" in run.output
@@ -103,7 +112,8 @@ def test_a_rank_stuck_holding_the_gil_is_reported_from_faulthandler(run_pytest) 
 
 
 def test_fixtures_agree_across_ranks(run_pytest) -> None:
-    run = run_pytest("""
+    run = run_pytest(
+        """
         import os
         import pytest
         from mpi4py import MPI
@@ -124,14 +134,18 @@ def test_fixtures_agree_across_ranks(run_pytest) -> None:
 
         def test_each_test_gets_its_own_communicator(mpi_comm):
             assert seen and seen[0] == MPI.COMM_NULL  # freed after the first test
-    """, 2, "--with-mpi")
+    """,
+        2,
+        "--with-mpi",
+    )
     assert run.returncode == 0, run.output
     for rank in (0, 1):
         assert set(run.outcomes(rank).values()) == {"passed"}
 
 
 def test_without_mpi_the_plugin_imports_neither_mpi4py_nor_torch(run_pytest) -> None:
-    run = run_pytest("""
+    run = run_pytest(
+        """
         import sys
 
         def test_nothing_heavy_was_imported(request):
@@ -141,26 +155,37 @@ def test_without_mpi_the_plugin_imports_neither_mpi4py_nor_torch(run_pytest) -> 
 
         def test_launch_env_works_without_mpi(launch_env):
             assert (launch_env.launcher, launch_env.rank, launch_env.world_size) == ("single", 0, 1)
-    """, None)
+    """,
+        None,
+    )
     assert run.returncode == 0, run.output
     assert "2 passed" in run.output
 
 
 def test_no_mpi_agree_turns_it_off_even_with_with_mpi(run_pytest) -> None:
-    run = run_pytest("""
+    run = run_pytest(
+        """
         def test_off(request):
             assert not request.config.pluginmanager.has_plugin("hpcdist-mpi-session")
-    """, 1, "--with-mpi", "--no-mpi-agree")
+    """,
+        1,
+        "--with-mpi",
+        "--no-mpi-agree",
+    )
     assert run.returncode == 0, run.output
 
 
 def test_a_single_rank_run_is_active_and_passes(run_pytest) -> None:
-    run = run_pytest("""
+    run = run_pytest(
+        """
         import pytest
         pytestmark = pytest.mark.mpi
 
         def test_on(request, mpi_comm):
             assert request.config.pluginmanager.has_plugin("hpcdist-mpi-session")
             assert mpi_comm.size == 1
-    """, 1, "--with-mpi")
+    """,
+        1,
+        "--with-mpi",
+    )
     assert run.returncode == 0, run.output

@@ -35,8 +35,9 @@ def _free_port() -> int:
 @pytest.mark.parametrize(("backend", "runs_on"), [("gloo", "gloo"), ("mpi", "mpi4py")])
 def test_the_hook_wraps_init_process_group_when_torch_distributed_is_imported(backend: str, runs_on: str) -> None:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    proc = subprocess.run([sys.executable, "-c", PROGRAM, backend], env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROGRAM, backend], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     # one process is no MPI launch: no forensics, so torch's timeout is hpcdist's own 7 s
     assert proc.stdout.splitlines() == ["torch loaded: False", "wrapped: True", f"backend {runs_on} timeout 7.0"]

@@ -19,41 +19,47 @@ JINJA = make_environment(None, {})
 BASE = SbatchSpec(program=("python", "train.py"), python="/venv/bin/python", array="0-2")
 
 
-@pytest.mark.parametrize(("spec", "ids", "limit"), [
-    ("0-15", list(range(16)), None),
-    ("1,3,5", [1, 3, 5], None),
-    ("0-31%4", list(range(32)), 4),
-    ("1-9:2", [1, 3, 5, 7, 9], None),
-    ("7", [7], None),
-    ("0-3,2-5,9", [0, 1, 2, 3, 4, 5, 9], None),  # overlapping items: each id once
-    ("0-1000", list(range(1001)), None),  # the most Slurm's default MaxArraySize allows
-    ("5-5%1", [5], 1),
-])
+@pytest.mark.parametrize(
+    ("spec", "ids", "limit"),
+    [
+        ("0-15", list(range(16)), None),
+        ("1,3,5", [1, 3, 5], None),
+        ("0-31%4", list(range(32)), 4),
+        ("1-9:2", [1, 3, 5, 7, 9], None),
+        ("7", [7], None),
+        ("0-3,2-5,9", [0, 1, 2, 3, 4, 5, 9], None),  # overlapping items: each id once
+        ("0-1000", list(range(1001)), None),  # the most Slurm's default MaxArraySize allows
+        ("5-5%1", [5], 1),
+    ],
+)
 def test_slurm_array_forms(spec: str, ids: list[int], limit: int | None) -> None:
     assert array_indices(spec) == (ids, limit)
 
 
-@pytest.mark.parametrize(("spec", "says"), [
-    ("", "names no task ids"),
-    ("%4", "names no task ids"),
-    ("3-1", "runs backwards; write it as 1-3"),
-    ("0-1001", "task id 1001 is above 1000"),
-    ("99999999999999999999999", "is above 1000"),
-    ("0-31%0", "the limit after % must be a whole number of at least 1"),
-    ("0-3%", "the limit after %"),
-    ("0-3%x", "the limit after %"),
-    ("0-3% 2", "the limit after %"),
-    ("1-9:0", "the step in '1-9:0' must be at least 1"),
-    ("1,,3", "'' is not N, N-M or N-M:STEP"),
-    ("1,3,", "'' is not N, N-M or N-M:STEP"),
-    ("-1", "'-1' is not N"),
-    ("a-b", "'a-b' is not N"),
-    ("1-3:", "'1-3:' is not N"),
-    ("1:2", "'1:2' is not N"),
-    ("0 - 3", "'0 - 3' is not N"),
-    ("٣", "'٣' is not N"),
-    ("0-3%2%1", "the limit after %"),
-])
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("", "names no task ids"),
+        ("%4", "names no task ids"),
+        ("3-1", "runs backwards; write it as 1-3"),
+        ("0-1001", "task id 1001 is above 1000"),
+        ("99999999999999999999999", "is above 1000"),
+        ("0-31%0", "the limit after % must be a whole number of at least 1"),
+        ("0-3%", "the limit after %"),
+        ("0-3%x", "the limit after %"),
+        ("0-3% 2", "the limit after %"),
+        ("1-9:0", "the step in '1-9:0' must be at least 1"),
+        ("1,,3", "'' is not N, N-M or N-M:STEP"),
+        ("1,3,", "'' is not N, N-M or N-M:STEP"),
+        ("-1", "'-1' is not N"),
+        ("a-b", "'a-b' is not N"),
+        ("1-3:", "'1-3:' is not N"),
+        ("1:2", "'1:2' is not N"),
+        ("0 - 3", "'0 - 3' is not N"),
+        ("٣", "'٣' is not N"),
+        ("0-3%2%1", "the limit after %"),
+    ],
+)
 def test_bad_arrays_are_usage_errors_naming_the_part(spec: str, says: str) -> None:
     with pytest.raises(UsageError, match="--array") as info:
         array_indices(spec)
@@ -84,7 +90,7 @@ def test_no_output_option_leaves_slurms_per_task_default() -> None:
 def test_log_dir_with_an_array_gives_each_task_a_directory(tmp_path: Path) -> None:
     srun = render_sbatch(dataclasses.replace(BASE, rank_output=OutputOptions(log_dir="my logs")), JINJA)
     assert "'--output=my logs/%A_%a/rank-%3t.log'" in srun
-    assert 'mkdir -p -- \'my logs\'/"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in srun
+    assert "mkdir -p -- 'my logs'/\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"" in srun
     check_script(srun, tmp_path, "srun.sh")
     spec = dataclasses.replace(BASE, launch="mpirun", rank_output=OutputOptions(log_dir="logs"))
     mpirun = render_sbatch(spec, JINJA)

@@ -80,8 +80,9 @@ def test_a_hostfile_job_restarts_on_a_host_list_without_the_lost_host() -> None:
     (("n9",), None, False, None, "not restarting: host n9 was lost but is not one of the hosts given (n1, n2, n3), so "
                                  "it cannot be left out; check the host names"),
 ])  # fmt: skip
-def test_lost_hosts_and_min_np(lost: tuple[str, ...], min_np: int | None, restart: bool, np: int | None,
-                               why: str) -> None:
+def test_lost_hosts_and_min_np(
+    lost: tuple[str, ...], min_np: int | None, restart: bool, np: int | None, why: str
+) -> None:
     decision = decide(SPEC, HOSTS, _ended(1, lost_hosts=lost), 0, RestartPolicy(2, min_np))
     assert (decision.restart, decision.why) == (restart, why)
     assert (decision.spec.np if decision.spec else None) == np
@@ -97,15 +98,20 @@ def test_a_lost_host_in_a_slurm_allocation_cannot_be_left_out() -> None:
 def test_attempt_spec_exports_both_counters_and_the_token_replacing_the_users() -> None:
     spec = MpirunSpec(program=("x",), np=1, env=(("HPCDIST_RESTART_COUNT", "7"), ("A", None)))
     assert attempt_spec(spec, 3, "ab" * 8).env == (
-        ("A", None), ("HPCDIST_RESTART_COUNT", "3"), ("TORCHELASTIC_RESTART_COUNT", "3"), ("HPCDIST_CONTROL", "ab" * 8)
+        ("A", None),
+        ("HPCDIST_RESTART_COUNT", "3"),
+        ("TORCHELASTIC_RESTART_COUNT", "3"),
+        ("HPCDIST_CONTROL", "ab" * 8),
     )
     assert attempt_spec(spec, None, None).env == spec.env  # without --max-restarts the counters are the user's
 
 
 def test_messages() -> None:
     outcome = _ended(137, failed={1: "killed by SIGKILL", 0: "exit code 1"}, hosts={1: "n1"}, lost_hosts=("n2",))
-    assert describe_end(outcome) == "exit code 137 (rank 0 failed with exit code 1; rank 1 on n1 killed by SIGKILL; " \
-                                    "lost host n2)"
+    assert (
+        describe_end(outcome) == "exit code 137 (rank 0 failed with exit code 1; rank 1 on n1 killed by SIGKILL; "
+        "lost host n2)"
+    )
     assert describe_end(_ended(-9)) == "killed by SIGKILL"
     assert summary([Attempt(0, 4, HOSTS[:2], _ended(1)), Attempt(1, 2, HOSTS[:1], _ended(0))], 3) == [
         "hpcdist: 2 attempts (of up to 3):",
@@ -164,8 +170,10 @@ def test_check_policy_accepts_min_np_without_np() -> None:
 
 def test_the_watch_hides_control_lines_whole_however_the_chunks_fall() -> None:
     token = new_token()
-    text = (f"loss 0.5\n@@hpcdist:{token}:ready:1:host=n1 world=2\nprogress 10%\rprogress 20%"
-            f"\r\n@@hpcdist:{token}:failed:1:killed by SIGKILL host=n1\n@@hpcdist:{'0' * 16}:ready:0:\nend")
+    text = (
+        f"loss 0.5\n@@hpcdist:{token}:ready:1:host=n1 world=2\nprogress 10%\rprogress 20%"
+        f"\r\n@@hpcdist:{token}:failed:1:killed by SIGKILL host=n1\n@@hpcdist:{'0' * 16}:ready:0:\nend"
+    )
     data = text.encode()
     for size in (1, 3, 7, len(data)):
         watch = MpirunWatch(token)
@@ -174,7 +182,11 @@ def test_the_watch_hides_control_lines_whole_however_the_chunks_fall() -> None:
         assert shown.decode() == f"loss 0.5\nprogress 10%\rprogress 20%\r\n@@hpcdist:{'0' * 16}:ready:0:\nend"
         outcome, problem = watch.outcome(137)
         assert (outcome.ready, outcome.world_size, dict(outcome.failed), problem) == (
-            frozenset({1}), 2, {1: "killed by SIGKILL"}, None)
+            frozenset({1}),
+            2,
+            {1: "killed by SIGKILL"},
+            None,
+        )
         assert outcome.failures() == "rank 1 on n1 killed by SIGKILL"
     tagged = MpirunWatch(token)  # a tag before the control line goes with it (when the line comes in one piece)
     assert tagged.feed("stdout", f"a\n[n1:3] @@hpcdist:{token}:ready:3:\nb\n".encode()) == b"a\nb\n"
@@ -189,7 +201,9 @@ def test_the_watch_passes_a_progress_bar_at_once_and_holds_only_a_possible_contr
 
 def test_the_watch_reads_prrtes_banner_of_a_killed_rank() -> None:
     watch = MpirunWatch("")
-    watch.feed("stderr", b"prterun noticed that process rank 3 with PID 24671 on node n2 exited on\nsignal 9 (Killed).\n")
+    watch.feed(
+        "stderr", b"prterun noticed that process rank 3 with PID 24671 on node n2 exited on\nsignal 9 (Killed).\n"
+    )
     outcome, _ = watch.outcome(137)
     assert outcome.failures() == "rank 3 on n2 killed by SIGKILL"
 

@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pytest
 
-from hpcdist.cli import build_parser
 from hpcdist.bench.data import count_wrong, expected_values, send_values
 from hpcdist.bench.ddp import (
     DdpPlan,
@@ -19,7 +18,16 @@ from hpcdist.bench.ddp import (
     ddp_plan_from_args,
     mlp_parameters,
 )
-from hpcdist.bench.fmt import Comparison, Result, compare, float_str, footer_lines, format_row, header_lines, human_bytes
+from hpcdist.bench.fmt import (
+    Comparison,
+    Result,
+    compare,
+    float_str,
+    footer_lines,
+    format_row,
+    header_lines,
+    human_bytes,
+)
 from hpcdist.bench.plan import (
     COLLECTIVES,
     Counts,
@@ -31,6 +39,7 @@ from hpcdist.bench.plan import (
     round_sizes,
     size_sweep,
 )
+from hpcdist.cli import build_parser
 from hpcdist.errors import UsageError
 
 
@@ -42,10 +51,22 @@ def _plan(*argv: str):
     return plan_from_args(_args(*argv))
 
 
-@pytest.mark.parametrize(("text", "size"), [
-    ("8", 8), ("0", 0), ("1K", 1024), ("64k", 65536), ("128M", 128 * 2**20), ("1G", 2**30), ("1.5K", 1536),
-    ("64KiB", 65536), ("16B", 16), (" 2M ", 2 * 2**20), (".5K", 512),
-])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("8", 8),
+        ("0", 0),
+        ("1K", 1024),
+        ("64k", 65536),
+        ("128M", 128 * 2**20),
+        ("1G", 2**30),
+        ("1.5K", 1536),
+        ("64KiB", 65536),
+        ("16B", 16),
+        (" 2M ", 2 * 2**20),
+        (".5K", 512),
+    ],
+)
 def test_sizes_use_nccl_tests_binary_units(text: str, size: int) -> None:
     assert parse_size(text, "-b") == size
 
@@ -56,50 +77,62 @@ def test_a_bad_size_says_which_flag_and_what_to_write(text: str) -> None:
         parse_size(text, "-e")
 
 
-@pytest.mark.parametrize(("args", "sizes"), [
-    ((8, 128, 2, 0), (8, 16, 32, 64, 128)),
-    ((8, 100, 2, 0), (8, 16, 32, 64)),
-    ((1, 100, 10, 0), (1, 10, 100)),
-    ((0, 3000, 1, 1000), (0, 1000, 2000, 3000)),
-    ((10, 35, 1, 10), (10, 20, 30)),
-    ((32 * 2**20, 32 * 2**20, 1, 2**20), (32 * 2**20,)),
-])
+@pytest.mark.parametrize(
+    ("args", "sizes"),
+    [
+        ((8, 128, 2, 0), (8, 16, 32, 64, 128)),
+        ((8, 100, 2, 0), (8, 16, 32, 64)),
+        ((1, 100, 10, 0), (1, 10, 100)),
+        ((0, 3000, 1, 1000), (0, 1000, 2000, 3000)),
+        ((10, 35, 1, 10), (10, 20, 30)),
+        ((32 * 2**20, 32 * 2**20, 1, 2**20), (32 * 2**20,)),
+    ],
+)
 def test_the_size_sweep_multiplies_or_adds_like_nccl_tests(args: tuple[int, ...], sizes: tuple[int, ...]) -> None:
     assert size_sweep(*args) == sizes
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((128, 8, 2, 0), "-b 128 is larger than -e 8; give the smaller size to -b"),
-    ((0, 8, 2, 0), "-b 0 with -f never grows"),
-    ((0, 8, 1, 0), "-i 0 never grows"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((128, 8, 2, 0), "-b 128 is larger than -e 8; give the smaller size to -b"),
+        ((0, 8, 2, 0), "-b 0 with -f never grows"),
+        ((0, 8, 1, 0), "-i 0 never grows"),
+    ],
+)
 def test_a_sweep_that_cannot_work_is_a_usage_error(args: tuple[int, ...], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         size_sweep(*args)
 
 
-@pytest.mark.parametrize(("collective", "counts"), [
-    ("all_reduce", Counts(25, 25, 25)),
-    ("all_gather", Counts(6, 24, 6)),
-    ("reduce_scatter", Counts(24, 6, 6)),
-    ("broadcast", Counts(25, 25, 25)),
-    ("reduce", Counts(25, 25, 25)),
-    ("alltoall", Counts(24, 24, 6)),
-    ("sendrecv", Counts(25, 25, 25)),
-])
+@pytest.mark.parametrize(
+    ("collective", "counts"),
+    [
+        ("all_reduce", Counts(25, 25, 25)),
+        ("all_gather", Counts(6, 24, 6)),
+        ("reduce_scatter", Counts(24, 6, 6)),
+        ("broadcast", Counts(25, 25, 25)),
+        ("reduce", Counts(25, 25, 25)),
+        ("alltoall", Counts(24, 24, 6)),
+        ("sendrecv", Counts(25, 25, 25)),
+    ],
+)
 def test_byte_counts_follow_get_coll_byte_count(collective: str, counts: Counts) -> None:
     assert byte_counts(collective, 100, 4, 4) == counts
 
 
-@pytest.mark.parametrize(("collective", "factors"), [
-    ("all_reduce", (0.0, 1.0, 1.5, 1.75)),
-    ("all_gather", (0.0, 0.5, 0.75, 0.875)),
-    ("reduce_scatter", (0.0, 0.5, 0.75, 0.875)),
-    ("alltoall", (0.0, 0.5, 0.75, 0.875)),
-    ("broadcast", (1.0, 1.0, 1.0, 1.0)),
-    ("reduce", (1.0, 1.0, 1.0, 1.0)),
-    ("sendrecv", (1.0, 1.0, 1.0, 1.0)),
-])
+@pytest.mark.parametrize(
+    ("collective", "factors"),
+    [
+        ("all_reduce", (0.0, 1.0, 1.5, 1.75)),
+        ("all_gather", (0.0, 0.5, 0.75, 0.875)),
+        ("reduce_scatter", (0.0, 0.5, 0.75, 0.875)),
+        ("alltoall", (0.0, 0.5, 0.75, 0.875)),
+        ("broadcast", (1.0, 1.0, 1.0, 1.0)),
+        ("reduce", (1.0, 1.0, 1.0, 1.0)),
+        ("sendrecv", (1.0, 1.0, 1.0, 1.0)),
+    ],
+)
 def test_bus_bandwidth_factors_are_nccl_tests(collective: str, factors: tuple[float, ...]) -> None:
     assert tuple(COLLECTIVES[collective].bus_factor(n) for n in (1, 2, 4, 8)) == factors
 
@@ -110,11 +143,22 @@ def test_bandwidths_are_bytes_per_nanosecond() -> None:
     assert bandwidths("sendrecv", 0, 1e-6, 2) == (0.0, 0.0)
 
 
-@pytest.mark.parametrize(("value", "width", "text"), [
-    (0.0, 6, "  0.00"), (0.004, 6, "  0.00"), (12.345, 7, "  12.35"), (627.97, 7, " 627.97"),
-    (55497.44, 7, "55497.4"), (146686.2, 7, " 146686"), (1234567.0, 7, "1234567"), (12345678.0, 7, "1.2e+07"),
-    (1234.56, 6, "1234.6"), (123456.0, 6, "123456"), (1234567.0, 6, " 1e+06"),
-])
+@pytest.mark.parametrize(
+    ("value", "width", "text"),
+    [
+        (0.0, 6, "  0.00"),
+        (0.004, 6, "  0.00"),
+        (12.345, 7, "  12.35"),
+        (627.97, 7, " 627.97"),
+        (55497.44, 7, "55497.4"),
+        (146686.2, 7, " 146686"),
+        (1234567.0, 7, "1234567"),
+        (12345678.0, 7, "1.2e+07"),
+        (1234.56, 6, "1234.6"),
+        (123456.0, 6, "123456"),
+        (1234567.0, 6, " 1e+06"),
+    ],
+)
 def test_numbers_print_like_get_float_str(value: float, width: int, text: str) -> None:
     assert float_str(value, width) == text
 
@@ -124,26 +168,32 @@ def test_a_row_is_nccl_tests_line_with_the_impl_column_only_when_comparing() -> 
     oop, inp = Result(627.97, 0.0, 0.0, 0), Result(1078.48, 0.0, 0.0, 0)
     assert format_row(8, 2, plan, oop, inp, "torch/gloo") == (
         "           8             2     float     sum      -1   627.97    0.00    0.00       0"
-        "  1078.48    0.00    0.00       0  torch/gloo")
+        "  1078.48    0.00    0.00       0  torch/gloo"
+    )
     big = Result(214101.3, 0.3134, 0.3134, 0), Result(145672.0, 0.4607, 0.4607, 3)
     assert format_row(67108864, 16777216, plan, *big) == (
         "    67108864      16777216     float     sum      -1   214101    0.31    0.31       0"
-        "   145672    0.46    0.46       3")
+        "   145672    0.46    0.46       3"
+    )
 
 
 def test_unchecked_in_place_prints_na_and_rooted_collectives_print_their_root() -> None:
     plan = _plan("alltoall", "-b", "1K", "-e", "1K", "-d", "half")
     assert format_row(1024, 128, plan, Result(10.0, 0.1, 0.05, 0), Result(9.5, 0.11, 0.055, None)) == (
         "        1024           128      half    none      -1    10.00    0.10    0.05       0"
-        "     9.50    0.11    0.06    N/A")
+        "     9.50    0.11    0.06    N/A"
+    )
     plan = _plan("reduce", "-o", "max", "-r", "1", "-d", "int8")
     assert format_row(4, 4, plan, Result(1.0, 0.0, 0.0, 0), Result(1.0, 0.0, 0.0, 0)).startswith(
-        "           4             4      int8     max       1")
+        "           4             4      int8     max       1"
+    )
 
 
 def test_header_lines_are_nccl_tests() -> None:
     plan = _plan("all_gather", "-b", "8", "-e", "128M", "-f", "2", "-n", "20", "-w", "5")
-    lines = header_lines(plan, "0.1.0 backend gloo nRanks 2", ["#  Rank  0 Group  0 Pid     42 on       node device cpu"], False)
+    lines = header_lines(
+        plan, "0.1.0 backend gloo nRanks 2", ["#  Rank  0 Group  0 Pid     42 on       node device cpu"], False
+    )
     assert lines == [
         "# hpcdist bench 0.1.0 backend gloo nRanks 2",
         "# Collective test starting: all_gather",
@@ -165,10 +215,17 @@ def test_header_lines_are_nccl_tests() -> None:
 def test_footer_lines_are_nccl_tests_plus_one_line_per_reference() -> None:
     plan = _plan("all_reduce")
     assert footer_lines(plan, 0, {"torch/gloo": 0.192857}) == [
-        "# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.192857", "#",
-        "# Collective test concluded: all_reduce", "#"]
+        "# Out of bounds values : 0 OK",
+        "# Avg bus bandwidth    : 0.192857",
+        "#",
+        "# Collective test concluded: all_reduce",
+        "#",
+    ]
     assert footer_lines(plan, 2, {"torch/gloo": 1.5, "raw-mpi4py": 2.25})[:3] == [
-        "# Out of bounds values : 2 FAILED", "# Avg bus bandwidth    : 1.5", "# Avg bus bw (raw-mpi4py) : 2.25"]
+        "# Out of bounds values : 2 FAILED",
+        "# Avg bus bandwidth    : 1.5",
+        "# Avg bus bw (raw-mpi4py) : 2.25",
+    ]
 
 
 def test_the_defaults_are_nccl_tests() -> None:
@@ -179,31 +236,44 @@ def test_the_defaults_are_nccl_tests() -> None:
     assert _plan("all_reduce", "-d", "double").dtype == "float64"
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["all_gather", "--op", "sum"], "--op sum: all_gather moves data and does not reduce; drop --op"),
-    (["all_reduce", "--root", "1"], "--root 1: all_reduce has no root .*; drop --root"),
-    (["broadcast", "--root", "-2"], "--root -2 is not a rank"),
-    (["all_reduce", "--op", "xor"], "unknown --op 'xor' for all_reduce; choose one of sum, prod, min, max, avg"),
-    (["all_reduce", "-d", "uint64"], "unknown --dtype 'uint64'; choose one of float32, float64"),
-    (["all_reduce", "-d", "bfloat16", "--reference"], "numpy has no bfloat16"),
-    (["all_reduce", "-o", "avg", "--reference"], "MPI has no avg reduction"),
-    (["all_reduce", "-b", "1M", "-e", "8"], "-b 1048576 is larger than -e 8"),
-    (["all_reduce", "-b", "lots"], "-b 'lots' is not a size in bytes"),
-    (["all_reduce", "-n", "0"], "-n 0 must be at least 1"),
-    (["all_reduce", "-f", "0"], "-f 0 must be at least 1"),
-    (["all_reduce", "-i", "0"], "-i 0 must be a positive number of bytes"),
-    (["all_reduce", "-n", "4", "--rounds", "5"], "--rounds 5 must be between 1 and -n \\(4\\).*raise -n or lower --rounds"),
-    (["all_reduce", "--rounds", "0"], "--rounds 0 must be between 1 and -n"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["all_gather", "--op", "sum"], "--op sum: all_gather moves data and does not reduce; drop --op"),
+        (["all_reduce", "--root", "1"], "--root 1: all_reduce has no root .*; drop --root"),
+        (["broadcast", "--root", "-2"], "--root -2 is not a rank"),
+        (["all_reduce", "--op", "xor"], "unknown --op 'xor' for all_reduce; choose one of sum, prod, min, max, avg"),
+        (["all_reduce", "-d", "uint64"], "unknown --dtype 'uint64'; choose one of float32, float64"),
+        (["all_reduce", "-d", "bfloat16", "--reference"], "numpy has no bfloat16"),
+        (["all_reduce", "-o", "avg", "--reference"], "MPI has no avg reduction"),
+        (["all_reduce", "-b", "1M", "-e", "8"], "-b 1048576 is larger than -e 8"),
+        (["all_reduce", "-b", "lots"], "-b 'lots' is not a size in bytes"),
+        (["all_reduce", "-n", "0"], "-n 0 must be at least 1"),
+        (["all_reduce", "-f", "0"], "-f 0 must be at least 1"),
+        (["all_reduce", "-i", "0"], "-i 0 must be a positive number of bytes"),
+        (
+            ["all_reduce", "-n", "4", "--rounds", "5"],
+            "--rounds 5 must be between 1 and -n \\(4\\).*raise -n or lower --rounds",
+        ),
+        (["all_reduce", "--rounds", "0"], "--rounds 0 must be between 1 and -n"),
+    ],
+)
 def test_mistakes_are_usage_errors_that_say_how_to_fix_them(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         _plan(*argv)
 
 
-@pytest.mark.parametrize(("argv", "rounds"), [
-    ((), 1), (("--backend", "mpi,gloo"), 5), (("--reference",), 5), (("--reference", "-n", "3"), 3),
-    (("--rounds", "4"), 4), (("--backend", "mpi,gloo", "--rounds", "1"), 1),
-])
+@pytest.mark.parametrize(
+    ("argv", "rounds"),
+    [
+        ((), 1),
+        (("--backend", "mpi,gloo"), 5),
+        (("--reference",), 5),
+        (("--reference", "-n", "3"), 3),
+        (("--rounds", "4"), 4),
+        (("--backend", "mpi,gloo", "--rounds", "1"), 1),
+    ],
+)
 def test_rounds_default_to_five_only_when_implementations_are_compared(argv: tuple[str, ...], rounds: int) -> None:
     assert _plan("all_reduce", *argv).rounds == rounds
 
@@ -218,26 +288,40 @@ def test_rounds_split_the_iterations_nearly_evenly_and_the_header_says_so() -> N
 
 
 def test_importing_the_bench_module_does_not_import_torch() -> None:
-    code = ("import sys, hpcdist.bench.run, hpcdist.bench.fmt, hpcdist.bench.plan, hpcdist.bench.ddp, hpcdist.bench.groups, "
-            "hpcdist.bench.impl; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, hpcdist.bench.run, hpcdist.bench.fmt, hpcdist.bench.plan, hpcdist.bench.ddp, hpcdist.bench.groups, "
+        "hpcdist.bench.impl; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-@pytest.mark.parametrize(("text", "backends"), [
-    ("auto", ("auto",)), ("mpi,gloo", ("mpi", "gloo")), ("gloo, mpi", ("gloo", "mpi")), ("nccl,gloo,mpi", ("nccl", "gloo", "mpi")),
-])
+@pytest.mark.parametrize(
+    ("text", "backends"),
+    [
+        ("auto", ("auto",)),
+        ("mpi,gloo", ("mpi", "gloo")),
+        ("gloo, mpi", ("gloo", "mpi")),
+        ("nccl,gloo,mpi", ("nccl", "gloo", "mpi")),
+    ],
+)
 def test_backend_takes_a_comma_list_whose_first_is_the_default_group(text: str, backends: tuple[str, ...]) -> None:
     assert parse_backends(text) == backends
     plan = _plan("all_reduce", "--backend", text)
     assert (plan.backends, plan.backend) == (backends, backends[0])
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("mpi,foo", "--backend mpi,foo: unknown backend 'foo'; give one or more of auto, gloo, nccl, mpi separated by "
-                "commas, e.g. --backend mpi,gloo"),
-    ("mpi,,gloo", "--backend mpi,,gloo: unknown backend '' (an empty name); give one or more of"),
-    ("gloo,mpi,gloo", "--backend gloo,mpi,gloo names gloo twice; give each backend once"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "mpi,foo",
+            "--backend mpi,foo: unknown backend 'foo'; give one or more of auto, gloo, nccl, mpi separated by "
+            "commas, e.g. --backend mpi,gloo",
+        ),
+        ("mpi,,gloo", "--backend mpi,,gloo: unknown backend '' (an empty name); give one or more of"),
+        ("gloo,mpi,gloo", "--backend gloo,mpi,gloo names gloo twice; give each backend once"),
+    ],
+)
 def test_a_bad_backend_list_is_a_usage_error(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
         _plan("all_reduce", "--backend", text)
@@ -245,8 +329,10 @@ def test_a_bad_backend_list_is_a_usage_error(text: str, message: str) -> None:
 
 def test_each_size_prints_one_row_per_implementation() -> None:
     plan = _plan("all_reduce", "-b", "8", "-e", "16M", "-f", "4", "--backend", "mpi,gloo", "--reference")
-    rows = [format_row(1048576, 262144, plan, Result(412.5, 2.542, 2.542, 0), Result(398.1, 2.634, 2.634, 0), impl)
-            for impl in ("torch/mpi4py", "torch/gloo", "raw-mpi4py")]
+    rows = [
+        format_row(1048576, 262144, plan, Result(412.5, 2.542, 2.542, 0), Result(398.1, 2.634, 2.634, 0), impl)
+        for impl in ("torch/mpi4py", "torch/gloo", "raw-mpi4py")
+    ]
     assert rows == [
         "     1048576        262144     float     sum      -1   412.50    2.54    2.54       0   398.10    2.63    2.63"
         "       0  torch/mpi4py",
@@ -264,30 +350,47 @@ def _row(size: int, impl: str, time_us: float, busbw: float) -> dict:
 
 
 def test_the_comparison_is_in_place_busbw_over_large_rows_and_latency_at_the_smallest() -> None:
-    rows = [_row(size, impl, time_us, bw) for size, times in (
-        (8, {"torch/mpi4py": (12.34, 0.0), "torch/gloo": (350.0, 0.0), "raw-mpi4py": (3.06, 0.0)}),
-        (262144, {"torch/mpi4py": (200.0, 1.0), "torch/gloo": (900.0, 0.2), "raw-mpi4py": (80.0, 9.0)}),
-        (1048576, {"torch/mpi4py": (400.0, 2.91), "torch/gloo": (1500.0, 0.6), "raw-mpi4py": (380.0, 3.0)}),
-        (4194304, {"torch/mpi4py": (1400.0, 3.0), "torch/gloo": (5000.0, 0.7), "raw-mpi4py": (1300.0, 3.1)}),
-    ) for impl, (time_us, bw) in times.items()]
+    rows = [
+        _row(size, impl, time_us, bw)
+        for size, times in (
+            (8, {"torch/mpi4py": (12.34, 0.0), "torch/gloo": (350.0, 0.0), "raw-mpi4py": (3.06, 0.0)}),
+            (262144, {"torch/mpi4py": (200.0, 1.0), "torch/gloo": (900.0, 0.2), "raw-mpi4py": (80.0, 9.0)}),
+            (1048576, {"torch/mpi4py": (400.0, 2.91), "torch/gloo": (1500.0, 0.6), "raw-mpi4py": (380.0, 3.0)}),
+            (4194304, {"torch/mpi4py": (1400.0, 3.0), "torch/gloo": (5000.0, 0.7), "raw-mpi4py": (1300.0, 3.1)}),
+        )
+        for impl, (time_us, bw) in times.items()
+    ]
     mpi, gloo = compare(rows, "raw-mpi4py")
     assert mpi == Comparison("torch/mpi4py", "raw-mpi4py", pytest.approx(5.91 / 6.1), 1048576, 8, 12.34, 3.06)
     assert mpi.line() == "# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us"
     assert gloo.line() == "# torch/gloo vs raw-mpi4py in place: busbw 21% at >= 1 MiB, 8 B latency 350.0 us vs 3.1 us"
-    assert mpi.as_json() == {"impl": "torch/mpi4py", "reference": "raw-mpi4py", "bus_bw_ratio": pytest.approx(0.9689, abs=1e-4),
-                             "bus_bw_from_bytes": 1048576, "latency_bytes": 8, "latency": 12.34, "reference_latency": 3.06}
+    assert mpi.as_json() == {
+        "impl": "torch/mpi4py",
+        "reference": "raw-mpi4py",
+        "bus_bw_ratio": pytest.approx(0.9689, abs=1e-4),
+        "bus_bw_from_bytes": 1048576,
+        "latency_bytes": 8,
+        "latency": 12.34,
+        "reference_latency": 3.06,
+    }
     small = [row for row in rows if row["size"] <= 262144]  # no row reaches 1 MiB: compare at the largest
     assert compare(small, "raw-mpi4py")[0].line() == (
-        "# torch/mpi4py vs raw-mpi4py in place: busbw 11% at >= 256 KiB, 8 B latency 12.3 us vs 3.1 us")
+        "# torch/mpi4py vs raw-mpi4py in place: busbw 11% at >= 256 KiB, 8 B latency 12.3 us vs 3.1 us"
+    )
     assert compare([row for row in rows if row["impl"] != "raw-mpi4py"], "raw-mpi4py") == ()
     idle = [_row(8, "torch/gloo", 5.0, 0.0), _row(8, "raw-mpi4py", 2.0, 0.0)]
-    assert compare(idle, "raw-mpi4py")[0].line() == "# torch/gloo vs raw-mpi4py in place: busbw n/a at >= 8 B, 8 B latency 5.0 us vs 2.0 us"
+    assert (
+        compare(idle, "raw-mpi4py")[0].line()
+        == "# torch/gloo vs raw-mpi4py in place: busbw n/a at >= 8 B, 8 B latency 5.0 us vs 2.0 us"
+    )
 
 
 def test_the_footer_gives_every_impl_its_average_then_the_comparisons() -> None:
     plan = _plan("all_reduce", "--backend", "mpi,gloo", "--reference")
-    comparisons = (Comparison("torch/mpi4py", "raw-mpi4py", 0.97, 1048576, 8, 12.34, 3.06),
-                   Comparison("torch/gloo", "raw-mpi4py", 0.2, 1048576, 8, 350.0, 3.06))
+    comparisons = (
+        Comparison("torch/mpi4py", "raw-mpi4py", 0.97, 1048576, 8, 12.34, 3.06),
+        Comparison("torch/gloo", "raw-mpi4py", 0.2, 1048576, 8, 350.0, 3.06),
+    )
     assert footer_lines(plan, 0, {"torch/mpi4py": 0.777, "torch/gloo": 0.163, "raw-mpi4py": 1.65}, comparisons) == [
         "# Out of bounds values : 0 OK",
         "# Avg bus bandwidth    : 0.777",
@@ -301,8 +404,18 @@ def test_the_footer_gives_every_impl_its_average_then_the_comparisons() -> None:
     ]
 
 
-@pytest.mark.parametrize(("size", "text"), [(8, "8 B"), (1000, "1000 B"), (4096, "4 KiB"), (1536, "1536 B"),
-                                            (2**20, "1 MiB"), (16 * 2**20, "16 MiB"), (2**30, "1 GiB")])
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [
+        (8, "8 B"),
+        (1000, "1000 B"),
+        (4096, "4 KiB"),
+        (1536, "1536 B"),
+        (2**20, "1 MiB"),
+        (16 * 2**20, "16 MiB"),
+        (2**30, "1 GiB"),
+    ],
+)
 def test_sizes_in_summaries_are_binary_units(size: int, text: str) -> None:
     assert human_bytes(size) == text
 
@@ -313,19 +426,27 @@ def test_the_ddp_model_is_a_fixed_two_million_parameter_mlp() -> None:
 
 
 def test_bench_ddp_options() -> None:
-    assert ddp_plan_from_args(_args("ddp", "--backend", "mpi,gloo", "-n", "2", "-w", "0")) == DdpPlan(("mpi", "gloo"), 2, 0, False)
+    assert ddp_plan_from_args(_args("ddp", "--backend", "mpi,gloo", "-n", "2", "-w", "0")) == DdpPlan(
+        ("mpi", "gloo"), 2, 0, False
+    )
     assert ddp_plan_from_args(_args("ddp", "--json")) == DdpPlan(("auto",), 20, 5, True)
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["-b", "8"], "-b is for collective benchmarks; bench ddp takes --backend, -n, -w, --json and --timeout, so drop -b"),
-    (["-f", "2"], "-f is for collective benchmarks"),
-    (["-d", "float32"], "-d is for collective benchmarks"),
-    (["--rounds", "2"], "--rounds is for collective benchmarks"),
-    (["--reference"], "--reference times raw mpi4py collectives; bench ddp has no raw-MPI step"),
-    (["-n", "0"], "-n 0 must be at least 1"),
-    (["--backend", "mpi,mpi"], "names mpi twice"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["-b", "8"],
+            "-b is for collective benchmarks; bench ddp takes --backend, -n, -w, --json and --timeout, so drop -b",
+        ),
+        (["-f", "2"], "-f is for collective benchmarks"),
+        (["-d", "float32"], "-d is for collective benchmarks"),
+        (["--rounds", "2"], "--rounds is for collective benchmarks"),
+        (["--reference"], "--reference times raw mpi4py collectives; bench ddp has no raw-MPI step"),
+        (["-n", "0"], "-n 0 must be at least 1"),
+        (["--backend", "mpi,mpi"], "names mpi twice"),
+    ],
+)
 def test_bench_ddp_mistakes_are_usage_errors(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
         ddp_plan_from_args(_args("ddp", *argv))
@@ -333,8 +454,12 @@ def test_bench_ddp_mistakes_are_usage_errors(argv: list[str], message: str) -> N
 
 def test_the_ddp_table_has_a_row_per_backend_and_the_speed_up_over_gloo() -> None:
     results = [DdpResult("torch/mpi4py", (20.0, 22.0, 30.0), 0), DdpResult("torch/gloo", (26.0, 28.6, 25.0), 0)]
-    lines = ddp_lines(DdpPlan(("mpi", "gloo"), 3, 1, False), "0.1.0 backend mpi4py,gloo nRanks 2",
-                      ["#  Rank  0 Group  0 Pid     42 on       node device cpu"], results)
+    lines = ddp_lines(
+        DdpPlan(("mpi", "gloo"), 3, 1, False),
+        "0.1.0 backend mpi4py,gloo nRanks 2",
+        ["#  Rank  0 Group  0 Pid     42 on       node device cpu"],
+        results,
+    )
     assert lines == [
         "# hpcdist bench ddp 0.1.0 backend mpi4py,gloo nRanks 2",
         "# DDP step: MLP 512-1024-1024-512 ReLU (2099712 parameters, 8.0 MiB of float32 gradients), batch 32 per "
@@ -354,14 +479,24 @@ def test_the_ddp_table_has_a_row_per_backend_and_the_speed_up_over_gloo() -> Non
         "#",
     ]
     assert results[0].as_json(results[1]) == {
-        "impl": "torch/mpi4py", "mean_ms": 24.0, "median_ms": 22.0, "min_ms": 20.0, "max_ms": 30.0,
-        "step_ms": [20.0, 22.0, 30.0], "nwrong": 0, "speedup_vs_gloo": pytest.approx(26.0 / 22.0)}
+        "impl": "torch/mpi4py",
+        "mean_ms": 24.0,
+        "median_ms": 22.0,
+        "min_ms": 20.0,
+        "max_ms": 30.0,
+        "step_ms": [20.0, 22.0, 30.0],
+        "nwrong": 0,
+        "speedup_vs_gloo": pytest.approx(26.0 / 22.0),
+    }
 
 
 def test_without_gloo_there_is_no_speed_up_and_disagreement_fails() -> None:
     lines = ddp_lines(DdpPlan(("mpi",), 1, 0, False), "v", [], [DdpResult("torch/mpi4py", (5.0,), 3)])
-    assert lines[-3:] == ["    torch/mpi4py      5.00      5.00      5.00      5.00       3        -",
-                          "# Parameters agree on every rank: 3 values differ, FAILED", "#"]
+    assert lines[-3:] == [
+        "    torch/mpi4py      5.00      5.00      5.00      5.00       3        -",
+        "# Parameters agree on every rank: 3 values differ, FAILED",
+        "#",
+    ]
 
 
 _REDUCE = {"sum": np.sum, "prod": np.prod, "min": np.min, "max": np.max, "avg": np.mean}
@@ -375,13 +510,13 @@ def _simulate(collective: str, op: str, n: int, counts: Counts, root: int) -> li
         if collective in ("all_reduce", "reduce"):
             out = _REDUCE[op](np.stack(sends), axis=0) if collective == "all_reduce" or r == root else None
         elif collective == "reduce_scatter":
-            out = _REDUCE[op](np.stack([s[r * c:(r + 1) * c] for s in sends]), axis=0)
+            out = _REDUCE[op](np.stack([s[r * c : (r + 1) * c] for s in sends]), axis=0)
         elif collective == "all_gather":
             out = np.concatenate(sends)
         elif collective == "broadcast":
             out = sends[root]
         elif collective == "alltoall":
-            out = np.concatenate([s[r * c:(r + 1) * c] for s in sends])
+            out = np.concatenate([s[r * c : (r + 1) * c] for s in sends])
         else:
             out = sends[(r - 1) % n]
         outputs.append(out)
@@ -389,10 +524,13 @@ def _simulate(collective: str, op: str, n: int, counts: Counts, root: int) -> li
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7])
-@pytest.mark.parametrize(("collective", "op"), [
-    *[(c, op) for c in ("all_reduce", "reduce_scatter", "reduce") for op in _REDUCE],
-    *[(c, "none") for c in ("all_gather", "broadcast", "alltoall", "sendrecv")],
-])
+@pytest.mark.parametrize(
+    ("collective", "op"),
+    [
+        *[(c, op) for c in ("all_reduce", "reduce_scatter", "reduce") for op in _REDUCE],
+        *[(c, "none") for c in ("all_gather", "broadcast", "alltoall", "sendrecv")],
+    ],
+)
 def test_expected_values_are_what_the_collective_gives(collective: str, op: str, n: int) -> None:
     counts = byte_counts(collective, 4 * 211, 4, n)
     root = n - 1

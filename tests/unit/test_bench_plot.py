@@ -88,8 +88,15 @@ def test_the_collective_picture_has_one_log_log_line_per_implementation_from_the
     assert bw_axes.get_ylabel().startswith("bus bandwidth (GB/s")
     assert time_axes.get_ylabel().startswith("time per call (µs)")
     fig.canvas.draw()
-    assert [t.get_text() for t in bw_axes.get_xticklabels()] == ["8 B", "32 B", "128 B", "512 B", "2 KiB", "8 KiB",
-                                                                  "32 KiB"]
+    assert [t.get_text() for t in bw_axes.get_xticklabels()] == [
+        "8 B",
+        "32 B",
+        "128 B",
+        "512 B",
+        "2 KiB",
+        "8 KiB",
+        "32 KiB",
+    ]
     assert fig.get_suptitle() == "hpcdist bench all_reduce, 2 ranks: in-place rows"
 
 
@@ -161,9 +168,12 @@ def test_the_suffix_picks_the_format(name: str, magic: bytes, tmp_path: Path) ->
 
 def test_without_matplotlib_plot_is_a_usage_error_that_says_how_to_install_it(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(UsageError, match=r"--plot b\.png needs matplotlib, which .* cannot import .*; install it "
-                                         r"with `pip install 'hpcdist\[plot\]'` \(or `pip install matplotlib`\), "
-                                         r"or drop --plot"):
+    with pytest.raises(
+        UsageError,
+        match=r"--plot b\.png needs matplotlib, which .* cannot import .*; install it "
+        r"with `pip install 'hpcdist\[plot\]'` \(or `pip install matplotlib`\), "
+        r"or drop --plot",
+    ):
         check_plot_file("b.png")
 
 
@@ -184,12 +194,18 @@ def test_without_matplotlib_the_cli_stops_before_measuring(tmp_path: Path) -> No
     assert not (tmp_path / "b.png").exists()
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("b.txt", r"--plot {p}: its suffix \.txt is not a picture format hpcdist draws; end the name with \.png, \.svg "
-              r"or \.pdf"),
-    ("bench", r"--plot {p}: a name without a suffix is not a picture format"),
-    ("missing/b.png", r"--plot {p}: the directory {d} does not exist; create it first or write elsewhere"),
-])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "b.txt",
+            r"--plot {p}: its suffix \.txt is not a picture format hpcdist draws; end the name with \.png, \.svg "
+            r"or \.pdf",
+        ),
+        ("bench", r"--plot {p}: a name without a suffix is not a picture format"),
+        ("missing/b.png", r"--plot {p}: the directory {d} does not exist; create it first or write elsewhere"),
+    ],
+)
 def test_a_plot_file_that_cannot_be_written_is_refused_first(name: str, message: str, tmp_path: Path) -> None:
     path = tmp_path / name
     with pytest.raises(UsageError, match=message.format(p=re.escape(str(path)), d=re.escape(str(path.parent)))):
@@ -215,10 +231,13 @@ def test_a_directory_is_not_a_plot_file(tmp_path: Path) -> None:
         check_plot_file(str(tmp_path / "d.png"))
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("b\0.png", r"a file name cannot hold a NUL character"),
-    ("9" * 300 + ".png", r"not a usable file name \(File name too long\); give a shorter, plainer name"),
-])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("b\0.png", r"a file name cannot hold a NUL character"),
+        ("9" * 300 + ".png", r"not a usable file name \(File name too long\); give a shorter, plainer name"),
+    ],
+)
 def test_a_name_the_file_system_refuses_is_a_usage_error(name: str, message: str, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=message):
         check_plot_file(str(tmp_path / name))
@@ -230,8 +249,9 @@ def _saved(tmp_path: Path, doc: dict) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("make", "name"), [(_collective_doc, ""), (_collective_doc, "all_reduce"),
-                                            (_ddp_doc, ""), (_ddp_doc, "ddp")])
+@pytest.mark.parametrize(
+    ("make", "name"), [(_collective_doc, ""), (_collective_doc, "all_reduce"), (_ddp_doc, ""), (_ddp_doc, "ddp")]
+)
 def test_from_redraws_a_saved_run_without_measuring(make, name: str, tmp_path: Path) -> None:
     saved, picture = _saved(tmp_path, make()), tmp_path / "again.png"
     argv = ["bench", *([name] if name else []), "--from", str(saved), "--plot", str(picture)]
@@ -253,13 +273,22 @@ def test_from_is_a_text_only_command_that_never_imports_torch(tmp_path: Path) ->
     assert (tmp_path / "b.png").stat().st_size > 20_000
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    ("", r"--from {f} redraws a saved run and needs --plot FILE\.png; add it"),
-    ("--plot {o} -b 8 --backend mpi --json", r"--from {f} redraws a saved run, so nothing is measured; drop -b, "
-                                             r"--json, --backend \(the picture shows the settings"),
-    ("broadcast --plot {o}", r"--from {f} is a saved all_reduce run, not broadcast; give `bench all_reduce` or leave "),
-    ("ddp --plot {o}", r"--from {f} is a saved all_reduce run, not ddp"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("", r"--from {f} redraws a saved run and needs --plot FILE\.png; add it"),
+        (
+            "--plot {o} -b 8 --backend mpi --json",
+            r"--from {f} redraws a saved run, so nothing is measured; drop -b, "
+            r"--json, --backend \(the picture shows the settings",
+        ),
+        (
+            "broadcast --plot {o}",
+            r"--from {f} is a saved all_reduce run, not broadcast; give `bench all_reduce` or leave ",
+        ),
+        ("ddp --plot {o}", r"--from {f} is a saved all_reduce run, not ddp"),
+    ],
+)
 def test_from_refuses_what_it_cannot_honour(extra: str, message: str, tmp_path: Path) -> None:
     saved, out = _saved(tmp_path, _collective_doc()), tmp_path / "b.png"
     args = _args(f"--from {saved} " + extra.format(o=out))
@@ -268,18 +297,29 @@ def test_from_refuses_what_it_cannot_honour(extra: str, message: str, tmp_path: 
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    (None, r"--from {f}: cannot read it \(.*No such file"),
-    ('{"tool": "hpcdist bench",\n  oops', r"--from {f}:2:3: not JSON \(.*\); save only what `hpcdist bench … "
-                                          r"--json` prints"),
-    ('{"tool": "nccl-tests", "version": 1}', r"--from {f} is not a version 1 document of `hpcdist bench --json` "
-                                             r"\(its \"tool\" is 'nccl-tests'\)"),
-    ("[1, 2]", r"its \"tool\" is None"),
-    ('{"tool": "hpcdist bench", "version": 1, "results": []}', r"--from {f} holds no results to draw"),
-    ('{"tool": "hpcdist bench", "version": 1, "collective": "all_reduce", "results": [{"impl": "x"}]}',
-     r"--from {f}: the document lacks or garbles what the picture needs \(KeyError: 'size'\); give the file "
-     r"unchanged"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, r"--from {f}: cannot read it \(.*No such file"),
+        (
+            '{"tool": "hpcdist bench",\n  oops',
+            r"--from {f}:2:3: not JSON \(.*\); save only what `hpcdist bench … "
+            r"--json` prints",
+        ),
+        (
+            '{"tool": "nccl-tests", "version": 1}',
+            r"--from {f} is not a version 1 document of `hpcdist bench --json` "
+            r"\(its \"tool\" is 'nccl-tests'\)",
+        ),
+        ("[1, 2]", r"its \"tool\" is None"),
+        ('{"tool": "hpcdist bench", "version": 1, "results": []}', r"--from {f} holds no results to draw"),
+        (
+            '{"tool": "hpcdist bench", "version": 1, "collective": "all_reduce", "results": [{"impl": "x"}]}',
+            r"--from {f}: the document lacks or garbles what the picture needs \(KeyError: 'size'\); give the file "
+            r"unchanged",
+        ),
+    ],
+)
 def test_a_saved_run_that_cannot_be_drawn_is_a_usage_error(text: str | None, message: str, tmp_path: Path) -> None:
     saved = tmp_path / "run.json"
     if text is not None:
@@ -323,10 +363,14 @@ def _garbled(draw) -> str:
 
 
 @settings(SETTINGS, max_examples=20, deadline=timedelta(seconds=30))  # a picture takes seconds on a busy machine
-@given(name=mostly(st.sampled_from(["b.png", "b.svg", "sub/b.png", "b", "b.PNG"]), TEXT.map(lambda t: t + ".png")),
-       text=st.one_of(_garbled(), TEXT, st.just(json.dumps(_collective_doc()))), named=st.booleans())
-def test_any_plot_name_and_any_saved_file_give_a_picture_or_a_usage_error(tmp_path_factory, name: str, text: str,
-                                                                          named: bool) -> None:
+@given(
+    name=mostly(st.sampled_from(["b.png", "b.svg", "sub/b.png", "b", "b.PNG"]), TEXT.map(lambda t: t + ".png")),
+    text=st.one_of(_garbled(), TEXT, st.just(json.dumps(_collective_doc()))),
+    named=st.booleans(),
+)
+def test_any_plot_name_and_any_saved_file_give_a_picture_or_a_usage_error(
+    tmp_path_factory, name: str, text: str, named: bool
+) -> None:
     folder = tmp_path_factory.mktemp("plot")
     saved = folder / "run.json"
     saved.write_bytes(text.encode("utf-8", "surrogatepass"))

@@ -215,8 +215,9 @@ def test_mpirun_bind_mistakes(options: list[str], message: str, capsys: pytest.C
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun", "torchrun"])
 def test_sbatch_bind_auto_hands_the_binding_to_the_shim(launch: str, tmp_path: Path) -> None:
-    from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
     from test_render import check_script
+
+    from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
 
     spec = SbatchSpec(("python", "train.py"), nodes=2, gpus_per_node="4", launch=launch, python="python3")
     plain, bound = render_sbatch(spec), render_sbatch(replace(spec, bind="auto"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.runtime.bootstrap import DEFAULT_TIMEOUT, choose_backend, job_timeout, merge_environ
 from hpcdist.errors import UsageError
+from hpcdist.runtime.bootstrap import DEFAULT_TIMEOUT, choose_backend, job_timeout, merge_environ
 
 
 @pytest.mark.parametrize(
@@ -22,14 +22,18 @@ from hpcdist.errors import UsageError
     ],
 )
 def test_choose_backend(requested: str, gpus: int, local: int, native: bool, expected: str) -> None:
-    assert choose_backend(requested, cuda_devices=gpus, local_world_size=local, native_mpi=native, host="n1") == expected
+    assert (
+        choose_backend(requested, cuda_devices=gpus, local_world_size=local, native_mpi=native, host="n1") == expected
+    )
 
 
 @pytest.mark.parametrize(
     ("gpus", "native", "expected"), [(0, False, "mpi4py"), (0, True, "mpi"), (4, False, "nccl"), (2, False, "mpi4py")]
 )
 def test_auto_under_an_mpi_launch_prefers_the_mpi_backend_on_cpu(gpus: int, native: bool, expected: str) -> None:
-    chosen = choose_backend("auto", cuda_devices=gpus, local_world_size=4, native_mpi=native, host="n1", mpi_launch=True)
+    chosen = choose_backend(
+        "auto", cuda_devices=gpus, local_world_size=4, native_mpi=native, host="n1", mpi_launch=True
+    )
     assert chosen == expected
 
 

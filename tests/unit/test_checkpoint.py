@@ -11,8 +11,13 @@ from hpcdist.workloads import checkpoint
 
 
 def test_a_checkpoint_round_trips_tensors_and_plain_containers(tmp_path) -> None:
-    state = {"epoch": 2, "losses": [0.5, 0.25], "model": {"w": torch.arange(6.0).reshape(2, 3)},
-             "rng": [{"cpu": torch.get_rng_state(), "cuda": None}], "betas": (0.9, 0.999)}
+    state = {
+        "epoch": 2,
+        "losses": [0.5, 0.25],
+        "model": {"w": torch.arange(6.0).reshape(2, 3)},
+        "rng": [{"cpu": torch.get_rng_state(), "cuda": None}],
+        "betas": (0.9, 0.999),
+    }
     path = tmp_path / "sub" / "ddp.pt"
     checkpoint.save(state, path)  # creates the directory
     loaded = checkpoint.load(path)

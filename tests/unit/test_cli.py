@@ -18,9 +18,18 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     for name in list(os.environ):
-        if name.startswith(("OMPI_", "PMIX", "PMI_", "SLURM_", "MV2_", "NCCL_", "GLOO_", "HPCDIST_", "MPI_")) or name in (
-            "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PYTHONPATH",
-            "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+        if name.startswith(
+            ("OMPI_", "PMIX", "PMI_", "SLURM_", "MV2_", "NCCL_", "GLOO_", "HPCDIST_", "MPI_")
+        ) or name in (
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "PYTHONPATH",
+            "OMP_NUM_THREADS",
+            "CUDA_VISIBLE_DEVICES",
         ):
             monkeypatch.delenv(name)
 
@@ -39,22 +48,87 @@ def _root() -> list[str]:
 def test_dry_run_with_the_localhost_hostfile(capsys: pytest.CaptureFixture[str]) -> None:
     argv = _dry_run(capsys, "-np", "4", "--hostfile", "hostfiles/localhost", "--", "python", "train.py")
     assert argv == [
-        "mpirun", "-np", "4", "--hostfile", "hostfiles/localhost", "--bind-to", "none", "--map-by", "slot",
-        *_root(), "--mca", "btl", "^ofi", *SHIM, "python", "train.py",
+        "mpirun",
+        "-np",
+        "4",
+        "--hostfile",
+        "hostfiles/localhost",
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot",
+        *_root(),
+        "--mca",
+        "btl",
+        "^ofi",
+        *SHIM,
+        "python",
+        "train.py",
     ]
 
 
 def test_dry_run_reproduces_the_seed_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     argv = _dry_run(
-        capsys, "-np", "4", "-H", "104.171.200.62:2,104.171.200.182:2", "-x", "MASTER_ADDR=104.171.200.62",
-        "-x", "MASTER_PORT=1234", "-x", "PATH", "-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1",
-        "-mca", "btl", "^openib", "--", "python3", "main.py",
+        capsys,
+        "-np",
+        "4",
+        "-H",
+        "104.171.200.62:2,104.171.200.182:2",
+        "-x",
+        "MASTER_ADDR=104.171.200.62",
+        "-x",
+        "MASTER_PORT=1234",
+        "-x",
+        "PATH",
+        "-bind-to",
+        "none",
+        "-map-by",
+        "slot",
+        "-mca",
+        "pml",
+        "ob1",
+        "-mca",
+        "btl",
+        "^openib",
+        "--",
+        "python3",
+        "main.py",
     )
     assert argv == [
-        "mpirun", "-np", "4", "-H", "104.171.200.62:2,104.171.200.182:2", "--bind-to", "none", "--map-by", "slot",
-        *_root(), "--mca", "pml", "ob1", "--mca", "btl", "^openib,ofi", "--prtemca", "oob_tcp_keepalive_time", "2",
-        "--prtemca", "oob_tcp_keepalive_intvl", "1", "--prtemca", "oob_tcp_keepalive_probes", "3", "-x", "MASTER_ADDR=104.171.200.62",
-        "-x", "MASTER_PORT=1234", "-x", "PATH", *SHIM, "python3", "main.py",
+        "mpirun",
+        "-np",
+        "4",
+        "-H",
+        "104.171.200.62:2,104.171.200.182:2",
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot",
+        *_root(),
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "^openib,ofi",
+        "--prtemca",
+        "oob_tcp_keepalive_time",
+        "2",
+        "--prtemca",
+        "oob_tcp_keepalive_intvl",
+        "1",
+        "--prtemca",
+        "oob_tcp_keepalive_probes",
+        "3",
+        "-x",
+        "MASTER_ADDR=104.171.200.62",
+        "-x",
+        "MASTER_PORT=1234",
+        "-x",
+        "PATH",
+        *SHIM,
+        "python3",
+        "main.py",
     ]
 
 
@@ -91,7 +165,10 @@ def test_without_hosts_np_ranks_run_on_this_machine(capsys: pytest.CaptureFixtur
         (["mpirun", "-np", "2", "--"], "no program given"),
         (["mpirun", "--", "true"], "give the number of ranks with -np N"),
         (["mpirun", "-np", "two", "--", "true"], "argument -np/-n/--np: invalid int value: 'two'"),
-        (["mpirun", "-np", "2", "-H", "a:2", "--hostfile", "hostfiles/localhost", "--", "true"], "either --hostfile or -H"),
+        (
+            ["mpirun", "-np", "2", "-H", "a:2", "--hostfile", "hostfiles/localhost", "--", "true"],
+            "either --hostfile or -H",
+        ),
         (["mpirun", "-np", "2", "-x", "1BAD=x", "--", "true"], "-x '1BAD=x'"),
         (["run", "p2p", "--backend", "mpl"], "argument --backend: invalid choice: 'mpl'"),
         (["run", "nosuch"], "invalid choice: 'nosuch'"),
@@ -122,10 +199,19 @@ def test_env_reports_a_half_set_launcher(monkeypatch: pytest.MonkeyPatch, capsys
 def test_env_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    for name, value in {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-                        "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}.items():
+    for name, value in {
+        "OMPI_COMM_WORLD_RANK": "3",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    }.items():
         monkeypatch.setenv(name, value)
     assert main(["env", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert (got["launcher"], got["rank"], got["world_size"], got["local_rank"], got["local_world_size"]) == (
-        "openmpi", 3, 4, 1, 2)
+        "openmpi",
+        3,
+        4,
+        1,
+        2,
+    )

@@ -11,16 +11,22 @@ import pytest
 
 from hpcdist.cli import build_parser, diagnose
 from hpcdist.doctor import probe as doctor_probe
-from hpcdist.doctor.checks import check_gpus, check_hosts, check_mpi, check_rendezvous
-from hpcdist.doctor.network import check_interfaces
-from hpcdist.doctor.checks import check_torch, run_checks
+from hpcdist.doctor.checks import check_gpus, check_hosts, check_mpi, check_rendezvous, check_torch, run_checks
 from hpcdist.doctor.facts import Check, Facts, Probe, mpi_identity
+from hpcdist.doctor.network import check_interfaces
 from hpcdist.launching.hostfile import HostSlots
 
 OMPI_LIB = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11, repo rev: v5.0.11rc1"
 MPICH_LIB = "MPICH Version:\t4.1.2\nMPICH Release date:\tWed Jun  7 15:22:45 CDT 2023\nMPICH ABI:\t15:1:3"
-TORCH_CPU = {"version": "2.13.0+cpu", "distributed": True, "gloo": True, "nccl": False, "mpi": False,
-             "cuda": False, "cuda_devices": 0}
+TORCH_CPU = {
+    "version": "2.13.0+cpu",
+    "distributed": True,
+    "gloo": True,
+    "nccl": False,
+    "mpi": False,
+    "cuda": False,
+    "cuda_devices": 0,
+}
 GOOD = Facts(
     mpirun="/venv/bin/mpirun",
     mpirun_version=Probe(("mpirun", "--version"), 0, "mpirun (Open MPI) 5.0.11\n\nReport bugs to …\n"),
@@ -28,8 +34,11 @@ GOOD = Facts(
     world=Probe(("mpirun",), 0, "hpcdist-world 0 2\nhpcdist-world 1 2\n"),
     torch=TORCH_CPU,
     interfaces={"lo": "unknown", "eth0": "up"},
-    rendezvous=Probe(("mpirun",), 0, "hpcdist-rdzv 0 vm ok 127.0.0.1:4000\nhpcdist-rdzv 1 vm ok 127.0.0.1:4000\n"
-                                     "hpcdist-rdzv-accepted 1\n"),
+    rendezvous=Probe(
+        ("mpirun",),
+        0,
+        "hpcdist-rdzv 0 vm ok 127.0.0.1:4000\nhpcdist-rdzv 1 vm ok 127.0.0.1:4000\nhpcdist-rdzv-accepted 1\n",
+    ),
 )
 
 
@@ -37,17 +46,23 @@ def _statuses(checks: list[Check]) -> list[str]:
     return [c.status for c in checks]
 
 
-@pytest.mark.parametrize(("text", "identity"), [
-    ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/", ("Open MPI", "5.0.11")),
-    (OMPI_LIB, ("Open MPI", "5.0.11")),
-    ("mpirun (Open MPI) 4.1.5", ("Open MPI", "4.1.5")),
-    ("HYDRA build details:\n    Version:                                 4.1.2\n    Release Date: …", ("MPICH", "4.1.2")),
-    (MPICH_LIB, ("MPICH", "4.1.2")),
-    ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619", ("Intel MPI", "2021.10")),
-    ("Intel(R) MPI Library 2021.10 for Linux* OS\n", ("Intel MPI", "2021.10")),
-    ("MVAPICH2 Version      :\t2.3.7\n", ("MVAPICH", "2.3.7")),
-    ("something else 1.0", None),
-])
+@pytest.mark.parametrize(
+    ("text", "identity"),
+    [
+        ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/", ("Open MPI", "5.0.11")),
+        (OMPI_LIB, ("Open MPI", "5.0.11")),
+        ("mpirun (Open MPI) 4.1.5", ("Open MPI", "4.1.5")),
+        (
+            "HYDRA build details:\n    Version:                                 4.1.2\n    Release Date: …",
+            ("MPICH", "4.1.2"),
+        ),
+        (MPICH_LIB, ("MPICH", "4.1.2")),
+        ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619", ("Intel MPI", "2021.10")),
+        ("Intel(R) MPI Library 2021.10 for Linux* OS\n", ("Intel MPI", "2021.10")),
+        ("MVAPICH2 Version      :\t2.3.7\n", ("MVAPICH", "2.3.7")),
+        ("something else 1.0", None),
+    ],
+)
 def test_mpi_identity(text: str, identity: tuple[str, str] | None) -> None:
     assert mpi_identity(text) == identity
 
@@ -121,8 +136,11 @@ def test_hosts_that_answer_mpirun_and_those_that_do_not() -> None:
     base = dataclasses.replace(GOOD, hostfile="hf", hosts=TWO, resolved={"n1": "10.0.0.1", "n2": "10.0.0.2"})
     ok = check_hosts(dataclasses.replace(base, hosts_probe=Probe((), 0, "hpcdist-host 1 n2\nhpcdist-host 0 n1\n")))
     assert _statuses(ok) == ["pass", "pass"] and "n1 (as n1), n2 (as n2)" in ok[1].detail
-    lost = check_hosts(dataclasses.replace(base, hosts_probe=Probe((), 1, "hpcdist-host 0 n1\n",
-                                                                   "ssh: connect to host n2 port 22: No route to host")))
+    lost = check_hosts(
+        dataclasses.replace(
+            base, hosts_probe=Probe((), 1, "hpcdist-host 0 n1\n", "ssh: connect to host n2 port 22: No route to host")
+        )
+    )
     assert lost[1].status == "fail" and "answered from n1, not from n2" in lost[1].detail
     assert "No route to host" in lost[1].detail
     hung = check_hosts(dataclasses.replace(base, hosts_probe=Probe((), None, "", "(timed out after 5 s)")))
@@ -131,8 +149,10 @@ def test_hosts_that_answer_mpirun_and_those_that_do_not() -> None:
 
 def test_rendezvous_reports_who_could_not_connect() -> None:
     assert check_rendezvous(GOOD)[0].status == "pass"
-    out = ("hpcdist-rdzv 0 n1 ok 10.0.0.1:4000\nhpcdist-rdzv 1 n2 error 10.0.0.1:4000: [Errno 113] No route to host\n"
-           "hpcdist-rdzv-accepted -\n")
+    out = (
+        "hpcdist-rdzv 0 n1 ok 10.0.0.1:4000\nhpcdist-rdzv 1 n2 error 10.0.0.1:4000: [Errno 113] No route to host\n"
+        "hpcdist-rdzv-accepted -\n"
+    )
     failed = check_rendezvous(dataclasses.replace(GOOD, rendezvous=Probe((), 0, out)))[0]
     assert failed.status == "fail" and "rank 1 on n2: 10.0.0.1:4000: [Errno 113] No route to host" in failed.detail
     silent = check_rendezvous(dataclasses.replace(GOOD, rendezvous_np=4, rendezvous=GOOD.rendezvous))[0]
@@ -143,24 +163,27 @@ def test_rendezvous_reports_who_could_not_connect() -> None:
 IFACES = {"lo": "unknown", "eth0": "up", "eth1": "down", "docker0": "up", "ib0": "up"}
 
 
-@pytest.mark.parametrize(("environ", "multi_host", "status", "words"), [
-    ({}, False, "info", "pick an interface themselves"),
-    ({}, True, "warn", "several interfaces are up"),
-    ({"NCCL_SOCKET_IFNAME": "eth"}, True, "pass", "matches"),
-    ({"NCCL_SOCKET_IFNAME": "=eth0"}, True, "pass", "matches"),
-    ({"NCCL_SOCKET_IFNAME": "=eth"}, True, "fail", "no interface named 'eth'"),
-    ({"NCCL_SOCKET_IFNAME": "enp"}, True, "fail", "no interface starting with 'enp'"),
-    ({"NCCL_SOCKET_IFNAME": "eth1"}, True, "warn", "eth1 is down"),
-    ({"NCCL_SOCKET_IFNAME": "lo"}, True, "warn", "selects lo"),
-    ({"NCCL_SOCKET_IFNAME": "^docker0"}, True, "warn", "NCCL may now pick lo"),
-    ({"NCCL_SOCKET_IFNAME": "^docker,lo"}, True, "pass", "leaves eth0, eth1, ib0"),
-    ({"NCCL_SOCKET_IFNAME": "^e,d,l,i"}, True, "fail", "excludes every interface"),
-    ({"GLOO_SOCKET_IFNAME": "eth0"}, True, "pass", "names existing interfaces"),
-    ({"GLOO_SOCKET_IFNAME": "eth0,ib0"}, True, "pass", "names existing interfaces"),
-    ({"GLOO_SOCKET_IFNAME": "eth"}, True, "fail", "no interface named 'eth'"),
-    ({"GLOO_SOCKET_IFNAME": "lo"}, True, "warn", "uses lo"),
-    ({"GLOO_SOCKET_IFNAME": "lo"}, False, "pass", "names existing interfaces"),
-])
+@pytest.mark.parametrize(
+    ("environ", "multi_host", "status", "words"),
+    [
+        ({}, False, "info", "pick an interface themselves"),
+        ({}, True, "warn", "several interfaces are up"),
+        ({"NCCL_SOCKET_IFNAME": "eth"}, True, "pass", "matches"),
+        ({"NCCL_SOCKET_IFNAME": "=eth0"}, True, "pass", "matches"),
+        ({"NCCL_SOCKET_IFNAME": "=eth"}, True, "fail", "no interface named 'eth'"),
+        ({"NCCL_SOCKET_IFNAME": "enp"}, True, "fail", "no interface starting with 'enp'"),
+        ({"NCCL_SOCKET_IFNAME": "eth1"}, True, "warn", "eth1 is down"),
+        ({"NCCL_SOCKET_IFNAME": "lo"}, True, "warn", "selects lo"),
+        ({"NCCL_SOCKET_IFNAME": "^docker0"}, True, "warn", "NCCL may now pick lo"),
+        ({"NCCL_SOCKET_IFNAME": "^docker,lo"}, True, "pass", "leaves eth0, eth1, ib0"),
+        ({"NCCL_SOCKET_IFNAME": "^e,d,l,i"}, True, "fail", "excludes every interface"),
+        ({"GLOO_SOCKET_IFNAME": "eth0"}, True, "pass", "names existing interfaces"),
+        ({"GLOO_SOCKET_IFNAME": "eth0,ib0"}, True, "pass", "names existing interfaces"),
+        ({"GLOO_SOCKET_IFNAME": "eth"}, True, "fail", "no interface named 'eth'"),
+        ({"GLOO_SOCKET_IFNAME": "lo"}, True, "warn", "uses lo"),
+        ({"GLOO_SOCKET_IFNAME": "lo"}, False, "pass", "names existing interfaces"),
+    ],
+)
 def test_interface_settings(environ: dict[str, str], multi_host: bool, status: str, words: str) -> None:
     (check,) = check_interfaces(environ, IFACES, multi_host)
     assert check.status == status and words in check.detail
@@ -188,13 +211,19 @@ def test_gpus_versus_slots() -> None:
 
 
 def _args(**kw: object) -> argparse.Namespace:
-    return build_parser().parse_args(["doctor", *[f"--{k}={v}" for k, v in kw.items() if v is not True],
-                              *[f"--{k}" for k, v in kw.items() if v is True]])
+    return build_parser().parse_args(
+        [
+            "doctor",
+            *[f"--{k}={v}" for k, v in kw.items() if v is not True],
+            *[f"--{k}" for k, v in kw.items() if v is True],
+        ]
+    )
 
 
 @pytest.mark.parametrize(("facts", "code"), [(GOOD, 0), (dataclasses.replace(GOOD, mpirun=None), 1)])
-def test_run_doctor_exit_status_and_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                         facts: Facts, code: int) -> None:
+def test_run_doctor_exit_status_and_json(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], facts: Facts, code: int
+) -> None:
     monkeypatch.setattr(doctor_probe, "gather_facts", lambda *a, **k: facts)
     assert diagnose.doctor(_args(json=True)) == code
     data = json.loads(capsys.readouterr().out)

@@ -4,84 +4,171 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.runtime.env import SOURCES, LaunchEnv
 from hpcdist.errors import UsageError
+from hpcdist.runtime.env import SOURCES, LaunchEnv
 
-FIELDS = ("launcher", "rank", "world_size", "local_rank", "local_world_size", "node_rank",
-          "master_addr", "master_port", "nodelist", "job_id", "step_id")
+FIELDS = (
+    "launcher",
+    "rank",
+    "world_size",
+    "local_rank",
+    "local_world_size",
+    "node_rank",
+    "master_addr",
+    "master_port",
+    "nodelist",
+    "job_id",
+    "step_id",
+)
 
 
 def ompi(rank: int, size: int, local: int, local_size: int) -> dict[str, str]:
     """Open MPI 5 (prterun) variables; NODE_RANK is the rank among this node's processes."""
-    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
-            "OMPI_COMM_WORLD_LOCAL_RANK": str(local), "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
-            "OMPI_COMM_WORLD_NODE_RANK": str(local), "PMIX_RANK": str(rank)}
+    return {
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_SIZE": str(size),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(local),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
+        "OMPI_COMM_WORLD_NODE_RANK": str(local),
+        "PMIX_RANK": str(rank),
+    }
 
 
-def srun(rank: int, size: int, local: int, node: int, tasks_per_node: str = "2(x2)",
-         step: str = "0") -> dict[str, str]:
+def srun(rank: int, size: int, local: int, node: int, tasks_per_node: str = "2(x2)", step: str = "0") -> dict[str, str]:
     """The variables srun sets for one task of a step, inside a job from sbatch."""
-    return {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": step, "SLURM_STEPID": step,
-            "SLURM_PROCID": str(rank), "SLURM_NTASKS": str(size), "SLURM_NPROCS": str(size),
-            "SLURM_LOCALID": str(local), "SLURM_NODEID": str(node),
-            "SLURM_STEP_TASKS_PER_NODE": tasks_per_node, "SLURM_TASKS_PER_NODE": tasks_per_node,
-            "SLURM_STEP_NODELIST": "gpu[01-02]", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+    return {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_STEP_ID": step,
+        "SLURM_STEPID": step,
+        "SLURM_PROCID": str(rank),
+        "SLURM_NTASKS": str(size),
+        "SLURM_NPROCS": str(size),
+        "SLURM_LOCALID": str(local),
+        "SLURM_NODEID": str(node),
+        "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_STEP_NODELIST": "gpu[01-02]",
+        "SLURM_JOB_NODELIST": "gpu[01-02]",
+    }
 
 
-TORCHRUN = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1",
-            "MASTER_ADDR": "node01", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"}
-BATCH = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NODEID": "0",
-         "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+TORCHRUN = {
+    "RANK": "5",
+    "WORLD_SIZE": "8",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "4",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "node01",
+    "MASTER_PORT": "29500",
+    "TORCHELASTIC_RUN_ID": "none",
+}
+BATCH = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_PROCID": "0",
+    "SLURM_NTASKS": "4",
+    "SLURM_NODEID": "0",
+    "SLURM_TASKS_PER_NODE": "2(x2)",
+    "SLURM_JOB_NODELIST": "gpu[01-02]",
+}
 
 DETECT = [
     pytest.param({}, ("single", 0, 1, 0, 1, None, None, None, (), None, None), id="single"),
-    pytest.param({"MASTER_ADDR": "n1", "MASTER_PORT": "1234"},
-                 ("single", 0, 1, 0, 1, None, "n1", 1234, (), None, None), id="single-master"),
+    pytest.param(
+        {"MASTER_ADDR": "n1", "MASTER_PORT": "1234"},
+        ("single", 0, 1, 0, 1, None, "n1", 1234, (), None, None),
+        id="single-master",
+    ),
     pytest.param(TORCHRUN, ("torchrun", 5, 8, 1, 4, 1, "node01", 29500, (), None, None), id="torchrun"),
-    pytest.param({"RANK": "0", "WORLD_SIZE": "1"}, ("torchrun", 0, 1, 0, 1, None, None, None, (), None, None),
-                 id="torchrun-one-process-no-local"),
+    pytest.param(
+        {"RANK": "0", "WORLD_SIZE": "1"},
+        ("torchrun", 0, 1, 0, 1, None, None, None, (), None, None),
+        id="torchrun-one-process-no-local",
+    ),
     # 2 nodes x 2 ranks, rank 3 is the second rank of the second node: LOCAL_RANK != RANK.
-    pytest.param(ompi(3, 4, 1, 2), ("openmpi", 3, 4, 1, 2, None, None, None, (), None, None),
-                 id="openmpi-2x2-pmix-agrees"),
+    pytest.param(
+        ompi(3, 4, 1, 2), ("openmpi", 3, 4, 1, 2, None, None, None, (), None, None), id="openmpi-2x2-pmix-agrees"
+    ),
     # Open MPI 5 on one node: NODE_RANK 0..3 is the on-node rank, never the node index.
-    pytest.param(ompi(2, 4, 2, 4), ("openmpi", 2, 4, 2, 4, None, None, None, (), None, None),
-                 id="openmpi-node-rank-not-node-index"),
-    pytest.param({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"},
-                 ("mpich", 2, 4, 0, 2, None, None, None, (), None, None), id="mpich"),
-    pytest.param({"MV2_COMM_WORLD_RANK": "3", "MV2_COMM_WORLD_SIZE": "4", "MV2_COMM_WORLD_LOCAL_RANK": "1",
-                  "MV2_COMM_WORLD_LOCAL_SIZE": "2"},
-                 ("mvapich2", 3, 4, 1, 2, None, None, None, (), None, None), id="mvapich2"),
-    pytest.param(srun(3, 4, 1, 1), ("slurm", 3, 4, 1, 2, 1, None, None, ("gpu01", "gpu02"), "4242", "0"),
-                 id="srun-2x2"),
-    pytest.param(srun(4, 5, 0, 2, "2(x2),1") | {"SLURM_STEP_NODELIST": "gpu[01-02],cpu7"},
-                 ("slurm", 4, 5, 0, 1, 2, None, None, ("gpu01", "gpu02", "cpu7"), "4242", "0"),
-                 id="srun-uneven-tasks-per-node"),
-    pytest.param({k: v for k, v in srun(1, 4, 1, 0).items() if k not in ("SLURM_STEP_ID", "SLURM_NTASKS")},
-                 ("slurm", 1, 4, 1, 2, 0, None, None, ("gpu01", "gpu02"), "4242", "0"),
-                 id="srun-old-names-STEPID-NPROCS"),
+    pytest.param(
+        ompi(2, 4, 2, 4),
+        ("openmpi", 2, 4, 2, 4, None, None, None, (), None, None),
+        id="openmpi-node-rank-not-node-index",
+    ),
+    pytest.param(
+        {"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"},
+        ("mpich", 2, 4, 0, 2, None, None, None, (), None, None),
+        id="mpich",
+    ),
+    pytest.param(
+        {
+            "MV2_COMM_WORLD_RANK": "3",
+            "MV2_COMM_WORLD_SIZE": "4",
+            "MV2_COMM_WORLD_LOCAL_RANK": "1",
+            "MV2_COMM_WORLD_LOCAL_SIZE": "2",
+        },
+        ("mvapich2", 3, 4, 1, 2, None, None, None, (), None, None),
+        id="mvapich2",
+    ),
+    pytest.param(
+        srun(3, 4, 1, 1), ("slurm", 3, 4, 1, 2, 1, None, None, ("gpu01", "gpu02"), "4242", "0"), id="srun-2x2"
+    ),
+    pytest.param(
+        srun(4, 5, 0, 2, "2(x2),1") | {"SLURM_STEP_NODELIST": "gpu[01-02],cpu7"},
+        ("slurm", 4, 5, 0, 1, 2, None, None, ("gpu01", "gpu02", "cpu7"), "4242", "0"),
+        id="srun-uneven-tasks-per-node",
+    ),
+    pytest.param(
+        {k: v for k, v in srun(1, 4, 1, 0).items() if k not in ("SLURM_STEP_ID", "SLURM_NTASKS")},
+        ("slurm", 1, 4, 1, 2, 0, None, None, ("gpu01", "gpu02"), "4242", "0"),
+        id="srun-old-names-STEPID-NPROCS",
+    ),
     # srun --mpi=pmix of an Open MPI program: all three sources agree; Slurm adds the node index.
-    pytest.param(srun(3, 4, 1, 1) | ompi(3, 4, 1, 2),
-                 ("openmpi", 3, 4, 1, 2, 1, None, None, ("gpu01", "gpu02"), "4242", "0"), id="srun-pmix-openmpi"),
+    pytest.param(
+        srun(3, 4, 1, 1) | ompi(3, 4, 1, 2),
+        ("openmpi", 3, 4, 1, 2, 1, None, None, ("gpu01", "gpu02"), "4242", "0"),
+        id="srun-pmix-openmpi",
+    ),
     # srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE without the local pair: Slurm supplies it.
-    pytest.param(srun(3, 4, 1, 1) | {"PMI_RANK": "3", "PMI_SIZE": "4"},
-                 ("mpich", 3, 4, 1, 2, 1, None, None, ("gpu01", "gpu02"), "4242", "0"), id="srun-pmi2"),
+    pytest.param(
+        srun(3, 4, 1, 1) | {"PMI_RANK": "3", "PMI_SIZE": "4"},
+        ("mpich", 3, 4, 1, 2, 1, None, None, ("gpu01", "gpu02"), "4242", "0"),
+        id="srun-pmi2",
+    ),
     # A shim copied the MPI values into torch's variables: they agree, and the launcher is still Open MPI.
-    pytest.param(ompi(3, 4, 1, 2) | {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
-                 ("openmpi", 3, 4, 1, 2, None, None, None, (), None, None), id="shim-agrees-with-openmpi"),
+    pytest.param(
+        ompi(3, 4, 1, 2) | {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+        ("openmpi", 3, 4, 1, 2, None, None, None, (), None, None),
+        id="shim-agrees-with-openmpi",
+    ),
     # sbatch script (batch pseudo-step, or no step id at all): ONE process despite SLURM_NTASKS=4.
-    pytest.param(BATCH | {"SLURM_STEP_ID": "4294967294"},
-                 ("single", 0, 1, 0, 1, None, None, None, (), "4242", None), id="sbatch-batch-step"),
-    pytest.param(BATCH | {"SLURM_STEP_ID": "batch"},
-                 ("single", 0, 1, 0, 1, None, None, None, (), "4242", None), id="sbatch-batch-name"),
+    pytest.param(
+        BATCH | {"SLURM_STEP_ID": "4294967294"},
+        ("single", 0, 1, 0, 1, None, None, None, (), "4242", None),
+        id="sbatch-batch-step",
+    ),
+    pytest.param(
+        BATCH | {"SLURM_STEP_ID": "batch"},
+        ("single", 0, 1, 0, 1, None, None, None, (), "4242", None),
+        id="sbatch-batch-name",
+    ),
     pytest.param(BATCH, ("single", 0, 1, 0, 1, None, None, None, (), "4242", None), id="sbatch-no-step-id"),
-    pytest.param(srun(0, 1, 0, 0, "1", step="4294967290"),
-                 ("single", 0, 1, 0, 1, None, None, None, (), "4242", None), id="salloc-interactive-step"),
+    pytest.param(
+        srun(0, 1, 0, 0, "1", step="4294967290"),
+        ("single", 0, 1, 0, 1, None, None, None, (), "4242", None),
+        id="salloc-interactive-step",
+    ),
     # mpirun inside sbatch: the app inherits the prted daemon step (1 task per remote node).
-    pytest.param(srun(0, 1, 0, 0, "1") | ompi(3, 4, 1, 2),
-                 ("openmpi", 3, 4, 1, 2, None, None, None, (), "4242", None), id="mpirun-in-sbatch-daemon-step"),
+    pytest.param(
+        srun(0, 1, 0, 0, "1") | ompi(3, 4, 1, 2),
+        ("openmpi", 3, 4, 1, 2, None, None, None, (), "4242", None),
+        id="mpirun-in-sbatch-daemon-step",
+    ),
     # torchrun under srun (one agent task per node): Slurm/PMIx describe the agent, not the worker.
-    pytest.param(srun(1, 2, 0, 1, "1(x2)") | TORCHRUN | {"PMIX_RANK": "1"},
-                 ("torchrun", 5, 8, 1, 4, 1, "node01", 29500, (), "4242", None), id="torchrun-under-srun"),
+    pytest.param(
+        srun(1, 2, 0, 1, "1(x2)") | TORCHRUN | {"PMIX_RANK": "1"},
+        ("torchrun", 5, 8, 1, 4, 1, "node01", 29500, (), "4242", None),
+        id="torchrun-under-srun",
+    ),
 ]
 
 
@@ -91,28 +178,61 @@ def test_from_environ(environ: dict[str, str], expected: tuple) -> None:
     assert tuple(getattr(env, f) for f in FIELDS) == expected
 
 
-@pytest.mark.parametrize(("environ", "expected"), [
-    pytest.param({}, {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}, id="single"),
-    pytest.param(ompi(3, 4, 1, 2) | {"MASTER_ADDR": "gpu01", "MASTER_PORT": "29501"},
-                 {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                  "MASTER_ADDR": "gpu01", "MASTER_PORT": "29501"}, id="openmpi-no-group-rank"),
-    pytest.param(srun(3, 4, 1, 1), {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                                    "GROUP_RANK": "1"}, id="srun"),
-])
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        pytest.param({}, {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}, id="single"),
+        pytest.param(
+            ompi(3, 4, 1, 2) | {"MASTER_ADDR": "gpu01", "MASTER_PORT": "29501"},
+            {
+                "RANK": "3",
+                "WORLD_SIZE": "4",
+                "LOCAL_RANK": "1",
+                "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "gpu01",
+                "MASTER_PORT": "29501",
+            },
+            id="openmpi-no-group-rank",
+        ),
+        pytest.param(
+            srun(3, 4, 1, 1),
+            {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"},
+            id="srun",
+        ),
+    ],
+)
 def test_torch_env(environ: dict[str, str], expected: dict[str, str]) -> None:
     assert LaunchEnv.from_environ(environ).torch_env() == expected
 
 
 def test_describe_rows_in_fixed_order() -> None:
     rows = LaunchEnv.from_environ(srun(3, 4, 1, 1) | {"MASTER_PORT": "29500"}).describe()
-    assert rows == [("launcher", "slurm"), ("rank", "3"), ("world_size", "4"), ("local_rank", "1"),
-                    ("local_world_size", "2"), ("node_rank", "1"), ("master_addr", "-"), ("master_port", "29500"),
-                    ("nodelist", "gpu01,gpu02"), ("job_id", "4242"), ("step_id", "0")]
+    assert rows == [
+        ("launcher", "slurm"),
+        ("rank", "3"),
+        ("world_size", "4"),
+        ("local_rank", "1"),
+        ("local_world_size", "2"),
+        ("node_rank", "1"),
+        ("master_addr", "-"),
+        ("master_port", "29500"),
+        ("nodelist", "gpu01,gpu02"),
+        ("job_id", "4242"),
+        ("step_id", "0"),
+    ]
 
 
-@pytest.mark.parametrize(("launcher", "expected"), [
-    ("openmpi", True), ("mpich", True), ("mvapich2", True), ("torchrun", False), ("slurm", False), ("single", False),
-])
+@pytest.mark.parametrize(
+    ("launcher", "expected"),
+    [
+        ("openmpi", True),
+        ("mpich", True),
+        ("mvapich2", True),
+        ("torchrun", False),
+        ("slurm", False),
+        ("single", False),
+    ],
+)
 def test_is_mpi(launcher: str, expected: bool) -> None:
     assert LaunchEnv(launcher, 0, 1, 0, 1, None, None, None).is_mpi is expected
 
@@ -127,8 +247,12 @@ def without(environ: dict[str, str], *names: str) -> dict[str, str]:
 
 
 MPICH = {"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}
-MV2 = {"MV2_COMM_WORLD_RANK": "3", "MV2_COMM_WORLD_SIZE": "4", "MV2_COMM_WORLD_LOCAL_RANK": "1",
-       "MV2_COMM_WORLD_LOCAL_SIZE": "2"}
+MV2 = {
+    "MV2_COMM_WORLD_RANK": "3",
+    "MV2_COMM_WORLD_SIZE": "4",
+    "MV2_COMM_WORLD_LOCAL_RANK": "1",
+    "MV2_COMM_WORLD_LOCAL_SIZE": "2",
+}
 
 ERRORS = [
     # Half-present sets.
@@ -136,75 +260,143 @@ ERRORS = [
     pytest.param({"WORLD_SIZE": "2"}, ["WORLD_SIZE is set but RANK is not"], id="torchrun-no-rank"),
     pytest.param({"TORCHELASTIC_RUN_ID": "x"}, ["TORCHELASTIC_RUN_ID is set but RANK is not"], id="torchrun-marker"),
     pytest.param({"GROUP_RANK": "0"}, ["GROUP_RANK is set but RANK is not"], id="torchrun-group-rank-only"),
-    pytest.param(without(TORCHRUN, "LOCAL_WORLD_SIZE"), ["LOCAL_RANK is set but LOCAL_WORLD_SIZE is not"],
-                 id="torchrun-no-local-world-size"),
-    pytest.param(without(TORCHRUN, "LOCAL_RANK"), ["LOCAL_WORLD_SIZE is set but LOCAL_RANK is not"],
-                 id="torchrun-no-local-rank"),
-    pytest.param({"RANK": "1", "WORLD_SIZE": "2"}, ["RANK and WORLD_SIZE are set but LOCAL_RANK and LOCAL_WORLD_SIZE"],
-                 id="torchrun-multi-rank-no-local"),
-    pytest.param(without(ompi(3, 4, 1, 2), "OMPI_COMM_WORLD_SIZE"),
-                 ["OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not"], id="openmpi-no-size"),
-    pytest.param(without(ompi(3, 4, 1, 2), "OMPI_COMM_WORLD_LOCAL_SIZE"),
-                 ["OMPI_COMM_WORLD_LOCAL_RANK is set but OMPI_COMM_WORLD_LOCAL_SIZE is not"], id="openmpi-no-local-size"),
+    pytest.param(
+        without(TORCHRUN, "LOCAL_WORLD_SIZE"),
+        ["LOCAL_RANK is set but LOCAL_WORLD_SIZE is not"],
+        id="torchrun-no-local-world-size",
+    ),
+    pytest.param(
+        without(TORCHRUN, "LOCAL_RANK"), ["LOCAL_WORLD_SIZE is set but LOCAL_RANK is not"], id="torchrun-no-local-rank"
+    ),
+    pytest.param(
+        {"RANK": "1", "WORLD_SIZE": "2"},
+        ["RANK and WORLD_SIZE are set but LOCAL_RANK and LOCAL_WORLD_SIZE"],
+        id="torchrun-multi-rank-no-local",
+    ),
+    pytest.param(
+        without(ompi(3, 4, 1, 2), "OMPI_COMM_WORLD_SIZE"),
+        ["OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not"],
+        id="openmpi-no-size",
+    ),
+    pytest.param(
+        without(ompi(3, 4, 1, 2), "OMPI_COMM_WORLD_LOCAL_SIZE"),
+        ["OMPI_COMM_WORLD_LOCAL_RANK is set but OMPI_COMM_WORLD_LOCAL_SIZE is not"],
+        id="openmpi-no-local-size",
+    ),
     pytest.param(without(MPICH, "PMI_SIZE"), ["PMI_RANK is set but PMI_SIZE is not"], id="mpich-no-size"),
     pytest.param(without(MPICH, "PMI_RANK"), ["PMI_SIZE is set but PMI_RANK is not"], id="mpich-no-rank"),
-    pytest.param(without(MPICH, "MPI_LOCALNRANKS"), ["MPI_LOCALRANKID is set but MPI_LOCALNRANKS is not"],
-                 id="mpich-no-local-size"),
-    pytest.param(without(MPICH, "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-                 ["PMI_RANK and PMI_SIZE are set but MPI_LOCALRANKID and MPI_LOCALNRANKS are not"],
-                 id="mpich-no-local-pair"),
-    pytest.param(without(MV2, "MV2_COMM_WORLD_SIZE"), ["MV2_COMM_WORLD_RANK is set but MV2_COMM_WORLD_SIZE is not"],
-                 id="mvapich2-no-size"),
-    pytest.param(without(MV2, "MV2_COMM_WORLD_LOCAL_RANK"),
-                 ["MV2_COMM_WORLD_LOCAL_SIZE is set but MV2_COMM_WORLD_LOCAL_RANK is not"], id="mvapich2-no-local-rank"),
-    pytest.param(without(srun(3, 4, 1, 1), "SLURM_NTASKS", "SLURM_NPROCS"),
-                 ["SLURM_PROCID is set but SLURM_NTASKS is not"], id="srun-no-ntasks"),
-    pytest.param(without(srun(3, 4, 1, 1), "SLURM_PROCID"), ["SLURM_NTASKS is set but SLURM_PROCID is not"],
-                 id="srun-no-procid"),
-    pytest.param(without(srun(3, 4, 1, 1), "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
-                 ["SLURM_LOCALID is set but SLURM_STEP_TASKS_PER_NODE is not"], id="srun-no-tasks-per-node"),
-    pytest.param(without(srun(3, 4, 1, 1), "SLURM_NODEID"),
-                 ["SLURM_STEP_TASKS_PER_NODE is set but SLURM_NODEID is not"], id="srun-no-nodeid"),
-    pytest.param({"PMIX_RANK": "0"}, ["PMIX_RANK=0 is set but no launcher variable gives the world size"],
-                 id="pmix-alone"),
+    pytest.param(
+        without(MPICH, "MPI_LOCALNRANKS"),
+        ["MPI_LOCALRANKID is set but MPI_LOCALNRANKS is not"],
+        id="mpich-no-local-size",
+    ),
+    pytest.param(
+        without(MPICH, "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+        ["PMI_RANK and PMI_SIZE are set but MPI_LOCALRANKID and MPI_LOCALNRANKS are not"],
+        id="mpich-no-local-pair",
+    ),
+    pytest.param(
+        without(MV2, "MV2_COMM_WORLD_SIZE"),
+        ["MV2_COMM_WORLD_RANK is set but MV2_COMM_WORLD_SIZE is not"],
+        id="mvapich2-no-size",
+    ),
+    pytest.param(
+        without(MV2, "MV2_COMM_WORLD_LOCAL_RANK"),
+        ["MV2_COMM_WORLD_LOCAL_SIZE is set but MV2_COMM_WORLD_LOCAL_RANK is not"],
+        id="mvapich2-no-local-rank",
+    ),
+    pytest.param(
+        without(srun(3, 4, 1, 1), "SLURM_NTASKS", "SLURM_NPROCS"),
+        ["SLURM_PROCID is set but SLURM_NTASKS is not"],
+        id="srun-no-ntasks",
+    ),
+    pytest.param(
+        without(srun(3, 4, 1, 1), "SLURM_PROCID"), ["SLURM_NTASKS is set but SLURM_PROCID is not"], id="srun-no-procid"
+    ),
+    pytest.param(
+        without(srun(3, 4, 1, 1), "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
+        ["SLURM_LOCALID is set but SLURM_STEP_TASKS_PER_NODE is not"],
+        id="srun-no-tasks-per-node",
+    ),
+    pytest.param(
+        without(srun(3, 4, 1, 1), "SLURM_NODEID"),
+        ["SLURM_STEP_TASKS_PER_NODE is set but SLURM_NODEID is not"],
+        id="srun-no-nodeid",
+    ),
+    pytest.param(
+        {"PMIX_RANK": "0"}, ["PMIX_RANK=0 is set but no launcher variable gives the world size"], id="pmix-alone"
+    ),
     # Disagreement between present sources.
-    pytest.param(ompi(3, 4, 1, 2) | {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
-                 ["launcher variables disagree: RANK=0 but OMPI_COMM_WORLD_RANK=3", "unset the stale torchrun",
-                  "LOCAL_RANK"], id="stale-torchrun-rank"),
-    pytest.param(ompi(3, 4, 1, 2) | {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
-                 ["WORLD_SIZE=8 but OMPI_COMM_WORLD_SIZE=4"], id="stale-torchrun-world-size"),
-    pytest.param(ompi(3, 4, 1, 2) | {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
-                 ["LOCAL_RANK=0 but OMPI_COMM_WORLD_LOCAL_RANK=1"], id="stale-torchrun-local-rank"),
-    pytest.param(ompi(3, 4, 1, 2) | {"PMIX_RANK": "2"}, ["OMPI_COMM_WORLD_RANK=3 but PMIX_RANK=2"],
-                 id="openmpi-vs-pmix"),
-    pytest.param(srun(3, 4, 1, 1) | ompi(2, 4, 0, 2), ["OMPI_COMM_WORLD_RANK=2 but SLURM_PROCID=3"],
-                 id="openmpi-vs-srun"),
-    pytest.param(srun(3, 4, 1, 1) | ompi(3, 4, 1, 3),
-                 ["OMPI_COMM_WORLD_LOCAL_SIZE=3 but SLURM_STEP_TASKS_PER_NODE[1]=2"], id="openmpi-vs-srun-local-size"),
-    pytest.param(srun(3, 4, 1, 1) | {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                                     "GROUP_RANK": "0"},
-                 ["GROUP_RANK=0 but SLURM_NODEID=1"], id="shim-vs-srun-node"),
+    pytest.param(
+        ompi(3, 4, 1, 2) | {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+        ["launcher variables disagree: RANK=0 but OMPI_COMM_WORLD_RANK=3", "unset the stale torchrun", "LOCAL_RANK"],
+        id="stale-torchrun-rank",
+    ),
+    pytest.param(
+        ompi(3, 4, 1, 2) | {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+        ["WORLD_SIZE=8 but OMPI_COMM_WORLD_SIZE=4"],
+        id="stale-torchrun-world-size",
+    ),
+    pytest.param(
+        ompi(3, 4, 1, 2) | {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
+        ["LOCAL_RANK=0 but OMPI_COMM_WORLD_LOCAL_RANK=1"],
+        id="stale-torchrun-local-rank",
+    ),
+    pytest.param(
+        ompi(3, 4, 1, 2) | {"PMIX_RANK": "2"}, ["OMPI_COMM_WORLD_RANK=3 but PMIX_RANK=2"], id="openmpi-vs-pmix"
+    ),
+    pytest.param(
+        srun(3, 4, 1, 1) | ompi(2, 4, 0, 2), ["OMPI_COMM_WORLD_RANK=2 but SLURM_PROCID=3"], id="openmpi-vs-srun"
+    ),
+    pytest.param(
+        srun(3, 4, 1, 1) | ompi(3, 4, 1, 3),
+        ["OMPI_COMM_WORLD_LOCAL_SIZE=3 but SLURM_STEP_TASKS_PER_NODE[1]=2"],
+        id="openmpi-vs-srun-local-size",
+    ),
+    pytest.param(
+        srun(3, 4, 1, 1)
+        | {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"},
+        ["GROUP_RANK=0 but SLURM_NODEID=1"],
+        id="shim-vs-srun-node",
+    ),
     # Non-integers and out-of-range values.
     pytest.param({"RANK": "one", "WORLD_SIZE": "2"}, ["RANK='one' is not a non-negative integer"], id="non-int"),
     pytest.param({"RANK": "0", "WORLD_SIZE": "2.0"}, ["WORLD_SIZE='2.0' is not"], id="non-int-float"),
     pytest.param({"RANK": "-1", "WORLD_SIZE": "2"}, ["RANK='-1' is not a non-negative integer"], id="negative"),
-    pytest.param(ompi(3, 4, 1, 2) | {"OMPI_COMM_WORLD_LOCAL_RANK": ""},
-                 ["OMPI_COMM_WORLD_LOCAL_RANK='' is not"], id="empty"),
+    pytest.param(
+        ompi(3, 4, 1, 2) | {"OMPI_COMM_WORLD_LOCAL_RANK": ""}, ["OMPI_COMM_WORLD_LOCAL_RANK='' is not"], id="empty"
+    ),
     pytest.param(TORCHRUN | {"GROUP_RANK": "x"}, ["GROUP_RANK='x' is not"], id="non-int-group-rank"),
     pytest.param(srun(3, 4, 1, 1) | {"SLURM_NODEID": "n1"}, ["SLURM_NODEID='n1' is not"], id="non-int-nodeid"),
-    pytest.param(ompi(4, 4, 1, 2), ["OMPI_COMM_WORLD_RANK=4 is out of range for OMPI_COMM_WORLD_SIZE=4"],
-                 id="rank-equals-size"),
+    pytest.param(
+        ompi(4, 4, 1, 2), ["OMPI_COMM_WORLD_RANK=4 is out of range for OMPI_COMM_WORLD_SIZE=4"], id="rank-equals-size"
+    ),
     pytest.param({"RANK": "0", "WORLD_SIZE": "0"}, ["WORLD_SIZE='0' must be at least 1"], id="zero-world"),
-    pytest.param(MPICH | {"MPI_LOCALRANKID": "2"}, ["MPI_LOCALRANKID=2 is out of range for MPI_LOCALNRANKS=2"],
-                 id="local-rank-out-of-range"),
-    pytest.param(MV2 | {"MV2_COMM_WORLD_LOCAL_SIZE": "8"},
-                 ["MV2_COMM_WORLD_LOCAL_SIZE=8 is out of range for MV2_COMM_WORLD_SIZE=4"], id="local-size-too-big"),
-    pytest.param(srun(3, 4, 1, 2), ["SLURM_NODEID=2 is out of range for SLURM_STEP_TASKS_PER_NODE=2(x2)"],
-                 id="srun-nodeid-out-of-range"),
-    pytest.param(srun(3, 4, 1, 1, "2(x2") , ["SLURM_STEP_TASKS_PER_NODE='2(x2' is not a Slurm tasks-per-node list"],
-                 id="srun-bad-tasks-per-node"),
-    pytest.param(srun(3, 4, 1, 1) | {"SLURM_STEP_NODELIST": "gpu[01-"},
-                 ["SLURM_STEP_NODELIST='gpu[01-' is not a valid Slurm nodelist"], id="srun-bad-nodelist"),
+    pytest.param(
+        MPICH | {"MPI_LOCALRANKID": "2"},
+        ["MPI_LOCALRANKID=2 is out of range for MPI_LOCALNRANKS=2"],
+        id="local-rank-out-of-range",
+    ),
+    pytest.param(
+        MV2 | {"MV2_COMM_WORLD_LOCAL_SIZE": "8"},
+        ["MV2_COMM_WORLD_LOCAL_SIZE=8 is out of range for MV2_COMM_WORLD_SIZE=4"],
+        id="local-size-too-big",
+    ),
+    pytest.param(
+        srun(3, 4, 1, 2),
+        ["SLURM_NODEID=2 is out of range for SLURM_STEP_TASKS_PER_NODE=2(x2)"],
+        id="srun-nodeid-out-of-range",
+    ),
+    pytest.param(
+        srun(3, 4, 1, 1, "2(x2"),
+        ["SLURM_STEP_TASKS_PER_NODE='2(x2' is not a Slurm tasks-per-node list"],
+        id="srun-bad-tasks-per-node",
+    ),
+    pytest.param(
+        srun(3, 4, 1, 1) | {"SLURM_STEP_NODELIST": "gpu[01-"},
+        ["SLURM_STEP_NODELIST='gpu[01-' is not a valid Slurm nodelist"],
+        id="srun-bad-nodelist",
+    ),
     pytest.param({"MASTER_PORT": "http"}, ["MASTER_PORT='http' is not a TCP port"], id="port-non-int"),
     pytest.param({"MASTER_PORT": "0"}, ["MASTER_PORT='0' is not a TCP port"], id="port-zero"),
     pytest.param({"MASTER_PORT": "65536"}, ["MASTER_PORT='65536' is not a TCP port"], id="port-too-big"),

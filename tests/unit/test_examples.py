@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_render import check_script
 
 from hpcdist.jobs.examples import EXAMPLES, check_examples, render_examples, write_examples
 from hpcdist.launching.hostfile import HostSlots, parse_hostfile, read_hostfile_text
-
-from test_render import check_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +31,11 @@ def test_example_scripts_pass_bash_n_and_shellcheck(path: str, tmp_path: Path) -
 
 def test_the_examples_cover_the_four_jobs_and_three_hostfiles() -> None:
     assert {p for p in EXAMPLES if p.startswith("slurm/")} == {
-        "slurm/cpu-mpi.sbatch", "slurm/ddp-srun.sbatch", "slurm/ddp-torchrun.sbatch", "slurm/requeue.sbatch"}
+        "slurm/cpu-mpi.sbatch",
+        "slurm/ddp-srun.sbatch",
+        "slurm/ddp-torchrun.sbatch",
+        "slurm/requeue.sbatch",
+    }
     assert {"hostfiles/localhost", "hostfiles/two-node", "hostfiles/two-node-mpich"} <= set(EXAMPLES)
 
 

@@ -43,7 +43,7 @@ def test_describe_exit_codes_groups_ranks() -> None:
 def test_the_watch_keeps_the_block_however_the_output_is_cut() -> None:
     watch = ExitCodeWatch()
     text = b"[rank 0] hello\n[mpiexec@node1] Exit codes: [node1] 0,0\n[node2] 0,768\n"
-    shown = b"".join(watch.feed("stdout", text[at:at + 7]) for at in range(0, len(text), 7))
+    shown = b"".join(watch.feed("stdout", text[at : at + 7]) for at in range(0, len(text), 7))
     shown += watch.feed("stdout", b"")
     assert watch.endings({}) == {0: "exit code 0", 1: "exit code 0", 2: "exit code 0", 3: "exit code 3"}
     assert shown == b"[rank 0] hello\n"  # hpcdist asked for the block: it is read, never shown
@@ -52,9 +52,11 @@ def test_the_watch_keeps_the_block_however_the_output_is_cut() -> None:
 @pytest.mark.parametrize("cut", [1, 5, 64])
 def test_the_block_is_taken_out_and_everything_else_shown(cut: int) -> None:
     watch = ExitCodeWatch()
-    text = (b"[rank 1] [0] a line\n[mpiexec@vm] Exit codes: [localhost] 0,0,0\n[rank 2] after\n"
-            b"[mpiexec@] not the block\n10%|#  |\r20%|## |")  # a progress bar without a line end passes at once
-    shown = b"".join(watch.feed("stdout", text[at:at + cut]) for at in range(0, len(text), cut))
+    text = (
+        b"[rank 1] [0] a line\n[mpiexec@vm] Exit codes: [localhost] 0,0,0\n[rank 2] after\n"
+        b"[mpiexec@] not the block\n10%|#  |\r20%|## |"
+    )  # a progress bar without a line end passes at once
+    shown = b"".join(watch.feed("stdout", text[at : at + cut]) for at in range(0, len(text), cut))
     assert shown == b"[rank 1] [0] a line\n[rank 2] after\n[mpiexec@] not the block\n10%|#  |\r20%|## |"
     assert watch.feed("stdout", b"") == b""
     assert watch.lines == ["[mpiexec@vm] Exit codes: [localhost] 0,0,0"]

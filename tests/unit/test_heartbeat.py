@@ -134,7 +134,6 @@ def test_the_watch_takes_beats_out_and_its_outcome_names_the_lost_host(monkeypat
     assert MpirunWatch(TOKEN).outcome(0)[0].status == 0  # no limit given: nothing watched
 
 
-
 def test_a_launcher_that_leaves_the_job_running_after_a_rank_failed_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
     # Measured under Hydra: rank 1's os._exit(3) left ranks 0, 2, 3 running in 2 runs of 4
     clock = Clock(monkeypatch)
@@ -149,8 +148,10 @@ def test_a_launcher_that_leaves_the_job_running_after_a_rank_failed_is_ended(mon
     watch.feed("stderr", f"@@hpcdist:{TOKEN}:failed:2:killed by SIGTERM host=n1\n".encode())  # its consequence
     outcome, problem = watch.outcome(143)
     assert watch.named(143) == {1: "killed or exited abruptly"}
-    assert problem == (f"rank 1 on n1 failed (killed or exited abruptly) and the MPI launcher had not ended the job "
-                       f"{LAUNCHER_GRACE:g} s later; hpcdist mpirun ended it")
+    assert problem == (
+        f"rank 1 on n1 failed (killed or exited abruptly) and the MPI launcher had not ended the job "
+        f"{LAUNCHER_GRACE:g} s later; hpcdist mpirun ended it"
+    )
     assert outcome.status == 143 and outcome.lost_hosts == ()
 
 
@@ -198,5 +199,7 @@ def test_the_cli_refuses_a_bad_limit_before_it_starts_anything(
 ) -> None:  # fmt: skip
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    assert main(["mpirun", "-np", "1", "--mpirun", "/bin/true", "--mpi", "mpich", *argv, "--", "python", "-c", "1"]) == 2
+    assert (
+        main(["mpirun", "-np", "1", "--mpirun", "/bin/true", "--mpi", "mpich", *argv, "--", "python", "-c", "1"]) == 2
+    )
     assert f"hpcdist: error: {message}" in capsys.readouterr().err

@@ -78,8 +78,7 @@ def test_parse_hostfile(text: str, expected: tuple[HostSlots, ...]) -> None:
         ),
         (
             "\n\nnode1 slots=four\n",
-            "hostfiles/two:3: slots must be a whole number of at least 1, "
-            "got 'four' in 'node1 slots=four'",
+            "hostfiles/two:3: slots must be a whole number of at least 1, got 'four' in 'node1 slots=four'",
         ),
         (
             "node1 slots=0\n",
@@ -274,9 +273,7 @@ def test_check_np_ok(np: int, hosts: tuple[HostSlots, ...], oversubscribe: bool)
         ),
     ],
 )
-def test_check_np_errors(
-    np: int, hosts: tuple[HostSlots, ...], oversubscribe: bool, message: str
-) -> None:
+def test_check_np_errors(np: int, hosts: tuple[HostSlots, ...], oversubscribe: bool, message: str) -> None:
     with pytest.raises(UsageError) as info:
         check_np(np, hosts, oversubscribe)
     assert str(info.value) == message

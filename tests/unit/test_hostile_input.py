@@ -17,8 +17,12 @@ from hpcdist.runtime.bootstrap import job_timeout
 from hpcdist.runtime.env import LaunchEnv
 
 HUGE = "9" * 5000  # past Python's int-to-str limit (4300 digits)
-OMPI = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-        "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+OMPI = {
+    "OMPI_COMM_WORLD_RANK": "3",
+    "OMPI_COMM_WORLD_SIZE": "4",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +30,13 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     """No launcher, Slurm, template or debug variables from the machine running the tests."""
     for name in list(os.environ):
         if name.startswith(("OMPI_", "PMIX", "PMI_", "SLURM_", "MV2_", "HPCDIST_", "MPI_")) or name in (
-            "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "GROUP_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
         ):
             monkeypatch.delenv(name)
 
@@ -49,26 +59,30 @@ DRY = ("mpirun", "--dry-run", "--mpirun", "mpirun")
 
 
 # Integers past Python's int-to-str limit, and absurd ones.
-@pytest.mark.parametrize(("argv", "needle"), [
-    ((*DRY, "-np", "9999999999", "--", "x"), "-np must be at most 2147483647"),
-    ((*DRY, "-np", HUGE, "--", "x"), "invalid int value"),
-    ((*DRY, "-H", f"a:{HUGE}", "--", "x"), "slots must be at most"),
-    (("sbatch", "--nodes", "99999999999", "--", "x"), "must be at most 2147483647"),
-    (("sbatch", "--nodes", HUGE, "--", "x"), "must be at most"),
-    (("sbatch", "--nodes", "²", "--", "x"), "must be a whole number"),
-    (("sbatch", "--nodes", "65536", "--ntasks-per-node", "65536", "--", "x"), "more than the 2147483647 ranks"),
-    (("sbatch", "--requeue", "--requeue-signal", "USR1@²", "--", "x"), "--requeue-signal 'USR1@²'"),
-    (("sbatch", "--requeue", "--requeue-signal", f"USR1@{HUGE}", "--", "x"), "1 to 65535 seconds"),
-    (("sbatch", "--gpus-per-node", HUGE, "--", "x"), "--gpus-per-node"),
-    (("torchrun", "--master-port", HUGE, "--", "t.py"), "--master-port"),
-    (("torchrun", "--master-port", "70000", "--", "t.py"), "between 1 and 65535"),
-    (("torchrun", "--nproc-per-node", "²", "--", "t.py"), "--nproc_per_node '²'"),
-    (("hostfile", "--hosts", "a", "--slots", HUGE), "--slots"),
-    (("run", "ddp", "--epochs", HUGE), "--epochs"),
-    (("run", "ddp", "--seed", HUGE), "--seed"),
-])
-def test_huge_and_absurd_integers_are_refused(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
-                                              needle: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        ((*DRY, "-np", "9999999999", "--", "x"), "-np must be at most 2147483647"),
+        ((*DRY, "-np", HUGE, "--", "x"), "invalid int value"),
+        ((*DRY, "-H", f"a:{HUGE}", "--", "x"), "slots must be at most"),
+        (("sbatch", "--nodes", "99999999999", "--", "x"), "must be at most 2147483647"),
+        (("sbatch", "--nodes", HUGE, "--", "x"), "must be at most"),
+        (("sbatch", "--nodes", "²", "--", "x"), "must be a whole number"),
+        (("sbatch", "--nodes", "65536", "--ntasks-per-node", "65536", "--", "x"), "more than the 2147483647 ranks"),
+        (("sbatch", "--requeue", "--requeue-signal", "USR1@²", "--", "x"), "--requeue-signal 'USR1@²'"),
+        (("sbatch", "--requeue", "--requeue-signal", f"USR1@{HUGE}", "--", "x"), "1 to 65535 seconds"),
+        (("sbatch", "--gpus-per-node", HUGE, "--", "x"), "--gpus-per-node"),
+        (("torchrun", "--master-port", HUGE, "--", "t.py"), "--master-port"),
+        (("torchrun", "--master-port", "70000", "--", "t.py"), "between 1 and 65535"),
+        (("torchrun", "--nproc-per-node", "²", "--", "t.py"), "--nproc_per_node '²'"),
+        (("hostfile", "--hosts", "a", "--slots", HUGE), "--slots"),
+        (("run", "ddp", "--epochs", HUGE), "--epochs"),
+        (("run", "ddp", "--seed", HUGE), "--seed"),
+    ],
+)
+def test_huge_and_absurd_integers_are_refused(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], needle: str
+) -> None:
     assert needle in refused(capsys, *argv)
 
 
@@ -79,8 +93,9 @@ def test_a_hostfile_with_a_huge_slot_count(capsys: pytest.CaptureFixture[str], t
 
 @pytest.mark.parametrize("value", ["inf", "nan", "1e300", "-1", "0", "soon"])
 @pytest.mark.parametrize("command", [("run", "p2p"), ("bench", "all_reduce"), ("doctor",)])
-def test_timeouts_must_be_finite_positive_seconds(capsys: pytest.CaptureFixture[str], command: tuple[str, ...],
-                                                  value: str) -> None:
+def test_timeouts_must_be_finite_positive_seconds(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...], value: str
+) -> None:
     assert "--timeout" in refused(capsys, *command, "--timeout", value)
 
 
@@ -90,13 +105,16 @@ def test_hpcdist_timeout_must_be_finite_positive_seconds(value: str) -> None:
         job_timeout({"HPCDIST_TIMEOUT": value})
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (("-b", "9" * 400 + "G"), "-b '9"),
-    (("-e", "2T"), "-e '2T' is not a size"),
-    (("-e", "2048G"), "more than 1T"),
-    (("-b", "0", "-e", "1G", "-i", "1"), "more than 1000 sizes"),
-    (("-b", "٨"), "is not a size in bytes"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (("-b", "9" * 400 + "G"), "-b '9"),
+        (("-e", "2T"), "-e '2T' is not a size"),
+        (("-e", "2048G"), "more than 1T"),
+        (("-b", "0", "-e", "1G", "-i", "1"), "more than 1000 sizes"),
+        (("-b", "٨"), "is not a size in bytes"),
+    ],
+)
 def test_bench_sizes_that_overflow(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], needle: str) -> None:
     assert needle in refused(capsys, "bench", "all_reduce", *argv)
 
@@ -108,23 +126,30 @@ def test_a_non_ascii_job_name_is_written_with_o(capsys: pytest.CaptureFixture[st
     assert '#SBATCH --job-name="héllo 中"' in target.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("argv", [
-    ("sbatch", "-J", "h\udcffllo", "--", "x"),
-    ("sbatch", "--", "python", "tr\udcffin.py"),
-    (*DRY, "-np", "2", "--", "caf\udce9"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("sbatch", "-J", "h\udcffllo", "--", "x"),
+        ("sbatch", "--", "python", "tr\udcffin.py"),
+        (*DRY, "-np", "2", "--", "caf\udce9"),
+    ],
+)
 def test_bytes_that_are_not_utf8_are_refused(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
     assert "not UTF-8" in refused(capsys, *argv)
 
 
-@pytest.mark.parametrize(("template", "needle"), [
-    (b"#!/bin/bash\n\xff\xfe\n", "cannot read template 'sbatch.sh.j2'"),
-    (b"#!/bin/bash\n{{ 1 // 0 }}\n", "sbatch.sh.j2:2 failed: ZeroDivisionError"),
-    (b"#!/bin/bash\n{{ 'a' + 1 }}\n", "failed: TypeError"),
-    (b"#!/bin/bash\nif then\n", "`bash -n` refuses the generated script"),
-])
-def test_a_broken_site_template(capsys: pytest.CaptureFixture[str], tmp_path: Path, template: bytes,
-                                needle: str) -> None:
+@pytest.mark.parametrize(
+    ("template", "needle"),
+    [
+        (b"#!/bin/bash\n\xff\xfe\n", "cannot read template 'sbatch.sh.j2'"),
+        (b"#!/bin/bash\n{{ 1 // 0 }}\n", "sbatch.sh.j2:2 failed: ZeroDivisionError"),
+        (b"#!/bin/bash\n{{ 'a' + 1 }}\n", "failed: TypeError"),
+        (b"#!/bin/bash\nif then\n", "`bash -n` refuses the generated script"),
+    ],
+)
+def test_a_broken_site_template(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, template: bytes, needle: str
+) -> None:
     (tmp_path / "sbatch.sh.j2").write_bytes(template)
     assert needle in refused(capsys, "sbatch", "--template-dir", str(tmp_path), "--", "x")
 
@@ -164,37 +189,44 @@ def test_an_executable_that_is_no_program_is_a_usage_error(tmp_path: Path) -> No
         run_mpirun([str(fake), "-np", "1", "true"])
 
 
-@pytest.mark.parametrize("argv", [
-    (*DRY, "--hostfile", "", "--", "x"),
-    (*DRY, "-H", "", "--", "x"),
-    (*DRY, "-np", "2", "-x", "", "--", "x"),
-    (*DRY, "-np", "2", "--mca", "btl", " ", "--", "x"),
-    ("sbatch", "-p", "", "--", "x"),
-    ("sbatch", "--env", "", "--", "x"),
-    ("sbatch", "--setup", "", "--", "x"),
-    ("hostfile", "--hosts", ""),
-    ("doctor", "--hostfile", ""),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        (*DRY, "--hostfile", "", "--", "x"),
+        (*DRY, "-H", "", "--", "x"),
+        (*DRY, "-np", "2", "-x", "", "--", "x"),
+        (*DRY, "-np", "2", "--mca", "btl", " ", "--", "x"),
+        ("sbatch", "-p", "", "--", "x"),
+        ("sbatch", "--env", "", "--", "x"),
+        ("sbatch", "--setup", "", "--", "x"),
+        ("hostfile", "--hosts", ""),
+        ("doctor", "--hostfile", ""),
+    ],
+)
 def test_empty_values_are_refused(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
     assert "needs a value, got an empty one" in refused(capsys, *argv)
 
 
 # Hostfiles as editors and Open MPI write them.
 @pytest.mark.parametrize("text", ["\ufeffnode1 slots=2\nnode2 slots=2\n", "node1 slots=2\r\nnode2 slots=2\r\n"])
-def test_crlf_and_bom_hostfiles_are_read_and_passed_as_hosts(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                            text: str) -> None:
+def test_crlf_and_bom_hostfiles_are_read_and_passed_as_hosts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str
+) -> None:
     path = tmp_path / "hosts"
     path.write_bytes(text.encode("utf-8"))
     status, out, _ = run(capsys, *DRY, "--hostfile", str(path), "--no-shim", "--", "x")
     assert status == 0 and shlex.split(out)[1:5] == ["-np", "4", "-H", "node1:2,node2:2"]
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("node1 slots = 4\n", (HostSlots("node1", 4),)),
-    ("node1 slots =4 max_slots= 6\n", (HostSlots("node1", 4, 6),)),
-    ("node1 max_slots=4\n", (HostSlots("node1", 4, 4),)),
-    ("node1 count=2 cpu_max=3\n", (HostSlots("node1", 2, 3),)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("node1 slots = 4\n", (HostSlots("node1", 4),)),
+        ("node1 slots =4 max_slots= 6\n", (HostSlots("node1", 4, 6),)),
+        ("node1 max_slots=4\n", (HostSlots("node1", 4, 4),)),
+        ("node1 count=2 cpu_max=3\n", (HostSlots("node1", 2, 3),)),
+    ],
+)
 def test_open_mpi_hostfile_forms_are_accepted(text: str, expected: tuple[HostSlots, ...]) -> None:
     assert parse_hostfile(text, "hf") == expected
 
@@ -207,13 +239,16 @@ def test_a_host_with_only_max_slots_takes_that_many_ranks(capsys: pytest.Capture
 
 
 # A program whose first word looks like an option.
-@pytest.mark.parametrize("argv", [
-    (*DRY, "-np", "2", "--", "-x", "FOO"),
-    (*DRY, "-np", "2", "--no-shim", "--", "--oversubscribe"),
-    ("torchrun", "--", "--standalone", "t.py"),
-    ("sbatch", "--", "-n", "4"),
-    ("sbatch", "--launch", "torchrun", "--", "--nnodes", "2"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        (*DRY, "-np", "2", "--", "-x", "FOO"),
+        (*DRY, "-np", "2", "--no-shim", "--", "--oversubscribe"),
+        ("torchrun", "--", "--standalone", "t.py"),
+        ("sbatch", "--", "-n", "4"),
+        ("sbatch", "--launch", "torchrun", "--", "--nnodes", "2"),
+    ],
+)
 def test_a_program_that_starts_with_a_dash(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
     assert "starts with '-'" in refused(capsys, *argv)
 
@@ -223,12 +258,15 @@ def test_torchruns_own_dash_m_stays_allowed(capsys: pytest.CaptureFixture[str]) 
     assert status == 0 and out.rstrip().endswith("-m pkg.train")
 
 
-@pytest.mark.parametrize(("setup", "needle"), [
-    ("if true", "syntax error"),
-    ("fi", "line"),
-    ("cat <<EOF", "here-document"),
-    ("echo 'unclosed", "matching"),
-])
+@pytest.mark.parametrize(
+    ("setup", "needle"),
+    [
+        ("if true", "syntax error"),
+        ("fi", "line"),
+        ("cat <<EOF", "here-document"),
+        ("echo 'unclosed", "matching"),
+    ],
+)
 def test_a_setup_line_that_breaks_the_script(capsys: pytest.CaptureFixture[str], setup: str, needle: str) -> None:
     err = refused(capsys, "sbatch", "--setup", setup, "--", "x")
     assert "`bash -n` refuses the --setup lines" in err and needle in err
@@ -243,7 +281,13 @@ def test_a_broken_script_is_not_written(capsys: pytest.CaptureFixture[str], tmp_
 def test_env_files_follow_posix_sh_quoting() -> None:
     text = "\ufeffA=x#y\r\nB='a # b' # note\nexport C=\"p\\$q\" D=e\\ f\nE='two\nlines'\nF=$HOME\n"
     assert parse_env_file(text, "f") == [
-        ("A", "x#y"), ("B", "a # b"), ("C", "p$q"), ("D", "e f"), ("E", "two\nlines"), ("F", "$HOME")]
+        ("A", "x#y"),
+        ("B", "a # b"),
+        ("C", "p$q"),
+        ("D", "e f"),
+        ("E", "two\nlines"),
+        ("F", "$HOME"),
+    ]
     for bad, where in (("A=x;y", "f:1"), ("\n\nA=(x)", "f:3"), ("export A", "f:1"), ("A='x\n\n", "f:1")):
         with pytest.raises(UsageError, match=where):
             parse_env_file(bad, "f")
@@ -267,60 +311,102 @@ def test_gpu_counts_must_be_numbers(capsys: pytest.CaptureFixture[str], gpus: st
 
 
 # Launcher values out of range.
-@pytest.mark.parametrize(("environ", "needle"), [
-    ({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "2",
-      "GROUP_WORLD_SIZE": "2"}, "GROUP_RANK=2 is out of range for GROUP_WORLD_SIZE=2"),
-    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "7"},
-     "GROUP_RANK=7 is out of range: 2 ranks run on at most 2 nodes"),
-    (OMPI | {"GROUP_RANK": "9"}, "GROUP_RANK=9 is out of range"),
-    ({"MASTER_ADDR": "node 1"}, "MASTER_ADDR='node 1' is not a host name"),
-    ({"MASTER_ADDR": "n1;reboot"}, "is not a host name"),
-    ({"MASTER_PORT": HUGE}, "is not a TCP port"),
-    ({"RANK": HUGE, "WORLD_SIZE": "2"}, "more than the 2147483647 ranks"),
-    ({"SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
-      "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "2(x99999999999)"}, "lists more than 2147483647 nodes"),
-])
+@pytest.mark.parametrize(
+    ("environ", "needle"),
+    [
+        (
+            {
+                "RANK": "1",
+                "WORLD_SIZE": "4",
+                "LOCAL_RANK": "1",
+                "LOCAL_WORLD_SIZE": "2",
+                "GROUP_RANK": "2",
+                "GROUP_WORLD_SIZE": "2",
+            },
+            "GROUP_RANK=2 is out of range for GROUP_WORLD_SIZE=2",
+        ),
+        (
+            {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "7"},
+            "GROUP_RANK=7 is out of range: 2 ranks run on at most 2 nodes",
+        ),
+        (OMPI | {"GROUP_RANK": "9"}, "GROUP_RANK=9 is out of range"),
+        ({"MASTER_ADDR": "node 1"}, "MASTER_ADDR='node 1' is not a host name"),
+        ({"MASTER_ADDR": "n1;reboot"}, "is not a host name"),
+        ({"MASTER_PORT": HUGE}, "is not a TCP port"),
+        ({"RANK": HUGE, "WORLD_SIZE": "2"}, "more than the 2147483647 ranks"),
+        (
+            {
+                "SLURM_JOB_ID": "1",
+                "SLURM_STEP_ID": "0",
+                "SLURM_PROCID": "0",
+                "SLURM_NTASKS": "2",
+                "SLURM_LOCALID": "0",
+                "SLURM_NODEID": "0",
+                "SLURM_STEP_TASKS_PER_NODE": "2(x99999999999)",
+            },
+            "lists more than 2147483647 nodes",
+        ),
+    ],
+)
 def test_launcher_values_out_of_range(environ: dict[str, str], needle: str) -> None:
     with pytest.raises(UsageError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         LaunchEnv.from_environ(environ)
 
 
 def test_a_compressed_slurm_count_is_never_expanded() -> None:
-    step = {"SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
-            "SLURM_NODEID": "1999999999", "SLURM_STEP_TASKS_PER_NODE": "2(x2000000000)"}
+    step = {
+        "SLURM_JOB_ID": "1",
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": "3",
+        "SLURM_NTASKS": "4",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1999999999",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2000000000)",
+    }
     with pytest.raises(UsageError, match="SLURM_NODEID=1999999999 is out of range: 4 ranks"):
         LaunchEnv.from_environ(step)  # walked, not a list of two billion entries
 
 
-def test_allocation_tasks_per_node_is_bounded_by_the_nodes(capsys: pytest.CaptureFixture[str],
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_allocation_tasks_per_node_is_bounded_by_the_nodes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
     monkeypatch.setenv("SLURM_TASKS_PER_NODE", "2(x99999999999)")
     assert "lists more than 2 nodes" in refused(capsys, "hostfile")
 
 
-@pytest.mark.parametrize(("stray", "launcher"), [
-    ({"WORLD_SIZE": "4"}, "openmpi"), ({"RANK": "3"}, "openmpi"), ({"LOCAL_RANK": "1"}, "openmpi"),
-    ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}, "openmpi"), ({"TORCHELASTIC_RUN_ID": "x"}, "openmpi"),
-])
+@pytest.mark.parametrize(
+    ("stray", "launcher"),
+    [
+        ({"WORLD_SIZE": "4"}, "openmpi"),
+        ({"RANK": "3"}, "openmpi"),
+        ({"LOCAL_RANK": "1"}, "openmpi"),
+        ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}, "openmpi"),
+        ({"TORCHELASTIC_RUN_ID": "x"}, "openmpi"),
+    ],
+)
 def test_a_stray_torch_variable_that_agrees_with_mpiexec(stray: dict[str, str], launcher: str) -> None:
     env = LaunchEnv.from_environ(OMPI | stray)
     assert (env.launcher, env.rank, env.world_size, env.local_rank, env.local_world_size) == (launcher, 3, 4, 1, 2)
 
 
-@pytest.mark.parametrize(("stray", "needle"), [
-    ({"WORLD_SIZE": "8"}, "OMPI_COMM_WORLD_SIZE=4 but WORLD_SIZE=8"),
-    ({"RANK": "0"}, "OMPI_COMM_WORLD_RANK=3 but RANK=0"),
-    ({"LOCAL_WORLD_SIZE": "3"}, "OMPI_COMM_WORLD_LOCAL_SIZE=2 but LOCAL_WORLD_SIZE=3"),
-    ({"WORLD_SIZE": "four"}, "WORLD_SIZE='four' is not a non-negative integer"),
-])
+@pytest.mark.parametrize(
+    ("stray", "needle"),
+    [
+        ({"WORLD_SIZE": "8"}, "OMPI_COMM_WORLD_SIZE=4 but WORLD_SIZE=8"),
+        ({"RANK": "0"}, "OMPI_COMM_WORLD_RANK=3 but RANK=0"),
+        ({"LOCAL_WORLD_SIZE": "3"}, "OMPI_COMM_WORLD_LOCAL_SIZE=2 but LOCAL_WORLD_SIZE=3"),
+        ({"WORLD_SIZE": "four"}, "WORLD_SIZE='four' is not a non-negative integer"),
+    ],
+)
 def test_a_stray_torch_variable_that_disagrees_is_refused(stray: dict[str, str], needle: str) -> None:
     with pytest.raises(UsageError, match=needle):
         LaunchEnv.from_environ(OMPI | stray)
 
 
-def test_hpcdist_env_under_mpiexec_with_a_stray_world_size(capsys: pytest.CaptureFixture[str],
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hpcdist_env_under_mpiexec_with_a_stray_world_size(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name, value in (OMPI | {"WORLD_SIZE": "4"}).items():
         monkeypatch.setenv(name, value)
     status, out, _ = run(capsys, "env")
@@ -340,8 +426,9 @@ def _boom(args: object) -> int:
     raise RuntimeError("boom")
 
 
-def test_an_internal_error_says_so_and_exits_70(capsys: pytest.CaptureFixture[str],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_internal_error_says_so_and_exits_70(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from hpcdist.cli import generate
 
     monkeypatch.setitem(generate.COMMANDS, "hostfile", _boom)
@@ -360,8 +447,9 @@ def _peer_gone(args: object) -> int:
     raise dist.DistBackendError("connection closed by peer rank 3")
 
 
-def test_a_failure_torch_distributed_reports_is_the_jobs_not_a_bug(capsys: pytest.CaptureFixture[str],
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_torch_distributed_reports_is_the_jobs_not_a_bug(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from hpcdist.cli import generate
 
     monkeypatch.setitem(generate.COMMANDS, "hostfile", _peer_gone)
@@ -400,8 +488,12 @@ def test_a_closed_output_pipe_ends_quietly(tmp_path: Path) -> None:
     import subprocess
 
     code = "import sys; from hpcdist.cli import main; sys.exit(main(['sbatch', '--', 'x']))"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert proc.stdout is not None
     proc.stdout.close()  # the reader goes away before hpcdist writes
     _, err = proc.communicate(timeout=60)
@@ -409,16 +501,42 @@ def test_a_closed_output_pipe_ends_quietly(tmp_path: Path) -> None:
 
 
 # --include / --exclude: hostile selections are refused by every command that takes them, naming the option.
-@pytest.mark.parametrize("value", ["a;b", "$(id)", "a\nb", "a\x00", "héllo", "-x", "a@", "@", "a@@b", "a:", ":0",
-                                   f"a:{HUGE}", "a:1,", "a:0x1", "a:1_0", "n[1-99999999999]", "a b", "a,b", "a:+1"])
-@pytest.mark.parametrize("command", [
-    (*DRY, "-H", "a:2", "{option}", "{value}", "--", "x"),
-    ("hostfile", "--hosts", "a", "--slots", "2", "{option}", "{value}"),
-    ("sbatch", "{option}", "{value}", "--", "x"),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "a;b",
+        "$(id)",
+        "a\nb",
+        "a\x00",
+        "héllo",
+        "-x",
+        "a@",
+        "@",
+        "a@@b",
+        "a:",
+        ":0",
+        f"a:{HUGE}",
+        "a:1,",
+        "a:0x1",
+        "a:1_0",
+        "n[1-99999999999]",
+        "a b",
+        "a,b",
+        "a:+1",
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        (*DRY, "-H", "a:2", "{option}", "{value}", "--", "x"),
+        ("hostfile", "--hosts", "a", "--slots", "2", "{option}", "{value}"),
+        ("sbatch", "{option}", "{value}", "--", "x"),
+    ],
+)
 @pytest.mark.parametrize("option", ["--include", "--exclude"])
-def test_hostile_selections_are_refused(capsys: pytest.CaptureFixture[str], command: tuple[str, ...], option: str,
-                                        value: str) -> None:
+def test_hostile_selections_are_refused(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...], option: str, value: str
+) -> None:
     argv = [option if word == "{option}" else value if word == "{value}" else word for word in command]
     assert option in refused(capsys, *argv)
 
@@ -427,7 +545,8 @@ def test_an_sbatch_selection_cannot_add_sbatch_lines(capsys: pytest.CaptureFixtu
     refused(capsys, "sbatch", "--exclude", "n1\n#SBATCH --uid=0", "--", "x")
     status, out, _ = run(capsys, "sbatch", "--exclude", "n[1-2]", "--", "x")
     assert status == 0 and [line for line in out.splitlines() if line.startswith("#SBATCH --ex")] == [
-        '#SBATCH --exclude="n[1-2]"']
+        '#SBATCH --exclude="n[1-2]"'
+    ]
 
 
 @pytest.mark.parametrize("option", ["--include", "--exclude"])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.errors import UsageError
 from hpcdist.cli import main
+from hpcdist.errors import UsageError
 from hpcdist.jobs.profiles import env_warnings, job_environment, parse_env_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,11 @@ def test_hostfile_from_a_nodelist(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_hostfile_from_hosts_in_mpich_form_to_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     target = tmp_path / "hosts"
-    assert run(capsys, "hostfile", "--hosts", "a,b", "--slots", "8", "--format", "mpich", "-o", str(target)) == (0, "", "")
+    assert run(capsys, "hostfile", "--hosts", "a,b", "--slots", "8", "--format", "mpich", "-o", str(target)) == (
+        0,
+        "",
+        "",
+    )
     assert target.read_text().splitlines()[1:] == ["a:8", "b:8"]
 
 
@@ -57,10 +61,26 @@ def test_hostfile_from_the_allocation(capsys: pytest.CaptureFixture[str], monkey
     assert run(capsys, "hostfile")[1].splitlines()[1:] == ["gpu1 slots=8", "gpu2 slots=4"]
 
 
-def test_sbatch_prints_writes_and_submits(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    argv = ["sbatch", "--nodes", "2", "--gpus-per-node", "8", "--time", "1-00:00", "--python", "/venv/bin/python",
-            "--no-opal-prefix", "--profile", "nccl", "--", "python", "train.py"]
+def test_sbatch_prints_writes_and_submits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = [
+        "sbatch",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--time",
+        "1-00:00",
+        "--python",
+        "/venv/bin/python",
+        "--no-opal-prefix",
+        "--profile",
+        "nccl",
+        "--",
+        "python",
+        "train.py",
+    ]
     status, out, err = run(capsys, *argv)
     assert status == 0 and err == "" and out.startswith("#!/bin/bash\n")
     assert "export NCCL_SOCKET_IFNAME='^lo,docker0'\n" in out and "/venv/bin/python -m hpcdist.shim -- python" in out
@@ -83,15 +103,36 @@ def test_sbatch_prints_writes_and_submits(capsys: pytest.CaptureFixture[str], tm
 def test_environment_precedence_and_the_seed_env_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     env_file = tmp_path / "nccl.env"
     env_file.write_text(SEED_NCCL)
-    status, out, err = run(capsys, "sbatch", "--python", "py", "--no-opal-prefix", "--profile", "nccl-debug",
-                           "--env-file", str(env_file), "--nccl-debug", "WARN", "--env", "OMP_NUM_THREADS=2",
-                           "--env", "X=a b", "--", "prog")
+    status, out, err = run(
+        capsys,
+        "sbatch",
+        "--python",
+        "py",
+        "--no-opal-prefix",
+        "--profile",
+        "nccl-debug",
+        "--env-file",
+        str(env_file),
+        "--nccl-debug",
+        "WARN",
+        "--env",
+        "OMP_NUM_THREADS=2",
+        "--env",
+        "X=a b",
+        "--",
+        "prog",
+    )
     assert status == 0, err
     exports = [line for line in out.splitlines() if line.startswith("export ")]
     assert exports == [
-        "export MASTER_ADDR='主节点IP地址'", "export NCCL_DEBUG=WARN", "export NCCL_DEBUG_SUBSYS=INIT,NET",
-        "export NCCL_IB_DISABLE=0", "export NCCL_SOCKET_IFNAME=eth0", "export OMP_NUM_THREADS=2",
-        "export TORCH_DISTRIBUTED_DEBUG=DETAIL", "export X='a b'",
+        "export MASTER_ADDR='主节点IP地址'",
+        "export NCCL_DEBUG=WARN",
+        "export NCCL_DEBUG_SUBSYS=INIT,NET",
+        "export NCCL_IB_DISABLE=0",
+        "export NCCL_SOCKET_IFNAME=eth0",
+        "export OMP_NUM_THREADS=2",
+        "export TORCH_DISTRIBUTED_DEBUG=DETAIL",
+        "export X='a b'",
     ]
 
 
@@ -103,13 +144,16 @@ def test_env_file_lines() -> None:
             parse_env_file(bad, "f")
 
 
-@pytest.mark.parametrize(("env", "nodes", "needle"), [
-    ({"NCCL_SOCKET_IFNAME": "^docker0"}, 2, "excludes docker0 but not lo"),
-    ({"NCCL_SOCKET_IFNAME": "lo"}, 2, "loopback"),
-    ({"GLOO_SOCKET_IFNAME": "^lo"}, 1, "no '^' exclusion"),
-    ({"NCCL_TOPO_FILE": "topo.xml"}, 1, "relative path"),
-    ({"NCCL_P2P_DISABLE": "1"}, 1, "peer-to-peer"),
-])
+@pytest.mark.parametrize(
+    ("env", "nodes", "needle"),
+    [
+        ({"NCCL_SOCKET_IFNAME": "^docker0"}, 2, "excludes docker0 but not lo"),
+        ({"NCCL_SOCKET_IFNAME": "lo"}, 2, "loopback"),
+        ({"GLOO_SOCKET_IFNAME": "^lo"}, 1, "no '^' exclusion"),
+        ({"NCCL_TOPO_FILE": "topo.xml"}, 1, "relative path"),
+        ({"NCCL_P2P_DISABLE": "1"}, 1, "peer-to-peer"),
+    ],
+)
 def test_known_traps_warn(env: dict[str, str], nodes: int, needle: str) -> None:
     assert any(needle in w for w in env_warnings(env, nodes))
 
@@ -121,52 +165,69 @@ def test_good_settings_do_not_warn(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_torchrun_prints_the_seed_command(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = run(capsys, "torchrun", "--nproc_per_node=2", "--nnodes=2", "--node_rank=0",
-                         "--master_addr=104.171.200.62", "--master_port=1234", "--", "main.py", "--backend=nccl")
-    assert (status, out) == (0, "torchrun --nproc_per_node=2 --nnodes=2 --node_rank=0 --master_addr=104.171.200.62 "
-                                "--master_port=1234 main.py --backend=nccl\n")
+    status, out, _ = run(
+        capsys,
+        "torchrun",
+        "--nproc_per_node=2",
+        "--nnodes=2",
+        "--node_rank=0",
+        "--master_addr=104.171.200.62",
+        "--master_port=1234",
+        "--",
+        "main.py",
+        "--backend=nccl",
+    )
+    assert (status, out) == (
+        0,
+        "torchrun --nproc_per_node=2 --nnodes=2 --node_rank=0 --master_addr=104.171.200.62 "
+        "--master_port=1234 main.py --backend=nccl\n",
+    )
     status, out, _ = run(capsys, "torchrun", "--nproc-per-node", "2", "--env", "NCCL_DEBUG=INFO", "--", "t.py")
     assert out == "NCCL_DEBUG=INFO torchrun --nproc_per_node=2 --nnodes=1 --node_rank=0 t.py\n"
     status, out, _ = run(capsys, "torchrun", "--script", "--nnodes", "2", "--master_addr", "n1", "--", "t.py")
     assert status == 0 and out.startswith("#!/bin/bash\n") and '--node_rank="$node_rank"' in out
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["sbatch", "--bogus", "--", "x"], "unrecognized arguments: --bogus"),
-    (["sbatch", "--nodes", "0", "--", "x"], "--nodes: must be a whole number of at least 1"),
-    (["sbatch", "--ntasks-per-node", "-2", "--", "x"], "--ntasks-per-node"),
-    (["sbatch", "--cpus-per-task", "zero", "--", "x"], "--cpus-per-task"),
-    (["sbatch", "--time", "25:00:00:00", "--", "x"], "--time '25:00:00:00' is not a Slurm time"),
-    (["sbatch", "--mem", "8 GB", "--", "x"], "--mem"),
-    (["sbatch", "--nodelist", "n[1-", "--", "x"], "not a valid Slurm nodelist"),
-    (["sbatch", "--job-name", "a\nb", "--", "x"], "--job-name: #SBATCH value"),
-    (["sbatch", "--env", "NOEQUALS", "--", "x"], "expected NAME=VALUE"),
-    (["sbatch", "--env", "1X=y", "--", "x"], "not a valid environment variable name"),
-    (["sbatch", "--env-file", "/no/such/file", "--", "x"], "cannot read env file"),
-    (["sbatch", "--requeue-signal", "USR1@90", "--", "x"], "--requeue-signal needs --requeue"),
-    (["sbatch", "--requeue", "--requeue-signal", "KILL@9", "--", "x"], "--requeue-signal 'KILL@9'"),
-    (["sbatch", "--launch", "ssh", "--", "x"], "--launch"),
-    (["sbatch", "--template-dir", "/no/such/dir", "--", "x"], "is not a directory"),
-    (["sbatch", "--"], "no program given"),
-    (["hostfile", "--nodelist", "node[01-04", "--slots", "8"], "unbalanced"),
-    (["hostfile", "--hosts", "a,b", "--nodelist", "c"], "not both"),
-    (["hostfile", "--hosts", "a,,b"], "expected host names"),
-    (["hostfile", "--hosts", "a,a"], "listed twice"),
-    (["hostfile", "--slots", "0", "--hosts", "a"], "--slots"),
-    (["hostfile"], "not inside a Slurm allocation"),
-    (["hostfile", "--hosts", "a", "--format", "lam"], "invalid choice"),
-    (["torchrun", "--nnodes", "2", "--", "t.py"], "needs --master_addr"),
-    (["torchrun", "--node_rank", "-1", "--", "t.py"], "--node_rank"),
-    (["torchrun", "--nnodes", "2", "--node_rank", "2", "--master_addr", "a", "--", "t.py"], "out of range"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sbatch", "--bogus", "--", "x"], "unrecognized arguments: --bogus"),
+        (["sbatch", "--nodes", "0", "--", "x"], "--nodes: must be a whole number of at least 1"),
+        (["sbatch", "--ntasks-per-node", "-2", "--", "x"], "--ntasks-per-node"),
+        (["sbatch", "--cpus-per-task", "zero", "--", "x"], "--cpus-per-task"),
+        (["sbatch", "--time", "25:00:00:00", "--", "x"], "--time '25:00:00:00' is not a Slurm time"),
+        (["sbatch", "--mem", "8 GB", "--", "x"], "--mem"),
+        (["sbatch", "--nodelist", "n[1-", "--", "x"], "not a valid Slurm nodelist"),
+        (["sbatch", "--job-name", "a\nb", "--", "x"], "--job-name: #SBATCH value"),
+        (["sbatch", "--env", "NOEQUALS", "--", "x"], "expected NAME=VALUE"),
+        (["sbatch", "--env", "1X=y", "--", "x"], "not a valid environment variable name"),
+        (["sbatch", "--env-file", "/no/such/file", "--", "x"], "cannot read env file"),
+        (["sbatch", "--requeue-signal", "USR1@90", "--", "x"], "--requeue-signal needs --requeue"),
+        (["sbatch", "--requeue", "--requeue-signal", "KILL@9", "--", "x"], "--requeue-signal 'KILL@9'"),
+        (["sbatch", "--launch", "ssh", "--", "x"], "--launch"),
+        (["sbatch", "--template-dir", "/no/such/dir", "--", "x"], "is not a directory"),
+        (["sbatch", "--"], "no program given"),
+        (["hostfile", "--nodelist", "node[01-04", "--slots", "8"], "unbalanced"),
+        (["hostfile", "--hosts", "a,b", "--nodelist", "c"], "not both"),
+        (["hostfile", "--hosts", "a,,b"], "expected host names"),
+        (["hostfile", "--hosts", "a,a"], "listed twice"),
+        (["hostfile", "--slots", "0", "--hosts", "a"], "--slots"),
+        (["hostfile"], "not inside a Slurm allocation"),
+        (["hostfile", "--hosts", "a", "--format", "lam"], "invalid choice"),
+        (["torchrun", "--nnodes", "2", "--", "t.py"], "needs --master_addr"),
+        (["torchrun", "--node_rank", "-1", "--", "t.py"], "--node_rank"),
+        (["torchrun", "--nnodes", "2", "--node_rank", "2", "--master_addr", "a", "--", "t.py"], "out of range"),
+    ],
+)
 def test_bad_input_is_a_usage_error(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     status, out, err = run(capsys, *argv)
     assert status == 2 and out == "" and err.startswith("hpcdist: error: ") and message in err
     assert "Traceback" not in err
 
 
-def test_template_mistakes_are_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_template_mistakes_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "sbatch.sh.j2").write_text("#!/bin/bash\n{{ site_qos }}\n")
     monkeypatch.setenv("HPCDIST_TEMPLATE_DIR", str(tmp_path))
     status, _, err = run(capsys, "sbatch", "--", "x")
@@ -191,8 +252,9 @@ def test_rendering_never_imports_torch(tmp_path: Path) -> None:
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'mpi4py', 'numpy'))\n"
         "assert not bad, bad\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -216,6 +278,7 @@ def test_help_and_dry_runs_load_only_what_they_print(tmp_path: Path) -> None:
         (["mpirun", "-np", "2", "--dry-run", "--", "python", "t.py"], heavy + ",hpcdist.launching.spawn"),
         (["torchrun", "--nnodes", "2", "--master-addr", "a", "--", "t.py"], heavy + ",hpcdist.launching.spawn"),
     ):
-        done = subprocess.run([sys.executable, "-c", code, *argv, banned], capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-c", code, *argv, banned], capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
         assert (done.returncode, done.stdout.strip()) == (0, "[]"), (argv, done.stdout, done.stderr)

@@ -298,8 +298,9 @@ def test_launch_agent_refusals(spec: MpirunSpec, message: str) -> None:
     ("mpich", f"mpirun -n 2 -hosts n1:1,n2:1 -launcher ssh -launcher-exec {AGENT} -bind-to none x\n"),
     ("intel", f"mpirun -n 2 -hosts n1,n2 -ppn 1 -launcher ssh -launcher-exec {AGENT} -genv I_MPI_PIN 0 x\n"),
 ])  # fmt: skip
-def test_dry_run_prints_the_launch_agent_in_each_dialect(capsys: pytest.CaptureFixture[str], family: str,
-                                                         expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_prints_the_launch_agent_in_each_dialect(
+    capsys: pytest.CaptureFixture[str], family: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("os.geteuid", lambda: 1000)  # no --allow-run-as-root, as for a user
     for name in [n for n in os.environ if n == "PYTHONPATH" or n.startswith(("HPCDIST_", "NCCL_", "GLOO_", "TORCH_"))]:
         monkeypatch.delenv(name)  # forwarded by -x when set (the Makefile sets HPCDIST_MPICH_VENV)

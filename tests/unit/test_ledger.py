@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from hpcdist.forensics.ledger import (
-    FINISHED, INITIALISED, INITIALISING, RUNNING, Ledger, Phase, Record, describe_hang, first_divergence,
+    FINISHED,
+    INITIALISED,
+    INITIALISING,
+    RUNNING,
+    Ledger,
+    Phase,
+    Record,
+    describe_hang,
+    first_divergence,
 )
 
 
@@ -50,7 +58,9 @@ def test_subgroup_collectives_are_compared_among_members_only() -> None:
 
 def test_a_rank_outside_any_call_is_named() -> None:
     ledgers = {0: _ledger(WORLD_AR, WORLD_AR), 1: _ledger(WORLD_AR, pending_last=False)}
-    assert first_divergence(ledgers) == "rank 0 waits in all_reduce #2 while rank(s) 1 are not in any communication call"
+    assert (
+        first_divergence(ledgers) == "rank 0 waits in all_reduce #2 while rank(s) 1 are not in any communication call"
+    )
 
 
 def test_the_ring_buffer_keeps_the_last_calls_and_their_group_order() -> None:
@@ -85,8 +95,12 @@ def test_a_receiver_whose_sender_finished_is_named() -> None:
 
 def test_a_rank_that_never_initialised_is_named_against_those_waiting_in_init() -> None:
     ledgers: dict[int, list[Record]] = {0: [], 1: [], 2: [], 3: []}
-    phases = {0: Phase(INITIALISING, 61.0), 1: Phase(RUNNING, 62.0), 2: Phase(INITIALISING, 61.5),
-              3: Phase(FINISHED, 1.0)}
+    phases = {
+        0: Phase(INITIALISING, 61.0),
+        1: Phase(RUNNING, 62.0),
+        2: Phase(INITIALISING, 61.5),
+        3: Phase(FINISHED, 1.0),
+    }
     assert first_divergence(ledgers, phases) == (
         "rank 0 waits in init_process_group while rank 1 never initialised (its program has not called "
         "init_process_group) and rank 3 finished its program"

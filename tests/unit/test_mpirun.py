@@ -67,7 +67,10 @@ def test_seed_hosts_example() -> None:
         ({"hostfile": "hostfiles/localhost"}, [*HEAD, "--hostfile", "hostfiles/localhost", *PLACE, *NO_OFI, *PROG]),
         ({"hosts": (HostSlots("a", 2, 4), HostSlots("b", 1))}, [*HEAD, "-H", "a:2,b:1", *PLACE, *NO_OFI, *PROG]),
         ({"hostfile": "hf", "hosts": (HostSlots("a", 2),)}, [*HEAD, "--hostfile", "hf", *PLACE, *NO_OFI, *PROG]),
-        ({"bind_to": "core", "map_by": "ppr:1:socket"}, [*HEAD, "--bind-to", "core", "--map-by", "ppr:1:socket", *NO_OFI, *PROG]),
+        (
+            {"bind_to": "core", "map_by": "ppr:1:socket"},
+            [*HEAD, "--bind-to", "core", "--map-by", "ppr:1:socket", *NO_OFI, *PROG],
+        ),
         ({"oversubscribe": True}, [*HEAD, *PLACE, "--oversubscribe", *NO_OFI, *PROG]),
         ({"as_root": True}, [*HEAD, *PLACE, "--allow-run-as-root", *NO_OFI, *PROG]),
         (
@@ -242,9 +245,7 @@ AUTO = (
         ({}, ["A=1", "B", "A=2"], (("A", "2"), ("B", None))),
     ],
 )
-def test_env_forwards(
-    environ: dict[str, str], user: list[str], expected: tuple[tuple[str, str | None], ...]
-) -> None:
+def test_env_forwards(environ: dict[str, str], user: list[str], expected: tuple[tuple[str, str | None], ...]) -> None:
     assert env_forwards(environ, user) == expected
 
 

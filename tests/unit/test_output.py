@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from test_render import WEIRD, check_script
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
@@ -23,8 +24,6 @@ from hpcdist.launching.output import (
     split_tag,
     summary,
 )
-
-from test_render import WEIRD, check_script
 
 TOKEN = "0123456789abcdef"
 
@@ -246,7 +245,12 @@ def test_router_reads_open_mpis_message_about_a_rank_that_called_mpi_abort_itsel
     )
     _feed(router, "stderr", message, 9)
     (failure,) = router.failures()
-    assert (failure.rank, failure.host, failure.how, failure.tail) == (3, "vm", "called MPI_Abort", (b"[vm:3] loss nan\n",))
+    assert (failure.rank, failure.host, failure.how, failure.tail) == (
+        3,
+        "vm",
+        "called MPI_Abort",
+        (b"[vm:3] loss nan\n",),
+    )
 
 
 def test_a_control_line_before_open_mpis_message_names_how_the_rank_failed() -> None:
@@ -317,7 +321,7 @@ def test_under_hydra_a_rank_whose_tagger_saw_it_vanish_is_named_first(size: int)
 OPEN_MPI_RACE = (  # measured once in CI under load: rank 1 SIGKILLed, rank 0's gloo error reached PRRTE first
     b"@@hpcdist:" + TOKEN.encode() + b":vanished:1:host=vm\n"
     b"[vm:0] @@hpcdist:" + TOKEN.encode() + b":failed:0:exit code 1 host=vm\n"
-    b"prterun has exited due to process rank 0 with PID 0 on node vm calling\n\"abort\". This may have caused\n"
+    b'prterun has exited due to process rank 0 with PID 0 on node vm calling\n"abort". This may have caused\n'
     b"@@hpcdist:" + TOKEN.encode() + b":vanished:0:host=vm\n"  # PRRTE's clean-up: after the failure, not named
 )
 OPEN_MPI_CLEANUP = (  # rank 3 failed; PRRTE then killed the others, whose taggers saw them go

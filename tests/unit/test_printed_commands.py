@@ -16,13 +16,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from test_render import WEIRD, check_script
 
 from hpcdist.cli import main
 from hpcdist.jobs.examples import EXAMPLES
 from hpcdist.jobs.profiles import PROFILES
 from hpcdist.launching.hostfile import HostSlots, parse_hostfile
-
-from test_render import WEIRD, check_script
 
 ROOT = Path(__file__).resolve().parents[2]
 # the values of the bug report, then submitit's and more (spaces, quotes, $, `, ;, newlines, empty, -n)
@@ -314,8 +313,14 @@ def test_the_example_scripts_run_as_written(stubs: Stubs, tmp_path: Path, name: 
 
 @pytest.mark.parametrize("style", ["openmpi", "mpich"])
 @pytest.mark.parametrize("source", ["hosts", "nodelist", "allocation"])
-def test_hostfiles_are_read_back_as_written(capsys: pytest.CaptureFixture[str], stubs: Stubs, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch, style: str, source: str) -> None:
+def test_hostfiles_are_read_back_as_written(
+    capsys: pytest.CaptureFixture[str],
+    stubs: Stubs,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    style: str,
+    source: str,
+) -> None:
     """The hostfile parses back to its hosts, and `hpcdist mpirun --hostfile` hands mpirun those hosts."""
     hostfile = tmp_path / "my hosts"
     where = {"hosts": ["--hosts", "node01,node02"], "nodelist": ["--nodelist", "node[01-02]"], "allocation": []}

@@ -94,8 +94,9 @@ def cli(argv: list[str], environ: dict[str, str] | None = None, answers: tuple[i
 
 def settable_value(value: str) -> str:
     """`value` as an environment variable can hold it: no NUL, and only the surrogates that stand for bytes."""
-    return "".join("?" if c == "\x00" or ("\ud800" <= c <= "\udfff" and not "\udc80" <= c <= "\udcff") else c
-                   for c in value)
+    return "".join(
+        "?" if c == "\x00" or ("\ud800" <= c <= "\udfff" and not "\udc80" <= c <= "\udcff") else c for c in value
+    )
 
 
 def clear(parse: Callable[..., T], *args: Any) -> T | None:
@@ -110,10 +111,64 @@ def clear(parse: Callable[..., T], *args: Any) -> T | None:
 
 # Text that breaks parsers: separators, quotes, shell syntax, control and non-ASCII characters, surrogates.
 FRAGMENTS = [
-    "", " ", "\t", "-", "--", "-x", "-m", "=", " = ", ":", ",", "#", "'", '"', "\\", "\n", "\r\n", "\r", "\x00",
-    "\ufeff", "\udcff", "é", "中", "²", "١٢", "$HOME", "`id`", "$(id)", ";", "&", "|", "<", "(", ")", "[", "]",
-    "{{", "}}", "{%", "a b", "node1", "node[01-04]", "n[1-99999999999]", "2(x3)", "2(x99999999999)", "slots=",
-    "max_slots=", "UID", "PATH", "export ", "USR1@", "UNLIMITED", "inf", "nan", "1e300", "0x10", "1_0", "+5",
+    "",
+    " ",
+    "\t",
+    "-",
+    "--",
+    "-x",
+    "-m",
+    "=",
+    " = ",
+    ":",
+    ",",
+    "#",
+    "'",
+    '"',
+    "\\",
+    "\n",
+    "\r\n",
+    "\r",
+    "\x00",
+    "\ufeff",
+    "\udcff",
+    "é",
+    "中",
+    "²",
+    "١٢",
+    "$HOME",
+    "`id`",
+    "$(id)",
+    ";",
+    "&",
+    "|",
+    "<",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{{",
+    "}}",
+    "{%",
+    "a b",
+    "node1",
+    "node[01-04]",
+    "n[1-99999999999]",
+    "2(x3)",
+    "2(x99999999999)",
+    "slots=",
+    "max_slots=",
+    "UID",
+    "PATH",
+    "export ",
+    "USR1@",
+    "UNLIMITED",
+    "inf",
+    "nan",
+    "1e300",
+    "0x10",
+    "1_0",
+    "+5",
 ]
 NUMBERS = st.one_of(
     st.integers(-(10**3), 10**3).map(str),
@@ -173,19 +228,35 @@ GOOD_PROGRAM = st.tuples(st.sampled_from([["python", "train.py"], ["train.py"], 
 # `hpcdist mpirun --dry-run`
 MPIRUN = {
     "-H": mostly(st.lists(st.tuples(HOST, COUNT).map(":".join), min_size=1, max_size=3).map(",".join)),
-    "-x": ASSIGNMENT, "--bind-to": mostly(st.sampled_from(["none", "core"])), "--map-by": mostly(st.just("slot")),
-    "--oversubscribe": FLAG, "--no-shim": FLAG, "--probe-fabrics": FLAG,
+    "-x": ASSIGNMENT,
+    "--bind-to": mostly(st.sampled_from(["none", "core"])),
+    "--map-by": mostly(st.just("slot")),
+    "--oversubscribe": FLAG,
+    "--no-shim": FLAG,
+    "--probe-fabrics": FLAG,
 }
-HOSTFILE = st.lists(mostly(st.tuples(HOST, st.sampled_from([" slots=", ":", " max_slots=", " slots = "]), COUNT).map(
-    "".join), TEXT), max_size=4).map("\n".join)
+HOSTFILE = st.lists(
+    mostly(st.tuples(HOST, st.sampled_from([" slots=", ":", " max_slots=", " slots = "]), COUNT).map("".join), TEXT),
+    max_size=4,
+).map("\n".join)
 
 
 @SETTINGS
-@given(argv=options(MPIRUN), np=st.none() | COUNT, program=mostly(GOOD_PROGRAM, PROGRAM),
-       hostfile=st.none() | st.none() | HOSTFILE,
-       mca=st.none() | st.tuples(mostly(st.just("pml")), mostly(st.sampled_from(["ob1", "^openib"]))))
-def test_mpirun_dry_run(workdir: Path, argv: list[str], np: str | None, program: list[str], hostfile: str | None,
-                        mca: tuple[str, str] | None) -> None:
+@given(
+    argv=options(MPIRUN),
+    np=st.none() | COUNT,
+    program=mostly(GOOD_PROGRAM, PROGRAM),
+    hostfile=st.none() | st.none() | HOSTFILE,
+    mca=st.none() | st.tuples(mostly(st.just("pml")), mostly(st.sampled_from(["ob1", "^openib"]))),
+)
+def test_mpirun_dry_run(
+    workdir: Path,
+    argv: list[str],
+    np: str | None,
+    program: list[str],
+    hostfile: str | None,
+    mca: tuple[str, str] | None,
+) -> None:
     extra = ["--hostfile", write(workdir, "hosts", hostfile)] if hostfile is not None else []
     extra += ["-np", np] if np is not None else []
     extra += ["--mca", *mca] if mca else []
@@ -223,22 +294,39 @@ def test_hostfile(source: tuple[str, ...], argv: list[str], nodelist: str | None
 
 # `hpcdist sbatch` (never --submit) and `hpcdist torchrun`
 SBATCH = {
-    "--nodes": COUNT, "--ntasks-per-node": COUNT, "--gpus-per-node": mostly(st.sampled_from(["8", "a100:4"])),
-    "--cpus-per-task": COUNT, "--mem": mostly(st.sampled_from(["16G", "0"])),
-    "--time": mostly(st.sampled_from(["30", "1-00:00", "UNLIMITED", "4:00:00"])), "--partition": TEXT,
-    "--account": TEXT, "--nodelist": mostly(st.just("n[1-2]")), "--job-name": TEXT, "--output": TEXT,
-    "--exclusive": FLAG, "--launch": mostly(st.sampled_from(["srun", "mpirun", "torchrun"])), "--setup": TEXT,
-    "--python": TEXT, "--master-addr": mostly(HOST), "--master-port": COUNT, "--requeue": FLAG,
-    "--requeue-signal": mostly(st.sampled_from(["USR1@90", "TERM@30"])), "--env": ASSIGNMENT,
-    "--nccl-socket-ifname": TEXT, "--profile": mostly(st.sampled_from(["nccl", "gloo"])), "--opal-prefix": FLAG,
+    "--nodes": COUNT,
+    "--ntasks-per-node": COUNT,
+    "--gpus-per-node": mostly(st.sampled_from(["8", "a100:4"])),
+    "--cpus-per-task": COUNT,
+    "--mem": mostly(st.sampled_from(["16G", "0"])),
+    "--time": mostly(st.sampled_from(["30", "1-00:00", "UNLIMITED", "4:00:00"])),
+    "--partition": TEXT,
+    "--account": TEXT,
+    "--nodelist": mostly(st.just("n[1-2]")),
+    "--job-name": TEXT,
+    "--output": TEXT,
+    "--exclusive": FLAG,
+    "--launch": mostly(st.sampled_from(["srun", "mpirun", "torchrun"])),
+    "--setup": TEXT,
+    "--python": TEXT,
+    "--master-addr": mostly(HOST),
+    "--master-port": COUNT,
+    "--requeue": FLAG,
+    "--requeue-signal": mostly(st.sampled_from(["USR1@90", "TERM@30"])),
+    "--env": ASSIGNMENT,
+    "--nccl-socket-ifname": TEXT,
+    "--profile": mostly(st.sampled_from(["nccl", "gloo"])),
+    "--opal-prefix": FLAG,
 }
-ENV_FILE = st.lists(mostly(st.tuples(st.sampled_from(["", "export "]), ASSIGNMENT).map("".join), TEXT),
-                    max_size=4).map("\n".join)
+ENV_FILE = st.lists(mostly(st.tuples(st.sampled_from(["", "export "]), ASSIGNMENT).map("".join), TEXT), max_size=4).map(
+    "\n".join
+)
 
 
 @SETTINGS
-@given(argv=options(SBATCH), program=mostly(GOOD_PROGRAM, PROGRAM), env_file=st.none() | ENV_FILE,
-       to_file=st.booleans())
+@given(
+    argv=options(SBATCH), program=mostly(GOOD_PROGRAM, PROGRAM), env_file=st.none() | ENV_FILE, to_file=st.booleans()
+)
 def test_sbatch(workdir: Path, argv: list[str], program: list[str], env_file: str | None, to_file: bool) -> None:
     extra = ["--env-file", write(workdir, "env", env_file)] if env_file is not None else []
     target = workdir / "job.sbatch"
@@ -257,9 +345,14 @@ def test_sbatch(workdir: Path, argv: list[str], program: list[str], env_file: st
 
 
 TORCHRUN = {
-    "--nproc-per-node": mostly(st.sampled_from(["4", "gpu", "auto"])), "--nnodes": COUNT,
-    "--node-rank": mostly(st.integers(0, 3).map(str), NUMBERS), "--master-addr": mostly(HOST),
-    "--master-port": COUNT, "--torchrun": TEXT, "--script": FLAG, "--env": ASSIGNMENT,
+    "--nproc-per-node": mostly(st.sampled_from(["4", "gpu", "auto"])),
+    "--nnodes": COUNT,
+    "--node-rank": mostly(st.integers(0, 3).map(str), NUMBERS),
+    "--master-addr": mostly(HOST),
+    "--master-port": COUNT,
+    "--torchrun": TEXT,
+    "--script": FLAG,
+    "--env": ASSIGNMENT,
     "--profile": mostly(st.sampled_from(["nccl", "gloo"])),
 }
 
@@ -279,16 +372,28 @@ def test_torchrun(argv: list[str], program: list[str]) -> None:
 @SETTINGS
 @given(root=st.sampled_from(["file", "dir", "missing", "file/below", ""]), write_them=st.booleans())
 def test_examples(workdir: Path, root: str, write_them: bool) -> None:
-    status, _ = cli(["examples", *(["--write"] if write_them else []), "--root", str(workdir / root) if root else ""],
-                    answers=(0, 1))  # 1: the files differ from the templates
-    assert status == 2 or os.path.isdir(workdir / root) and root
+    status, _ = cli(
+        ["examples", *(["--write"] if write_them else []), "--root", str(workdir / root) if root else ""],
+        answers=(0, 1),
+    )  # 1: the files differ from the templates
+    assert status == 2 or (os.path.isdir(workdir / root) and root)
 
 
 # `hpcdist env` and LaunchEnv.from_environ with generated launcher environments
-LAUNCH_VARS = sorted({v for s in SOURCES for v in s.variables} | {
-    "MASTER_ADDR", "MASTER_PORT", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_ID", "SLURM_STEP_NODELIST",
-    "SLURM_JOB_NODELIST", "GROUP_WORLD_SIZE", "SLURM_STEP_NUM_NODES",
-})
+LAUNCH_VARS = sorted(
+    {v for s in SOURCES for v in s.variables}
+    | {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "SLURM_STEP_ID",
+        "SLURM_STEPID",
+        "SLURM_JOB_ID",
+        "SLURM_STEP_NODELIST",
+        "SLURM_JOB_NODELIST",
+        "GROUP_WORLD_SIZE",
+        "SLURM_STEP_NUM_NODES",
+    }
+)
 SMALL = st.integers(0, 5).map(str)
 ENVIRON = st.dictionaries(st.sampled_from(LAUNCH_VARS), st.one_of(SMALL, SMALL, NUMBERS, TEXT), max_size=4)
 
@@ -338,9 +443,21 @@ def test_env_command(environ: dict[str, str], base: dict[str, str] | None, as_js
 
 # bench and doctor: option parsing only (running them would start a job)
 BENCH = {
-    "-b": VALUE, "-e": VALUE, "-f": NUMBERS, "-i": VALUE, "-n": NUMBERS, "-w": NUMBERS, "--rounds": NUMBERS,
-    "-c": NUMBERS, "-d": VALUE, "-o": VALUE, "-r": NUMBERS, "--backend": VALUE, "--timeout": VALUE,
-    "--reference": FLAG, "--json": FLAG,
+    "-b": VALUE,
+    "-e": VALUE,
+    "-f": NUMBERS,
+    "-i": VALUE,
+    "-n": NUMBERS,
+    "-w": NUMBERS,
+    "--rounds": NUMBERS,
+    "-c": NUMBERS,
+    "-d": VALUE,
+    "-o": VALUE,
+    "-r": NUMBERS,
+    "--backend": VALUE,
+    "--timeout": VALUE,
+    "--reference": FLAG,
+    "--json": FLAG,
 }
 
 
@@ -374,9 +491,13 @@ def test_doctor_options(argv: list[str]) -> None:
 
 
 # The parsers themselves
-LINES = st.lists(st.one_of(
-    st.sampled_from(["node1", "node1 slots=2", "node1:2", "n2 max_slots=3", "n3 slots = 4", "# c", ""]), TEXT,
-), max_size=6).map("\n".join)
+LINES = st.lists(
+    st.one_of(
+        st.sampled_from(["node1", "node1 slots=2", "node1:2", "n2 max_slots=3", "n3 slots = 4", "# c", ""]),
+        TEXT,
+    ),
+    max_size=6,
+).map("\n".join)
 
 
 @FAST
@@ -396,8 +517,11 @@ def test_dash_h_lists(value: str) -> None:
 
 
 @FAST
-@given(text=st.lists(st.one_of(st.sampled_from(["A=1", "export B='x y'", 'C="a\\$b"', "D=x#y # c"]), TEXT),
-                     max_size=5).map("\n".join))
+@given(
+    text=st.lists(
+        st.one_of(st.sampled_from(["A=1", "export B='x y'", 'C="a\\$b"', "D=x#y # c"]), TEXT), max_size=5
+    ).map("\n".join)
+)
 def test_env_files(text: str) -> None:
     for name, value in clear(parse_env_file, text, "env") or ():
         assert ENV_NAME.match(name) and isinstance(value, str)
@@ -437,8 +561,9 @@ def test_gpus_sizes_and_slurm_counts(value: str, counts: str | None) -> None:
 
 # --include / --exclude (DeepSpeed's host@host:slot,slot) over generated host lists, and through the CLI
 SELECT_HOST = st.sampled_from(["n1", "n2", "gpu-7.cluster", "10.0.0.1", "a_b"])
-SELECT_HOSTS = st.lists(st.tuples(SELECT_HOST, st.integers(1, 4)), min_size=1, max_size=4,
-                        unique_by=lambda pair: pair[0]).map(lambda pairs: tuple(HostSlots(*p) for p in pairs))
+SELECT_HOSTS = st.lists(
+    st.tuples(SELECT_HOST, st.integers(1, 4)), min_size=1, max_size=4, unique_by=lambda pair: pair[0]
+).map(lambda pairs: tuple(HostSlots(*p) for p in pairs))
 SLOTS = st.lists(st.integers(0, 5).map(str), min_size=1, max_size=3).map(",".join)
 PART = st.one_of(SELECT_HOST, st.sampled_from(["n[1-2]", "nope"]), st.tuples(SELECT_HOST, SLOTS).map(":".join))
 SELECTION = mostly(st.lists(PART, min_size=1, max_size=3).map("@".join), TEXT)
@@ -457,7 +582,7 @@ def test_include_and_exclude_split_the_slots_between_them(hosts: tuple[HostSlots
         assert names == [n for n in order if n in names], "hosts keep the host list's order"
         for s in result or ():
             indices = set(range(slots[s.host.host])) if s.indices is None else set(s.indices)
-            assert s.indices is None or list(s.indices) == sorted(indices) and s.host.slots == len(indices)
+            assert s.indices is None or (list(s.indices) == sorted(indices) and s.host.slots == len(indices))
             assert indices and indices <= set(range(slots[s.host.host]))
             kept[s.host.host].append(indices)
     if included is None:
@@ -471,11 +596,25 @@ def test_include_and_exclude_split_the_slots_between_them(hosts: tuple[HostSlots
 
 @SETTINGS
 @given(hosts=SELECT_HOSTS, text=SELECTION, include=st.booleans(), np=st.none() | COUNT)
-def test_mpirun_dry_run_with_a_selection(hosts: tuple[HostSlots, ...], text: str, include: bool,
-                                         np: str | None) -> None:
+def test_mpirun_dry_run_with_a_selection(
+    hosts: tuple[HostSlots, ...], text: str, include: bool, np: str | None
+) -> None:
     listed = ",".join(f"{h.host}:{h.slots}" for h in hosts)
-    status, out = cli(["mpirun", "--dry-run", "--mpirun", "mpirun", "-H", listed,
-                       "--include" if include else "--exclude", text, *(["-np", np] if np else []), "--", "prog"])
+    status, out = cli(
+        [
+            "mpirun",
+            "--dry-run",
+            "--mpirun",
+            "mpirun",
+            "-H",
+            listed,
+            "--include" if include else "--exclude",
+            text,
+            *(["-np", np] if np else []),
+            "--",
+            "prog",
+        ]
+    )
     if status == 0:
         words = shlex.split(out)
         ranks = [int(words[i + 1]) for i, w in enumerate(words) if w == "-np"]
@@ -485,12 +624,19 @@ def test_mpirun_dry_run_with_a_selection(hosts: tuple[HostSlots, ...], text: str
 
 
 @SETTINGS
-@given(text=SELECTION, include=st.booleans(), nodelist=st.none() | mostly(st.just("n[1-2]")),
-       nodes=st.none() | COUNT)
+@given(text=SELECTION, include=st.booleans(), nodelist=st.none() | mostly(st.just("n[1-2]")), nodes=st.none() | COUNT)
 def test_sbatch_with_a_selection(text: str, include: bool, nodelist: str | None, nodes: str | None) -> None:
-    status, out = cli(["sbatch", "--include" if include else "--exclude", text,
-                       *(["--nodelist", nodelist] if nodelist else []), *(["-N", nodes] if nodes else []),
-                       "--", "prog"])
+    status, out = cli(
+        [
+            "sbatch",
+            "--include" if include else "--exclude",
+            text,
+            *(["--nodelist", nodelist] if nodelist else []),
+            *(["-N", nodes] if nodes else []),
+            "--",
+            "prog",
+        ]
+    )
     if status == 0:
         lines = [line for line in out.splitlines() if line.startswith(("#SBATCH --nodelist", "#SBATCH --exclude"))]
         assert len(lines) == 1 and ":" not in lines[0], "one whole-node option"

@@ -23,7 +23,10 @@ TORCH_DDP_CPU = (
 
 def test_ddp_device_ids_on_a_cpu_model_gets_a_hint_and_other_errors_none() -> None:
     assert hint(TORCH_DDP_CPU).startswith("hpcdist: hint: the model is on the CPU, where DDP takes no device_ids")
-    assert hint(TORCH_DDP_CPU.replace("device(type='cpu')", "device(type='cuda', index=0), device(type='cuda', index=1)")) == ""
+    assert (
+        hint(TORCH_DDP_CPU.replace("device(type='cpu')", "device(type='cuda', index=0), device(type='cuda', index=1)"))
+        == ""
+    )
     assert hint("NaN in the gradients") == ""
 
 
@@ -73,7 +76,10 @@ def test_the_functions_own_init_process_group_is_accepted_when_it_agrees(backend
     [
         ({"backend": "nccl"}, "with backend 'gloo'; pass backend='nccl' to hpcdist.launch, or drop the call"),
         ({"rank": 0}, "init_process_group(rank=0) on rank 1, but hpcdist.launch's process group has rank=1"),
-        ({"world_size": 4}, "init_process_group(world_size=4) on rank 1, but hpcdist.launch's process group has world_size=2"),
+        (
+            {"world_size": 4},
+            "init_process_group(world_size=4) on rank 1, but hpcdist.launch's process group has world_size=2",
+        ),
     ],
 )
 def test_the_functions_own_init_process_group_is_refused_when_it_disagrees(given, expected) -> None:

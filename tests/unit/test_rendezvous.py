@@ -7,18 +7,25 @@ import socket
 
 import pytest
 
-from hpcdist.runtime.env import LaunchEnv
 from hpcdist.errors import UsageError
+from hpcdist.runtime.env import LaunchEnv
 from hpcdist.runtime.netif import Interface
 from hpcdist.runtime.rendezvous import HostInfo, check_master_addr, rendezvous_address, slurm_rendezvous
 
 
 def _srun(job: str, step: str, nodelist: str = "node[03-04]") -> LaunchEnv:
-    return LaunchEnv.from_environ({
-        "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
-        "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_STEP_NODELIST": nodelist, "SLURM_JOB_ID": job,
-        "SLURM_STEP_ID": step,
-    })
+    return LaunchEnv.from_environ(
+        {
+            "SLURM_PROCID": "1",
+            "SLURM_NTASKS": "2",
+            "SLURM_LOCALID": "0",
+            "SLURM_NODEID": "1",
+            "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+            "SLURM_STEP_NODELIST": nodelist,
+            "SLURM_JOB_ID": job,
+            "SLURM_STEP_ID": step,
+        }
+    )
 
 
 def test_loopback_only_when_every_rank_shares_one_host() -> None:
@@ -45,6 +52,9 @@ def test_a_non_numeric_job_id_asks_for_master_port() -> None:
 def test_a_master_addr_that_does_not_resolve_is_named_with_this_host() -> None:
     check_master_addr("127.0.0.1")
     check_master_addr("localhost")
-    with pytest.raises(UsageError, match=rf"MASTER_ADDR=no-such-host\.invalid does not resolve on host "
-                                         rf"{re.escape(socket.gethostname())} \(.*\); correct the name"):
+    with pytest.raises(
+        UsageError,
+        match=rf"MASTER_ADDR=no-such-host\.invalid does not resolve on host "
+        rf"{re.escape(socket.gethostname())} \(.*\); correct the name",
+    ):
         check_master_addr("no-such-host.invalid")

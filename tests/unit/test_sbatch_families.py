@@ -63,8 +63,9 @@ def _install(tmp_path: Path, *files: str) -> Path:
     (("mpirun", "ompi_info", "prterun"), "openmpi", "mpirun"),
     (("mpirun",), "openmpi", "mpirun"),
 ])  # fmt: skip
-def test_the_family_is_told_by_the_mpirun_beside_the_python(tmp_path: Path, files: tuple[str, ...], family: str,
-                                                           launcher: str) -> None:
+def test_the_family_is_told_by_the_mpirun_beside_the_python(
+    tmp_path: Path, files: tuple[str, ...], family: str, launcher: str
+) -> None:
     """The one choice for `hpcdist sbatch` and `hpcdist.submit`: local_tools, as `hpcdist mpirun` tells it."""
     folder = _install(tmp_path, *files)
     tools = local_tools("mpirun", python=str(folder / "python"))

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_render import check_script
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
@@ -16,8 +17,6 @@ from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
 from hpcdist.launching.hostfile import HostSlots as H
 from hpcdist.launching.mpirun import AppContext, MpirunSpec, build_mpirun_argv
 from hpcdist.launching.selection import Selected, parse_selection, select_hosts, select_nodes
-
-from test_render import check_script
 
 WORKERS = (H("worker-0", 4), H("worker-1", 4))
 SOURCE = "-H worker-0:4,worker-1:4"
@@ -29,24 +28,29 @@ def kept(include: str | None = None, exclude: str | None = None, hosts=WORKERS) 
 
 
 # DeepSpeed's own examples (parse_resource_filter's docstring and its README), and its rules.
-@pytest.mark.parametrize(("include", "exclude", "expected"), [
-    ("worker-0@worker-1:0,2", None, [("worker-0", "all"), ("worker-1", (0, 2))]),
-    (None, "worker-1:0", [("worker-0", "all"), ("worker-1", (1, 2, 3))]),
-    ("worker-0", None, [("worker-0", "all")]),
-    (None, "worker-0", [("worker-1", "all")]),
-    (None, "worker-0:0,1,2,3", [("worker-1", "all")]),  # a host left with no slot is dropped
-    ("worker-1:2@worker-0:1", None, [("worker-0", (1,)), ("worker-1", (2,))]),  # the host list's order
-    ("worker-0:3,1,1@worker-0:0", None, [("worker-0", (0, 1, 3))]),  # repeats count once, slots sorted
-    ("worker-0:0,1,2,3", None, [("worker-0", "all")]),  # every slot named is the whole host
-    (None, None, [("worker-0", "all"), ("worker-1", "all")]),
-])
+@pytest.mark.parametrize(
+    ("include", "exclude", "expected"),
+    [
+        ("worker-0@worker-1:0,2", None, [("worker-0", "all"), ("worker-1", (0, 2))]),
+        (None, "worker-1:0", [("worker-0", "all"), ("worker-1", (1, 2, 3))]),
+        ("worker-0", None, [("worker-0", "all")]),
+        (None, "worker-0", [("worker-1", "all")]),
+        (None, "worker-0:0,1,2,3", [("worker-1", "all")]),  # a host left with no slot is dropped
+        ("worker-1:2@worker-0:1", None, [("worker-0", (1,)), ("worker-1", (2,))]),  # the host list's order
+        ("worker-0:3,1,1@worker-0:0", None, [("worker-0", (0, 1, 3))]),  # repeats count once, slots sorted
+        ("worker-0:0,1,2,3", None, [("worker-0", "all")]),  # every slot named is the whole host
+        (None, None, [("worker-0", "all"), ("worker-1", "all")]),
+    ],
+)
 def test_deepspeed_semantics(include: str | None, exclude: str | None, expected: list) -> None:
     assert kept(include, exclude) == expected
 
 
 def test_a_partial_host_keeps_only_its_selected_slots() -> None:
     assert select_hosts(WORKERS, None, "worker-1:1,3", SOURCE) == (
-        Selected(H("worker-0", 4)), Selected(H("worker-1", 2), (0, 2)))
+        Selected(H("worker-0", 4)),
+        Selected(H("worker-1", 2), (0, 2)),
+    )
     capped = (H("n1", 2, 4),)  # a whole host keeps its max_slots
     assert select_hosts(capped, "n1", None, "x") == (Selected(H("n1", 2, 4)),)
 
@@ -58,26 +62,29 @@ def test_slurm_ranges_name_several_hosts() -> None:
     assert parse_selection("n[01-02]@gpu7:0", "--include") == {"n01": None, "n02": None, "gpu7": (0,)}
 
 
-@pytest.mark.parametrize(("include", "exclude", "needle"), [
-    ("worker-0", "worker-1", "give either --include or --exclude, not both"),
-    ("nope", None, "host 'nope' is not in -H worker-0:4,worker-1:4 (hosts: worker-0, worker-1)"),
-    (None, "worker-1:4", "worker-1 has no slot 4; its 4 slot(s) are numbered 0 to 3"),
-    (None, "worker-0@worker-1", "leaves no host of -H worker-0:4,worker-1:4; keep at least one"),
-    ("worker-0@@worker-1", None, "an empty host between two '@'"),
-    ("@worker-0", None, "an empty host"),
-    ("worker-0@", None, "an empty host"),
-    ("worker-0:", None, "'worker-0:' has no slot after ':'; give slot indices (e.g. worker-0:0,1)"),
-    ("worker-0:0,,1", None, "slot '' of worker-0 is not a slot index"),
-    ("worker-0:-1", None, "slot '-1' of worker-0 is not a slot index"),
-    ("worker-0: 1", None, "slot ' 1' of worker-0"),
-    ("worker-0:1:2", None, "slot '1:2' of worker-0"),
-    ("worker-0:²", None, "slot '²' of worker-0"),
-    ("worker-0@worker-0:1", None, "'worker-0' is named both whole and by slots"),
-    ("worker-0,worker-1", None, "lists several hosts with ','; join hosts with '@'"),
-    ("", None, "no host named"),
-    ("a b", None, "'a b' is not a host name"),
-    ("n[1-", None, "not a valid Slurm nodelist"),
-])
+@pytest.mark.parametrize(
+    ("include", "exclude", "needle"),
+    [
+        ("worker-0", "worker-1", "give either --include or --exclude, not both"),
+        ("nope", None, "host 'nope' is not in -H worker-0:4,worker-1:4 (hosts: worker-0, worker-1)"),
+        (None, "worker-1:4", "worker-1 has no slot 4; its 4 slot(s) are numbered 0 to 3"),
+        (None, "worker-0@worker-1", "leaves no host of -H worker-0:4,worker-1:4; keep at least one"),
+        ("worker-0@@worker-1", None, "an empty host between two '@'"),
+        ("@worker-0", None, "an empty host"),
+        ("worker-0@", None, "an empty host"),
+        ("worker-0:", None, "'worker-0:' has no slot after ':'; give slot indices (e.g. worker-0:0,1)"),
+        ("worker-0:0,,1", None, "slot '' of worker-0 is not a slot index"),
+        ("worker-0:-1", None, "slot '-1' of worker-0 is not a slot index"),
+        ("worker-0: 1", None, "slot ' 1' of worker-0"),
+        ("worker-0:1:2", None, "slot '1:2' of worker-0"),
+        ("worker-0:²", None, "slot '²' of worker-0"),
+        ("worker-0@worker-0:1", None, "'worker-0' is named both whole and by slots"),
+        ("worker-0,worker-1", None, "lists several hosts with ','; join hosts with '@'"),
+        ("", None, "no host named"),
+        ("a b", None, "'a b' is not a host name"),
+        ("n[1-", None, "not a valid Slurm nodelist"),
+    ],
+)
 def test_bad_selections_say_what_and_how_to_fix(include: str | None, exclude: str | None, needle: str) -> None:
     with pytest.raises(UsageError, match=None) as info:
         select_hosts(WORKERS, include, exclude, SOURCE)
@@ -85,12 +92,30 @@ def test_bad_selections_say_what_and_how_to_fix(include: str | None, exclude: st
 
 
 def test_app_contexts_in_the_argv() -> None:
-    spec = MpirunSpec(program=("python", "x.py"), np=3, contexts=(
-        AppContext(H("a", 2), 2, (("CUDA_VISIBLE_DEVICES", "0,2"),)), AppContext(H("b", 4), 1)))
+    spec = MpirunSpec(
+        program=("python", "x.py"),
+        np=3,
+        contexts=(AppContext(H("a", 2), 2, (("CUDA_VISIBLE_DEVICES", "0,2"),)), AppContext(H("b", 4), 1)),
+    )
     argv = build_mpirun_argv(spec)
     assert argv[0] == "mpirun" and "-np" not in argv[:2] and "-H" not in argv[: argv.index("--map-by")]
-    assert argv[argv.index("^ofi") + 1:] == ["-np", "2", "-H", "a:2", "-x", "CUDA_VISIBLE_DEVICES=0,2", "python",
-                                              "x.py", ":", "-np", "1", "-H", "b:4", "python", "x.py"]
+    assert argv[argv.index("^ofi") + 1 :] == [
+        "-np",
+        "2",
+        "-H",
+        "a:2",
+        "-x",
+        "CUDA_VISIBLE_DEVICES=0,2",
+        "python",
+        "x.py",
+        ":",
+        "-np",
+        "1",
+        "-H",
+        "b:4",
+        "python",
+        "x.py",
+    ]
 
 
 def dry(capsys: pytest.CaptureFixture[str], *argv: str, env: dict[str, str] | None = None) -> list[str]:
@@ -131,17 +156,21 @@ def test_mpirun_selects_from_the_slurm_allocation(capsys: pytest.CaptureFixture[
     assert shlex.join(words[:5]) == "mpirun -np 4 -H n1:2,n3:2"
 
 
-@pytest.mark.parametrize(("argv", "env", "needle"), [
-    (("-H", "a:2", "--include", "b"), {}, "host 'b' is not in -H a:2"),
-    (("-H", "a:4", "--exclude", "a:1", "-np", "4"), {}, "-np 4 is more than the 3 slots the selection keeps"),
-    (("-H", "a:4", "--exclude", "a:1", "-np", "4", "--oversubscribe"), {}, "--oversubscribe cannot add more"),
-    (("-H", "a:4", "--exclude", "a", "-np", "1"), {}, "leaves no host of -H a:4"),
-    (("-np", "2", "--exclude", "localhost:1"), {}, "--include/--exclude choose from a host list: give --hostfile"),
-    (("-H", "a:4", "--exclude", "a:1"), {"CUDA_VISIBLE_DEVICES": "1"}, "but CUDA_VISIBLE_DEVICES is set here too"),
-    (("-H", "a:2,b:2", "--exclude", "b", "-np", "3"), {}, "-np 3 is more than the 2 slots"),
-])
-def test_mpirun_selection_errors(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], env: dict[str, str],
-                                 needle: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "env", "needle"),
+    [
+        (("-H", "a:2", "--include", "b"), {}, "host 'b' is not in -H a:2"),
+        (("-H", "a:4", "--exclude", "a:1", "-np", "4"), {}, "-np 4 is more than the 3 slots the selection keeps"),
+        (("-H", "a:4", "--exclude", "a:1", "-np", "4", "--oversubscribe"), {}, "--oversubscribe cannot add more"),
+        (("-H", "a:4", "--exclude", "a", "-np", "1"), {}, "leaves no host of -H a:4"),
+        (("-np", "2", "--exclude", "localhost:1"), {}, "--include/--exclude choose from a host list: give --hostfile"),
+        (("-H", "a:4", "--exclude", "a:1"), {"CUDA_VISIBLE_DEVICES": "1"}, "but CUDA_VISIBLE_DEVICES is set here too"),
+        (("-H", "a:2,b:2", "--exclude", "b", "-np", "3"), {}, "-np 3 is more than the 2 slots"),
+    ],
+)
+def test_mpirun_selection_errors(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], env: dict[str, str], needle: str
+) -> None:
     with pytest.MonkeyPatch.context() as mp:
         for name, value in env.items():
             mp.setenv(name, value)
@@ -160,29 +189,35 @@ def test_hostfile_keeps_the_selected_hosts_and_slots(capsys: pytest.CaptureFixtu
     assert "leaves no host of --hosts n1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("nodelist", "include", "exclude", "nodes", "expected"), [
-    (None, None, "n1", None, (None, "n1", 1)),
-    (None, None, "n[1-2]@gpu7", 4, (None, "gpu7,n[1-2]", 4)),
-    (None, "n1@n2", None, None, ("n[1-2]", None, 2)),
-    ("n[1-4]", None, "n2", None, ("n[1,3-4]", None, 3)),
-    ("n[1-4]", "n[2-3]", None, 2, ("n[2-3]", None, 2)),
-    (None, None, None, None, (None, None, 1)),
-    ("n[1-2]", None, None, 5, ("n[1-2]", None, 5)),
-])
+@pytest.mark.parametrize(
+    ("nodelist", "include", "exclude", "nodes", "expected"),
+    [
+        (None, None, "n1", None, (None, "n1", 1)),
+        (None, None, "n[1-2]@gpu7", 4, (None, "gpu7,n[1-2]", 4)),
+        (None, "n1@n2", None, None, ("n[1-2]", None, 2)),
+        ("n[1-4]", None, "n2", None, ("n[1,3-4]", None, 3)),
+        ("n[1-4]", "n[2-3]", None, 2, ("n[2-3]", None, 2)),
+        (None, None, None, None, (None, None, 1)),
+        ("n[1-2]", None, None, 5, ("n[1-2]", None, 5)),
+    ],
+)
 def test_sbatch_selection_is_whole_nodes(nodelist, include, exclude, nodes, expected) -> None:
     assert select_nodes(nodelist, include, exclude, nodes) == expected
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (("--exclude", "n1:0"), "selects slots of 'n1'; Slurm allocates whole nodes"),
-    (("--include", "n1@n2:1"), "selects slots of 'n2'"),
-    (("--include", "n1", "--exclude", "n2"), "not both"),
-    (("-N", "2", "--include", "n1"), "--nodes 2 does not match the 1 node(s) --include 'n1' leaves"),
-    (("-w", "n[1-2]", "--exclude", "n3"), "host 'n3' is not in --nodelist 'n[1-2]'"),
-    (("-w", "n[1-2]", "--exclude", "n[1-2]"), "leaves no host of --nodelist 'n[1-2]'"),
-    (("--exclude", "n1,n2"), "join hosts with '@'"),
-    (("-x", "a@@b"), "an empty host"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (("--exclude", "n1:0"), "selects slots of 'n1'; Slurm allocates whole nodes"),
+        (("--include", "n1@n2:1"), "selects slots of 'n2'"),
+        (("--include", "n1", "--exclude", "n2"), "not both"),
+        (("-N", "2", "--include", "n1"), "--nodes 2 does not match the 1 node(s) --include 'n1' leaves"),
+        (("-w", "n[1-2]", "--exclude", "n3"), "host 'n3' is not in --nodelist 'n[1-2]'"),
+        (("-w", "n[1-2]", "--exclude", "n[1-2]"), "leaves no host of --nodelist 'n[1-2]'"),
+        (("--exclude", "n1,n2"), "join hosts with '@'"),
+        (("-x", "a@@b"), "an empty host"),
+    ],
+)
 def test_sbatch_selection_errors(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], needle: str) -> None:
     assert main(["sbatch", *argv, "--", "prog"]) == 2
     err = capsys.readouterr().err

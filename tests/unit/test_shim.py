@@ -73,8 +73,13 @@ def test_a_negative_sys_exit_in_process_is_an_exit_code_not_a_signal(code: int, 
 
 @pytest.mark.parametrize(
     ("code", "text"),
-    [(3, "exit code 3"), (-9, "killed by SIGKILL"), (-1, "killed by SIGHUP"), (-40, "killed by signal 40"),
-     (-100, "killed by signal 100")],
+    [
+        (3, "exit code 3"),
+        (-9, "killed by SIGKILL"),
+        (-1, "killed by SIGHUP"),
+        (-40, "killed by signal 40"),
+        (-100, "killed by signal 100"),
+    ],
 )
 def test_a_childs_status_is_described_without_crashing_on_unknown_signals(code: int, text: str) -> None:
     from hpcdist.shim import _describe

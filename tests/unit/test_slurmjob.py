@@ -68,7 +68,9 @@ def test_rank_files_of_mpirun_and_srun_modes_come_from_the_batch_script() -> Non
     with pytest.raises(UsageError, match="--rank 4: job 1 has ranks 0 to 3"):
         rank_log(script, mpirun, 4)
     (srun,) = (JobInfo(r) for r in records("srun_done.txt"))
-    assert rank_log((DATA / "batch_srun.txt").read_text(), srun, 2) == Path("/tmp/wt-submit-cap/jobs/slogs/rank-002.log")
+    assert rank_log((DATA / "batch_srun.txt").read_text(), srun, 2) == Path(
+        "/tmp/wt-submit-cap/jobs/slogs/rank-002.log"
+    )
     assert rank_log("#!/bin/bash\nsrun python x.py\n", srun, 0) is None  # no --log-dir: no file of its own
 
 
@@ -84,8 +86,9 @@ def fake_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) ->
 
 def test_an_unknown_job_says_slurm_knows_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # what scontrol prints for an unknown id, captured: data/scontrol/invalid.err
-    fake_scontrol(tmp_path, monkeypatch, "sys.stderr.write(open(DATA + '/invalid.err').read().split('rc ')[0]); "
-                                          "sys.exit(1)")
+    fake_scontrol(
+        tmp_path, monkeypatch, "sys.stderr.write(open(DATA + '/invalid.err').read().split('rc ')[0]); sys.exit(1)"
+    )
     with pytest.raises(UsageError, match="Slurm knows no job 99999: it never existed, or it ended more than MinJobAge"):
         show_job("99999")
 
@@ -100,14 +103,18 @@ def test_scontrol_missing_or_silent_is_a_clear_error(tmp_path: Path, monkeypatch
         show_job("1")
 
 
-def test_status_prints_a_table_and_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_prints_a_table_and_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_scontrol(tmp_path, monkeypatch, "sys.stdout.write(open(DATA + '/array_done.txt').read())")
     assert main(["status", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["JOB", "ID", "NAME", "STATE", "EXIT", "CODE", "RUN", "TIME", "NODES", "REASON"]
-    assert [line.split()[:3] for line in out[1:4]] == [["2_2", "array.sh", "COMPLETED"], ["2_1", "array.sh",
-                                                       "COMPLETED"], ["2_0", "array.sh", "COMPLETED"]]
+    assert [line.split()[:3] for line in out[1:4]] == [
+        ["2_2", "array.sh", "COMPLETED"],
+        ["2_1", "array.sh", "COMPLETED"],
+        ["2_0", "array.sh", "COMPLETED"],
+    ]
     assert main(["status", "2", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["job_id"] for r in rows] == ["2_2", "2_1", "2_0"] and rows[0]["stdout"].endswith("slurm-2_2.out")
@@ -115,12 +122,15 @@ def test_status_prints_a_table_and_json(tmp_path: Path, monkeypatch: pytest.Monk
     assert "job id '2x' is not a Slurm job id" in capsys.readouterr().err
 
 
-def test_logs_of_an_array_needs_one_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_logs_of_an_array_needs_one_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_scontrol(tmp_path, monkeypatch, "sys.stdout.write(open(DATA + '/array_done.txt').read())")
     assert main(["logs", "2"]) == 2
-    assert "job 2 is an array of 3 records (2_2, 2_1, 2_0); name one task, e.g. hpcdist logs 2_2" in \
-        capsys.readouterr().err
+    assert (
+        "job 2 is an array of 3 records (2_2, 2_1, 2_0); name one task, e.g. hpcdist logs 2_2"
+        in capsys.readouterr().err
+    )
 
 
 def test_rank_filter_keeps_tagged_and_labelled_lines_of_one_rank() -> None:
@@ -149,7 +159,8 @@ sys.stdout.write(open(DATA + ("/running.txt" if n < 2 else "/completed.txt")).re
 
 
 def test_status_wait_polls_until_the_job_ends_and_draws_nothing_on_a_pipe(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_scontrol(tmp_path, monkeypatch, RUNNING_THEN_DONE)
     monkeypatch.setenv("FAKE_DIR", str(tmp_path))
     assert main(["status", "1", "--wait", "--timeout", "60"]) == 0
@@ -159,7 +170,8 @@ def test_status_wait_polls_until_the_job_ends_and_draws_nothing_on_a_pipe(
 
 
 def test_status_wait_times_out_naming_the_job_and_its_state(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_scontrol(tmp_path, monkeypatch, "sys.stdout.write(open(DATA + '/running.txt').read())")
     assert main(["status", "1", "--wait", "--timeout", "1"]) == 1
     assert "hpcdist waited 1 s for job 1 to end; it is still RUNNING 1" in capsys.readouterr().err
@@ -173,8 +185,13 @@ def test_status_wait_shows_progress_on_a_terminal(tmp_path: Path, monkeypatch: p
     fake_scontrol(tmp_path, monkeypatch, RUNNING_THEN_DONE)
     primary, secondary = pty.openpty()
     env = {**os.environ, "FAKE_DIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-m", "hpcdist", "status", "1", "--wait"], stdout=subprocess.PIPE,
-                          stderr=secondary, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "hpcdist", "status", "1", "--wait"],
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+        env=env,
+        timeout=60,
+    )
     os.close(secondary)
     drawn = b""
     while True:

@@ -7,9 +7,8 @@ import pickle
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.workloads.taskmap import TaskError
+from hpcdist.workloads.taskmap import TaskError, compute
 from hpcdist.workloads.taskmap import map as task_map
-from hpcdist.workloads.taskmap import compute
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +18,12 @@ def _no_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in list(os.environ):
         if name.startswith(("OMPI_", "PMIX", "PMI_", "SLURM_", "MV2_", "HPCDIST_")) or name in (
-            "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
         ):
             monkeypatch.delenv(name)
 
@@ -51,7 +55,13 @@ def test_a_failure_names_the_item_the_rank_and_keeps_the_traceback() -> None:
 def test_a_task_error_survives_pickling_and_long_items_are_cut() -> None:
     error = TaskError(5, "x" * 10, 3, "ValueError: v", "Traceback ...\nValueError: v\n")
     again = pickle.loads(pickle.dumps(error))
-    assert (again.index, again.item, again.rank, again.error, str(again)) == (5, "x" * 10, 3, "ValueError: v", str(error))
+    assert (again.index, again.item, again.rank, again.error, str(again)) == (
+        5,
+        "x" * 10,
+        3,
+        "ValueError: v",
+        str(error),
+    )
     with pytest.raises(TaskError) as caught:
         task_map(lambda s: 1 / 0, ["y" * 500])
     assert len(caught.value.item) == 120 and caught.value.item.endswith("...")

@@ -1,4 +1,5 @@
 """Rank 0 holds the GIL in a loop for BUSY seconds while the others wait in a barrier; STOP_RANK stops itself."""
+
 import os
 import signal
 import time

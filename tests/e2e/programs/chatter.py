@@ -2,6 +2,7 @@
 
 Line i of rank r reads `R<r> L<i> <filler> end`; the last line has no newline. No torch: output only.
 """
+
 import os
 import sys
 import time

@@ -3,6 +3,7 @@
 It waits (in a thread) until rank 0 has saved the first epoch's checkpoint DIR/ddp.pt, where DIR is the
 value of --checkpoint-dir, and kills itself then: no handler runs, nothing more is saved.
 """
+
 import os
 import signal
 import sys

@@ -1,4 +1,5 @@
 """Rank FAIL_RANK exits with status 3 before init_process_group, on every attempt; the others wait for it."""
+
 import os
 import sys
 

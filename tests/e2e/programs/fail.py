@@ -1,4 +1,5 @@
 """A torchrun-style program whose rank FAIL_RANK fails (FAIL_HOW: raise | exit | kill) while the others wait."""
+
 import os
 import signal
 import sys

@@ -1,4 +1,5 @@
 """Every rank prints 50 lines; rank FAIL_RANK then fails (FAIL_HOW: raise | kill) while the others wait. No torch."""
+
 import os
 import signal
 import time

@@ -2,6 +2,7 @@
 
 Each rank writes MARKERS/attempt-<n>-rank-<r> holding both restart counters.
 """
+
 import os
 import signal
 import sys

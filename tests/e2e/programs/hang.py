@@ -1,5 +1,6 @@
 """Provoke a hang on BACKEND: HANG=p2p (rank 2 receives from rank 0, which is in all_reduce), collective
 (rank 1 broadcasts while the others all_reduce) or skip (rank 1 leaves out an all_reduce)."""
+
 import os
 import time
 

@@ -1,4 +1,5 @@
 """Start-up probe: initialise gloo from torchrun's variables (or Open MPI's, for plain mpirun) and barrier."""
+
 import os
 
 import torch.distributed as dist

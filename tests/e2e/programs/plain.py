@@ -4,6 +4,7 @@ HANG makes rank 1 misbehave: `sleep` (it sleeps before its first all_reduce), `n
 init_process_group), `exit` (it exits 0 after the first all_reduce while the others wait in the second).
 USER_TIMEOUT passes init_process_group a timeout of that many seconds.
 """
+
 import os
 import sys
 import time

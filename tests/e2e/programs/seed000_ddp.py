@@ -5,13 +5,13 @@
 # (hpcdist.RANK is mp.spawn's first argument: each rank receives its own rank there).
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 
 import hpcdist
 
+
 def train(rank, world_size):
-    dist.init_process_group(backend='gloo', rank=rank, world_size=world_size)
+    dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)
     model = nn.Linear(10, 1)
     model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
 
@@ -30,9 +30,11 @@ def train(rank, world_size):
 
     print(f"Rank {rank} finished training.")
 
+
 def main():
     world_size = 2
     hpcdist.launch(train, hpcdist.RANK, world_size, np=world_size)
+
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,7 @@ import hpcdist
 
 
 def compute(x):
-    return x ** 2
+    return x**2
 
 
 results = hpcdist.launch(hpcdist.map, compute, range(10), np=2)[0]

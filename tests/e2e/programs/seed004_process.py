@@ -15,27 +15,26 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import hpcdist
 
 
-def init_process(rank, size, fn, backend='gloo'):
-    os.environ['MASTER_ADDR'] = '127.0.0.1'
-    os.environ['MASTER_PORT'] = '29500'
+def init_process(rank, size, fn, backend="gloo"):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = "29500"
     dist.init_process_group(backend, rank=rank, world_size=size)
     fn(rank, size)
 
 
 def run(rank, size):
-    group = dist.new_group([0,1])
+    group = dist.new_group([0, 1])
     if rank == 0:
-        tensor = torch.tensor([1.,2.,3.])
+        tensor = torch.tensor([1.0, 2.0, 3.0])
     else:
-        tensor = torch.tensor([4.,5.,6.])
-    print(f'Rank: {rank}, random tensor: {tensor}')
+        tensor = torch.tensor([4.0, 5.0, 6.0])
+    print(f"Rank: {rank}, random tensor: {tensor}")
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
-    print(f'Rank: {rank}, has data: {tensor}')
+    print(f"Rank: {rank}, has data: {tensor}")
 
 
 if __name__ == "__main__":

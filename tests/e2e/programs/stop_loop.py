@@ -2,6 +2,7 @@
 
 PREEMPT_RANK (if set) sends itself SIGTERM after step 10, as Slurm would; every rank stops at the same step.
 """
+
 import os
 import signal
 import sys

@@ -4,6 +4,7 @@ torchrun-style: reads RANK and MASTER_ADDR from the environment. The marker, $HP
 is JSON with the rank, the hostname, MASTER_ADDR, GLOO_SOCKET_IFNAME, the program's exit status and
 whether TEST_UNFORWARDED (a variable hpcdist does not forward) reached this rank.
 """
+
 import json
 import os
 import runpy
