@@ -51,11 +51,11 @@ demo: env
 
 test: lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster
 
-# The habits the tools keep: lint and format (ruff), types (mypy), and the architecture contracts (import-linter,
+# The habits the tools keep: lint and format (ruff, on the package and its tests), types (mypy), and the architecture contracts (import-linter,
 # configured in setup.cfg: no import cycles, nothing imports the CLI, job generation never imports torch or MPI).
 lint: env
-	$(BIN)/ruff check hpcdist
-	$(BIN)/ruff format --check hpcdist
+	$(BIN)/ruff check hpcdist tests
+	$(BIN)/ruff format --check hpcdist tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

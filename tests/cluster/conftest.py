@@ -189,7 +189,10 @@ def _cannot_run() -> str | None:
         if shutil.which(tool) is None:
             return f"the Slurm test cluster needs `{tool}` (util-linux / iproute2), which is not on PATH"
     if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
-        return "Slurm is not installed and there is no apt-get to install it (slurmctld slurmd slurm-client munge libpmix2)"
+        return (
+            "Slurm is not installed and there is no apt-get to install it "
+            "(slurmctld slurmd slurm-client munge libpmix2)"
+        )
     return None
 
 

@@ -20,7 +20,8 @@ import os
 from pathlib import Path
 
 e = os.environ
-Path(f"task{e['SLURM_ARRAY_TASK_ID']}-rank{e['RANK']}").write_text(f"{e['SLURM_ARRAY_JOB_ID']} {e['SLURM_ARRAY_TASK_COUNT']}")
+name = f"task{e['SLURM_ARRAY_TASK_ID']}-rank{e['RANK']}"
+Path(name).write_text(f"{e['SLURM_ARRAY_JOB_ID']} {e['SLURM_ARRAY_TASK_COUNT']}")
 """
 
 

@@ -1,4 +1,4 @@
-"""`hpcdist status` and `hpcdist logs` against real Slurm (scontrol only, no slurmdbd), on jobs `hpcdist sbatch` made."""
+"""`hpcdist status` and `hpcdist logs` on real Slurm (scontrol only, no slurmdbd), on jobs `hpcdist sbatch` made."""
 
 from __future__ import annotations
 

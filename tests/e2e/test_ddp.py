@@ -63,7 +63,7 @@ def test_a_resumed_job_ends_with_exactly_the_parameters_of_an_uninterrupted_one(
     assert "batch/s" not in stopped.stdout + stopped.stderr  # piped output: plain lines only
     assert "rank 0: stopping after epoch 2 as asked (--stop-after-epoch)" in stopped.stdout
     assert f"resumed from {cut / 'ddp.pt'} after epoch 2" in resumed.stdout
-    assert [line for line in resumed.stdout.splitlines() if " loss " in line][0].startswith("rank 0: epoch 3/3 loss ")
+    assert next(line for line in resumed.stdout.splitlines() if " loss " in line).startswith("rank 0: epoch 3/3 loss ")
 
 
 def test_resuming_with_another_world_size_is_a_clear_error(hpcdist: str, tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""Unmodified torchrun-style scripts under `hpcdist mpirun` get what hpcdist.init gives: timeouts, hang reports, abort."""
+"""Unmodified torchrun-style scripts under `hpcdist mpirun` get hpcdist.init's timeouts, hang reports and abort."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ ssh: PRRTE's daemon (Open MPI) or Hydra's proxy (MPICH). Output goes to files an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -125,10 +126,8 @@ class Hosts:
     def kill(self, host: str) -> None:
         """SIGKILL everything on a host, as if it had crashed (all of it was started by these tests)."""
         for pid in self.pids(host):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     @staticmethod
     def link(host: str, state: str) -> None:

@@ -221,7 +221,7 @@ def test_a_wrong_result_is_counted_and_fails_the_run(session, comm, monkeypatch:
     code, text = _run(session, "all_reduce", "-b", "64", "-e", "64", "-n", "1", "-w", "0")
     assert code == 1
     if comm.rank == 0:
-        row = [line.split() for line in text.splitlines() if not line.startswith("#")][0]
+        row = next(line.split() for line in text.splitlines() if not line.startswith("#"))
         assert (row[8], row[12]) == ("16", "16")
         assert "# Out of bounds values : 2 FAILED" in text.splitlines()
 

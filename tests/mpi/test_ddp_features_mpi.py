@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.parallel import DistributedDataParallel
 
 pytestmark = pytest.mark.mpi
 
@@ -102,7 +102,11 @@ def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
 
 
 def _train_ddp(
-    comm, ddp: DDP, steps: int, branch: Callable[[int, int], bool] = lambda s, r: False, first: int = 0
+    comm,
+    ddp: DistributedDataParallel,
+    steps: int,
+    branch: Callable[[int, int], bool] = lambda s, r: False,
+    first: int = 0,
 ) -> None:
     """Steps first .. first + steps - 1 of the data sequence the reference sees."""
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
@@ -128,7 +132,7 @@ def _train_reference(
 
 
 def test_ddp_matches_a_single_process_run_on_the_concatenated_batch(comm) -> None:
-    ddp = DDP(_model())
+    ddp = DistributedDataParallel(_model())
     _train_ddp(comm, ddp, steps=4)
     _close(_identical_across_ranks(comm, ddp.module), _flat(_train_reference(comm.size, 4)))
 
@@ -139,7 +143,7 @@ def test_ddp_find_unused_parameters_with_a_branch_some_ranks_skip_on_some_steps(
     def branch(s: int, r: int) -> bool:
         return (s + r) % 2 == 0
 
-    ddp = DDP(_model(extras=True), find_unused_parameters=True)
+    ddp = DistributedDataParallel(_model(extras=True), find_unused_parameters=True)
     _train_ddp(comm, ddp, steps=4, branch=branch)
     flat = _identical_across_ranks(comm, ddp.module)
     reference = _train_reference(comm.size, 4, branch, extras=True)
@@ -151,7 +155,7 @@ def test_ddp_find_unused_parameters_with_a_branch_some_ranks_skip_on_some_steps(
 
 def test_ddp_static_graph(comm) -> None:
     """The same graph every step, with layers that are never used: static_graph finds them in step 1 by itself."""
-    ddp = DDP(_model(extras=True), static_graph=True)
+    ddp = DistributedDataParallel(_model(extras=True), static_graph=True)
     _train_ddp(comm, ddp, steps=4)
     _close(_identical_across_ranks(comm, ddp.module), _flat(_train_reference(comm.size, 4, extras=True)))
 
@@ -159,7 +163,7 @@ def test_ddp_static_graph(comm) -> None:
 def test_no_sync_gradient_accumulation_equals_the_accumulated_batch(comm) -> None:
     """Each step: `micro` micro-batches per rank, the first ones under no_sync(); the reference takes all at once."""
     micro, steps = 3, 2
-    ddp = DDP(_model())
+    ddp = DistributedDataParallel(_model())
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     for s in range(steps):
         x, y = _batch(ROWS * micro * comm.size, seed=200 + s)  # rank r's rows: slice r of size ROWS * micro
@@ -184,7 +188,7 @@ def test_join_with_uneven_inputs_does_not_hang_and_ends_equal(comm) -> None:
     """Rank r trains on 2 + r batches. Ranks that have run out shadow the all-reduces with zeros, and DDP divides by
     the initial world size, so step s is the sum of the active ranks' mean losses over the world size."""
     steps = [2 + r for r in range(comm.size)]
-    ddp = DDP(_model())
+    ddp = DistributedDataParallel(_model())
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     with ddp.join():
         for s in range(steps[comm.rank]):
@@ -210,8 +214,9 @@ def _bf16_compress_hook(state, bucket):
     "name, rtol, atol",
     [
         ("allreduce_hook", 1e-10, 1e-12),
-        # Gradients rounded to float16 (11 significant bits) or bfloat16 (8) before the sum: after 4 steps the parameters
-        # are off by ~2e-5 and ~4e-4 (they moved by ~0.1; a wrong average would be off by that much): ~10x margin.
+        # Gradients rounded to float16 (11 significant bits) or bfloat16 (8) before the sum: after 4 steps the
+        # parameters are off by ~2e-5 and ~4e-4 (they moved by ~0.1; a wrong average would be off by that much):
+        # ~10x margin.
         ("fp16_compress_hook", 0, 2e-4),
         ("bf16_compress_hook", 0, 3e-3),
     ],
@@ -221,7 +226,7 @@ def test_builtin_comm_hooks(comm, name: str, rtol: float, atol: float) -> None:
     the hook is only casts and an all_reduce: it runs torch's own hook function under another name."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    ddp = DDP(_model())
+    ddp = DistributedDataParallel(_model())
     hook = _bf16_compress_hook if name == "bf16_compress_hook" else getattr(default_hooks, name)
     ddp.register_comm_hook(None, hook)  # state None: the default group
     _train_ddp(comm, ddp, steps=4)
@@ -236,13 +241,13 @@ def test_registering_bf16_compress_hook_is_refused_by_torch_without_cuda_nccl_or
     """torch's check, not the backend's: it looks at the hook's __name__ and the build, never at the process group."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    ddp = DDP(_model())
+    ddp = DistributedDataParallel(_model())
     gpu_build = (torch.version.cuda is not None or torch.version.hip is not None) and dist.is_nccl_available()
     xpu = dist.is_xccl_available() and torch.xpu.is_available()
     if gpu_build or xpu:
         ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
     else:
-        with pytest.raises(TypeError, match="BF16 all reduce communication hook required CUDA 11\\+ and NCCL 2.10\\+"):
+        with pytest.raises(TypeError, match=r"BF16 all reduce communication hook required CUDA 11\+ and NCCL 2\.10\+"):
             ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
 
 
@@ -262,7 +267,7 @@ def test_powersgd_hook_rank_1(comm) -> None:
         warm_start=True,
         random_seed=0,
     )
-    ddp = DDP(_model())
+    ddp = DistributedDataParallel(_model())
     ddp.register_comm_hook(state, powersgd.powerSGD_hook)
     _train_ddp(comm, ddp, steps=start - 1)
     _close(_identical_across_ranks(comm, ddp.module), _flat(_train_reference(comm.size, start - 1)))
@@ -296,6 +301,6 @@ def test_fsdp2_fully_shard_on_cpu_matches_a_single_process_run(comm) -> None:
     everyone = comm.allgather(full)
     assert all(torch.equal(other, full) for other in everyone)
     _close(full, _flat(_train_reference(comm.size, 4)))
-    for p, q in zip(model.parameters(), _model().parameters()):  # each rank holds only its dim-0 chunk
+    for p, q in zip(model.parameters(), _model().parameters(), strict=True):  # each rank holds only its dim-0 chunk
         chunks = torch.chunk(q, comm.size, dim=0)
         assert p.to_local().numel() == (chunks[comm.rank].numel() if comm.rank < len(chunks) else 0)

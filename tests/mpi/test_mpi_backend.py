@@ -80,12 +80,12 @@ def _same(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
         assert torch.equal(a, b), f"{what}: {a} != {b}"
 
 
-def _both(pair, fn):
-    """Run fn(group) on gloo then on mpi4py; both succeed (results) or both raise."""
+def _both(pair, fn, outputs=None):
+    """Run fn(group) on gloo then on mpi4py (fn(group, output) with each group's own output); both succeed or raise."""
     results = []
-    for group in pair:
+    for i, group in enumerate(pair):
         try:
-            results.append(fn(group))
+            results.append(fn(group) if outputs is None else fn(group, outputs[i]))
         except (RuntimeError, TypeError, ValueError) as exc:
             results.append(exc)
     assert isinstance(results[0], Exception) == isinstance(results[1], Exception), f"gloo vs mpi4py: {results}"
@@ -110,7 +110,8 @@ def test_all_reduce_matches_gloo_for_every_dtype_and_op(world) -> None:
                     tensors = [base.clone().t() if transposed else base.clone() for _ in pair]
                     res = _both(
                         pair,
-                        lambda g, ts=iter(tensors): dist.all_reduce(next(ts), op=getattr(dist.ReduceOp, op), group=g),
+                        lambda g, t, op=op: dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=g),
+                        tensors,
                     )
                     what = f"all_reduce {dtype} {op} transposed={transposed}"
                     assert isinstance(res[0], Exception) == isinstance(res[1], Exception), f"{what}: {res}"
@@ -132,33 +133,33 @@ def test_collectives_match_gloo_over_random_shapes_dtypes_roots_and_groups(world
             what = f"case {i}: {dtype} {shape} root {root} group {ranks}"
             # broadcast
             outs = [x.clone() for _ in pair]
-            for g, t in zip(pair, outs):
+            for g, t in zip(pair, outs, strict=True):
                 dist.broadcast(t, src=root, group=g)
             _same(outs[1], outs[0], "broadcast " + what)
             # all_gather (list form)
             lists = [[torch.empty_like(x) for _ in range(n)] for _ in pair]
-            for g, lst in zip(pair, lists):
+            for g, lst in zip(pair, lists, strict=True):
                 dist.all_gather(lst, x, group=g)
-            for a, b in zip(lists[1], lists[0]):
+            for a, b in zip(lists[1], lists[0], strict=True):
                 _same(a, b, "all_gather " + what)
             # all_gather_into_tensor
             flat = [torch.empty((n * x.numel(),), dtype=dtype) for _ in pair]
-            for g, f in zip(pair, flat):
+            for g, f in zip(pair, flat, strict=True):
                 dist.all_gather_into_tensor(f, x.reshape(-1), group=g)
             _same(flat[1], flat[0], "all_gather_into_tensor " + what)
             # gather / scatter
             gl = [[torch.empty_like(x) for _ in range(n)] if world.rank == root else None for _ in pair]
-            for g, lst in zip(pair, gl):
+            for g, lst in zip(pair, gl, strict=True):
                 if g is pair[0] and dtype.is_complex:  # gloo's gather has no complex: send the float pairs
                     dist.gather(torch.view_as_real(x), lst and [torch.view_as_real(t) for t in lst], dst=root, group=g)
                 else:
                     dist.gather(x, lst, dst=root, group=g)
             if world.rank == root:
-                for a, b in zip(gl[1], gl[0]):
+                for a, b in zip(gl[1], gl[0], strict=True):
                     _same(a, b, "gather " + what)
             src = [_data(dtype, shape, 7 * i + j) for j in range(n)] if world.rank == root else None
             sc = [torch.empty(shape, dtype=dtype) for _ in pair]
-            for g, out in zip(pair, sc):
+            for g, out in zip(pair, sc, strict=True):
                 dist.scatter(out, src, src=root, group=g)
             _same(sc[1], sc[0], "scatter " + what)
             # all_to_all_single with uneven splits, and all_to_all with lists
@@ -166,31 +167,31 @@ def test_collectives_match_gloo_over_random_shapes_dtypes_roots_and_groups(world
             recv_splits = [(j + me) % 3 for j in range(n)]
             inp = _data(dtype, (sum(splits), 2), 31 * i + world.rank)
             a2a = [torch.empty((sum(recv_splits), 2), dtype=dtype) for _ in pair]
-            for g, out in zip(pair, a2a):
+            for g, out in zip(pair, a2a, strict=True):
                 dist.all_to_all_single(out, inp, recv_splits, splits, group=g)
             _same(a2a[1], a2a[0], "all_to_all_single " + what)
             ins = [_data(dtype, (2,), 17 * i + j + world.rank) for j in range(n)]  # gloo needs equal sizes
             outl = [[torch.empty((2,), dtype=dtype) for _ in range(n)] for _ in pair]
-            for g, out in zip(pair, outl):
+            for g, out in zip(pair, outl, strict=True):
                 dist.all_to_all(out, ins, group=g)
-            for a, b in zip(outl[1], outl[0]):
+            for a, b in zip(outl[1], outl[0], strict=True):
                 _same(a, b, "all_to_all " + what)
             if dtype in (torch.bool,):
                 continue  # gloo cannot reduce_scatter/reduce bool with these ops identically; covered above
             # reduce, reduce_scatter (list and tensor forms)
             red = [x.clone() for _ in pair]
-            for g, t in zip(pair, red):
+            for g, t in zip(pair, red, strict=True):
                 dist.reduce(t, dst=root, group=g)
             if world.rank == root:
                 _same(red[1], red[0], "reduce " + what)
             chunks = [_data(dtype, shape, 5 * i + j + world.rank) for j in range(n)]
             rs = [torch.empty(shape, dtype=dtype) for _ in pair]
-            res = _both(pair, lambda g, it=iter(rs): dist.reduce_scatter(next(it), chunks, group=g))
+            res = _both(pair, lambda g, out, chunks=chunks: dist.reduce_scatter(out, chunks, group=g), rs)
             if not isinstance(res[0], Exception):
                 _same(rs[1], rs[0], "reduce_scatter " + what)
             big = torch.cat([c.reshape(-1) for c in chunks])
             rst = [torch.empty((chunks[0].numel(),), dtype=dtype) for _ in pair]
-            res = _both(pair, lambda g, it=iter(rst): dist.reduce_scatter_tensor(next(it), big, group=g))
+            res = _both(pair, lambda g, out, big=big: dist.reduce_scatter_tensor(out, big, group=g), rst)
             if not isinstance(res[0], Exception):
                 _same(rst[1], rst[0], "reduce_scatter_tensor " + what)
 
@@ -209,7 +210,7 @@ def test_bfloat16_and_float16_sums_are_right(world) -> None:
 
 
 def test_integer_avg_is_rejected_like_gloo(world) -> None:
-    with pytest.raises(TypeError, match="ReduceOp.AVG with dtype torch.int32"):
+    with pytest.raises(TypeError, match=r"ReduceOp\.AVG with dtype torch\.int32"):
         dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.AVG, group=world.mpi)
     dist.barrier(group=world.mpi)
 
@@ -355,5 +356,5 @@ def test_all_gather_coalesced_lists_outputs_by_rank_then_input_like_gloo(world) 
             dist.all_gather_coalesced(out, [torch.full((2,), float(world.rank))], pair[1], async_op=True).wait()
             assert [o[0].tolist() for o in out] == [[float(r)] * 2 for r in ranks]
             bad = [[torch.empty(2)] for _ in range(n + 1)]  # one output list too many: both backends refuse
-            res = _both(pair, lambda g: dist.all_gather_coalesced(bad, [torch.ones(2)], group=g))
+            res = _both(pair, lambda g, bad=bad: dist.all_gather_coalesced(bad, [torch.ones(2)], group=g))
             assert all(isinstance(r, Exception) for r in res), res

@@ -90,7 +90,10 @@ def test_a_receive_nobody_sends_times_out_naming_rank_operation_and_group(world)
     work = g.recv([t], 0, 9)
     with pytest.raises(
         mb.CollectiveTimeout,
-        match=rf"rank {world.rank}: recv from group rank 0 \(tag 9\) on group \[{world.rank}\] did not complete within 1 s",
+        match=(
+            rf"rank {world.rank}: recv from group rank 0 \(tag 9\) on group \[{world.rank}\] "
+            "did not complete within 1 s"
+        ),
     ):
         work.wait()
     g.send([torch.ones(1)], 0, 9).wait()  # the late message completes the orphaned request

@@ -124,7 +124,8 @@ def test_fixtures_agree_across_ranks(run_pytest) -> None:
         def test_fixtures(launch_env, mpi_comm, shared_tmp_path, rank_device):
             assert mpi_comm is not MPI.COMM_WORLD
             assert MPI.Comm.Compare(mpi_comm, MPI.COMM_WORLD) == MPI.CONGRUENT
-            assert (launch_env.launcher, launch_env.rank, launch_env.world_size) == ("openmpi", mpi_comm.rank, mpi_comm.size)
+            launched = (launch_env.launcher, launch_env.rank, launch_env.world_size)
+            assert launched == ("openmpi", mpi_comm.rank, mpi_comm.size)
             assert str(rank_device) == "cpu"
             assert len(set(mpi_comm.allgather(str(shared_tmp_path)))) == 1
             (shared_tmp_path / f"from-{mpi_comm.rank}").write_text("x")

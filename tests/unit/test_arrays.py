@@ -1,4 +1,4 @@
-"""Tests for hpcdist.jobs.arrays and `hpcdist sbatch --array`: Slurm's array syntax, the rendered script, the task id."""
+"""hpcdist.jobs.arrays and `hpcdist sbatch --array`: Slurm's array syntax, the rendered script, the task id."""
 
 from __future__ import annotations
 

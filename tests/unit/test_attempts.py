@@ -43,7 +43,8 @@ def _ended(status: int, **kw: object) -> LaunchOutcome:
     (_ended(130, signals=(signal.SIGINT,)), 0, False, "not restarting: hpcdist mpirun was sent SIGINT"),
     (_ended(1, signals=(signal.SIGUSR1,)), 0, True, ""),  # Slurm's preemption warning is no reason to stop
     (_ended(3, ready=frozenset({0, 2, 3}), failed={1: "exit code 3"}, hosts={1: "n1"}), 0, False,
-     "not restarting: rank 1 never initialised (rank 1 on n1 failed with exit code 3 first); a restart cannot fix that"),
+     "not restarting: rank 1 never initialised (rank 1 on n1 failed with exit code 3 first); "
+     "a restart cannot fix that"),
     (_ended(3, ready=frozenset({0}), failed={1: "exit code 3"}), 0, False,
      "not restarting: rank 1 never initialised (rank 1 failed with exit code 3 first; 2 other ranks did not initialise "
      "either); a restart cannot fix that"),

@@ -206,7 +206,8 @@ def test_header_lines_are_nccl_tests() -> None:
         "#                                                              out-of-place                       in-place",
         "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw"
         "  #wrong",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)"
+        "  (GB/s)",
     ]
     stepped = header_lines(_plan("broadcast", "-b", "0", "-e", "3K", "-i", "1K"), "v", [], True)
     assert "step: 1024(bytes)" in stepped[2] and stepped[7].endswith("#wrong  impl")
@@ -289,8 +290,8 @@ def test_rounds_split_the_iterations_nearly_evenly_and_the_header_says_so() -> N
 
 def test_importing_the_bench_module_does_not_import_torch() -> None:
     code = (
-        "import sys, hpcdist.bench.run, hpcdist.bench.fmt, hpcdist.bench.plan, hpcdist.bench.ddp, hpcdist.bench.groups, "
-        "hpcdist.bench.impl; assert 'torch' not in sys.modules, 'torch imported'"
+        "import sys, hpcdist.bench.run, hpcdist.bench.fmt, hpcdist.bench.plan, hpcdist.bench.ddp, "
+        "hpcdist.bench.groups, hpcdist.bench.impl; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -553,7 +554,7 @@ def test_inputs_differ_between_ranks_so_a_mixup_is_seen() -> None:
 
 def test_count_wrong_counts_each_wrong_element() -> None:
     want = np.array([1.0, 2.0, 3.0, 4.0])
-    assert count_wrong(want + [0, 0, 1, 0], want, "float32", "sum") == 1
+    assert count_wrong([*want, 0, 0, 1, 0], want, "float32", "sum") == 1
     assert count_wrong(want * (1 + 1e-3), want, "float16", "sum") == 0  # within half precision
     assert count_wrong(want * (1 + 1e-2), want, "float16", "sum") == 4
     assert count_wrong(np.array([np.nan, 2.0, 3.0, 4.0]), want, "float64", "sum") == 1

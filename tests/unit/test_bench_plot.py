@@ -124,8 +124,8 @@ def test_zero_sizes_and_zero_bandwidths_are_left_out_of_the_log_axes() -> None:
     doc["results"].insert(0, {**doc["results"][0], "size": 0})
     doc["results"][1] = {**doc["results"][1], "in_place": {**doc["results"][1]["in_place"], "bus_bw": 0.0}}
     bw_axes, time_axes = collective_figure(doc).axes
-    assert list(bw_axes.get_lines()[0].get_xdata())[0] == 32  # 0 B dropped, and 8 B whose busbw is 0
-    assert list(time_axes.get_lines()[0].get_xdata())[0] == 8
+    assert next(iter(bw_axes.get_lines()[0].get_xdata())) == 32  # 0 B dropped, and 8 B whose busbw is 0
+    assert next(iter(time_axes.get_lines()[0].get_xdata())) == 8
 
 
 def test_a_wrong_result_is_said_in_the_caption() -> None:

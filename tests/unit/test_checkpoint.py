@@ -65,5 +65,5 @@ def test_the_temporary_file_is_beside_the_target_until_the_rename(tmp_path) -> N
 def test_loading_refuses_arbitrary_pickled_objects(tmp_path) -> None:
     path = tmp_path / "evil.pt"
     torch.save({"obj": ValueError("not a tensor")}, path)
-    with pytest.raises(Exception, match="[Ww]eights only load failed"):
+    with pytest.raises(Exception, match=r"[Ww]eights only load failed"):
         checkpoint.load(path)

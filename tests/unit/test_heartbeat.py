@@ -32,7 +32,8 @@ class Clock:
 
 @pytest.mark.parametrize(
     ("option", "environ", "limit"),
-    [(None, {}, 30.0), (None, {"HPCDIST_HEARTBEAT_TIMEOUT": "12.5"}, 12.5), (8.0, {"HPCDIST_HEARTBEAT_TIMEOUT": "12"}, 8.0),
+    [(None, {}, 30.0), (None, {"HPCDIST_HEARTBEAT_TIMEOUT": "12.5"}, 12.5),
+     (8.0, {"HPCDIST_HEARTBEAT_TIMEOUT": "12"}, 8.0),
      (0.0, {}, None), (None, {"HPCDIST_HEARTBEAT_TIMEOUT": "0"}, None)],
 )  # fmt: skip
 def test_the_limit_is_the_option_else_the_variable_else_30_s_and_0_turns_it_off(
@@ -161,7 +162,7 @@ def test_a_launcher_that_ends_the_job_itself_is_left_to_it(monkeypatch: pytest.M
     watch.feed("stderr", f"@@hpcdist:{TOKEN}:failed:0:exit code 3 host=n1\n".encode())
     clock.now += LAUNCHER_GRACE - 0.5
     watch.check()
-    outcome, problem = watch.outcome(3)  # the launcher ended within its grace
+    _outcome, problem = watch.outcome(3)  # the launcher ended within its grace
     assert problem is None and watch.named(3) == {0: "exit code 3"}
 
 

@@ -61,7 +61,8 @@ def test_bad_rank_lists(text: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(("rank", "size", "name"), [(3, 4, "rank-003.log"), (0, 1, "rank-000.log"),
-                                                     (7, 1000, "rank-007.log"), (7, 1001, "rank-0007.log")])  # fmt: skip
+                                                     (7, 1000, "rank-007.log"),
+                                                     (7, 1001, "rank-0007.log")])  # fmt: skip
 def test_log_names_are_padded_to_the_largest_rank(rank: int, size: int, name: str) -> None:
     assert log_name(rank, size) == name
 
@@ -262,7 +263,8 @@ def test_a_control_line_before_open_mpis_message_names_how_the_rank_failed() -> 
 
 def test_summary_names_each_failed_rank_and_shows_its_tail() -> None:
     failures = [Failure(3, "n1", "exit code 1", (b"[n1:3] a\n", b"[n1:3] b\n", b"[n1:3] c")),
-                Failure(5, "n2", "called MPI_Abort", (b"x\n",)), Failure(6, "n2", "killed by signal 9", ())]  # fmt: skip
+                Failure(5, "n2", "called MPI_Abort", (b"x\n",)),
+                Failure(6, "n2", "killed by signal 9", ())]  # fmt: skip
     assert summary(failures, 2) == (
         "hpcdist: rank 3 on n1 failed (exit code 1); its last 2 lines:\n[n1:3] b\n[n1:3] c\n"
         "hpcdist: rank 5 on n2 failed (called MPI_Abort); its last line:\nx\n"
@@ -314,7 +316,7 @@ def test_under_hydra_a_rank_whose_tagger_saw_it_vanish_is_named_first(size: int)
     assert [(f.rank, f.host, f.how) for f in console.failures(9)] == [
         (2, "vm", "killed or exited abruptly"), (3, "vm", "exit code 1")
     ]  # fmt: skip
-    assert [f.tail for f in console.failures(9)][0] == (b"[vm:2] step 3\n",)
+    assert next(f.tail for f in console.failures(9)) == (b"[vm:2] step 3\n",)
     assert [f.rank for f in console.failures(0)] == [3]  # a launch that succeeded: no rank vanished
 
 

@@ -81,9 +81,13 @@ def cli(argv: list[str], environ: dict[str, str] | None = None, answers: tuple[i
     out, err = io.StringIO(), io.StringIO()
     clean = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
     settable = {k: settable_value(v) for k, v in (environ or {}).items()}
-    with mock.patch.dict(os.environ, {**clean, "HPCDIST_DEBUG": "1", **settable}, clear=True), no_hang():
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = main(argv)
+    with (
+        mock.patch.dict(os.environ, {**clean, "HPCDIST_DEBUG": "1", **settable}, clear=True),
+        no_hang(),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        status = main(argv)
     message = err.getvalue()
     assert status in (*answers, 2) and "Traceback" not in message, f"exit {status} for {argv!r}:\n{message}"
     event(f"exit {status}")  # --hypothesis-show-statistics: how often each command got through

@@ -1,4 +1,4 @@
-"""Tests for hpcdist.jobs.render: the one Jinja environment, quoting per context (read back by bash), template search."""
+"""hpcdist.jobs.render: the one Jinja environment, quoting per context (read back by bash), template search."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for hpcdist.jobs.sbatch: time/mem/nodelist checks, and sbatch scripts run through bash with fake Slurm tools."""
+"""hpcdist.jobs.sbatch: time/mem/nodelist checks, and sbatch scripts run through bash with fake Slurm tools."""
 
 from __future__ import annotations
 
@@ -229,7 +229,8 @@ def run_script(
     record = (
         "import json, os, sys\nwith open(os.environ['FAKE_LOG'], 'a') as f:\n"
         "    f.write(json.dumps([os.path.basename(sys.argv[0]), sys.argv[1:],"
-        " {k: v for k, v in os.environ.items() if k[:1] in 'WMO' or k in ('NCCL_DEBUG', 'HPCDIST_RESTART_COUNT', 'TORCHELASTIC_RESTART_COUNT')}]) + '\\n')\n"
+        " {k: v for k, v in os.environ.items() if k[:1] in 'WMO'"
+        " or k in ('NCCL_DEBUG', 'HPCDIST_RESTART_COUNT', 'TORCHELASTIC_RESTART_COUNT')}]) + '\\n')\n"
     )
     tools = {
         # srun runs its command once per node, as each node's task would, with SLURM_NODEID set

@@ -42,7 +42,7 @@ def test_wrong_options_are_usage_errors_and_leave_no_directory(tmp_path: Path, o
 def test_an_unsendable_argument_is_named_and_a_non_function_refused(tmp_path: Path) -> None:
     with pytest.raises(hpcdist.UsageError, match=r"hpcdist.submit cannot send argument 0 of print \(lock\)"):
         hpcdist.submit(print, threading.Lock(), folder=tmp_path)
-    with pytest.raises(hpcdist.UsageError, match="its first argument is str 'train.py'; pass the function itself"):
+    with pytest.raises(hpcdist.UsageError, match=r"its first argument is str 'train\.py'; pass the function itself"):
         hpcdist.submit("train.py", folder=tmp_path)  # type: ignore[call-overload]
 
 
@@ -55,7 +55,7 @@ def test_without_sbatch_on_path_submit_says_so_and_cleans_up(tmp_path: Path, mon
 
 def test_an_unwritable_folder_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(hpcdist.UsageError, match="cannot make its job directory in .*/file/jobs: Not a directory"):
+    with pytest.raises(hpcdist.UsageError, match=r"cannot make its job directory in .*/file/jobs: Not a directory"):
         hpcdist.submit(print, folder=tmp_path / "file" / "jobs")
 
 

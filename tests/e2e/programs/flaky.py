@@ -1,4 +1,6 @@
-"""Fails on the first attempt only (or without restart counters): rank FAIL_RANK (FAIL_HOW: exit | kill) once every rank initialised.
+"""Fails on the first attempt only (or without restart counters): rank FAIL_RANK (FAIL_HOW: exit | kill).
+
+It fails once every rank initialised.
 
 Each rank writes MARKERS/attempt-<n>-rank-<r> holding both restart counters.
 """

@@ -28,10 +28,7 @@ def init_process(rank, size, fn, backend="gloo"):
 
 def run(rank, size):
     group = dist.new_group([0, 1])
-    if rank == 0:
-        tensor = torch.tensor([1.0, 2.0, 3.0])
-    else:
-        tensor = torch.tensor([4.0, 5.0, 6.0])
+    tensor = torch.tensor([1.0, 2.0, 3.0]) if rank == 0 else torch.tensor([4.0, 5.0, 6.0])
     print(f"Rank: {rank}, random tensor: {tensor}")
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
     print(f"Rank: {rank}, has data: {tensor}")
