@@ -51,8 +51,9 @@ demo: env
 
 test: lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster
 
-# The habits the tools keep: lint and format (ruff, on the package and its tests), types (mypy), and the architecture contracts (import-linter,
-# configured in setup.cfg: no import cycles, nothing imports the CLI, job generation never imports torch or MPI).
+# The habits the tools keep: lint and format (ruff, on the package and its tests), types (mypy), and the architecture
+# contracts (import-linter, configured in setup.cfg: no import cycles, nothing imports the CLI, job generation never
+# imports torch or MPI).
 lint: env
 	$(BIN)/ruff check hpcdist tests
 	$(BIN)/ruff format --check hpcdist tests
