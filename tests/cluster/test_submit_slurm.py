@@ -153,7 +153,9 @@ def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(cluster, venv
     raised = end["raised"]
     assert raised and (raised["rank"], raised["host"], raised["kind"]) == (2, "node2", "ValueError"), said
     assert raised["message"] == "bad shard on node2" and raised["cause"] == "ValueError('bad shard on node2')", said
-    assert "in fails_on_2" in raised["traceback"] and "raise ValueError" in raised["traceback"], said
+    driver, source = tmp_path / "driver.py", 'raise ValueError(f"bad shard on {socket.gethostname()}")'
+    line = [row.strip() for row in driver.read_text().splitlines()].index(source) + 1
+    assert f'  File "{driver}", line {line}, in fails_on_2\n    {source}\n' in raised["traceback"], said
     assert end["exception"] == "RankFailed", said
     assert "rank 2 on node2 raised ValueError" in end["log2"], said
 
