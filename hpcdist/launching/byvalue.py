@@ -5,7 +5,8 @@ closure) by value, code object and all; since 3.1.3 it names every such code obj
 leaves a rank's traceback without the user's file and source line. `dumps` pickles code objects itself (marshal,
 which keeps `co_filename`, nested code objects and line tables) with the source lines of their file as the caller's
 linecache has them (a script from its disk, a notebook cell from IPython's entry); `_code` rebuilds each on the
-rank and puts those lines in the rank's linecache, where `traceback` looks for them. Pure: pickling only.
+rank and puts those lines in the rank's linecache, where `traceback` looks for them. marshal's format is the
+Python version's, as cloudpickle's code objects are: the ranks run the caller's Python. Pure: pickling only.
 """
 
 from __future__ import annotations
