@@ -1,9 +1,11 @@
-"""Suite-wide rule: under CI=true a skipped test is a failure, never a pass; and the MPICH / Intel MPI venvs."""
+"""Suite-wide rule: under CI=true a skipped test is a failure, never a pass; the MPICH / Intel MPI venvs; and the
+oldest and newest cloudpickle that hpcdist supports."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,31 @@ def mpich_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def impi_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of an Intel MPI venv: $HPCDIST_IMPI_VENV, else this venv's packages with the impi-rt wheel."""
     return _overlay_or_skip(tmp_path_factory, "impi-rt", "HPCDIST_IMPI_VENV")
+
+
+@pytest.fixture(scope="session", params=["3.0.0", "3.1.3"])
+def cloudpickle_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """(version, PYTHONPATH): the oldest and the newest supported cloudpickle, alone in a directory (pip --target)
+    that, first on PYTHONPATH, shadows this venv's for a process and the ranks it starts; a skip if pip cannot get it.
+
+    Not an overlay venv (tests/mpi_venv.py): its python would look for the MPI in its own prefix (mpi4py's
+    _mpiabi.py), where Open MPI's wheel is not, and the compiled mpi backend would be built again for it.
+    """
+    version = request.param
+    target = tmp_path_factory.mktemp(f"cloudpickle-{version}")
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--target",
+        str(target),
+        f"cloudpickle=={version}",
+    ]
+    try:
+        subprocess.run(pip, check=True, capture_output=True, timeout=600)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"cannot install cloudpickle=={version} ({exc})")
+    return version, os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH", "")]))

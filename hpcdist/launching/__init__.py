@@ -11,6 +11,7 @@
 - `attempts`: `hpcdist mpirun --max-restarts`: when to restart, on which hosts, and the attempts' summary;
 - `output`: per-rank output options, rank lists and the router of tagged lines (pure);
 - `tagger`: run in a rank by the shim: its forked line tagger and log file;
+- `byvalue`: cloudpickle with the code it ships by value named and with its source, for the ranks' tracebacks (pure);
 - `calls`: a Python call sent to ranks and their outcomes read back (pure; `hpcdist.launch` and `hpcdist.submit`);
 - `pyfunc`: `hpcdist.launch`, the caller's side (a function on N ranks; `runtime.pycall` is each rank's side);
 - `topology`, `binding`: a node's topology read from sysfs or hwloc XML, and `--bind auto`'s per-rank plan (pure).

@@ -1,9 +1,9 @@
 """A Python call sent to ranks and their outcomes read back: the files `hpcdist.launch` and `hpcdist.submit` share.
 
 The caller writes CALL, a pickle of {"path": its sys.path, "backend": ..., "call": cloudpickle bytes of (fn, args,
-kwargs)}; each rank (`runtime.pycall`) writes its outcome atomically to a file of its own: a template with
-`{rank}` and `{task}` (the Slurm array task id, empty outside job arrays). Pure: pickling and
-files only, never torch or MPI.
+kwargs), the code it ships by value named and with its source lines (`byvalue`)}; each rank (`runtime.pycall`) writes
+its outcome atomically to a file of its own: a template with `{rank}` and `{task}` (the Slurm array task id, empty
+outside job arrays). Pure: pickling and files only, never torch or MPI.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import RankFailed, UsageError
+from .byvalue import dumps
 
 __all__ = ["first_failure", "hint", "pack", "ranks_text", "read_outcomes", "write_call"]
 
@@ -31,20 +32,18 @@ _HINTS = (
 
 
 def pack(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], caller: str) -> bytes:
-    """cloudpickle bytes of (fn, args, kwargs); `caller` (`hpcdist.launch`, …) names the API in messages.
+    """cloudpickle bytes of (fn, args, kwargs) by `byvalue.dumps`; `caller` (`hpcdist.launch`, …) names the API.
 
     Raises:
         UsageError: `fn` is not callable, or a part cannot be pickled; the message names the part and what to do.
     """
-    import cloudpickle
-
     if not callable(fn):
         raise UsageError(
             f"{caller} runs a function, but its first argument is {type(fn).__name__} {fn!r}; pass the "
             f"function itself, e.g. {caller}(train, world_size, ...)"
         )
     try:
-        return bytes(cloudpickle.dumps((fn, args, kwargs)))
+        return dumps((fn, args, kwargs))
     except Exception:  # noqa: BLE001 - find the part that cannot be sent, below
         pass
     name = getattr(fn, "__qualname__", repr(fn))
@@ -53,7 +52,7 @@ def pack(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], 
     parts += [(f"keyword argument {key}= of {name}", value) for key, value in kwargs.items()]
     for what, value in parts:
         try:
-            cloudpickle.dumps(value)
+            dumps(value)
         except Exception as exc:  # noqa: BLE001 - pickle raises TypeError, PicklingError, AttributeError, ...
             fix = (
                 "create such objects (locks, open files, sockets, CUDA state) inside the function, not around it"

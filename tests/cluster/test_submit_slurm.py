@@ -4,6 +4,7 @@ and a requeued job whose handle stays valid. Each driver is a Python program run
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 import time
@@ -30,13 +31,14 @@ def where(x):
 """
 
 
-def drive(cluster, venv: Path, workdir: Path, code: str, timeout: float = 300) -> list[dict]:
-    """Run PRELUDE + `code` with the venv's python (this checkout's hpcdist) in `workdir`; the JSON lines it said."""
+def drive(cluster, venv: Path, workdir: Path, code: str, timeout: float = 300, pythonpath: str = "") -> list[dict]:
+    """Run PRELUDE + `code` with the venv's python (this checkout's hpcdist, after `pythonpath` where given) in
+    `workdir`; the JSON lines it said."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "driver.py").write_text(PRELUDE + textwrap.dedent(code))
     proc = cluster.run(
         "env",
-        f"PYTHONPATH={ROOT}",
+        f"PYTHONPATH={os.pathsep.join(filter(None, [pythonpath, str(ROOT)]))}",
         str(venv / "bin" / "python"),
         str(workdir / "driver.py"),
         cwd=workdir,
@@ -122,16 +124,19 @@ def test_the_seeds_mp_spawn_and_mp_process_examples_run_as_jobs_through_submit(
         assert f"Rank: {rank}, has data: tensor([5., 7., 9.])" in end["process_logs"][rank].splitlines(), said
 
 
-def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(cluster, venv: Path, tmp_path: Path) -> None:
+def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(
+    cluster, venv: Path, tmp_path: Path, cloudpickle_path: tuple[str, str]
+) -> None:
+    version, pythonpath = cloudpickle_path  # the job's ranks get the driver's environment (sbatch's --export=ALL)
     said = drive(
         cluster,
         venv,
         tmp_path,
         """
         def fails_on_2(rank):
-            import torch, torch.distributed as dist
+            import cloudpickle, torch, torch.distributed as dist
             if rank == 2:
-                raise ValueError(f"bad shard on {socket.gethostname()}")
+                raise ValueError(f"bad shard on {socket.gethostname()} with cloudpickle {cloudpickle.__version__}")
             dist.all_reduce(torch.ones(1))  # the others wait in a collective: the job must still end
             return rank
 
@@ -147,13 +152,18 @@ def test_a_failing_rank_is_raised_in_the_caller_with_its_traceback(cluster, venv
                       "cause": repr(exc.__cause__), "traceback": exc.remote_traceback}
         say(state=state, raised=raised, exception=type(job.exception()).__name__, log2=job.logs(2))
     """,
+        pythonpath=pythonpath,
     )
     (end,) = said
     assert end["state"] == "FAILED", said
     raised = end["raised"]
     assert raised and (raised["rank"], raised["host"], raised["kind"]) == (2, "node2", "ValueError"), said
-    assert raised["message"] == "bad shard on node2" and raised["cause"] == "ValueError('bad shard on node2')", said
-    assert "in fails_on_2" in raised["traceback"] and "raise ValueError" in raised["traceback"], said
+    message = f"bad shard on node2 with cloudpickle {version}"
+    assert raised["message"] == message and raised["cause"] == f"ValueError({message!r})", said
+    driver = tmp_path / "driver.py"
+    source = 'raise ValueError(f"bad shard on {socket.gethostname()} with cloudpickle {cloudpickle.__version__}")'
+    line = [row.strip() for row in driver.read_text().splitlines()].index(source) + 1
+    assert f'  File "{driver}", line {line}, in fails_on_2\n    {source}\n' in raised["traceback"], said
     assert end["exception"] == "RankFailed", said
     assert "rank 2 on node2 raised ValueError" in end["log2"], said
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -72,6 +73,53 @@ def test_a_failing_rank_is_raised_in_the_caller_with_its_rank_type_and_traceback
     assert failed["traceback"].startswith('Traceback (most recent call last):\n  File "' + str(tmp_path))
     assert failed["text"].startswith("rank 1 on ")
     assert failed["seconds"] < 60  # the job ended at once: the others did not wait out any timeout
+
+
+def frame(path: Path, text: str, source: str, function: str) -> str:
+    """How traceback prints the frame of `function` at the line of `text` (a file at `path`) that is `source`."""
+    line = [row.strip() for row in text.splitlines()].index(source) + 1
+    return f'  File "{path}", line {line}, in {function}\n    {source}\n'
+
+
+def test_a_failing_ranks_traceback_names_the_callers_file_line_and_source_for_main_functions_lambdas_and_closures(
+    tmp_path, cloudpickle_path
+) -> None:
+    version, pythonpath = cloudpickle_path
+    code = """
+        import json, cloudpickle, hpcdist, torch.distributed as dist
+        def fail(x):
+            raise ValueError(f"NaN at {x} on cloudpickle {cloudpickle.__version__}")
+        check = lambda x: fail(x) if dist.get_rank() == 1 else x
+        def closure(k):
+            def scaled():
+                return check(k)
+            return scaled
+        def step():
+            return closure(2)()
+        for case, fn in [("main", step), ("lambda", lambda: check(1)), ("closure", closure(5))]:
+            try:
+                hpcdist.launch(fn, np=2, backend="gloo")
+            except hpcdist.RankFailed as exc:
+                print(json.dumps({"case": case, "rank": exc.rank, "traceback": exc.remote_traceback}))
+    """
+    result, out = _driver(tmp_path, code, PYTHONPATH=pythonpath)
+    assert result.returncode == 0, result.stderr
+    by_case = {o["case"]: o for o in out}
+    assert sorted(by_case) == ["closure", "lambda", "main"] and {o["rank"] for o in out} == {1}, out
+    script, text = tmp_path / "driver.py", textwrap.dedent(code)
+    raised = frame(script, text, 'raise ValueError(f"NaN at {x} on cloudpickle {cloudpickle.__version__}")', "fail")
+    in_check = frame(script, text, "check = lambda x: fail(x) if dist.get_rank() == 1 else x", "<lambda>")
+    in_closure = frame(script, text, "return check(k)", "scaled")
+    main = by_case["main"]["traceback"]
+    assert frame(script, text, "return closure(2)()", "step") in main, main
+    assert in_closure in main and in_check in main and raised in main, main
+    assert main.endswith(f"ValueError: NaN at 2 on cloudpickle {version}\n"), main
+    lam = by_case["lambda"]["traceback"]
+    shipped = 'for case, fn in [("main", step), ("lambda", lambda: check(1)), ("closure", closure(5))]:'
+    assert frame(script, text, shipped, "<lambda>") in lam, lam
+    assert in_check in lam and raised in lam and lam.endswith(f"NaN at 1 on cloudpickle {version}\n"), lam
+    shut = by_case["closure"]["traceback"]
+    assert in_closure in shut and in_check in shut and shut.endswith(f"NaN at 5 on cloudpickle {version}\n"), shut
 
 
 def test_a_function_or_argument_that_cannot_be_sent_is_an_error_before_any_process_starts(tmp_path) -> None:
@@ -257,23 +305,28 @@ def cell(x):
 hpcdist.launch(cell, 3, np=2)
 """,
     """
+import cloudpickle
+
 def broken():
-    raise KeyError("in a notebook")
+    raise KeyError(f"in a notebook on cloudpickle {cloudpickle.__version__}")
 
 try:
     hpcdist.launch(broken, np=2, backend="gloo", timeout=120)
 except hpcdist.RankFailed as exc:
-    print("caught", exc.kind, exc.message, type(exc.__cause__).__name__)
+    print("caught", exc.kind, type(exc.__cause__).__name__)
+    print(exc.remote_traceback, end="")
 """,
 ]
 
 
-def test_a_real_jupyter_kernel_launches_its_own_functions_and_shows_the_ranks_output() -> None:
+def test_a_real_jupyter_kernel_launches_its_own_functions_and_shows_the_ranks_output(cloudpickle_path) -> None:
     """As in a notebook: cells run in an IPython kernel (its __main__ is not a file; its stdout is the kernel's
-    stream to the client, not a file descriptor); the ranks' lines arrive as the cell's output."""
+    stream to the client, not a file descriptor); the ranks' lines arrive as the cell's output, and a failing rank's
+    traceback shows the cell's lines (which only the kernel's linecache holds), on the oldest and newest cloudpickle."""
     from jupyter_client.manager import start_new_kernel
 
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    version, pythonpath = cloudpickle_path
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "PYTHONPATH": pythonpath}
     manager, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(PROGRAMS))
     try:
         outputs = [_run_cell(client, code) for code in NOTEBOOK_CELLS]
@@ -282,7 +335,15 @@ def test_a_real_jupyter_kernel_launches_its_own_functions_and_shows_the_ranks_ou
     values, failure = outputs
     assert values["result"] == ["[6.0, 6.0]"], values
     assert sorted(values["stdout"].splitlines()) == ["rank 0 says 6.0", "rank 1 says 6.0"], values
-    assert failure["stdout"] == "caught KeyError 'in a notebook' KeyError\n", failure
+    caught, traceback = failure["stdout"].split("\n", 1)
+    assert caught == "caught KeyError KeyError", failure
+    source = 'raise KeyError(f"in a notebook on cloudpickle {cloudpickle.__version__}")'
+    line = [row.strip() for row in NOTEBOOK_CELLS[1].lstrip("\n").splitlines()].index(source) + 1  # as IPython runs it
+    cell = re.search(
+        rf'\n  File "([^"]*ipykernel_\d+/\d+\.py)", line {line}, in broken\n    {re.escape(source)}\n', traceback
+    )
+    assert cell and not os.path.exists(cell[1]), traceback  # a cell's file name, no file: the lines came with the code
+    assert traceback.endswith(f"KeyError: 'in a notebook on cloudpickle {version}'\n"), traceback
     assert "error" not in values and "error" not in failure, outputs
 
 
