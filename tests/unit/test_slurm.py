@@ -374,10 +374,11 @@ def test_requeue_signal_requeues_and_keeps_the_steps_status(tmp_path: Path) -> N
     ], records
 
 
-def test_requeue_in_torchrun_mode_passes_sigterm_which_torchrun_hands_to_its_workers() -> None:
+def test_requeue_in_torchrun_mode_sends_sigterm_to_torchrun_and_its_workers_through_scancel() -> None:
     spec = dataclasses.replace(_bare(SPECS["gpu-torchrun"]), requeue=True, time="1:00:00")
     text = render_sbatch(spec, JINJA)
-    assert 'kill -s TERM "$hpcdist_step"' in text and "trap hpcdist_preempted USR1\n" in text
+    assert 'scancel --signal=TERM "$hpcdist_job"' in text and "trap hpcdist_preempted USR1\n" in text
+    assert "kill -s" not in text  # srun would answer SIGTERM by killing the step (SIGKILL) before any checkpoint
 
 
 def test_a_step_that_ends_without_a_preemption_signal_is_not_requeued(tmp_path: Path) -> None:
