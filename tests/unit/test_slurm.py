@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_render import WEIRD, check_script, slurm_argument
@@ -181,7 +182,7 @@ def test_allocation_hosts() -> None:
         {"gpus_per_node": "0"},
     ],
 )
-def test_bad_specs(changes: dict[str, object]) -> None:
+def test_bad_specs(changes: dict[str, Any]) -> None:
     with pytest.raises(UsageError):
         render_sbatch(dataclasses.replace(BASE, **changes), JINJA)
 
@@ -234,7 +235,7 @@ def launch_words(text: str, first: str) -> list[str]:
     raise AssertionError(f"no complete command starting with {first} in:\n{text}")
 
 
-def _bare(spec: SbatchSpec, **changes: object) -> SbatchSpec:
+def _bare(spec: SbatchSpec, **changes: Any) -> SbatchSpec:
     """`spec` with tools named bare (as found on PATH) and no setup lines."""
     return dataclasses.replace(spec, python="python", mpirun="mpirun", torchrun="torchrun", setup=(), **changes)
 

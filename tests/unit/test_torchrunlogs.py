@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_render import WEIRD, check_script
@@ -22,14 +23,14 @@ from test_slurmjob import fake_scontrol
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
-from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
 from hpcdist.jobs.torchrunlogs import TorchrunLayout, find_rank_files, read_layout
 from hpcdist.launching.output import OutputOptions
 
 LAYOUT = TorchrunLayout("logs", nproc_per_node=2, nnodes=2)
 
 
-def torchrun_spec(log_dir: str | None, **changes: object):
+def torchrun_spec(log_dir: str | None, **changes: Any) -> SbatchSpec:
     """SPECS' 2-node torchrun job with 8 GPUs per node, with --log-dir `log_dir`."""
     return _bare(SPECS["gpu-torchrun"], rank_output=OutputOptions(tag=False, log_dir=log_dir), **changes)
 
