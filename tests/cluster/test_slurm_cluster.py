@@ -165,7 +165,7 @@ def test_each_launch_mode_runs_the_workloads_and_a_requeued_job_resumes_to_an_un
     requeues the job, and the requeued run resumes mid-epoch and ends with the uninterrupted run's parameters."""
     whole_dir, cut_dir = tmp_path / "whole", tmp_path / "cut"
     start = time.monotonic()
-    workloads = rankrun(venv, whole_dir, "run", "p2p", "allreduce", *_DDP, "--checkpoint-dir", whole_dir)
+    workloads = rankrun(venv, whole_dir, "run", "p2p", "allreduce", *_DDP, "--checkpoint-dir", str(whole_dir))
     kept = ["-o", str(whole_dir / "kept.sbatch")] if launch == "torchrun" else []  # else sbatch reads a temp file
     options = ["--launch", launch, *_OPTIONS[launch], "--submit", *kept]
     submitted = cluster.run(*sbatch_argv(venv, *options, program=workloads), cwd=whole_dir, timeout=120)
@@ -180,7 +180,7 @@ def test_each_launch_mode_runs_the_workloads_and_a_requeued_job_resumes_to_an_un
         "--requeue",
         "--requeue-signal",
         "USR1@60",
-        program=rankrun(venv, cut_dir, "run", *_DDP, "--checkpoint-dir", cut_dir, "--resume"),
+        program=rankrun(venv, cut_dir, "run", *_DDP, "--checkpoint-dir", str(cut_dir), "--resume"),
     )
     assert _STEP[launch] in cut_script
     assert "#SBATCH --signal=B:USR1@60" in cut_script and "#SBATCH --requeue" in cut_script
@@ -242,13 +242,16 @@ if (attempt, rank) == ("0", "3"):
 def test_a_generated_script_restarts_a_failed_step_with_both_counters(
     submit, venv: Path, tmp_path: Path, launch: str
 ) -> None:
-    """--max-restarts 2: rank 3 fails on attempt 0 only; the script's loop runs the step again and the job completes."""
+    """--max-restarts 2: rank 3 fails on attempt 0 only; the script's loop runs the step again and the job completes.
+    Under srun with --requeue too: a step that fails without a preemption signal is restarted, not requeued."""
     (tmp_path / "fails_once.py").write_text(_FAILS_ONCE)
+    requeue = ["--requeue"] if launch == "srun" else []
     script = generated(
         venv,
         "--launch",
         launch,
         *_OPTIONS[launch],
+        *requeue,
         "--max-restarts",
         "2",
         program=[venv / "bin" / "python", tmp_path / "fails_once.py"],
@@ -262,6 +265,7 @@ def test_a_generated_script_restarts_a_failed_step_with_both_counters(
         result.describe()
     )
     assert "attempt 2/3" not in result.stderr, result.describe()  # the second attempt succeeded: no more
+    assert result.fields["Restarts"] == "0" and "requeueing" not in result.stderr, result.describe()
 
 
 def test_an_impossible_request_is_rejected_by_sbatch_at_submit(cluster, venv: Path, tmp_path: Path) -> None:
@@ -421,7 +425,7 @@ def test_hostile_arguments_and_variables_reach_every_rank_as_given_in_each_launc
         workdir.mkdir()
         (workdir / "seen.py").write_text(_SEEN)
         options = [*_OPTIONS[launch], "--requeue", *(f"--env={name}={value}" for name, value in ASKED.items())]
-        program = [venv / "bin" / "python", workdir / "seen.py", *HOSTILE]
+        program: list[str | Path] = [venv / "bin" / "python", workdir / "seen.py", *HOSTILE]
         script = generated(venv, "--launch", launch, *options, program=program, nodes=1)
         jobs[launch] = workdir, cluster.sbatch(script, workdir)
     for launch, (workdir, job_id) in jobs.items():
