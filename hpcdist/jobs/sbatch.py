@@ -316,7 +316,8 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
         "restarts": spec.max_restarts,
     }
     if spec.requeue:
-        # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers; srun and mpirun pass SIGUSR1 on
+        # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers (sent by scancel: srun would kill the step);
+        # srun and mpirun pass SIGUSR1 on
         context["requeue"] = parse_signal(spec.requeue_signal)[0]
         context["forward"] = "TERM" if spec.launch == "torchrun" else "USR1"
     if spec.launch == "srun":

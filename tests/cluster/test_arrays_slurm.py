@@ -73,6 +73,9 @@ def test_an_array_of_three_tasks_gives_each_rank_its_task_id(cluster, venv: Path
         status = cluster.run("env", f"PYTHONPATH={ROOT}", str(venv / "bin" / "hpcdist"), "status", job_id, "--json")
         rows = json.loads(status.stdout)
         assert sorted((r["job_id"], r["state"]) for r in rows) == [(f"{job_id}_{t}", "COMPLETED") for t in range(3)]
+        logs = cluster.run("env", f"PYTHONPATH={ROOT}", str(venv / "bin" / "hpcdist"), "logs", job_id)
+        assert logs.returncode == 2 and f"job {job_id} is an array of 3 records (" in logs.stderr, logs
+        assert f"name one task, e.g. hpcdist logs {job_id}_" in logs.stderr, logs
 
 
 # a task's ranks: task 1's first run waits for the preemption signal (USR1), every other run just ends

@@ -205,6 +205,9 @@ def test_mpirun_runs_as_printed(capsys: pytest.CaptureFixture[str], stubs: Stubs
 
 # -- hpcdist sbatch ------------------------------------------------------------------------------------------
 
+# What the scripts of `hpcdist sbatch` hand every rank (hostile arguments and variables, OPAL_PREFIX, each
+# launch mode, --requeue, -o) is asserted on the real Slurm cluster: tests/cluster/test_slurm_cluster.py.
+
 
 def _allocation(tasks_per_node: int) -> dict[str, str]:
     """The variables Slurm sets in a batch script of a 2-node allocation."""
@@ -213,76 +216,6 @@ def _allocation(tasks_per_node: int) -> dict[str, str]:
             "SLURM_NTASKS": str(2 * tasks_per_node), "SLURM_NTASKS_PER_NODE": str(tasks_per_node),
             "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x2)", "SLURM_SUBMIT_DIR": "/home/user",
             "SLURM_CPUS_ON_NODE": "8", "SLURMD_NODENAME": "node01"}  # fmt: skip
-
-
-def _check_sbatch_run(stubs: Stubs, launch: str, records: list[dict], asked: dict[str, str],
-                      master: tuple[str, str | None] = ("node01", None)) -> None:  # fmt: skip
-    """The launcher and each node's program got exactly the asked program, options and environment.
-
-    A port of None: the one the first node reserved (bind 0), the same on every node."""
-    names = ",".join(["ALL", *sorted(asked)])
-    shim = [stubs.path("python"), "-m", "hpcdist.shim", "--", "python", *PROGRAM]
-    if launch == "srun":
-        (srun,) = tools(records, "srun")
-        assert srun["argv"] == ["--mpi=pmix", "--kill-on-bad-exit=1", f"--export={names}", *shim]
-        assert srun["added"] == asked
-        ranks = tools(records, "python")
-        assert [r["argv"] for r in ranks] == [shim[1:]] * 2
-        assert [r["env"]["SLURM_NODEID"] for r in ranks] == ["0", "1"]
-        assert all(r["added"] == asked for r in ranks)
-    elif launch == "mpirun":
-        (mpirun,) = tools(records, "mpirun")
-        exports = [word for name in sorted(asked) for word in ("-x", name)]
-        assert mpirun["argv"] == ["-np", "4", "--bind-to", "none", "--map-by", "slot", *ROOT_FLAG, "--mca", "btl",
-                                  "^ofi", *KEEPALIVE, *exports, *shim]  # fmt: skip
-        assert mpirun["added"] == asked
-    else:
-        (srun,) = tools(records, "srun")
-        assert srun["argv"][:2] == ["--kill-on-bad-exit=1", f"--export={names}"]
-        runs = tools(records, "torchrun")
-        addr, port = master[0], master[1] or runs[0]["env"]["MASTER_PORT"]
-        assert 1024 <= int(port) <= 65535
-        assert [r["argv"] for r in runs] == [
-            [f"--node_rank={node}", "--nproc_per_node=2", "--nnodes=2", f"--master_addr={addr}",
-             f"--master_port={port}", *PROGRAM] for node in (0, 1)]  # fmt: skip
-        assert all(r["added"] == {**asked, "MASTER_ADDR": addr, "MASTER_PORT": port} for r in runs)
-
-
-@pytest.mark.parametrize("profile", [None, *PROFILES])
-@pytest.mark.parametrize("launch", ["srun", "mpirun", "torchrun"])
-def test_sbatch_runs_as_printed(capsys: pytest.CaptureFixture[str], stubs: Stubs, tmp_path: Path,
-                                launch: str, profile: str | None) -> None:  # fmt: skip
-    text = printed(capsys, "sbatch", "--nodes", "2", "--ntasks-per-node", "2", "--launch", launch, "--python",
-                   stubs.path("python"), "--no-opal-prefix", *ENV_OPTIONS, *(["--profile", profile] if profile else []),
-                   "--", "python", *PROGRAM)  # fmt: skip
-    script = check_script(text, tmp_path, "job.sbatch")
-    records = stubs.run(["bash", str(script)], _allocation(1 if launch == "torchrun" else 2))
-    _check_sbatch_run(stubs, launch, records, {**PROFILES.get(profile or "", {}), **ASKED})
-
-
-@pytest.mark.parametrize("launch", ["srun", "mpirun", "torchrun"])
-def test_sbatch_with_requeue_written_to_a_file_runs_as_written(capsys: pytest.CaptureFixture[str], stubs: Stubs,
-                                                               tmp_path: Path, launch: str) -> None:  # fmt: skip
-    script = tmp_path / "job.sbatch"
-    assert printed(capsys, "sbatch", "-o", str(script), "--nodes", "2", "--ntasks-per-node", "2", "--launch", launch,
-                   "--python", stubs.path("python"), "--requeue", "--master-addr", "10.0.0.7", "--master-port", "1234",
-                   *ENV_OPTIONS, "--", "python", *PROGRAM) == ""  # fmt: skip
-    check_script(script.read_text(), tmp_path, "checked.sbatch")
-    records = stubs.run([str(script)], _allocation(1 if launch == "torchrun" else 2))  # run as written: +x, #!
-    _check_sbatch_run(stubs, launch, records, ASKED, ("10.0.0.7", "1234"))
-    assert tools(records, "scontrol") == []  # no preemption signal: nothing is requeued, nothing is looked up
-
-
-def test_sbatch_opal_prefix_runs_as_printed(capsys: pytest.CaptureFixture[str], stubs: Stubs, tmp_path: Path) -> None:
-    text = printed(capsys, "sbatch", "--nodes", "2", "--ntasks-per-node", "2", "--python", stubs.path("python"),
-                   "--opal-prefix", *ENV_OPTIONS, "--", "python", *PROGRAM)  # fmt: skip
-    records = stubs.run(["bash", str(check_script(text, tmp_path, "job.sbatch"))], _allocation(2))
-    assert records[0]["tool"] == "python" and records[0]["argv"][0] == "-c"  # the prefix of --python
-    prefix = {"OPAL_PREFIX": sys.prefix}
-    (srun,) = tools(records, "srun")
-    assert srun["argv"][2] == "--export=" + ",".join(["ALL", *sorted(ASKED), "OPAL_PREFIX"])
-    assert srun["added"] == {**ASKED, **prefix}
-    assert all(r["added"] == {**ASKED, **prefix} for r in tools(records, "python")[1:])
 
 
 @pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if n.startswith("slurm/")))

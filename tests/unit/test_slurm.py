@@ -1,19 +1,15 @@
-"""hpcdist.jobs.sbatch: time/mem/nodelist checks, and sbatch scripts run through bash with fake Slurm tools."""
+"""Tests for hpcdist.jobs.sbatch: time/mem/nodelist checks, and the scripts it renders, split as bash splits them."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import signal
-import subprocess
-import sys
-import time
+import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_render import WEIRD, check_script, slurm_argument
 
-from hpcdist.control import RESTART_VARS
 from hpcdist.errors import UsageError
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import (
@@ -186,7 +182,7 @@ def test_allocation_hosts() -> None:
         {"gpus_per_node": "0"},
     ],
 )
-def test_bad_specs(changes: dict[str, object]) -> None:
+def test_bad_specs(changes: dict[str, Any]) -> None:
     with pytest.raises(UsageError):
         render_sbatch(dataclasses.replace(BASE, **changes), JINJA)
 
@@ -220,89 +216,50 @@ def test_weird_sbatch_values_parse_back() -> None:
     assert f"--job-name={WEIRD[2]}" in options and f"--output={WEIRD[0]}" in options
 
 
-def run_script(
-    text: str, tmp_path: Path, nodes: int = 2, usr1_after: float | None = None, extra: dict[str, str] | None = None
-) -> tuple[int, list]:
-    """Run a rendered script with fake srun/scontrol/tools on PATH; return its status and the tools' records."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "log.jsonl"
-    bin_dir.mkdir()
-    record = (
-        "import json, os, sys\nwith open(os.environ['FAKE_LOG'], 'a') as f:\n"
-        "    f.write(json.dumps([os.path.basename(sys.argv[0]), sys.argv[1:],"
-        " {k: v for k, v in os.environ.items() if k[:1] in 'WMO'"
-        " or k in ('NCCL_DEBUG', 'HPCDIST_RESTART_COUNT', 'TORCHELASTIC_RESTART_COUNT')}]) + '\\n')\n"
-    )
-    tools = {
-        # srun runs its command once per node, as each node's task would, with SLURM_NODEID set
-        # like the real srun, it passes SIGUSR1 on to its tasks instead of dying of it (here: records it)
-        "srun": record + "import signal, subprocess, time\n"
-        "def passed_on(number, frame):\n    with open(os.environ['FAKE_LOG'], 'a') as f:\n"
-        "        f.write(json.dumps(['srun', ['got', signal.Signals(number).name], {}]) + '\\n')\n"
-        "signal.signal(signal.SIGUSR1, passed_on)\n"
-        "time.sleep(float(os.environ.get('FAKE_SLEEP', '0')))\n"
-        "cmd = [a for a in sys.argv[1:] if not a.startswith('--')]\ni = sys.argv.index(cmd[0])\n"
-        "codes = [subprocess.call(sys.argv[i:], env={**os.environ, 'SLURM_NODEID': str(n)})"
-        f" for n in range({nodes})]\nsys.exit(max(codes) or int(os.environ.get('FAKE_STATUS', '0')))\n",
-        "scontrol": record + "if sys.argv[1:3] == ['show', 'hostnames']: print('node01\\nnode02')\n",
-        # `python -c CODE` (torchrun mode's port reservation) runs in the real Python, unrecorded
-        "python": f"import os, sys\nif sys.argv[1:2] == ['-c']:\n"
-        f"    os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n" + record,
-        "torchrun": record,
-        "mpirun": record,
-    }
-    for name, body in tools.items():
-        (bin_dir / name).write_text(f"#!{sys.executable}\n{body}")
-        (bin_dir / name).chmod(0o755)
-    script = check_script(text, tmp_path)
-    env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "FAKE_LOG": str(log),
-        "SLURM_JOB_ID": "4242",
-        "SLURM_JOB_NODELIST": "node[01-02]",
-        "FAKE_SLEEP": "3" if usr1_after else "0",
-        "FAKE_STATUS": "3",
-        **(extra or {}),
-    }
-    proc = subprocess.Popen(["bash", str(script)], env=env, cwd=tmp_path)
-    if usr1_after:
-        time.sleep(usr1_after)
-        proc.send_signal(signal.SIGUSR1)
-    status = proc.wait(timeout=60)
-    records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return status, records
+def launch_words(text: str, first: str) -> list[str]:
+    """The words of a rendered script's launch command: the line that starts with `first` and its continuations,
+    split as bash would, without a trailing `&` or `|| hpcdist_status=$?`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().split(" ")[0] == first)
+    for end in range(start + 1, len(lines) + 1):
+        command = "\n".join(lines[start:end]).replace("\\\n", "")
+        if command.endswith("\\"):
+            continue
+        try:
+            words = shlex.split(command)
+        except ValueError:  # a quoted value goes on over the next line
+            continue
+        if words[-1:] == ["&"]:
+            return words[:-1]
+        return words[:-2] if words[-2:] == ["||", "hpcdist_status=$?"] else words
+    raise AssertionError(f"no complete command starting with {first} in:\n{text}")
 
 
-def _bare(spec: SbatchSpec, **changes: object) -> SbatchSpec:
-    """`spec` with tools found on PATH (the fakes) and no setup lines."""
+def _bare(spec: SbatchSpec, **changes: Any) -> SbatchSpec:
+    """`spec` with tools named bare (as found on PATH) and no setup lines."""
     return dataclasses.replace(spec, python="python", mpirun="mpirun", torchrun="torchrun", setup=(), **changes)
 
 
-def test_srun_mode_round_trips_program_and_environment(tmp_path: Path) -> None:
-    spec = _bare(SPECS["weird"])
-    status, records = run_script(render_sbatch(spec, JINJA), tmp_path, nodes=1)
-    assert status == 3  # the step's status is the script's
-    (tool, argv, env), (tool2, shim_argv, shim_env) = records
+def test_srun_mode_passes_the_program_and_exports_the_asked_names(tmp_path: Path) -> None:
+    text = render_sbatch(_bare(SPECS["weird"]), JINJA)
+    check_script(text, tmp_path)
     names = ",".join(sorted(f"W{i}" for i in range(len(WEIRD))))
-    assert tool == "srun" and argv[:3] == ["--mpi=pmix", "--kill-on-bad-exit=1", "--cpus-per-task=4"]
-    assert argv[3] == f"--export=ALL,{names}" and argv[4:] == ["python", "-m", "hpcdist.shim", "--", "python", *WEIRD]
-    assert tool2 == "python" and shim_argv == ["-m", "hpcdist.shim", "--", "python", *WEIRD]
-    assert (
-        {k: v for k, v in env.items() if k.startswith("W")}
-        == dict(spec.env)
-        == {k: v for k, v in shim_env.items() if k.startswith("W")}
-    )
+    assert launch_words(text, "srun") == [
+        "srun",
+        "--mpi=pmix",
+        "--kill-on-bad-exit=1",
+        "--cpus-per-task=4",
+        f"--export=ALL,{names}",
+        *["python", "-m", "hpcdist.shim", "--", "python", *WEIRD],
+    ]
 
 
-def test_opal_prefix_is_the_pythons_prefix(tmp_path: Path) -> None:
-    spec = dataclasses.replace(BASE, python=sys.executable, opal_prefix=True, program=("true",))
-    _, records = run_script(render_sbatch(spec, JINJA), tmp_path, nodes=1)
-    assert records[0][2]["OPAL_PREFIX"] == sys.prefix and "--export=ALL,OPAL_PREFIX" in records[0][1]
+def test_opal_prefix_is_exported_to_the_ranks_srun_starts() -> None:
+    words = launch_words(render_sbatch(dataclasses.replace(BASE, opal_prefix=True), JINJA), "srun")
+    assert words[:4] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--export=ALL,OPAL_PREFIX"]
 
 
-def test_mpirun_mode_forwards_with_x(tmp_path: Path) -> None:
-    _, records = run_script(render_sbatch(_bare(SPECS["gpu-mpirun"]), JINJA), tmp_path)
-    tool, argv, env = records[0]
-    assert tool == "mpirun" and env["NCCL_DEBUG"] == "INFO"
+def test_mpirun_mode_forwards_with_x() -> None:
     keepalive = [
         "--prtemca",
         "oob_tcp_keepalive_time",
@@ -314,7 +271,8 @@ def test_mpirun_mode_forwards_with_x(tmp_path: Path) -> None:
         "oob_tcp_keepalive_probes",
         "3",
     ]  # 2 nodes: a lost one is noticed in seconds
-    assert argv == [
+    assert launch_words(render_sbatch(_bare(SPECS["gpu-mpirun"]), JINJA), "mpirun") == [
+        "mpirun",
         "-np",
         "16",
         "--bind-to",
@@ -342,75 +300,30 @@ def test_mpirun_mode_on_one_node_has_no_keepalive() -> None:
     assert "oob_tcp_keepalive" not in render_sbatch(spec, JINJA)
 
 
-def test_torchrun_mode_runs_one_torchrun_per_node_with_its_rank(tmp_path: Path) -> None:
-    status, records = run_script(render_sbatch(_bare(SPECS["gpu-torchrun"]), JINJA), tmp_path)
-    runs = [r for r in records if r[0] == "torchrun"]
-    assert [r[0] for r in records[:2]] == ["scontrol", "srun"] and status == 3
-    assert records[1][1][:3] == ["--kill-on-bad-exit=1", "--cpus-per-task=32", "--export=ALL,NCCL_DEBUG"]
-    port = runs[0][2]["MASTER_PORT"]  # the port the first node reserved (bind 0), the same for every node
-    assert 1024 <= int(port) <= 65535
-    for node, (_, argv, env) in enumerate(runs):
-        assert argv == [
-            f"--node_rank={node}",
-            "--nproc_per_node=8",
-            "--nnodes=2",
-            "--master_addr=node01",
-            f"--master_port={port}",
-            "train.py",
-        ]
-        assert env["MASTER_ADDR"] == "node01" and env["MASTER_PORT"] == port and env["NCCL_DEBUG"] == "INFO"
-    assert len(runs) == 2
+def test_torchrun_mode_runs_one_torchrun_per_node_with_its_node_rank() -> None:
+    words = launch_words(render_sbatch(_bare(SPECS["gpu-torchrun"]), JINJA), "srun")
+    assert words == [
+        *["srun", "--kill-on-bad-exit=1", "--cpus-per-task=32", "--export=ALL,NCCL_DEBUG"],
+        *["bash", "-c", 'exec "$0" --node_rank="$SLURM_NODEID" "$@"', "torchrun"],
+        *["--nproc_per_node=8", "--nnodes=2", "--master_addr=$MASTER_ADDR", "--master_port=$MASTER_PORT", "train.py"],
+    ]
 
 
-def test_requeue_signal_requeues_and_keeps_the_steps_status(tmp_path: Path) -> None:
-    spec = _bare(SPECS["requeue-srun"], requeue_signal="USR1@90", opal_prefix=False)
-    text = render_sbatch(spec, JINJA)
+def test_requeue_passes_usr1_to_the_step_and_requeues_the_job_by_its_own_id() -> None:
+    text = render_sbatch(_bare(SPECS["requeue-srun"], requeue_signal="USR1@90", opal_prefix=False), JINJA)
     assert "#SBATCH --requeue\n#SBATCH --open-mode=append\n#SBATCH --signal=B:USR1@90\n" in text
-    status, records = run_script(text, tmp_path, nodes=1, usr1_after=1.0)
-    assert status == 3, records  # the step's own status, not the interrupted wait's
-    # the trap passes USR1 to srun (the ranks checkpoint), and the job is requeued once the step has ended
-    assert [r[:2] for r in records if r[0] in ("srun", "scontrol")][-2:] == [
-        ["srun", ["got", "SIGUSR1"]],
-        ["scontrol", ["requeue", "4242"]],
-    ], records
+    assert 'kill -s USR1 "$hpcdist_step"' in text and "trap hpcdist_preempted USR1\n" in text
+    assert 'scontrol requeue "$hpcdist_job"' in text and launch_words(text, "srun")[:2] == ["srun", "--mpi=pmix"]
 
 
-def test_requeue_in_torchrun_mode_passes_sigterm_which_torchrun_hands_to_its_workers() -> None:
+def test_requeue_in_torchrun_mode_sends_sigterm_to_torchrun_and_its_workers_through_scancel() -> None:
     spec = dataclasses.replace(_bare(SPECS["gpu-torchrun"]), requeue=True, time="1:00:00")
     text = render_sbatch(spec, JINJA)
-    assert 'kill -s TERM "$hpcdist_step"' in text and "trap hpcdist_preempted USR1\n" in text
+    assert 'scancel --signal=TERM "$hpcdist_job"' in text and "trap hpcdist_preempted USR1\n" in text
+    assert "kill -s" not in text  # srun would answer SIGTERM by killing the step (SIGKILL) before any checkpoint
 
 
-def test_a_step_that_ends_without_a_preemption_signal_is_not_requeued(tmp_path: Path) -> None:
-    spec = _bare(SPECS["requeue-srun"], requeue_signal="USR1@90", opal_prefix=False)
-    status, records = run_script(render_sbatch(spec, JINJA), tmp_path, nodes=1)
-    assert status == 3 and "scontrol" not in [r[0] for r in records], records
-
-
-def test_restarts_rerun_the_step_with_both_counters_until_max_restarts(tmp_path: Path) -> None:
-    spec = _bare(BASE, max_restarts=2, opal_prefix=False)
-    text = render_sbatch(spec, JINJA)
-    status, records = run_script(text, tmp_path, nodes=1)
-    assert status == 3  # every attempt failed: the last one's status
-    counters = [[env.get(name) for name in RESTART_VARS] for tool, _, env in records if tool == "srun"]
-    assert counters == [["0", "0"], ["1", "1"], ["2", "2"]]
-
-
-def test_restarts_in_mpirun_mode_forward_the_counters_and_stop_on_success(tmp_path: Path) -> None:
-    spec = _bare(SPECS["gpu-mpirun"], max_restarts=3)
-    text = render_sbatch(spec, JINJA)
+def test_restarts_in_mpirun_mode_forward_the_counters() -> None:
+    text = render_sbatch(_bare(SPECS["gpu-mpirun"], max_restarts=3), JINJA)
     assert "-x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT \\\n" in text
-    status, records = run_script(text, tmp_path)
-    assert status == 0 and [tool for tool, _, _ in records] == ["mpirun"]  # the fake mpirun succeeds: no restart
-
-
-def test_a_preempted_array_task_requeues_itself_by_arrayid_task(tmp_path: Path) -> None:
-    # an array task's own SLURM_JOB_ID can be the array's id (the last task gets it): requeueing that id would
-    # requeue every task, so the script names the task as ARRAYID_TASK
-    spec = _bare(SPECS["requeue-srun"], requeue_signal="USR1@90", opal_prefix=False, array="0-1")
-    text = render_sbatch(spec, JINJA)
-    assert "#SBATCH --array=0-1\n" in text
-    array = {"SLURM_JOB_ID": "4242", "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": "1"}
-    status, records = run_script(text, tmp_path, nodes=1, usr1_after=1.0, extra=array)
-    assert status == 3, records
-    assert [r[:2] for r in records if r[0] == "scontrol"][-1] == ["scontrol", ["requeue", "4242_1"]], records
+    assert launch_words(text, "mpirun")[-5:] == ["-m", "hpcdist.shim", "--", "python", "train.py"]

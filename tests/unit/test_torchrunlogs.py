@@ -7,37 +7,53 @@ The trees are made here as torchrun 2.13 makes them (DefaultLogsSpecs.reify):
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_render import WEIRD
-from test_slurm import JINJA, SPECS, _bare, run_script
+from test_render import WEIRD, check_script
+from test_slurm import JINJA, SPECS, _bare, launch_words
 from test_slurmjob import fake_scontrol
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
-from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
 from hpcdist.jobs.torchrunlogs import TorchrunLayout, find_rank_files, read_layout
 from hpcdist.launching.output import OutputOptions
 
 LAYOUT = TorchrunLayout("logs", nproc_per_node=2, nnodes=2)
 
 
-def torchrun_spec(log_dir: str | None, **changes: object):
+def torchrun_spec(log_dir: str | None, **changes: Any) -> SbatchSpec:
     """SPECS' 2-node torchrun job with 8 GPUs per node, with --log-dir `log_dir`."""
     return _bare(SPECS["gpu-torchrun"], rank_output=OutputOptions(tag=False, log_dir=log_dir), **changes)
+
+
+# what each node's torchrun would be given: its arguments, one per line of JSON
+_ARGV = f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n"
 
 
 @pytest.mark.parametrize("log_dir", ["logs", "/abs/logs/", *[w for w in WEIRD if w]])
 def test_each_nodes_torchrun_gets_a_log_dir_of_its_own_and_the_job_id(tmp_path: Path, log_dir: str) -> None:
     text = render_sbatch(torchrun_spec(log_dir), JINJA)
-    status, records = run_script(text, tmp_path)  # bash -n and shellcheck first, then fake srun on 2 nodes
-    runs = [argv for tool, argv, _ in records if tool == "torchrun"]
-    assert status == 3 and len(runs) == 2, records
-    for node, argv in enumerate(runs):
+    check_script(text, tmp_path)
+    srun = launch_words(text, "srun")
+    wrapper = srun[srun.index("bash") :]  # what srun runs on every node: bash -c WRAPPER torchrun ARGS…
+    assert wrapper[3] == "torchrun"
+    (tmp_path / "torchrun").write_text(_ARGV)
+    (tmp_path / "torchrun").chmod(0o755)
+    for node in (0, 1):
+        env = {"PATH": "/usr/bin:/bin", "SLURM_NODEID": str(node), "SLURM_JOB_ID": "4242"}
+        done = subprocess.run([*wrapper[:3], str(tmp_path / "torchrun"), *wrapper[4:]], env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        argv = json.loads(done.stdout)
         assert argv[:3] == [f"--node_rank={node}", f"--log-dir={log_dir}/node-{node}", "--rdzv_id=4242"], argv
         assert argv[3:6] == ["--nproc_per_node=8", "--nnodes=2", "--tee=3"] and argv[-1] == "train.py"
     assert read_layout(text) == TorchrunLayout(log_dir, 8, 2)
