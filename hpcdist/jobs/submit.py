@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, overload
 
+from ..calling.calls import first_failure, pack, ranks_text, read_outcomes, write_call
 from ..errors import JobFailed, UsageError
-from ..launching.calls import first_failure, pack, ranks_text, read_outcomes, write_call
 from ..launching.output import OutputOptions
 from ..launching.spawn import submit_sbatch
 from ..values import check_seconds

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from ..control import BEAT_ENV
 from ..errors import UsageError
-from .binding import BIND_VAR, check_bind
+from ..placement.binding import BIND_VAR, check_bind
 from .families import resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
 from .hostfile import (

@@ -167,7 +167,7 @@ def test_a_launcher_that_ends_the_job_itself_is_left_to_it(monkeypatch: pytest.M
 
 BUSY = """
 import sys, time
-from hpcdist.launching.tagger import start
+from hpcdist.rank.tagger import start
 
 start(1, 2, "h")
 print("busy", flush=True)

@@ -9,7 +9,7 @@ import cloudpickle
 import pytest
 
 import hpcdist
-from hpcdist.launching.calls import hint
+from hpcdist.calling.calls import hint
 from hpcdist.runtime.bootstrap import Session
 from hpcdist.runtime.env import LaunchEnv
 from hpcdist.runtime.pycall import _check_agrees

@@ -20,12 +20,12 @@ from typing import Any
 
 from .. import control
 from ..errors import LaunchTimeout, RankFailed, UsageError, WaitTimeout
+from ..launching.attempts import attempt_spec, describe_end
+from ..launching.mpirun import build_mpirun_argv
+from ..launching.spawn import run_mpirun
+from ..launching.spec import spec_from_args
 from ..values import check_seconds
-from .attempts import attempt_spec, describe_end
 from .calls import first_failure, pack, ranks_text, read_outcomes, write_call
-from .mpirun import build_mpirun_argv
-from .spawn import run_mpirun
-from .spec import spec_from_args
 
 __all__ = ["DIR_ENV", "launch"]
 
