@@ -13,5 +13,6 @@
 
 What runs inside a rank is the `rank` wing; where a rank runs on its node, `placement`; `hpcdist.launch`, `calling`.
 
-May import: errors, values, waits, control, placement. Never torch, mpi4py, the runtime, calling or the CLI.
+May import: errors, values, waits, control, placement, rank.streams (the tagged lines it reads). Never torch,
+mpi4py, the runtime, calling or the CLI.
 """

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from ..control import BEAT_ENV
 from ..errors import UsageError
 from ..placement.binding import BIND_VAR, check_bind
+from ..rank.streams import parse_ranks
 from .families import resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
 from .hostfile import (
@@ -24,7 +25,7 @@ from .hostfile import (
 )
 from .mpirun import SHIM, AppContext, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
 from .nodelist import allocation_hosts
-from .output import DEFAULT_TAIL, OutputOptions, parse_ranks, shim_variables
+from .output import DEFAULT_TAIL, OutputOptions, shim_variables
 from .program import check_program
 from .selection import Selected, select_hosts, selection_option
 
