@@ -365,9 +365,9 @@ def _torchrun(args: argparse.Namespace) -> int:
 
 def _examples(args: argparse.Namespace) -> int:
     """`hpcdist examples`: report drift of the example files from the templates, or rewrite them (--write)."""
-    from ..jobs.examples import main as examples
+    from ..jobs.examples import examples
 
-    return examples([*(["--write"] if args.write else []), "--root", args.root])
+    return examples(args.root, args.write)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
