@@ -38,7 +38,7 @@ def test_the_cli_parses_into_the_options_a_python_caller_builds() -> None:
 
 
 def test_the_dry_run_prints_the_command_the_options_build(capsys: pytest.CaptureFixture[str]) -> None:
-    spec, _ = spec_from_options(BUILT, environ={})
+    spec, _ = spec_from_options(BUILT)  # the environment the CLI reads too
     assert main(["mpirun", *ARGV, "--dry-run", "--", "python", "t.py"]) == 0
     printed = capsys.readouterr().out.strip()
     assert shlex.split(printed) == build_mpirun_argv(spec)
