@@ -47,7 +47,8 @@ def launch(
     The ranks run on this machine, or on the hosts of `hostfile` (`np` defaults to its slots), started by the
     mpirun `hpcdist mpirun` uses, each with `hpcdist.init(backend)` done. An argument that is `hpcdist.RANK`
     reaches each rank as its own rank (mp.spawn's first argument). `timeout` (seconds, None: no limit) bounds
-    the whole call; Ctrl-C ends the job and raises KeyboardInterrupt here.
+    the whole call; Ctrl-C ends the job and raises KeyboardInterrupt here. Every rank's value comes back, in rank
+    order, as from `hpcdist.submit(...).result(all_ranks=True)` (whose plain `result()` is rank 0's value).
 
     Raises:
         UsageError: `fn` or an argument cannot be sent to the ranks, or the launch options are wrong; raised

@@ -129,6 +129,9 @@ class Job:
     def result(self, timeout: float | None = None, *, all_ranks: bool = False) -> Any:
         """Wait for the end and return rank 0's value (`all_ranks=True`: every rank's, in rank order).
 
+        Rank 0's by default, as submitit's `Job.result` is its first task's; `all_ranks=True` gives the list
+        `hpcdist.launch` returns (a call waited on, like `mp.spawn`), so the two differ only on purpose.
+
         Raises:
             RankFailed: a rank raised (the first to fail); its exception is the cause.
             JobFailed: the job ended (cancelled, out of time, a node lost, …) before every rank returned.

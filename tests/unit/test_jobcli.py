@@ -98,6 +98,13 @@ def test_sbatch_prints_writes_and_submits(
     fake.write_text("#!/bin/sh\necho 'sbatch: error: invalid partition' >&2\nexit 1\n")
     status, _, err = run(capsys, *argv[:1], "--submit", *argv[1:])
     assert status == 2 and "sbatch rejected" in err and "invalid partition" in err
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    status, _, err = run(capsys, *argv[:1], "--submit", *argv[1:])
+    assert (status, err) == (
+        2,
+        "hpcdist: error: sbatch not found on PATH; submit from a Slurm login node, or drop --submit to write the "
+        "script only\n",
+    )
 
 
 def test_environment_precedence_and_the_seed_env_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
