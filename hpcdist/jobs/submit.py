@@ -183,6 +183,11 @@ class Job:
         )
 
 
+def _keyword(field: str) -> str:
+    """A SbatchSpec field as hpcdist.submit takes it, for its errors: `hpcdist.submit's gpus_per_node=`."""
+    return f"hpcdist.submit's {field}="
+
+
 def _template(array: bool) -> str:
     """The name of a rank's outcome file in the job's directory (array tasks share the directory)."""
     return "task-{task}-rank-{rank}.pkl" if array else "rank-{rank}.pkl"
@@ -247,12 +252,12 @@ def submit(
     )
     call = pack(fn, args, {}, "hpcdist.submit")
     name = _NAME.sub("_", getattr(fn, "__name__", "job"))[:64] or "job"
-    tasks = array_indices(array)[0] if array is not None else []
+    tasks = array_indices(array, _keyword("array"))[0] if array is not None else []
     launch = settings.pop("launch", "srun")
     given = {
         key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix", "mpi") if key in settings
     }
-    tools = local_tools(launch, **given)  # the MPI's dialect is resolved here, before anything is made
+    tools = local_tools(launch, **given, option=_keyword)  # the MPI's dialect is resolved here, before anything is made
     base = Path(folder or os.environ.get(DIR_ENV) or "hpcdist-jobs").absolute()
     try:
         base.mkdir(parents=True, exist_ok=True)
@@ -272,7 +277,7 @@ def submit(
         rank_output=OutputOptions(tag=False, log_dir=str(directory / "logs")),
     )
     try:
-        text = render_sbatch(spec)
+        text = render_sbatch(spec, option=_keyword)
         write_call(str(directory / "call.pkl"), call, backend)
         (directory / "job.sbatch").write_text(text, encoding="utf-8")
         job_id = submit_sbatch(str(directory / "job.sbatch"))
