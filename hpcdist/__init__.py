@@ -43,14 +43,14 @@ _LAZY = {
     "StopAtStepBoundary": "workloads.preemption",
     "restart_count": "workloads.preemption",
     "map": "workloads.taskmap",
-    "launch": "launching.pyfunc",
+    "launch": "calling.pyfunc",
     "submit": "jobs.submit",
     "Job": "jobs.submit",
 }
 
 if TYPE_CHECKING:
+    from .calling.pyfunc import launch
     from .jobs.submit import Job, submit
-    from .launching.pyfunc import launch
     from .runtime.bootstrap import Session, init, shutdown
     from .runtime.env import LaunchEnv
     from .workloads.preemption import Preempted, StopAtStepBoundary, restart_count

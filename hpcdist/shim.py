@@ -21,13 +21,13 @@ from typing import NoReturn
 from . import control
 from .abort import abort_job, before_abort
 from .errors import RendezvousTimeout, UsageError
-from .launching.binding import BIND_VAR, binding_env, check_bind, plan_binding
 from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
-from .launching.tagger import drain as drain_tagger
-from .launching.tagger import leave_time_to_peers
-from .launching.tagger import start as start_tagger
-from .launching.topology import load_topology
+from .placement.binding import BIND_VAR, binding_env, check_bind, plan_binding
+from .placement.topology import load_topology
+from .rank.tagger import drain as drain_tagger
+from .rank.tagger import leave_time_to_peers
+from .rank.tagger import start as start_tagger
 from .runtime.adopt import adopt, finish
 from .runtime.bootstrap import job_timeout, prepare, say_ready
 from .runtime.env import LaunchEnv

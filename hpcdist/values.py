@@ -18,6 +18,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_SECONDS",
     "RANK",
+    "check_count",
     "check_seconds",
     "parse_seconds",
     "parse_whole",
@@ -66,6 +67,20 @@ def check_seconds(value: object, what: str, how: str) -> float:
             f"{MAX_SECONDS} (30 days), {how}"
         )
     return number
+
+
+def check_count(value: object, what: str, low: int, how: str, high: int = MAX_COUNT) -> int:
+    """`value` if it is a whole number (an int, not a bool) from `low` to `high`, else UsageError.
+
+    `what` names the setting (`-np`, `hpcdist.launch's np`); `how` is an example (`e.g. -np 4`).
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UsageError(f"{what} must be a whole number, got {value!r}; {how}")
+    if value < low:
+        raise UsageError(f"{what} must be at least {low}, got {value}; {how}")
+    if value > high:
+        raise UsageError(f"{what} must be at most {high}, got {value}; {how}")
+    return value
 
 
 def slurm_counts(text: str, what: str, limit: int) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
-from .plan import check_counts, parse_backends
+from .plan import BenchOptions, check_counts, parse_backends
 
 __all__ = [
     "BATCH",
@@ -30,7 +30,7 @@ __all__ = [
     "DdpResult",
     "ddp_document",
     "ddp_lines",
-    "ddp_plan_from_args",
+    "ddp_plan_from_options",
     "mlp_parameters",
     "run_ddp",
 ]
@@ -66,7 +66,7 @@ class DdpPlan:
     plot: str | None = None  # rank 0 draws the step times into this file (bench/plot.py)
 
 
-def ddp_plan_from_args(args: Any) -> DdpPlan:
+def ddp_plan_from_options(args: BenchOptions) -> DdpPlan:
     """Check `bench ddp`'s options: the collective-only flags are mistakes here."""
     for flag, name in _COLLECTIVE_ONLY:
         if getattr(args, name, None) is not None:
@@ -74,10 +74,10 @@ def ddp_plan_from_args(args: Any) -> DdpPlan:
                 f"{flag} is for collective benchmarks; bench ddp takes --backend, -n, -w, --json and "
                 f"--timeout, so drop {flag}"
             )
-    if getattr(args, "reference", False):
+    if args.reference:
         raise UsageError("--reference times raw mpi4py collectives; bench ddp has no raw-MPI step, so drop --reference")
     check_counts((("-n", args.iters, 1), ("-w", args.warmup, 0)))
-    return DdpPlan(parse_backends(args.backend), args.iters, args.warmup, args.json, getattr(args, "plot", None))
+    return DdpPlan(parse_backends(args.backend), args.iters, args.warmup, args.json, args.plot)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import UsageError
 from ..values import BACKENDS, MAX_COUNT
@@ -16,6 +15,7 @@ __all__ = [
     "MAX_BYTES",
     "MAX_SIZES",
     "OPS",
+    "BenchOptions",
     "BenchPlan",
     "Collective",
     "Counts",
@@ -24,10 +24,35 @@ __all__ = [
     "check_counts",
     "parse_backends",
     "parse_size",
-    "plan_from_args",
+    "plan_from_options",
     "round_sizes",
     "size_sweep",
 ]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What `hpcdist bench` asks for (nccl-tests' flags), each field named after its option, unchecked: the plan
+    builders (plan_from_options, ddp.ddp_plan_from_options, plot.replot) check them."""
+
+    collective: str | None = None  # a COLLECTIVES name, or "ddp"; None only with `source`
+    minbytes: str | None = None  # -b, e.g. "8" or "32M"
+    maxbytes: str | None = None  # -e
+    stepfactor: int | None = None  # -f
+    stepbytes: str | None = None  # -i
+    iters: int = 20  # -n
+    warmup: int = 5  # -w
+    rounds: int | None = None
+    check: int | None = None  # -c
+    backend: str = "auto"  # a comma list to compare
+    dtype: str | None = None  # -d
+    op: str | None = None  # -o
+    root: int | None = None  # -r
+    json: bool = False
+    reference: bool = False
+    timeout: float | None = None
+    plot: str | None = None  # FILE.png
+    source: str | None = None  # --from FILE.json
 
 
 @dataclass(frozen=True)
@@ -200,9 +225,11 @@ def parse_backends(text: str) -> tuple[str, ...]:
     return names
 
 
-def plan_from_args(args: Any) -> BenchPlan:
+def plan_from_options(args: BenchOptions) -> BenchPlan:
     """Check the parsed options and turn them into a BenchPlan; every mistake is a UsageError."""
-    coll = COLLECTIVES[args.collective]
+    coll = COLLECTIVES.get(args.collective or "")
+    if coll is None:
+        raise UsageError(f"bench times one of {', '.join(COLLECTIVES)}, not {args.collective!r}; name one")
     backends = parse_backends(args.backend)
     given = "float32" if args.dtype is None else args.dtype
     dtype = _DTYPE_ALIASES.get(given, given)
@@ -254,7 +281,7 @@ def plan_from_args(args: Any) -> BenchPlan:
         root,
         args.json,
         args.reference,
-        getattr(args, "plot", None),
+        args.plot,
     )
 
 
@@ -267,7 +294,7 @@ def check_counts(counts: Iterable[tuple[str, int, int]]) -> None:
             raise UsageError(f"{flag} {value} must be at most {MAX_COUNT}")
 
 
-def _rounds(args: Any, implementations: int) -> int:
+def _rounds(args: BenchOptions, implementations: int) -> int:
     """--rounds, or its default: 5 when implementations are compared (at most one per iteration), else 1."""
     if args.rounds is None:
         return min(5, args.iters) if implementations > 1 else 1

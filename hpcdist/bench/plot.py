@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..runtime.env import LaunchEnv
 from .fmt import REFERENCE, human_bytes
+from .plan import BenchOptions
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -118,8 +119,10 @@ def load_run(path: str) -> dict[str, Any]:
     return doc
 
 
-def replot(args: Any) -> int:
+def replot(args: BenchOptions) -> int:
     """`hpcdist bench --from FILE.json --plot FILE.png`: redraw a saved run, measuring nothing."""
+    if args.source is None:
+        raise UsageError("bench redraws a saved run from --from FILE.json; give the file a --json run wrote")
     if args.plot is None:
         raise UsageError(f"--from {args.source} redraws a saved run and needs --plot FILE.png; add it")
     given = [flag for flag, name in _MEASURING if getattr(args, name, None) is not None]

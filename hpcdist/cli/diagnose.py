@@ -8,13 +8,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..bench.plan import COLLECTIVES, DTYPES, OPS
+from ..bench.plan import COLLECTIVES, DTYPES, OPS, BenchOptions
 from ..doctor.facts import DEFAULT_TIMEOUT, STATUSES
 from ..errors import UsageError
 from ..values import BACKENDS
 from .types import count, seconds
 
-__all__ = ["COMMANDS", "add_parsers", "bench", "doctor"]
+__all__ = ["COMMANDS", "add_parsers", "bench", "bench_options", "doctor"]
 
 
 def add_parsers(sub: Any) -> None:
@@ -82,6 +82,11 @@ def _add_bench(subparsers: Any) -> None:
     )
 
 
+def bench_options(args: argparse.Namespace) -> BenchOptions:
+    """`hpcdist bench`'s parsed arguments as BenchOptions, the plan builders' input."""
+    return BenchOptions(**{field.name: getattr(args, field.name) for field in dataclasses.fields(BenchOptions)})
+
+
 def bench(args: argparse.Namespace) -> int:
     """`hpcdist bench`: check the options, initialise the first backend, run; 1 if any result was wrong.
 
@@ -89,26 +94,27 @@ def bench(args: argparse.Namespace) -> int:
     """
     from ..bench.plot import check_plot_file, replot
 
+    options = bench_options(args)
     if args.plot is not None:
         check_plot_file(args.plot)  # before anything is measured
     if args.source is not None:
-        return replot(args)
+        return replot(options)
     if args.collective is None:
         raise UsageError(
             "bench needs the operation to time, e.g. `hpcdist bench all_reduce` or `hpcdist bench ddp`, "
             "or --from FILE.json --plot FILE.png to redraw a saved run"
         )
-    from ..bench.plan import plan_from_args
+    from ..bench.plan import plan_from_options
     from ..bench.run import run_plan
     from ..runtime.bootstrap import init
 
     if args.collective == "ddp":
-        from ..bench.ddp import ddp_plan_from_args, run_ddp
+        from ..bench.ddp import ddp_plan_from_options, run_ddp
 
-        ddp = ddp_plan_from_args(args)
+        ddp = ddp_plan_from_options(options)
         with init(ddp.backends[0], args.timeout) as session:
             return run_ddp(ddp, session)
-    plan = plan_from_args(args)
+    plan = plan_from_options(options)
     with init(plan.backend, args.timeout) as session:
         return run_plan(plan, session)
 

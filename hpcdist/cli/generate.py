@@ -14,6 +14,8 @@ from .types import add_output_options, count, rank, whole
 
 __all__ = ["COMMANDS", "add_parsers", "emit"]
 
+_NO_SBATCH = ", or drop --submit to write the script only"  # what `hpcdist sbatch --submit` can do without sbatch
+
 
 def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
     """--template-dir and -o, plus the environment options when `env`."""
@@ -286,14 +288,14 @@ def _sbatch(args: argparse.Namespace) -> int:
 
     if args.write:
         emit(text, args.write, 0o755)
-        print(submit_sbatch(args.write))
+        print(submit_sbatch(args.write, _NO_SBATCH))
         return 0
     import tempfile
 
     with tempfile.NamedTemporaryFile("w", suffix=".sbatch", prefix="hpcdist-", encoding="utf-8") as f:
         f.write(text)
         f.flush()
-        print(submit_sbatch(f.name))  # sbatch keeps its own copy of the script
+        print(submit_sbatch(f.name, _NO_SBATCH))  # sbatch keeps its own copy of the script
     return 0
 
 
@@ -365,9 +367,9 @@ def _torchrun(args: argparse.Namespace) -> int:
 
 def _examples(args: argparse.Namespace) -> int:
     """`hpcdist examples`: report drift of the example files from the templates, or rewrite them (--write)."""
-    from ..jobs.examples import main as examples
+    from ..jobs.examples import examples
 
-    return examples([*(["--write"] if args.write else []), "--root", args.root])
+    return examples(args.root, args.write)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

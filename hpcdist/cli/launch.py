@@ -9,18 +9,22 @@ import os
 import shlex
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .types import add_output_options, count, seconds, whole
+from .types import add_output_options, count, digits, seconds, whole
 
-__all__ = ["COMMANDS", "add_parsers"]
+if TYPE_CHECKING:
+    from ..launching.options import MpirunOptions
+    from ..workloads import WorkloadOptions
+
+__all__ = ["COMMANDS", "add_parsers", "mpirun_options", "workload_options"]
 
 
 def add_parsers(sub: Any) -> None:
     """Add `env`, `mpirun` and `run` to the CLI's subparsers."""
     from ..values import BACKENDS
-    from ..workloads import WORKLOADS, add_arguments
+    from ..workloads import WORKLOADS
 
     env = sub.add_parser("env", help="show the launcher and ranks hpcdist detects in this process")
     env.add_argument("--json", action="store_true", help="print JSON for tools")
@@ -121,7 +125,61 @@ def add_parsers(sub: Any) -> None:
     )
     run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
     run.add_argument("--timeout", type=seconds, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
-    add_arguments(run)
+    _workload_options(run)
+
+
+def _workload_options(parser: Any) -> None:
+    """Every workload's own options for `hpcdist run`, one group per workload (never imports torch).
+
+    Values are parsed here and checked where WorkloadOptions are made (workload_options), as the API's are.
+    """
+    from ..workloads import MAX_SEED
+
+    ddp = parser.add_argument_group("ddp", "options of the ddp workload")
+    ddp.add_argument("--epochs", type=digits, default=3, help="epochs to train (default: 3)")
+    ddp.add_argument("--batch-size", type=digits, default=32, help="samples per rank per step (default: 32)")
+    ddp.add_argument("--samples", type=digits, default=2048, help="size of the synthetic data set (default: 2048)")
+    ddp.add_argument(
+        "--seed",
+        type=digits,
+        default=0,
+        help=f"seed of the data, the model and the shuffling, 0 to {MAX_SEED} (default: 0)",
+    )
+    ddp.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="write DIR/ddp.pt atomically after every epoch (default: no checkpoints)",
+    )
+    ddp.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from DIR/ddp.pt if it exists (needs --checkpoint-dir and the same world size)",
+    )
+    ddp.add_argument(
+        "--stop-after-epoch",
+        type=digits,
+        metavar="N",
+        help="stop after epoch N has been checkpointed, as if the job had been killed (for tests)",
+    )
+
+
+def workload_options(args: argparse.Namespace) -> WorkloadOptions:
+    """`hpcdist run`'s workload options as the WorkloadOptions a Python caller builds too (checked as made).
+
+    Raises:
+        UsageError: a value the workloads refuse (see WorkloadOptions).
+    """
+    from ..workloads import WorkloadOptions
+
+    return WorkloadOptions(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        samples=args.samples,
+        seed=args.seed,
+        checkpoint_dir=args.checkpoint_dir,
+        resume=args.resume,
+        stop_after_epoch=args.stop_after_epoch,
+    )
 
 
 def _selection_options(p: Any) -> None:
@@ -148,14 +206,50 @@ def _env(args: argparse.Namespace) -> int:
     return 0
 
 
+def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
+    """`hpcdist mpirun`'s parsed arguments as the MpirunOptions `hpcdist.launch` builds too (checked as it is made).
+
+    Raises:
+        UsageError: an option's value is not of its kind (see MpirunOptions).
+    """
+    from ..launching.options import MpirunOptions
+
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    return MpirunOptions(
+        program=tuple(program),
+        np=args.np,
+        hostfile=args.hostfile,
+        hosts=args.hosts,
+        include=args.include,
+        exclude=args.exclude,
+        export=tuple(args.export),
+        mca=tuple((key, value) for key, value in args.mca),
+        bind_to=args.bind_to,
+        map_by=args.map_by,
+        bind=args.bind,
+        oversubscribe=args.oversubscribe,
+        probe_fabrics=args.probe_fabrics,
+        no_shim=args.no_shim,
+        mpirun=args.mpirun,
+        mpi=args.mpi,
+        launch_agent=args.launch_agent,
+        tag=args.tag,
+        log_dir=args.log_dir,
+        ranks=args.ranks,
+        tail=args.tail,
+        heartbeat_timeout=args.heartbeat_timeout,
+    )
+
+
 def _mpirun(args: argparse.Namespace) -> int:
     """`hpcdist mpirun`: build the mpirun argv, print it (--dry-run), write it (--script) or run it (with restarts)."""
     from ..launching.attempts import RestartPolicy, attempt_spec, check_policy, run_attempts
     from ..launching.mpirun import build_mpirun_argv
-    from ..launching.spec import spec_from_args
+    from ..launching.spec import spec_from_options
 
+    options = mpirun_options(args)
     routed = not (args.dry_run or args.script or args.no_shim)  # hpcdist runs it: the ranks' lines come through us
-    spec, output = spec_from_args(args, routed=routed)
+    spec, output = spec_from_options(options, routed=routed)
     policy = RestartPolicy(args.max_restarts, args.min_np)
     check_policy(policy, spec.np)
     if args.script and policy.max_restarts:
@@ -186,7 +280,7 @@ def _mpirun(args: argparse.Namespace) -> int:
     from ..launching.output import OutputRouter
     from ..launching.spawn import run_mpirun
 
-    limit = heartbeat_limit(args.heartbeat_timeout, os.environ) if routed else None
+    limit = heartbeat_limit(options.heartbeat_timeout, os.environ) if routed else None
 
     def run(argv: list[str], token: str) -> LaunchOutcome:
         router = OutputRouter(output, spec.np) if routed else None
@@ -201,9 +295,10 @@ def _run(args: argparse.Namespace) -> int:
     from ..runtime.bootstrap import init
     from ..workloads import load
 
+    options = workload_options(args)
     with init(args.backend, args.timeout) as session:
         for name in args.names:
-            problem = load(name)(session, args)
+            problem = load(name)(session, options)
             if problem:
                 print(f"hpcdist: {name} FAILED: {problem}", file=sys.stderr)
                 abort_job(1)

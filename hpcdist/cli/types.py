@@ -8,7 +8,7 @@ from collections.abc import Callable
 from ..errors import UsageError
 from ..values import MAX_COUNT, check_seconds, parse_seconds, parse_whole
 
-__all__ = ["add_output_options", "count", "rank", "seconds", "whole"]
+__all__ = ["add_output_options", "count", "digits", "rank", "seconds", "whole"]
 
 
 def whole(low: int, high: int = MAX_COUNT) -> Callable[[str], int]:
@@ -23,6 +23,14 @@ def whole(low: int, high: int = MAX_COUNT) -> Callable[[str], int]:
         return number
 
     return parse
+
+
+def digits(text: str) -> int:
+    """An argparse type: a whole number in ASCII digits, its range checked where the options it fills are made."""
+    number = parse_whole(text)
+    if number is None:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}")
+    return number
 
 
 count = whole(1)  # nodes, tasks, slots, ports (callers check narrower ranges)

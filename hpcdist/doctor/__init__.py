@@ -5,5 +5,5 @@
 - `probe`: gathers Facts by running commands (through launching.spawn, built by launching's argv builder), and
   the rendezvous probe that runs the jobs' own rendezvous code in each rank.
 
-May import: errors, launching, runtime. Never the CLI.
+May import: errors, launching, placement, runtime. Never the CLI.
 """

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..launching.binding import binding_env, plan_binding
+from ..placement.binding import binding_env, plan_binding
 from .facts import Check, Facts
 
 __all__ = ["check_binding"]

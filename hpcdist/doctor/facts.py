@@ -10,7 +10,7 @@ from ..launching.families import mpi_identity  # the one parser of MPI version t
 
 if TYPE_CHECKING:
     from ..launching.hostfile import HostSlots
-    from ..launching.topology import Topology
+    from ..placement.topology import Topology
 
 __all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Check", "Facts", "Probe", "mpi_identity", "tail"]
 

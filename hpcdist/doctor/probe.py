@@ -22,7 +22,7 @@ from ..launching.families import FAMILIES, detect_family, family_from_version, r
 from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
 from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
 from ..launching.spawn import capture
-from ..launching.topology import TOPOLOGY_VAR, load_topology
+from ..placement.topology import TOPOLOGY_VAR, load_topology
 from ..runtime.env import LaunchEnv
 from ..runtime.netif import resolve
 from .facts import DEFAULT_TIMEOUT, Facts, Probe, tail

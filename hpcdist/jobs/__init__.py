@@ -11,10 +11,10 @@
 - `examples`: the rendered example files of hostfiles/ and slurm/;
 - `templates/`: the bundled template set (a site's --template-dir is searched first).
 
-May import: errors, values, waits, launching's pure builders (hostfile, names, nodelist, program, mpirun, output,
-calls), launching.families' `resolve_family` (the one choice of MPI dialect), and launching.spawn's
-`capture` and `submit_sbatch` for Slurm's commands. Never torch, mpi4py, the runtime
-or the CLI.
+May import: errors, values, waits, launching's pure builders (hostfile, names, nodelist, program, mpirun, output),
+placement.binding's `check_bind`, calling.calls (a call's files), launching.families' `resolve_family` (the one choice
+of MPI dialect), and launching.spawn's `capture` and `submit_sbatch` for Slurm's commands. Never torch, mpi4py, the
+runtime or the CLI.
 """
 
 __all__ = ["LAUNCHES"]

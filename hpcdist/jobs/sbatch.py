@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..control import RESTART_VARS
 from ..errors import UsageError
-from ..launching.binding import BIND_VAR, check_bind
 from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
 from ..launching.names import check_env_name
 from ..launching.nodelist import expand_nodelist
-from ..launching.output import OutputOptions, parse_ranks, shim_variables
+from ..launching.output import OutputOptions, shim_variables
 from ..launching.program import check_program
+from ..placement.binding import BIND_VAR, check_bind
+from ..rank.streams import parse_ranks
 from ..values import MAX_COUNT, parse_whole
 from . import LAUNCHES
 from .arrays import ARRAY_VARS, check_array, check_task_file
@@ -25,8 +27,10 @@ if TYPE_CHECKING:
     import jinja2
 
 __all__ = [
+    "Option",
     "SbatchSpec",
     "check_mem",
+    "cli_option",
     "gpu_count",
     "parse_signal",
     "parse_time",
@@ -35,8 +39,9 @@ __all__ = [
 
 _TIME_FORMS = (
     "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, or UNLIMITED (also INFINITE, -1 or 0), "
-    "e.g. --time 30, --time 4:00:00, --time 1-12"
+    "e.g. 30, 4:00:00 or 1-12"
 )
+Option = Callable[[str], str]  # how the caller's user names a SbatchSpec field in an error: `--gpus-per-node`
 _TIME = re.compile(
     r"(?:(?P<d>[0-9]+)-(?:(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?)?"
     r"|(?P<a>[0-9]+)(?::(?P<b>[0-9]+)(?::(?P<c>[0-9]+))?)?)\Z"
@@ -98,7 +103,12 @@ class SbatchSpec:
         return gpu_count(self.gpus_per_node) if self.gpus_per_node else 1
 
 
-def parse_time(value: str) -> int | None:
+def cli_option(field: str) -> str:
+    """A SbatchSpec field as `hpcdist sbatch` spells its option: `gpus_per_node` -> `--gpus-per-node`."""
+    return "--" + field.replace("_", "-")
+
+
+def parse_time(value: str, option: Option = cli_option) -> int | None:
     """Seconds in a Slurm time limit, None for no limit, else UsageError, by Slurm's own rules (time_str2secs).
 
     Forms: MM, MM:SS, HH:MM:SS, D-[HH[:MM[:SS]]], and UNLIMITED, INFINITE, -1 or 0 for no limit. As in Slurm, a
@@ -109,7 +119,7 @@ def parse_time(value: str) -> int | None:
         return None
     match = _TIME.match(text)
     if match is None:
-        raise UsageError(f"--time {value!r} is not a Slurm time; {_TIME_FORMS}")
+        raise UsageError(f"{option('time')} {value!r} is not a Slurm time; {_TIME_FORMS}")
     n = {k: parse_whole(v or "0") or 0 for k, v in match.groupdict().items()}
     if match["d"] is not None:
         total = ((n["d"] * 24 + n["dh"]) * 60 + n["dm"]) * 60 + n["ds"]
@@ -118,89 +128,95 @@ def parse_time(value: str) -> int | None:
     else:
         total = n["a"] * 60 + n["b"]
     if total > _MAX_TIME:
-        raise UsageError(f"--time {value!r} is more than {_MAX_TIME} seconds, the most Slurm counts; {_TIME_FORMS}")
+        raise UsageError(
+            f"{option('time')} {value!r} is more than {_MAX_TIME} seconds, the most Slurm counts; {_TIME_FORMS}"
+        )
     return total or None  # Slurm: "A time limit of zero requests that no time limit be imposed"
 
 
-def check_mem(value: str) -> str:
+def check_mem(value: str, option: Option = cli_option) -> str:
     """A Slurm --mem value (`16G`, `4000` MB, `0` = all of the node's memory), else UsageError."""
     if not _MEM.match(value) or len(value) > 19:  # 18 digits of megabytes is already a zettabyte
-        raise UsageError(f"--mem {value!r} is not a Slurm memory size; use a number with K, M, G or T, e.g. 16G")
+        raise UsageError(
+            f"{option('mem')} {value!r} is not a Slurm memory size; use a number with K, M, G or T, e.g. 16G"
+        )
     return value
 
 
-def gpu_count(value: str) -> int:
+def gpu_count(value: str, option: Option = cli_option) -> int:
     """The count in a --gpus-per-node value such as `8` or `a100:8`, which must be at least 1."""
     match = _GPUS.match(value)
     count = parse_whole(match[1]) if match else None
     if count is None or not 1 <= count <= MAX_COUNT:
         raise UsageError(
-            f"--gpus-per-node {value!r}: expected COUNT or TYPE:COUNT with COUNT a whole number from 1 to "
+            f"{option('gpus_per_node')} {value!r}: expected COUNT or TYPE:COUNT with COUNT a whole number from 1 to "
             f"{MAX_COUNT}, e.g. 8 or a100:8"
         )
     return count
 
 
-def parse_signal(value: str) -> tuple[str, int]:
+def parse_signal(value: str, option: Option = cli_option) -> tuple[str, int]:
     """`USR1@90` -> ('USR1', 90): the signal Slurm sends and how many seconds before the time limit."""
     name, at, seconds = value.upper().partition("@")
     name = name.removeprefix("SIG")
     lead = parse_whole(seconds) if seconds == seconds.strip() else None
     if name not in _SIGNALS or not at or lead is None or not 0 < lead <= _MAX_SIGNAL_SECONDS:
         raise UsageError(
-            f"--requeue-signal {value!r}: expected SIGNAL@SECONDS with SIGNAL one of {', '.join(_SIGNALS)} "
+            f"{option('requeue_signal')} {value!r}: expected SIGNAL@SECONDS with SIGNAL one of {', '.join(_SIGNALS)} "
             f"and 1 to {_MAX_SIGNAL_SECONDS} seconds, e.g. USR1@90"
         )
     return name, lead
 
 
-def _check(spec: SbatchSpec) -> int | None:
+def _check(spec: SbatchSpec, option: Option) -> int | None:
     """Raise UsageError for a spec sbatch would reject or misread; return the time limit in seconds."""
     if spec.launch not in LAUNCHES:
-        raise UsageError(f"--launch {spec.launch!r}: use one of {', '.join(LAUNCHES)}")
+        raise UsageError(f"{option('launch')} {spec.launch!r}: use one of {', '.join(LAUNCHES)}")
     if not spec.program:
         raise UsageError("no program given; usage: hpcdist sbatch [options] -- PROGRAM [ARGS...]")
     check_program(spec.program, "torchrun" if spec.launch == "torchrun" else "hpcdist's shim")
-    check_bind(spec.bind, "none")
+    check_bind(spec.bind, "none", option("bind"))
     for name, count in (
         ("nodes", spec.nodes),
-        ("ntasks-per-node", spec.ntasks_per_node),
-        ("cpus-per-task", spec.cpus_per_task),
+        ("ntasks_per_node", spec.ntasks_per_node),
+        ("cpus_per_task", spec.cpus_per_task),
     ):
         if count is not None and count < 1:
-            raise UsageError(f"--{name} must be at least 1, got {count}")
+            raise UsageError(f"{option(name)} must be at least 1, got {count}")
         if count is not None and count > MAX_COUNT:
-            raise UsageError(f"--{name} must be at most {MAX_COUNT}, got {count}")
+            raise UsageError(f"{option(name)} must be at most {MAX_COUNT}, got {count}")
     if spec.gpus_per_node is not None:
-        gpu_count(spec.gpus_per_node)
+        gpu_count(spec.gpus_per_node, option)
     if spec.nodes * spec.tasks_per_node > MAX_COUNT:
         raise UsageError(
-            f"--nodes {spec.nodes} x {spec.tasks_per_node} tasks per node is more than the {MAX_COUNT} ranks MPI "
-            "can count; ask for fewer"
+            f"{option('nodes')} {spec.nodes} x {spec.tasks_per_node} tasks per node is more than the {MAX_COUNT} "
+            "ranks MPI can count; ask for fewer"
         )
     if not 0 <= spec.max_restarts <= MAX_COUNT:
-        raise UsageError(f"--max-restarts must be a whole number from 0 to {MAX_COUNT}, got {spec.max_restarts}")
+        raise UsageError(
+            f"{option('max_restarts')} must be a whole number from 0 to {MAX_COUNT}, got {spec.max_restarts}"
+        )
     if spec.mem is not None:
-        check_mem(spec.mem)
+        check_mem(spec.mem, option)
     if spec.nodelist is not None:
-        expand_nodelist(spec.nodelist)
+        expand_nodelist(spec.nodelist, option("nodelist"))
     if spec.exclude is not None:
-        expand_nodelist(spec.exclude, "--exclude")
+        expand_nodelist(spec.exclude, option("exclude"))
     for name, _ in spec.env:
         check_env_name(name)
     check_master(spec.master_addr, spec.master_port)
     if spec.array is not None:
-        check_array(spec.array)
-        for option, value in (("--output", spec.output), ("--error", spec.error)):
+        check_array(spec.array, option("array"))
+        for name, value in (("output", spec.output), ("error", spec.error)):
             if value is not None:
-                check_task_file(option, value)
-    seconds = parse_time(spec.time) if spec.time is not None else None
+                check_task_file(option(name), value, option("array"))
+    seconds = parse_time(spec.time, option) if spec.time is not None else None
     if spec.requeue:
-        _, before = parse_signal(spec.requeue_signal)
+        _, before = parse_signal(spec.requeue_signal, option)
         if seconds is not None and before >= seconds:
             raise UsageError(
-                f"--requeue-signal {spec.requeue_signal!r} comes {before} s before the end, but --time "
-                f"{spec.time!r} is only {seconds} s; signal later or give more time"
+                f"{option('requeue_signal')} {spec.requeue_signal!r} comes {before} s before the end, but "
+                f"{option('time')} {spec.time!r} is only {seconds} s; signal later or give more time"
             )
     return seconds
 
@@ -279,9 +295,12 @@ def _pairs(settings: list[str]) -> list[tuple[str, str]]:
     return [(name, value) for name, _, value in (item.partition("=") for item in settings)]
 
 
-def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> str:
-    """The sbatch script for `spec`, rendered from sbatch.sh.j2 (pure: nothing is run or submitted)."""
-    _check(spec)
+def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, option: Option = cli_option) -> str:
+    """The sbatch script for `spec`, rendered from sbatch.sh.j2 (pure: nothing is run or submitted).
+
+    `option` names a field in an error the way the caller's user set it (`--time`; hpcdist.submit: `time=`).
+    """
+    _check(spec, option)
     bind = spec.bind == "auto"
     srun_output, shim_env, torchrun_output = _output(spec)
     env = sorted({**dict(spec.env), **dict(shim_env), **({BIND_VAR: "auto"} if bind else {})}.items())

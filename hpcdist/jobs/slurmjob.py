@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import UsageError
-from ..launching.output import LOG_DIR_ENV, log_name
 from ..launching.spawn import capture
+from ..rank.streams import LOG_DIR_ENV, log_name
 from ..values import parse_whole
 from ..waits import Backoff, poll_until
 from .arrays import array_indices

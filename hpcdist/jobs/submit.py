@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, overload
 
+from ..calling.calls import first_failure, pack, ranks_text, read_outcomes, write_call
 from ..errors import JobFailed, UsageError
-from ..launching.calls import first_failure, pack, ranks_text, read_outcomes, write_call
 from ..launching.output import OutputOptions
 from ..launching.spawn import submit_sbatch
 from ..values import check_seconds
@@ -129,6 +129,9 @@ class Job:
     def result(self, timeout: float | None = None, *, all_ranks: bool = False) -> Any:
         """Wait for the end and return rank 0's value (`all_ranks=True`: every rank's, in rank order).
 
+        Rank 0's by default, as submitit's `Job.result` is its first task's; `all_ranks=True` gives the list
+        `hpcdist.launch` returns (a call waited on, like `mp.spawn`), so the two differ only on purpose.
+
         Raises:
             RankFailed: a rank raised (the first to fail); its exception is the cause.
             JobFailed: the job ended (cancelled, out of time, a node lost, …) before every rank returned.
@@ -178,6 +181,11 @@ class Job:
             f"Slurm knows no job {self.job_id} any more and its ranks left no outcome in {self.directory} (killed or "
             "cancelled before they ended); its output there says more"
         )
+
+
+def _keyword(field: str) -> str:
+    """A SbatchSpec field as hpcdist.submit takes it, for its errors: `hpcdist.submit's gpus_per_node=`."""
+    return f"hpcdist.submit's {field}="
 
 
 def _template(array: bool) -> str:
@@ -244,12 +252,12 @@ def submit(
     )
     call = pack(fn, args, {}, "hpcdist.submit")
     name = _NAME.sub("_", getattr(fn, "__name__", "job"))[:64] or "job"
-    tasks = array_indices(array)[0] if array is not None else []
+    tasks = array_indices(array, _keyword("array"))[0] if array is not None else []
     launch = settings.pop("launch", "srun")
     given = {
         key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix", "mpi") if key in settings
     }
-    tools = local_tools(launch, **given)  # the MPI's dialect is resolved here, before anything is made
+    tools = local_tools(launch, **given, option=_keyword)  # the MPI's dialect is resolved here, before anything is made
     base = Path(folder or os.environ.get(DIR_ENV) or "hpcdist-jobs").absolute()
     try:
         base.mkdir(parents=True, exist_ok=True)
@@ -269,7 +277,7 @@ def submit(
         rank_output=OutputOptions(tag=False, log_dir=str(directory / "logs")),
     )
     try:
-        text = render_sbatch(spec)
+        text = render_sbatch(spec, option=_keyword)
         write_call(str(directory / "call.pkl"), call, backend)
         (directory / "job.sbatch").write_text(text, encoding="utf-8")
         job_id = submit_sbatch(str(directory / "job.sbatch"))

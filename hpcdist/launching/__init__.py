@@ -1,4 +1,4 @@
-"""Launching through mpirun: hostfiles, the argv builder, options -> spec, and the one module that spawns.
+"""The mpirun supervisor: hostfiles, the argv builder, options -> spec, the one module that spawns, and the watch.
 
 - `names`, `hostfile`, `nodelist`, `selection`, `program`, `families`, `mpirun`: pure builders and parsers (no torch,
   no mpi4py, no runtime); `mpirun` holds one registered launcher class per MPI (Open MPI, MPICH, Intel MPI);
@@ -9,12 +9,10 @@
 - `exitcodes`: Hydra's `-print-all-exitcodes` block, read beside the monitor (pure);
 - `heartbeat`: hpcdist's own heartbeat: its limit, and the watch of ranks that fell silent (pure);
 - `attempts`: `hpcdist mpirun --max-restarts`: when to restart, on which hosts, and the attempts' summary;
-- `output`: per-rank output options, rank lists and the router of tagged lines (pure);
-- `tagger`: run in a rank by the shim: its forked line tagger and log file;
-- `byvalue`: cloudpickle with the code it ships by value named and with its source, for the ranks' tracebacks (pure);
-- `calls`: a Python call sent to ranks and their outcomes read back (pure; `hpcdist.launch` and `hpcdist.submit`);
-- `pyfunc`: `hpcdist.launch`, the caller's side (a function on N ranks; `runtime.pycall` is each rank's side);
-- `topology`, `binding`: a node's topology read from sysfs or hwloc XML, and `--bind auto`'s per-rank plan (pure).
+- `output`: per-rank output options, rank lists and the router of tagged lines (pure).
 
-May import: errors, values, waits, control. Never torch, mpi4py, the runtime or the CLI.
+What runs inside a rank is the `rank` wing; where a rank runs on its node, `placement`; `hpcdist.launch`, `calling`.
+
+May import: errors, values, waits, control, placement, rank.streams (the tagged lines it reads). Never torch,
+mpi4py, the runtime, calling or the CLI.
 """

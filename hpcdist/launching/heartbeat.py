@@ -31,13 +31,14 @@ _MAX_INTERVAL = 5.0  # seconds between beats at most: 12 short lines a minute pe
 
 
 def heartbeat_limit(option: float | None, environ: Mapping[str, str]) -> float | None:
-    """The heartbeat limit in seconds: `option`, else $HPCDIST_HEARTBEAT_TIMEOUT, else 30; None when 0 (off).
+    """The heartbeat limit in seconds: `option` (MpirunOptions checked it), else $HPCDIST_HEARTBEAT_TIMEOUT, else 30;
+    None when 0 (off).
 
     Raises:
-        UsageError: a value that is no number of seconds, negative, or above 30 days.
+        UsageError: the variable's value is no number of seconds, negative, or above 30 days.
     """
     if option is not None:
-        return check_seconds(option, "--heartbeat-timeout", "e.g. --heartbeat-timeout 30 (0: off)") if option else None
+        return option or None
     raw = environ.get(HEARTBEAT_TIMEOUT_ENV)
     if raw is None:
         return DEFAULT_HEARTBEAT_TIMEOUT

@@ -1,46 +1,32 @@
-"""Per-rank output (pure): the options, the shim's variables, rank lists, and the router of mpirun's lines.
+"""Per-rank output (pure): the options, the shim's variables, and the router of mpirun's lines.
 
 A rank started through hpcdist's shim with HPCDIST_TAG, HPCDIST_LOG_DIR or HPCDIST_RANKS set runs a tagger
-(`tagger.py`) that writes each whole line as `[host:rank] text`. `hpcdist mpirun` reads those lines back here:
-it shows the selected ranks and keeps each rank's last lines for the failure summary (monitor.py has taken
-the control lines out before).
+(`rank.tagger`; the variables and the line format are `rank.streams`') that writes each whole line as `[host:rank]
+text`. `hpcdist mpirun` reads those lines back here: it shows the selected ranks and keeps each rank's last lines for
+the failure summary (monitor.py has taken the control lines out before).
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
-from ..values import MAX_COUNT
+from ..rank.streams import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, parse_ranks, split_segments, split_tag
 from .monitor import MpirunWatch
 
 __all__ = [
     "DEFAULT_TAIL",
-    "LOG_DIR_ENV",
-    "RANKS_ENV",
-    "TAG_ENV",
     "Console",
     "Failure",
     "OutputOptions",
     "OutputRouter",
-    "log_name",
-    "parse_ranks",
     "shim_variables",
-    "split_segments",
-    "split_tag",
     "summary",
 ]
 
-TAG_ENV = "HPCDIST_TAG"  # 1: prefix each line with [host:rank]; 0: not (the log dir and rank filter still apply)
-LOG_DIR_ENV = "HPCDIST_LOG_DIR"  # each rank also writes its lines to DIR/rank-NNN.log
-RANKS_ENV = "HPCDIST_RANKS"  # only these ranks' lines reach the console (e.g. 0,3 or 0-3,7)
 DEFAULT_TAIL = 20
-_TAG = re.compile(rb"\[(?P<host>[^\s:\[\]]+):(?P<rank>[0-9]{1,10})\] ")
-_SEGMENT_END = re.compile(rb"\r\n|\n|\r(?!\Z)")  # a lone \r last may still be a \r\n: wait for the next byte
 
 
 @dataclass(frozen=True)
@@ -51,30 +37,6 @@ class OutputOptions:
     log_dir: str | None = None
     ranks: str | None = None  # the rank list as given, e.g. "0,3" or "0-3,7"; None: every rank
     tail: int = DEFAULT_TAIL
-
-
-def parse_ranks(text: str, np: int | None = None, what: str = "--ranks") -> frozenset[int]:
-    """The ranks of a list such as `0,3` or `0-3,7`; each must be below `np` when it is known.
-
-    Raises:
-        UsageError: not such a list, a range that runs backwards, or a rank the job does not have.
-    """
-    ranks: set[int] = set()
-    for item in text.split(","):
-        match = re.fullmatch(r"\s*([0-9]{1,10})\s*(?:-\s*([0-9]{1,10})\s*)?", item)
-        if match is None:
-            raise UsageError(f"{what} {text!r}: {item.strip()!r} is not a rank or a range; use e.g. 0,3 or 0-3,7")
-        first, last = int(match[1]), int(match[2] or match[1])
-        if last < first:
-            raise UsageError(f"{what} {text!r}: the range {item.strip()!r} runs backwards; write it as {last}-{first}")
-        bound = np if np is not None else MAX_COUNT
-        if last >= bound:
-            raise UsageError(
-                f"{what} {text!r}: rank {last} does not exist in a job of {bound} ranks (ranks count from 0); "
-                f"give ranks from 0 to {bound - 1}"
-            )
-        ranks.update(range(first, last + 1))
-    return frozenset(ranks)
 
 
 def shim_variables(options: OutputOptions, routed: bool = False) -> list[str]:
@@ -89,32 +51,6 @@ def shim_variables(options: OutputOptions, routed: bool = False) -> list[str]:
     if options.ranks is not None and not routed:
         settings.append(f"{RANKS_ENV}={options.ranks}")
     return settings
-
-
-def log_name(rank: int, size: int) -> str:
-    """`rank-003.log`: the rank zero-padded to the width of the largest rank, at least three digits."""
-    return f"rank-{rank:0{max(3, len(str(max(size - 1, 0))))}d}.log"
-
-
-def split_segments(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """The whole segments of `data`, each with how it ended, and the rest that is not whole yet.
-
-    A segment ends with b"\n" (a line; `\r\n` counts as one) or b"\r" (a progress bar drawing itself again
-    on the same line, as tqdm does), so a redrawn bar is passed on at once rather than at its last newline.
-    """
-    segments, start = [], 0
-    for match in _SEGMENT_END.finditer(data):
-        segments.append((data[start : match.start()], b"\r" if match.group() == b"\r" else b"\n"))
-        start = match.end()
-    return segments, data[start:]
-
-
-def split_tag(line: bytes) -> tuple[str, int, bytes] | None:
-    """(host, rank, text) of a tagged line `[host:rank] text`, or None for an untagged one."""
-    match = _TAG.match(line)
-    if match is None:
-        return None
-    return match["host"].decode(errors="replace"), int(match["rank"]), line[match.end() :]
 
 
 @dataclass(frozen=True)

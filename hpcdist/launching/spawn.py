@@ -224,12 +224,15 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return _spawn(argv, env, "program")
 
 
-def submit_sbatch(path: str) -> str:
-    """Submit the batch script at `path` with `sbatch --parsable` and return the job id it prints."""
+def submit_sbatch(path: str, otherwise: str = "") -> str:
+    """Submit the batch script at `path` with `sbatch --parsable` and return the job id it prints.
+
+    `otherwise` ends the message when there is no sbatch: what the caller can do instead (`, or drop --submit`).
+    """
     try:
         done = subprocess.run(["sbatch", "--parsable", path], capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
-        raise UsageError("sbatch not found on PATH; submit from a Slurm login node, or drop --submit") from None
+        raise UsageError(f"sbatch not found on PATH; submit from a Slurm login node{otherwise}") from None
     except subprocess.TimeoutExpired:
         raise UsageError("sbatch did not answer within 120 s; check `scontrol ping`, then submit again") from None
     if done.returncode != 0:

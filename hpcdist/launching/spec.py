@@ -1,8 +1,7 @@
-"""`hpcdist mpirun`'s options -> an MpirunSpec: hosts and slots resolved, -np checked, defaults filled in."""
+"""MpirunOptions -> an MpirunSpec: hosts and slots resolved, -np checked against them, defaults filled in."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -10,7 +9,8 @@ from collections.abc import Mapping
 
 from ..control import BEAT_ENV
 from ..errors import UsageError
-from .binding import BIND_VAR, check_bind
+from ..placement.binding import BIND_VAR, check_bind
+from ..rank.streams import parse_ranks
 from .families import resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
 from .hostfile import (
@@ -24,15 +24,16 @@ from .hostfile import (
 )
 from .mpirun import SHIM, AppContext, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
 from .nodelist import allocation_hosts
-from .output import DEFAULT_TAIL, OutputOptions, parse_ranks, shim_variables
+from .options import MpirunOptions
+from .output import DEFAULT_TAIL, OutputOptions, shim_variables
 from .program import check_program
 from .selection import Selected, select_hosts, selection_option
 
-__all__ = ["check_launcher", "find_mpirun", "output_from_args", "spec_from_args"]
+__all__ = ["check_launcher", "find_mpirun", "output_from_options", "spec_from_options"]
 
 
-def spec_from_args(
-    args: argparse.Namespace, environ: Mapping[str, str] = os.environ, routed: bool = False
+def spec_from_options(
+    options: MpirunOptions, environ: Mapping[str, str] = os.environ, routed: bool = False
 ) -> tuple[MpirunSpec, OutputOptions]:
     """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`), and its output.
 
@@ -44,38 +45,38 @@ def spec_from_args(
             is not there or leaves nothing, -np that does not fit the (selected) slots, or output options that do
             not fit the job.
     """
-    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    program = options.program
     if not program:
         raise UsageError("no program given; usage: hpcdist mpirun [options] -- PROGRAM [ARGS...]")
-    check_program(program, "mpirun" if args.no_shim else "hpcdist's shim")
-    if args.hostfile is not None and args.hosts is not None:
+    check_program(program, "mpirun" if options.no_shim else "hpcdist's shim")
+    if options.hostfile is not None and options.hosts is not None:
         raise UsageError("give either --hostfile or -H, not both")
-    hostfile, hosts = args.hostfile, parse_hosts_arg(args.hosts) if args.hosts is not None else ()
-    launcher = check_launcher(args.mpirun, "--mpirun") if args.mpirun is not None else find_mpirun()
-    family, launcher = resolve_family(launcher, args.mpi)
+    hostfile, hosts = options.hostfile, parse_hosts_arg(options.hosts) if options.hosts is not None else ()
+    launcher = check_launcher(options.mpirun, "--mpirun") if options.mpirun is not None else find_mpirun()
+    family, launcher = resolve_family(launcher, options.mpi)
     if hostfile is not None:
         text = read_hostfile_text(hostfile)
         hosts = parse_hostfile(text, hostfile)
         if family != "openmpi" or not open_mpi_reads(text):
             hostfile = None  # MPICH's `host:N` for Open MPI, Open MPI's `slots=N` for Hydra: pass the hosts parsed
-    picked = selection_option(args.include, args.exclude)
-    selected = _select(args, hosts, environ) if picked else tuple(Selected(h) for h in hosts)
+    picked = selection_option(options.include, options.exclude)
+    selected = _select(options, hosts, environ) if picked else tuple(Selected(h) for h in hosts)
     hosts = tuple(s.host for s in selected)
     in_allocation = not hosts and "SLURM_JOB_NODELIST" in environ  # mpirun reads the allocation itself
-    np = args.np if args.np is not None else total_slots(hosts) if hosts else None
+    np = options.np if options.np is not None else total_slots(hosts) if hosts else None
     if np is None and not in_allocation:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
     if np is not None and not hosts and not in_allocation:
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
     sliced = picked is not None and any(s.indices is not None for s in selected)
     if np is not None and hosts:
-        check_np(np, hosts, args.oversubscribe and not sliced)
+        check_np(np, hosts, options.oversubscribe and not sliced)
     if picked:
         hostfile = None  # the selected hosts go to mpirun as -H (or app contexts), not the whole hostfile
-    contexts = _contexts(selected, np or 0, environ, args.export, picked) if picked and sliced else ()
-    shim = () if args.no_shim else (sys.executable, *SHIM)
-    output = output_from_args(args, np)
-    if args.no_shim and any(v is not None for v in (args.tag, args.log_dir, args.ranks, args.tail)):
+    contexts = _contexts(selected, np or 0, environ, options.export, picked) if picked and sliced else ()
+    shim = () if options.no_shim else (sys.executable, *SHIM)
+    output = output_from_options(options, np)
+    if options.no_shim and any(v is not None for v in (options.tag, options.log_dir, options.ranks, options.tail)):
         raise UsageError(
             "--tag/--no-tag, --log-dir, --ranks and --tail need hpcdist's shim (it tags each rank's lines); "
             "drop --no-shim"
@@ -83,36 +84,36 @@ def spec_from_args(
     ours: list[str] = []
     if routed:  # hpcdist runs it: every line tagged, routed by the launcher (attempts add the control token)
         ours = shim_variables(output, routed=True)
-        limit = heartbeat_limit(getattr(args, "heartbeat_timeout", None), environ)
+        limit = heartbeat_limit(options.heartbeat_timeout, environ)
         ours += [f"{BEAT_ENV}={beat_interval(limit):g}"] if limit is not None else []
-    elif not args.no_shim:  # a printed command: untagged as before, unless an output option asks for the tagger
-        asked = args.tag or output.log_dir is not None or output.ranks is not None
+    elif not options.no_shim:  # a printed command: untagged as before, unless an output option asks for the tagger
+        asked = options.tag or output.log_dir is not None or output.ranks is not None
         ours = shim_variables(dataclasses.replace(output, tag=output.tag and asked))
-    bind = _bind_exports(args)
+    bind = _bind_exports(options)
     spec = MpirunSpec(
         program=(*shim, *program),
         np=np,
         hostfile=hostfile,
         hosts=() if hostfile else hosts,
-        env=env_forwards(environ, [*_progress_bar(environ), *ours, *bind, *args.export]),
-        mca=tuple((key, value) for key, value in args.mca),
-        bind_to=args.bind_to,
-        map_by=args.map_by,
-        oversubscribe=args.oversubscribe,
+        env=env_forwards(environ, [*_progress_bar(environ), *ours, *bind, *options.export]),
+        mca=options.mca,
+        bind_to=options.bind_to,
+        map_by=options.map_by,
+        oversubscribe=options.oversubscribe,
         as_root=os.geteuid() == 0,
-        skip_fabric_probe=not args.probe_fabrics and "OMPI_MCA_btl" not in environ,
+        skip_fabric_probe=not options.probe_fabrics and "OMPI_MCA_btl" not in environ,
         keepalive=spans_hosts(hosts, environ),
         mpirun=launcher,
         contexts=contexts,
         family=family,
-        launch_agent=args.launch_agent,
+        launch_agent=options.launch_agent,
         slurm=in_allocation,
         exit_codes=routed,  # hpcdist's monitor reads Hydra's exit-code lines (monitor.hydra_exit_codes)
     )
     return spec, output
 
 
-def output_from_args(args: argparse.Namespace, np: int | None) -> OutputOptions:
+def output_from_options(options: MpirunOptions, np: int | None) -> OutputOptions:
     """The per-rank output options (--[no-]tag, --log-dir, --ranks, --tail), checked against -np when known.
 
     Lines are tagged by default when our output is a terminal (as `ls --color=auto`); piped output stays as
@@ -121,21 +122,21 @@ def output_from_args(args: argparse.Namespace, np: int | None) -> OutputOptions:
     Raises:
         UsageError: a rank list that is not one, or names a rank the job does not have.
     """
-    if args.ranks is not None:
-        parse_ranks(args.ranks, np)
-    log_dir = args.log_dir
+    if options.ranks is not None:
+        parse_ranks(options.ranks, np)
+    log_dir = options.log_dir
     return OutputOptions(
-        tag=sys.stdout.isatty() if args.tag is None else args.tag,
+        tag=sys.stdout.isatty() if options.tag is None else options.tag,
         log_dir=os.path.abspath(log_dir) if log_dir is not None else None,
-        ranks=args.ranks,
-        tail=DEFAULT_TAIL if args.tail is None else args.tail,
+        ranks=options.ranks,
+        tail=DEFAULT_TAIL if options.tail is None else options.tail,
     )
 
 
-def _select(args: argparse.Namespace, hosts: tuple[HostSlots, ...], environ: Mapping[str, str]) -> tuple[Selected, ...]:
+def _select(options: MpirunOptions, hosts: tuple[HostSlots, ...], environ: Mapping[str, str]) -> tuple[Selected, ...]:
     """The hosts and slots --include/--exclude keep of the hostfile, -H or the Slurm allocation."""
     if hosts:
-        source = f"--hostfile {args.hostfile}" if args.hostfile is not None else f"-H {args.hosts}"
+        source = f"--hostfile {options.hostfile}" if options.hostfile is not None else f"-H {options.hosts}"
     elif "SLURM_JOB_NODELIST" in environ:
         hosts, source = allocation_hosts(environ), f"the Slurm allocation {environ['SLURM_JOB_NODELIST']}"
     else:
@@ -143,19 +144,23 @@ def _select(args: argparse.Namespace, hosts: tuple[HostSlots, ...], environ: Map
             "--include/--exclude choose from a host list: give --hostfile FILE or -H, e.g. -H localhost:4 "
             "--exclude localhost:1 (or run inside a Slurm allocation)"
         )
-    selected = select_hosts(hosts, args.include, args.exclude, source)
+    selected = select_hosts(hosts, options.include, options.exclude, source)
     left = total_slots(s.host for s in selected)
     sliced = any(s.indices is not None for s in selected)
-    if args.np is not None and sliced and args.np > left:
+    if options.np is not None and sliced and options.np > left:
         raise UsageError(
-            f"-np {args.np} is more than the {left} slots the selection keeps of {source}; selected slots are "
+            f"-np {options.np} is more than the {left} slots the selection keeps of {source}; selected slots are "
             "devices, one rank each (--oversubscribe cannot add more): lower -np or select more slots"
         )
     return selected
 
 
 def _contexts(
-    selected: tuple[Selected, ...], np: int, environ: Mapping[str, str], export: list[str], picked: tuple[str, str]
+    selected: tuple[Selected, ...],
+    np: int,
+    environ: Mapping[str, str],
+    export: tuple[str, ...],
+    picked: tuple[str, str],
 ) -> tuple[AppContext, ...]:
     """One app context per host when slots are selected: the ranks fill the hosts in order, and each host's
     CUDA_VISIBLE_DEVICES lists its selected slot indices, so LOCAL_RANK i uses the i-th selected device."""
@@ -174,11 +179,11 @@ def _contexts(
     return tuple(contexts)
 
 
-def _bind_exports(args: argparse.Namespace) -> list[str]:
+def _bind_exports(options: MpirunOptions) -> list[str]:
     """`--bind auto` reaches the shim as HPCDIST_BIND=auto (the shim applies it); none exports nothing."""
-    if check_bind(args.bind, args.bind_to) == "none":
+    if check_bind(options.bind, options.bind_to) == "none":
         return []
-    if args.no_shim:
+    if options.no_shim:
         raise UsageError("--bind auto is applied by hpcdist's shim, so it cannot be used with --no-shim; drop one")
     return [f"{BIND_VAR}=auto"]
 

@@ -1,6 +1,6 @@
 """The rank side of `hpcdist.launch`: load the call, initialise the process group, run it, write its outcome.
 
-Each rank runs `python -m hpcdist.runtime.pycall CALL OUTCOME` under hpcdist's shim (`launching.calls` writes
+Each rank runs `python -m hpcdist.runtime.pycall CALL OUTCOME` under hpcdist's shim (`calling.calls` writes
 CALL and reads the outcomes). The rank writes its outcome to OUTCOME with `{rank}` and `{task}` (the Slurm array
 task id) replaced, atomically (a temporary file, then a rename), as a pickle of {"rank", "host", "ok": True,
 "value"} or {"rank", "host", "ok": False, "kind", "message", "traceback", "exception" (cloudpickle bytes of the

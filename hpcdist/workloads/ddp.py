@@ -16,7 +16,6 @@ boundary (a flag is all-reduced every CHECK_EVERY steps); rank 0 then writes a m
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
@@ -33,7 +32,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
-from . import checkpoint
+from . import WorkloadOptions, checkpoint
 from .preemption import Preempted, StopAtStepBoundary
 
 __all__ = [
@@ -87,25 +86,21 @@ def parameters_digest(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def run(session: Session, options: argparse.Namespace | None = None) -> str | None:
+def run(session: Session, options: WorkloadOptions | None = None) -> str | None:
     """`hpcdist run ddp`: train, then check that the parameters are identical on all ranks."""
     return check_identical(train(session, options), session)
 
 
-def train(session: Session, options: argparse.Namespace | None = None) -> nn.Module:
+def train(session: Session, options: WorkloadOptions | None = None) -> nn.Module:
     """Train (resuming from the checkpoint if asked), checkpoint each epoch; return the trained model.
 
-    `options` are those of `hpcdist run` (see hpcdist.workloads.add_arguments); None means the defaults.
+    `options` are those of `hpcdist run` (WorkloadOptions, checked when made); None means the defaults.
     On SIGTERM or SIGUSR1 every rank stops at the same step boundary, rank 0 writes a mid-epoch
     checkpoint (with --checkpoint-dir), and Preempted (a SystemExit with status 0) is raised.
     """
-    from . import defaults
-
-    opts = options if options is not None else defaults()
+    opts = options if options is not None else WorkloadOptions()
     rank, size, device = session.rank, session.world_size, torch.device(session.device)
     path = Path(opts.checkpoint_dir, CHECKPOINT_NAME) if opts.checkpoint_dir else None
-    if opts.resume and path is None:
-        raise UsageError("--resume needs --checkpoint-dir DIR (the directory holding ddp.pt)")
     config = {"world_size": size, "seed": opts.seed, "samples": opts.samples, "batch_size": opts.batch_size}
 
     dataset = make_dataset(opts.samples, opts.seed)
@@ -365,9 +360,7 @@ def check_identical(module: nn.Module, session: Session) -> str | None:
     return None
 
 
-def _describe(
-    session: Session, opts: argparse.Namespace, done: int, step: int, resume: Path | None, resumed: bool
-) -> str:
+def _describe(session: Session, opts: WorkloadOptions, done: int, step: int, resume: Path | None, resumed: bool) -> str:
     """The run's first line: ranks, backend, data, and where training starts."""
     todo = f"epochs {done + 1}..{opts.epochs}" if done < opts.epochs else f"all {opts.epochs} epochs done already"
     after = f"step {step} of epoch {done + 1}" if step else f"epoch {done}"

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
 
 import pytest
 
-from hpcdist.bench.plan import COLLECTIVES, plan_from_args
+from hpcdist.bench.plan import COLLECTIVES, BenchOptions, plan_from_options
 from hpcdist.bench.run import run_plan
 from hpcdist.cli import build_parser
 from hpcdist.cli.diagnose import bench as run_bench
+from hpcdist.cli.diagnose import bench_options
 from hpcdist.errors import UsageError
 
 pytestmark = pytest.mark.mpi
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.mpi
 SMALL = ["-b", "4", "-e", "4K", "-f", "8", "-n", "2", "-w", "1"]  # 4, 32, 256, 2048 bytes
 
 
-def _args(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["bench", *argv])
+def _args(*argv: str) -> BenchOptions:
+    return bench_options(build_parser().parse_args(["bench", *argv]))
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def session(comm):
 
 def _run(session, *argv: str) -> tuple[int, str]:
     out = io.StringIO()
-    code = run_plan(plan_from_args(_args(*argv)), session, out)
+    code = run_plan(plan_from_options(_args(*argv)), session, out)
     return code, out.getvalue()
 
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from hpcdist.errors import UsageError
+from hpcdist.workloads import WorkloadOptions
 
 pytestmark = pytest.mark.mpi
 
@@ -42,10 +43,8 @@ def shared_dir(comm) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _options(**changes: object) -> argparse.Namespace:
-    from hpcdist.workloads import defaults
-
-    return argparse.Namespace(**{**vars(defaults()), **SMALL, **changes})
+def _options(**changes: Any) -> WorkloadOptions:
+    return WorkloadOptions(**{**SMALL, **changes})
 
 
 def _digests(comm, module) -> list[str]:

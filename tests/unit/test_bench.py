@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from hpcdist.bench.ddp import (
     DdpPlan,
     DdpResult,
     ddp_lines,
-    ddp_plan_from_args,
+    ddp_plan_from_options,
     mlp_parameters,
 )
 from hpcdist.bench.fmt import (
@@ -30,25 +29,27 @@ from hpcdist.bench.fmt import (
 )
 from hpcdist.bench.plan import (
     COLLECTIVES,
+    BenchOptions,
     Counts,
     bandwidths,
     byte_counts,
     parse_backends,
     parse_size,
-    plan_from_args,
+    plan_from_options,
     round_sizes,
     size_sweep,
 )
 from hpcdist.cli import build_parser
+from hpcdist.cli.diagnose import bench_options
 from hpcdist.errors import UsageError
 
 
-def _args(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["bench", *argv])
+def _args(*argv: str) -> BenchOptions:
+    return bench_options(build_parser().parse_args(["bench", *argv]))
 
 
 def _plan(*argv: str):
-    return plan_from_args(_args(*argv))
+    return plan_from_options(_args(*argv))
 
 
 @pytest.mark.parametrize(
@@ -427,10 +428,10 @@ def test_the_ddp_model_is_a_fixed_two_million_parameter_mlp() -> None:
 
 
 def test_bench_ddp_options() -> None:
-    assert ddp_plan_from_args(_args("ddp", "--backend", "mpi,gloo", "-n", "2", "-w", "0")) == DdpPlan(
+    assert ddp_plan_from_options(_args("ddp", "--backend", "mpi,gloo", "-n", "2", "-w", "0")) == DdpPlan(
         ("mpi", "gloo"), 2, 0, False
     )
-    assert ddp_plan_from_args(_args("ddp", "--json")) == DdpPlan(("auto",), 20, 5, True)
+    assert ddp_plan_from_options(_args("ddp", "--json")) == DdpPlan(("auto",), 20, 5, True)
 
 
 @pytest.mark.parametrize(
@@ -450,7 +451,7 @@ def test_bench_ddp_options() -> None:
 )
 def test_bench_ddp_mistakes_are_usage_errors(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
-        ddp_plan_from_args(_args("ddp", *argv))
+        ddp_plan_from_options(_args("ddp", *argv))
 
 
 def test_the_ddp_table_has_a_row_per_backend_and_the_speed_up_over_gloo() -> None:

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.bench.ddp import DdpResult, ddp_document, ddp_plan_from_args
+from hpcdist.bench.ddp import DdpResult, ddp_document, ddp_plan_from_options
 from hpcdist.bench.fmt import REFERENCE, Result, compare, json_row
-from hpcdist.bench.plan import bandwidths, byte_counts, plan_from_args
+from hpcdist.bench.plan import BenchOptions, bandwidths, byte_counts, plan_from_options
 from hpcdist.bench.plot import check_plot_file, collective_figure, ddp_figure, draw, load_run
 from hpcdist.bench.run import collective_document
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.diagnose import bench as run_bench
+from hpcdist.cli.diagnose import bench_options
 from hpcdist.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,13 +43,13 @@ DEVICES = [{"rank": r, "host": "vm", "pid": 100 + r, "device": "cpu"} for r in r
 STEPS = {"torch/mpi4py": (11.0, 12.5, 10.5, 11.2, 30.0), "torch/gloo": (16.0, 17.5, 15.1, 16.4, 16.2)}
 
 
-def _args(argv: str):
-    return build_parser().parse_args(["bench", *argv.split()])
+def _args(argv: str) -> BenchOptions:
+    return bench_options(build_parser().parse_args(["bench", *argv.split()]))
 
 
 def _collective_doc(command: str = COMMAND) -> dict:
     """The document run_plan builds, from fixed timings: latency plus size at 10 GB/s (gloo 1 GB/s)."""
-    plan = plan_from_args(_args(command))
+    plan = plan_from_options(_args(command))
     rows = []
     for size in plan.sizes:
         counts = byte_counts(plan.collective, size, plan.elsize, 2)
@@ -60,7 +61,7 @@ def _collective_doc(command: str = COMMAND) -> dict:
 
 
 def _ddp_doc() -> dict:
-    plan = ddp_plan_from_args(_args("ddp -n 5 -w 1 --backend mpi,gloo"))
+    plan = ddp_plan_from_options(_args("ddp -n 5 -w 1 --backend mpi,gloo"))
     return ddp_document(plan, dict(ENV), DEVICES, [DdpResult(impl, steps, 0) for impl, steps in STEPS.items()])
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.launching.binding import binding_env, check_bind, plan_binding
-from hpcdist.launching.topology import Topology, load_topology, parse_cpulist, parse_hwloc_xml, read_sysfs
+from hpcdist.placement.binding import binding_env, check_bind, plan_binding
+from hpcdist.placement.topology import Topology, load_topology, parse_cpulist, parse_hwloc_xml, read_sysfs
 
 DATA = Path(__file__).parent / "data" / "topology"
 MACHINES = ("dgx", "1s4gpu", "odd7", "2s3c")

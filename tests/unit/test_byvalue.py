@@ -12,7 +12,7 @@ SCRIPT = """
 import linecache, sys
 from pathlib import Path
 import cloudpickle
-from hpcdist.launching.byvalue import dumps
+from hpcdist.calling.byvalue import dumps
 
 def fail(x):
     raise ValueError(f"bad {x} on cloudpickle {cloudpickle.__version__}")

@@ -14,6 +14,7 @@ from hpcdist.errors import HeartbeatLost, LauncherStalled, UsageError, WaitTimeo
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats, beat_interval, heartbeat_limit
 from hpcdist.launching.monitor import LAUNCHER_GRACE, MpirunWatch
+from hpcdist.launching.options import MpirunOptions
 
 TOKEN = "0123456789abcdef"
 
@@ -44,9 +45,7 @@ def test_the_limit_is_the_option_else_the_variable_else_30_s_and_0_turns_it_off(
 
 @pytest.mark.parametrize(
     ("option", "environ", "message"),
-    [(-1.0, {}, "--heartbeat-timeout must be a positive number of seconds, got -1.0"),
-     (float("nan"), {}, "--heartbeat-timeout must be a positive number of seconds"),
-     (None, {"HPCDIST_HEARTBEAT_TIMEOUT": "soon"}, "HPCDIST_HEARTBEAT_TIMEOUT='soon' must be a positive number"),
+    [(None, {"HPCDIST_HEARTBEAT_TIMEOUT": "soon"}, "HPCDIST_HEARTBEAT_TIMEOUT='soon' must be a positive number"),
      (None, {"HPCDIST_HEARTBEAT_TIMEOUT": "-3"}, "e.g. HPCDIST_HEARTBEAT_TIMEOUT=30 (0: off)")],
 )  # fmt: skip
 def test_a_bad_limit_is_a_usage_error_naming_the_setting(
@@ -54,6 +53,17 @@ def test_a_bad_limit_is_a_usage_error_naming_the_setting(
 ) -> None:
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         heartbeat_limit(option, environ)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [(-1.0, "--heartbeat-timeout must be a positive number of seconds, got -1.0"),
+     (float("nan"), "--heartbeat-timeout must be a positive number of seconds"),
+     (True, "--heartbeat-timeout must be a positive number of seconds, got True")],
+)  # fmt: skip
+def test_a_bad_option_is_refused_when_the_options_are_made(option: float, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        MpirunOptions(program=("true",), np=1, heartbeat_timeout=option)
 
 
 def test_ranks_beat_a_sixth_of_the_limit_apart_at_most_5_s() -> None:
@@ -168,7 +178,7 @@ def test_a_launcher_that_ends_the_job_itself_is_left_to_it(monkeypatch: pytest.M
 
 BUSY = """
 import sys, time
-from hpcdist.launching.tagger import start
+from hpcdist.rank.tagger import start
 
 start(1, 2, "h")
 print("busy", flush=True)
@@ -192,6 +202,7 @@ def test_the_tagger_beats_while_the_rank_holds_the_gil_and_the_log_has_no_beat(t
 @pytest.mark.parametrize(
     ("argv", "environ", "message"),
     [(["--heartbeat-timeout", "-5"], {}, "--heartbeat-timeout must be a positive number of seconds, got -5.0"),
+     (["--heartbeat-timeout", "-5", "--dry-run"], {}, "--heartbeat-timeout must be a positive number of seconds"),
      ([], {"HPCDIST_HEARTBEAT_TIMEOUT": "later"}, "HPCDIST_HEARTBEAT_TIMEOUT='later' must be a positive number")],
 )  # fmt: skip
 def test_the_cli_refuses_a_bad_limit_before_it_starts_anything(

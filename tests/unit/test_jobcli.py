@@ -61,7 +61,9 @@ def test_hostfile_from_the_allocation(capsys: pytest.CaptureFixture[str], monkey
     assert run(capsys, "hostfile")[1].splitlines()[1:] == ["gpu1 slots=8", "gpu2 slots=4"]
 
 
-def test_sbatch_prints_and_writes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_sbatch_prints_and_writes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     argv = [
         "sbatch",
         "--nodes",
@@ -85,6 +87,13 @@ def test_sbatch_prints_and_writes(capsys: pytest.CaptureFixture[str], tmp_path: 
     script = tmp_path / "job.sbatch"
     assert run(capsys, *argv[:1], "-o", str(script), *argv[1:]) == (0, "", "")
     assert script.read_text() == out and os.access(script, os.X_OK)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    status, _, err = run(capsys, *argv[:1], "--submit", *argv[1:])
+    assert (status, err) == (
+        2,
+        "hpcdist: error: sbatch not found on PATH; submit from a Slurm login node, or drop --submit to write the "
+        "script only\n",
+    )
 
 
 def test_environment_precedence_and_the_seed_env_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

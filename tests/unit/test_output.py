@@ -17,13 +17,10 @@ from hpcdist.launching.output import (
     Failure,
     OutputOptions,
     OutputRouter,
-    log_name,
-    parse_ranks,
     shim_variables,
-    split_segments,
-    split_tag,
     summary,
 )
+from hpcdist.rank.streams import log_name, parse_ranks, split_segments, split_tag
 
 TOKEN = "0123456789abcdef"
 

@@ -28,9 +28,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hpcdist.bench.ddp import ddp_plan_from_args
-from hpcdist.bench.plan import MAX_BYTES, parse_size, plan_from_args
+from hpcdist.bench.ddp import ddp_plan_from_options
+from hpcdist.bench.plan import MAX_BYTES, parse_size, plan_from_options
 from hpcdist.cli import build_parser, main
+from hpcdist.cli.diagnose import bench_options
 from hpcdist.errors import UsageError
 from hpcdist.jobs.profiles import parse_env_file
 from hpcdist.jobs.sbatch import gpu_count, parse_signal, parse_time
@@ -478,10 +479,10 @@ def test_bench_options(collective: str, argv: list[str]) -> None:
         return
     assert args.timeout is None or 0 < args.timeout <= MAX_SECONDS
     if collective == "ddp":
-        plan = clear(ddp_plan_from_args, args)
+        plan = clear(ddp_plan_from_options, bench_options(args))
         assert plan is None or (1 <= plan.iters <= MAX_COUNT and 0 <= plan.warmup <= MAX_COUNT)
         return
-    bench = clear(plan_from_args, args)
+    bench = clear(plan_from_options, bench_options(args))
     if bench is not None:
         assert bench.sizes and all(0 <= s <= MAX_BYTES for s in bench.sizes) and 1 <= bench.iters <= MAX_COUNT
         assert 1 <= bench.rounds <= bench.iters and bench.check >= 0

@@ -9,7 +9,7 @@ import cloudpickle
 import pytest
 
 import hpcdist
-from hpcdist.launching.calls import hint
+from hpcdist.calling.calls import hint
 from hpcdist.runtime.bootstrap import Session
 from hpcdist.runtime.env import LaunchEnv
 from hpcdist.runtime.pycall import _check_agrees
@@ -33,9 +33,10 @@ def test_ddp_device_ids_on_a_cpu_model_gets_a_hint_and_other_errors_none() -> No
 @pytest.mark.parametrize(
     ("call", "expected"),
     [
-        (lambda: hpcdist.launch(print), "hpcdist.launch needs the number of ranks as np=N (N >= 1), got np=None"),
-        (lambda: hpcdist.launch(print, np=0), "got np=0"),
-        (lambda: hpcdist.launch(print, np=True), "got np=True"),
+        (lambda: hpcdist.launch(print), "hpcdist.launch needs the number of ranks as np=N (N >= 1), or a hostfile"),
+        (lambda: hpcdist.launch(print, np=0), "hpcdist.launch's np must be at least 1, got 0; e.g. np=2"),
+        (lambda: hpcdist.launch(print, np=True), "hpcdist.launch's np must be a whole number, got True"),
+        (lambda: hpcdist.launch(print, np=0, hostfile="hostfiles/localhost"), "hpcdist.launch's np must be at least"),
         (lambda: hpcdist.launch(print, np=2, timeout=-1), "hpcdist.launch's timeout must be a positive number"),
         (lambda: hpcdist.launch("train.py", np=2), "its first argument is str 'train.py'; pass the function itself"),
         (lambda: hpcdist.launch(print, threading.Lock(), np=2), "cannot send argument 0 of print (lock)"),

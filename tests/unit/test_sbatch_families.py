@@ -96,6 +96,6 @@ def test_sbatch_mpi_mistakes_are_usage_errors(argv: list[str], message: str,
 def test_submit_refuses_mpi_for_srun_before_making_its_directory(tmp_path: Path) -> None:
     import hpcdist
 
-    with pytest.raises(UsageError, match="--mpi mpich names the dialect of an mpirun line"):
+    with pytest.raises(UsageError, match=r"hpcdist\.submit's mpi= mpich names the dialect of an mpirun line"):
         hpcdist.submit(print, mpi="mpich", folder=tmp_path / "jobs")
     assert not (tmp_path / "jobs").exists()

@@ -25,17 +25,26 @@ from hpcdist.jobs.submit import Job
         ({"output": "x.out"}, "hpcdist.submit sets output= itself: the job's output goes to its directory"),
         ({"program": ("a",)}, "hpcdist.submit sets program= itself"),
         ({"launch": "torchrun"}, "not launch='torchrun'; pass launch='srun' (the default) or launch='mpirun'"),
-        ({"time": "banana"}, "--time 'banana' is not a Slurm time"),
-        ({"array": "3-1"}, "the range '3-1' runs backwards"),
-        ({"nodes": 0}, "--nodes must be at least 1"),
-        ({"gpus_per_node": 0}, "--gpus-per-node '0'"),
-        ({"backend": "gloo", "mem": "lots"}, "--mem 'lots' is not a Slurm memory size"),
+        ({"time": "banana"}, "hpcdist.submit's time= 'banana' is not a Slurm time; use MM, MM:SS"),
+        ({"array": "3-1"}, "hpcdist.submit's array= '3-1': the range '3-1' runs backwards"),
+        ({"nodes": 0}, "hpcdist.submit's nodes= must be at least 1, got 0"),
+        ({"gpus_per_node": 0}, "hpcdist.submit's gpus_per_node= '0': expected COUNT or TYPE:COUNT"),
+        ({"backend": "gloo", "mem": "lots"}, "hpcdist.submit's mem= 'lots' is not a Slurm memory size"),
+        ({"requeue": True, "requeue_signal": "USR1@600", "time": "5"}, "hpcdist.submit's requeue_signal= 'USR1@600'"),
+        (
+            {"mpi": "mpich"},
+            "hpcdist.submit's mpi= mpich names the dialect of an mpirun line; it needs hpcdist.submit's "
+            "launch= mpirun, not srun",
+        ),
+        ({"launch": "mpirun", "mpi": "lam"}, "hpcdist.submit's mpi= 'lam' is not an MPI hpcdist knows"),
+        ({"bind": "all"}, "hpcdist.submit's bind= 'all': use one of"),
     ],
 )
 def test_wrong_options_are_usage_errors_and_leave_no_directory(tmp_path: Path, options, expected) -> None:
     with pytest.raises(hpcdist.UsageError) as error:
         hpcdist.submit(print, 1, folder=tmp_path / "jobs", **options)
     assert expected in str(error.value)
+    assert " --" not in str(error.value), "an error of the Python API names a command-line option"
     assert list((tmp_path / "jobs").iterdir()) == [] if (tmp_path / "jobs").exists() else True
 
 
@@ -48,8 +57,9 @@ def test_an_unsendable_argument_is_named_and_a_non_function_refused(tmp_path: Pa
 
 def test_without_sbatch_on_path_submit_says_so_and_cleans_up(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(hpcdist.UsageError, match="sbatch not found on PATH"):
+    with pytest.raises(hpcdist.UsageError) as error:
         hpcdist.submit(functools.partial(print, end=""), 1, folder=tmp_path / "jobs", gpus_per_node=4)
+    assert str(error.value) == "sbatch not found on PATH; submit from a Slurm login node"  # no CLI flag to drop
     assert list((tmp_path / "jobs").iterdir()) == []
 
 

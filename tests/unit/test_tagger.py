@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.launching.tagger import start
+from hpcdist.rank.tagger import start
 
 TOKEN = "0123456789abcdef"
 LONG = "x" * 200_000  # three times what a pipe holds
@@ -18,7 +18,7 @@ LONG = "x" * 200_000  # three times what a pipe holds
 RANK = """
 import os, signal, subprocess, sys
 from hpcdist import control
-from hpcdist.launching.tagger import start
+from hpcdist.rank.tagger import start
 
 start(5, 12, "h")
 print("first")
@@ -90,7 +90,7 @@ def test_a_restart_appends_to_the_log_of_the_failed_attempt(tmp_path: Path) -> N
 
 BAR = """
 import os, sys
-from hpcdist.launching.tagger import start
+from hpcdist.rank.tagger import start
 
 start(2, 4, "h")
 for part in ("\\r 10%|#", "\\r 50%|#####", "\\r100%|##########"):
@@ -115,7 +115,7 @@ def test_a_progress_bar_is_redrawn_at_once_tagged_and_only_its_last_state_is_log
 SAYS = """
 import os, signal, sys
 from hpcdist import control
-from hpcdist.launching.tagger import drain, start
+from hpcdist.rank.tagger import drain, start
 
 start(5, 12, "h")
 print("working")

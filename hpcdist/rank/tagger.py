@@ -22,7 +22,7 @@ from ..control import BEAT_ENV, CONTROL_ENV, RESTART_VARS, emit, parse_control
 from ..errors import UsageError, WaitTimeout
 from ..values import parse_seconds
 from ..waits import Backoff, poll_until
-from .output import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, log_name, parse_ranks, split_segments
+from .streams import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, log_name, parse_ranks, split_segments
 
 __all__ = ["DRAIN_SECONDS", "PEER_GRACE_SECONDS", "drain", "leave_time_to_peers", "start"]
 

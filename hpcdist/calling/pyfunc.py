@@ -7,7 +7,6 @@ which each rank runs under the shim). The caller pickles only; it never loads to
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import pickle
@@ -20,12 +19,13 @@ from typing import Any
 
 from .. import control
 from ..errors import LaunchTimeout, RankFailed, UsageError, WaitTimeout
-from ..values import check_seconds
-from .attempts import attempt_spec, describe_end
+from ..launching.attempts import attempt_spec, describe_end
+from ..launching.mpirun import build_mpirun_argv
+from ..launching.options import MpirunOptions
+from ..launching.spawn import run_mpirun
+from ..launching.spec import spec_from_options
+from ..values import check_count, check_seconds
 from .calls import first_failure, pack, ranks_text, read_outcomes, write_call
-from .mpirun import build_mpirun_argv
-from .spawn import run_mpirun
-from .spec import spec_from_args
 
 __all__ = ["DIR_ENV", "launch"]
 
@@ -47,7 +47,8 @@ def launch(
     The ranks run on this machine, or on the hosts of `hostfile` (`np` defaults to its slots), started by the
     mpirun `hpcdist mpirun` uses, each with `hpcdist.init(backend)` done. An argument that is `hpcdist.RANK`
     reaches each rank as its own rank (mp.spawn's first argument). `timeout` (seconds, None: no limit) bounds
-    the whole call; Ctrl-C ends the job and raises KeyboardInterrupt here.
+    the whole call; Ctrl-C ends the job and raises KeyboardInterrupt here. Every rank's value comes back, in rank
+    order, as from `hpcdist.submit(...).result(all_ranks=True)` (whose plain `result()` is rank 0's value).
 
     Raises:
         UsageError: `fn` or an argument cannot be sent to the ranks, or the launch options are wrong; raised
@@ -56,11 +57,14 @@ def launch(
         LaunchTimeout: the ranks did not all return within `timeout`; the job was ended.
     """
     seconds = None if timeout is None else check_seconds(timeout, "hpcdist.launch's timeout", "e.g. timeout=600")
-    if hostfile is None and not (isinstance(np, int) and not isinstance(np, bool) and np >= 1):
-        raise UsageError(f"hpcdist.launch needs the number of ranks as np=N (N >= 1), got np={np!r}; e.g. np=2")
+    if hostfile is None and np is None:
+        raise UsageError("hpcdist.launch needs the number of ranks as np=N (N >= 1), or a hostfile; e.g. np=2")
+    if np is not None:
+        check_count(np, "hpcdist.launch's np", 1, "e.g. np=2")
     call = pack(fn, args, kwargs, "hpcdist.launch")
     name = getattr(fn, "__qualname__", repr(fn))
-    spec, _ = spec_from_args(_options(np, hostfile, [sys.executable, *_RUNNER]))
+    # hpcdist mpirun's defaults, untagged output (the values come back as files), and no restarts
+    spec, _ = spec_from_options(MpirunOptions(program=(sys.executable, *_RUNNER), np=np, hostfile=hostfile, tag=False))
     parent = os.environ.get(DIR_ENV) or (os.getcwd() if spec.keepalive else None)  # keepalive: several hosts
     directory = tempfile.mkdtemp(prefix="hpcdist-launch-", dir=parent)  # mode 0700: private to this user
     try:
@@ -85,33 +89,6 @@ def launch(
         return _results(read_outcomes(template, size), size, name, describe_end(outcome), directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def _options(np: int | None, hostfile: str | None, program: list[str]) -> argparse.Namespace:
-    """`hpcdist mpirun`'s options for this launch: its defaults, untagged output, and no restarts."""
-    return argparse.Namespace(
-        program=program,
-        np=np,
-        hostfile=hostfile,
-        hosts=None,
-        include=None,
-        exclude=None,
-        export=[],
-        mca=[],
-        bind_to="none",
-        map_by="slot",
-        bind="none",
-        oversubscribe=False,
-        probe_fabrics=False,
-        no_shim=False,
-        mpirun=None,
-        mpi=None,
-        launch_agent=None,
-        tag=False,
-        log_dir=None,
-        ranks=None,
-        tail=None,
-    )
 
 
 def _results(outcomes: dict[int, dict[str, Any]], size: int, name: str, end: str, directory: str) -> list[Any]:

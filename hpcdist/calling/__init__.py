@@ -1,0 +1,8 @@
+"""A Python function run on ranks, the caller's side: `hpcdist.launch`, and the files a call travels in.
+
+- `byvalue`: cloudpickle with the code it ships by value named and with its source, for the ranks' tracebacks (pure);
+- `calls`: a call sent to ranks and their outcomes read back (pure; `hpcdist.launch` and `hpcdist.submit` share it);
+- `pyfunc`: `hpcdist.launch`, a function on N ranks through hpcdist's mpirun (`runtime.pycall` is each rank's side).
+
+May import: errors, values, waits, control, launching. Never torch, mpi4py, the runtime or the CLI.
+"""
