@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..control import RESTART_VARS
+from ..control import MAX_RESTARTS_ENV, RESTART_VARS
 from ..errors import UsageError
 from ..launching.binding import BIND_VAR, check_bind
 from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
@@ -330,7 +330,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None) -> 
                     (n, None)
                     for n in [
                         *names,
-                        *(RESTART_VARS if spec.max_restarts else ()),
+                        *((*RESTART_VARS, MAX_RESTARTS_ENV) if spec.max_restarts else ()),
                         *(ARRAY_VARS if spec.array is not None else ()),
                     ]
                 ),

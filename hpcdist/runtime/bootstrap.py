@@ -16,7 +16,7 @@ from .. import control
 from ..abort import install_abort_hook
 from ..errors import UsageError
 from ..values import BACKENDS, check_seconds, parse_seconds
-from .env import LaunchEnv
+from .env import LaunchEnv, torch_defaults
 from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvous, slurm_rendezvous
 
 __all__ = [
@@ -151,10 +151,15 @@ def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Re
         RendezvousUnreachable: some rank cannot connect to the address rank 0 offers (a UsageError).
     """
     env = env or LaunchEnv.from_environ(os.environ)
+    # Before the rendezvous: rank 0 loads torch there, and OpenMP reads OMP_NUM_THREADS when it loads.
+    defaults = torch_defaults(env, os.environ)
+    os.environ.update(defaults)
+    if "OMP_NUM_THREADS" in defaults and "torch" in sys.modules:  # loaded before hpcdist.init: make the value true
+        sys.modules["torch"].set_num_threads(int(defaults["OMP_NUM_THREADS"]))
     rdzv = _rendezvous(env, max(timeout, _STARTUP_FLOOR))
     if rdzv.store is not None:
         _state["store"] = rdzv.store  # a later prepare() (the program's own init under the shim) keeps it
-    computed = dict(env.torch_env(), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
+    computed = dict(env.torch_env(rdzv.facts()), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
     computed.update(socket_ifnames(rdzv.ifname, os.environ))
     os.environ.update(merge_environ(os.environ, computed))
     if env.is_mpi:
@@ -167,7 +172,7 @@ def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
     if env.master_addr:
         check_master_addr(env.master_addr)
     if env.master_addr and env.master_port:
-        return Rendezvous(env.master_addr, env.master_port)
+        return Rendezvous(env.master_addr, env.master_port, given=True)
     if env.is_mpi:
         from mpi4py import MPI
 

@@ -398,7 +398,7 @@ def test_restarts_rerun_the_step_with_both_counters_until_max_restarts(tmp_path:
 def test_restarts_in_mpirun_mode_forward_the_counters_and_stop_on_success(tmp_path: Path) -> None:
     spec = _bare(SPECS["gpu-mpirun"], max_restarts=3)
     text = render_sbatch(spec, JINJA)
-    assert "-x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT \\\n" in text
+    assert "-x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT -x HPCDIST_MAX_RESTARTS \\\n" in text
     status, records = run_script(text, tmp_path)
     assert status == 0 and [tool for tool, _, _ in records] == ["mpirun"]  # the fake mpirun succeeds: no restart
 
