@@ -42,7 +42,8 @@ _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch
 
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
 # "store": rank 0's rendezvous store, kept alive while the process group uses it;
-# "watchdog": True when init started the watchdog, so that shutdown stops it.
+# "watchdog": True when init started the watchdog, so that shutdown stops it;
+# "agent_store": True when prepare set TORCHELASTIC_USE_AGENT_STORE=True, which shutdown unsets with the store.
 _state: dict[str, Any] = {}
 
 
@@ -162,6 +163,8 @@ def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Re
     computed = dict(env.torch_env(rdzv.facts()), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
     computed.update(socket_ifnames(rdzv.ifname, os.environ))
     os.environ.update(merge_environ(os.environ, computed))
+    if rdzv.facts().agent_store:
+        _state["agent_store"] = True  # shutdown releases the store, and the variable that promises it
     if env.is_mpi:
         install_abort_hook()
     return env, rdzv
@@ -322,3 +325,5 @@ def shutdown() -> None:
             # DDP runs under torchrun. Freeing DDP's cycles here, while Python is whole, made it 0 of 30.
             gc.collect()
     _state.pop("store", None)
+    if _state.pop("agent_store", False):  # on every rank: a later init must not count on rank 0's store
+        os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
