@@ -1,4 +1,4 @@
-"""Work out which launcher started this process and map it onto torch.distributed's variables."""
+"""Work out which launcher started this process and map it onto the variables torchrun gives a worker."""
 
 from __future__ import annotations
 

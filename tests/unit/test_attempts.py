@@ -166,7 +166,8 @@ def test_restart_options_that_cannot_work(capsys: pytest.CaptureFixture[str], ar
 def test_dry_run_shows_attempt_one_and_says_the_launcher_restarts(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "2", "--max-restarts", "3", "--", "x"]) == 0
     out, err = capsys.readouterr()
-    assert "-x HPCDIST_RESTART_COUNT=0 -x TORCHELASTIC_RESTART_COUNT=0" in out and "HPCDIST_CONTROL" not in out
+    assert "-x HPCDIST_RESTART_COUNT=0 -x TORCHELASTIC_RESTART_COUNT=0 -x HPCDIST_MAX_RESTARTS=3" in out
+    assert "HPCDIST_CONTROL" not in out
     assert "this is attempt 1 of up to 4; hpcdist mpirun itself runs the restarts" in err
 
 
