@@ -9,7 +9,8 @@ Events: `ready` (this rank's process group is initialised), `failed` (detail: ho
 (the program ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`), `beat`
 (from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py).
 Each attempt of `hpcdist mpirun --max-restarts` (and of a generated script's restart loop) also exports its
-index, 0 first, in RESTART_VARS: hpcdist's name and torchrun's.
+index, 0 first, in RESTART_VARS: hpcdist's name and torchrun's; and the maximum in MAX_RESTARTS_ENV. Every
+attempt of one `hpcdist mpirun` exports the same RUN_ID_ENV, which the ranks give as TORCHELASTIC_RUN_ID.
 """
 
 from __future__ import annotations
@@ -21,11 +22,23 @@ import secrets
 from collections.abc import Mapping
 from typing import NamedTuple
 
-__all__ = ["BEAT_ENV", "CONTROL_ENV", "RESTART_VARS", "ControlEvent", "emit", "new_token", "parse_control"]
+__all__ = [
+    "BEAT_ENV",
+    "CONTROL_ENV",
+    "MAX_RESTARTS_ENV",
+    "RESTART_VARS",
+    "RUN_ID_ENV",
+    "ControlEvent",
+    "emit",
+    "new_token",
+    "parse_control",
+]
 
 CONTROL_ENV = "HPCDIST_CONTROL"
 BEAT_ENV = "HPCDIST_HEARTBEAT"  # seconds between a rank's `beat` lines; set by hpcdist mpirun, unset: no beats
 RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # hpcdist's first, then torchrun's
+MAX_RESTARTS_ENV = "HPCDIST_MAX_RESTARTS"  # --max-restarts; unset: 0 (the ranks give it as TORCHELASTIC_MAX_RESTARTS)
+RUN_ID_ENV = "HPCDIST_RUN_ID"  # one id for all attempts of one hpcdist mpirun launch
 _LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<event>[a-z]+):(?P<rank>[0-9]+):(?P<detail>[^\n]*)")
 
 

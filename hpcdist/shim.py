@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 before_abort(leave_time_to_peers)
         bind(env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
-        env, rdzv = prepare(seconds, env)
+        env, _ = prepare(seconds, env)
     except (UsageError, RendezvousTimeout) as exc:
         print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr, flush=True)
         if rank.isdigit():
@@ -160,9 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if code == 0:
             finish()  # wait for the other ranks, so that their hang report can name this rank as finished
     else:
-        child_env = dict(os.environ)
-        if rdzv.hosted:
-            child_env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # rank 0's shim hosts the store
+        child_env = dict(os.environ)  # TORCHELASTIC_USE_AGENT_STORE=True: rank 0's shim serves the store
         say_ready(env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
         code = _run_child(words, child_env, env.rank)
     if code != 0:

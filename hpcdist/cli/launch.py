@@ -259,7 +259,7 @@ def _mpirun(args: argparse.Namespace) -> int:
             "--max-restarts N`)"
         )
     if args.dry_run:
-        first = attempt_spec(spec, 0, None) if policy.max_restarts else spec
+        first = attempt_spec(spec, 0, None, max_restarts=policy.max_restarts) if policy.max_restarts else spec
         print(shlex.join(build_mpirun_argv(first)))
         if policy.max_restarts:
             print(

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..control import RESTART_VARS
+from ..control import MAX_RESTARTS_ENV, RESTART_VARS
 from ..errors import UsageError
 from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
 from ..launching.names import check_env_name
@@ -350,7 +350,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
                     (n, None)
                     for n in [
                         *names,
-                        *(RESTART_VARS if spec.max_restarts else ()),
+                        *((*RESTART_VARS, MAX_RESTARTS_ENV) if spec.max_restarts else ()),
                         *(ARRAY_VARS if spec.array is not None else ()),
                     ]
                 ),

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..control import CONTROL_ENV, RESTART_VARS, new_token
+from ..control import CONTROL_ENV, MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV, new_token
 from ..errors import UsageError
 from ..waits import Backoff
 from .hostfile import HostSlots, parse_hostfile, read_hostfile_text, total_slots
@@ -76,9 +76,12 @@ def check_policy(policy: RestartPolicy, np: int | None) -> None:
         raise UsageError(f"--min-np {policy.min_np} is more than -np {np}; give --min-np at most {np}")
 
 
-def attempt_spec(spec: MpirunSpec, index: int | None, token: str | None) -> MpirunSpec:
-    """`spec` with the restart counters (index None: none) and the launch's control token exported to every rank."""
+def attempt_spec(
+    spec: MpirunSpec, index: int | None, token: str | None, run_id: str | None = None, max_restarts: int = 0
+) -> MpirunSpec:
+    """`spec` with the restart counters (index None: none), the run id and the control token exported to every rank."""
     ours = {name: str(index) for name in RESTART_VARS if index is not None} | ({CONTROL_ENV: token} if token else {})
+    ours |= ({RUN_ID_ENV: run_id} if run_id else {}) | ({MAX_RESTARTS_ENV: str(max_restarts)} if max_restarts else {})
     kept = tuple((name, value) for name, value in spec.env if name not in ours)
     return replace(spec, env=kept + tuple(ours.items()))
 
@@ -204,10 +207,12 @@ def run_attempts(
     backoff = Backoff(policy.pause, policy.max_pause)
     attempts: list[Attempt] = []
     current, hosts = spec, job_hosts(spec) if policy.max_restarts else spec.hosts
+    run_id = new_token()  # TORCHELASTIC_RUN_ID: one for the launch, as torchrun keeps its own over restarts
     while True:
         index = len(attempts)
         counted = index if policy.max_restarts else None  # without restarts, the counters are left unset
-        outcome = run(build(attempt_spec(current, counted, token := new_token())), token)
+        spec_now = attempt_spec(current, counted, token := new_token(), run_id, policy.max_restarts)
+        outcome = run(build(spec_now), token)
         attempts.append(Attempt(index, current.np, hosts, outcome))
         decision = decide(current, hosts, outcome, index, policy)
         if policy.max_restarts and (outcome.status != 0 or index > 0):

@@ -16,7 +16,7 @@ from .. import control
 from ..abort import install_abort_hook
 from ..errors import UsageError
 from ..values import BACKENDS, check_seconds, parse_seconds
-from .env import LaunchEnv
+from .env import LaunchEnv, torch_defaults
 from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvous, slurm_rendezvous
 
 __all__ = [
@@ -42,7 +42,8 @@ _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch
 
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
 # "store": rank 0's rendezvous store, kept alive while the process group uses it;
-# "watchdog": True when init started the watchdog, so that shutdown stops it.
+# "watchdog": True when init started the watchdog, so that shutdown stops it;
+# "agent_store": True when prepare set TORCHELASTIC_USE_AGENT_STORE=True, which shutdown unsets with the store.
 _state: dict[str, Any] = {}
 
 
@@ -151,12 +152,19 @@ def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Re
         RendezvousUnreachable: some rank cannot connect to the address rank 0 offers (a UsageError).
     """
     env = env or LaunchEnv.from_environ(os.environ)
+    # Before the rendezvous: rank 0 loads torch there, and OpenMP reads OMP_NUM_THREADS when it loads.
+    defaults = torch_defaults(env, os.environ)
+    os.environ.update(defaults)
+    if "OMP_NUM_THREADS" in defaults and "torch" in sys.modules:  # loaded before hpcdist.init: make the value true
+        sys.modules["torch"].set_num_threads(int(defaults["OMP_NUM_THREADS"]))
     rdzv = _rendezvous(env, max(timeout, _STARTUP_FLOOR))
     if rdzv.store is not None:
         _state["store"] = rdzv.store  # a later prepare() (the program's own init under the shim) keeps it
-    computed = dict(env.torch_env(), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
+    computed = dict(env.torch_env(rdzv.facts()), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
     computed.update(socket_ifnames(rdzv.ifname, os.environ))
     os.environ.update(merge_environ(os.environ, computed))
+    if rdzv.facts().agent_store:
+        _state["agent_store"] = True  # shutdown releases the store, and the variable that promises it
     if env.is_mpi:
         install_abort_hook()
     return env, rdzv
@@ -167,7 +175,7 @@ def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
     if env.master_addr:
         check_master_addr(env.master_addr)
     if env.master_addr and env.master_port:
-        return Rendezvous(env.master_addr, env.master_port)
+        return Rendezvous(env.master_addr, env.master_port, given=True)
     if env.is_mpi:
         from mpi4py import MPI
 
@@ -317,3 +325,5 @@ def shutdown() -> None:
             # DDP runs under torchrun. Freeing DDP's cycles here, while Python is whole, made it 0 of 30.
             gc.collect()
     _state.pop("store", None)
+    if _state.pop("agent_store", False):  # on every rank: a later init must not count on rank 0's store
+        os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)

@@ -1,16 +1,29 @@
-"""Work out which launcher started this process and map it onto torch.distributed's variables."""
+"""Work out which launcher started this process and map it onto the variables torchrun gives a worker."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..control import MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV
 from ..errors import UsageError
 from ..values import ADDRESS, MAX_COUNT, parse_whole
 from . import slurm
 
-__all__ = ["SOURCES", "LaunchEnv", "Source"]
+__all__ = [
+    "RUN_ID_PREFIX",
+    "SOURCES",
+    "AgentFacts",
+    "LaunchEnv",
+    "Source",
+    "node_place",
+    "torch_defaults",
+]
+
+RESTART_ENV = RESTART_VARS[0]  # this attempt's index, 0 first
+RUN_ID_PREFIX = "hpcdist-"  # a TORCHELASTIC_RUN_ID hpcdist made, which no torchrun agent stands behind
+ROLE = "default"  # torchrun's one role (WorkerSpec.role's default)
 
 
 @dataclass(frozen=True)
@@ -111,6 +124,15 @@ class _Reading:
 
 
 @dataclass(frozen=True)
+class AgentFacts:
+    """What hpcdist's rendezvous learnt that torchrun's agent tells its workers: the nodes, the run, the store."""
+
+    hosts: tuple[str, ...] = ()  # every rank's host name, in rank order; () when none were gathered
+    run_id: str | None = None  # TORCHELASTIC_RUN_ID agreed at the rendezvous (rank 0's)
+    agent_store: bool | None = None  # True: the store at MASTER_ADDR:MASTER_PORT is already served (by hpcdist)
+
+
+@dataclass(frozen=True)
 class LaunchEnv:
     """Which launcher started this process and this process's place in the job."""
 
@@ -125,6 +147,10 @@ class LaunchEnv:
     nodelist: tuple[str, ...] = ()
     job_id: str | None = None
     step_id: str | None = None
+    node_count: int | None = None
+    restart_count: int = 0
+    max_restarts: int = 0
+    run_id: str | None = None  # the launch's TORCHELASTIC_RUN_ID when it is known without a rendezvous
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> LaunchEnv:
@@ -147,11 +173,25 @@ class LaunchEnv:
                 readings.append(reading)
         addr, port = _master(environ)
         job_id = environ.get("SLURM_JOB_ID")
+        restart_count, max_restarts = _restarts(environ)
         sized = [r for r in readings if "world_size" in r.values]
         if stray is not None and not sized:
             raise stray[1]
         if not readings:
-            return cls("single", 0, 1, 0, 1, None, addr, port, job_id=job_id)
+            return cls(
+                "single",
+                0,
+                1,
+                0,
+                1,
+                None,
+                addr,
+                port,
+                job_id=job_id,
+                restart_count=restart_count,
+                max_restarts=max_restarts,
+                run_id=_run_id(environ),
+            )
         if not sized:
             raise UsageError(
                 f"PMIX_RANK={environ['PMIX_RANK']} is set but no launcher variable gives the world size; "
@@ -200,6 +240,10 @@ class LaunchEnv:
             slurm.nodelist if slurm else (),
             job_id,
             slurm.step_id if slurm else None,
+            _node_count(readings, environ, slurm.nodelist if slurm else ()) if value["node_rank"] is not None else None,
+            restart_count=restart_count,
+            max_restarts=max_restarts,
+            run_id=_run_id(environ),
         )
 
     @property
@@ -207,20 +251,43 @@ class LaunchEnv:
         """True when an MPI launcher started this process."""
         return self.launcher in _MPI_LAUNCHERS
 
-    def torch_env(self) -> dict[str, str]:
-        """The torch.distributed variables (env:// rendezvous) for this process, all strings."""
+    def torch_env(self, facts: AgentFacts | None = None) -> dict[str, str]:
+        """The variables torchrun's agent gives a worker, for this process, all strings.
+
+        Under torchrun itself only this process's place (its agent set the rest); otherwise also its node
+        (the launcher's node id, else its host's index among `facts.hosts`), torchrun's one role, the restart
+        counters, and the run id and store of the rendezvous (`facts`) where they are known.
+        """
+        facts = facts or AgentFacts()
         env = {
             "RANK": str(self.rank),
             "WORLD_SIZE": str(self.world_size),
             "LOCAL_RANK": str(self.local_rank),
             "LOCAL_WORLD_SIZE": str(self.local_world_size),
         }
-        if self.node_rank is not None:
-            env["GROUP_RANK"] = str(self.node_rank)
+        node = (self.node_rank, self.node_count) if self.node_rank is not None else node_place(facts.hosts, self.rank)
+        if node[0] is not None:
+            env["GROUP_RANK"] = str(node[0])
         if self.master_addr is not None:
             env["MASTER_ADDR"] = self.master_addr
         if self.master_port is not None:
             env["MASTER_PORT"] = str(self.master_port)
+        if self.launcher == "torchrun":
+            return env
+        if node[1] is not None:
+            env["GROUP_WORLD_SIZE"] = str(node[1])
+        env |= {
+            "ROLE_NAME": ROLE,
+            "ROLE_RANK": str(self.rank),
+            "ROLE_WORLD_SIZE": str(self.world_size),
+            "TORCHELASTIC_RESTART_COUNT": str(self.restart_count),
+            "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts),
+        }
+        run_id = self.run_id or facts.run_id
+        if run_id is not None:
+            env["TORCHELASTIC_RUN_ID"] = run_id
+        if facts.agent_store is not None:
+            env["TORCHELASTIC_USE_AGENT_STORE"] = str(facts.agent_store)
         return env
 
     def describe(self) -> list[tuple[str, str]]:
@@ -233,9 +300,59 @@ class LaunchEnv:
         return rows
 
 
+def node_place(hosts: Sequence[str], rank: int) -> tuple[int | None, int | None]:
+    """(GROUP_RANK, GROUP_WORLD_SIZE): the index of `rank`'s host among `hosts` in order of first appearance."""
+    if not hosts:
+        return None, None
+    nodes = list(dict.fromkeys(hosts))
+    return nodes.index(hosts[rank]), len(nodes)
+
+
+def torch_defaults(env: LaunchEnv, current: Mapping[str, str]) -> dict[str, str]:
+    """What torchrun sets unless set: OMP_NUM_THREADS=1 beside other local ranks, NCCL's async error handling.
+
+    Under torchrun, none: its agent has set them (torch/distributed/run.py, local_elastic_agent.py).
+    """
+    if env.launcher == "torchrun":
+        return {}
+    wanted = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    if env.local_world_size > 1:
+        wanted["OMP_NUM_THREADS"] = "1"
+    return {name: value for name, value in wanted.items() if name not in current}
+
+
+def _under_agent(environ: Mapping[str, str]) -> bool:
+    """Whether a torchrun agent started this process: it sets TORCHELASTIC_RUN_ID, which hpcdist marks as its own."""
+    run_id = environ.get("TORCHELASTIC_RUN_ID")
+    return run_id is not None and not run_id.startswith(RUN_ID_PREFIX)
+
+
+def _run_id(environ: Mapping[str, str]) -> str | None:
+    """The run id every rank knows without a rendezvous: the hpcdist mpirun launch's, else the Slurm job's."""
+    launch = environ.get(RUN_ID_ENV) or environ.get("SLURM_JOB_ID")
+    return f"{RUN_ID_PREFIX}{launch}" if launch else None
+
+
+def _restarts(environ: Mapping[str, str]) -> tuple[int, int]:
+    """This attempt's index and the most restarts, from hpcdist's own counters (unset: 0), the one at most the other."""
+    count, most = (_int(environ, var) if var in environ else 0 for var in (RESTART_ENV, MAX_RESTARTS_ENV))
+    if MAX_RESTARTS_ENV in environ:
+        _check_below((RESTART_ENV, count), (MAX_RESTARTS_ENV, most), inclusive=True)
+    return count, most
+
+
+def _node_count(readings: list[_Reading], environ: Mapping[str, str], nodelist: tuple[str, ...]) -> int | None:
+    """The number of nodes, from the source that gave the node rank (GROUP_WORLD_SIZE, SLURM_STEP_NUM_NODES)."""
+    for reading in readings:
+        var = reading.source.node_count
+        if "node_rank" in reading.values and var and var in environ:
+            return _int(environ, var)
+    return len(nodelist) or None
+
+
 def _comparable(first: _Reading, readings: list[_Reading], environ: Mapping[str, str]) -> list[_Reading]:
     """The readings that describe this process, `first` leading; see the notes above SOURCES."""
-    if first.source.launcher == "torchrun" and "TORCHELASTIC_RUN_ID" in environ:
+    if first.source.launcher == "torchrun" and _under_agent(environ):
         return [first]
     # A Slurm step with a different task count is the step that started the launcher's per-node
     # daemons (mpirun's prted, Hydra's proxies inside sbatch), so its SLURM_PROCID is not our rank.

@@ -6,6 +6,7 @@ import ipaddress
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -13,7 +14,7 @@ from typing import Any
 
 from ..errors import RendezvousTimeout, UsageError
 from ..waits import Backoff, poll_until
-from .env import LaunchEnv
+from .env import RUN_ID_PREFIX, AgentFacts, LaunchEnv
 from .netif import Interface, host_address, interfaces, resolve
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "interface_towards",
     "local_store",
     "mpi_rendezvous",
+    "new_run_id",
     "offer_rendezvous",
     "probe",
     "rendezvous_address",
@@ -85,6 +87,13 @@ class Rendezvous:
     hosted: bool = False  # hpcdist bound the store (on rank 0), so every rank's torch connects as a client
     store: Any = None  # torch TCPStore kept alive on rank 0; init_process_group reuses it (multi-tenant)
     ifname: str | None = None  # this rank's interface towards `addr` when ranks span hosts (GLOO/NCCL_SOCKET_IFNAME)
+    hosts: tuple[str, ...] = ()  # every rank's host name, in rank order, when the rendezvous gathered them
+    run_id: str | None = None  # rank 0's id for this run, the same on every rank
+    given: bool = False  # the user's MASTER_ADDR/PORT: hpcdist neither chose it nor knows who serves it
+
+    def facts(self) -> AgentFacts:
+        """What this rendezvous tells the ranks in torchrun's variables (GROUP_*, run id, agent store)."""
+        return AgentFacts(self.hosts, self.run_id, None if self.given else self.hosted)
 
 
 def choose_interface(hosts: Sequence[HostInfo], preferred: str | None = None) -> Interface | None:
@@ -225,10 +234,15 @@ def local_store(addr: str, world_size: int, timeout: float, port: int = 0) -> Re
         wait_for_workers=False,
         timeout=timedelta(seconds=timeout),
     )
-    return Rendezvous(addr, store.port, True, store)
+    return Rendezvous(addr, store.port, True, store, run_id=new_run_id())
 
 
 Bind = Callable[[str, int, float, int], Rendezvous]  # (addr, world_size, timeout, port) -> a bound rendezvous
+
+
+def new_run_id() -> str:
+    """A fresh TORCHELASTIC_RUN_ID, marked as hpcdist's (torchrun --standalone's is a uuid too)."""
+    return f"{RUN_ID_PREFIX}{uuid.uuid4().hex[:12]}"
 
 
 def mpi_rendezvous(comm: Any, env: LaunchEnv, timeout: float) -> Rendezvous:
@@ -267,7 +281,7 @@ def offer_rendezvous(comm: Any, env: LaunchEnv, timeout: float, bind: Bind) -> t
         addr = env.master_addr or rendezvous_address(infos)
         try:
             rdzv = bind(addr, comm.size, timeout, env.master_port or 0)
-            store, message = rdzv.store, f"{rdzv.addr} {rdzv.port}"
+            store, message = rdzv.store, f"{rdzv.addr} {rdzv.port} {new_run_id()}"
         except Exception as exc:  # noqa: BLE001 - torch's store error, forwarded so no rank waits forever
             message = f"! {exc}"
         _bcast_str(comm, message, timeout, "rank 0's rendezvous address")
@@ -277,9 +291,10 @@ def offer_rendezvous(comm: Any, env: LaunchEnv, timeout: float, bind: Bind) -> t
         message = _bcast_str(comm, "", timeout, "rank 0's rendezvous address")
         if message.startswith("!"):
             raise UsageError(f"rank 0 could not bind the rendezvous store: {message[2:]}")
-    addr, port = message.split()
+    addr, port, run_id = message.split()
     ifname = interface_towards(addr, mine.interfaces) if spans_hosts else None
-    return Rendezvous(addr, int(port), True, store, ifname), mine, infos[0].hostname
+    hosts = tuple(info.hostname for info in infos)
+    return Rendezvous(addr, int(port), True, store, ifname, hosts, run_id), mine, infos[0].hostname
 
 
 def _check_reach(comm: Any, rdzv: Rendezvous, mine: HostInfo, host0: str, timeout: float) -> None:

@@ -225,8 +225,9 @@ import os, sys, time
 from pathlib import Path
 
 attempt, rank = os.environ["HPCDIST_RESTART_COUNT"], os.environ["RANK"]
+counters = [os.environ[f"TORCHELASTIC_{name}"] for name in ("RESTART_COUNT", "MAX_RESTARTS")]
 marker = Path(f"attempt{attempt}-rank{rank}")
-Path(f"{marker}.tmp").write_text(f"{attempt} {os.environ['TORCHELASTIC_RESTART_COUNT']}")
+Path(f"{marker}.tmp").write_text(" ".join([attempt, *counters]))
 os.replace(f"{marker}.tmp", marker)
 if (attempt, rank) == ("0", "3"):
     deadline = time.monotonic() + 120
@@ -259,7 +260,7 @@ def test_a_generated_script_restarts_a_failed_step_with_both_counters(
     result = submit(script, 300)
     assert_ok(result)
     markers = {path.name: path.read_text() for path in tmp_path.glob("attempt*")}
-    assert markers == {f"attempt{n}-rank{r}": f"{n} {n}" for n in (0, 1) for r in range(4)}, result.describe()
+    assert markers == {f"attempt{n}-rank{r}": f"{n} {n} 2" for n in (0, 1) for r in range(4)}, result.describe()
     err = result.stderr.replace("\0", "")  # PRRTE ends its banners with NUL bytes
     assert re.search(r"^hpcdist: attempt 1/3 ended with exit status [1-9][0-9]*; restarting in 1 s$", err, re.M), (
         result.describe()

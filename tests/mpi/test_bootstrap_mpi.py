@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 import pytest
@@ -123,3 +124,20 @@ def test_init_gloo_then_all_reduce_and_a_subgroup(comm) -> None:
         assert os.environ["RANK"] == str(comm.rank) and os.environ["MASTER_PORT"] == str(session.master_port)
         _check_world_and_subgroup_sums(comm)
     assert not dist.is_initialized()
+
+
+def test_init_gives_torchruns_variables_and_shutdown_takes_back_the_agent_store(comm) -> None:
+    import hpcdist
+
+    with hpcdist.init("gloo", timeout=60):
+        names = ("GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+        mine = {name: os.environ[name] for name in names}
+        everyone = comm.allgather(mine)
+        hosts = list(dict.fromkeys(comm.allgather(socket.gethostname())))
+        assert mine["GROUP_RANK"] == str(hosts.index(socket.gethostname()))
+        assert mine["GROUP_WORLD_SIZE"] == str(len(hosts)) and mine["ROLE_NAME"] == "default"
+        assert (mine["ROLE_RANK"], mine["ROLE_WORLD_SIZE"]) == (str(comm.rank), str(comm.size))
+        assert len({e["TORCHELASTIC_RUN_ID"] for e in everyone}) == 1
+        assert os.environ["TORCHELASTIC_RESTART_COUNT"] == os.environ.get("HPCDIST_RESTART_COUNT", "0")
+        assert os.environ["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # rank 0's hpcdist serves the store
+    assert "TORCHELASTIC_USE_AGENT_STORE" not in os.environ  # released with the store

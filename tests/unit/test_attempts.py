@@ -131,8 +131,16 @@ def test_run_attempts_restarts_with_a_new_token_each_time_and_reports(capsys: py
 
     status = run_attempts(SPEC, RestartPolicy(2, pause=0.01), lambda spec: [f"{k}={v}" for k, v in spec.env], run)
     assert status == 0
+    run_id = runs[0][0][3]  # one run id for every attempt of the launch, as torchrun keeps its own
+    assert run_id.startswith("HPCDIST_RUN_ID=") and len(run_id) == len("HPCDIST_RUN_ID=") + 16
     assert [argv for argv, _ in runs] == [
-        [f"HPCDIST_RESTART_COUNT={n}", f"TORCHELASTIC_RESTART_COUNT={n}", f"HPCDIST_CONTROL={token}"]
+        [
+            f"HPCDIST_RESTART_COUNT={n}",
+            f"TORCHELASTIC_RESTART_COUNT={n}",
+            f"HPCDIST_CONTROL={token}",
+            run_id,
+            "HPCDIST_MAX_RESTARTS=2",
+        ]
         for n, (_, token) in enumerate(runs)
     ]
     assert runs[0][1] != runs[1][1]
@@ -159,7 +167,8 @@ def test_restart_options_that_cannot_work(capsys: pytest.CaptureFixture[str], ar
 def test_dry_run_shows_attempt_one_and_says_the_launcher_restarts(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "2", "--max-restarts", "3", "--", "x"]) == 0
     out, err = capsys.readouterr()
-    assert "-x HPCDIST_RESTART_COUNT=0 -x TORCHELASTIC_RESTART_COUNT=0" in out and "HPCDIST_CONTROL" not in out
+    assert "-x HPCDIST_RESTART_COUNT=0 -x TORCHELASTIC_RESTART_COUNT=0 -x HPCDIST_MAX_RESTARTS=3" in out
+    assert "HPCDIST_CONTROL" not in out
     assert "this is attempt 1 of up to 4; hpcdist mpirun itself runs the restarts" in err
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.runtime.env import SOURCES, LaunchEnv
+from hpcdist.runtime.env import SOURCES, AgentFacts, LaunchEnv, node_place, torch_defaults
 
 FIELDS = (
     "launcher",
@@ -178,31 +178,116 @@ def test_from_environ(environ: dict[str, str], expected: tuple) -> None:
     assert tuple(getattr(env, f) for f in FIELDS) == expected
 
 
+PLACE = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def role(rank: int, size: int, restart: int = 0, most: int = 0) -> dict[str, str]:
+    """What torchrun's agent adds for its one role "default" and its restart counters."""
+    return {
+        "ROLE_NAME": "default",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(size),
+        "TORCHELASTIC_RESTART_COUNT": str(restart),
+        "TORCHELASTIC_MAX_RESTARTS": str(most),
+    }
+
+
+def place(*values: int) -> dict[str, str]:
+    """RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE."""
+    return dict(zip(PLACE, map(str, values), strict=True))
+
+
 @pytest.mark.parametrize(
-    ("environ", "expected"),
+    ("environ", "facts", "expected"),
     [
-        pytest.param({}, {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}, id="single"),
+        pytest.param({}, None, place(0, 1, 0, 1) | role(0, 1), id="single"),
+        pytest.param(
+            {},
+            AgentFacts(("h",), "hpcdist-x", True),
+            place(0, 1, 0, 1)
+            | role(0, 1)
+            | {"GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1"}
+            | {"TORCHELASTIC_RUN_ID": "hpcdist-x", "TORCHELASTIC_USE_AGENT_STORE": "True"},
+            id="single-hosted",
+        ),
         pytest.param(
             ompi(3, 4, 1, 2) | {"MASTER_ADDR": "gpu01", "MASTER_PORT": "29501"},
-            {
-                "RANK": "3",
-                "WORLD_SIZE": "4",
-                "LOCAL_RANK": "1",
-                "LOCAL_WORLD_SIZE": "2",
-                "MASTER_ADDR": "gpu01",
-                "MASTER_PORT": "29501",
-            },
-            id="openmpi-no-group-rank",
+            None,
+            place(3, 4, 1, 2) | role(3, 4) | {"MASTER_ADDR": "gpu01", "MASTER_PORT": "29501"},
+            id="openmpi-no-hosts",
+        ),
+        pytest.param(
+            ompi(3, 4, 1, 2) | {"HPCDIST_RESTART_COUNT": "2", "HPCDIST_MAX_RESTARTS": "5", "HPCDIST_RUN_ID": "abc"},
+            AgentFacts(("a", "a", "b", "b"), "hpcdist-rank0s", True),
+            place(3, 4, 1, 2)
+            | role(3, 4, 2, 5)
+            | {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+            | {"TORCHELASTIC_RUN_ID": "hpcdist-abc", "TORCHELASTIC_USE_AGENT_STORE": "True"},
+            id="openmpi-hosts-restarts-launch-run-id",
+        ),
+        pytest.param(
+            ompi(1, 4, 0, 2),
+            AgentFacts(("b", "a", "b", "a"), "hpcdist-r", False),
+            place(1, 4, 0, 2)
+            | role(1, 4)
+            | {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+            | {"TORCHELASTIC_RUN_ID": "hpcdist-r", "TORCHELASTIC_USE_AGENT_STORE": "False"},
+            id="openmpi-round-robin-hosts-in-order-of-first-rank",
         ),
         pytest.param(
             srun(3, 4, 1, 1),
-            {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"},
-            id="srun",
+            AgentFacts((), None, False),
+            place(3, 4, 1, 2)
+            | role(3, 4)
+            | {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+            | {"TORCHELASTIC_RUN_ID": "hpcdist-4242", "TORCHELASTIC_USE_AGENT_STORE": "False"},
+            id="srun-node-id-and-job-run-id",
+        ),
+        pytest.param(
+            TORCHRUN | {"HPCDIST_RESTART_COUNT": "3"},
+            AgentFacts(("x",), "hpcdist-y", False),
+            place(5, 8, 1, 4) | {"GROUP_RANK": "1", "MASTER_ADDR": "node01", "MASTER_PORT": "29500"},
+            id="torchrun-agent-sets-the-rest",
         ),
     ],
 )
-def test_torch_env(environ: dict[str, str], expected: dict[str, str]) -> None:
-    assert LaunchEnv.from_environ(environ).torch_env() == expected
+def test_torch_env(environ: dict[str, str], facts: AgentFacts | None, expected: dict[str, str]) -> None:
+    assert LaunchEnv.from_environ(environ).torch_env(facts) == expected
+
+
+def test_echo_of_hpcdist_run_id_is_no_agent() -> None:
+    """A shim's own variables, read again by the program's hpcdist.init, give the same dict and the MPI launcher."""
+    first = LaunchEnv.from_environ(ompi(3, 4, 1, 2))
+    echoed = dict(ompi(3, 4, 1, 2), **first.torch_env(AgentFacts(("a", "a", "b", "b"), "hpcdist-r", True)))
+    again = LaunchEnv.from_environ(echoed)
+    assert again.launcher == "openmpi" and (again.node_rank, again.node_count) == (1, 2)
+    assert again.torch_env() == {
+        k: v for k, v in echoed.items() if k in again.torch_env() and not k.startswith(("OMPI_", "PMIX_"))
+    }
+    assert LaunchEnv.from_environ(echoed | {"TORCHELASTIC_RUN_ID": "none"}).launcher == "torchrun"
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}),
+        (ompi(0, 4, 0, 2), {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1"}),
+        (ompi(0, 4, 0, 2) | {"OMP_NUM_THREADS": "3", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, {}),
+        (TORCHRUN, {}),
+    ],
+)
+def test_torch_defaults_leave_set_values(environ: dict[str, str], expected: dict[str, str]) -> None:
+    assert torch_defaults(LaunchEnv.from_environ(environ), environ) == expected
+
+
+def test_node_place() -> None:
+    assert node_place((), 0) == (None, None)
+    assert [node_place(("n2", "n2", "n1", "n3"), r) for r in range(4)] == [(0, 3), (0, 3), (1, 3), (2, 3)]
+
+
+def test_restart_count_above_maximum_is_refused() -> None:
+    with pytest.raises(UsageError, match="HPCDIST_RESTART_COUNT=3 is out of range for HPCDIST_MAX_RESTARTS=2"):
+        LaunchEnv.from_environ({"HPCDIST_RESTART_COUNT": "3", "HPCDIST_MAX_RESTARTS": "2"})
 
 
 def test_describe_rows_in_fixed_order() -> None:
@@ -219,6 +304,10 @@ def test_describe_rows_in_fixed_order() -> None:
         ("nodelist", "gpu01,gpu02"),
         ("job_id", "4242"),
         ("step_id", "0"),
+        ("node_count", "2"),
+        ("restart_count", "0"),
+        ("max_restarts", "0"),
+        ("run_id", "hpcdist-4242"),
     ]
 
 

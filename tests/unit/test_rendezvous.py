@@ -8,9 +8,16 @@ import socket
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.runtime.env import LaunchEnv
+from hpcdist.runtime.env import AgentFacts, LaunchEnv
 from hpcdist.runtime.netif import Interface
-from hpcdist.runtime.rendezvous import HostInfo, check_master_addr, rendezvous_address, slurm_rendezvous
+from hpcdist.runtime.rendezvous import (
+    HostInfo,
+    Rendezvous,
+    check_master_addr,
+    new_run_id,
+    rendezvous_address,
+    slurm_rendezvous,
+)
 
 
 def _srun(job: str, step: str, nodelist: str = "node[03-04]") -> LaunchEnv:
@@ -37,6 +44,19 @@ def test_loopback_only_when_every_rank_shares_one_host() -> None:
 def test_srun_rendezvous_is_the_first_node_and_a_port_from_the_job() -> None:
     rdzv = slurm_rendezvous(_srun("123456", "0"))
     assert (rdzv.addr, rdzv.port, rdzv.hosted) == ("node03", 15000 + 123456 % 10000, False)
+
+
+def test_what_each_rendezvous_tells_torchruns_variables() -> None:
+    """The srun store is rank 0's torch's; hpcdist's is served already; a user's endpoint claims nothing."""
+    assert slurm_rendezvous(_srun("123456", "0")).facts() == AgentFacts((), None, False)
+    hosted = Rendezvous("127.0.0.1", 1234, True, hosts=("a", "a"), run_id="hpcdist-1")
+    assert hosted.facts() == AgentFacts(("a", "a"), "hpcdist-1", True)
+    assert Rendezvous("n1", 29500, given=True).facts() == AgentFacts((), None, None)
+
+
+def test_run_ids_are_hpcdists_and_fresh() -> None:
+    ids = {new_run_id() for _ in range(3)}
+    assert len(ids) == 3 and all(re.fullmatch(r"hpcdist-[0-9a-f]{12}", i) for i in ids)
 
 
 def test_two_steps_of_one_job_and_two_jobs_get_different_ports() -> None:

@@ -325,5 +325,5 @@ def test_requeue_in_torchrun_mode_sends_sigterm_to_torchrun_and_its_workers_thro
 
 def test_restarts_in_mpirun_mode_forward_the_counters() -> None:
     text = render_sbatch(_bare(SPECS["gpu-mpirun"], max_restarts=3), JINJA)
-    assert "-x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT \\\n" in text
+    assert "-x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT -x HPCDIST_MAX_RESTARTS \\\n" in text
     assert launch_words(text, "mpirun")[-5:] == ["-m", "hpcdist.shim", "--", "python", "train.py"]

