@@ -108,6 +108,10 @@ def load_run(path: str) -> dict[str, Any]:
             f"--from {path}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg}); save only what `hpcdist bench … --json` "
             "prints (rank 0's standard output)"
         ) from None
+    except ValueError as exc:  # a number json cannot convert (an integer of over 4,300 digits)
+        raise UsageError(
+            f"--from {path}: not a document `hpcdist bench … --json` writes ({exc}); give the file it wrote"
+        ) from None
     tool = doc.get("tool") if isinstance(doc, dict) else None
     if tool not in _TOOLS or doc.get("version") != 1:
         raise UsageError(

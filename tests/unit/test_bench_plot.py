@@ -313,6 +313,7 @@ def test_from_refuses_what_it_cannot_honour(extra: str, message: str, tmp_path: 
             r"\(its \"tool\" is 'nccl-tests'\)",
         ),
         ("[1, 2]", r"its \"tool\" is None"),
+        ("1" * 4400, r"--from {f}: not a document `hpcdist bench … --json` writes \(Exceeds the limit \(4300 digits\)"),
         ('{"tool": "hpcdist bench", "version": 1, "results": []}', r"--from {f} holds no results to draw"),
         (
             '{"tool": "hpcdist bench", "version": 1, "collective": "all_reduce", "results": [{"impl": "x"}]}',
