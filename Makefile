@@ -76,6 +76,7 @@ lock:
 # release of a dependency breaks, before a user's `pip install hpcdist` meets it. The tiers are this Makefile's own,
 # with VENV pointing there (-k: each tier runs and reports, whatever the one before found); `-o` keeps `env` from
 # installing the lock there.
+# Its torch is the newest CUDA build (several GB; it runs on the CPU), the newest under pip's own cap where it has one.
 LATEST_VENV ?= .venv-latest
 test-latest:
 	rm -rf $(LATEST_VENV) $(LATEST_VENV)-mpich
