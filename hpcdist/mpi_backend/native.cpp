@@ -11,6 +11,7 @@
 // `overdue()` names the calls past their group's timeout, and the Python watchdog (native.py) ends the job
 // with that text, as NCCL's watchdog does.
 #include <torch/extension.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -695,7 +696,9 @@ class NamedGroup : public c10d::ProcessGroup {
     for (auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) setBackend(device, BackendType::CUSTOM, backend);
   }
   const std::string getBackendName() const override { return "mpi4py"; }
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 14  // torch 2.14 dropped it from ProcessGroup (a no-op since)
   void setSequenceNumberForGroup() override { getDefaultBackend()->setSequenceNumberForGroup(); }
+#endif
   uint64_t getSequenceNumberForGroup() override { return getDefaultBackend()->getSequenceNumberForGroup(); }
 };
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -62,8 +63,21 @@ def test_the_temporary_file_is_beside_the_target_until_the_rename(tmp_path) -> N
     assert path.read_bytes() == b"new" and os.listdir(tmp_path) == ["ddp.pt"]
 
 
+class _Planted:
+    """An object whose unpickling calls a function: here it would create the file `marker`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[Path]]:
+        return Path.touch, (self.marker,)
+
+
 def test_loading_refuses_arbitrary_pickled_objects(tmp_path) -> None:
-    path = tmp_path / "evil.pt"
-    torch.save({"obj": ValueError("not a tensor")}, path)
+    """A pickle that runs a function when loaded is refused, and the function never runs (plain data such as a
+    builtin exception is not the test: torch 2.14 loads those under weights_only)."""
+    path, marker = tmp_path / "evil.pt", tmp_path / "ran"
+    torch.save({"obj": _Planted(marker)}, path)
     with pytest.raises(Exception, match=r"[Ww]eights only load failed"):
         checkpoint.load(path)
+    assert not marker.exists()
