@@ -73,7 +73,9 @@ def cloudpickle_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
         "--no-deps",
         "--target",
         str(target),
-        f"cloudpickle=={version}",
+        "--require-hashes",
+        "-r",
+        str(Path(__file__).parent / "requirements" / f"cloudpickle-{version}.lock"),
     ]
     try:
         subprocess.run(pip, check=True, capture_output=True, timeout=600)
