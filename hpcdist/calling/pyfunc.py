@@ -64,7 +64,8 @@ def launch(
     call = pack(fn, args, kwargs, "hpcdist.launch")
     name = getattr(fn, "__qualname__", repr(fn))
     # hpcdist mpirun's defaults, untagged output (the values come back as files), and no restarts
-    spec, _ = spec_from_options(MpirunOptions(program=(sys.executable, *_RUNNER), np=np, hostfile=hostfile, tag=False))
+    options = MpirunOptions(program=(sys.executable, *_RUNNER), np=np, hostfile=hostfile, tag=False)
+    spec, _ = spec_from_options(options, caller="hpcdist.launch")
     parent = os.environ.get(DIR_ENV) or (os.getcwd() if spec.keepalive else None)  # keepalive: several hosts
     directory = tempfile.mkdtemp(prefix="hpcdist-launch-", dir=parent)  # mode 0700: private to this user
     try:

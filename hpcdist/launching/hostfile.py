@@ -134,17 +134,23 @@ def format_hostfile(hosts: Iterable[HostSlots], style: str = "openmpi") -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def check_np(np: int, hosts: Sequence[HostSlots], oversubscribe: bool) -> None:
-    """Raise UsageError if `np` ranks do not fit on `hosts`."""
+def check_np(np: int, hosts: Sequence[HostSlots], oversubscribe: bool, caller: str | None = None) -> None:
+    """Raise UsageError if `np` ranks do not fit on `hosts`; `caller` names the Python API that asked (None: CLI)."""
+    what = "-np" if caller is None else f"{caller}'s np="
     if np < 1:
-        raise UsageError(f"-np must be at least 1, got {np}")
+        raise UsageError(f"{what} must be at least 1, got {np}")
     if np > MAX_COUNT:
-        raise UsageError(f"-np must be at most {MAX_COUNT} (MPI counts ranks in an int), got {np}")
+        raise UsageError(f"{what} must be at most {MAX_COUNT} (MPI counts ranks in an int), got {np}")
     total = total_slots(hosts)
     if np > total and not oversubscribe:
+        if caller is None:
+            raise UsageError(
+                f"-np {np} is more than the {total} slots in the host list; pass --oversubscribe "
+                f"or give the hosts more slots (e.g. 'node1 slots=8' in the hostfile or -H node1:8)"
+            )
         raise UsageError(
-            f"-np {np} is more than the {total} slots in the host list; pass --oversubscribe "
-            f"or give the hosts more slots (e.g. 'node1 slots=8' in the hostfile or -H node1:8)"
+            f"{caller}'s np={np} is more than the {total} slots in its hostfile; lower np, or give the hosts more "
+            "slots (e.g. 'node1 slots=8' in the hostfile)"
         )
     # Open MPI never places more ranks on a host than its max_slots, even with --oversubscribe.
     if all(h.max_slots is not None for h in hosts):

