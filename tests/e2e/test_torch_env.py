@@ -17,39 +17,13 @@ from pathlib import Path
 
 import pytest
 from launching import BIN, PROGRAMS, ROOT
+from torchrun_names import PER_RUN, TORCHRUN_GIVES, assert_same_names
 
 pytestmark = pytest.mark.timeout(600)
 
 NP = 2
 MAX_RESTARTS = 1
 DUMP = PROGRAMS / "environ_dump.py"
-# What torch 2.13's torchrun adds to a worker's environment (torch/distributed/elastic/agent/server/
-# local_elastic_agent.py _start_workers, elastic/multiprocessing/api.py, launcher/api.py, run.py).
-TORCHRUN_GIVES = {
-    "RANK",
-    "LOCAL_RANK",
-    "GROUP_RANK",
-    "ROLE_RANK",
-    "ROLE_NAME",
-    "LOCAL_WORLD_SIZE",
-    "WORLD_SIZE",
-    "GROUP_WORLD_SIZE",
-    "ROLE_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-    "OMP_NUM_THREADS",
-    "TORCHELASTIC_ERROR_FILE",
-    "TORCHELASTIC_SIGNALS_TO_HANDLE",
-}
-# Left unset by hpcdist, on purpose (README, "The variables a script receives"): no agent reads an error file,
-# and the signals are the agent's own setting, which its workers inherit without reading it.
-NOT_GIVEN = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
-PER_RUN = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"}  # checked well-formed, not equal
 
 
 def base_env(bin_dir: Path) -> dict[str, str]:
@@ -96,12 +70,7 @@ def compare(hpcdist: dict[int, dict[str, str]], torchrun: dict[int, dict[str, st
     for rank in range(NP):
         ours, theirs = hpcdist[rank], torchrun[rank]
         assert set(theirs) == TORCHRUN_GIVES, f"torchrun's names changed: {sorted(set(theirs) ^ TORCHRUN_GIVES)}"
-        torch_names = {n for n in ours if n in TORCHRUN_GIVES or n.startswith(("TORCHELASTIC_", "ROLE_", "GROUP_"))}
-        assert torch_names == TORCHRUN_GIVES - NOT_GIVEN, f"rank {rank}: {sorted(torch_names ^ TORCHRUN_GIVES)}"
-        for name in sorted(TORCHRUN_GIVES - NOT_GIVEN - PER_RUN):
-            assert ours[name] == expect.get(name, theirs[name]), (
-                f"rank {rank}: {name}={ours[name]!r}, torchrun's {theirs[name]!r}"
-            )
+        assert_same_names(ours, theirs, f"rank {rank}", **expect)
         port = int(ours["MASTER_PORT"])
         assert 1 <= port <= 65535
         for env in (ours, theirs):  # one host: each launcher's MASTER_ADDR is a form of loopback
