@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import pytest
@@ -363,7 +365,8 @@ def test_the_comparison_is_in_place_busbw_over_large_rows_and_latency_at_the_sma
         for impl, (time_us, bw) in times.items()
     ]
     mpi, gloo = compare(rows, "raw-mpi4py")
-    assert mpi == Comparison("torch/mpi4py", "raw-mpi4py", pytest.approx(5.91 / 6.1), 1048576, 8, 12.34, 3.06)
+    ratio = cast(float, pytest.approx(5.91 / 6.1))  # compares as the float it approximates
+    assert mpi == Comparison("torch/mpi4py", "raw-mpi4py", ratio, 1048576, 8, 12.34, 3.06)
     assert mpi.line() == "# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us"
     assert gloo.line() == "# torch/gloo vs raw-mpi4py in place: busbw 21% at >= 1 MiB, 8 B latency 350.0 us vs 3.1 us"
     assert mpi.as_json() == {
@@ -501,7 +504,13 @@ def test_without_gloo_there_is_no_speed_up_and_disagreement_fails() -> None:
     ]
 
 
-_REDUCE = {"sum": np.sum, "prod": np.prod, "min": np.min, "max": np.max, "avg": np.mean}
+_REDUCE: dict[str, Callable[..., np.ndarray]] = {
+    "sum": np.sum,
+    "prod": np.prod,
+    "min": np.min,
+    "max": np.max,
+    "avg": np.mean,
+}
 
 
 def _simulate(collective: str, op: str, n: int, counts: Counts, root: int) -> list[np.ndarray | None]:

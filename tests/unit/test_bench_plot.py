@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -43,8 +46,18 @@ DEVICES = [{"rank": r, "host": "vm", "pid": 100 + r, "device": "cpu"} for r in r
 STEPS = {"torch/mpi4py": (11.0, 12.5, 10.5, 11.2, 30.0), "torch/gloo": (16.0, 17.5, 15.1, 16.4, 16.2)}
 
 
+def _namespace(argv: str) -> argparse.Namespace:
+    """`hpcdist bench ARGV` parsed, as the CLI hands it to its bench command."""
+    return build_parser().parse_args(["bench", *argv.split()])
+
+
 def _args(argv: str) -> BenchOptions:
-    return bench_options(build_parser().parse_args(["bench", *argv.split()]))
+    return bench_options(_namespace(argv))
+
+
+def _data(values: object) -> Sequence[float]:
+    """A drawn line's x or y data (matplotlib types it as any array-like; here a sequence of numbers)."""
+    return cast(Sequence[float], values)
 
 
 def _collective_doc(command: str = COMMAND) -> dict:
@@ -80,10 +93,12 @@ def test_the_collective_picture_has_one_log_log_line_per_implementation_from_the
     for axes, key in ((bw_axes, "bus_bw"), (time_axes, "time")):
         assert (axes.get_xscale(), axes.get_yscale()) == ("log", "log")
         assert [line.get_label() for line in axes.get_lines()] == list(IMPLS)
-        assert [text.get_text() for text in axes.get_legend().get_texts()] == list(IMPLS)
+        legend = axes.get_legend()
+        assert legend is not None
+        assert [text.get_text() for text in legend.get_texts()] == list(IMPLS)
         for line, impl in zip(axes.get_lines(), IMPLS, strict=True):
             want = [row["in_place"][key] for row in doc["results"] if row["impl"] == impl]
-            assert list(line.get_xdata()) == sizes and list(line.get_ydata()) == want
+            assert list(_data(line.get_xdata())) == sizes and list(_data(line.get_ydata())) == want
         reference = axes.get_lines()[-1]
         assert (reference.get_color(), reference.get_linestyle()) == ("black", "--")
     assert bw_axes.get_ylabel().startswith("bus bandwidth (GB/s")
@@ -125,8 +140,8 @@ def test_zero_sizes_and_zero_bandwidths_are_left_out_of_the_log_axes() -> None:
     doc["results"].insert(0, {**doc["results"][0], "size": 0})
     doc["results"][1] = {**doc["results"][1], "in_place": {**doc["results"][1]["in_place"], "bus_bw": 0.0}}
     bw_axes, time_axes = collective_figure(doc).axes
-    assert next(iter(bw_axes.get_lines()[0].get_xdata())) == 32  # 0 B dropped, and 8 B whose busbw is 0
-    assert next(iter(time_axes.get_lines()[0].get_xdata())) == 8
+    assert next(iter(_data(bw_axes.get_lines()[0].get_xdata()))) == 32  # 0 B dropped, and 8 B whose busbw is 0
+    assert next(iter(_data(time_axes.get_lines()[0].get_xdata()))) == 8
 
 
 def test_a_wrong_result_is_said_in_the_caption() -> None:
@@ -140,7 +155,7 @@ def test_the_ddp_picture_shows_each_backend_s_steps_its_median_and_the_speed_up(
     (axes,) = fig.axes
     assert [t.get_text() for t in axes.get_xticklabels()] == list(STEPS)
     dots = [line for line in axes.get_lines() if line.get_label() in STEPS]
-    assert [tuple(line.get_ydata()) for line in dots] == list(STEPS.values())
+    assert [tuple(_data(line.get_ydata())) for line in dots] == list(STEPS.values())
     assert len(axes.patches) == len(STEPS)  # one box per backend
     notes = [text.get_text() for text in axes.texts]
     assert notes == ["median 11.20 ms\n1.45x gloo", "median 16.20 ms"]
@@ -292,7 +307,7 @@ def test_from_is_a_text_only_command_that_never_imports_torch(tmp_path: Path) ->
 )
 def test_from_refuses_what_it_cannot_honour(extra: str, message: str, tmp_path: Path) -> None:
     saved, out = _saved(tmp_path, _collective_doc()), tmp_path / "b.png"
-    args = _args(f"--from {saved} " + extra.format(o=out))
+    args = _namespace(f"--from {saved} " + extra.format(o=out))
     with pytest.raises(UsageError, match=message.format(f=re.escape(str(saved)))):
         run_bench(args)
     assert not out.exists()
@@ -327,7 +342,7 @@ def test_a_saved_run_that_cannot_be_drawn_is_a_usage_error(text: str | None, mes
     if text is not None:
         saved.write_text(text)
     with pytest.raises(UsageError, match=message.format(f=re.escape(str(saved)))):
-        run_bench(_args(f"--from {saved} --plot {tmp_path / 'b.png'}"))
+        run_bench(_namespace(f"--from {saved} --plot {tmp_path / 'b.png'}"))
 
 
 def test_bench_without_an_operation_or_from_says_what_to_give(capsys) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from hpcdist.errors import UsageError
 from hpcdist.placement.binding import binding_env, check_bind, plan_binding
-from hpcdist.placement.topology import Topology, load_topology, parse_cpulist, parse_hwloc_xml, read_sysfs
+from hpcdist.placement.topology import Device, Topology, load_topology, parse_cpulist, parse_hwloc_xml, read_sysfs
 
 DATA = Path(__file__).parent / "data" / "topology"
 MACHINES = ("dgx", "1s4gpu", "odd7", "2s3c")
@@ -41,6 +41,11 @@ def from_xml(name: str) -> Topology:
 def read(request: pytest.FixtureRequest, tmp_path: Path):
     """Each test runs on both readers' view of the machine."""
     return (lambda name: from_sysfs(name, tmp_path)) if request.param == "sysfs" else from_xml
+
+
+def device_name(device: Device | None) -> str | None:
+    """A planned GPU's or NIC's name (None: the plan has none)."""
+    return None if device is None else device.name
 
 
 def check_plan(plan, topology: Topology, ranks: int) -> None:
@@ -82,11 +87,12 @@ def test_dgx_eight_ranks_get_their_gpus_numa_cores_and_nearest_nic(read) -> None
     node_cpus = {n.id: {c for core in n.cores for c in core} for n in t.nodes}
     for b in plan:
         assert b.gpu == t.gpus[b.local_rank]
+        assert b.gpu is not None  # t.gpus holds Devices
         assert b.numa == (b.gpu.numa,) and set(b.cpus) <= node_cpus[b.gpu.numa]
         assert b.cores == 14  # 56 cores of a NUMA node, 4 ranks on it
     assert plan[0].cpus == (*range(0, 14), *range(112, 126))
     # mlx5_1 sits behind the PCIe switch of GPUs 0 and 1, mlx5_0 behind that of GPUs 2 and 3
-    assert [b.nic.name for b in plan] == ["mlx5_1"] * 2 + ["mlx5_0"] * 2 + ["mlx5_2"] * 2 + ["mlx5_3"] * 2
+    assert [device_name(b.nic) for b in plan] == ["mlx5_1"] * 2 + ["mlx5_0"] * 2 + ["mlx5_2"] * 2 + ["mlx5_3"] * 2
     assert binding_env(plan[2], {}) == {"OMP_NUM_THREADS": "14", "NCCL_IB_HCA": "=mlx5_0"}
 
 
@@ -103,9 +109,9 @@ def test_dgx_uneven_and_oversubscribed_gpus(read) -> None:
 def test_cuda_visible_devices_picks_the_gpus(read) -> None:
     t = read("dgx")
     plan = plan_binding(t, 2, {"CUDA_VISIBLE_DEVICES": "4,7"})
-    assert [b.gpu.name for b in plan] == [t.gpus[4].name, t.gpus[7].name]
+    assert [device_name(b.gpu) for b in plan] == [t.gpus[4].name, t.gpus[7].name]
     assert all(b.numa == (1,) and b.cores == 28 for b in plan)
-    assert [b.nic.name for b in plan] == ["mlx5_2", "mlx5_3"]
+    assert [device_name(b.nic) for b in plan] == ["mlx5_2", "mlx5_3"]
     uuids = plan_binding(t, 2, {"CUDA_VISIBLE_DEVICES": "GPU-8d6a1c2e"})  # cannot be mapped: a CPU split
     assert [b.gpu for b in uuids] == [None, None] and [b.numa for b in uuids] == [(0,), (1,)]
 
@@ -117,7 +123,7 @@ def test_one_socket_four_gpus_plain_nic(read) -> None:
     check_plan(plan, t, 4)
     assert [b.cores for b in plan] == [8] * 4 and len(plan[0].cpus) == 16
     assert plan[0].cpus == (*range(0, 8), *range(32, 40))
-    assert {b.nic.name for b in plan} == {"enp129s0"}
+    assert {device_name(b.nic) for b in plan} == {"enp129s0"}
     assert binding_env(plan[3], {"OMP_NUM_THREADS": "2"}) == {"NCCL_SOCKET_IFNAME": "=enp129s0"}  # the user's OMP
 
 
@@ -270,4 +276,5 @@ def test_unknown_device_numa_on_a_one_node_machine_is_that_node(read) -> None:
     t = read("1s4gpu")
     t = replace(t, gpus=tuple(replace(g, numa=None) for g in t.gpus), nics=tuple(replace(n, numa=None) for n in t.nics))
     plan = plan_binding(t, 4)
-    assert [b.gpu.name for b in plan] == [g.name for g in t.gpus] and {b.nic.name for b in plan} == {"enp129s0"}
+    assert [device_name(b.gpu) for b in plan] == [g.name for g in t.gpus]
+    assert {device_name(b.nic) for b in plan} == {"enp129s0"}

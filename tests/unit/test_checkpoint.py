@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from hpcdist.workloads import checkpoint
 
 
 def test_a_checkpoint_round_trips_tensors_and_plain_containers(tmp_path) -> None:
-    state = {
+    state: dict[str, Any] = {
         "epoch": 2,
         "losses": [0.5, 0.25],
         "model": {"w": torch.arange(6.0).reshape(2, 3)},

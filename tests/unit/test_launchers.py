@@ -6,6 +6,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,7 @@ CONTEXTS = (
         ),
     ],
 )  # fmt: skip
-def test_mpich_argv(changes: dict[str, object], expected: list[str]) -> None:
+def test_mpich_argv(changes: dict[str, Any], expected: list[str]) -> None:
     assert build_mpirun_argv(dataclasses.replace(MPICH, **changes)) == expected
 
 
@@ -95,7 +96,7 @@ def test_mpich_argv(changes: dict[str, object], expected: list[str]) -> None:
         ),
     ],
 )  # fmt: skip
-def test_intel_argv(changes: dict[str, object], expected: list[str]) -> None:
+def test_intel_argv(changes: dict[str, Any], expected: list[str]) -> None:
     assert build_mpirun_argv(dataclasses.replace(INTEL, **changes)) == expected
 
 

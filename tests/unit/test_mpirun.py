@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ KEEPALIVE = [
 ]  # fmt: skip
 
 
-def spec(**changes: object) -> MpirunSpec:
+def spec(**changes: Any) -> MpirunSpec:
     """BASE with `changes` applied."""
     return dataclasses.replace(BASE, **changes)
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 from unittest import mock
 
 import pytest
@@ -205,16 +205,25 @@ def write(workdir: Path, name: str, data: str) -> str:
     return str(path)
 
 
+def _words(name: str) -> Callable[[str], list[str]]:
+    """The words of option `name` given a generated value: the name alone for FLAG."""
+    return lambda v: [name] if v == "\0flag" else [name, v]
+
+
 def options(table: dict[str, st.SearchStrategy[str]]) -> st.SearchStrategy[list[str]]:
     """A few of the options in `table`, each with a generated value (FLAG: an option without one)."""
     return st.lists(st.sampled_from(sorted(table)), max_size=5, unique=True).flatmap(
-        lambda names: st.tuples(*(table[n].map(lambda v, n=n: [n] if v == "\0flag" else [n, v]) for n in names)).map(
+        lambda names: st.tuples(*(table[n].map(_words(n)) for n in names)).map(
             lambda parts: [word for part in parts for word in part]
         )
     )
 
 
-def mostly(good: st.SearchStrategy[str], bad: st.SearchStrategy[str] = VALUE) -> st.SearchStrategy[str]:
+@overload
+def mostly(good: st.SearchStrategy[str]) -> st.SearchStrategy[str]: ...
+@overload
+def mostly(good: st.SearchStrategy[T], bad: st.SearchStrategy[T]) -> st.SearchStrategy[T]: ...
+def mostly(good: st.SearchStrategy[Any], bad: st.SearchStrategy[Any] = VALUE) -> st.SearchStrategy[Any]:
     """A valid value two times in three, else a hostile one, so examples get past the first check."""
     return st.one_of(good, good, bad)
 

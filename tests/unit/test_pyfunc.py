@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+from typing import Any, cast
 
 import cloudpickle
 import pytest
@@ -38,7 +39,10 @@ def test_ddp_device_ids_on_a_cpu_model_gets_a_hint_and_other_errors_none() -> No
         (lambda: hpcdist.launch(print, np=True), "hpcdist.launch's np must be a whole number, got True"),
         (lambda: hpcdist.launch(print, np=0, hostfile="hostfiles/localhost"), "hpcdist.launch's np must be at least"),
         (lambda: hpcdist.launch(print, np=2, timeout=-1), "hpcdist.launch's timeout must be a positive number"),
-        (lambda: hpcdist.launch("train.py", np=2), "its first argument is str 'train.py'; pass the function itself"),
+        (
+            lambda: hpcdist.launch(cast(Any, "train.py"), np=2),  # the wrong call under test
+            "its first argument is str 'train.py'; pass the function itself",
+        ),
         (lambda: hpcdist.launch(print, threading.Lock(), np=2), "cannot send argument 0 of print (lock)"),
     ],
 )

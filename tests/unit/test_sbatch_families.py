@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_render import check_script
@@ -26,7 +27,7 @@ NO_PMIX = "env SLURM_MPI_TYPE=none "  # srun starts Hydra's proxies as no MPI ta
     ({"mpi": "intel", "mpirun": "/v/bin/mpiexec.hydra"},
      f"{NO_PMIX}/v/bin/mpiexec.hydra -n 4 -launcher slurm -genv I_MPI_PIN 0 \\"),
 ])  # fmt: skip
-def test_hydra_takes_the_allocation_through_srun(changes: dict[str, str], line: str, tmp_path: Path) -> None:
+def test_hydra_takes_the_allocation_through_srun(changes: dict[str, Any], line: str, tmp_path: Path) -> None:
     text = render_sbatch(dataclasses.replace(SPEC, **changes), JINJA)
     check_script(text, tmp_path)
     assert f"\n{line}\n{SHIM}\n" in text

@@ -23,7 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (packages, cores per package, threads per core, numbering), then I/O: per package, PCIe switches, each a list
 # of (kind, bus id, name) with kind gpu, rdma (name: HCA, netdev) or eth (name: netdev, operstate).
-MACHINES = {
+Machine = tuple[tuple[int, int, int, str], list[list[list[tuple[str, str, str]]]]]
+MACHINES: dict[str, Machine] = {
     "dgx": (
         (2, 56, 2, "intel"),
         [
