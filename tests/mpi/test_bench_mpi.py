@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -20,8 +21,13 @@ pytestmark = pytest.mark.mpi
 SMALL = ["-b", "4", "-e", "4K", "-f", "8", "-n", "2", "-w", "1"]  # 4, 32, 256, 2048 bytes
 
 
+def _namespace(*argv: str) -> argparse.Namespace:
+    """`hpcdist bench ARGV` parsed, as the CLI hands it to its bench command."""
+    return build_parser().parse_args(["bench", *argv])
+
+
 def _args(*argv: str) -> BenchOptions:
-    return bench_options(build_parser().parse_args(["bench", *argv]))
+    return bench_options(_namespace(*argv))
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +39,14 @@ def comm():
 
 def test_backend_mpi_runs_through_hpcdist_init(comm) -> None:
     """Runs before the gloo session below exists: --backend mpi goes through hpcdist.init like any backend."""
-    assert run_bench(_args("all_reduce", *SMALL, "--backend", "mpi")) == 0
+    assert run_bench(_namespace("all_reduce", *SMALL, "--backend", "mpi")) == 0
 
 
 def _bench(*argv: str) -> tuple[int, str]:
     """`hpcdist bench …` in this process (its own init and shutdown), with rank 0's output captured."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = run_bench(_args(*argv))
+        code = run_bench(_namespace(*argv))
     return code, out.getvalue()
 
 

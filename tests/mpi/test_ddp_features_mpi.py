@@ -11,6 +11,7 @@ Across ranks the parameters must be bit for bit equal: every rank receives the s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import pytest
 import torch
@@ -126,7 +127,9 @@ def _train_reference(
         if branch is None:
             loss = _loss(model(x), y)
         else:
-            loss = sum(_loss(model(_slice(x, r), branch(s, r)), _slice(y, r)) for r in range(size)) / size
+            loss = cast(
+                torch.Tensor, sum(_loss(model(_slice(x, r), branch(s, r)), _slice(y, r)) for r in range(size)) / size
+            )
         _step(opt, loss)
     return model
 
@@ -297,10 +300,10 @@ def test_fsdp2_fully_shard_on_cpu_matches_a_single_process_run(comm) -> None:
         x, y = _batch(ROWS * comm.size, seed=100 + s)
         _step(opt, _loss(model(_slice(x, comm.rank)), _slice(y, comm.rank)))
     assert all(isinstance(p, DTensor) for p in model.parameters())
-    full = torch.cat([p.full_tensor().reshape(-1) for p in model.parameters()])
+    full = torch.cat([cast(DTensor, p).full_tensor().reshape(-1) for p in model.parameters()])
     everyone = comm.allgather(full)
     assert all(torch.equal(other, full) for other in everyone)
     _close(full, _flat(_train_reference(comm.size, 4)))
     for p, q in zip(model.parameters(), _model().parameters(), strict=True):  # each rank holds only its dim-0 chunk
         chunks = torch.chunk(q, comm.size, dim=0)
-        assert p.to_local().numel() == (chunks[comm.rank].numel() if comm.rank < len(chunks) else 0)
+        assert cast(DTensor, p).to_local().numel() == (chunks[comm.rank].numel() if comm.rank < len(chunks) else 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 import torch
@@ -149,13 +150,17 @@ def test_collectives_match_gloo_over_random_shapes_dtypes_roots_and_groups(world
             _same(flat[1], flat[0], "all_gather_into_tensor " + what)
             # gather / scatter
             gl = [[torch.empty_like(x) for _ in range(n)] if world.rank == root else None for _ in pair]
-            for g, lst in zip(pair, gl, strict=True):
+            for g, into in zip(pair, gl, strict=True):
                 if g is pair[0] and dtype.is_complex:  # gloo's gather has no complex: send the float pairs
-                    dist.gather(torch.view_as_real(x), lst and [torch.view_as_real(t) for t in lst], dst=root, group=g)
+                    dist.gather(
+                        torch.view_as_real(x), into and [torch.view_as_real(t) for t in into], dst=root, group=g
+                    )
                 else:
-                    dist.gather(x, lst, dst=root, group=g)
+                    dist.gather(x, into, dst=root, group=g)
             if world.rank == root:
-                for a, b in zip(gl[1], gl[0], strict=True):
+                gathered_mpi, gathered_gloo = gl[1], gl[0]
+                assert gathered_mpi is not None and gathered_gloo is not None  # lists on the root
+                for a, b in zip(gathered_mpi, gathered_gloo, strict=True):
                     _same(a, b, "gather " + what)
             src = [_data(dtype, shape, 7 * i + j) for j in range(n)] if world.rank == root else None
             sc = [torch.empty(shape, dtype=dtype) for _ in pair]
@@ -172,8 +177,8 @@ def test_collectives_match_gloo_over_random_shapes_dtypes_roots_and_groups(world
             _same(a2a[1], a2a[0], "all_to_all_single " + what)
             ins = [_data(dtype, (2,), 17 * i + j + world.rank) for j in range(n)]  # gloo needs equal sizes
             outl = [[torch.empty((2,), dtype=dtype) for _ in range(n)] for _ in pair]
-            for g, out in zip(pair, outl, strict=True):
-                dist.all_to_all(out, ins, group=g)
+            for g, received in zip(pair, outl, strict=True):
+                dist.all_to_all(received, ins, group=g)
             for a, b in zip(outl[1], outl[0], strict=True):
                 _same(a, b, "all_to_all " + what)
             if dtype in (torch.bool,):
@@ -202,7 +207,7 @@ def test_bfloat16_and_float16_sums_are_right(world) -> None:
         values = torch.tensor([1.0, 2.0**-9, 3.0, 1000.0, 0.01])
         t = (values * (world.rank + 1)).to(dtype)
         dist.all_reduce(t, group=world.mpi)
-        exact = sum((values * (r + 1)).to(dtype).float() for r in range(world.size))  # exact in float32
+        exact = cast(torch.Tensor, sum((values * (r + 1)).to(dtype).float() for r in range(world.size)))  # in float32
         assert torch.equal(t, exact.to(dtype)), f"{dtype}: {t} != {exact.to(dtype)}"
         avg = (values * (world.rank + 1)).to(dtype)
         dist.all_reduce(avg, op=dist.ReduceOp.AVG, group=world.mpi)

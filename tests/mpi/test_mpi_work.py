@@ -31,6 +31,7 @@ def test_send_recv_with_tags_and_any_source(world) -> None:
     dist.recv(early, src, tag=1)
     assert (early.tolist(), late.tolist()) == ([src, 1], [src, 2])
     for w in reqs:
+        assert w is not None  # None only for a rank outside the group
         w.wait()
     if n > 1:
         if r == 0:
@@ -43,6 +44,7 @@ def test_send_recv_with_tags_and_any_source(world) -> None:
 
 def test_irecv_any_source_reports_the_real_source(world) -> None:
     pg = dist.group.WORLD
+    assert pg is not None  # the fixture initialised the default group
     r = world.rank
     work = pg.recv_anysource([t := torch.zeros(1)], 5)
     send = pg.send([torch.tensor([float(r)])], (r + 1) % world.size, 5)
@@ -147,7 +149,7 @@ def test_an_async_error_nobody_waits_for_is_raised_at_the_next_call(world) -> No
 def test_an_unobserved_error_at_destruction_aborts_the_job(world, monkeypatch) -> None:
     import hpcdist.abort as abort_mod
 
-    aborted = []
+    aborted: list[int] = []
     monkeypatch.setattr(abort_mod, "abort_job", aborted.append)
     g = _self_group(10.0)
     g.send([torch.ones(8)], 0, 4)
