@@ -308,6 +308,7 @@ def test_a_preempted_job_is_requeued_under_the_same_handle_which_returns_the_sec
         text=True,
     )
     try:
+        assert driver.stdout is not None  # stdout=PIPE
         job_id = json.loads(driver.stdout.readline())["job_id"]
         start = time.monotonic()
         while cluster.job_fields(job_id).get("JobState") != "RUNNING":

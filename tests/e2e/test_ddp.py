@@ -35,6 +35,7 @@ def _ddp(hpcdist: str, *options: str, **env: str):
             "3",
             *options,
         ],
+        timeout=180,
         **env,
     )
 

@@ -239,7 +239,7 @@ def test_seed_000_mp_spawn_ddp_example_gets_hpcdists_hint_and_runs_once_changed_
     fixed.write_text(
         text.replace("DistributedDataParallel(model, device_ids=[rank])", "DistributedDataParallel(model)")
     )
-    result = launch([sys.executable, str(fixed)], **{"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    result = launch([sys.executable, str(fixed)], PYTHONPATH=os.environ.get("PYTHONPATH", ""))
     assert result.returncode == 0, result.stderr
     assert {"Rank 0 finished training.", "Rank 1 finished training."} <= set(result.stdout.splitlines())
 

@@ -19,7 +19,7 @@ DIGEST = re.compile(r"^rank (\d+): parameters sha256 ([0-9a-f]{64}) identical on
 
 def _mpirun(hpcdist: str, *options: str, program: list[str], **env: str):
     """Launch NP ranks; PRRTE ends its banners with a NUL byte, which is left out of stderr here."""
-    result = launch([hpcdist, "mpirun", "-np", str(NP), *options, "--", *program], **env)
+    result = launch([hpcdist, "mpirun", "-np", str(NP), *options, "--", *program], timeout=180, **env)
     return dataclasses.replace(result, stderr=result.stderr.replace("\0", ""))
 
 

@@ -22,10 +22,17 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+def _session(config: pytest.Config) -> Any:
+    """The plugin's per-process state (pytest_configure made sure the plugin is active)."""
+    session = config.pluginmanager.get_plugin(SESSION)
+    assert session is not None
+    return session
+
+
 @pytest.fixture
 def deadline(request: pytest.FixtureRequest) -> Any:
     """The plugin's deadline thread, which the tier re-arms for each of torch's tests."""
-    return request.config.pluginmanager.get_plugin(SESSION).deadline_thread
+    return _session(request.config).deadline_thread
 
 
 @pytest.fixture
@@ -41,6 +48,6 @@ def tier_report(request: pytest.FixtureRequest) -> Callable[[str], None]:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Rank 0 prints the tier's report: counts, failures, and torch's own skips by reason."""
     report = config.stash.get(REPORT, None)
-    if report is not None and config.pluginmanager.get_plugin(SESSION).rank == 0:
+    if report is not None and _session(config).rank == 0:
         terminalreporter.write_sep("=", "torch's distributed test suite")
         terminalreporter.write_line(report)

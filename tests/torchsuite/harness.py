@@ -125,7 +125,7 @@ def _suite_class(backend: str) -> type[unittest.TestCase]:
         from torch.testing._internal.distributed import distributed_test
     from torch.testing._internal.common_utils import TestCase
 
-    class TorchDistributedSuite(TestCase, distributed_test.DistributedTest._DistTestBase):  # type: ignore[misc]
+    class TorchDistributedSuite(TestCase, distributed_test.DistributedTest._DistTestBase):
         """torch's _DistTestBase, run in this rank's process on the default group."""
 
         @property
@@ -177,7 +177,7 @@ class Harness:
 
     def names(self) -> list[str]:
         """Every test of torch's suite, in unittest's order."""
-        return unittest.TestLoader().getTestCaseNames(self.suite)
+        return list(unittest.TestLoader().getTestCaseNames(self.suite))
 
     def run(self, names: list[str], label: str = "") -> list[Result]:
         """Run the named tests on every rank, in order."""

@@ -28,6 +28,7 @@ dist.all_reduce(tensor)
 if hang == "exit" and rank == 1:
     sys.exit(0)
 dist.all_reduce(tensor)
-store_timeout = dist.distributed_c10d._get_default_store().timeout.total_seconds()
+store = dist.distributed_c10d._get_default_store()
+store_timeout = store.timeout.total_seconds()  # type: ignore[attr-defined]  # a property torch's stubs leave out
 print(f"rank {rank}: backend {dist.get_backend()} timeout {store_timeout:g} result {tensor.tolist()}")
 dist.destroy_process_group()

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -16,7 +17,7 @@ import hpcdist
 STEPS = 40
 path = Path(sys.argv[1])
 with hpcdist.init("gloo") as session, hpcdist.StopAtStepBoundary(every=4) as stop:
-    state = torch.load(path) if path.exists() else {"step": 0, "total": torch.zeros(1)}
+    state: dict[str, Any] = torch.load(path) if path.exists() else {"step": 0, "total": torch.zeros(1)}
     start, total = state["step"], state["total"]
     print(f"rank {session.rank}: attempt {stop.restart_count}, starting at step {start}", flush=True)
     for step in range(start, STEPS):
