@@ -11,8 +11,8 @@ import hpcdist
 backend = sys.argv[1]
 with hpcdist.init(backend) as session:
     rank, size = session.rank, session.world_size
-    device = torch.device("cuda", session.local_rank % torch.cuda.device_count())
-    seen = {}
+    device = torch.device("cuda", session.env.local_rank % torch.cuda.device_count())
+    seen: dict[str, object] = {}
     total = torch.full((1024,), float(rank + 1), device=device)
     dist.all_reduce(total)
     seen["all_reduce"] = total[0].item()
