@@ -94,13 +94,18 @@ demo: env
 
 test: lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster
 
-# The habits the tools keep: lint and format (ruff, on the package and its tests), types (mypy), and the architecture
+# The habits the tools keep: lint and format (ruff, on the package and its tests), types (mypy, on the package, then
+# on the tests one directory at a time as pytest imports them: see [mypy] in setup.cfg), and the architecture
 # contracts (import-linter, configured in setup.cfg: no import cycles, nothing imports the CLI, job generation never
 # imports torch or MPI).
+MYPY_TEST_DIRS := $(sort $(dir $(wildcard tests/*/*.py)))
+
 lint: env
 	$(BIN)/ruff check hpcdist tests
 	$(BIN)/ruff format --check hpcdist tests
 	$(BIN)/mypy
+	$(BIN)/mypy $(wildcard tests/*.py)
+	for dir in $(MYPY_TEST_DIRS); do $(BIN)/mypy $$dir || exit 1; done
 	$(BIN)/lint-imports
 
 test-unit: env
