@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 from .dtypes import reduction_plan
 from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
-from .group import BACKEND_NAME, MPIProcessGroup
+from .group import BACKEND_NAME, DEVICES, MPIProcessGroup
 from .ring import ring_min_bytes
 from .work import MPIWork
 
@@ -48,7 +48,7 @@ _world: dict[str, MPI.Intracomm] = {}
 def register() -> None:
     """Make "mpi4py" a torch.distributed backend (idempotent)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=list(DEVICES))
 
 
 def native_active() -> bool:

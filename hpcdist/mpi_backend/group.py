@@ -29,6 +29,7 @@ from .work import DONE, MPIWork
 __all__ = ["BACKEND_NAME", "MPIProcessGroup"]
 
 BACKEND_NAME = "mpi4py"
+DEVICES = ("cpu", "cuda")  # the devices torch gets this backend for
 _FAST_SPINS = 256  # Test() calls (~0.1-0.3 µs each) before a synchronous call builds a Work and backs off
 
 
@@ -63,6 +64,19 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
 
     def _get_backend_name(self) -> str:
         return BACKEND_NAME
+
+    # torch asks a group for its per-device c10d Backend (batch_isend_irecv, new_group's split source, abort, the
+    # time estimator) and reads these flags off it. This group registers none: it is its own backend on the devices
+    # it is registered for, and does none of those optional things (batch_isend_irecv issues each op on its own).
+    supports_splitting = False
+    supports_coalescing = False
+    supports_time_estimate = False
+
+    def _get_backend(self, device: Any) -> Any:
+        kind = torch.device(device).type
+        if kind not in DEVICES:
+            raise RuntimeError(f"No backend type associated with device type {kind}")
+        return self
 
     # torch's base class keeps the name on its (absent) C++ backend: keep it here instead
     def setGroupName(self, name: str) -> None:  # noqa: N802

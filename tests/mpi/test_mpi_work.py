@@ -62,6 +62,18 @@ def test_batch_isend_irecv_ring(world) -> None:
     assert (inc == (r - 1) % n).all()
 
 
+def test_the_group_answers_torchs_per_device_backend_queries(world) -> None:
+    from hpcdist.mpi_backend import native_active
+
+    pg = dist.group.WORLD
+    for device in ("cpu", "cuda"):  # torch asks, e.g. in batch_isend_irecv and new_group, even without a GPU
+        backend = pg._get_backend(torch.device(device))
+        assert backend is pg or native_active()  # the Python group is its own backend
+        assert not backend.supports_splitting
+    with pytest.raises(RuntimeError, match="No backend type associated with device type meta"):
+        pg._get_backend(torch.device("meta"))
+
+
 def test_work_api_and_futures(world) -> None:
     t = torch.ones(5)
     work = dist.all_reduce(t, async_op=True)
