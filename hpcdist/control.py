@@ -5,8 +5,9 @@
 anywhere in mpirun's output (a tag before it does not matter), acts on it, and never shows it. Without
 the variable (a generated script, a plain mpirun) nothing is written.
 
-Events: `ready` (this rank's process group is initialised), `failed` (detail: how the program ended), `done`
-(the program ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`), `beat`
+Events: `ready` (this rank's process group is initialised), `failed` (detail: how the program ended, `host=NAME`,
+and `after=peer` when its error said that a peer's connection dropped: a peer went first), `done` (the program
+ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`), `beat`
 (from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py).
 Each attempt of `hpcdist mpirun --max-restarts` (and of a generated script's restart loop) also exports its
 index, 0 first, in RESTART_VARS: hpcdist's name and torchrun's; and the maximum in MAX_RESTARTS_ENV. Every

@@ -21,6 +21,7 @@ from typing import NoReturn
 from . import control
 from .abort import abort_job, before_abort
 from .errors import RendezvousTimeout, UsageError
+from .launching.monitor import AFTER_PEER, peer_lost
 from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
 from .placement.binding import BIND_VAR, binding_env, check_bind, plan_binding
@@ -63,8 +64,8 @@ def format_failure(rank: int, exc: BaseException) -> str:
     return "\n".join(f"[rank {rank}] {line}" for line in lines)
 
 
-def _run_in_process(target: PythonTarget, rank: int) -> int:
-    """Run the program as `__main__` here and turn its ending into an exit code."""
+def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, bool]:
+    """Run the program as `__main__` here; its ending as an exit code, and whether its error said a peer had gone."""
     if target.kind == "path":
         sys.argv = [target.what, *target.args]
         sys.path[0] = os.path.dirname(os.path.abspath(target.what))
@@ -78,11 +79,11 @@ def _run_in_process(target: PythonTarget, rank: int) -> int:
         else:
             runpy.run_path(target.what, run_name="__main__")
     except SystemExit as exc:
-        return _exit_code(exc.code)
+        return _exit_code(exc.code), False
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)
-        return 1
-    return 0
+        return 1, peer_lost(str(exc))
+    return 0, False
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
@@ -156,13 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if target is not None:
         adopt(env, seconds)  # the program's own init_process_group gets hpcdist.init's protection
-        code = _run_in_process(target, env.rank)
+        code, after_peer = _run_in_process(target, env.rank)
         if code == 0:
             finish()  # wait for the other ranks, so that their hang report can name this rank as finished
     else:
         child_env = dict(os.environ)  # TORCHELASTIC_USE_AGENT_STORE=True: rank 0's shim serves the store
         say_ready(env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
-        code = _run_child(words, child_env, env.rank)
+        code, after_peer = _run_child(words, child_env, env.rank), False
     if code != 0:
         host = socket.gethostname()
         print(
@@ -170,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        control.emit("failed", env.rank, f"{_describe(code)} host={host}")  # hpcdist mpirun shows its last lines
+        after = f" {AFTER_PEER}" if after_peer else ""  # a peer went first: hpcdist mpirun names that peer first
+        control.emit("failed", env.rank, f"{_describe(code)} host={host}{after}")  # and shows its last lines
         abort_job(code if 0 < code < 256 else 1)
     else:
         control.emit("done", env.rank)  # its tagger need not report it vanished

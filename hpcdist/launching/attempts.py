@@ -87,8 +87,12 @@ def attempt_spec(
 
 
 def describe_end(outcome: LaunchOutcome) -> str:
-    """'exit code 0', 'exit code 137 (rank 1 on n1 killed by SIGKILL)', '… (lost host n2)'."""
-    details = [outcome.failures()] if outcome.failed else []
+    """'exit code 0', 'exit code 137 (rank 1 on n1 killed by SIGKILL)', '… (lost host n2)'.
+
+    The ranks named are the failure's causes: a rank that failed because a peer had gone is left out when the
+    peer is known (its own lines follow in the failure summary).
+    """
+    details = [outcome.failures(outcome.causes())] if outcome.failed else []
     if outcome.lost_hosts:
         details.append(f"lost host {', '.join(outcome.lost_hosts)}")
     return describe_status(outcome.status) + (f" ({'; '.join(details)})" if details else "")

@@ -22,6 +22,7 @@ __all__ = [
     "LostHostWatch",
     "MpirunWatch",
     "describe_status",
+    "peer_lost",
 ]
 
 LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
@@ -114,6 +115,16 @@ _MARK = b"@@hpcdist:"
 # How a rank ended that its tagger saw vanish. MPICH's Hydra names no rank when one is killed: its banner's PID
 # is often another rank's, killed in its clean-up (measured with MPICH 5.0.2).
 VANISHED = "killed or exited abruptly"
+# What a rank's error says when it failed because a peer went first: gloo's `[…/gloo/transport/tcp/pair.cc:553]
+# Connection closed by peer [127.0.0.1]:64672` (or `Connection reset by peer`), NCCL's `remote process exited or
+# there was a network error`. A rank's `failed` line then carries `after=peer` (the shim's `peer_lost`).
+_PEER_LOST = re.compile(r"[Cc]onnection (?:reset|closed) by peer|remote process exited or there was a network error")
+AFTER_PEER = "after=peer"
+
+
+def peer_lost(error: str) -> bool:
+    """Whether a rank's error text says that it failed because a peer's connection went (the peer failed first)."""
+    return bool(_PEER_LOST.search(error))
 
 
 def describe_status(code: int) -> str:
@@ -137,11 +148,20 @@ class LaunchOutcome:
     failed: Mapping[int, str] = field(default_factory=dict)  # rank -> how it ended, e.g. "killed by SIGKILL"
     hosts: Mapping[int, str] = field(default_factory=dict)  # rank -> its host, where known
     signals: tuple[int, ...] = ()  # signals hpcdist mpirun itself received (and passed on) during the launch
+    after_peer: frozenset[int] = frozenset()  # failed ranks whose error said a peer had gone first (consequences)
+
+    def causes(self) -> list[int]:
+        """The failed ranks that began the failure, in order: every one but those that failed after a peer's loss,
+        unless all did (then all)."""
+        first = sorted(rank for rank in self.failed if rank not in self.after_peer)
+        return first or sorted(self.failed)
 
     def failures(self, ranks: Iterable[int] | None = None) -> str:
-        """'rank 1 on n1 killed by SIGKILL; rank 3 failed with exit code 2' for `ranks` (default: every known one)."""
-        chosen = sorted(self.failed) if ranks is None else [rank for rank in ranks if rank in self.failed]
-        return "; ".join(self._failure(rank) for rank in chosen)
+        """'rank 1 on n1 killed by SIGKILL; rank 3 failed with exit code 2' for `ranks` (default: every known one,
+        those that failed after a peer's loss last)."""
+        if ranks is None:
+            ranks = sorted(self.failed, key=lambda rank: (rank in self.after_peer, rank))
+        return "; ".join(self._failure(rank) for rank in ranks if rank in self.failed)
 
     def _failure(self, rank: int) -> str:
         """How one rank ended, where."""
@@ -166,6 +186,7 @@ class MpirunWatch:
         self.ready: set[int] = set()
         self.world_size: int | None = None
         self.failed: dict[int, str] = {}
+        self.after_peer: set[int] = set()  # failed ranks whose error said a peer had gone first
         self.hosts: dict[int, str] = {}
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
         self.first_vanished: int | None = None  # the first of them, when it was heard before any failure
@@ -198,10 +219,12 @@ class MpirunWatch:
                 self.ready.add(event.rank)
                 if fields.get("world", "").isdigit():
                     self.world_size = int(fields["world"])
-            elif event.event == "failed":  # detail: how it ended, then host=NAME
+            elif event.event == "failed":  # detail: how it ended, then host=NAME and after=peer
                 self.failed.setdefault(event.rank, " ".join(w for w in event.detail.split() if "=" not in w))
+                if AFTER_PEER in event.detail.split():
+                    self.after_peer.add(event.rank)
             elif event.event == "vanished" and event.rank not in self.vanished:
-                if not self.vanished and not self.failed:
+                if not self.vanished and not self._began():
                     self.first_vanished = event.rank
                 self.vanished.append(event.rank)
             if event.event in ("failed", "vanished") and self._first_failure is None:
@@ -222,6 +245,10 @@ class MpirunWatch:
             self.hosts.setdefault(rank, found["host"])
             recent.clear()
         return False
+
+    def _began(self) -> bool:
+        """Whether a failure not caused by a peer's loss was heard (then a rank that vanishes is its sequel)."""
+        return any(rank not in self.after_peer for rank in self.failed)
 
     def _heard(self, event: str, rank: int, host: str) -> None:
         """Keep the heartbeats: a `beat` counts, and a rank that said how it ended is no longer expected to beat."""
@@ -270,7 +297,9 @@ class MpirunWatch:
         tagger that says its rank vanished speaks of the rank that was killed. Open MPI's clean-up leaves the taggers
         to see their ranks killed, after the failure that began it, and names a killed rank itself, unless a peer's
         failure reaches it first (a peer blocked on the killed rank's sockets): there only the first rank heard to
-        vanish before any failure is named.
+        vanish before any failure is named, a failure whose error said a peer had gone (`after=peer`) not counting:
+        the killed rank's tagger hears its end only once the process is torn down, often after that peer's word.
+        The ranks that failed after a peer's loss come last.
         """
         with self._lock:
             failed = dict(self.failed)
@@ -282,7 +311,9 @@ class MpirunWatch:
                 first = [] if self.first_vanished is None else [self.first_vanished]
             vanished = {rank: VANISHED for rank in first if rank not in failed}
             named = {**vanished, **self._silent(), **failed}
-            return named if self._causes is None else {r: how for r, how in named.items() if r in self._causes}
+            if self._causes is not None:
+                named = {r: how for r, how in named.items() if r in self._causes}
+            return dict(sorted(named.items(), key=lambda item: item[0] in self.after_peer))  # consequences last
 
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""
@@ -307,6 +338,7 @@ class MpirunWatch:
                 failed=failed,
                 hosts={**beats.silent, **self.hosts},
                 signals=signals,
+                after_peer=frozenset(self.after_peer & failed.keys()),
             ), problem
 
 

@@ -114,6 +114,9 @@ def test_messages() -> None:
         "lost host n2)"
     )
     assert describe_end(_ended(-9)) == "killed by SIGKILL"
+    after = _ended(137, failed={1: "killed by SIGKILL", 0: "exit code 1"}, hosts={1: "n1"}, after_peer=frozenset({0}))
+    assert describe_end(after) == "exit code 137 (rank 1 on n1 killed by SIGKILL)"  # rank 0 failed because it went
+    assert after.failures() == "rank 1 on n1 killed by SIGKILL; rank 0 failed with exit code 1"
     assert summary([Attempt(0, 4, HOSTS[:2], _ended(1)), Attempt(1, 2, HOSTS[:1], _ended(0))], 3) == [
         "hpcdist: 2 attempts (of up to 3):",
         "hpcdist:   attempt 1/3: exit code 1; 4 ranks on n1:2,n2:2",

@@ -11,7 +11,8 @@ from test_render import WEIRD, check_script
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
-from hpcdist.launching.monitor import MpirunWatch
+from hpcdist.launching.attempts import describe_end
+from hpcdist.launching.monitor import LaunchOutcome, MpirunWatch
 from hpcdist.launching.output import (
     Console,
     Failure,
@@ -342,6 +343,44 @@ def test_under_open_mpi_only_a_rank_that_vanished_before_any_failure_is_named(si
     console = _console(OutputOptions(tag=True), 4)
     _feed(console, "stderr", HYDRA_KILL, size)  # rank 2 went first, and Open MPI did not name it
     assert [f.rank for f in console.failures(9)] == [2, 3]
+
+
+OPEN_MPI_LATE_WORD = (  # measured under load: rank 1 SIGKILLed; rank 0's gloo error said first, then rank 1's tagger
+    b"[vm:0] @@hpcdist:" + TOKEN.encode() + b":failed:0:exit code 1 host=vm after=peer\n"
+    b"[vm:0] @@hpcdist:" + TOKEN.encode() + b":failed:0:called MPI_Abort host=vm\n"
+    b"@@hpcdist:" + TOKEN.encode() + b":vanished:1:host=vm\n"
+    b'prterun has exited due to process rank 0 with PID 0 on node vm calling\n"abort". This may have caused\n'
+    b"@@hpcdist:" + TOKEN.encode() + b":vanished:3:host=vm\n"  # PRRTE's clean-up: after the first, not named
+)
+
+
+@pytest.mark.parametrize("size", [1, 4096])
+def test_under_open_mpi_a_rank_heard_to_vanish_after_a_peers_failure_that_it_caused_is_named_first(size: int) -> None:
+    console = _console(OutputOptions(tag=True), 4)
+    _feed(console, "stderr", OPEN_MPI_LATE_WORD, size)
+    assert [(f.rank, f.how) for f in console.failures(1)] == [(1, "killed or exited abruptly"), (0, "exit code 1")]
+    outcome, _ = console.watch.outcome(1)
+    assert outcome.after_peer == {0} and outcome.causes() == [1]
+    assert outcome.failures() == "rank 1 on vm killed or exited abruptly; rank 0 on vm failed with exit code 1"
+    assert describe_end(outcome) == "exit code 1 (rank 1 on vm killed or exited abruptly)"  # the cause alone
+    console = _console(OutputOptions(tag=True), 4)  # PRRTE's banner names rank 1 too, with its signal
+    _feed(console, "stderr", OPEN_MPI_LATE_WORD.replace(b"@@hpcdist:" + TOKEN.encode() + b":vanished:1:host=vm\n", (
+        b"prterun noticed that process rank 1 with PID 0 on node vm exited on\nsignal 9 (Killed).\n"
+    )), size)  # fmt: skip
+    assert describe_end(console.watch.outcome(137)[0]) == "exit code 137 (rank 1 on vm killed by SIGKILL)"
+
+
+def test_a_rank_that_vanished_after_a_failure_of_its_own_cause_is_not_named() -> None:
+    console = _console(OutputOptions(tag=True), 4)  # rank 0 failed (no peer's loss), then PRRTE ended rank 1
+    _feed(console, "stderr", OPEN_MPI_LATE_WORD.replace(b" after=peer", b""), 4096)
+    assert [f.rank for f in console.failures(1)] == [0]
+    assert describe_end(console.watch.outcome(1)[0]) == "exit code 1 (rank 0 on vm failed with exit code 1)"
+
+
+def test_when_every_failure_followed_a_peers_loss_they_are_all_named() -> None:
+    outcome = LaunchOutcome(1, failed={2: "exit code 1", 0: "exit code 1"}, after_peer=frozenset({0, 2}))
+    assert outcome.causes() == [0, 2]
+    assert describe_end(outcome) == "exit code 1 (rank 0 failed with exit code 1; rank 2 failed with exit code 1)"
 
 
 HYDRA_LOST = (  # MPICH 5.0.2's mpiexec on n1 when everything on n2 was killed (tests/hosts' namespaces)

@@ -67,8 +67,25 @@ def test_a_negative_sys_exit_in_process_is_an_exit_code_not_a_signal(code: int, 
     from hpcdist.shim import _describe, _run_in_process
 
     monkeypatch.setattr("sys.argv", ["shim"])
-    status = _run_in_process(PythonTarget("code", f"import sys; sys.exit({code})", ()), 0)
-    assert status == code & 0xFF and _describe(status) == f"exit code {code & 0xFF}"
+    status, after_peer = _run_in_process(PythonTarget("code", f"import sys; sys.exit({code})", ()), 0)
+    assert status == code & 0xFF and _describe(status) == f"exit code {code & 0xFF}" and not after_peer
+
+
+@pytest.mark.parametrize(
+    ("error", "after_peer"),
+    [
+        ("[/x/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:64672. This is typically", True),
+        ("[/x/gloo/transport/tcp/unbound_buffer.cc:81] Connection reset by peer", True),
+        ("NCCL error: remote process exited or there was a network error", True),
+        ("CUDA out of memory", False),
+    ],
+)
+def test_an_error_that_says_a_peer_went_first_is_told_apart(error: str, after_peer: bool, monkeypatch, capsys) -> None:
+    from hpcdist.shim import _run_in_process
+
+    monkeypatch.setattr("sys.argv", ["shim"])
+    assert _run_in_process(PythonTarget("code", f"raise RuntimeError({error!r})", ()), 0) == (1, after_peer)
+    assert error in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
