@@ -1,4 +1,4 @@
-"""No input breaks hpcdist: each case of issue 10 through the CLI in-process, as `hpcdist: error: …` and exit 2."""
+"""No input breaks hpcdist: each hostile case through the CLI in-process, as `hpcdist: error: …` and exit 2."""
 
 from __future__ import annotations
 
