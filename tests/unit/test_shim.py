@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from hpcdist.errors import UsageError
@@ -122,3 +124,43 @@ def test_a_child_that_cannot_start_is_a_usage_error_naming_it(tmp_path, monkeypa
         assert _run_child([program], {}, 3) == 2 and aborts.pop() == 2  # the whole job ends with status 2
         err = capsys.readouterr().err
         assert err.startswith("hpcdist: error: rank 3 on ") and message in err and "Traceback" not in err
+
+
+def test_a_failing_rank_waits_until_its_launcher_has_read_its_output(capfd: pytest.CaptureFixture[str]) -> None:
+    """abort's wait returns once the pipe's reader has taken every byte, and not before."""
+    import threading
+    import time
+
+    from hpcdist.abort import wait_until_read
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"last words\n")
+    taken: list[float] = []
+
+    def reader() -> None:
+        time.sleep(0.3)
+        taken.append(time.monotonic())
+        os.read(read_end, 100)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    wait_until_read((write_end,), timeout=10)
+    returned = time.monotonic()
+    thread.join()
+    os.close(read_end)
+    os.close(write_end)
+    assert taken and returned >= taken[0]
+    assert "warning" not in capfd.readouterr().err
+
+
+def test_a_failing_rank_stops_waiting_for_a_reader_that_never_reads(capfd: pytest.CaptureFixture[str]) -> None:
+    """A stuck reader costs the timeout, and the warning says who waited for what."""
+    from hpcdist.abort import wait_until_read
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"unread\n")
+    wait_until_read((write_end,), timeout=0.2)
+    os.close(read_end)
+    os.close(write_end)
+    err = capfd.readouterr().err
+    assert f"the failing rank waited 0.2 s for its launcher to read its output (fds {write_end})" in err
