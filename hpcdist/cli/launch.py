@@ -272,7 +272,9 @@ def _mpirun(args: argparse.Namespace) -> int:
         from ..jobs.render import render_mpirun_script
         from .generate import emit
 
-        text = render_mpirun_script(build_mpirun_argv(spec), {}, append=not spec.contexts)
+        # whether it runs as root is known when it runs: the script itself allows that to Open MPI then
+        argv = build_mpirun_argv(dataclasses.replace(spec, as_root=False))
+        text = render_mpirun_script(argv, {}, append=not spec.contexts, root_check=spec.family == "openmpi")
         emit(text, None if args.script == "-" else args.script, 0o755)
         return 0
     from ..launching.heartbeat import heartbeat_limit

@@ -22,7 +22,7 @@ def local_tools(
     mpi: str | None = None,
     option: Option = cli_option,
 ) -> dict[str, Any]:
-    """SbatchSpec's python, mpirun, mpi, torchrun, opal_prefix and as_root, each as given or from this Python.
+    """SbatchSpec's python, mpirun, mpi, torchrun and opal_prefix, each as given or from this Python.
 
     Unset: this interpreter, the mpirun and torchrun in its directory, the MPI that mpirun's installation says (as
     `hpcdist mpirun` tells it), and OPAL_PREFIX exported under srun when it is this interpreter and it has the Open
@@ -47,7 +47,6 @@ def local_tools(
         "mpi": family,
         "torchrun": torchrun or _beside(python, "torchrun"),
         "opal_prefix": opal_prefix,
-        "as_root": os.geteuid() == 0,
     }
 
 

@@ -184,14 +184,20 @@ def render_hostfile(
 
 
 def render_mpirun_script(
-    argv: Sequence[str], env: Mapping[str, str], jinja: jinja2.Environment | None = None, append: bool = True
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    jinja: jinja2.Environment | None = None,
+    append: bool = True,
+    root_check: bool = False,
 ) -> str:
     """A reusable shell script that exports `env` (sorted) and execs the mpirun `argv`, extra arguments appended.
 
     `append=False` (an argv of several app contexts, where appended words would reach only the last one): the
-    script refuses arguments instead.
+    script refuses arguments instead. `root_check` (Open MPI): the script allows running as root when it runs as
+    root, so `argv` should not say --allow-run-as-root.
     """
     if not argv:
         raise UsageError("no mpirun command line to write into the script")
     exports = [(check_env_name(k), v) for k, v in sorted(env.items())]
-    return render_template("mpirun.sh.j2", {"argv": list(argv), "env": exports, "append": append}, jinja)
+    context = {"argv": list(argv), "env": exports, "append": append, "root_check": root_check}
+    return render_template("mpirun.sh.j2", context, jinja)

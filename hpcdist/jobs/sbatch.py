@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import jinja2
 
 __all__ = [
+    "GPU_TASK_CPUS",
     "Option",
     "SbatchSpec",
     "check_mem",
@@ -52,6 +53,9 @@ _MEM = re.compile(r"[0-9]+[KMGTkmgt]?\Z")
 _GPUS = re.compile(r"(?:[A-Za-z0-9_.-]+:)?([0-9]+)\Z")
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT")
 _MAX_SIGNAL_SECONDS = 65535  # Slurm stores the warning time in 16 bits
+# CPUs per rank of a GPU job that names none: enough for a few data-loading workers, and no more than a GPU node
+# has per GPU anywhere (so the job stays schedulable); OMP_NUM_THREADS follows unless set
+GPU_TASK_CPUS = 4
 _UNTAGGED = OutputOptions(tag=False)  # scripts print as the launcher does unless asked (--tag, --log-dir, --ranks)
 
 
@@ -63,7 +67,7 @@ class SbatchSpec:
     nodes: int = 1
     ntasks_per_node: int | None = None  # default: the GPU count per node, else 1
     gpus_per_node: str | None = None  # "8" or "a100:8"
-    cpus_per_task: int | None = None
+    cpus_per_task: int | None = None  # default: GPU_TASK_CPUS with GPUs, else Slurm's
     mem: str | None = None
     time: str | None = None
     partition: str | None = None
@@ -89,7 +93,6 @@ class SbatchSpec:
     opal_prefix: bool = False  # export OPAL_PREFIX=<python's prefix> (the Open MPI wheel under srun)
     requeue: bool = False
     requeue_signal: str = "USR1@90"
-    as_root: bool = False  # mpirun mode: add --allow-run-as-root
     probe_fabrics: bool = False  # mpirun mode: keep Open MPI's libfabric probe
     bind: str = "none"  # auto: the shim binds each rank (BIND_VAR), srun's own binding off (--cpu-bind=none)
     rank_output: OutputOptions = _UNTAGGED  # per-rank output: tags, log files, the console's ranks
@@ -101,6 +104,13 @@ class SbatchSpec:
         if self.ntasks_per_node is not None:
             return self.ntasks_per_node
         return gpu_count(self.gpus_per_node) if self.gpus_per_node else 1
+
+    @property
+    def task_cpus(self) -> int | None:
+        """CPUs per rank: --cpus-per-task, else GPU_TASK_CPUS in a GPU job, else None (Slurm's default, often 1)."""
+        if self.cpus_per_task is not None:
+            return self.cpus_per_task
+        return GPU_TASK_CPUS if self.gpus_per_node else None
 
 
 def cli_option(field: str) -> str:
@@ -224,7 +234,7 @@ def _check(spec: SbatchSpec, option: Option) -> int | None:
 def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
     """The #SBATCH lines in a fixed order; torchrun mode asks for one task per node with all its CPUs."""
     torchrun = spec.launch == "torchrun"
-    cpus = spec.cpus_per_task * spec.tasks_per_node if torchrun and spec.cpus_per_task else spec.cpus_per_task
+    cpus = spec.task_cpus * spec.tasks_per_node if torchrun and spec.task_cpus else spec.task_cpus
     options: list[tuple[str, object]] = [
         ("job-name", spec.job_name),
         ("nodes", spec.nodes),
@@ -303,13 +313,15 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
     _check(spec, option)
     bind = spec.bind == "auto"
     srun_output, shim_env, torchrun_output = _output(spec)
-    env = sorted({**dict(spec.env), **dict(shim_env), **({BIND_VAR: "auto"} if bind else {})}.items())
+    # a GPU job's ranks would each start a thread per CPU of the node (torchrun: 1); auto binding sets its own
+    threads = {"OMP_NUM_THREADS": str(spec.task_cpus)} if spec.gpus_per_node and not bind else {}
+    env = sorted({**threads, **dict(spec.env), **dict(shim_env), **({BIND_VAR: "auto"} if bind else {})}.items())
     names = [name for name, _ in env] + (["OPAL_PREFIX"] if spec.opal_prefix else [])
     srun = ["srun", "--kill-on-bad-exit=1"]
     if bind:  # every task starts with all the step's CPUs on its node; the shim takes its own share of them
         srun.append("--cpu-bind=none")
-    if spec.cpus_per_task:  # since Slurm 22.05, srun no longer inherits sbatch's --cpus-per-task
-        cpus = spec.cpus_per_task * (spec.tasks_per_node if spec.launch == "torchrun" else 1)
+    if spec.task_cpus:  # since Slurm 22.05, srun no longer inherits sbatch's --cpus-per-task
+        cpus = spec.task_cpus * (spec.tasks_per_node if spec.launch == "torchrun" else 1)
         srun.append(f"--cpus-per-task={cpus}")
     srun.append("--export=" + ",".join(["ALL", *names]))
     srun += srun_output
@@ -333,6 +345,8 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         "log_dir": spec.rank_output.log_dir if spec.launch != "torchrun" else "",
         "array": spec.array is not None,
         "restarts": spec.max_restarts,
+        "root_check": spec.launch == "mpirun" and spec.mpi == "openmpi",
+        "gpus": spec.gpus_per_node is not None,
     }
     if spec.requeue:
         # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers (sent by scancel: srun would kill the step);
@@ -354,7 +368,6 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
                         *(ARRAY_VARS if spec.array is not None else ()),
                     ]
                 ),
-                as_root=spec.as_root,
                 skip_fabric_probe=not spec.probe_fabrics,
                 mpirun=spec.mpirun,
                 keepalive=spec.nodes > 1,  # a lost node ends the job in seconds, not after TCP's ~8 min

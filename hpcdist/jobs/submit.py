@@ -41,7 +41,6 @@ _OWN = {
     "output": "the job's output goes to its directory: read it with job.logs(None)",
     "error": "the job's output goes to its directory: read it with job.logs(None)",
     "rank_output": "each rank's output goes to its directory: read it with job.logs(rank)",
-    "as_root": "it follows the user who submits",
 }
 _NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 

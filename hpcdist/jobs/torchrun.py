@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -101,14 +102,34 @@ def torchrun_options(spec: TorchrunSpec) -> list[str]:
     return options
 
 
-def build_torchrun_argv(spec: TorchrunSpec) -> list[str]:
-    """The torchrun argv; several nodes need --master_addr (torchrun's default, 127.0.0.1, reaches no other node)."""
+def _launch_options(spec: TorchrunSpec) -> list[str]:
+    """torchrun's options, with --standalone (torchrun picks a free port when it starts) where no port is given.
+
+    torchrun's fixed default port, 29500, collides when two jobs share a node. One node alone needs no agreed
+    port; several nodes must all know node 0's port before they start, so they need --master_port.
+    """
     if spec.nnodes > 1 and spec.master_addr is None:
         raise UsageError(
             f"--nnodes {spec.nnodes} needs --master_addr, the address of the node with --node_rank=0 "
             "that every node can reach"
         )
-    return [spec.torchrun, *torchrun_options(spec), *program_words(spec.program)]
+    _check(spec)
+    if spec.master_port is not None:
+        return torchrun_options(spec)
+    if spec.master_addr is not None:
+        where = f"--nnodes {spec.nnodes} --master_addr {spec.master_addr}"
+        raise UsageError(
+            f"{where} needs --master_port: every node must know node 0's port before it starts, and torchrun's "
+            f"default, 29500, collides when two jobs share {spec.master_addr}; give one that is free there, e.g. "
+            "--master_port 29517, or use `hpcdist sbatch --launch torchrun`, whose script picks one when the job starts"
+        )
+    return [*torchrun_options(dataclasses.replace(spec, node_rank=None)), "--standalone"]
+
+
+def build_torchrun_argv(spec: TorchrunSpec) -> list[str]:
+    """The torchrun argv; several nodes need --master_addr (torchrun's default, 127.0.0.1, reaches no other node)
+    and --master_port; one node without them gets --standalone (a free port, chosen when torchrun starts)."""
+    return [spec.torchrun, *_launch_options(spec), *program_words(spec.program)]
 
 
 def torchrun_line(spec: TorchrunSpec, env: Mapping[str, str]) -> str:
@@ -119,12 +140,11 @@ def torchrun_line(spec: TorchrunSpec, env: Mapping[str, str]) -> str:
 
 def render_torchrun_script(spec: TorchrunSpec, env: Mapping[str, str], jinja: jinja2.Environment | None = None) -> str:
     """A per-node launch script: exports `env` (sorted), takes the node rank as $1 and execs torchrun."""
-    build_torchrun_argv(spec)  # the same checks as the command line
-    per_node = TorchrunSpec(**{**spec.__dict__, "node_rank": None})
+    per_node = dataclasses.replace(spec, node_rank=None)
     context = {
         "nnodes": spec.nnodes,
         "env": [(check_env_name(k), v) for k, v in sorted(env.items())],
-        "torchrun": [spec.torchrun, *torchrun_options(per_node)],
+        "torchrun": [spec.torchrun, *_launch_options(per_node)],
         "program": program_words(spec.program),
     }
     return render_template("torchrun.sh.j2", context, jinja)

@@ -179,8 +179,9 @@ def test_torchrun_prints_the_seed_command(capsys: pytest.CaptureFixture[str]) ->
         "--master_port=1234 main.py --backend=nccl\n",
     )
     status, out, _ = run(capsys, "torchrun", "--nproc-per-node", "2", "--env", "NCCL_DEBUG=INFO", "--", "t.py")
-    assert out == "NCCL_DEBUG=INFO torchrun --nproc_per_node=2 --nnodes=1 --node_rank=0 t.py\n"
-    status, out, _ = run(capsys, "torchrun", "--script", "--nnodes", "2", "--master_addr", "n1", "--", "t.py")
+    assert out == "NCCL_DEBUG=INFO torchrun --nproc_per_node=2 --nnodes=1 --standalone t.py\n"
+    argv = ["torchrun", "--script", "--nnodes", "2", "--master_addr", "n1", "--master_port", "29517", "--", "t.py"]
+    status, out, _ = run(capsys, *argv)
     assert status == 0 and out.startswith("#!/bin/bash\n") and '--node_rank="$node_rank"' in out
 
 
@@ -272,7 +273,10 @@ def test_help_and_dry_runs_load_only_what_they_print(tmp_path: Path) -> None:
         (["sbatch", "--help"], heavy + ",hpcdist.launching.spawn"),
         (["env"], heavy + ",hpcdist.launching.spawn"),
         (["mpirun", "-np", "2", "--dry-run", "--", "python", "t.py"], heavy + ",hpcdist.launching.spawn"),
-        (["torchrun", "--nnodes", "2", "--master-addr", "a", "--", "t.py"], heavy + ",hpcdist.launching.spawn"),
+        (
+            ["torchrun", "--nnodes", "2", "--master-addr", "a", "--master-port", "29517", "--", "t.py"],
+            heavy + ",hpcdist.launching.spawn",
+        ),
     ):
         done = subprocess.run(
             [sys.executable, "-c", code, *argv, banned], capture_output=True, text=True, timeout=120, cwd=tmp_path

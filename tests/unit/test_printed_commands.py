@@ -115,11 +115,11 @@ def tools(records: list[dict], name: str) -> list[dict]:
 
 def test_the_reported_line_runs(capsys: pytest.CaptureFixture[str], stubs: Stubs) -> None:
     line = printed(capsys, "torchrun", "--profile", "nccl", "--nnodes", "2", "--master-addr", "10.0.0.1",
-                   "--env", "NOTE=a b", "--", "train.py")  # fmt: skip
+                   "--master-port", "29517", "--env", "NOTE=a b", "--", "train.py")  # fmt: skip
     assert line.startswith("NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME='^lo,docker0' NOTE='a b' torchrun ")
     (record,) = stubs.run(["bash", "-c", line])
     assert record["argv"] == ["--nproc_per_node=1", "--nnodes=2", "--node_rank=0", "--master_addr=10.0.0.1",
-                              "train.py"]  # fmt: skip
+                              "--master_port=29517", "train.py"]  # fmt: skip
     assert record["added"] == {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "^lo,docker0", "NOTE": "a b"}
 
 
@@ -159,18 +159,18 @@ def test_torchrun_program_forms_run_as_printed(capsys: pytest.CaptureFixture[str
                                                program: list[str], words: list[str]) -> None:  # fmt: skip
     line = printed(capsys, "torchrun", "--torchrun", stubs.path("torchrun"), "--", *program)
     (record,) = stubs.run(["bash", "-c", line])
-    assert record["argv"] == ["--nproc_per_node=1", "--nnodes=1", "--node_rank=0", *words]
+    assert record["argv"] == ["--nproc_per_node=1", "--nnodes=1", "--standalone", *words]
 
 
 # -- hpcdist mpirun --dry-run / --script ----------------------------------------------------------------------
 
 
-def _mpirun_argv(stubs: Stubs, *options: str) -> tuple[list[str], list[str]]:
+def _mpirun_argv(stubs: Stubs, *options: str, root_flag: list[str] = ROOT_FLAG) -> tuple[list[str], list[str]]:
     """`hpcdist mpirun` options with hostile -x values, and the mpirun argv they ask for."""
     exports = [f"H{i}={value}" for i, value in enumerate(HOSTILE)]
     argv = ["mpirun", "-np", "2", "--mpirun", stubs.path("mpirun"), *options]
     argv += [word for item in exports for word in ("-x", item)]
-    expected = ["-np", "2", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot", *ROOT_FLAG, "--mca",
+    expected = ["-np", "2", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot", *root_flag, "--mca",
                 "btl", "^ofi", "-x", "NCCL_DEBUG", *[w for item in exports for w in ("-x", item)],
                 sys.executable, "-m", "hpcdist.shim", "--", "python", *PROGRAM]  # fmt: skip
     return [*argv, "--", "python", *PROGRAM], expected
@@ -182,11 +182,13 @@ def test_mpirun_runs_as_printed(capsys: pytest.CaptureFixture[str], stubs: Stubs
     monkeypatch.setenv("NCCL_DEBUG", "INFO")  # set when the line is printed: forwarded by name (-x NCCL_DEBUG)
     script = tmp_path / "launch.sh"
     extra: list[str] = []
-    if how == "dry-run":
+    added: dict[str, str] = {}
+    if how == "dry-run":  # the line to run here and now: --allow-run-as-root when printed as root
         argv, expected = _mpirun_argv(stubs, "--dry-run")
         records = stubs.run(["bash", "-c", printed(capsys, *argv)], {"NCCL_DEBUG": "INFO"})
-    else:
-        argv, expected = _mpirun_argv(stubs, "--script", "-" if how == "script-stdout" else str(script))
+    else:  # a script allows root when it runs as root, wherever it was written
+        argv, expected = _mpirun_argv(stubs, "--script", "-" if how == "script-stdout" else str(script), root_flag=[])
+        added = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
         text = printed(capsys, *argv)
         if how == "script-file":
             assert text == ""
@@ -199,7 +201,7 @@ def test_mpirun_runs_as_printed(capsys: pytest.CaptureFixture[str], stubs: Stubs
         records = stubs.run([str(script), *extra], {"NCCL_DEBUG": "INFO"})
     (record,) = records
     assert record["tool"] == "mpirun" and record["argv"] == [*expected, *extra]
-    assert record["added"] == {}  # -x NAME=VALUE is mpirun's to set; -x NCCL_DEBUG finds it in the environment
+    assert record["added"] == added  # -x NAME=VALUE is mpirun's to set; -x NCCL_DEBUG finds it in the environment
     assert record["env"]["NCCL_DEBUG"] == "INFO"
 
 

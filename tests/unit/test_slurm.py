@@ -40,7 +40,7 @@ GPU = dataclasses.replace(
 SPECS = {
     "cpu-srun": BASE,
     "gpu-srun": GPU,
-    "gpu-mpirun": dataclasses.replace(GPU, launch="mpirun", mpirun="/venv/bin/mpirun", as_root=True),
+    "gpu-mpirun": dataclasses.replace(GPU, launch="mpirun", mpirun="/venv/bin/mpirun"),
     "gpu-torchrun": dataclasses.replace(GPU, launch="torchrun", torchrun="/venv/bin/torchrun"),
     "torchrun-fixed-master": dataclasses.replace(GPU, launch="torchrun", master_addr="10.0.0.1", master_port=1234),
     "requeue-srun": dataclasses.replace(GPU, requeue=True, requeue_signal="SIGUSR2@300", opal_prefix=True),
@@ -243,7 +243,7 @@ def _bare(spec: SbatchSpec, **changes: Any) -> SbatchSpec:
 def test_srun_mode_passes_the_program_and_exports_the_asked_names(tmp_path: Path) -> None:
     text = render_sbatch(_bare(SPECS["weird"]), JINJA)
     check_script(text, tmp_path)
-    names = ",".join(sorted(f"W{i}" for i in range(len(WEIRD))))
+    names = ",".join(["OMP_NUM_THREADS", *sorted(f"W{i}" for i in range(len(WEIRD)))])  # OMP_NUM_THREADS: a GPU job
     assert launch_words(text, "srun") == [
         "srun",
         "--mpi=pmix",
@@ -279,13 +279,14 @@ def test_mpirun_mode_forwards_with_x() -> None:
         "none",
         "--map-by",
         "slot",
-        "--allow-run-as-root",
         "--mca",
         "btl",
         "^ofi",
         *keepalive,
         "-x",
         "NCCL_DEBUG",
+        "-x",
+        "OMP_NUM_THREADS",
         "python",
         "-m",
         "hpcdist.shim",
@@ -303,7 +304,7 @@ def test_mpirun_mode_on_one_node_has_no_keepalive() -> None:
 def test_torchrun_mode_runs_one_torchrun_per_node_with_its_node_rank() -> None:
     words = launch_words(render_sbatch(_bare(SPECS["gpu-torchrun"]), JINJA), "srun")
     assert words == [
-        *["srun", "--kill-on-bad-exit=1", "--cpus-per-task=32", "--export=ALL,NCCL_DEBUG"],
+        *["srun", "--kill-on-bad-exit=1", "--cpus-per-task=32", "--export=ALL,NCCL_DEBUG,OMP_NUM_THREADS"],
         *["bash", "-c", 'exec "$0" --node_rank="$SLURM_NODEID" "$@"', "torchrun"],
         *["--nproc_per_node=8", "--nnodes=2", "--master_addr=$MASTER_ADDR", "--master_port=$MASTER_PORT", "train.py"],
     ]

@@ -31,12 +31,12 @@ def test_the_seed_command_line() -> None:
     ]
 
 
-def test_single_node_needs_no_master() -> None:
+def test_single_node_needs_no_master_and_takes_a_free_port_when_it_starts() -> None:
     assert build_torchrun_argv(TorchrunSpec(("train.py",), "gpu")) == [
         "torchrun",
         "--nproc_per_node=gpu",
         "--nnodes=1",
-        "--node_rank=0",
+        "--standalone",
         "train.py",
     ]
 
@@ -64,6 +64,8 @@ def test_program_words(program: tuple[str, ...], words: list[str]) -> None:
         ({"nproc_per_node": "0"}, "--nproc_per_node"),
         ({"nproc_per_node": "many"}, "--nproc_per_node"),
         ({"master_port": 0}, "--master_port"),
+        ({"master_port": None}, "--nnodes 2 --master_addr 104.171.200.62 needs --master_port: every node must know"),
+        ({"nnodes": 1, "master_port": None}, "--nnodes 1 --master_addr 104.171.200.62 needs --master_port"),
         ({"master_addr": "a;b"}, "--master_addr"),
         ({"program": ()}, "no program"),
         ({"program": ("python",)}, "names no script"),
@@ -108,4 +110,4 @@ def test_single_node_script_defaults_to_rank_0(tmp_path: Path) -> None:
     text = render_torchrun_script(TorchrunSpec(("train.py",), "2", torchrun="echo"), {}, JINJA)
     script = check_script(text, tmp_path)
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
-    assert done.stdout == "--nproc_per_node=2 --nnodes=1 --node_rank=0 train.py\n"
+    assert done.stdout == "--nproc_per_node=2 --nnodes=1 --standalone --node_rank=0 train.py\n"
