@@ -1,0 +1,45 @@
+"""One generated `--launch mpirun` script, submitted to the real Slurm cluster as root and as nobody, runs both times.
+
+The script allows Open MPI to run as root only where `id -u` says 0 when it runs; nothing of the submitter's
+environment is passed (no OMPI_ALLOW_RUN_AS_ROOT from outside), so each job shows what the script decided.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from hpcdist.jobs.sbatch import SbatchSpec
+
+NOBODY = "65534"
+SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's Python may lie where nobody cannot read (e.g. under /root)
+RANK_SAYS = 'import os; print("rank", os.environ["RANK"], os.getuid(), os.environ.get("OMPI_ALLOW_RUN_AS_ROOT", "-"))'
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_one_generated_mpirun_script_runs_as_root_and_as_nobody(cluster, venv: Path) -> None:
+    assert "as_root" not in SbatchSpec.__dataclass_fields__  # nothing of the writer's uid goes into the script
+    site = next(venv.glob("lib/python3.*/site-packages"))
+    folder = Path(tempfile.mkdtemp(prefix="hpcdist-anyone-", dir="/tmp"))  # pytest's tmp_path is closed to nobody
+    try:
+        folder.chmod(0o777)  # nobody writes its job's output files here
+        (folder / "says.py").write_text(RANK_SAYS + "\n")
+        argv = [str(venv / "bin" / "hpcdist"), "sbatch", "--nodes", "1", "--ntasks-per-node", "2", "--time", "5",
+                "--output", "job-%j.out", "--error", "job-%j.err", "--launch", "mpirun", "--python", SYSTEM_PYTHON,
+                "--mpirun", str(venv / "bin" / "mpirun"), "--", SYSTEM_PYTHON, str(folder / "says.py")]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        script = done.stdout
+        assert "--allow-run-as-root" not in script and 'if [ "$(id -u)" -eq 0 ]; then' in script
+        # nothing else of ours; Open MPI needs a HOME, and nobody's does not exist
+        export = f"--export=PATH=/usr/bin:/bin,LANG=C.UTF-8,HOME={folder},PYTHONPATH={ROOT}:{site}"
+        for uid, options in (("0", [export]), (NOBODY, [export, f"--uid={NOBODY}", f"--gid={NOBODY}"])):
+            result = cluster.wait(cluster.sbatch(script, folder, *options), 180)
+            assert result.ok, result.describe()
+            allowed = "1" if uid == "0" else "-"
+            lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+            assert lines == [f"rank {rank} {uid} {allowed}" for rank in range(2)], result.describe()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
