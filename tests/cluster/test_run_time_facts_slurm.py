@@ -1,4 +1,5 @@
-"""One generated `--launch mpirun` script, submitted to the real Slurm cluster as root and as nobody, runs both times.
+"""Generated scripts under the real Slurm cluster: one `--launch mpirun` script runs as root and as nobody; a GPU
+job (fake GPUs) gets CPUs per rank and as many threads.
 
 The script allows Open MPI to run as root only where `id -u` says 0 when it runs; nothing of the submitter's
 environment is passed (no OMPI_ALLOW_RUN_AS_ROOT from outside), so each job shows what the script decided.
@@ -11,7 +12,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from hpcdist.jobs.sbatch import SbatchSpec
+import pytest
+
+from hpcdist.jobs.sbatch import GPU_TASK_CPUS, SbatchSpec
 
 NOBODY = "65534"
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's Python may lie where nobody cannot read (e.g. under /root)
@@ -43,3 +46,34 @@ def test_one_generated_mpirun_script_runs_as_root_and_as_nobody(cluster, venv: P
             assert lines == [f"rank {rank} {uid} {allowed}" for rank in range(2)], result.describe()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Each rank writes a file of its own: SLURM_CPUS_PER_TASK (what srun gave the step), OMP_NUM_THREADS, and the GPUs
+# it sees (Slurm's CUDA_VISIBLE_DEVICES of the node's fake GPUs, /dev/null symlinks).
+GPU_RANK = """\
+import os
+from pathlib import Path
+names = ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+Path("gpu-rank" + os.environ["RANK"]).write_text(" ".join(os.environ.get(n, "-") for n in names))
+"""
+
+
+@pytest.mark.parametrize("launch", ["srun", "torchrun"])
+def test_a_gpu_job_without_cpus_gets_cpus_per_rank_and_as_many_threads(
+    cluster, venv: Path, tmp_path: Path, launch: str
+) -> None:
+    """2 nodes of 4 CPUs and 2 fake GPUs, 1 GPU per node asked: each rank gets GPU_TASK_CPUS CPUs and threads."""
+    (tmp_path / "gpu_rank.py").write_text(GPU_RANK)
+    python = str(venv / "bin" / "python")
+    argv = [str(venv / "bin" / "hpcdist"), "sbatch", "--nodes", "2", "--gpus-per-node", "1", "--time", "5",
+            "--output", "job-%j.out", "--error", "job-%j.err", "--launch", launch, "--python", python,
+            "--", python, str(tmp_path / "gpu_rank.py")]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = cluster.wait(cluster.sbatch(done.stdout, tmp_path), 180)
+    assert result.ok, result.describe()
+    assert result.fields.get("NumCPUs") == str(2 * GPU_TASK_CPUS), result.fields  # 1 task x 4 CPUs on each node
+    seen = {path.name: path.read_text().split() for path in tmp_path.glob("gpu-rank*")}
+    assert sorted(seen) == ["gpu-rank0", "gpu-rank1"], result.describe()
+    for cpus, threads, gpus in seen.values():
+        assert (cpus, threads) == (str(GPU_TASK_CPUS), str(GPU_TASK_CPUS)) and gpus != "-", seen
