@@ -249,7 +249,7 @@ def _mpirun(args: argparse.Namespace) -> int:
 
     options = mpirun_options(args)
     routed = not (args.dry_run or args.script or args.no_shim)  # hpcdist runs it: the ranks' lines come through us
-    spec, output = spec_from_options(options, routed=routed)
+    spec, output = spec_from_options(options, routed=routed, script=bool(args.script))
     policy = RestartPolicy(args.max_restarts, args.min_np)
     check_policy(policy, spec.np)
     if args.script and policy.max_restarts:

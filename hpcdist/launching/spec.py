@@ -33,13 +33,19 @@ __all__ = ["check_launcher", "find_mpirun", "output_from_options", "spec_from_op
 
 
 def spec_from_options(
-    options: MpirunOptions, environ: Mapping[str, str] = os.environ, routed: bool = False, caller: str | None = None
+    options: MpirunOptions,
+    environ: Mapping[str, str] = os.environ,
+    routed: bool = False,
+    caller: str | None = None,
+    script: bool = False,
 ) -> tuple[MpirunSpec, OutputOptions]:
     """The mpirun launch the options describe (torch's `config_from_args` for `hpcdist mpirun`), and its output.
 
     `routed` (a launch that hpcdist itself runs): the ranks tag every line for the launcher to route;
-    otherwise (--dry-run, --script) the printed command carries the output options itself. `caller` names the
-    Python API that made the options (`hpcdist.launch`), so that its errors speak of its arguments, not of flags.
+    otherwise (--dry-run, --script) the printed command carries the output options itself. `script` (--script):
+    whether ranks draw progress bars is the script's to tell when it runs (HPCDIST_PROGRESS, forwarded by name).
+    `caller` names the Python API that made the options (`hpcdist.launch`), so that its errors speak of its
+    arguments, not of flags.
 
     Raises:
         UsageError: no program, a hostfile that cannot be read or parsed, an --include/--exclude that names what
@@ -96,7 +102,9 @@ def spec_from_options(
         np=np,
         hostfile=hostfile,
         hosts=() if hostfile else hosts,
-        env=env_forwards(environ, [*_progress_bar(environ), *ours, *bind, *options.export]),
+        env=env_forwards(
+            environ, [*(["HPCDIST_PROGRESS"] if script else _progress_bar(environ)), *ours, *bind, *options.export]
+        ),
         mca=options.mca,
         bind_to=options.bind_to,
         map_by=options.map_by,

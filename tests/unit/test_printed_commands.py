@@ -165,13 +165,15 @@ def test_torchrun_program_forms_run_as_printed(capsys: pytest.CaptureFixture[str
 # -- hpcdist mpirun --dry-run / --script ----------------------------------------------------------------------
 
 
-def _mpirun_argv(stubs: Stubs, *options: str, root_flag: list[str] = ROOT_FLAG) -> tuple[list[str], list[str]]:
-    """`hpcdist mpirun` options with hostile -x values, and the mpirun argv they ask for."""
+def _mpirun_argv(stubs: Stubs, *options: str, script: bool = False) -> tuple[list[str], list[str]]:
+    """`hpcdist mpirun` options with hostile -x values, and the mpirun argv they ask for (in a --script: no
+    --allow-run-as-root, HPCDIST_PROGRESS by name, both set when the script runs)."""
     exports = [f"H{i}={value}" for i, value in enumerate(HOSTILE)]
     argv = ["mpirun", "-np", "2", "--mpirun", stubs.path("mpirun"), *options]
     argv += [word for item in exports for word in ("-x", item)]
-    expected = ["-np", "2", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot", *root_flag, "--mca",
-                "btl", "^ofi", "-x", "NCCL_DEBUG", *[w for item in exports for w in ("-x", item)],
+    expected = ["-np", "2", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot",
+                *([] if script else ROOT_FLAG), "--mca", "btl", "^ofi", "-x", "NCCL_DEBUG",
+                *(["-x", "HPCDIST_PROGRESS"] if script else []), *[w for item in exports for w in ("-x", item)],
                 sys.executable, "-m", "hpcdist.shim", "--", "python", *PROGRAM]  # fmt: skip
     return [*argv, "--", "python", *PROGRAM], expected
 
@@ -187,8 +189,9 @@ def test_mpirun_runs_as_printed(capsys: pytest.CaptureFixture[str], stubs: Stubs
         argv, expected = _mpirun_argv(stubs, "--dry-run")
         records = stubs.run(["bash", "-c", printed(capsys, *argv)], {"NCCL_DEBUG": "INFO"})
     else:  # a script allows root when it runs as root, wherever it was written
-        argv, expected = _mpirun_argv(stubs, "--script", "-" if how == "script-stdout" else str(script), root_flag=[])
+        argv, expected = _mpirun_argv(stubs, "--script", "-" if how == "script-stdout" else str(script), script=True)
         added = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
+        added["HPCDIST_PROGRESS"] = "0"  # the script's output is no terminal here
         text = printed(capsys, *argv)
         if how == "script-file":
             assert text == ""

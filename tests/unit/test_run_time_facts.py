@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,38 @@ def test_the_root_allowance_follows_the_uid_the_script_runs_as(tmp_path: Path, u
     done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ("1 1\n" if uid == "0" else "unset unset\n")
+
+
+def test_a_script_written_at_a_terminal_is_the_one_written_to_a_pipe(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    piped = _printed_as(monkeypatch, capsys, 1000, MPIRUN_SCRIPT)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(MPIRUN_SCRIPT) == 0
+    assert capsys.readouterr().out == piped and "-x HPCDIST_PROGRESS " in piped
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_script_tells_its_ranks_whether_its_output_is_a_terminal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, terminal: bool
+) -> None:
+    stub = tmp_path / "mpirun"
+    stub.write_text('#!/bin/sh\necho "progress=$HPCDIST_PROGRESS" >"$STUB_OUT"\n')
+    stub.chmod(0o755)
+    assert main(["mpirun", "--script", "-", "-np", "2", "--mpirun", str(stub), "--", "python", "x.py"]) == 0
+    script = check_script(capsys.readouterr().out, tmp_path)
+    env = {"PATH": "/usr/bin:/bin", "STUB_OUT": str(tmp_path / "seen")}
+    leader, follower = pty.openpty() if terminal else os.pipe()
+    try:
+        done = subprocess.run(["bash", str(script)], stdout=follower, stderr=subprocess.PIPE, env=env, timeout=60)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "seen").read_text() == f"progress={int(terminal)}\n"
+    env["HPCDIST_PROGRESS"] = "0"  # the user's word wins
+    subprocess.run(["bash", str(script)], capture_output=True, env=env, timeout=60, check=True)
+    assert (tmp_path / "seen").read_text() == "progress=0\n"
 
 
 # -- the rendezvous port -----------------------------------------------------------------------------------------
