@@ -1,7 +1,8 @@
 """Generated scripts, run for real, decide where they run: Open MPI's root permission, torchrun's free port.
 
-An `hpcdist sbatch --launch mpirun` script (its mpirun needs no Slurm on one node) runs as root and as nobody,
-the same file; `hpcdist torchrun`'s printed line runs twice at once on this machine, each job on a port of its own.
+An `hpcdist sbatch --launch mpirun` script (its mpirun needs no Slurm on one node) and an `hpcdist mpirun --script`
+script each run as root and as nobody, the same file; `hpcdist torchrun`'s printed line runs twice at once on this
+machine, each job on a port of its own.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ pytestmark = pytest.mark.timeout(600)
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"  # this Python may lie where nobody cannot read (e.g. under /root)
 SITE = next(Path(sys.prefix, "lib").glob("python3.*/site-packages"))
-RANK_SAYS = 'import os; print("rank", os.environ["RANK"], os.getuid(), os.environ.get("OMPI_ALLOW_RUN_AS_ROOT", "-"))'
+RANK_SAYS = (
+    'import os; print("rank", os.environ.get("RANK") or os.environ["OMPI_COMM_WORLD_RANK"], os.getuid(), '
+    'os.environ.get("OMPI_ALLOW_RUN_AS_ROOT", "-"))'
+)
 ALLOWANCE = 'if [ "$(id -u)" -eq 0 ]; then\n    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\nfi\n'
 
 
@@ -52,13 +56,18 @@ def open_folder() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_one_sbatch_mpirun_script_runs_as_root_and_as_a_user(open_folder: Path) -> None:
+@pytest.mark.parametrize("how", ["sbatch", "mpirun-script"])
+def test_one_generated_mpirun_script_runs_as_root_and_as_a_user(open_folder: Path, how: str) -> None:
     folder = open_folder
     program = folder / "says.py"
     program.write_text(RANK_SAYS + "\n")
-    script = folder / "job.sbatch"
-    text = _printed("sbatch", "--launch", "mpirun", "--ntasks-per-node", "2", "--python", SYSTEM_PYTHON,
-                    "--mpirun", str(BIN / "mpirun"), "--", SYSTEM_PYTHON, str(program))  # fmt: skip
+    script = folder / "job.sh"
+    mpirun = ["--mpirun", str(BIN / "mpirun")]
+    if how == "sbatch":
+        options = ["sbatch", "--launch", "mpirun", "--ntasks-per-node", "2", "--python", SYSTEM_PYTHON, *mpirun]
+    else:  # no shim: it would run in this Python; the rank is Open MPI's
+        options = ["mpirun", "--script", "-", "-np", "2", "--no-shim", *mpirun]
+    text = _printed(*options, "--", SYSTEM_PYTHON, str(program))
     assert ALLOWANCE in text and "--allow-run-as-root" not in text
     script.write_text(text)
     runs = {os.geteuid(): _run_script(script, None)}
