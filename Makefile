@@ -31,7 +31,7 @@ NATIVE := HPCDIST_MPI_NATIVE=1
 NATIVE_ONLY := -m 'not python_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest demo test docs lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
+.PHONY: env lock test-latest demo examples test docs lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -113,6 +113,10 @@ lint: env
 	$(BIN)/mypy $(wildcard tests/*.py) docs/hooks/cli_reference.py
 	for dir in $(MYPY_TEST_DIRS); do $(BIN)/mypy $$dir || exit 1; done
 	$(BIN)/lint-imports
+
+# The checkout's example files (hostfiles/, slurm/, templates/*.j2), regenerated from the bundled templates
+examples: env
+	$(PY) -m hpcdist.jobs.examples --write
 
 test-unit: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit

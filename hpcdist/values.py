@@ -30,6 +30,7 @@ MAX_COUNT = 2**31 - 1  # ranks, slots, nodes, tasks: MPI and Slurm count them in
 MAX_SECONDS = 30 * 86400  # a timeout: a wait longer than 30 days is a hang, and far larger ones overflow timedelta
 _HUGE = 10**20  # stands for any whole number of more than 19 digits: above every bound hpcdist checks
 _DIGITS = re.compile(r"[0-9]+\Z")
+_SECONDS = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
 # a host name, IPv4 or IPv6 address (brackets, zone after %) as torch and the launchers take it: no blanks
 ADDRESS = re.compile(r"[A-Za-z0-9_.:%\[\]-]{1,255}\Z")
 _TASKS = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?\Z")  # one item of Slurm's `2(x3),1`
@@ -48,11 +49,11 @@ def parse_whole(text: str) -> int | None:
 
 
 def parse_seconds(text: str) -> float | None:
-    """A number of seconds (`300`, `2.5`, `1e3`) as float, else None; range checks are check_seconds'."""
-    try:
-        return float(text)
-    except ValueError:
-        return None
+    """A number of seconds in ASCII digits with an optional fraction (`300`, `2.5`) as float, else None.
+
+    No sign, blank, exponent, `_`, inf or nan (all of which float() takes); range checks are check_seconds'.
+    """
+    return float(text) if len(text) <= 40 and _SECONDS.match(text) else None
 
 
 def check_seconds(value: object, what: str, how: str) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
 import re
 import sys
@@ -16,27 +17,75 @@ from typing import Any, NoReturn
 
 from .._version import __version__
 from ..errors import UsageError, WaitTimeout
+from .types import Checked
 
-__all__ = ["DEBUG_VAR", "INTERNAL_ERROR", "build_parser", "main"]
+__all__ = ["DEBUG_VAR", "INTERNAL_ERROR", "build_parser", "main", "other_spellings"]
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): hpcdist itself failed; 2 stays the user's mistake
 DEBUG_VAR = "HPCDIST_DEBUG"  # set (not 0) to print the traceback of an internal error
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports mistakes as UsageError, so they print as `hpcdist: error: …`.
+    """argparse that cannot be misread, reporting mistakes as UsageError (`hpcdist: error: …`, exit 2).
 
-    Every value it hands on is checked once here: an option's value is never empty, and no value holds bytes
-    that are not UTF-8 (they arrive as lone surrogates, which no script, hostfile or terminal can write).
+    No option is ever abbreviated, and `-nps` is an unknown option rather than `-n ps` when a single-dash long
+    option (`-np`) begins the same way. Every `--long-option` is also taken in its other spelling (`--master_port`
+    for `--master-port`, as torchrun does), hidden from the help. An unknown option, command or choice gets a
+    "did you mean" from this parser's own names and points at this parser's help. Every value it hands on is
+    checked once here: never empty, UTF-8, and through its Checked type (types.py) when it has one.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}; see `{self.prog} --help`")
 
+    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's overloads
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse `args`; anything this parser does not know is a UsageError here, naming this subcommand."""
+        for spelling, action in other_spellings(self).items():
+            self._option_string_actions.setdefault(spelling, action)
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self._unknown(extras[0])
+        return parsed, extras
+
+    def _unknown(self, word: str) -> NoReturn:
+        """Refuse `word`, an option or argument this parser does not take, suggesting its closest own option."""
+        name = word.split("=", 1)[0]
+        if not name.startswith("-") or name == "-":
+            self.error(f"unexpected argument {word!r} for `{self.prog}`")
+        names = [o for action in self._actions for o in action.option_strings if o not in ("-h", "--help")]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.7)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UsageError(f"unknown option {name} for `{self.prog}`; {hint}see `{self.prog} --help` for its options")
+
+    def _get_option_tuples(self, option_string: str) -> list[Any]:
+        """No abbreviations: only `-Xvalue` (a short option and its value), unless a long `-Xy…` option exists."""
+        if option_string[1:2] in self.prefix_chars:
+            return []
+        longer = [o for o in self._option_string_actions if len(o) > 2 and o[:3] == option_string[:3]]
+        if longer:
+            return []
+        return [t for t in super()._get_option_tuples(option_string) if t[1] == option_string[:2]]
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        close = difflib.get_close_matches(str(value), [str(choice) for choice in action.choices], n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        if isinstance(action, argparse._SubParsersAction):
+            raise UsageError(f"unknown command {value!r} for `{self.prog}`; {hint}see `{self.prog} --help`")
+        shown = ", ".join(map(str, action.choices))
+        raise argparse.ArgumentError(action, f"unknown value {value!r}; {hint}choose one of {shown}")
+
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         if action.nargs == argparse.PARSER:  # a subcommand's words: its own parser checks them, naming the option
             return super()._get_value(action, arg_string)
-        option = action.option_strings[0] if action.option_strings else action.dest
+        names = action.option_strings
+        option = next((o for o in names if o.startswith("--") or len(o) > 2), names[0]) if names else action.dest
         if action.option_strings and not arg_string.strip():
             raise UsageError(f"{option} needs a value, got an empty one; give the value or leave {option} out")
         try:
@@ -46,14 +95,37 @@ class _Parser(argparse.ArgumentParser):
                 f"{option}: {arg_string!r} holds bytes that are not UTF-8 text; hpcdist writes UTF-8, so pass the "
                 "value in UTF-8 (e.g. convert a file name with `iconv` or rename it)"
             ) from None
+        if isinstance(action.type, Checked):
+            try:
+                return action.type.check(arg_string, option)
+            except UsageError as exc:
+                raise UsageError(f"{exc}; see `{self.prog} --help`") from None
         return super()._get_value(action, arg_string)
+
+
+def other_spellings(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Each `--long-option`'s other spelling (`--master_port` <-> `--master-port`) that the parser lacks."""
+    found: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        for option in action.option_strings:
+            if option.startswith("--"):
+                for old, new in (("-", "_"), ("_", "-")):
+                    other = "--" + option[2:].replace(old, new)
+                    if other != option and other not in parser._option_string_actions:
+                        found[other] = action
+    return found
 
 
 def build_parser() -> _Parser:
     """All subcommands and their options."""
     from . import diagnose, follow, generate, launch
 
-    parser = _Parser(prog="hpcdist", description="MPI-first HPC job toolkit for PyTorch.")
+    parser = _Parser(
+        prog="hpcdist",
+        description="MPI-first HPC job toolkit for PyTorch.",
+        epilog="Options are never abbreviated. Every --long-option is also taken with '_' for '-' (--master_port "
+        "for --master-port), as torchrun takes them.",
+    )
     parser.add_argument("--version", action="version", version=f"hpcdist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     launch.add_parsers(sub)
@@ -83,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnicodeEncodeError as exc:
         print(
             f"hpcdist: error: cannot write {exc.object[exc.start : exc.end]!r} in this output's encoding "
-            f"({exc.encoding}); use a UTF-8 locale (e.g. LANG=C.UTF-8) or write to a file with -o",
+            f"({exc.encoding}); use a UTF-8 locale (e.g. LANG=C.UTF-8) or send the output to a file",
             file=sys.stderr,
         )
         return 2

@@ -12,7 +12,7 @@ from ..bench.plan import COLLECTIVES, DTYPES, OPS, BenchOptions
 from ..doctor.facts import DEFAULT_TIMEOUT, STATUSES
 from ..errors import UsageError
 from ..values import BACKENDS
-from .types import count, seconds
+from .types import Seconds, Size, Whole, count
 
 __all__ = ["COMMANDS", "add_parsers", "bench", "bench_options", "doctor"]
 
@@ -38,22 +38,24 @@ def _add_bench(subparsers: Any) -> None:
         choices=[*COLLECTIVES, "ddp"],
         help="the operation to time, or ddp (may be left out with --from)",
     )
-    p.add_argument("-b", "--minbytes", help="smallest size in bytes (default: 32M)")
-    p.add_argument("-e", "--maxbytes", help="largest size in bytes (default: 32M)")
+    p.add_argument("-b", "--minbytes", type=Size(), help="smallest size in bytes (default: 32M)")
+    p.add_argument("-e", "--maxbytes", type=Size(), help="largest size in bytes (default: 32M)")
     step = p.add_mutually_exclusive_group()
-    step.add_argument("-f", "--stepfactor", type=int, help="multiply the size by this (default: 1)")
-    step.add_argument("-i", "--stepbytes", help="add this many bytes to the size (default: 1M when -f is 1)")
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size or DDP steps (default: 20)")
+    step.add_argument("-f", "--stepfactor", type=count, help="multiply the size by this (default: 1)")
+    step.add_argument(
+        "-i", "--stepbytes", type=Size(), help="add this many bytes to the size (default: 1M when -f is 1)"
+    )
+    p.add_argument("-n", "--iters", type=count, default=20, help="timed iterations per size or DDP steps (default: 20)")
     p.add_argument(
-        "-w", "--warmup", "--warmup_iters", type=int, default=5, help="untimed iterations first (default: 5)"
+        "-w", "--warmup", "--warmup_iters", type=Whole(0), default=5, help="untimed iterations first (default: 5)"
     )
     p.add_argument(
         "--rounds",
-        type=int,
+        type=count,
         help="split the -n iterations into this many rounds, interleaved across "
         "backends, and report the median round (default: 5 when comparing, else 1 like nccl-tests)",
     )
-    p.add_argument("-c", "--check", type=int, help="result checks per size; 0 skips them (default: 1)")
+    p.add_argument("-c", "--check", type=Whole(0), help="result checks per size; 0 skips them (default: 1)")
     p.add_argument(
         "--backend",
         default="auto",
@@ -64,10 +66,10 @@ def _add_bench(subparsers: Any) -> None:
     p.add_argument(
         "-o", "--op", help=f"reduction for all_reduce, reduce_scatter, reduce: {', '.join(OPS)} (default: sum)"
     )
-    p.add_argument("-r", "--root", type=int, help="root rank for broadcast and reduce (default: 0)")
+    p.add_argument("-r", "--root", type=Whole(0), help="root rank for broadcast and reduce (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--reference", action="store_true", help="also time raw mpi4py on numpy buffers, row by row")
-    p.add_argument("--timeout", type=seconds, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    p.add_argument("--timeout", type=Seconds(), help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
     p.add_argument(
         "--plot",
         metavar="FILE.png",
@@ -131,7 +133,7 @@ def _add_doctor(subparsers: Any) -> None:
     doctor.add_argument("--mpirun", help="the mpirun to check (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     doctor.add_argument(
         "--timeout",
-        type=seconds,
+        type=Seconds(),
         default=DEFAULT_TIMEOUT,
         help=f"seconds each probe may take (default {DEFAULT_TIMEOUT:g})",
     )
@@ -149,8 +151,6 @@ def _add_doctor(subparsers: Any) -> None:
 
 def doctor(args: argparse.Namespace) -> int:
     """`hpcdist doctor`: gather facts, run the checks, print them; 1 if any check failed."""
-    if not args.timeout > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
     from ..doctor.checks import run_checks
     from ..doctor.probe import gather_facts
 

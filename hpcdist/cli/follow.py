@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .types import rank, seconds
+from .types import Seconds, rank
 
 if TYPE_CHECKING:  # the jobs wing is imported when a command runs, not when the CLI parses
     from ..jobs.slurmjob import JobInfo
@@ -32,7 +32,6 @@ def add_parsers(sub: Any) -> None:
     """Add `status` and `logs` to the CLI's subparsers."""
     st = sub.add_parser(
         "status",
-        allow_abbrev=False,
         help="a Slurm job's state, exit code, nodes and output files (from scontrol; no slurmdbd needed)",
         description="Slurm forgets a job MinJobAge (300 s by default) after it ends; without slurmdbd, "
         "status works until then. An array job shows one line per task.",
@@ -47,14 +46,13 @@ def add_parsers(sub: Any) -> None:
     )
     st.add_argument(
         "--timeout",
-        type=seconds,
+        type=Seconds(),
         default=_FOLLOW_SECONDS,
         metavar="SECONDS",
         help=f"with --wait: give up after this long (default: {_FOLLOW_SECONDS:g})",
     )
     lg = sub.add_parser(
         "logs",
-        allow_abbrev=False,
         help="print a Slurm job's output (or one rank's), and with --follow keep printing until the job ends",
         description="The job's StdOut and StdErr files as scontrol names them; --rank reads the rank's own file "
         "when the job was generated with --log-dir (--launch torchrun: the latest run's stdout.log and stderr.log "
@@ -65,7 +63,7 @@ def add_parsers(sub: Any) -> None:
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the job ends")
     lg.add_argument(
         "--timeout",
-        type=seconds,
+        type=Seconds(),
         default=_FOLLOW_SECONDS,
         metavar="SECONDS",
         help=f"with --follow: give up after this long (default: {_FOLLOW_SECONDS:g})",

@@ -1,4 +1,4 @@
-"""The job-generation commands (`hpcdist sbatch`, `hostfile`, `torchrun`, `examples`): argparse -> spec -> text."""
+"""The job-generation commands (`hpcdist sbatch`, `hostfile`, `torchrun`): argparse -> spec -> text."""
 
 from __future__ import annotations
 
@@ -10,19 +10,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .types import add_output_options, count, rank, whole
+from .types import Later, Whole, WholeOrWord, add_output_options, count, port, rank
 
 __all__ = ["COMMANDS", "add_parsers", "emit"]
 
+_COUNTS = ("OMP_NUM_THREADS",)  # the environment settings that are counts, checked as every count is
 _NO_SBATCH = ", or drop --submit to write the script only"  # what `hpcdist sbatch --submit` can do without sbatch
 
 
 def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
-    """--template-dir and -o, plus the environment options when `env`."""
+    """--template-dir and --write, plus the environment options when `env`."""
     p.add_argument(
         "--template-dir", metavar="DIR", help="templates searched before $HPCDIST_TEMPLATE_DIR and the bundled set"
     )
-    p.add_argument("-o", "--write", metavar="FILE", help="write to FILE instead of printing")
+    p.add_argument("--write", metavar="FILE", help="write the text to FILE instead of printing it")
     if not env:
         return
     from ..jobs.profiles import PROFILES, SETTINGS
@@ -39,7 +40,9 @@ def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
     )
     g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a variable (repeatable)")
     for option, name, help_text in SETTINGS:
-        g.add_argument(option, dest=name, metavar="VALUE", help=f"{name}: {help_text}")
+        action = g.add_argument(option, dest=name, metavar="VALUE", help=f"{name}: {help_text}")
+        if name in _COUNTS:
+            action.type = WholeOrWord(1)
 
 
 def add_parsers(sub: Any) -> None:
@@ -48,29 +51,39 @@ def add_parsers(sub: Any) -> None:
 
     sb = sub.add_parser(
         "sbatch",
-        allow_abbrev=False,
         help="write an sbatch script that launches a program on Slurm",
         description="Options as sbatch's; everything after `--` is the program each rank runs.",
     )
     a = sb.add_argument_group("allocation (as sbatch)")
     a.add_argument("-N", "--nodes", type=count, help="nodes (default: 1, or the nodes --include names)")
     a.add_argument("--ntasks-per-node", type=count, help="ranks per node (default: --gpus-per-node, else 1)")
-    a.add_argument("--gpus-per-node", metavar="[TYPE:]N", help="GPUs per node, e.g. 8 or a100:8")
+    a.add_argument(
+        "--gpus-per-node",
+        type=Later("..jobs.sbatch", "gpu_count"),
+        metavar="[TYPE:]N",
+        help="GPUs per node, e.g. 8 or a100:8",
+    )
     a.add_argument("-c", "--cpus-per-task", type=count, help="CPUs per rank")
     for flag, short, help_text in (
-        ("--mem", None, "memory per node, e.g. 64G (0 = all)"),
-        ("--time", "-t", "time limit, e.g. 4:00:00 or 1-12"),
         ("--partition", "-p", None),
         ("--account", "-A", None),
         ("--qos", "-q", None),
         ("--constraint", "-C", None),
         ("--nodelist", "-w", "e.g. node[01-02]"),
         ("--job-name", "-J", None),
-        ("--output", None, "the job's stdout file, e.g. %%x-%%j.out"),
-        ("--error", None, "the job's stderr file"),
+        ("--output", "-o", "the job's stdout file, e.g. %%x-%%j.out"),
+        ("--error", "-e", "the job's stderr file"),
     ):
         a.add_argument(*([short] if short else []), flag, help=help_text)
-    a.add_argument("-a", "--array", metavar="IDS[%LIMIT]", help="a job array, e.g. 0-15, 1,3,5 or 0-31%%4")
+    a.add_argument("--mem", type=Later("..jobs.sbatch", "check_mem"), help="memory per node, e.g. 64G (0 = all)")
+    a.add_argument("-t", "--time", type=Later("..jobs.sbatch", "parse_time"), help="time limit, e.g. 4:00:00 or 1-12")
+    a.add_argument(
+        "-a",
+        "--array",
+        type=Later("..jobs.arrays", "check_array", by_field=False),
+        metavar="IDS[%LIMIT]",
+        help="a job array, e.g. 0-15, 1,3,5 or 0-31%%4",
+    )
     a.add_argument("--exclusive", action="store_true", help="whole nodes only")
     a.add_argument("--include", metavar="NODE@...", help="only these nodes, e.g. n1@n2 or n[1-4] (as --nodelist)")
     a.add_argument("-x", "--exclude", metavar="NODE@...", help="never these nodes, e.g. n3@n[7-8] (as sbatch's)")
@@ -91,12 +104,10 @@ def add_parsers(sub: Any) -> None:
         "by the files installed beside it, as hpcdist mpirun; Open MPI when they do not say)",
     )
     r.add_argument("--torchrun", help="torchrun for --launch torchrun (default: beside --python)")
-    r.add_argument("--master-addr", "--master_addr", dest="master_addr", help="torchrun: default the first node")
+    r.add_argument("--master-addr", help="torchrun: default the first node")
     r.add_argument(
         "--master-port",
-        "--master_port",
-        dest="master_port",
-        type=count,
+        type=port,
         help="torchrun: default a free port the first node holds for the job (bind 0)",
     )
     r.add_argument(
@@ -114,10 +125,15 @@ def add_parsers(sub: Any) -> None:
         "mpirun --bind); none: no binding (default)",
     )
     r.add_argument("--requeue", action="store_true", help="requeue the job when Slurm signals preemption")
-    r.add_argument("--requeue-signal", metavar="SIG@SECONDS", help="with --requeue: signal and lead time (USR1@90)")
+    r.add_argument(
+        "--requeue-signal",
+        type=Later("..jobs.sbatch", "parse_signal"),
+        metavar="SIG@SECONDS",
+        help="with --requeue: signal and lead time (USR1@90)",
+    )
     r.add_argument(
         "--max-restarts",
-        type=whole(0),
+        type=Whole(0),
         default=0,
         metavar="N",
         help="run the launch again after a failure, up to N times, from a loop in the script (default: 0)",
@@ -129,7 +145,6 @@ def add_parsers(sub: Any) -> None:
 
     hf = sub.add_parser(
         "hostfile",
-        allow_abbrev=False,
         help="write an Open MPI or MPICH hostfile",
         description="Hosts from --hosts, --nodelist, or the current Slurm allocation.",
     )
@@ -143,34 +158,23 @@ def add_parsers(sub: Any) -> None:
 
     tr = sub.add_parser(
         "torchrun",
-        allow_abbrev=False,
         help="print a multi-node torchrun command (or --script)",
         description="torchrun's own options; everything after `--` is the training program.",
     )
     tr.add_argument(
         "--nproc-per-node",
-        "--nproc_per_node",
-        dest="nproc_per_node",
+        type=WholeOrWord(1, ("auto", "gpu", "cpu")),
         default="1",
         help="workers per node: a count or auto/gpu/cpu",
     )
     tr.add_argument("--nnodes", type=count, default=1, help="number of nodes (default: 1)")
-    tr.add_argument("--node-rank", "--node_rank", dest="node_rank", type=rank, default=0, help="this node's rank")
-    tr.add_argument("--master-addr", "--master_addr", dest="master_addr", help="address of node rank 0")
-    tr.add_argument("--master-port", "--master_port", dest="master_port", type=count, help="its port")
+    tr.add_argument("--node-rank", type=rank, default=0, help="this node's rank")
+    tr.add_argument("--master-addr", help="address of node rank 0")
+    tr.add_argument("--master-port", type=port, help="its port")
     tr.add_argument("--torchrun", default="torchrun", help="the torchrun to run (default: torchrun)")
     tr.add_argument("--script", action="store_true", help="a per-node script taking the node rank as $1")
     _common(tr)
     tr.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
-
-    ex = sub.add_parser(
-        "examples",
-        allow_abbrev=False,
-        help="check (or --write) hostfiles/, slurm/ and templates/",
-        description="The example files are rendered from the bundled templates.",
-    )
-    ex.add_argument("--write", action="store_true", help="regenerate the files instead of checking them")
-    ex.add_argument("--root", default=".", help="the project directory (default: .)")
 
 
 def _program(words: Sequence[str], command: str) -> tuple[str, ...]:
@@ -230,7 +234,7 @@ def _check_shell(text: str, what: str, culprit: str) -> None:
 
 
 def _sbatch(args: argparse.Namespace) -> int:
-    """`hpcdist sbatch`: print the script, write it (-o) and/or submit it (--submit)."""
+    """`hpcdist sbatch`: print the script, write it (--write) and/or submit it (--submit)."""
     from ..jobs.local import local_tools
     from ..jobs.render import make_environment
     from ..jobs.sbatch import SbatchSpec, render_sbatch
@@ -365,16 +369,8 @@ def _torchrun(args: argparse.Namespace) -> int:
     return 0
 
 
-def _examples(args: argparse.Namespace) -> int:
-    """`hpcdist examples`: report drift of the example files from the templates, or rewrite them (--write)."""
-    from ..jobs.examples import examples
-
-    return examples(args.root, args.write)
-
-
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "sbatch": _sbatch,
     "hostfile": _hostfile,
     "torchrun": _torchrun,
-    "examples": _examples,
 }

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .types import add_output_options, count, digits, seconds, whole
+from .types import Seconds, Whole, add_output_options, count
 
 if TYPE_CHECKING:
     from ..launching.options import MpirunOptions
@@ -34,7 +34,7 @@ def add_parsers(sub: Any) -> None:
         help="run a program (e.g. an unmodified torchrun-style script) under mpirun (Open MPI, MPICH or Intel MPI)",
         description="Everything after `--` is the program each rank runs.",
     )
-    mpirun.add_argument("-np", "-n", "--np", dest="np", type=int, help="number of ranks (default: all slots)")
+    mpirun.add_argument("-np", "-n", "--np", dest="np", type=count, help="number of ranks (default: all slots)")
     mpirun.add_argument("--hostfile", "-hostfile", "--machinefile", "-machinefile", help="Open MPI or MPICH hostfile")
     mpirun.add_argument("-H", "--host", "-host", dest="hosts", help="hosts and slots, e.g. a:2,b:2")
     _selection_options(mpirun)
@@ -75,7 +75,7 @@ def add_parsers(sub: Any) -> None:
     )
     mpirun.add_argument(
         "--max-restarts",
-        type=whole(0),
+        type=Whole(0),
         default=0,
         metavar="N",
         help="start the whole job again after a failure, up to N times (default: 0); each attempt exports "
@@ -90,7 +90,7 @@ def add_parsers(sub: Any) -> None:
     )
     mpirun.add_argument(
         "--heartbeat-timeout",
-        type=float,
+        type=Seconds(off=True),
         metavar="SECONDS",
         help="end the job when a running rank's heartbeat (its tagger's, every sixth of this, at most 5 s) is not "
         "heard for this long, naming the rank and its host (default: $HPCDIST_HEARTBEAT_TIMEOUT or 30; 0: off)",
@@ -124,24 +124,24 @@ def add_parsers(sub: Any) -> None:
         help=f"workloads to run in order: {', '.join(WORKLOADS)}",
     )
     run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
-    run.add_argument("--timeout", type=seconds, help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    run.add_argument("--timeout", type=Seconds(), help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
     _workload_options(run)
 
 
 def _workload_options(parser: Any) -> None:
     """Every workload's own options for `hpcdist run`, one group per workload (never imports torch).
 
-    Values are parsed here and checked where WorkloadOptions are made (workload_options), as the API's are.
+    Counts are checked here as WorkloadOptions checks them (workload_options), which a Python caller builds too.
     """
     from ..workloads import MAX_SEED
 
     ddp = parser.add_argument_group("ddp", "options of the ddp workload")
-    ddp.add_argument("--epochs", type=digits, default=3, help="epochs to train (default: 3)")
-    ddp.add_argument("--batch-size", type=digits, default=32, help="samples per rank per step (default: 32)")
-    ddp.add_argument("--samples", type=digits, default=2048, help="size of the synthetic data set (default: 2048)")
+    ddp.add_argument("--epochs", type=count, default=3, help="epochs to train (default: 3)")
+    ddp.add_argument("--batch-size", type=count, default=32, help="samples per rank per step (default: 32)")
+    ddp.add_argument("--samples", type=count, default=2048, help="size of the synthetic data set (default: 2048)")
     ddp.add_argument(
         "--seed",
-        type=digits,
+        type=Whole(0, MAX_SEED),
         default=0,
         help=f"seed of the data, the model and the shuffling, 0 to {MAX_SEED} (default: 0)",
     )
@@ -157,7 +157,7 @@ def _workload_options(parser: Any) -> None:
     )
     ddp.add_argument(
         "--stop-after-epoch",
-        type=digits,
+        type=count,
         metavar="N",
         help="stop after epoch N has been checkpointed, as if the job had been killed (for tests)",
     )

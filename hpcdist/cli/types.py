@@ -1,51 +1,125 @@
-"""argparse types shared by the subcommands: whole numbers and seconds, bounded as every wing bounds them."""
+"""argparse types shared by the subcommands: every count, duration and size is checked here, at parse time.
+
+Each type is a `Checked`: `_Parser` hands it the option's name, so a refusal names the option and shows a value
+that works. The parse itself is values.py's (ASCII digits only), shared with the Python API and the environment.
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 from ..errors import UsageError
-from ..values import MAX_COUNT, check_seconds, parse_seconds, parse_whole
+from ..values import MAX_COUNT, check_count, check_seconds, parse_seconds, parse_whole
 
-__all__ = ["add_output_options", "count", "digits", "rank", "seconds", "whole"]
-
-
-def whole(low: int, high: int = MAX_COUNT) -> Callable[[str], int]:
-    """An argparse type: a whole number in ASCII digits from `low` to `high`."""
-
-    def parse(text: str) -> int:
-        number = parse_whole(text)
-        if number is None or number < low:
-            raise argparse.ArgumentTypeError(f"must be a whole number of at least {low}, got {text!r}")
-        if number > high:
-            raise argparse.ArgumentTypeError(f"must be at most {high}, got {text!r}")
-        return number
-
-    return parse
+__all__ = [
+    "Checked",
+    "Later",
+    "Seconds",
+    "Size",
+    "Whole",
+    "WholeOrWord",
+    "add_output_options",
+    "count",
+    "port",
+    "rank",
+]
 
 
-def digits(text: str) -> int:
-    """An argparse type: a whole number in ASCII digits, its range checked where the options it fills are made."""
-    number = parse_whole(text)
-    if number is None:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}")
-    return number
+class Checked:
+    """An argparse type that refuses what is not of its kind: check(text, option) raises UsageError."""
+
+    def check(self, text: str, option: str) -> object:
+        """The value `text` spells for `option`, else UsageError saying what is wrong and what works."""
+        raise NotImplementedError
+
+    def __call__(self, text: str) -> object:
+        return self.check(text, "the value")
 
 
-count = whole(1)  # nodes, tasks, slots, ports (callers check narrower ranges)
-rank = whole(0)  # a node rank or rank index
+class Whole(Checked):
+    """A whole number in ASCII digits (no sign, blank, `_` or other scripts' digits) from `low` to `high`."""
+
+    def __init__(self, low: int, high: int = MAX_COUNT) -> None:
+        self.low, self.high = low, high
+
+    def check(self, text: str, option: str) -> int:
+        number = parse_whole(text) if text == text.strip() else None
+        how = f"e.g. {option} {max(self.low, 1)}"
+        if number is None:
+            raise UsageError(
+                f"{option} {text!r} is not a whole number; write it in ASCII digits 0-9 alone (no sign, blank or "
+                f"'_'), {how}"
+            )
+        if number > self.high:  # shown as typed: a number of more than 19 digits is parsed as a stand-in
+            shown = text if len(text) <= 19 else f"a number of {len(text)} digits"
+            raise UsageError(f"{option} must be at most {self.high}, got {shown}; {how}")
+        return check_count(number, option, self.low, how, self.high)
 
 
-def seconds(text: str) -> float:
-    """An argparse type: a timeout in seconds, finite, above 0 and at most values.MAX_SECONDS."""
-    value = parse_seconds(text)
-    if value is None:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}")
-    try:
-        return check_seconds(value, "the timeout", "e.g. --timeout 300")
-    except UsageError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+class WholeOrWord(Checked):
+    """A whole number as Whole, or one of `words` (torchrun's `--nproc-per-node auto`); kept as text."""
+
+    def __init__(self, low: int, words: tuple[str, ...] = ()) -> None:
+        self.whole, self.words = Whole(low), words
+
+    def check(self, text: str, option: str) -> str:
+        if text in self.words:
+            return text
+        try:
+            self.whole.check(text, option)
+        except UsageError as exc:
+            raise UsageError(f"{exc}, or one of {', '.join(self.words)}" if self.words else str(exc)) from None
+        return text
+
+
+class Seconds(Checked):
+    """A number of seconds in ASCII digits (`300`, `2.5`), above 0 and at most 30 days; 0 too when `off`."""
+
+    def __init__(self, off: bool = False) -> None:
+        self.off = off
+
+    def check(self, text: str, option: str) -> float:
+        value = parse_seconds(text)
+        off = " (0: off)" if self.off else ""
+        if value is None:
+            raise UsageError(
+                f"{option} {text!r} is not a number of seconds; write ASCII digits with an optional fraction, "
+                f"e.g. {option} 30{off}"
+            )
+        if self.off and value == 0:
+            return 0.0
+        return check_seconds(value, option, f"e.g. {option} 30{off}")
+
+
+class Later(Checked):
+    """A value the wing that uses it checks (`time` -> hpcdist.jobs.sbatch.parse_time), imported only when given."""
+
+    def __init__(self, module: str, name: str, by_field: bool = True) -> None:
+        self.module, self.name, self.by_field = module, name, by_field  # by_field: it names options by a callable
+
+    def check(self, text: str, option: str) -> str:
+        import importlib
+
+        check = getattr(importlib.import_module(self.module, __package__), self.name)
+        check(text, (lambda _field: option) if self.by_field else option)
+        return text
+
+
+class Size(Checked):
+    """A size in bytes as nccl-tests writes it (`8`, `64K`, `128M`, `1G`); kept as text, no blanks around it."""
+
+    def check(self, text: str, option: str) -> str:
+        from ..bench.plan import parse_size
+
+        if text != text.strip():
+            raise UsageError(f"{option} {text!r} has blanks around it; write the size alone, e.g. {option} 64M")
+        parse_size(text, option)
+        return text
+
+
+count = Whole(1)  # nodes, tasks, slots, ranks per node
+rank = Whole(0)  # a node rank or rank index
+port = Whole(1, 65535)
 
 
 def add_output_options(parser: argparse.ArgumentParser, script: bool = False) -> None:
@@ -64,7 +138,7 @@ def add_output_options(parser: argparse.ArgumentParser, script: bool = False) ->
     if not script:
         g.add_argument(
             "--tail",
-            type=whole(0),
+            type=Whole(0),
             metavar="N",
             help="lines of a failed rank's output the failure summary shows (default: 20)",
         )

@@ -1,4 +1,7 @@
-"""The example files (hostfiles/, slurm/, templates/) rendered from the bundled templates; check or --write them."""
+"""The checkout's example files (hostfiles/, slurm/, templates/) rendered from the bundled templates.
+
+`python -m hpcdist.jobs.examples` checks them, `--write` regenerates them (`make examples`).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from .sbatch import SbatchSpec, render_sbatch
 if TYPE_CHECKING:
     import jinja2
 
-__all__ = ["EXAMPLES", "check_examples", "examples", "render_examples", "write_examples"]
+__all__ = ["EXAMPLES", "check_examples", "examples", "main", "render_examples", "write_examples"]
 
 _PYTHON = ".venv/bin/python"  # the venv `make env` creates; jobs are submitted from the project directory
 _SEED_HOSTS = (HostSlots("ip-26-0-162-46", 8), HostSlots("ip-26-0-162-239", 8))
@@ -91,6 +94,7 @@ EXAMPLES: dict[str, Callable[[jinja2.Environment], str]] = {
     ),
 }
 _GENERATED_DIRS = ("hostfiles", "slurm")
+_COMMAND = "python -m hpcdist.jobs.examples"  # a maintainer's command for the project's checkout, not a user's
 
 
 def render_examples() -> dict[str, str]:
@@ -108,7 +112,7 @@ def _check_root(root: str) -> None:
     """Raise UsageError unless `root` is a directory (the project's)."""
     if not os.path.isdir(root):
         what = "does not exist" if not os.path.exists(root) else "is not a directory"
-        raise UsageError(f"--root {root!r} {what}; give the project directory (the one holding hostfiles/ and slurm/)")
+        raise UsageError(f"{root!r} {what}; give the project directory (the one holding hostfiles/ and slurm/)")
 
 
 def check_examples(root: str) -> list[str]:
@@ -161,17 +165,32 @@ def write_examples(root: str) -> list[str]:
 
 
 def examples(root: str, write: bool) -> int:
-    """`hpcdist examples [--write] [--root DIR]`: report the example files' drift (status 1), or rewrite them."""
+    """Report the example files' drift under `root` (status 1), or rewrite them (`write`)."""
     if write:
         for path in write_examples(root):
             print(f"wrote {path}")
         return 0
     problems = check_examples(root)
     for problem in problems:
-        print(f"hpcdist: {problem}", file=sys.stderr)
+        print(f"{_COMMAND}: {problem}", file=sys.stderr)
     if problems:
-        print(
-            "hpcdist: regenerate them with `hpcdist examples --write`",
-            file=sys.stderr,
-        )
+        print(f"{_COMMAND}: regenerate them with `{_COMMAND} --write`", file=sys.stderr)
     return 1 if problems else 0
+
+
+def main(argv: list[str]) -> int:
+    """`python -m hpcdist.jobs.examples [--write] [ROOT]`: for the project's checkout (ROOT: default .)."""
+    write = "--write" in argv
+    rest = [word for word in argv if word != "--write"]
+    if len(rest) > 1 or any(word.startswith("-") for word in rest):
+        print(f"usage: {_COMMAND} [--write] [ROOT]", file=sys.stderr)
+        return 2
+    try:
+        return examples(rest[0] if rest else ".", write)
+    except UsageError as exc:
+        print(f"{_COMMAND}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

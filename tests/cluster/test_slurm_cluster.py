@@ -166,7 +166,7 @@ def test_each_launch_mode_runs_the_workloads_and_a_requeued_job_resumes_to_an_un
     whole_dir, cut_dir = tmp_path / "whole", tmp_path / "cut"
     start = time.monotonic()
     workloads = rankrun(venv, whole_dir, "run", "p2p", "allreduce", *_DDP, "--checkpoint-dir", str(whole_dir))
-    kept = ["-o", str(whole_dir / "kept.sbatch")] if launch == "torchrun" else []  # else sbatch reads a temp file
+    kept = ["--write", str(whole_dir / "kept.sbatch")] if launch == "torchrun" else []  # else sbatch reads a temp file
     options = ["--launch", launch, *_OPTIONS[launch], "--submit", *kept]
     submitted = cluster.run(*sbatch_argv(venv, *options, program=workloads), cwd=whole_dir, timeout=120)
     assert submitted.returncode == 0 and submitted.stderr == "", submitted.stdout + submitted.stderr

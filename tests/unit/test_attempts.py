@@ -160,7 +160,7 @@ def test_run_attempts_restarts_with_a_new_token_each_time_and_reports(capsys: py
     (["--min-np", "2"], "--min-np only matters when a restart leaves a lost host out; give --max-restarts N too"),
     (["--max-restarts", "1", "--min-np", "5"], "--min-np 5 is more than -np 4; give --min-np at most 4"),
     (["--max-restarts", "1", "--script", "-"], "--max-restarts is carried out by hpcdist mpirun while it runs"),
-    (["--max-restarts", "-1"], "argument --max-restarts: must be a whole number of at least 0"),
+    (["--max-restarts", "-1"], "--max-restarts '-1' is not a whole number"),
 ])  # fmt: skip
 def test_restart_options_that_cannot_work(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     assert main(["mpirun", "--mpirun", "mpirun", "-np", "4", *argv, "--", "x"]) == 2

@@ -245,21 +245,21 @@ def test_the_defaults_are_nccl_tests() -> None:
     [
         (["all_gather", "--op", "sum"], "--op sum: all_gather moves data and does not reduce; drop --op"),
         (["all_reduce", "--root", "1"], "--root 1: all_reduce has no root .*; drop --root"),
-        (["broadcast", "--root", "-2"], "--root -2 is not a rank"),
+        (["broadcast", "--root", "-2"], "--root '-2' is not a whole number"),
         (["all_reduce", "--op", "xor"], "unknown --op 'xor' for all_reduce; choose one of sum, prod, min, max, avg"),
         (["all_reduce", "-d", "uint64"], "unknown --dtype 'uint64'; choose one of float32, float64"),
         (["all_reduce", "-d", "bfloat16", "--reference"], "numpy has no bfloat16"),
         (["all_reduce", "-o", "avg", "--reference"], "MPI has no avg reduction"),
         (["all_reduce", "-b", "1M", "-e", "8"], "-b 1048576 is larger than -e 8"),
-        (["all_reduce", "-b", "lots"], "-b 'lots' is not a size in bytes"),
-        (["all_reduce", "-n", "0"], "-n 0 must be at least 1"),
-        (["all_reduce", "-f", "0"], "-f 0 must be at least 1"),
+        (["all_reduce", "-b", "lots"], "--minbytes 'lots' is not a size in bytes"),
+        (["all_reduce", "-n", "0"], "--iters must be at least 1, got 0"),
+        (["all_reduce", "-f", "0"], "--stepfactor must be at least 1, got 0"),
         (["all_reduce", "-i", "0"], "-i 0 must be a positive number of bytes"),
         (
             ["all_reduce", "-n", "4", "--rounds", "5"],
             "--rounds 5 must be between 1 and -n \\(4\\).*raise -n or lower --rounds",
         ),
-        (["all_reduce", "--rounds", "0"], "--rounds 0 must be between 1 and -n"),
+        (["all_reduce", "--rounds", "0"], "--rounds must be at least 1, got 0"),
     ],
 )
 def test_mistakes_are_usage_errors_that_say_how_to_fix_them(argv: list[str], message: str) -> None:
@@ -448,7 +448,7 @@ def test_bench_ddp_options() -> None:
         (["-d", "float32"], "-d is for collective benchmarks"),
         (["--rounds", "2"], "--rounds is for collective benchmarks"),
         (["--reference"], "--reference times raw mpi4py collectives; bench ddp has no raw-MPI step"),
-        (["-n", "0"], "-n 0 must be at least 1"),
+        (["-n", "0"], "--iters must be at least 1, got 0"),
         (["--backend", "mpi,mpi"], "names mpi twice"),
     ],
 )

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_no_example_file_drifts_from_the_templates() -> None:
     problems = check_examples(str(ROOT))
-    assert not problems, "\n".join(problems) + "\nregenerate with: hpcdist examples --write"
+    assert not problems, "\n".join(problems) + "\nregenerate with: make examples"
 
 
 def test_localhost_stays_what_make_demo_uses() -> None:

@@ -201,8 +201,8 @@ def test_the_tagger_beats_while_the_rank_holds_the_gil_and_the_log_has_no_beat(t
 
 @pytest.mark.parametrize(
     ("argv", "environ", "message"),
-    [(["--heartbeat-timeout", "-5"], {}, "--heartbeat-timeout must be a positive number of seconds, got -5.0"),
-     (["--heartbeat-timeout", "-5", "--dry-run"], {}, "--heartbeat-timeout must be a positive number of seconds"),
+    [(["--heartbeat-timeout", "-5"], {}, "--heartbeat-timeout '-5' is not a number of seconds"),
+     (["--heartbeat-timeout", "-5", "--dry-run"], {}, "--heartbeat-timeout '-5' is not a number of seconds"),
      ([], {"HPCDIST_HEARTBEAT_TIMEOUT": "later"}, "HPCDIST_HEARTBEAT_TIMEOUT='later' must be a positive number")],
 )  # fmt: skip
 def test_the_cli_refuses_a_bad_limit_before_it_starts_anything(

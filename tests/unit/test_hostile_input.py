@@ -11,6 +11,7 @@ import pytest
 
 from hpcdist.cli import INTERNAL_ERROR, main
 from hpcdist.errors import UsageError, WaitTimeout
+from hpcdist.jobs.examples import main as examples_main
 from hpcdist.jobs.profiles import parse_env_file
 from hpcdist.launching.hostfile import HostSlots, parse_hostfile
 from hpcdist.runtime.bootstrap import job_timeout
@@ -63,18 +64,18 @@ DRY = ("mpirun", "--dry-run", "--mpirun", "mpirun")
     ("argv", "needle"),
     [
         ((*DRY, "-np", "9999999999", "--", "x"), "-np must be at most 2147483647"),
-        ((*DRY, "-np", HUGE, "--", "x"), "invalid int value"),
+        ((*DRY, "-np", HUGE, "--", "x"), "-np must be at most 2147483647, got a number of 5000 digits"),
         ((*DRY, "-H", f"a:{HUGE}", "--", "x"), "slots must be at most"),
         (("sbatch", "--nodes", "99999999999", "--", "x"), "must be at most 2147483647"),
         (("sbatch", "--nodes", HUGE, "--", "x"), "must be at most"),
-        (("sbatch", "--nodes", "²", "--", "x"), "must be a whole number"),
+        (("sbatch", "--nodes", "²", "--", "x"), "--nodes '²' is not a whole number"),
         (("sbatch", "--nodes", "65536", "--ntasks-per-node", "65536", "--", "x"), "more than the 2147483647 ranks"),
         (("sbatch", "--requeue", "--requeue-signal", "USR1@²", "--", "x"), "--requeue-signal 'USR1@²'"),
         (("sbatch", "--requeue", "--requeue-signal", f"USR1@{HUGE}", "--", "x"), "1 to 65535 seconds"),
         (("sbatch", "--gpus-per-node", HUGE, "--", "x"), "--gpus-per-node"),
         (("torchrun", "--master-port", HUGE, "--", "t.py"), "--master-port"),
-        (("torchrun", "--master-port", "70000", "--", "t.py"), "between 1 and 65535"),
-        (("torchrun", "--nproc-per-node", "²", "--", "t.py"), "--nproc_per_node '²'"),
+        (("torchrun", "--master-port", "70000", "--", "t.py"), "--master-port must be at most 65535, got 70000"),
+        (("torchrun", "--nproc-per-node", "²", "--", "t.py"), "--nproc-per-node '²' is not a whole number"),
         (("hostfile", "--hosts", "a", "--slots", HUGE), "--slots"),
         (("run", "ddp", "--epochs", HUGE), "--epochs"),
         (("run", "ddp", "--seed", HUGE), "--seed"),
@@ -108,8 +109,8 @@ def test_hpcdist_timeout_must_be_finite_positive_seconds(value: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (("-b", "9" * 400 + "G"), "-b '9"),
-        (("-e", "2T"), "-e '2T' is not a size"),
+        (("-b", "9" * 400 + "G"), "--minbytes '9"),
+        (("-e", "2T"), "--maxbytes '2T' is not a size"),
         (("-e", "2048G"), "more than 1T"),
         (("-b", "0", "-e", "1G", "-i", "1"), "more than 1000 sizes"),
         (("-b", "٨"), "is not a size in bytes"),
@@ -122,7 +123,7 @@ def test_bench_sizes_that_overflow(capsys: pytest.CaptureFixture[str], argv: tup
 # Text: non-ASCII, undecodable bytes, broken site templates.
 def test_a_non_ascii_job_name_is_written_with_o(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     target = tmp_path / "job.sbatch"
-    assert run(capsys, "sbatch", "-J", "héllo 中", "-o", str(target), "--", "x") == (0, "", "")
+    assert run(capsys, "sbatch", "-J", "héllo 中", "--write", str(target), "--", "x") == (0, "", "")
     assert '#SBATCH --job-name="héllo 中"' in target.read_text(encoding="utf-8")
 
 
@@ -160,15 +161,25 @@ def test_files_and_directories_mixed_up(capsys: pytest.CaptureFixture[str], tmp_
     afile.write_text("x\n")
     assert "is a file, not a directory" in refused(capsys, "run", "ddp", "--checkpoint-dir", str(afile))
     assert "is a file, not a directory" in refused(capsys, "run", "ddp", "--checkpoint-dir", str(afile / "sub"))
-    assert "is not a directory" in refused(capsys, "examples", "--root", str(afile))
-    assert "does not exist" in refused(capsys, "examples", "--write", "--root", str(tmp_path / "nothing"))
     assert "is not a directory" in refused(capsys, "sbatch", "--template-dir", str(afile), "--", "x")
-    assert "cannot write" in refused(capsys, "sbatch", "-o", str(tmp_path), "--", "x")
+    assert "cannot write" in refused(capsys, "sbatch", "--write", str(tmp_path), "--", "x")
     assert "cannot read hostfile" in refused(capsys, *DRY, "--hostfile", str(tmp_path), "--", "x")
     assert "cannot read env file" in refused(capsys, "sbatch", "--env-file", str(tmp_path), "--", "x")
+
+
+def test_the_examples_module_refuses_a_wrong_root(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
     (tmp_path / "proj" / "hostfiles").mkdir(parents=True)
     (tmp_path / "proj" / "slurm").write_text("a file where the examples' folder goes\n")
-    assert "cannot write" in refused(capsys, "examples", "--write", "--root", str(tmp_path / "proj"))
+    for argv, needle in (
+        ([str(afile)], f"{str(afile)!r} is not a directory"),
+        (["--write", str(tmp_path / "nothing")], "does not exist"),
+        (["--write", str(tmp_path / "proj")], "cannot write"),
+    ):
+        assert examples_main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("python -m hpcdist.jobs.examples: error: ") and needle in err, err
 
 
 @pytest.mark.parametrize("kind", ["a directory", "not executable", "missing"])
@@ -273,7 +284,7 @@ def test_a_setup_line_that_breaks_the_script(capsys: pytest.CaptureFixture[str],
 
 
 def test_a_broken_script_is_not_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    refused(capsys, "sbatch", "--setup", "done", "-o", str(tmp_path / "job.sbatch"), "--", "x")
+    refused(capsys, "sbatch", "--setup", "done", "--write", str(tmp_path / "job.sbatch"), "--", "x")
     assert not (tmp_path / "job.sbatch").exists()
 
 

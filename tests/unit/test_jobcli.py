@@ -11,6 +11,7 @@ import pytest
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
+from hpcdist.jobs.examples import main as examples_main
 from hpcdist.jobs.profiles import env_warnings, job_environment, parse_env_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def test_hostfile_from_a_nodelist(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_hostfile_from_hosts_in_mpich_form_to_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     target = tmp_path / "hosts"
-    assert run(capsys, "hostfile", "--hosts", "a,b", "--slots", "8", "--format", "mpich", "-o", str(target)) == (
+    assert run(capsys, "hostfile", "--hosts", "a,b", "--slots", "8", "--format", "mpich", "--write", str(target)) == (
         0,
         "",
         "",
@@ -85,7 +86,7 @@ def test_sbatch_prints_and_writes(
     assert status == 0 and err == "" and out.startswith("#!/bin/bash\n")
     assert "export NCCL_SOCKET_IFNAME='^lo,docker0'\n" in out and "/venv/bin/python -m hpcdist.shim -- python" in out
     script = tmp_path / "job.sbatch"
-    assert run(capsys, *argv[:1], "-o", str(script), *argv[1:]) == (0, "", "")
+    assert run(capsys, *argv[:1], "--write", str(script), *argv[1:]) == (0, "", "")
     assert script.read_text() == out and os.access(script, os.X_OK)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     status, _, err = run(capsys, *argv[:1], "--submit", *argv[1:])
@@ -188,8 +189,11 @@ def test_torchrun_prints_the_seed_command(capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["sbatch", "--bogus", "--", "x"], "unrecognized arguments: --bogus"),
-        (["sbatch", "--nodes", "0", "--", "x"], "--nodes: must be a whole number of at least 1"),
+        (
+            ["sbatch", "--bogus", "--", "x"],
+            "unknown option --bogus for `hpcdist sbatch`; see `hpcdist sbatch --help` for its options",
+        ),
+        (["sbatch", "--nodes", "0", "--", "x"], "--nodes must be at least 1, got 0; e.g. --nodes 1"),
         (["sbatch", "--ntasks-per-node", "-2", "--", "x"], "--ntasks-per-node"),
         (["sbatch", "--cpus-per-task", "zero", "--", "x"], "--cpus-per-task"),
         (["sbatch", "--time", "25:00:00:00", "--", "x"], "--time '25:00:00:00' is not a Slurm time"),
@@ -210,9 +214,9 @@ def test_torchrun_prints_the_seed_command(capsys: pytest.CaptureFixture[str]) ->
         (["hostfile", "--hosts", "a,a"], "listed twice"),
         (["hostfile", "--slots", "0", "--hosts", "a"], "--slots"),
         (["hostfile"], "not inside a Slurm allocation"),
-        (["hostfile", "--hosts", "a", "--format", "lam"], "invalid choice"),
+        (["hostfile", "--hosts", "a", "--format", "lam"], "unknown value 'lam'; choose one of openmpi, mpich"),
         (["torchrun", "--nnodes", "2", "--", "t.py"], "needs --master_addr"),
-        (["torchrun", "--node_rank", "-1", "--", "t.py"], "--node_rank"),
+        (["torchrun", "--node_rank", "-1", "--", "t.py"], "--node-rank '-1' is not a whole number"),
         (["torchrun", "--nnodes", "2", "--node_rank", "2", "--master_addr", "a", "--", "t.py"], "out of range"),
     ],
 )
@@ -234,8 +238,9 @@ def test_template_mistakes_are_usage_errors(
     assert status == 2 and "template 'site_missing.j2' not found in " + str(tmp_path) in err
 
 
-def test_examples_command_checks_the_repository(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "examples", "--root", str(ROOT))[0] == 0
+def test_the_examples_module_checks_the_repository(capsys: pytest.CaptureFixture[str]) -> None:
+    assert examples_main([str(ROOT)]) == 0
+    assert capsys.readouterr() == ("", "")
 
 
 def test_rendering_never_imports_torch(tmp_path: Path) -> None:
@@ -243,8 +248,9 @@ def test_rendering_never_imports_torch(tmp_path: Path) -> None:
         "import sys\nfrom hpcdist.cli import main\n"
         "for argv in (['sbatch', '--launch', 'torchrun', '--nodes', '2', '--', 'python', 't.py'],\n"
         "             ['sbatch', '--launch', 'mpirun', '--', 'x'], ['hostfile', '--hosts', 'a'],\n"
-        "             ['torchrun', '--script', '--', 't.py'], ['examples', '--root', sys.argv[1]]):\n"
+        "             ['torchrun', '--script', '--', 't.py']):\n"
         "    assert main(argv) == 0, argv\n"
+        "from hpcdist.jobs.examples import main as examples\nassert examples([sys.argv[1]]) == 0\n"
         "from hpcdist.jobs.render import render_mpirun_script\nrender_mpirun_script(['mpirun', 'x'], {})\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'mpi4py', 'numpy'))\n"
         "assert not bad, bad\n"

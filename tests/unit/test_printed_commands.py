@@ -140,7 +140,7 @@ def test_torchrun_runs_as_printed(capsys: pytest.CaptureFixture[str], stubs: Stu
         if how == "script":
             check_script(printed(capsys, *argv, "--script", "--", *PROGRAM), tmp_path, "node.sh")
         else:
-            assert printed(capsys, *argv, "--script", "-o", str(script), "--", *PROGRAM) == ""
+            assert printed(capsys, *argv, "--script", "--write", str(script), "--", *PROGRAM) == ""
             check_script(script.read_text(), tmp_path, "checked.sh")
         script.chmod(0o755)
         records = stubs.run([str(script), "1"])  # the node rank is the script's argument
@@ -267,7 +267,7 @@ def test_hostfiles_are_read_back_as_written(
             monkeypatch.setenv(name, value)
     argv = ["hostfile", *where[source], *(["--slots", "4"] if source != "allocation" else []), "--format", style]
     text = printed(capsys, *argv)
-    assert printed(capsys, *argv, "-o", str(hostfile)) == "" and hostfile.read_text() == text
+    assert printed(capsys, *argv, "--write", str(hostfile)) == "" and hostfile.read_text() == text
     hosts = (HostSlots("node01", 4), HostSlots("node02", 4))
     assert parse_hostfile(text, str(hostfile)) == hosts
     for name in list(os.environ):
