@@ -31,7 +31,7 @@ NATIVE := HPCDIST_MPI_NATIVE=1
 NATIVE_ONLY := -m 'not python_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest demo test lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
+.PHONY: env lock test-latest demo test lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -92,7 +92,7 @@ demo: env
 		$(BIN)/hpcdist run p2p broadcast allreduce reduce gather taskmap ddp --backend mpi \
 		--checkpoint-dir $(DEMO_DIR)
 
-test: lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster
+test: lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster
 
 # The habits the tools keep: lint and format (ruff, on the package and its tests), types (mypy, on the package, then
 # on the tests one directory at a time as pytest imports them: see [mypy] in setup.cfg), and the architecture
@@ -111,6 +111,11 @@ lint: env
 test-unit: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 	$(PY) -m pytest -q -p no:cacheprovider tests/plugin
+
+# Every untagged example of README.md and docs/**/*.md, run as a newcomer would in a fresh directory, its output
+# checked (tests/doc_examples.py); the examples marked tier=cluster / tier=hosts run in test-cluster / test-hosts.
+test-docs: env
+	$(PY) -m pytest -q -p no:cacheprovider tests/docs
 
 # The MPI tier under Open MPI's mpiexec, then under MPICH's (the same tests: they assert the MPI that runs), on the
 # compiled mpi backend (HPCDIST_MPI_NATIVE=1: it must be the one that runs); then on the Python one, the reference.

@@ -1,0 +1,437 @@
+"""The examples of README.md and docs/**/*.md as tests: blocks parsed with Sybil, run in order, output compared.
+
+Conventions (the docs' side, with placeholders and markers, is docs/contributing/examples.md):
+- ```` ```console ````: `$ ` lines are commands (a trailing `\\` continues one), the lines up to the next `$ ` its
+  expected output. A command runs under bash, stdout and stderr into one pipe; its exit status must be the one the
+  text implies: `# exit N` ending the command, else 2 when an `hpcdist: error:` line is shown, else 0.
+- A block with `title="PATH"` (any language) is a FILE written there; an untitled ```` ```python ```` block is a
+  SNIPPET executed in the document's one namespace; the languages of SHOWN are only shown.
+- `<!-- example: WORDS -->` on the line before a block: `tier=cluster`, `tier=hosts`, `skip "reason"`, `unordered`.
+
+Each document runs in one fresh working directory per tier, its blocks in order, in a newcomer's environment:
+the venv's bin first on PATH (as `source .venv/bin/activate` leaves it), HOME, USER, LANG, TERM and no other
+variable of the test process, plus these allowances, never shown in examples:
+- OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 when the tests run as root (Open MPI refuses root
+  otherwise; a newcomer is not root);
+- PYTHONUNBUFFERED=1: a pipe is not a terminal, and without it Python would hold stdout back until exit, out of
+  order with stderr (a terminal's line buffering shows the lines as they come);
+- in the hosts tier, the launch agent that stands in for ssh between the namespace hosts (tests/hosts/agent), and
+  in the cluster tier SLURM_CONF naming the test cluster's configuration.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from sybil import Document, Example
+from sybil.evaluators.python import PythonEvaluator
+from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
+
+ROOT = Path(__file__).resolve().parents[1]
+TIERS = ("docs", "cluster", "hosts")
+TIMEOUT = 120.0  # seconds for one command or snippet
+# languages that are only shown
+SHOWN = frozenset(
+    {"bash", "sh", "shell", "text", "ini", "yaml", "toml", "json", "cfg", "conf", "diff", "jinja", "c", "cpp"}
+    | {"makefile", "dockerfile", "mermaid"}
+)
+_INFO = re.compile(r"(?P<info>[^\n]*)$\n", re.MULTILINE)
+_ATTR = re.compile(r'(\w+)="([^"]*)"')
+_MARKER = re.compile(r"^[ \t]*<!--\s*example:(?P<words>.*?)-->[ \t]*\n", re.MULTILINE)
+_MARKER_WORD = re.compile(r'\s*(tier=\w+|skip(?:\s+"[^"]*")?|unordered|\S+)')
+_EXIT = re.compile(r"#\s*exit\s+(\d+)\s*$")
+_PLACEHOLDERS = {
+    "<host>": r"[A-Za-z0-9][A-Za-z0-9.\-]*",
+    "<port>": r"\d{1,5}",
+    "<seconds>": r"\d+(?:\.\d+)?",
+    "<path>": r"\S+",
+    "<pid>": r"\d+",
+    "<n>": r"\d+",
+    "<...>": r".*?",
+}
+_PLACEHOLDER = re.compile("|".join(re.escape(name) for name in _PLACEHOLDERS))
+
+
+class ExampleError(Exception):
+    """A block or marker the runner cannot run as written; the message names FILE:LINE."""
+
+
+class ExampleFailed(AssertionError):
+    """An example ran and did not do what its text shows; the message names FILE:LINE and what differs."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One `$ ` command of a console block: its text, the output it must print, the exit status it must end with."""
+
+    line: int
+    text: str
+    expected: tuple[str, ...]
+    status: int
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block of a document: what it is (console, snippet, file, shown), where, and its marker."""
+
+    path: Path
+    line: int
+    kind: str  # "console", "snippet", "file", "shown"
+    source: str
+    language: str
+    title: str = ""
+    tier: str = "docs"
+    skip: str = ""  # the reason, for a block shown but not run
+    unordered: bool = False
+    commands: tuple[Command, ...] = ()
+    example: Example | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def where(self) -> str:
+        """FILE:LINE of the block's opening fence, relative to the checkout."""
+        return f"{_relative(self.path)}:{self.line}"
+
+    @property
+    def runs(self) -> bool:
+        """Whether some tier executes or writes this block."""
+        return self.kind != "shown" and not self.skip
+
+
+def _relative(path: Path) -> str:
+    """A path relative to the checkout when it lies inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def documents() -> list[Path]:
+    """README.md and docs/**/*.md of the checkout, in a fixed order."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
+
+
+def parse(path: Path, text: str | None = None, strict: bool | None = None) -> list[Block]:
+    """The blocks of one markdown document, in order. Raises ExampleError on a bad marker or title, and (strict,
+    the default under CI=true) on a block whose language this runner does not know."""
+    strict = os.environ.get("CI", "").lower() == "true" if strict is None else strict
+    document = Document(path.read_text() if text is None else text, str(path))
+    end = -1
+    for region in sorted(RawFencedCodeBlockLexer(info_pattern=_INFO)(document), key=lambda r: r.start):
+        if region.start >= end:  # a fence shown inside another block is part of that block
+            document.add(region)
+            end = region.end
+    markers = {m.end(): m for m in _MARKER.finditer(document.text)}
+    blocks, used = [], set()
+    for example in document.examples():
+        marker = markers.get(example.region.start)
+        if marker is not None:
+            used.add(marker.end())
+        blocks.append(_block(path, example, marker, strict))
+    for end, marker in markers.items():
+        if end not in used:
+            line = document.text.count("\n", 0, marker.start()) + 1
+            raise ExampleError(
+                f"{_relative(path)}:{line}: the marker {marker.group(0).strip()!r} is not on the line right before "
+                "a fenced block: move it there, or remove it"
+            )
+    return blocks
+
+
+def _block(path: Path, example: Example, marker: re.Match[str] | None, strict: bool) -> Block:
+    """A Block from a lexed fenced region and the marker before it."""
+    where = f"{_relative(path)}:{example.line}"
+    info = example.region.lexemes["info"].strip()
+    language = info.split()[0].lstrip(".{") if info else ""
+    title = dict(_ATTR.findall(info)).get("title", "")
+    example.parsed = example.region.lexemes["source"]
+    source = str(example.parsed)
+    tier, skip, unordered = "docs", "", False
+    for word in _MARKER_WORD.findall(marker.group("words")) if marker else ():
+        if word.startswith("tier=") and word[5:] in TIERS[1:]:
+            tier = word[5:]
+        elif word.startswith("skip"):
+            skip = word[4:].strip().strip('"').strip()
+            if not skip:
+                raise ExampleError(f'{where}: a skip needs its reason: <!-- example: skip "needs an NVIDIA GPU" -->')
+        elif word == "unordered":
+            unordered = True
+        else:
+            raise ExampleError(
+                f'{where}: unknown marker word {word!r}: use tier=cluster, tier=hosts, skip "reason" or unordered'
+            )
+    if title:
+        if title.startswith(("/", "~")) or ".." in Path(title).parts:
+            raise ExampleError(f"{where}: title={title!r} must be a relative path inside the working directory")
+        kind = "file"
+    elif language == "console":
+        kind = "console"
+    elif language == "python":
+        kind = "snippet"
+    elif language in SHOWN or not strict:
+        kind = "shown"
+    else:
+        raise ExampleError(
+            f"{where}: unknown language {language or '(none)'!r} (CI=true): use console or python to run the "
+            f"block, or one of {', '.join(sorted(SHOWN))} to show it"
+        )
+    if kind == "shown" and marker is not None and (tier != "docs" or unordered):
+        raise ExampleError(f"{where}: a {language!r} block is only shown: its marker {marker.group(0).strip()!r} "
+                           "would do nothing")  # fmt: skip
+    commands = _commands(source, example.line + 1, where) if kind == "console" else ()
+    return Block(path, example.line, kind, source, language, title, tier, skip, unordered, commands, example)
+
+
+def _commands(source: str, first_line: int, where: str) -> tuple[Command, ...]:
+    """The `$ ` commands of a console block's text, each with its expected output and exit status."""
+    commands: list[Command] = []
+    lines = source.splitlines()
+    index = 0
+    while index < len(lines) and not lines[index].strip():
+        index += 1
+    while index < len(lines):
+        if not lines[index].startswith("$ "):
+            raise ExampleError(f"{where}: a console block starts with a `$ ` command, not {lines[index]!r}")
+        line, text = first_line + index, [lines[index][2:]]
+        while text[-1].endswith("\\") and index + 1 < len(lines):
+            index += 1
+            text.append(lines[index])
+        index += 1
+        expected = []
+        while index < len(lines) and not lines[index].startswith("$ "):
+            expected.append(lines[index].rstrip())
+            index += 1
+        while expected and not expected[-1]:
+            expected.pop()
+        exit_comment = _EXIT.search(text[-1])
+        status = int(exit_comment.group(1)) if exit_comment else 2 if _shows_error(expected) else 0
+        commands.append(Command(line, "\n".join(text), tuple(expected), status))
+    return tuple(commands)
+
+
+def _shows_error(expected: list[str]) -> bool:
+    """Whether the expected output shows an hpcdist error line."""
+    return any(line.startswith("hpcdist: error:") for line in expected)
+
+
+def collect(tier: str) -> list[Block]:
+    """The blocks that `tier` runs, of every document, in order: its own examples (skipped ones aside)."""
+    return [block for path in documents() for block in parse(path) if block.runs and block.tier == tier]
+
+
+def collect_or_fail(tier: str) -> list[Block]:
+    """collect(tier), a collection error with the runner's message (no traceback) when a document is unrunnable."""
+    try:
+        return collect(tier)
+    except ExampleError as exc:
+        message = str(exc)
+    pytest.fail(message, pytrace=False)
+
+
+def _line_pattern(line: str) -> re.Pattern[str]:
+    """The regex an expected line compiles to: its placeholders as patterns, everything else literal."""
+    parts, last = [], 0
+    for match in _PLACEHOLDER.finditer(line):
+        parts += [re.escape(line[last : match.start()]), _PLACEHOLDERS[match.group(0)]]
+        last = match.end()
+    parts.append(re.escape(line[last:]))
+    return re.compile("".join(parts) + r"\Z")
+
+
+def matches(expected: list[str] | tuple[str, ...], actual: list[str], unordered: bool = False) -> bool:
+    """Whether the actual lines match the expected ones: a `...` line spans any lines, the placeholders the varying
+    part of one line; trailing whitespace is ignored. Unordered: each expected line matches a different actual
+    line, in any order, and with a `...` further lines are allowed."""
+    actual = [line.rstrip() for line in actual]
+    if unordered:
+        return _matches_unordered([line for line in expected if line != "..."], actual, "..." in expected)
+    patterns = [None if line == "..." else _line_pattern(line) for line in expected]
+    reachable = {0}  # how many actual lines the expected lines so far can have consumed
+    for pattern in patterns:
+        if pattern is None:
+            reachable = set(range(min(reachable), len(actual) + 1)) if reachable else set()
+        else:
+            reachable = {i + 1 for i in reachable if i < len(actual) and pattern.match(actual[i])}
+    return len(actual) in reachable
+
+
+def _matches_unordered(expected: list[str], actual: list[str], extra: bool) -> bool:
+    """A matching of every expected line to its own actual line (augmenting paths), covering all actual lines
+    unless extra ones are allowed."""
+    if len(expected) > len(actual) or (not extra and len(expected) != len(actual)):
+        return False
+    patterns = [_line_pattern(line) for line in expected]
+    owner: dict[int, int] = {}
+
+    def assign(e: int, seen: set[int]) -> bool:
+        for a, text in enumerate(actual):
+            if a not in seen and patterns[e].match(text):
+                seen.add(a)
+                if a not in owner or assign(owner[a], seen):
+                    owner[a] = e
+                    return True
+        return False
+
+    return all(assign(e, set()) for e in range(len(patterns)))
+
+
+def newcomer_env(venv: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A newcomer's shell environment with the venv activated, plus the runner's allowances (module docstring)."""
+    env = {
+        name: os.environ[name] for name in ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TERM") if name in os.environ
+    }
+    env.update(
+        PATH=f"{venv / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        VIRTUAL_ENV=str(venv),
+        SHELL="/bin/bash",
+        PYTHONUNBUFFERED="1",
+    )
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return {**env, **(extra or {})}
+
+
+@dataclass
+class Run:
+    """One document's run in one tier: its working directory, the Python namespace, how far it got."""
+
+    blocks: list[Block]
+    workdir: Path
+    env: dict[str, str]
+    wrap: Callable[[list[str]], list[str]]  # argv -> argv as run where the tier runs (a namespace host, the cluster)
+    tier: str
+    done: int = 0  # blocks[:done] were handled
+    failed: str = ""  # FILE:LINE of the first example that failed
+    namespace: dict[str, object] = field(default_factory=dict)
+
+    def upto(self, block: Block) -> None:
+        """Run the document's blocks up to and including `block`: files are written whatever their tier, the
+        tier's own examples run (those before `block` too, when a selection left them out)."""
+        if self.failed:
+            raise ExampleFailed(f"{block.where}: not run: the example at {self.failed} before it failed")
+        index = self.blocks.index(block)
+        while self.done <= index:
+            current = self.blocks[self.done]
+            self.done += 1
+            try:
+                if current.kind == "file":
+                    target = self.workdir / current.title
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(current.source)
+                elif current.runs and current.tier == self.tier:
+                    self._run(current)
+            except BaseException:
+                self.failed = current.where
+                raise
+
+    def _run(self, block: Block) -> None:
+        """Run a console block's commands or a snippet; ExampleFailed says what differs."""
+        if block.kind == "console":
+            for command in block.commands:
+                check(block, command, self.run_command(command.text, f"{_relative(block.path)}:{command.line}"))
+        elif self.tier == "docs":
+            self._exec(block)
+        else:
+            code, output = self.run_command(f"python - <<'HPCDIST_SNIPPET'\n{block.source}HPCDIST_SNIPPET", block.where)
+            if code != 0:
+                raise ExampleFailed(f"{block.where}: the python snippet failed (exit {code}):\n{output}")
+
+    def run_command(self, text: str, where: str) -> tuple[int, str]:
+        """Run one command line under bash in the working directory: its exit status and output; a hang is killed
+        after TIMEOUT seconds and fails."""
+        argv = self.wrap(["bash", "-c", text])
+        with tempfile.TemporaryFile() as out:
+            proc = subprocess.Popen(
+                argv, cwd=self.workdir, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+            try:
+                code = proc.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                out.seek(0)
+                raise ExampleFailed(
+                    f"{where}: `{text}` still ran after {TIMEOUT:g} s and was killed; its output so far:\n"
+                    + out.read().decode(errors="replace")
+                ) from None
+            out.seek(0)
+            return code, out.read().decode(errors="replace")
+
+    def _exec(self, block: Block) -> None:
+        """Execute a snippet in this process, in the working directory and the newcomer's environment."""
+        assert block.example is not None
+        saved_env, saved_cwd = dict(os.environ), os.getcwd()
+        example = block.example
+        example.namespace = self.namespace
+        previous = signal.signal(signal.SIGALRM, _snippet_timeout(block))
+        signal.setitimer(signal.ITIMER_REAL, TIMEOUT)
+        try:
+            os.environ.clear()
+            os.environ.update(self.env)
+            os.chdir(self.workdir)
+            PythonEvaluator()(example)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+
+
+def _snippet_timeout(block: Block) -> Callable[[int, object], None]:
+    """A SIGALRM handler that fails the snippet with where it is."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise ExampleFailed(f"{block.where}: the python snippet still ran after {TIMEOUT:g} s")
+
+    return handler
+
+
+def check(block: Block, command: Command, result: tuple[int, str]) -> None:
+    """Fail with FILE:LINE, the command, and a diff of expected against actual when they differ."""
+    code, output = result
+    actual = output.splitlines()
+    good_output = matches(command.expected, actual, block.unordered)
+    if good_output and code == command.status:
+        return
+    where = f"{_relative(block.path)}:{command.line}"
+    message = [f"{where}: $ {command.text}"]
+    if code != command.status:
+        why = (
+            "`# exit N` ends the command" if _EXIT.search(command.text)
+            else "an `hpcdist: error:` line is shown" if command.status == 2
+            else "no error is shown and there is no `# exit N`"
+        )  # fmt: skip
+        message.append(f"exit status {code}, expected {command.status} ({why})")
+    if not good_output:
+        message.append("output differs (- expected, + actual" + (", in any order)" if block.unordered else ")"))
+        message += difflib.unified_diff(list(command.expected), actual, "expected", "actual", lineterm="", n=2)
+    else:
+        message += ["output:", *actual]
+    raise ExampleFailed("\n".join(message))
+
+
+def runs(
+    wrap: Callable[[list[str]], list[str]], tier: str, extra_env: Mapping[str, str] | None = None
+) -> Iterator[Callable[[Block], Run]]:
+    """A factory of one Run per document (made when its first example runs), with fresh working directories that
+    are removed at the end: a generator to use as a fixture's body."""
+    venv = Path(os.environ.get("HPCDIST_VENV") or sys.prefix).resolve()
+    made: dict[Path, Run] = {}
+    with tempfile.TemporaryDirectory(prefix=f"hpcdist-examples-{tier}-") as tmp:
+
+        def run_for(block: Block) -> Run:
+            if block.path not in made:
+                workdir = Path(tmp) / re.sub(r"\W", "_", _relative(block.path))
+                workdir.mkdir()
+                made[block.path] = Run(parse(block.path), workdir, newcomer_env(venv, extra_env), wrap, tier)
+            return made[block.path]
+
+        yield run_for

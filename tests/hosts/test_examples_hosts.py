@@ -1,0 +1,34 @@
+"""The docs' examples marked `<!-- example: tier=hosts -->`, run on the namespace host n1, which reaches n2 through
+tests/hosts/agent instead of ssh (tests/doc_examples.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from doc_examples import Block, ExampleFailed, Run, collect_or_fail, runs
+from netns_hosts import AGENT_SETTINGS, Hosts
+
+BLOCKS = collect_or_fail("hosts")
+
+
+@pytest.fixture(scope="module")
+def host_runs(hosts: Hosts) -> Iterator[Callable[[Block], Run]]:
+    """One Run per document, its commands run on n1 (with hostname n1) as from a login there."""
+    agent = {**AGENT_SETTINGS["openmpi"], **AGENT_SETTINGS["mpich"], "HPCDIST_AGENT_ENV": "clean"}
+    on_n1 = ["ip", "netns", "exec", "hpc-n1", "unshare", "--uts", "sh", "-c", 'hostname n1 && exec "$@"', "sh"]
+    yield from runs(lambda argv: [*on_n1, *argv], "hosts", agent)
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.where for block in BLOCKS])
+def test_example(block: Block, host_runs: Callable[[Block], Run], cluster: Hosts) -> None:
+    """The example runs after its document's earlier hosts ones, and its output and exit status are as shown; the
+    hosts are healed after it."""
+    try:
+        host_runs(block).upto(block)
+    except ExampleFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+if not BLOCKS:  # no example in this tier: no test (an empty parametrization would be a skip)
+    del test_example
