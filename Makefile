@@ -31,7 +31,7 @@ NATIVE := HPCDIST_MPI_NATIVE=1
 NATIVE_ONLY := -m 'not python_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest demo test lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
+.PHONY: env lock test-latest demo test docs lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -92,7 +92,13 @@ demo: env
 		$(BIN)/hpcdist run p2p broadcast allreduce reduce gather taskmap ddp --backend mpi \
 		--checkpoint-dir $(DEMO_DIR)
 
-test: lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster
+test: lint docs test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster
+
+# The documentation site (mkdocs.yml, docs/): MkDocs with Material, strict, so a broken link, a page missing from
+# the nav or a docstring mkdocstrings cannot read fails the build. The API reference comes from the docstrings, the
+# CLI reference from hpcdist's own parser (docs/hooks/cli_reference.py). The site goes to site/ (ignored by git).
+docs: env
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The habits the tools keep: lint and format (ruff, on the package and its tests), types (mypy, on the package, then
 # on the tests one directory at a time as pytest imports them: see [mypy] in setup.cfg), and the architecture
