@@ -35,7 +35,8 @@ from pathlib import Path
 import pytest
 from sybil import Document, Example
 from sybil.evaluators.python import PythonEvaluator
-from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
+from sybil.parsers.markdown.lexers import FENCE, RawFencedCodeBlockLexer
+from sybil.region import Region
 
 ROOT = Path(__file__).resolve().parents[1]
 TIERS = ("docs", "cluster", "hosts")
@@ -43,7 +44,7 @@ TIMEOUT = 120.0  # seconds for one command or snippet
 # languages that are only shown
 SHOWN = frozenset(
     {"bash", "sh", "shell", "text", "ini", "yaml", "toml", "json", "cfg", "conf", "diff", "jinja", "c", "cpp"}
-    | {"makefile", "dockerfile", "mermaid"}
+    | {"makefile", "dockerfile", "mermaid", "markdown", "md"}
 )
 _INFO = re.compile(r"(?P<info>[^\n]*)$\n", re.MULTILINE)
 _ATTR = re.compile(r'(\w+)="([^"]*)"')
@@ -60,6 +61,30 @@ _PLACEHOLDERS = {
     "<...>": r".*?",
 }
 _PLACEHOLDER = re.compile("|".join(re.escape(name) for name in _PLACEHOLDERS))
+
+
+class _FenceLexer(RawFencedCodeBlockLexer):
+    """Sybil's fenced-block lexer, minus what CommonMark does not take for a fence: a backtick fence whose info
+    string holds a backtick (```` ```console ```` written inline in a list item is inline code)."""
+
+    def __call__(self, document: Document) -> Iterator[Region]:
+        open_blocks: list[re.Match[str]] = []
+        for match in FENCE.finditer(document.text):
+            if match.group("fence")[0] == "`" and "`" in match.group("trailing"):
+                continue
+            for i, existing in enumerate(open_blocks):
+                if self.match_closes_existing(match, existing):
+                    region = self.make_region(existing, document, match)
+                    if region is not None:
+                        yield region
+                    open_blocks = open_blocks[:i]
+                    break
+            else:
+                open_blocks.append(match)
+        if open_blocks:
+            region = self.make_region(open_blocks[0], document, closing=None)
+            if region is not None:
+                yield region
 
 
 class ExampleError(Exception):
@@ -123,24 +148,29 @@ def parse(path: Path, text: str | None = None, strict: bool | None = None) -> li
     strict = os.environ.get("CI", "").lower() == "true" if strict is None else strict
     document = Document(path.read_text() if text is None else text, str(path))
     end = -1
-    for region in sorted(RawFencedCodeBlockLexer(info_pattern=_INFO)(document), key=lambda r: r.start):
+    for region in sorted(_FenceLexer(info_pattern=_INFO)(document), key=lambda r: r.start):
         if region.start >= end:  # a fence shown inside another block is part of that block
             document.add(region)
             end = region.end
     markers = {m.end(): m for m in _MARKER.finditer(document.text)}
-    blocks, used = [], set()
+    blocks, used, errors = [], set(), []
     for example in document.examples():
         marker = markers.get(example.region.start)
         if marker is not None:
             used.add(marker.end())
-        blocks.append(_block(path, example, marker, strict))
+        try:
+            blocks.append(_block(path, example, marker, strict))
+        except ExampleError as exc:
+            errors.append(str(exc))
     for end, marker in markers.items():
         if end not in used:
             line = document.text.count("\n", 0, marker.start()) + 1
-            raise ExampleError(
+            errors.append(
                 f"{_relative(path)}:{line}: the marker {marker.group(0).strip()!r} is not on the line right before "
                 "a fenced block: move it there, or remove it"
             )
+    if errors:
+        raise ExampleError("\n".join(errors))
     return blocks
 
 
@@ -178,8 +208,8 @@ def _block(path: Path, example: Example, marker: re.Match[str] | None, strict: b
         kind = "shown"
     else:
         raise ExampleError(
-            f"{where}: unknown language {language or '(none)'!r} (CI=true): use console or python to run the "
-            f"block, or one of {', '.join(sorted(SHOWN))} to show it"
+            f"{where}: unknown language {language or '(none)'!r} (CI=true): tag it console or python to run it, "
+            "text (or bash, yaml, ini...) to show it"
         )
     if kind == "shown" and marker is not None and (tier != "docs" or unordered):
         raise ExampleError(f"{where}: a {language!r} block is only shown: its marker {marker.group(0).strip()!r} "
@@ -221,8 +251,17 @@ def _shows_error(expected: list[str]) -> bool:
 
 
 def collect(tier: str) -> list[Block]:
-    """The blocks that `tier` runs, of every document, in order: its own examples (skipped ones aside)."""
-    return [block for path in documents() for block in parse(path) if block.runs and block.tier == tier]
+    """The blocks that `tier` runs, of every document, in order: its own examples (skipped ones aside). Raises
+    ExampleError with every problem of every document."""
+    blocks, errors = [], []
+    for path in documents():
+        try:
+            blocks += [block for block in parse(path) if block.runs and block.tier == tier]
+        except ExampleError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ExampleError("\n".join(errors))
+    return blocks
 
 
 def collect_or_fail(tier: str) -> list[Block]:
@@ -416,6 +455,18 @@ def check(block: Block, command: Command, result: tuple[int, str]) -> None:
     else:
         message += ["output:", *actual]
     raise ExampleFailed("\n".join(message))
+
+
+def run_example(runs_for: Callable[[Block], Run], block: Block) -> None:
+    """A tier's test body: run the block after its document's earlier ones; a failure is reported as the runner
+    words it, without a traceback."""
+    try:
+        runs_for(block).upto(block)
+    except ExampleFailed as exc:
+        message = str(exc)
+    else:
+        return
+    pytest.fail(message, pytrace=False)
 
 
 def runs(

@@ -4,10 +4,13 @@ commands run inside the cluster's network namespace with SLURM_CONF set (tests/d
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import Cluster
-from doc_examples import Block, ExampleFailed, Run, collect_or_fail, runs
+from doc_examples import Block, Run, collect_or_fail, run_example, runs
+
+if TYPE_CHECKING:  # only its type: the hosts tier's conftest is `conftest` too when both tiers are collected
+    from conftest import Cluster
 
 BLOCKS = collect_or_fail("cluster")
 
@@ -24,10 +27,7 @@ def slurm_runs(slurm_cluster: Cluster) -> Iterator[Callable[[Block], Run]]:
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.where for block in BLOCKS])
 def test_example(block: Block, slurm_runs: Callable[[Block], Run]) -> None:
     """The example runs after its document's earlier cluster ones, and its output and exit status are as shown."""
-    try:
-        slurm_runs(block).upto(block)
-    except ExampleFailed as exc:
-        pytest.fail(str(exc), pytrace=False)
+    run_example(slurm_runs, block)
 
 
 if not BLOCKS:  # no example in this tier: no test (an empty parametrization would be a skip)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -26,11 +25,11 @@ def test_every_example_has_one_tier() -> None:
 
 
 def test_each_tier_collects_its_examples() -> None:
-    """pytest --collect-only of the three tiers' example tests lists each tier's examples under that tier's file."""
+    """pytest --collect-only of the three tiers' example tests lists each tier's examples under that tier's file
+    (under this run's CI setting: with CI=true an unknown language fails the collection)."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *TIER_TESTS.values()],
         cwd=ROOT,
-        env={**os.environ, "CI": "true"},
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from doc_examples import Block, ExampleFailed, Run, collect_or_fail, runs
+from doc_examples import Block, Run, collect_or_fail, run_example, runs
 from netns_hosts import AGENT_SETTINGS, Hosts
 
 BLOCKS = collect_or_fail("hosts")
@@ -24,10 +24,7 @@ def host_runs(hosts: Hosts) -> Iterator[Callable[[Block], Run]]:
 def test_example(block: Block, host_runs: Callable[[Block], Run], cluster: Hosts) -> None:
     """The example runs after its document's earlier hosts ones, and its output and exit status are as shown; the
     hosts are healed after it."""
-    try:
-        host_runs(block).upto(block)
-    except ExampleFailed as exc:
-        pytest.fail(str(exc), pytrace=False)
+    run_example(host_runs, block)
 
 
 if not BLOCKS:  # no example in this tier: no test (an empty parametrization would be a skip)

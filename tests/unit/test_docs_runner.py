@@ -258,3 +258,22 @@ def test_the_environment_is_a_newcomers(tmp_path: Path, monkeypatch: pytest.Monk
     assert env["PATH"].split(":")[0] == str(tmp_path / "venv" / "bin")
     assert "HPCDIST_TIMEOUT" not in env
     assert not any(name.startswith(("SLURM_", "PYTEST_", "CI")) for name in env)
+
+
+def test_inline_and_nested_fences_are_not_blocks(tmp_path: Path) -> None:
+    blocks = parse(
+        tmp_path / "page.md",
+        md(
+            "- ```` FENCEconsole ````: inline code in a list item, not a fence",
+            "````markdown",
+            "FENCEconsole",
+            "$ shown only",
+            "FENCE",
+            "````",
+            "FENCEconsole",
+            "$ true",
+            "FENCE",
+        ),
+        strict=True,
+    )
+    assert [(b.line, b.kind, b.language) for b in blocks] == [(2, "shown", "markdown"), (7, "console", "console")]
