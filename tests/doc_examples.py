@@ -349,14 +349,13 @@ class Run:
     tier: str
     noise: re.Pattern[str] | None = None  # lines of the tier's own making, left out before comparing
     done: int = 0  # blocks[:done] were handled
-    failed: str = ""  # FILE:LINE of the first example that failed
+    failed: str = ""  # FILE:LINE of the document's first example that failed
     namespace: dict[str, object] = field(default_factory=dict)
 
     def upto(self, block: Block) -> None:
         """Run the document's blocks up to and including `block`: files are written whatever their tier, the
-        tier's own examples run (those before `block` too, when a selection left them out)."""
-        if self.failed:
-            raise ExampleFailed(f"{block.where}: not run: the example at {self.failed} before it failed")
+        tier's own examples run (those before `block` too, when a selection left them out). After a failure the
+        rest still runs, each failure after it naming the first."""
         index = self.blocks.index(block)
         while self.done <= index:
             current = self.blocks[self.done]
@@ -368,8 +367,13 @@ class Run:
                     target.write_text(current.source)
                 elif current.runs and current.tier == self.tier:
                     self._run(current)
+            except ExampleFailed as exc:
+                first, self.failed = self.failed, self.failed or current.where
+                if first:
+                    raise ExampleFailed(f"{exc}\n(the example at {first} failed before it: this may follow)") from None
+                raise
             except BaseException:
-                self.failed = current.where
+                self.failed = self.failed or current.where
                 raise
 
     def _run(self, block: Block) -> None:
