@@ -1,6 +1,6 @@
 """The examples of README.md and docs/**/*.md as tests: blocks parsed with Sybil, run in order, output compared.
 
-Conventions (the docs' side, with placeholders and markers, is docs/contributing/examples.md):
+Conventions (the docs' side, with placeholders and markers, is in docs/contributing/testing.md):
 - ```` ```console ````: `$ ` lines are commands (a trailing `\\` continues one), the lines up to the next `$ ` its
   expected output. A command runs under bash, stdout and stderr into one pipe; its exit status must be the one the
   text implies: `# exit N` ending the command, else 2 when an `hpcdist: error:` line is shown, else 0.
