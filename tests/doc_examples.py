@@ -457,8 +457,9 @@ def check(block: Block, command: Command, code: int, actual: list[str]) -> None:
         )  # fmt: skip
         message.append(f"exit status {code}, expected {command.status} ({why})")
     if not good_output:
-        message.append("output differs (- expected, + actual" + (", in any order)" if block.unordered else ")"))
-        message += difflib.unified_diff(list(command.expected), actual, "expected", "actual", lineterm="", n=2)
+        message.append("output differs (- expected, + actual" + (", both sorted)" if block.unordered else ")"))
+        shown = (sorted(command.expected), sorted(actual)) if block.unordered else (list(command.expected), actual)
+        message += difflib.unified_diff(*shown, "expected", "actual", lineterm="", n=3)
     else:
         message += ["output:", *actual]
     raise ExampleFailed("\n".join(message))
