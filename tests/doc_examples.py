@@ -199,6 +199,10 @@ def _block(path: Path, example: Example, marker: re.Match[str] | None, strict: b
                 f'{where}: unknown marker word {word!r}: use tier=cluster, tier=hosts, skip "reason" or unordered'
             )
     if title:
+        if language == "console":
+            raise ExampleError(
+                f"{where}: a console block with title= would be written to a file, not run: drop the title"
+            )
         if title.startswith(("/", "~")) or ".." in Path(title).parts:
             raise ExampleError(f"{where}: title={title!r} must be a relative path inside the working directory")
         kind = "file"
@@ -244,6 +248,8 @@ def _commands(source: str, first_line: int, where: str) -> tuple[Command, ...]:
         exit_comment = _EXIT.search(text[-1])
         status = int(exit_comment.group(1)) if exit_comment else 2 if _shows_error(expected) else 0
         commands.append(Command(line, "\n".join(text), tuple(expected), status))
+    if not commands:
+        raise ExampleError(f"{where}: a console block without a `$ ` command checks nothing: add one, or tag it text")
     return tuple(commands)
 
 

@@ -166,6 +166,21 @@ def test_unknown_language_fails_under_ci_only(tmp_path: Path) -> None:
     assert [b.kind for b in parse(tmp_path / "page.md", text, strict=False)] == ["shown", "shown"]
 
 
+@pytest.mark.parametrize(
+    ("block", "refused"),
+    [
+        (("FENCEconsole", "FENCE"), "a console block without a `\\$ ` command"),
+        (("FENCEconsole", "output only", "FENCE"), "a console block starts with a `\\$ ` command, not 'output only'"),
+        (('FENCEconsole title="Terminal"', "$ true", "FENCE"), "a console block with title= would be written"),
+    ],
+)
+def test_console_blocks_that_would_check_nothing_are_refused(
+    tmp_path: Path, block: tuple[str, ...], refused: str
+) -> None:
+    with pytest.raises(ExampleError, match=refused):
+        parse(tmp_path / "page.md", md(*block))
+
+
 def test_title_must_stay_in_the_working_directory(tmp_path: Path) -> None:
     for title in ("/etc/x", "../x", "~/.bashrc"):
         with pytest.raises(ExampleError, match="must be a relative path"):
