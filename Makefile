@@ -100,17 +100,17 @@ test: lint docs test-unit test-docs test-mpi test-torch-suite test-e2e test-host
 docs: env
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# The habits the tools keep: lint and format (ruff, on the package and its tests), types (mypy, on the package, then
-# on the tests one directory at a time as pytest imports them: see [mypy] in setup.cfg), and the architecture
-# contracts (import-linter, configured in setup.cfg: no import cycles, nothing imports the CLI, job generation never
-# imports torch or MPI).
+# The habits the tools keep: lint and format (ruff, on the package, its tests and the docs' hook), types (mypy, on the
+# package, then on the tests one directory at a time as pytest imports them: see [mypy] in setup.cfg), and the
+# architecture contracts (import-linter, configured in setup.cfg: no import cycles, nothing imports the CLI, job
+# generation never imports torch or MPI).
 MYPY_TEST_DIRS := $(sort $(dir $(wildcard tests/*/*.py)))
 
 lint: env
-	$(BIN)/ruff check hpcdist tests
-	$(BIN)/ruff format --check hpcdist tests
+	$(BIN)/ruff check hpcdist tests docs/hooks
+	$(BIN)/ruff format --check hpcdist tests docs/hooks
 	$(BIN)/mypy
-	$(BIN)/mypy $(wildcard tests/*.py)
+	$(BIN)/mypy $(wildcard tests/*.py) docs/hooks/cli_reference.py
 	for dir in $(MYPY_TEST_DIRS); do $(BIN)/mypy $$dir || exit 1; done
 	$(BIN)/lint-imports
 
