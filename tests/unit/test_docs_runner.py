@@ -293,3 +293,29 @@ def test_inline_and_nested_fences_are_not_blocks(tmp_path: Path) -> None:
         strict=True,
     )
     assert [(b.line, b.kind, b.language) for b in blocks] == [(2, "shown", "markdown"), (7, "console", "console")]
+
+
+def test_in_a_tier_a_snippet_is_its_own_process(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        md(
+            "<!-- example: tier=hosts -->",
+            "FENCEpython",
+            "import os, pathlib",
+            "pathlib.Path('cwd').write_text(os.getcwd())",
+            "FENCE",
+            "<!-- example: tier=hosts -->",
+            "FENCEpython",
+            "raise SystemExit('no ' + 'luck')",
+            "FENCE",
+        )
+    )
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    blocks = parse(page)
+    run = Run(blocks, workdir, newcomer_env(Path(doc_examples.sys.prefix)), lambda argv: argv, "hosts")
+    run.upto(blocks[0])
+    assert (workdir / "cwd").read_text() == str(workdir)
+    assert "os" not in run.namespace
+    with pytest.raises(ExampleFailed, match=r"page.md:7: the python snippet failed \(exit 1\):\nno luck"):
+        run.upto(blocks[1])
