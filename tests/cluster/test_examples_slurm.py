@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from doc_examples import Block, Run, collect_or_fail, run_example, runs
+from doc_examples import Block
+from doc_runner import Run, collect_or_fail, run_example, runs
 
 if TYPE_CHECKING:  # only its type: the hosts tier's conftest is `conftest` too when both tiers are collected
     from conftest import Cluster

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from doc_examples import Block, ExampleError, Run, documents, parse, runs
+from doc_examples import Block, ExampleError, documents, parse
+from doc_runner import Run, runs
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from doc_examples import Block, Run, collect_or_fail, run_example
+from doc_examples import Block
+from doc_runner import Run, collect_or_fail, run_example
 
 BLOCKS = collect_or_fail("docs")
 

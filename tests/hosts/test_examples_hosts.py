@@ -7,7 +7,8 @@ import re
 from collections.abc import Callable, Iterator
 
 import pytest
-from doc_examples import Block, Run, collect_or_fail, run_example, runs
+from doc_examples import Block
+from doc_runner import Run, collect_or_fail, run_example, runs
 from netns_hosts import AGENT_SETTINGS, Hosts
 
 BLOCKS = collect_or_fail("hosts")

@@ -1,13 +1,14 @@
-"""The docs' example runner (tests/doc_examples.py) on small markdown texts: placeholders, diffs, exit statuses,
-markers, files, snippets and hangs."""
+"""The docs' example runner (tests/doc_examples.py, tests/doc_runner.py) on small markdown texts: placeholders,
+diffs, exit statuses, markers, files, snippets and hangs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import doc_examples
+import doc_runner
 import pytest
-from doc_examples import Block, ExampleError, ExampleFailed, Run, matches, newcomer_env, parse
+from doc_examples import Block, ExampleError, matches, parse
+from doc_runner import ExampleFailed, Run, newcomer_env
 
 FENCE = "```"
 
@@ -24,7 +25,7 @@ def run_all(tmp_path: Path, text: str) -> Run:
     workdir = tmp_path / "work"
     workdir.mkdir()
     blocks = parse(page, strict=True)
-    run = Run(blocks, workdir, newcomer_env(Path(doc_examples.sys.prefix)), lambda argv: argv, "docs")
+    run = Run(blocks, workdir, newcomer_env(Path(doc_runner.sys.prefix)), lambda argv: argv, "docs")
     for block in blocks:
         run.upto(block)
     return run
@@ -213,7 +214,7 @@ def test_files_and_snippets_run_in_order_in_the_working_directory(tmp_path: Path
         ),
     )
     assert run.namespace["value"] == "n1"
-    assert run.namespace["home"] == doc_examples.sys.prefix
+    assert run.namespace["home"] == doc_runner.sys.prefix
 
 
 def test_a_failing_snippet_names_its_line(tmp_path: Path) -> None:
@@ -223,7 +224,7 @@ def test_a_failing_snippet_names_its_line(tmp_path: Path) -> None:
 
 
 def test_a_hang_is_killed_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(doc_examples, "TIMEOUT", 0.5)
+    monkeypatch.setattr(doc_runner, "TIMEOUT", 0.5)
     with pytest.raises(ExampleFailed, match=r"page.md:2: `echo started; sleep 30` still ran after 0.5 s") as failed:
         run_all(tmp_path, md("FENCEconsole", "$ echo started; sleep 30", "FENCE"))
     assert failed.value.args[0].endswith("started\n")
@@ -235,7 +236,7 @@ def test_after_a_failure_the_rest_runs_and_names_it(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
     blocks = parse(page)
-    run = Run(blocks, workdir, newcomer_env(Path(doc_examples.sys.prefix)), lambda argv: argv, "docs")
+    run = Run(blocks, workdir, newcomer_env(Path(doc_runner.sys.prefix)), lambda argv: argv, "docs")
     with pytest.raises(ExampleFailed, match="exit status 1") as first:
         run.upto(blocks[0])
     assert "failed before it" not in str(first.value)
@@ -264,7 +265,7 @@ def test_a_tier_runs_only_its_examples_but_writes_every_file(tmp_path: Path) -> 
     workdir = tmp_path / "work"
     workdir.mkdir()
     blocks: list[Block] = parse(page)
-    Run(blocks, workdir, newcomer_env(Path(doc_examples.sys.prefix)), lambda argv: argv, "cluster").upto(blocks[2])
+    Run(blocks, workdir, newcomer_env(Path(doc_runner.sys.prefix)), lambda argv: argv, "cluster").upto(blocks[2])
     assert sorted(p.name for p in workdir.iterdir()) == ["job.sh"]
 
 
@@ -313,7 +314,7 @@ def test_in_a_tier_a_snippet_is_its_own_process(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
     blocks = parse(page)
-    run = Run(blocks, workdir, newcomer_env(Path(doc_examples.sys.prefix)), lambda argv: argv, "hosts")
+    run = Run(blocks, workdir, newcomer_env(Path(doc_runner.sys.prefix)), lambda argv: argv, "hosts")
     run.upto(blocks[0])
     assert (workdir / "cwd").read_text() == str(workdir)
     assert "os" not in run.namespace
