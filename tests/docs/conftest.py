@@ -16,12 +16,19 @@ def docs_runs() -> Iterator[Callable[[Block], Run]]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The examples that are shown but not run, each with its marker's reason."""
+    """The examples that are shown but not run: those with a skip marker (and its reason), and the transcripts
+    (`$ ` lines) in blocks that are only shown, so that neither goes unnoticed."""
     try:
-        skipped = [block for path in documents() for block in parse(path) if block.skip]
+        blocks = [block for path in documents() for block in parse(path)]
     except ExampleError:
         return  # the collection already failed with the reason
-    if skipped:
+    skipped = [f"{block.where}: {block.skip}" for block in blocks if block.skip]
+    transcripts = [
+        f"{block.where}: {block.language} block with `$ ` lines"
+        for block in blocks
+        if block.kind == "shown" and any(line.startswith("$ ") for line in block.source.splitlines())
+    ]
+    if skipped or transcripts:
         terminalreporter.write_sep("-", "docs examples shown, not run")
-        for block in skipped:
-            terminalreporter.write_line(f"{block.where}: {block.skip}")
+        for line in skipped + transcripts:
+            terminalreporter.write_line(line)
