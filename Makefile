@@ -31,7 +31,7 @@ NATIVE := HPCDIST_MPI_NATIVE=1
 NATIVE_ONLY := -m 'not python_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest demo examples test docs lint test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
+.PHONY: env lock test-latest demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -92,7 +92,7 @@ demo: env
 		$(BIN)/hpcdist run p2p broadcast allreduce reduce gather taskmap ddp --backend mpi \
 		--checkpoint-dir $(DEMO_DIR)
 
-test: lint docs test-unit test-mpi test-torch-suite test-e2e test-hosts test-cluster
+test: lint docs test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster
 
 # The documentation site (mkdocs.yml, docs/): MkDocs with Material, strict, so a broken link, a page missing from
 # the nav or a docstring mkdocstrings cannot read fails the build. The API reference comes from the docstrings, the
@@ -121,6 +121,11 @@ examples: env
 test-unit: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 	$(PY) -m pytest -q -p no:cacheprovider tests/plugin
+
+# Every untagged example of README.md and docs/**/*.md, run as a newcomer would in a fresh directory, its output
+# checked (tests/doc_examples.py); the examples marked tier=cluster / tier=hosts run in test-cluster / test-hosts.
+test-docs: env
+	$(PY) -m pytest -q -p no:cacheprovider tests/docs
 
 # The MPI tier under Open MPI's mpiexec, then under MPICH's (the same tests: they assert the MPI that runs), on the
 # compiled mpi backend (HPCDIST_MPI_NATIVE=1: it must be the one that runs); then on the Python one, the reference.
