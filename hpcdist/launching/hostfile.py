@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -94,8 +95,9 @@ def read_hostfile_text(path: str) -> str:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(
-            f"cannot read hostfile {path!r}: {reason}; pass an existing file such as "
-            f"hostfiles/localhost, or list hosts with -H host:N"
+            f"cannot read hostfile {path!r} (from {os.getcwd()}): {reason}; give the path of a file with one "
+            f"'HOST slots=N' line per host, list the hosts with -H HOST:N[,HOST:N], or leave both out to run "
+            f"on this machine"
         ) from exc
     return text
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -158,8 +159,9 @@ def test_read_hostfile_unreadable(tmp_path, name: str) -> None:
     with pytest.raises(UsageError) as info:
         read_hostfile(path)
     message = str(info.value)
-    assert message.startswith(f"cannot read hostfile {path!r}: ")
-    assert "hostfiles/localhost" in message and "-H host:N" in message
+    assert message.startswith(f"cannot read hostfile {path!r} (from {os.getcwd()}): ")
+    assert "hostfiles/localhost" not in message  # a file of the checkout, which a user's directory lacks
+    assert "'HOST slots=N' line per host" in message and "-H HOST:N[,HOST:N]" in message
 
 
 def test_read_hostfile_not_text(tmp_path) -> None:
