@@ -20,6 +20,7 @@ from typing import Any
 from .. import control
 from ..errors import LaunchTimeout, RankFailed, UsageError, WaitTimeout
 from ..launching.attempts import attempt_spec, describe_end
+from ..launching.hostnames import check_names_resolve
 from ..launching.mpirun import build_mpirun_argv
 from ..launching.options import MpirunOptions
 from ..launching.spawn import run_mpirun
@@ -66,6 +67,7 @@ def launch(
     # hpcdist mpirun's defaults, untagged output (the values come back as files), and no restarts
     options = MpirunOptions(program=(sys.executable, *_RUNNER), np=np, hostfile=hostfile, tag=False)
     spec, _ = spec_from_options(options, caller="hpcdist.launch")
+    check_names_resolve(options)
     parent = os.environ.get(DIR_ENV) or (os.getcwd() if spec.keepalive else None)  # keepalive: several hosts
     directory = tempfile.mkdtemp(prefix="hpcdist-launch-", dir=parent)  # mode 0700: private to this user
     try:

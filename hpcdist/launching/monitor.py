@@ -46,6 +46,10 @@ _BANNERS = re.compile(
     r"|\] control_cb \(.*\): assert \(!closed\) failed"
 )
 _HOST = re.compile(r"Remote daemon\s*:\s*\S+\s+on node\s+(\S+)|Remote host\s*:\s*(\S+)")
+# A daemon that never started (ssh could not reach the host, or prted cannot run there) is reported as one that
+# failed to report back, with the launch agent's non-zero status (255 from ssh); a killed agent leaves status 0.
+_NOT_STARTED = re.compile(r"\bA daemon failed to report back after being spawned")
+_AGENT_STATUS = re.compile(r"Daemon exit status\s*:\s*([0-9]+)")
 
 
 class LostHostWatch:
@@ -54,6 +58,8 @@ class LostHostWatch:
     def __init__(self) -> None:
         self.lost = False
         self.hosts: list[str] = []
+        self.agent_status: int | None = None  # the launch agent's status, when a daemon failed to report back
+        self._report_back = False
         self._partial: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -69,6 +75,10 @@ class LostHostWatch:
         """Note a lost-daemon banner and the host it names."""
         if _BANNERS.search(line):
             self.lost = True
+            self._report_back = self._report_back or bool(_NOT_STARTED.search(line))
+        status = _AGENT_STATUS.search(line)
+        if status and self._report_back:
+            self.agent_status = int(status.group(1))
         match = _HOST.search(line)
         if match and self.lost:
             host = match.group(1) or match.group(2)
@@ -91,6 +101,13 @@ class LostHostWatch:
             names = ", ".join(self.hosts)
         status = returncode if returncode != 0 else LOST_HOST_STATUS
         returned = f"although mpirun returned {returncode}" if returncode == 0 else f"(mpirun returned {returncode})"
+        if self.agent_status and names:
+            first = names.split(", ")[0]
+            return status, (
+                f"mpirun could not start its daemon on host {names} (its launch agent, ssh unless --launch-agent names another, ended with status "
+                f"{self.agent_status}), so the job did not run {returned}; check that `ssh {first} true` works from "
+                "here without a password, and that this Python environment exists there at the same path"
+            )
         who, check = (f"host {names}", names) if names else ("a remote host (it names none)", "every host")
         return status, (
             f"mpirun lost contact with {who} (its daemon died or the network link was cut), so the job "
