@@ -104,9 +104,10 @@ class LostHostWatch:
         if self.agent_status and names:
             first = names.split(", ")[0]
             return status, (
-                f"mpirun could not start its daemon on host {names} (its launch agent, ssh unless --launch-agent names another, ended with status "
-                f"{self.agent_status}), so the job did not run {returned}; check that `ssh {first} true` works from "
-                "here without a password, and that this Python environment exists there at the same path"
+                f"mpirun could not start its daemon on host {names} (its launch agent, ssh unless --launch-agent "
+                f"names another, ended with status {self.agent_status}), so the job did not run {returned}; check "
+                f"that `ssh {first} true` works from here without a password, and that this Python environment "
+                "exists there at the same path"
             )
         who, check = (f"host {names}", names) if names else ("a remote host (it names none)", "every host")
         return status, (
