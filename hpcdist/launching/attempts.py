@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 USAGE_STATUS = 2  # hpcdist's (and argparse's) status for a usage error
+INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C (128 + SIGINT)
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # sent to hpcdist mpirun: the user wants it to end
 
 
@@ -218,6 +219,14 @@ def run_attempts(
         spec_now = attempt_spec(current, counted, token := new_token(), run_id, policy.max_restarts)
         outcome = run(build(spec_now), token)
         attempts.append(Attempt(index, current.np, hosts, outcome))
+        if signal.SIGINT in outcome.signals:
+            ranks = f"all {current.np} ranks" if current.np is not None else "every rank"
+            _say(
+                f"hpcdist: interrupted (Ctrl-C); ended {ranks} of the job (attempt {index + 1} of {total})"
+                if policy.max_restarts
+                else f"hpcdist: interrupted (Ctrl-C); ended {ranks} of the job"
+            )
+            return INTERRUPTED_STATUS
         decision = decide(current, hosts, outcome, index, policy)
         if policy.max_restarts and (outcome.status != 0 or index > 0):
             ending = f"hpcdist: attempt {index + 1}/{total} ended with {describe_end(outcome)}"
@@ -232,7 +241,7 @@ def run_attempts(
             backoff.pause()
         except KeyboardInterrupt:
             _say("hpcdist: interrupted during the back-off; not restarting")
-            return 130
+            return INTERRUPTED_STATUS
         current = decision.spec
         hosts = current.hosts or hosts
     if len(attempts) > 1:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,3 +50,99 @@ def test_a_daemon_that_cannot_be_started_names_its_host(hpcdist: str, tmp_path: 
         "that `ssh otherhost true` works from here without a password, and that this Python environment exists "
         "there at the same path"
     )
+
+
+def _interrupt_after_start(argv: list[str], tmp_path: Path, ranks: int = 2) -> tuple[int, str, list[int]]:
+    """Start argv in a session of its own, wait until `ranks` ranks say `started PID`, then send SIGINT to the
+    whole process group as a terminal's Ctrl-C does; its status, its stderr and the ranks' pids."""
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None
+        pids = []
+        deadline = time.monotonic() + 120
+        while len(pids) < ranks and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"the ranks ended before they started: {proc.communicate(timeout=60)[1]}"
+            if line.startswith("started "):
+                pids.append(int(line.split()[1]))
+        assert len(pids) == ranks, "the ranks did not start within 120 s"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, err, pids
+
+
+def _gone(pids: list[int], seconds: float = 10) -> list[int]:
+    """The pids still running after `seconds` (none once the job is over)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+SLEEPER = "import os, time\nprint('started', os.getpid(), flush=True)\ntime.sleep(300)\n"
+
+
+def test_ctrl_c_ends_every_rank_and_exits_130_with_one_line(hpcdist: str, tmp_path: Path) -> None:
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    code, err, pids = _interrupt_after_start([hpcdist, "mpirun", "-np", "2", "--", "python", "sleeper.py"], tmp_path)
+    assert code == 130, err
+    assert err == "hpcdist: interrupted (Ctrl-C); ended all 2 ranks of the job\n"
+    assert _gone(pids) == []
+
+
+def test_ctrl_c_during_hpcdist_launch_raises_keyboardinterrupt_quietly(tmp_path: Path) -> None:
+    (tmp_path / "caller.py").write_text(
+        "import os, sys, time, hpcdist\n"
+        "def sleeper():\n"
+        "    print('started', os.getpid(), flush=True)\n"
+        "    time.sleep(300)\n"
+        "if __name__ == '__main__':\n"
+        "    try:\n"
+        "        hpcdist.launch(sleeper, np=2, backend='gloo')\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('caller: KeyboardInterrupt', file=sys.stderr)\n"
+        "        sys.exit(130)\n"
+    )
+    code, err, pids = _interrupt_after_start([sys.executable, "caller.py"], tmp_path)
+    assert code == 130, err
+    assert err == "caller: KeyboardInterrupt\n"
+    assert _gone(pids) == []
+
+
+def test_a_caught_rankfailed_leaves_only_hpcdist_s_lines_on_the_console(tmp_path: Path) -> None:
+    (tmp_path / "caller.py").write_text(
+        "import sys, hpcdist\n"
+        "def work(rank):\n"
+        "    print(f'rank {rank} working', flush=True)\n"
+        "    if rank == 1:\n"
+        "        raise ValueError('rank one is broken')\n"
+        "    return rank\n"
+        "if __name__ == '__main__':\n"
+        "    try:\n"
+        "        hpcdist.launch(work, hpcdist.RANK, np=2, backend='gloo')\n"
+        "    except hpcdist.RankFailed as exc:\n"
+        "        print(f'caught rank {exc.rank}', file=sys.stderr)\n"
+        "        print(exc.remote_traceback, file=sys.stderr, end='')\n"
+    )
+    result = launch([sys.executable, str(tmp_path / "caller.py")], timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["rank 0 working", "rank 1 working"]
+    host = socket.gethostname().split(".")[0]
+    lines = result.stderr.splitlines()
+    assert lines[:2] == [
+        f"hpcdist: rank 1 on {host} raised ValueError; the caller raises it",
+        f"hpcdist: rank 1 on {host} failed (exit code 1); ending the job",
+    ], result.stderr
+    assert lines[2] == "caught rank 1"
+    assert lines[3] == "Traceback (most recent call last):"
+    assert lines[-2:] == ["    raise ValueError('rank one is broken')", "ValueError: rank one is broken"]
+    assert "MPI_ABORT" not in result.stderr and "-----" not in result.stderr
