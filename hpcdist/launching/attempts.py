@@ -17,7 +17,7 @@ from ..control import CONTROL_ENV, MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV, n
 from ..errors import UsageError
 from ..waits import Backoff
 from .hostfile import HostSlots, parse_hostfile, read_hostfile_text, total_slots
-from .monitor import LaunchOutcome, describe_status
+from .monitor import USAGE_STATUS, LaunchOutcome, describe_status
 from .mpirun import MpirunSpec
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "summary",
 ]
 
-USAGE_STATUS = 2  # hpcdist's (and argparse's) status for a usage error
 INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C (128 + SIGINT)
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # sent to hpcdist mpirun: the user wants it to end
 

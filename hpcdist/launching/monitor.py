@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
+USAGE_STATUS = 2  # hpcdist's (and argparse's) status for a usage error
 LAUNCHER_GRACE = 10.0  # seconds the MPI launcher has to end the job after a rank failed before hpcdist mpirun does
 
 # Open MPI 5 (PRRTE) and 4 (ORTE) exit 0 and leave the job unfinished when a node's daemon dies or its
@@ -167,6 +168,7 @@ class LaunchOutcome:
     hosts: Mapping[int, str] = field(default_factory=dict)  # rank -> its host, where known
     signals: tuple[int, ...] = ()  # signals hpcdist mpirun itself received (and passed on) during the launch
     after_peer: frozenset[int] = frozenset()  # failed ranks whose error said a peer had gone first (consequences)
+    usage: str | None = None  # a usage error a rank told: the job's one message, status 2
 
     def causes(self) -> list[int]:
         """The failed ranks that began the failure, in order: every one but those that failed after a peer's loss,
@@ -209,6 +211,7 @@ class MpirunWatch:
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
         self.first_vanished: int | None = None  # the first of them, when it was heard before any failure
         self.stalled: str | None = None  # set when the launcher left the job running after a rank failed
+        self.usage: str | None = None  # the first usage error a rank told (said once for the job)
         self._first_failure: tuple[float, int] | None = None  # when, and which, rank was first heard to fail or vanish
         self._held: dict[str, bytes] = {}
         self._recent: dict[str, deque[str]] = {}
@@ -241,6 +244,8 @@ class MpirunWatch:
                 self.failed.setdefault(event.rank, " ".join(w for w in event.detail.split() if "=" not in w))
                 if AFTER_PEER in event.detail.split():
                     self.after_peer.add(event.rank)
+            elif event.event == "usage" and self.usage is None:
+                self.usage = event.detail
             elif event.event == "vanished" and event.rank not in self.vanished:
                 if not self.vanished and not self._began():
                     self.first_vanished = event.rank
@@ -336,6 +341,8 @@ class MpirunWatch:
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""
         status, problem = self.lost.verdict(returncode)
+        if self.usage is not None:
+            status = USAGE_STATUS
         failed = self.named(returncode)
         beats = self.heartbeats
         if self.stalled is not None:
@@ -357,6 +364,7 @@ class MpirunWatch:
                 hosts={**beats.silent, **self.hosts},
                 signals=signals,
                 after_peer=frozenset(self.after_peer & failed.keys()),
+                usage=self.usage,
             ), problem
 
 

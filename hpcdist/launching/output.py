@@ -155,6 +155,8 @@ class Console:
         shown = self.watch.feed(stream, data) if data else b""
         if not chunk:
             shown += self.watch.feed(stream, b"")
+        if self.watch.usage is not None:  # a rank told a usage error: hpcdist says it, Open MPI's banners go
+            self.router.hide_banners = True
         routed = self.router.feed(stream, shown) if shown else b""
         return routed if chunk else routed + self.router.finish(stream)
 

@@ -207,7 +207,9 @@ def run_mpirun(
     interrupted = signal.SIGINT in received
     if ends_mid_line and not interrupted:  # PRRTE ends its banners with a NUL, not a newline: start ours afresh
         print(file=sys.stderr, flush=True)
-    if router is not None and not interrupted and not router.hide_banners:  # hiding them: the caller reports
+    if outcome.usage is not None:  # the same mistake on every rank: said once, instead of each rank's failure
+        print(f"hpcdist: error: {outcome.usage}", file=sys.stderr, flush=True)
+    elif router is not None and not interrupted and not router.hide_banners:  # hiding them: the caller reports
         print(summary(console.failures(code), router.options.tail), end="", file=sys.stderr, flush=True)
     known = codes.endings(outcome.hosts) if code else {}
     endings = describe_exit_codes(known)

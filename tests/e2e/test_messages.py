@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -146,3 +147,43 @@ def test_a_caught_rankfailed_leaves_only_hpcdist_s_lines_on_the_console(tmp_path
     assert lines[3] == "Traceback (most recent call last):"
     assert lines[-2:] == ["    raise ValueError('rank one is broken')", "ValueError: rank one is broken"]
     assert "MPI_ABORT" not in result.stderr and "-----" not in result.stderr
+
+
+def test_doctor_under_hpcdist_mpirun_reports_once_from_rank_0(hpcdist: str) -> None:
+    result = launch([hpcdist, "mpirun", "-np", "2", "--", hpcdist, "doctor", "--json"], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(reports) == 1, result.stdout
+    checks = {(c["area"], c["status"]): c["detail"] for c in reports[0]["checks"]}
+    assert reports[0]["ok"] is True
+    assert checks[("launch", "info")].startswith("run as rank 0 of 2 (openmpi launch): rank 0 checked ")
+    assert checks[("rendezvous", "pass")].startswith("all 1 other rank(s) connected to rank 0's rendezvous at ")
+
+
+def test_nccl_without_gpus_in_the_program_s_own_init_is_one_line_for_the_job(hpcdist: str, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        'import torch.distributed as dist\ndist.init_process_group("nccl")\nprint("initialised", flush=True)\n'
+    )
+    result = launch([hpcdist, "mpirun", "-np", "2", "--", "python", str(script)], timeout=180)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"hpcdist: error: backend nccl needs CUDA GPUs, but torch sees none on host {socket.gethostname()} "
+        '(CUDA_VISIBLE_DEVICES=<unset>); call init_process_group("gloo") on CPU, or run on hosts with GPUs\n'
+    )
+
+
+def test_a_missing_matplotlib_for_plot_is_said_once_for_the_job(hpcdist: str, tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden" / "matplotlib"  # an import of matplotlib fails for real: this package comes first
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'matplotlib'\")\n")
+    plot = tmp_path / "plot.png"
+    argv = [hpcdist, "mpirun", "-np", "2", "--", hpcdist, "bench", "all_reduce", "--plot", str(plot)]
+    result = launch(argv, timeout=180, PYTHONPATH=str(hidden.parent))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"hpcdist: error: --plot {plot} needs matplotlib, which {sys.executable} cannot import (No module named "
+        "'matplotlib'); install it with `pip install 'hpcdist[plot]'` (or `pip install matplotlib`), or drop --plot\n"
+    )
+    assert not plot.exists()
