@@ -62,7 +62,7 @@ def _interrupt_after_start(argv: list[str], tmp_path: Path, ranks: int = 2) -> t
     )
     try:
         assert proc.stdout is not None
-        pids = []
+        pids: list[int] = []
         deadline = time.monotonic() + 120
         while len(pids) < ranks and time.monotonic() < deadline:
             line = proc.stdout.readline()
