@@ -114,6 +114,7 @@ def _run_child(words: Sequence[str], env: dict[str, str], rank: int) -> int:
         return run_child(words, env)
     except UsageError as exc:
         _usage_error(rank, str(exc))
+        abort_job(2)
         return 2
 
 
