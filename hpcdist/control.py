@@ -9,7 +9,7 @@ Events: `ready` (this rank's process group is initialised), `failed` (detail: ho
 and `after=peer` when its error said that a peer's connection dropped: a peer went first), `done` (the program
 ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`), `beat`
 (from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py), `usage` (detail: a usage
-error's message, which the launcher says once for the whole job, however many ranks tell it).
+error's message, percent-quoted onto one line, which the launcher says once for the job however many ranks tell it).
 Each attempt of `hpcdist mpirun --max-restarts` (and of a generated script's restart loop) also exports its
 index, 0 first, in RESTART_VARS: hpcdist's name and torchrun's; and the maximum in MAX_RESTARTS_ENV. Every
 attempt of one `hpcdist mpirun` exports the same RUN_ID_ENV, which the ranks give as TORCHELASTIC_RUN_ID.
@@ -23,6 +23,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from typing import NamedTuple
+from urllib.parse import quote, unquote
 
 __all__ = [
     "BEAT_ENV",
@@ -34,6 +35,7 @@ __all__ = [
     "emit",
     "new_token",
     "parse_control",
+    "parse_usage",
     "tell_usage",
     "told_usage",
 ]
@@ -84,9 +86,14 @@ def tell_usage(message: str, rank: int | None = None, environ: Mapping[str, str]
     given = str(rank) if rank is not None else environ.get("RANK", "")
     if not given.isdigit() or not re.fullmatch(r"[0-9a-f]{16}", environ.get(CONTROL_ENV, "")):
         return False
-    emit("usage", int(given), message, environ)
+    emit("usage", int(given), quote(message), environ)  # its lines and spaces kept: parse_usage gives them back
     _told.append(message)
     return True
+
+
+def parse_usage(detail: str) -> str:
+    """The message of a `usage` event's detail, as the rank had it (tell_usage quoted it onto one line)."""
+    return unquote(detail)
 
 
 def told_usage() -> bool:

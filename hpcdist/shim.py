@@ -113,15 +113,19 @@ def _run_child(words: Sequence[str], env: dict[str, str], rank: int) -> int:
     try:
         return run_child(words, env)
     except UsageError as exc:
-        _usage_error(rank, str(exc))
+        _usage_error(rank, str(exc), where=True)  # the program may be missing on one host only
         abort_job(2)
         return 2
 
 
-def _usage_error(rank: int | str, message: str) -> None:
-    """A usage error on this rank: told to hpcdist mpirun, which says it once for the job, else printed here."""
-    if not (isinstance(rank, int) and control.tell_usage(message, rank)):
-        print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {message}", file=sys.stderr, flush=True)
+def _usage_error(rank: int | str, message: str, where: bool = False) -> None:
+    """A usage error on this rank: told to hpcdist mpirun, which says it once for the job, else printed here.
+
+    `where`: the message depends on the rank's place, so the one told names the rank and its host too.
+    """
+    place = f"rank {rank} on {socket.gethostname()}: "
+    if not (isinstance(rank, int) and control.tell_usage(f"{place if where else ''}{message}", rank)):
+        print(f"hpcdist: error: {place}{message}", file=sys.stderr, flush=True)
 
 
 def bind(local_rank: int, local_world_size: int) -> None:
@@ -159,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = job_timeout(os.environ)
         env, _ = prepare(seconds, env)
     except (UsageError, RendezvousTimeout) as exc:
-        _usage_error(int(rank) if rank.isdigit() and isinstance(exc, UsageError) else rank, str(exc))
+        _usage_error(int(rank) if rank.isdigit() and isinstance(exc, UsageError) else rank, str(exc), where=True)
         if rank.isdigit():
             control.emit("failed", int(rank), "exit code 2")
         abort_job(2)

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..control import parse_control
+from ..control import parse_control, parse_usage
 from ..errors import JobEnding, LauncherStalled
 from .heartbeat import Heartbeats
 
@@ -245,7 +245,7 @@ class MpirunWatch:
                 if AFTER_PEER in event.detail.split():
                     self.after_peer.add(event.rank)
             elif event.event == "usage" and self.usage is None:
-                self.usage = event.detail
+                self.usage = parse_usage(event.detail)
             elif event.event == "vanished" and event.rank not in self.vanished:
                 if not self.vanished and not self._began():
                     self.first_vanished = event.rank

@@ -48,9 +48,10 @@ def test_tell_usage_writes_a_control_line_only_for_a_rank_of_hpcdist_mpirun(capf
     monkeypatch.setattr(control, "_told", [])  # this process's record, as a fresh rank has it
     assert not control.tell_usage("a mistake", 1, {})
     assert not control.tell_usage("a mistake", None, {control.CONTROL_ENV: TOKEN})  # no rank known
-    assert control.tell_usage("a  mistake\nhere", None, {control.CONTROL_ENV: TOKEN, "RANK": "3"})
+    assert control.tell_usage("a  mistake:\n  here", None, {control.CONTROL_ENV: TOKEN, "RANK": "3"})
     event = control.parse_control(capfd.readouterr().err, TOKEN)
-    assert event == control.ControlEvent("usage", 3, "a mistake here")
+    assert event is not None and (event.event, event.rank) == ("usage", 3)
+    assert control.parse_usage(event.detail) == "a  mistake:\n  here"
     assert control.told_usage()
 
 
