@@ -30,6 +30,10 @@ __all__ = [
 DEFAULT_TAIL = 20
 # Open MPI's help messages (MPI_ABORT was invoked…, prterun has exited due to…) stand between lines of dashes
 _RULE = re.compile(rb"-{20,}")
+# and MPICH's library, on the rank's stderr: Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort…
+_MPICH_ABORT = re.compile(
+    rb"Abort\([0-9]+\) on node [0-9]+ \(rank [0-9]+ in comm [0-9]+\): application called MPI_Abort"
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ class OutputRouter:
         shown = line if self.options.tag else rest
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
             kept.lines.append(shown)
+        if self.hide_banners and _MPICH_ABORT.match(rest):
+            return b""
         return shown if self.shown is None or rank in self.shown else b""
 
     def _launcher(self, line: bytes, stream: str) -> bytes:
@@ -119,7 +125,7 @@ class OutputRouter:
             if _RULE.fullmatch(line.strip(b"\0 \t\r\n")):
                 self._in_banner[stream] = not self._in_banner.get(stream, False)
                 return b""
-            if self._in_banner.get(stream, False):
+            if self._in_banner.get(stream, False) or _MPICH_ABORT.match(line):
                 return b""
         return b"" if self.launcher_quiet else line
 

@@ -63,7 +63,9 @@ def test_the_first_usage_error_told_is_the_job_s_message_and_open_mpi_s_banners_
         "stderr",
         f"[n1:1] @@hpcdist:{TOKEN}:usage:1:first\n[n1:0] @@hpcdist:{TOKEN}:usage:0:second\n"
         f"[n1:0] a rank's own line\n-----\n--------------------\nMPI_ABORT was invoked on rank 1\n"
-        "--------------------\nmpirun's own line\n".encode(),
+        "--------------------\nmpirun's own line\n"
+        "Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 2) - process 1\n"
+        "[n1:0] Abort(2) on node 0 (rank 0 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 2)\n".encode(),
     )
     assert shown == b"a rank's own line\n-----\nmpirun's own line\n"
     outcome, _ = watch.outcome(1)
