@@ -73,17 +73,27 @@ def outside_the_job(environ: Mapping[str, str]) -> dict[str, str] | None:
     """The environment for the probes of a doctor that runs as a rank of a job (`hpcdist mpirun -- hpcdist doctor`):
     `environ` without the job's rank variables, so that its own probe jobs are not taken for ranks of it; None when
     it runs alone."""
-    if LaunchEnv.from_environ(environ).launcher == "single":
+    env = _started_by(environ)
+    if env is None or env.launcher == "single":
         return None
     return {name: value for name, value in environ.items() if name not in _JOB_VARIABLES}
+
+
+def _started_by(environ: Mapping[str, str]) -> LaunchEnv | None:
+    """The launch that started this doctor, or None when its variables contradict each other (then it runs as if
+    alone, and its probes show what such variables do)."""
+    try:
+        return LaunchEnv.from_environ(environ)
+    except UsageError:
+        return None
 
 
 def job_place(environ: Mapping[str, str]) -> tuple[int, Check | None]:
     """This doctor's rank in the job it runs in (0 alone), and for rank 0 of a job of several a line saying that it
     reports for the job."""
-    env = LaunchEnv.from_environ(environ)
-    if env.world_size == 1:
-        return env.rank, None
+    env = _started_by(environ)
+    if env is None or env.world_size == 1:
+        return 0, None
     return env.rank, Check(
         "launch",
         "info",

@@ -4,7 +4,8 @@
 watchdog's communicator and installs an import hook. When the program first imports
 torch.distributed, the hook wraps `init_process_group` so that it goes through `bootstrap.start_group`,
 as `hpcdist.init` does (a backstop timeout unless the program gave one, the ledger's init phase, the
-watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI. It also records
+watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI, and "nccl" checked against
+the GPUs torch sees first (a UsageError, which hpcdist mpirun says once for the job). It also records
 the program's calls in the ledger and starts the watchdog, so a rank that never calls
 init_process_group is named too. Nothing here imports torch. `finish` runs after a program that ended
 well, so that the others' hang report can say this rank finished.

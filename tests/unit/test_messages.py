@@ -91,3 +91,4 @@ def test_the_doctor_s_probes_leave_the_job_s_variables_behind() -> None:
     rank, note = job_place({**job, "OMPI_COMM_WORLD_RANK": "0", "RANK": "0", "LOCAL_RANK": "0"})
     assert rank == 0 and note is not None and note.detail.startswith("run as rank 0 of 2 (openmpi launch)")
     assert job_place({}) == (0, None)
+    assert job_place({"RANK": "3"}) == (0, None) and outside_the_job({"RANK": "3"}) is None  # stale: as if alone
