@@ -8,7 +8,8 @@ the variable (a generated script, a plain mpirun) nothing is written.
 Events: `ready` (this rank's process group is initialised), `failed` (detail: how the program ended, `host=NAME`,
 and `after=peer` when its error said that a peer's connection dropped: a peer went first), `done` (the program
 ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`), `beat`
-(from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py).
+(from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py), `usage` (detail: a usage
+error's message, percent-quoted onto one line, which the launcher says once for the job however many ranks tell it).
 Each attempt of `hpcdist mpirun --max-restarts` (and of a generated script's restart loop) also exports its
 index, 0 first, in RESTART_VARS: hpcdist's name and torchrun's; and the maximum in MAX_RESTARTS_ENV. Every
 attempt of one `hpcdist mpirun` exports the same RUN_ID_ENV, which the ranks give as TORCHELASTIC_RUN_ID.
@@ -22,6 +23,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from typing import NamedTuple
+from urllib.parse import quote, unquote
 
 __all__ = [
     "BEAT_ENV",
@@ -33,6 +35,9 @@ __all__ = [
     "emit",
     "new_token",
     "parse_control",
+    "parse_usage",
+    "tell_usage",
+    "told_usage",
 ]
 
 CONTROL_ENV = "HPCDIST_CONTROL"
@@ -40,6 +45,7 @@ BEAT_ENV = "HPCDIST_HEARTBEAT"  # seconds between a rank's `beat` lines; set by 
 RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # hpcdist's first, then torchrun's
 MAX_RESTARTS_ENV = "HPCDIST_MAX_RESTARTS"  # --max-restarts; unset: 0 (the ranks give it as TORCHELASTIC_MAX_RESTARTS)
 RUN_ID_ENV = "HPCDIST_RUN_ID"  # one id for all attempts of one hpcdist mpirun launch
+_told: list[str] = []  # the usage error this process told its launcher, if any
 _LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<event>[a-z]+):(?P<rank>[0-9]+):(?P<detail>[^\n]*)")
 
 
@@ -72,3 +78,24 @@ def emit(event: str, rank: int, detail: str = "", environ: Mapping[str, str] = o
     line = f"@@hpcdist:{token}:{event}:{rank}:{' '.join(detail.split())}\n"
     with contextlib.suppress(OSError):  # stderr closed: the launcher will not hear this rank (reported not ready)
         os.write(2, line.encode(errors="replace"))
+
+
+def tell_usage(message: str, rank: int | None = None, environ: Mapping[str, str] = os.environ) -> bool:
+    """Hand a usage error to `hpcdist mpirun`, which says it once for the job; False when this process is no rank of
+    one (then the caller prints it). `rank`: this rank (default: $RANK, which the shim sets)."""
+    given = str(rank) if rank is not None else environ.get("RANK", "")
+    if not given.isdigit() or not re.fullmatch(r"[0-9a-f]{16}", environ.get(CONTROL_ENV, "")):
+        return False
+    emit("usage", int(given), quote(message), environ)  # its lines and spaces kept: parse_usage gives them back
+    _told.append(message)
+    return True
+
+
+def parse_usage(detail: str) -> str:
+    """The message of a `usage` event's detail, as the rank had it (tell_usage quoted it onto one line)."""
+    return unquote(detail)
+
+
+def told_usage() -> bool:
+    """Whether this process told its launcher a usage error (the launcher says it; the rank adds nothing)."""
+    return bool(_told)

@@ -80,6 +80,9 @@ def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, bool]:
             runpy.run_path(target.what, run_name="__main__")
     except SystemExit as exc:
         return _exit_code(exc.code), False
+    except UsageError as exc:  # e.g. init_process_group("nccl") without GPUs: a mistake, not a crash
+        _usage_error(rank, str(exc))
+        return 2, False
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)
         return 1, peer_lost(str(exc))
@@ -110,9 +113,19 @@ def _run_child(words: Sequence[str], env: dict[str, str], rank: int) -> int:
     try:
         return run_child(words, env)
     except UsageError as exc:
-        print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr)
+        _usage_error(rank, str(exc), where=True)  # the program may be missing on one host only
         abort_job(2)
         return 2
+
+
+def _usage_error(rank: int | str, message: str, where: bool = False) -> None:
+    """A usage error on this rank: told to hpcdist mpirun, which says it once for the job, else printed here.
+
+    `where`: the message depends on the rank's place, so the one told names the rank and its host too.
+    """
+    place = f"rank {rank} on {socket.gethostname()}: "
+    if not (isinstance(rank, int) and control.tell_usage(f"{place if where else ''}{message}", rank)):
+        print(f"hpcdist: error: {place}{message}", file=sys.stderr, flush=True)
 
 
 def bind(local_rank: int, local_world_size: int) -> None:
@@ -150,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = job_timeout(os.environ)
         env, _ = prepare(seconds, env)
     except (UsageError, RendezvousTimeout) as exc:
-        print(f"hpcdist: error: rank {rank} on {socket.gethostname()}: {exc}", file=sys.stderr, flush=True)
+        _usage_error(int(rank) if rank.isdigit() and isinstance(exc, UsageError) else rank, str(exc), where=True)
         if rank.isdigit():
             control.emit("failed", int(rank), "exit code 2")
         abort_job(2)
@@ -166,11 +179,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, after_peer = _run_child(words, child_env, env.rank), False
     if code != 0:
         host = socket.gethostname()
-        print(
-            f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}); ending the job",
-            file=sys.stderr,
-            flush=True,
-        )
+        if not control.told_usage():  # a usage error told to hpcdist mpirun is the job's one message
+            print(
+                f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}); ending the job",
+                file=sys.stderr,
+                flush=True,
+            )
         after = f" {AFTER_PEER}" if after_peer else ""  # a peer went first: hpcdist mpirun names that peer first
         control.emit("failed", env.rank, f"{_describe(code)} host={host}{after}")  # and shows its last lines
         abort_job(code if 0 < code < 256 else 1)

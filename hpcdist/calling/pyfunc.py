@@ -20,8 +20,10 @@ from typing import Any
 from .. import control
 from ..errors import LaunchTimeout, RankFailed, UsageError, WaitTimeout
 from ..launching.attempts import attempt_spec, describe_end
+from ..launching.hostnames import check_names_resolve
 from ..launching.mpirun import build_mpirun_argv
 from ..launching.options import MpirunOptions
+from ..launching.output import OutputRouter
 from ..launching.spawn import run_mpirun
 from ..launching.spec import spec_from_options
 from ..values import check_count, check_seconds
@@ -63,9 +65,13 @@ def launch(
         check_count(np, "hpcdist.launch's np", 1, "e.g. np=2")
     call = pack(fn, args, kwargs, "hpcdist.launch")
     name = getattr(fn, "__qualname__", repr(fn))
-    # hpcdist mpirun's defaults, untagged output (the values come back as files), and no restarts
-    options = MpirunOptions(program=(sys.executable, *_RUNNER), np=np, hostfile=hostfile, tag=False)
-    spec, _ = spec_from_options(options, caller="hpcdist.launch")
+    # hpcdist mpirun's defaults, no restarts, no heartbeat; the ranks tag their lines for the router, which shows
+    # them untagged and keeps Open MPI's help blocks (the MPI_ABORT banner) off the console: RankFailed reports
+    options = MpirunOptions(
+        program=(sys.executable, *_RUNNER), np=np, hostfile=hostfile, tag=False, tail=0, heartbeat_timeout=0
+    )
+    spec, output = spec_from_options(options, routed=True, caller="hpcdist.launch")
+    check_names_resolve(options)
     parent = os.environ.get(DIR_ENV) or (os.getcwd() if spec.keepalive else None)  # keepalive: several hosts
     directory = tempfile.mkdtemp(prefix="hpcdist-launch-", dir=parent)  # mode 0700: private to this user
     try:
@@ -77,7 +83,9 @@ def launch(
         argv = build_mpirun_argv(attempt_spec(spec, None, token))
         size = spec.np or 0
         try:
-            outcome = run_mpirun(argv, token, timeout=seconds)
+            router = OutputRouter(output, spec.np)
+            router.hide_banners = True
+            outcome = run_mpirun(argv, token, router, timeout=seconds)
         except WaitTimeout:
             done = sorted(read_outcomes(template, size))
             raise LaunchTimeout(

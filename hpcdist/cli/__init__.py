@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from .. import control
 from .._version import __version__
 from ..errors import UsageError, WaitTimeout
 from .types import Checked
@@ -147,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {**launch.COMMANDS, **generate.COMMANDS, **diagnose.COMMANDS, **follow.COMMANDS}
         return commands[args.command](args)
     except UsageError as exc:
-        print(f"hpcdist: error: {exc}", file=sys.stderr)
+        if not control.tell_usage(str(exc)):  # a rank of hpcdist mpirun: the launcher says it once for the job
+            print(f"hpcdist: error: {exc}", file=sys.stderr)
         return 2
     except WaitTimeout as exc:  # the message says who waited for what; the other ranks may be waiting too
         print(f"hpcdist: error: {exc}", file=sys.stderr)

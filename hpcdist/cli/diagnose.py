@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -152,9 +153,13 @@ def _add_doctor(subparsers: Any) -> None:
 def doctor(args: argparse.Namespace) -> int:
     """`hpcdist doctor`: gather facts, run the checks, print them; 1 if any check failed."""
     from ..doctor.checks import run_checks
-    from ..doctor.probe import gather_facts
+    from ..doctor.probe import gather_facts, job_place
 
+    rank, note = job_place(os.environ)  # a rank of `hpcdist mpirun -- hpcdist doctor`: rank 0 reports for the job
+    if rank != 0:
+        return 0
     checks = run_checks(gather_facts(args.hostfile, args.mpirun, args.timeout, args.local_world_size, args.topology))
+    checks = [note, *checks] if note is not None else checks
     failed = any(c.status == "fail" for c in checks)
     counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
     if args.json:

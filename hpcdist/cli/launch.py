@@ -278,10 +278,12 @@ def _mpirun(args: argparse.Namespace) -> int:
         emit(text, None if args.script == "-" else args.script, 0o755)
         return 0
     from ..launching.heartbeat import heartbeat_limit
+    from ..launching.hostnames import check_names_resolve
     from ..launching.monitor import LaunchOutcome
     from ..launching.output import OutputRouter
     from ..launching.spawn import run_mpirun
 
+    check_names_resolve(options)  # a misspelt host is named here, not as a daemon that died
     limit = heartbeat_limit(options.heartbeat_timeout, os.environ) if routed else None
 
     def run(argv: list[str], token: str) -> LaunchOutcome:

@@ -13,10 +13,11 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..control import BEAT_ENV, CONTROL_ENV
 from ..errors import UsageError
 from ..launching.families import FAMILIES, detect_family, family_from_version, resolve_family
 from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
@@ -25,9 +26,30 @@ from ..launching.spawn import capture
 from ..placement.topology import TOPOLOGY_VAR, load_topology
 from ..runtime.env import LaunchEnv
 from ..runtime.netif import resolve
-from .facts import DEFAULT_TIMEOUT, Facts, Probe, tail
+from .facts import DEFAULT_TIMEOUT, Check, Facts, Probe, tail
 
-__all__ = ["gather_facts", "rendezvous_probe"]
+__all__ = ["gather_facts", "job_place", "outside_the_job", "rendezvous_probe"]
+
+# What a launch (hpcdist's shim, torchrun) gives each rank: the doctor's own probe jobs must not inherit them
+_JOB_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_NAME",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    CONTROL_ENV,
+    BEAT_ENV,
+)
 
 _MPI4PY_PROBE = (
     "import json, mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; from mpi4py import MPI; "
@@ -47,9 +69,43 @@ _WORLD_PROBE = (
 _HOST_PROBE = 'echo hpcdist-host "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-?}}" "$(hostname)"'
 
 
+def outside_the_job(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """The environment for the probes of a doctor that runs as a rank of a job (`hpcdist mpirun -- hpcdist doctor`):
+    `environ` without the job's rank variables, so that its own probe jobs are not taken for ranks of it; None when
+    it runs alone."""
+    env = _started_by(environ)
+    if env is None or env.launcher == "single":
+        return None
+    return {name: value for name, value in environ.items() if name not in _JOB_VARIABLES}
+
+
+def _started_by(environ: Mapping[str, str]) -> LaunchEnv | None:
+    """The launch that started this doctor, or None when its variables contradict each other (then it runs as if
+    alone, and its probes show what such variables do)."""
+    try:
+        return LaunchEnv.from_environ(environ)
+    except UsageError:
+        return None
+
+
+def job_place(environ: Mapping[str, str]) -> tuple[int, Check | None]:
+    """This doctor's rank in the job it runs in (0 alone), and for rank 0 of a job of several a line saying that it
+    reports for the job."""
+    env = _started_by(environ)
+    if env is None or env.world_size == 1:
+        return 0, None
+    return env.rank, Check(
+        "launch",
+        "info",
+        f"run as rank 0 of {env.world_size} ({env.launcher} launch): rank 0 checked {socket.gethostname()} with "
+        "probe jobs of its own and reports for the job; the other ranks only ended (to check other hosts, run "
+        "`hpcdist doctor --hostfile FILE`)",
+    )
+
+
 def _probe(argv: Sequence[str], timeout: float) -> Probe:
-    """Run one probe command."""
-    code, out, err = capture(argv, timeout)
+    """Run one probe command (in the environment outside the job, when the doctor runs as a rank of one)."""
+    code, out, err = capture(argv, timeout, outside_the_job(os.environ))
     return Probe(tuple(argv), code, out, err)
 
 

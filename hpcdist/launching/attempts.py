@@ -17,7 +17,7 @@ from ..control import CONTROL_ENV, MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV, n
 from ..errors import UsageError
 from ..waits import Backoff
 from .hostfile import HostSlots, parse_hostfile, read_hostfile_text, total_slots
-from .monitor import LaunchOutcome, describe_status
+from .monitor import USAGE_STATUS, LaunchOutcome, describe_status
 from .mpirun import MpirunSpec
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
     "summary",
 ]
 
-USAGE_STATUS = 2  # hpcdist's (and argparse's) status for a usage error
+INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C (128 + SIGINT)
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # sent to hpcdist mpirun: the user wants it to end
 
 
@@ -218,6 +218,14 @@ def run_attempts(
         spec_now = attempt_spec(current, counted, token := new_token(), run_id, policy.max_restarts)
         outcome = run(build(spec_now), token)
         attempts.append(Attempt(index, current.np, hosts, outcome))
+        if signal.SIGINT in outcome.signals:
+            ranks = f"all {current.np} ranks" if current.np is not None else "every rank"
+            _say(
+                f"hpcdist: interrupted (Ctrl-C); ended {ranks} of the job (attempt {index + 1} of {total})"
+                if policy.max_restarts
+                else f"hpcdist: interrupted (Ctrl-C); ended {ranks} of the job"
+            )
+            return INTERRUPTED_STATUS
         decision = decide(current, hosts, outcome, index, policy)
         if policy.max_restarts and (outcome.status != 0 or index > 0):
             ending = f"hpcdist: attempt {index + 1}/{total} ended with {describe_end(outcome)}"
@@ -232,7 +240,7 @@ def run_attempts(
             backoff.pause()
         except KeyboardInterrupt:
             _say("hpcdist: interrupted during the back-off; not restarting")
-            return 130
+            return INTERRUPTED_STATUS
         current = decision.spec
         hosts = current.hosts or hosts
     if len(attempts) > 1:

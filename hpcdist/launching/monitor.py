@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..control import parse_control
+from ..control import parse_control, parse_usage
 from ..errors import JobEnding, LauncherStalled
 from .heartbeat import Heartbeats
 
@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
+USAGE_STATUS = 2  # hpcdist's (and argparse's) status for a usage error
 LAUNCHER_GRACE = 10.0  # seconds the MPI launcher has to end the job after a rank failed before hpcdist mpirun does
 
 # Open MPI 5 (PRRTE) and 4 (ORTE) exit 0 and leave the job unfinished when a node's daemon dies or its
@@ -46,6 +47,10 @@ _BANNERS = re.compile(
     r"|\] control_cb \(.*\): assert \(!closed\) failed"
 )
 _HOST = re.compile(r"Remote daemon\s*:\s*\S+\s+on node\s+(\S+)|Remote host\s*:\s*(\S+)")
+# A daemon that never started (ssh could not reach the host, or prted cannot run there) is reported as one that
+# failed to report back, with the launch agent's non-zero status (255 from ssh); a killed agent leaves status 0.
+_NOT_STARTED = re.compile(r"\bA daemon failed to report back after being spawned")
+_AGENT_STATUS = re.compile(r"Daemon exit status\s*:\s*([0-9]+)")
 
 
 class LostHostWatch:
@@ -54,6 +59,8 @@ class LostHostWatch:
     def __init__(self) -> None:
         self.lost = False
         self.hosts: list[str] = []
+        self.agent_status: int | None = None  # the launch agent's status, when a daemon failed to report back
+        self._report_back = False
         self._partial: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -69,6 +76,10 @@ class LostHostWatch:
         """Note a lost-daemon banner and the host it names."""
         if _BANNERS.search(line):
             self.lost = True
+            self._report_back = self._report_back or bool(_NOT_STARTED.search(line))
+        status = _AGENT_STATUS.search(line)
+        if status and self._report_back:
+            self.agent_status = int(status.group(1))
         match = _HOST.search(line)
         if match and self.lost:
             host = match.group(1) or match.group(2)
@@ -91,6 +102,14 @@ class LostHostWatch:
             names = ", ".join(self.hosts)
         status = returncode if returncode != 0 else LOST_HOST_STATUS
         returned = f"although mpirun returned {returncode}" if returncode == 0 else f"(mpirun returned {returncode})"
+        if self.agent_status and names:
+            first = names.split(", ")[0]
+            return status, (
+                f"mpirun could not start its daemon on host {names} (its launch agent, ssh unless --launch-agent "
+                f"names another, ended with status {self.agent_status}), so the job did not run {returned}; check "
+                f"that `ssh {first} true` works from here without a password, and that this Python environment "
+                "exists there at the same path"
+            )
         who, check = (f"host {names}", names) if names else ("a remote host (it names none)", "every host")
         return status, (
             f"mpirun lost contact with {who} (its daemon died or the network link was cut), so the job "
@@ -149,6 +168,7 @@ class LaunchOutcome:
     hosts: Mapping[int, str] = field(default_factory=dict)  # rank -> its host, where known
     signals: tuple[int, ...] = ()  # signals hpcdist mpirun itself received (and passed on) during the launch
     after_peer: frozenset[int] = frozenset()  # failed ranks whose error said a peer had gone first (consequences)
+    usage: str | None = None  # a usage error a rank told: the job's one message, status 2
 
     def causes(self) -> list[int]:
         """The failed ranks that began the failure, in order: every one but those that failed after a peer's loss,
@@ -191,6 +211,7 @@ class MpirunWatch:
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
         self.first_vanished: int | None = None  # the first of them, when it was heard before any failure
         self.stalled: str | None = None  # set when the launcher left the job running after a rank failed
+        self.usage: str | None = None  # the first usage error a rank told (said once for the job)
         self._first_failure: tuple[float, int] | None = None  # when, and which, rank was first heard to fail or vanish
         self._held: dict[str, bytes] = {}
         self._recent: dict[str, deque[str]] = {}
@@ -223,6 +244,8 @@ class MpirunWatch:
                 self.failed.setdefault(event.rank, " ".join(w for w in event.detail.split() if "=" not in w))
                 if AFTER_PEER in event.detail.split():
                     self.after_peer.add(event.rank)
+            elif event.event == "usage" and self.usage is None:
+                self.usage = parse_usage(event.detail)
             elif event.event == "vanished" and event.rank not in self.vanished:
                 if not self.vanished and not self._began():
                     self.first_vanished = event.rank
@@ -318,6 +341,8 @@ class MpirunWatch:
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""
         status, problem = self.lost.verdict(returncode)
+        if self.usage is not None:
+            status = USAGE_STATUS
         failed = self.named(returncode)
         beats = self.heartbeats
         if self.stalled is not None:
@@ -339,6 +364,7 @@ class MpirunWatch:
                 hosts={**beats.silent, **self.hosts},
                 signals=signals,
                 after_peer=frozenset(self.after_peer & failed.keys()),
+                usage=self.usage,
             ), problem
 
 

@@ -8,6 +8,7 @@ the failure summary (monitor.py has taken the control lines out before).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import deque
 from collections.abc import Mapping
@@ -27,6 +28,12 @@ __all__ = [
 ]
 
 DEFAULT_TAIL = 20
+# Open MPI's help messages (MPI_ABORT was invoked…, prterun has exited due to…) stand between lines of dashes
+_RULE = re.compile(rb"-{20,}")
+# and MPICH's library, on the rank's stderr: Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort…
+_MPICH_ABORT = re.compile(
+    rb"Abort\([0-9]+\) on node [0-9]+ \(rank [0-9]+ in comm [0-9]+\): application called MPI_Abort"
+)
 
 
 @dataclass(frozen=True)
@@ -80,32 +87,47 @@ class OutputRouter:
         self._ranks: dict[int, _Rank] = {}
         self._partial: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self.launcher_quiet = False  # set once the user interrupted the job: mpirun's own words are not shown
+        self.hide_banners = False  # set by a caller that reports failures itself: Open MPI's help blocks are not shown
+        self._in_banner: dict[str, bool] = {}
 
     def feed(self, stream: str, chunk: bytes) -> bytes:
         """The part of `chunk` (from mpirun's `stream`) to show now; a partial last line waits for more."""
         with self._lock:
             segments, self._partial[stream] = split_segments(self._partial.get(stream, b"") + chunk)
-            return b"".join(self._route(text + end) for text, end in segments)
+            return b"".join(self._route(text + end, stream) for text, end in segments)
 
     def finish(self, stream: str) -> bytes:
         """What is left of `stream` once mpirun has ended (a last line without a newline), to show."""
         with self._lock:
             rest = self._partial.pop(stream, b"")
-            return self._route(rest) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
+            return self._route(rest, stream) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
 
-    def _route(self, line: bytes) -> bytes:
+    def _route(self, line: bytes, stream: str) -> bytes:
         """One line (or a progress bar's redraw, ending in \\r): keep a rank's line for its tail; what to show."""
         line = line.lstrip(b"\0")  # PRRTE ends a banner with a NUL, after its newline: the next line starts with it
         tagged = split_tag(line)
         if tagged is None:
-            return line  # mpirun's own
+            return self._launcher(line, stream)
         host, rank, rest = tagged
         kept = self._ranks.setdefault(rank, _Rank(host, deque(maxlen=self.options.tail)))
         kept.host = host
         shown = line if self.options.tag else rest
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
             kept.lines.append(shown)
+        if self.hide_banners and _MPICH_ABORT.match(rest):
+            return b""
         return shown if self.shown is None or rank in self.shown else b""
+
+    def _launcher(self, line: bytes, stream: str) -> bytes:
+        """What to show of a line of mpirun's own."""
+        if self.hide_banners:
+            if _RULE.fullmatch(line.strip(b"\0 \t\r\n")):
+                self._in_banner[stream] = not self._in_banner.get(stream, False)
+                return b""
+            if self._in_banner.get(stream, False) or _MPICH_ABORT.match(line):
+                return b""
+        return b"" if self.launcher_quiet else line
 
     def failures(self, failed: Mapping[int, str], hosts: Mapping[int, str]) -> list[Failure]:
         """The failed ranks (rank -> how, in the order heard; their hosts where known), each with its last lines."""
@@ -139,6 +161,8 @@ class Console:
         shown = self.watch.feed(stream, data) if data else b""
         if not chunk:
             shown += self.watch.feed(stream, b"")
+        if self.watch.usage is not None:  # a rank told a usage error: hpcdist says it, Open MPI's banners go
+            self.router.hide_banners = True
         routed = self.router.feed(stream, shown) if shown else b""
         return routed if chunk else routed + self.router.finish(stream)
 

@@ -200,13 +200,16 @@ def run_mpirun(
             return console.feed(stream, shown) if shown else b""
         return (console.feed(stream, shown) if shown else b"") + console.feed(stream, b"")
 
-    received: list[int] = []
+    received = _Received(router)
     code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, watch.check)
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
-    if ends_mid_line:  # PRRTE ends its banners with a NUL, not a newline: start hpcdist's own lines afresh
+    interrupted = signal.SIGINT in received
+    if ends_mid_line and not interrupted:  # PRRTE ends its banners with a NUL, not a newline: start ours afresh
         print(file=sys.stderr, flush=True)
-    if router is not None:
+    if outcome.usage is not None:  # the same mistake on every rank: said once, instead of each rank's failure
+        print(f"hpcdist: error: {outcome.usage}", file=sys.stderr, flush=True)
+    elif router is not None and not interrupted and not router.hide_banners:  # hiding them: the caller reports
         print(summary(console.failures(code), router.options.tail), end="", file=sys.stderr, flush=True)
     known = codes.endings(outcome.hosts) if code else {}
     endings = describe_exit_codes(known)
@@ -217,6 +220,20 @@ def run_mpirun(
     if problem:
         print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
     return outcome
+
+
+class _Received(list[int]):
+    """The signals hpcdist received during a launch; after Ctrl-C, mpirun's own words are no longer shown."""
+
+    def __init__(self, router: OutputRouter | None) -> None:
+        super().__init__()
+        self._router = router
+
+    def append(self, signum: int) -> None:
+        """Note a signal (called from the signal handler, before it is passed on to mpirun)."""
+        super().append(signum)
+        if signum == signal.SIGINT and self._router is not None:
+            self._router.launcher_quiet = True
 
 
 def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:

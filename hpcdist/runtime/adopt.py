@@ -4,7 +4,8 @@
 watchdog's communicator and installs an import hook. When the program first imports
 torch.distributed, the hook wraps `init_process_group` so that it goes through `bootstrap.start_group`,
 as `hpcdist.init` does (a backstop timeout unless the program gave one, the ledger's init phase, the
-watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI. It also records
+watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI, and "nccl" checked against
+the GPUs torch sees first (a UsageError, which hpcdist mpirun says once for the job). It also records
 the program's calls in the ledger and starts the watchdog, so a rank that never calls
 init_process_group is named too. Nothing here imports torch. `finish` runs after a program that ended
 well, so that the others' hang report can say this rank finished.
@@ -21,7 +22,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
-from .bootstrap import forensics_enabled, mpi4py_backend, start_group, startup_timeout
+from .bootstrap import check_nccl, forensics_enabled, mpi4py_backend, start_group, startup_timeout
 from .env import LaunchEnv
 
 __all__ = ["adopt", "finish"]
@@ -38,7 +39,7 @@ def adopt(env: LaunchEnv, seconds: float) -> None:
 
         forensics = watchdog.reserve(seconds, startup_timeout(seconds))
     _state["forensics"] = forensics
-    arm = functools.partial(_arm, seconds=seconds, forensics=forensics)
+    arm = functools.partial(_arm, seconds=seconds, forensics=forensics, local_world_size=env.local_world_size)
     if _TARGET in sys.modules:  # rank 0's shim loaded torch to host the rendezvous store
         arm(sys.modules[_TARGET])
     else:
@@ -53,7 +54,7 @@ def finish() -> None:
         watchdog.finish()
 
 
-def _arm(dist: ModuleType, seconds: float, forensics: bool) -> None:
+def _arm(dist: ModuleType, seconds: float, forensics: bool, local_world_size: int = 1) -> None:
     """Wrap dist.init_process_group (once); with forensics, record dist's calls and start the watchdog."""
     original = getattr(dist, "init_process_group", None)
     if original is None or hasattr(original, "_hpcdist_original"):
@@ -66,6 +67,8 @@ def _arm(dist: ModuleType, seconds: float, forensics: bool) -> None:
         backend = arguments.pop("backend", None)
         if isinstance(backend, str) and backend.lower() == "mpi" and not dist.is_mpi_available():
             backend = mpi4py_backend()  # as hpcdist.init does on wheels without native MPI
+        if isinstance(backend, str) and backend.lower() == "nccl":
+            check_nccl(local_world_size)  # one hpcdist line for the job instead of torch's error on every rank
         start_group(backend, seconds, forensics, **arguments)
 
     init_process_group._hpcdist_original = original  # type: ignore[attr-defined]  # start_group calls it

@@ -22,6 +22,7 @@ from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvo
 __all__ = [
     "DEFAULT_TIMEOUT",
     "Session",
+    "check_nccl",
     "choose_backend",
     "forensics_enabled",
     "init",
@@ -89,12 +90,20 @@ def job_timeout(environ: Mapping[str, str], timeout: float | None = None) -> flo
 
 
 def choose_backend(
-    requested: str, *, cuda_devices: int, local_world_size: int, native_mpi: bool, host: str, mpi_launch: bool = False
+    requested: str,
+    *,
+    cuda_devices: int,
+    local_world_size: int,
+    native_mpi: bool,
+    host: str,
+    mpi_launch: bool = False,
+    on_cpu: str = "use --backend gloo on CPU",
 ) -> str:
     """The torch backend to use, or a clear error when the request cannot work on this host.
 
     `auto` is nccl when every local rank has a GPU; on CPU under an MPI launch it is the mpi backend,
-    which `hpcdist bench` measures faster than gloo here (see README); gloo otherwise.
+    which `hpcdist bench` measures faster than gloo here (see README); gloo otherwise. `on_cpu` is the fix that
+    nccl without GPUs suggests.
     """
     _check_backend_name(requested)
     if requested == "auto":
@@ -106,7 +115,7 @@ def choose_backend(
             raise UsageError(
                 f"backend nccl needs CUDA GPUs, but torch sees none on host {host} "
                 f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); "
-                "use --backend gloo on CPU"
+                f"{on_cpu}"
             )
         if cuda_devices < local_world_size:
             raise UsageError(
@@ -117,6 +126,24 @@ def choose_backend(
     if requested == "mpi" and not native_mpi:
         return "mpi4py"  # PyPI wheels have no native MPI: hpcdist's process group on mpi4py
     return requested
+
+
+def check_nccl(local_world_size: int) -> None:
+    """Refuse a program's own init_process_group("nccl") that cannot work here: no GPU, or fewer than the local ranks.
+
+    Raises:
+        UsageError: saying what torch sees on this host and what to change.
+    """
+    import torch
+
+    choose_backend(
+        "nccl",
+        cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        local_world_size=local_world_size,
+        native_mpi=False,
+        host=socket.gethostname(),
+        on_cpu='call init_process_group("gloo") on CPU, or run on hosts with GPUs',
+    )
 
 
 def _check_backend_name(requested: str) -> None:

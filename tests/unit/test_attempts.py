@@ -229,3 +229,24 @@ def test_restart_count(monkeypatch: pytest.MonkeyPatch) -> None:
     from hpcdist import StopAtStepBoundary
 
     assert StopAtStepBoundary().restart_count == 4
+
+
+@pytest.mark.parametrize(
+    ("policy", "line"),
+    [
+        (RestartPolicy(), "hpcdist: interrupted (Ctrl-C); ended all 4 ranks of the job"),
+        (RestartPolicy(2, pause=0.01), "hpcdist: interrupted (Ctrl-C); ended all 4 ranks of the job (attempt 1 of 3)"),
+    ],
+)
+def test_ctrl_c_ends_the_launch_with_130_and_one_line(
+    capsys: pytest.CaptureFixture[str], policy: RestartPolicy, line: str
+) -> None:
+    runs: list[str] = []
+
+    def run(argv: list[str], token: str) -> LaunchOutcome:
+        runs.append(token)
+        return _ended(1, signals=(signal.SIGINT,))
+
+    assert run_attempts(SPEC, policy, lambda spec: [], run) == 130
+    assert len(runs) == 1  # no restart after Ctrl-C
+    assert capsys.readouterr().err.splitlines() == [line]
