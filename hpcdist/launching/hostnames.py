@@ -1,4 +1,4 @@
-"""Before a launch: every host named in -H or the hostfile resolves here, or hpcdist says which one does not."""
+"""Before a launch: every host of -H or the hostfile that the launch uses resolves here, or hpcdist says which."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from ..errors import UsageError
 from .hostfile import parse_hostfile, parse_hosts_arg, read_hostfile_text
 from .options import MpirunOptions
+from .selection import select_hosts
 
 __all__ = ["RESOLVE_SECONDS", "check_names_resolve", "hostfile_line"]
 
@@ -31,8 +32,9 @@ def check_names_resolve(
 ) -> None:
     """Raise UsageError naming the first host of -H or the hostfile whose name does not resolve on this machine.
 
-    Skipped with a launch agent (--launch-agent or its variables): the agent, not this machine's resolver, finds
-    the hosts. A name whose lookup is still pending after `timeout` seconds is left to the launcher.
+    Only the hosts that --include/--exclude keep are looked up: one left out is never contacted. Skipped with a
+    launch agent (--launch-agent or its variables): the agent, not this machine's resolver, finds the hosts. A name
+    whose lookup is still pending after `timeout` seconds is left to the launcher.
 
     Raises:
         UsageError: a host name does not resolve; the message says where it was given.
@@ -43,11 +45,14 @@ def check_names_resolve(
     if options.hostfile is not None:
         text = read_hostfile_text(options.hostfile)
         hosts = parse_hostfile(text, options.hostfile)
+        source = f"hostfile {options.hostfile}"
     elif options.hosts is not None:
         hosts = parse_hosts_arg(options.hosts)
+        source = f"-H {options.hosts}"
     else:
         return
-    names = [h.host for h in hosts if h.host not in ("localhost", socket.gethostname())]
+    used = select_hosts(hosts, options.include, options.exclude, source)
+    names = [s.host.host for s in used if s.host.host not in ("localhost", socket.gethostname())]
     if not names:
         return
     pool = ThreadPoolExecutor(max_workers=min(len(names), 16), thread_name_prefix="hpcdist-resolve")

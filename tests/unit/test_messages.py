@@ -31,6 +31,16 @@ def test_a_name_that_does_not_resolve_is_refused_and_a_launch_agent_skips_the_ch
     check_names_resolve(MpirunOptions(hosts="localhost:2"), {})
 
 
+def test_only_the_hosts_a_selection_keeps_are_looked_up(tmp_path) -> None:
+    """A host --include leaves out (or --exclude names) is never contacted, so its name need not resolve."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("localhost slots=3\nno-such-host.invalid slots=8\n")
+    check_names_resolve(MpirunOptions(hostfile=str(hostfile), include="localhost"), {})
+    check_names_resolve(MpirunOptions(hostfile=str(hostfile), exclude="no-such-host.invalid"), {})
+    with pytest.raises(UsageError, match=r"host 'no-such-host.invalid' \(from hostfile .* line 2\) does not"):
+        check_names_resolve(MpirunOptions(hostfile=str(hostfile), exclude="localhost"), {})
+
+
 def test_a_daemon_whose_agent_failed_is_one_that_could_not_start() -> None:
     watch = LostHostWatch()
     watch.feed(
