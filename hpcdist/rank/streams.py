@@ -1,22 +1,36 @@
 """A rank's output as the tagger writes it and `hpcdist mpirun` reads it: the variables, rank lists, lines (pure).
 
 The shim's tagger (`rank.tagger`) runs when HPCDIST_TAG, HPCDIST_LOG_DIR or HPCDIST_RANKS is set and writes each whole
-line as `[host:rank] text`; the supervisor's router (`launching.output`) splits the same lines back.
+line as `[host:rank] text`; the supervisor's router (`launching.output`) splits the same lines back. For that router
+the tagger numbers them, `[host:rank:N] text`: a rank's stdout and stderr reach it through two pipes of mpirun in
+either order, and N puts the rank's last lines back in the order the rank wrote them.
 """
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from ..errors import UsageError
 from ..values import MAX_COUNT
 
-__all__ = ["LOG_DIR_ENV", "RANKS_ENV", "TAG_ENV", "log_name", "parse_ranks", "split_segments", "split_tag"]
+__all__ = [
+    "LOG_DIR_ENV",
+    "NUMBERED",
+    "RANKS_ENV",
+    "TAG_ENV",
+    "Tagged",
+    "log_name",
+    "parse_ranks",
+    "split_segments",
+    "split_tag",
+]
 
 TAG_ENV = "HPCDIST_TAG"  # 1: prefix each line with [host:rank]; 0: not (the log dir and rank filter still apply)
+NUMBERED = "numbered"  # HPCDIST_TAG's value when hpcdist mpirun routes the lines: [host:rank:N], N from 1 per rank
 LOG_DIR_ENV = "HPCDIST_LOG_DIR"  # each rank also writes its lines to DIR/rank-NNN.log
 RANKS_ENV = "HPCDIST_RANKS"  # only these ranks' lines reach the console (e.g. 0,3 or 0-3,7)
-_TAG = re.compile(rb"\[(?P<host>[^\s:\[\]]+):(?P<rank>[0-9]{1,10})\] ")
+_TAG = re.compile(rb"\[(?P<host>[^\s:\[\]]+):(?P<rank>[0-9]{1,10})(?::(?P<number>[0-9]{1,20}))?\] ")
 _SEGMENT_END = re.compile(rb"\r\n|\n|\r(?!\Z)")  # a lone \r last may still be a \r\n: wait for the next byte
 
 
@@ -62,9 +76,19 @@ def split_segments(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
     return segments, data[start:]
 
 
-def split_tag(line: bytes) -> tuple[str, int, bytes] | None:
-    """(host, rank, text) of a tagged line `[host:rank] text`, or None for an untagged one."""
+class Tagged(NamedTuple):
+    """A tagged line taken apart: its host and rank, its number among the rank's lines (None: not numbered), text."""
+
+    host: str
+    rank: int
+    number: int | None
+    text: bytes
+
+
+def split_tag(line: bytes) -> Tagged | None:
+    """A tagged line `[host:rank] text` (or `[host:rank:N] text`) taken apart, or None for an untagged one."""
     match = _TAG.match(line)
     if match is None:
         return None
-    return match["host"].decode(errors="replace"), int(match["rank"]), line[match.end() :]
+    number = int(match["number"]) if match["number"] else None
+    return Tagged(match["host"].decode(errors="replace"), int(match["rank"]), number, line[match.end() :])

@@ -2,9 +2,10 @@
 
 The shim calls `start` before it imports the program. fd 1 and fd 2 become pipes (so children and C
 libraries write there too); a forked process reads them to end-of-file and writes each line, in one
-`os.write`, as `[host:rank] text` to the original stdout or stderr, and with a log directory also to
-DIR/rank-NNN.log. Being a process, not a thread, it still drains the pipes when the rank segfaults or is
-killed: the pipes reach end-of-file only when the rank and its children are gone. A rank that ends without
+`os.write`, as `[host:rank] text` (`[host:rank:N] text` for hpcdist mpirun's router, N counting the rank's
+lines over both streams) to the original stdout or stderr, and with a log directory also to DIR/rank-NNN.log.
+Being a process, not a thread, it still drains the pipes when the rank segfaults or is killed: the pipes
+reach end-of-file only when the rank and its children are gone. A rank that ends without
 saying how (no `done` or `failed` control line: a signal, or os._exit) is then reported as `vanished`. With
 HPCDIST_HEARTBEAT set it also writes a `beat` control line that often, whatever the rank is doing.
 """
@@ -22,7 +23,7 @@ from ..control import BEAT_ENV, CONTROL_ENV, RESTART_VARS, emit, parse_control
 from ..errors import UsageError, WaitTimeout
 from ..values import parse_seconds
 from ..waits import Backoff, poll_until
-from .streams import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, log_name, parse_ranks, split_segments
+from .streams import LOG_DIR_ENV, NUMBERED, RANKS_ENV, TAG_ENV, log_name, parse_ranks, split_segments
 
 __all__ = ["DRAIN_SECONDS", "PEER_GRACE_SECONDS", "drain", "leave_time_to_peers", "start"]
 
@@ -44,14 +45,14 @@ def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.envir
     tag = environ.get(TAG_ENV, "")
     log_dir = environ.get(LOG_DIR_ENV) or None
     ranks = environ.get(RANKS_ENV)
-    if tag not in ("", "0", "1"):
+    if tag not in ("", "0", "1", NUMBERED):
         raise UsageError(f"{TAG_ENV}={tag!r}: set it to 1 (prefix each line with [host:rank]) or 0")
-    if tag != "1" and log_dir is None and ranks is None:
+    if tag in ("", "0") and log_dir is None and ranks is None:
         return False
     shown = ranks is None or rank in parse_ranks(ranks, size, RANKS_ENV)
     restart = environ.get(RESTART_VARS[0], "0")
     log = _open_log(log_dir, rank, size, int(restart) if restart.isdigit() else 0) if log_dir else None
-    prefix = f"[{host}:{rank}] ".encode() if tag == "1" else b""
+    label = f"{host}:{rank}".encode() if tag in ("1", NUMBERED) else None
     sys.stdout.flush()
     sys.stderr.flush()
     out_read, out_write = os.pipe()
@@ -65,7 +66,8 @@ def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.envir
             os.close(err_write)
             for sig in _IGNORED:  # a signal for the rank must not cut its last lines off: they end with EOF
                 signal.signal(sig, signal.SIG_IGN)
-            pump = _Pump(sinks, prefix, shown, log, environ.get(CONTROL_ENV, ""))
+            pump = _Pump(sinks, label, shown, log, environ.get(CONTROL_ENV, ""))
+            pump.numbered = tag == NUMBERED
             pump.beats = _beats(rank, host, environ)
             pump.run()
             if not pump.said:  # the rank ended without saying how: killed by a signal, or os._exit
@@ -155,9 +157,11 @@ def _open_log(log_dir: str, rank: int, size: int, restart: int = 0) -> int:
 class _Pump:
     """The tagger's loop: read both pipes to end-of-file and write each whole line where it belongs."""
 
-    def __init__(self, sinks: dict[int, int], prefix: bytes, shown: bool, log: int | None, token: str) -> None:
+    def __init__(self, sinks: dict[int, int], label: bytes | None, shown: bool, log: int | None, token: str) -> None:
         self.sinks = sinks
-        self.prefix = prefix
+        self.label = label  # b"host:rank" of the tag, None: untagged
+        self.numbered = False  # whether each tag carries the line's number, for hpcdist mpirun's router
+        self.count = 0  # the lines (and progress bar redraws) tagged so far, over both streams
         self.shown = shown
         self.log = log
         self.token = token
@@ -192,7 +196,7 @@ class _Pump:
                     if end == b"\n":
                         self.line(self.sinks[fd], text)
                     elif text and self.shown:  # a progress bar redrawn: to the console now, not to the log
-                        self.write(self.sinks[fd], self.prefix + text + b"\r")
+                        self.write(self.sinks[fd], self.tag() + text + b"\r")
 
     def _beat(self) -> int | None:
         """Beat when it is time; how long (ms) poll may wait until the next beat (None: no beats, no limit)."""
@@ -211,9 +215,16 @@ class _Pump:
         control = event is not None
         self.said = self.said or (event is not None and event.event in ("done", "failed"))
         if self.shown or control:
-            self.write(sink, self.prefix + text + b"\n")
+            self.write(sink, self.tag() + text + b"\n")
         if self.log is not None and not control:
             self.write(self.log, text + b"\n")
+
+    def tag(self) -> bytes:
+        """The next tag: `[host:rank] `, `[host:rank:N] ` when numbered (N counts from 1), b"" when untagged."""
+        if self.label is None:
+            return b""
+        self.count += 1
+        return b"[%s:%d] " % (self.label, self.count) if self.numbered else b"[%s] " % self.label
 
     def write(self, fd: int, data: bytes) -> None:
         """All of `data` to `fd` (one write unless the pipe takes it in parts); a failing sink is dropped."""

@@ -120,3 +120,20 @@ def test_a_rank_killed_by_a_signal_still_has_its_tail_shown(hpcdist: str, tail: 
     lines = _summary(result.stderr, f"failed (killed by SIGKILL); its last {count} lines:\n")
     assert f"hpcdist: rank 1 on {HOST} failed (killed by SIGKILL)" in result.stderr
     assert lines == [f"rank 1 line {i}" for i in range(50 - count, 50)]
+
+
+def test_a_rank_that_raises_at_once_has_its_traceback_last_in_every_summary(hpcdist: str, tmp_path: Path) -> None:
+    # Its 30 lines on stdout and its traceback on stderr reach mpirun's two pipes at the same moment, in either
+    # order; the summary keeps the order in which the rank wrote them, as its log file does.
+    program = ["python", str(PROGRAMS / "fail_in_barrier.py")]
+    header = f"hpcdist: rank 2 on {HOST} failed (exit code 1); its last 8 lines:\n"
+    for run in range(5):
+        logs = tmp_path / f"logs{run}"
+        argv = [hpcdist, "mpirun", "-np", str(NP), "--tag", "--ranks", "0", "--log-dir", str(logs), "--tail", "8"]
+        result = launch([*argv, "--", *program], FAIL_RANK="2", timeout=120)
+        assert result.returncode == 1, result.stderr[-3000:]
+        tail = [line.removeprefix(f"[{HOST}:2] ") for line in _summary(result.stderr, header)]
+        logged = (logs / "rank-002.log").read_text().splitlines()
+        assert "[rank 2] ValueError: NaN in the gradients on rank 2" in logged, logged
+        assert "[rank 2] ValueError: NaN in the gradients on rank 2" in tail, f"run {run + 1} of 5: {tail}"
+        assert tail == logged[-8:], f"run {run + 1} of 5: the summary {tail} is not the log's last 8 lines"

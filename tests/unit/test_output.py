@@ -66,7 +66,9 @@ def test_log_names_are_padded_to_the_largest_rank(rank: int, size: int, name: st
 
 
 def test_split_tag() -> None:
-    assert split_tag(b"[n1:3] loss 0.21\n") == ("n1", 3, b"loss 0.21\n")
+    assert split_tag(b"[n1:3] loss 0.21\n") == ("n1", 3, None, b"loss 0.21\n")
+    assert split_tag(b"[n1:3:17] loss 0.21\n") == ("n1", 3, 17, b"loss 0.21\n")
+    assert split_tag(b"[n1:3:] loss\n") is None
     assert split_tag(b"[n1:3]loss\n") is None
     assert split_tag(b"prterun noticed that\n") is None
     assert split_tag(b"x [n1:3] late tag\n") is None
@@ -76,9 +78,9 @@ def test_shim_variables() -> None:
     both = OutputOptions(log_dir="/l", ranks="0,3")
     assert shim_variables(OutputOptions(tag=False)) == []
     assert shim_variables(both) == ["HPCDIST_TAG=1", "HPCDIST_LOG_DIR=/l", "HPCDIST_RANKS=0,3"]
-    # hpcdist mpirun routes itself: tags always, every rank's lines sent
+    # hpcdist mpirun routes itself: tags and numbers always, every rank's lines sent
     assert shim_variables(OutputOptions(tag=False, log_dir="/l", ranks="0"), routed=True) == [
-        "HPCDIST_TAG=1",
+        "HPCDIST_TAG=numbered",
         "HPCDIST_LOG_DIR=/l",
     ]
 
@@ -131,6 +133,23 @@ def test_router_keeps_only_the_last_lines() -> None:
     _feed(router, "stderr", b"@@hpcdist:" + TOKEN.encode() + b":failed:1:exit code 7\n", 100)
     (failure,) = router.failures()
     assert failure.tail == (b"[h:1] line 47\n", b"[h:1] line 48\n", b"[h:1] line 49\n")
+
+
+@pytest.mark.parametrize("tag", [True, False])
+def test_router_puts_a_ranks_last_lines_back_in_the_order_its_tagger_numbered_them(tag: bool) -> None:
+    """mpirun passes a rank's stdout and stderr on through two pipes: its traceback may come before its last prints."""
+    router = _console(OutputOptions(tag=tag, tail=4), 4)
+    out = b"".join(b"[h:2:%d] step %d\n" % (i + 1, i) for i in range(30))
+    err = (
+        b"[h:2:31] Traceback\n[h:2:32] ValueError: NaN\n" + b"@@hpcdist:" + TOKEN.encode() + b":failed:2:exit code 1\n"
+    )
+    assert _feed(router, "stderr", err, 7) == (
+        b"[h:2] Traceback\n[h:2] ValueError: NaN\n" if tag else b"Traceback\nValueError: NaN\n"
+    )
+    assert _feed(router, "stdout", out, 64).splitlines()[-1] == (b"[h:2] step 29" if tag else b"step 29")
+    (failure,) = router.failures()
+    tail = (b"step 28\n", b"step 29\n", b"Traceback\n", b"ValueError: NaN\n")
+    assert failure.tail == tuple((b"[h:2] " if tag else b"") + line for line in tail)
 
 
 def test_router_reads_open_mpis_wrapped_message_about_a_signalled_rank() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,17 @@ def test_lines_arrive_whole_and_tagged_and_the_log_file_has_them_without_control
     log = (tmp_path / "logs" / "rank-005.log").read_text().splitlines()
     assert sorted(log) == sorted(["first", "half a line", LONG, "child out", "child err", "no newline"])
     assert control not in "".join(log)
+
+
+def test_numbered_tags_count_the_ranks_lines_over_both_streams(tmp_path: Path) -> None:
+    done = _rank(tmp_path, "exit", HPCDIST_TAG="numbered")
+    assert done.returncode == 0, done.stderr[-500:]
+    tags = re.findall(r"^\[h:5:([0-9]+)\] ", done.stdout + done.stderr, re.MULTILINE)
+    assert sorted(map(int, tags)) == list(range(1, 8))  # 4 lines on stdout, 3 on stderr (a control line too)
+    out = re.findall(r"^\[h:5:([0-9]+)\] (.*)$", done.stdout, re.MULTILINE)
+    assert [text for _, text in out] == ["first", "half a line", "child out", "no newline"]
+    assert [int(n) for n, _ in out] == sorted(int(n) for n, _ in out)
+    assert (tmp_path / "logs" / "rank-005.log").read_text().splitlines()[0] == "first"  # the log is not numbered
 
 
 def test_a_rank_left_out_by_hpcdist_ranks_still_logs_and_still_sends_control_lines(tmp_path: Path) -> None:
