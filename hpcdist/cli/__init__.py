@@ -59,8 +59,12 @@ class _Parser(argparse.ArgumentParser):
         if not name.startswith("-") or name == "-":
             self.error(f"unexpected argument {word!r} for `{self.prog}`")
         names = [o for action in self._actions for o in action.option_strings if o not in ("-h", "--help")]
-        close = difflib.get_close_matches(name, names, n=1, cutoff=0.7)
-        hint = f"did you mean {close[0]}? " if close else ""
+        longer = [o for o in names if o.startswith(name) and len(name) > 2]  # an abbreviation, which no parser takes
+        if longer:
+            hint = f"options are never abbreviated: did you mean {' or '.join(longer[:3])}? "
+        else:
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.7)
+            hint = f"did you mean {close[0]}? " if close else ""
         raise UsageError(f"unknown option {name} for `{self.prog}`; {hint}see `{self.prog} --help` for its options")
 
     def _get_option_tuples(self, option_string: str) -> list[Any]:

@@ -35,7 +35,7 @@ def subparsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
 def test_an_abbreviation_launches_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     assert refused(capsys, "mpirun", "--launch", "mpirun", "-np", "1", "--", "touch", str(marker)) == (
-        "unknown option --launch for `hpcdist mpirun`; did you mean --launch-agent? "
+        "unknown option --launch for `hpcdist mpirun`; options are never abbreviated: did you mean --launch-agent? "
         "see `hpcdist mpirun --help` for its options"
     )
     assert not marker.exists()
@@ -46,25 +46,27 @@ def test_an_abbreviation_launches_nothing(capsys: pytest.CaptureFixture[str], tm
     [
         (
             ["run", "ddp", "--check", "d"],
-            "unknown option --check for `hpcdist run`; see `hpcdist run --help` for its options",
+            "unknown option --check for `hpcdist run`; options are never abbreviated: did you mean --checkpoint-dir? "
+            "see `hpcdist run --help` for its options",
         ),
         (
             ["bench", "all_reduce", "--f", "x.json"],
-            "unknown option --f for `hpcdist bench`; did you mean -f? see `hpcdist bench --help` for its options",
+            "unknown option --f for `hpcdist bench`; options are never abbreviated: did you mean --from? "
+            "see `hpcdist bench --help` for its options",
         ),
         (
             ["doctor", "--time", "5"],
-            "unknown option --time for `hpcdist doctor`; did you mean --timeout? see `hpcdist doctor --help` for its "
-            "options",
+            "unknown option --time for `hpcdist doctor`; options are never abbreviated: did you mean --timeout? "
+            "see `hpcdist doctor --help` for its options",
         ),
         (
             ["sbatch", "--part", "gpu", "--", "x"],
-            "unknown option --part for `hpcdist sbatch`; did you mean --partition? see `hpcdist sbatch --help` for "
-            "its options",
+            "unknown option --part for `hpcdist sbatch`; options are never abbreviated: did you mean --partition? "
+            "see `hpcdist sbatch --help` for its options",
         ),
         (
             ["mpirun", "-hostf", "h", "--", "x"],
-            "unknown option -hostf for `hpcdist mpirun`; did you mean -host? "
+            "unknown option -hostf for `hpcdist mpirun`; options are never abbreviated: did you mean -hostfile? "
             "see `hpcdist mpirun --help` for its options",
         ),
     ],
@@ -236,7 +238,8 @@ def test_no_option_bypasses_the_one_check() -> None:
         ),
         (
             ["sbatch", "--ntasks-per-nod=2", "--", "x"],
-            "unknown option --ntasks-per-nod for `hpcdist sbatch`; did you mean --ntasks-per-node? "
+            "unknown option --ntasks-per-nod for `hpcdist sbatch`; options are never abbreviated: "
+            "did you mean --ntasks-per-node? "
             "see `hpcdist sbatch --help` for its options",
         ),
         (["mpirn", "-np", "2"], "unknown command 'mpirn' for `hpcdist`; did you mean mpirun? see `hpcdist --help`"),
