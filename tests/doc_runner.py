@@ -10,7 +10,10 @@ variable of the test process, plus these allowances, never shown in examples:
 - in the hosts tier, the launch agent that stands in for ssh between the namespace hosts (tests/hosts/agent), and
   in the cluster tier SLURM_CONF naming the test cluster's configuration. The agent starts so fast that PRRTE
   sometimes loses a race and warns `plm:ssh: Warning: setpgid(…) failed in parent with errno=Permission
-  denied(13)`; the hosts tier leaves that one line out (tests/hosts/test_examples_hosts.py).
+  denied(13)`; the hosts tier leaves that one line out (tests/hosts/test_examples_hosts.py);
+- `venv-mpich` in the working directory, a link to $HPCDIST_MPICH_VENV (else the checkout's .venv-mpich, which
+  `make env` makes), standing in for the `python -m venv venv-mpich` and `pip install hpcdist mpich` of
+  docs/mpich.md's quick start (networked, slow).
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from doc_examples import EXIT_COMMENT, Block, Command, ExampleError, collect, matches, parse, relative
+from doc_examples import EXIT_COMMENT, ROOT, Block, Command, ExampleError, collect, matches, parse, relative
 from sybil.evaluators.python import PythonEvaluator
 
 TIMEOUT = 120.0  # seconds for one command or snippet
+MPICH_VENV_VAR = "HPCDIST_MPICH_VENV"  # names the MPICH venv linked as `venv-mpich` in every working directory
 
 
 class ExampleFailed(AssertionError):
@@ -210,6 +214,7 @@ def runs(
     """A factory of one Run per document (made when its first example runs), with fresh working directories that
     are removed at the end: a generator to use as a fixture's body."""
     venv = Path(os.environ.get("HPCDIST_VENV") or sys.prefix).resolve()
+    mpich_venv = Path(os.environ.get(MPICH_VENV_VAR) or ROOT / ".venv-mpich").resolve()
     made: dict[Path, Run] = {}
     with tempfile.TemporaryDirectory(prefix=f"hpcdist-examples-{tier}-") as tmp:
 
@@ -217,6 +222,7 @@ def runs(
             if block.path not in made:
                 workdir = Path(tmp) / re.sub(r"\W", "_", relative(block.path))
                 workdir.mkdir()
+                (workdir / "venv-mpich").symlink_to(mpich_venv)
                 made[block.path] = Run(parse(block.path), workdir, newcomer_env(venv, extra_env), wrap, tier, noise)
             return made[block.path]
 

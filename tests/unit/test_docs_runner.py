@@ -320,3 +320,17 @@ def test_in_a_tier_a_snippet_is_its_own_process(tmp_path: Path) -> None:
     assert "os" not in run.namespace
     with pytest.raises(ExampleFailed, match=r"page.md:7: the python snippet failed \(exit 1\):\nno luck"):
         run.upto(blocks[1])
+
+
+def test_each_working_directory_links_the_mpich_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mpich = tmp_path / "some-mpich-venv"
+    (mpich / "bin").mkdir(parents=True)
+    (mpich / "bin" / "mpiexec").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("HPCDIST_MPICH_VENV", str(mpich))
+    page = tmp_path / "page.md"
+    page.write_text(md("FENCEconsole", "$ ls venv-mpich/bin", "mpiexec", "FENCE"))
+    block = parse(page, strict=True)[0]
+    for run_for in doc_runner.runs(lambda argv: argv, "docs"):  # one factory, its directories removed after
+        run = run_for(block)
+        run.upto(block)
+        assert (run.workdir / "venv-mpich").resolve() == mpich.resolve()
