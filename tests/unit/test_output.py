@@ -19,6 +19,7 @@ from hpcdist.launching.output import (
     OutputOptions,
     OutputRouter,
     shim_variables,
+    shows_banners,
     summary,
 )
 from hpcdist.rank.streams import log_name, parse_ranks, split_segments, split_tag
@@ -233,6 +234,49 @@ def test_sbatch_without_output_options_is_unchanged(capsys: pytest.CaptureFixtur
     for launch in ("srun", "mpirun", "torchrun"):
         _, out, _ = run(capsys, "sbatch", "--launch", launch, "--python", "python3", "--", "python3", "train.py")
         assert "HPCDIST_TAG" not in out and "--label" not in out and "--tee" not in out
+
+
+RULE = b"-" * 74 + b"\n"
+ABORT_BANNERS = (  # measured with Open MPI 5.0.11 and MPICH 5.0.2: rank 1 raised, the shim called MPI_Abort
+    b"[vm:1] RuntimeError: rank one is broken\n"
+    + RULE
+    + b"MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\n  Proc: [[35948,1],1]\n  Errorcode: 1\n\n"
+    b"NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.\n"
+    + RULE
+    + b"[vm:0] RuntimeError: Connection closed by peer\n"
+    + RULE
+    + b'prterun has exited due to process rank 1 with PID 0 on node vm calling\n"abort". This may have caused\n'
+    + RULE
+    + b"\0"  # PRRTE ends a banner with a NUL
+    + b"[vm:1] Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 1\n"
+    b"Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 1\n"
+)
+OTHER_HELP = RULE + b"There are not enough slots available in the system to satisfy the 9\nslots requested\n" + RULE
+
+
+@pytest.mark.parametrize("size", [1, 7, 4096])
+def test_the_launchers_failure_banners_are_hidden_and_its_other_help_blocks_shown_whole(size: int) -> None:
+    console = _console(OutputOptions(tag=True), 2)
+    shown = _feed(console, "stderr", ABORT_BANNERS + OTHER_HELP + b"mpirun's own line\n" + RULE + b"unclosed\n", size)
+    assert shown == (
+        b"[vm:1] RuntimeError: rank one is broken\n[vm:0] RuntimeError: Connection closed by peer\n"
+        + OTHER_HELP
+        + b"mpirun's own line\n"
+        + RULE
+        + b"unclosed\n"  # a help block mpirun never closed: shown at the end as it came
+    )
+    assert [(f.rank, f.how) for f in console.failures()] == [(1, "called MPI_Abort")]  # named from the banner
+    assert console.failures()[0].tail[-1].startswith(b"[vm:1] Abort(1) on node 1")  # still in the rank's tail
+
+
+def test_hpcdist_debug_keeps_the_launchers_failure_banners() -> None:
+    assert (shows_banners({}), shows_banners({"HPCDIST_DEBUG": "0"}), shows_banners({"HPCDIST_DEBUG": "1"})) == (
+        False,
+        False,
+        True,
+    )
+    console = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=True), 2, hide_banners=False))
+    assert _feed(console, "stderr", ABORT_BANNERS, 4096) == ABORT_BANNERS.replace(b"\0", b"")
 
 
 def test_router_reads_open_mpis_message_about_a_rank_that_called_mpi_abort_itself() -> None:
