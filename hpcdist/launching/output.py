@@ -130,11 +130,11 @@ class OutputRouter:
         host, rank, rest = tagged
         kept = self._ranks.setdefault(rank, _Rank(host, deque(maxlen=self.options.tail)))
         kept.host = host
+        if self.hide_banners and _MPICH_ABORT.match(rest):  # not in its tail either: the summary names the rank
+            return b""
         shown = line if self.options.tag else rest
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
             kept.lines.append(shown)
-        if self.hide_banners and _MPICH_ABORT.match(rest):
-            return b""
         return shown if self.shown is None or rank in self.shown else b""
 
     def _launcher(self, line: bytes, stream: str) -> bytes:
