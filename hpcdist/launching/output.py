@@ -30,11 +30,15 @@ __all__ = [
 
 DEFAULT_TAIL = 20
 DEBUG_ENV = "HPCDIST_DEBUG"  # set (not 0): the launcher's failure banners stay on the console
-# Open MPI's help messages stand between lines of dashes; those that say a rank failed (the failure summary names
-# it: monitor.py reads the last two) are banners: MPI_ABORT was invoked…, prterun has exited due to process rank…,
-# prterun noticed that process rank… exited on signal…
+# Open MPI's help messages stand between lines of dashes; those that say a rank failed are banners (the failure
+# summary names the rank, from its `failed` control line or, for the middle two, monitor.py's reading of them):
+# MPI_ABORT was invoked…, prterun has exited due to process rank…, prterun noticed that process rank… exited on
+# signal…, prterun detected that one or more processes exited with non-zero status…
 _RULE = re.compile(rb"-{20,}")
-_REPORTED = re.compile(rb"MPI_ABORT was invoked on rank|has exited due to process rank|noticed that process rank")
+_REPORTED = re.compile(
+    rb"MPI_ABORT was invoked on rank|has exited due to process rank|noticed that process rank"
+    rb"|detected that one or more processes exited with non-zero status"
+)
 # and MPICH's library, on the rank's stderr: Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort…
 _MPICH_ABORT = re.compile(
     rb"Abort\([0-9]+\) on node [0-9]+ \(rank [0-9]+ in comm [0-9]+\): application called MPI_Abort"

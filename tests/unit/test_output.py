@@ -247,6 +247,10 @@ ABORT_BANNERS = (  # measured with Open MPI 5.0.11 and MPICH 5.0.2: rank 1 raise
     + RULE
     + b'prterun has exited due to process rank 1 with PID 0 on node vm calling\n"abort". This may have caused\n'
     + RULE
+    + RULE
+    + b"prterun detected that one or more processes exited with non-zero status,\nthus causing the job to be "
+    b"terminated. The first process to do so was:\n\n   Process name: [prterun-vm-3536@1,0]\n   Exit code:    2\n"
+    + RULE
     + b"\0"  # PRRTE ends a banner with a NUL
     + b"[vm:1] Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 1\n"
     b"Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 1\n"
@@ -271,6 +275,18 @@ def test_the_launchers_failure_banners_are_hidden_and_its_other_help_blocks_show
     )
     assert [(f.rank, f.how) for f in console.failures()] == [(1, "called MPI_Abort")]  # named from the banner
     assert console.failures()[0].tail == (b"[vm:1] RuntimeError: rank one is broken\n",)  # no Abort line either
+
+
+@pytest.mark.parametrize("size", [1, 4096])
+def test_mpichs_abort_line_names_the_rank_that_called_mpi_abort_and_is_left_out(size: int) -> None:
+    console = _console(OutputOptions(tag=False), 2)  # measured with MPICH 5.0.2: a program's own MPI_Abort(7)
+    abort = (
+        b"[vm:1] Abort(7) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 7) - process 1\n"
+    )
+    assert _feed(console, "stderr", b"[vm:1] rank 1 aborting\n" + abort, size) == b"rank 1 aborting\n"
+    assert [(f.rank, f.host, f.how, f.tail) for f in console.failures(7)] == [
+        (1, "vm", "called MPI_Abort", (b"rank 1 aborting\n",))
+    ]
 
 
 def test_hpcdist_debug_keeps_the_launchers_failure_banners() -> None:
