@@ -23,7 +23,7 @@ from ..launching.attempts import attempt_spec, describe_end
 from ..launching.hostnames import check_names_resolve
 from ..launching.mpirun import build_mpirun_argv
 from ..launching.options import MpirunOptions
-from ..launching.output import OutputRouter
+from ..launching.output import OutputRouter, shows_banners
 from ..launching.spawn import run_mpirun
 from ..launching.spec import spec_from_options
 from ..values import check_count, check_seconds
@@ -66,7 +66,8 @@ def launch(
     call = pack(fn, args, kwargs, "hpcdist.launch")
     name = getattr(fn, "__qualname__", repr(fn))
     # hpcdist mpirun's defaults, no restarts, no heartbeat; the ranks tag their lines for the router, which shows
-    # them untagged and keeps Open MPI's help blocks (the MPI_ABORT banner) off the console: RankFailed reports
+    # them untagged and keeps the launcher's failure banners (MPI_ABORT was invoked…) off the console: RankFailed
+    # reports (HPCDIST_DEBUG=1 shows them)
     options = MpirunOptions(
         program=(sys.executable, *_RUNNER), np=np, hostfile=hostfile, tag=False, tail=0, heartbeat_timeout=0
     )
@@ -83,8 +84,8 @@ def launch(
         argv = build_mpirun_argv(attempt_spec(spec, None, token))
         size = spec.np or 0
         try:
-            router = OutputRouter(output, spec.np)
-            router.hide_banners = True
+            router = OutputRouter(output, spec.np, hide_banners=not shows_banners(os.environ))
+            router.caller_reports = True
             outcome = run_mpirun(argv, token, router, timeout=seconds)
         except WaitTimeout:
             done = sorted(read_outcomes(template, size))

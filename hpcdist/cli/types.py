@@ -140,5 +140,7 @@ def add_output_options(parser: argparse.ArgumentParser, script: bool = False) ->
             "--tail",
             type=Whole(0),
             metavar="N",
-            help="lines of a failed rank's output the failure summary shows (default: 20)",
+            help="lines of a failed rank's output the failure summary shows (default: 20); the summary names the "
+            "failed rank in place of the MPI launcher's own banners (Open MPI's MPI_ABORT was invoked…, MPICH's "
+            "Abort(N) on node…), which HPCDIST_DEBUG=1 keeps on the console",
         )

@@ -130,6 +130,9 @@ _KILLED = re.compile(
 _ABORTED = re.compile(
     r"exited due to process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) calling\s+\"abort\""
 )
+# MPICH's library, on the stderr of a rank that calls MPI_Abort (its rank in MPI_COMM_WORLD, comm 0):
+#   Abort(7) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 7) - process 1
+_MPICH_ABORTED = re.compile(r"\bAbort\([0-9]+\) on node [0-9]+ \(rank (?P<rank>[0-9]+) in comm 0\): application called")
 _MARK = b"@@hpcdist:"
 # How a rank ended that its tagger saw vanish. MPICH's Hydra names no rank when one is killed: its banner's PID
 # is often another rank's, killed in its clean-up (measured with MPICH 5.0.2).
@@ -257,6 +260,9 @@ class MpirunWatch:
                 self.hosts.setdefault(event.rank, fields["host"])
             self._heard(event.event, event.rank, fields.get("host", ""))
             return True
+        mpich = _MPICH_ABORTED.search(text)
+        if mpich is not None:  # the output router leaves this line out: the failure summary names the rank
+            self.failed.setdefault(int(mpich["rank"]), "called MPI_Abort")
         recent = self._recent.setdefault(stream, deque(maxlen=3))
         recent.append(text.strip("\0 \t\r"))
         joined = " ".join(recent)  # PRRTE breaks its banners over lines

@@ -25,12 +25,21 @@ __all__ = [
     "OutputOptions",
     "OutputRouter",
     "shim_variables",
+    "shows_banners",
     "summary",
 ]
 
 DEFAULT_TAIL = 20
-# Open MPI's help messages (MPI_ABORT was invoked…, prterun has exited due to…) stand between lines of dashes
+DEBUG_ENV = "HPCDIST_DEBUG"  # set (not 0): the launcher's failure banners stay on the console
+# Open MPI's help messages stand between lines of dashes; those that say a rank failed are banners (the failure
+# summary names the rank, from its `failed` control line or, for the middle two, monitor.py's reading of them):
+# MPI_ABORT was invoked…, prterun has exited due to process rank…, prterun noticed that process rank… exited on
+# signal…, prterun detected that one or more processes exited with non-zero status…
 _RULE = re.compile(rb"-{20,}")
+_REPORTED = re.compile(
+    rb"MPI_ABORT was invoked on rank|has exited due to process rank|noticed that process rank"
+    rb"|detected that one or more processes exited with non-zero status"
+)
 # and MPICH's library, on the rank's stderr: Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort…
 _MPICH_ABORT = re.compile(
     rb"Abort\([0-9]+\) on node [0-9]+ \(rank [0-9]+ in comm [0-9]+\): application called MPI_Abort"
@@ -45,6 +54,11 @@ class OutputOptions:
     log_dir: str | None = None
     ranks: str | None = None  # the rank list as given, e.g. "0,3" or "0-3,7"; None: every rank
     tail: int = DEFAULT_TAIL
+
+
+def shows_banners(environ: Mapping[str, str]) -> bool:
+    """Whether $HPCDIST_DEBUG asks to see the launcher's failure banners, which hpcdist's own lines replace."""
+    return environ.get(DEBUG_ENV, "0") not in ("", "0")
 
 
 def shim_variables(options: OutputOptions, routed: bool = False) -> list[str]:
@@ -94,17 +108,23 @@ class _Rank:
 
 
 class OutputRouter:
-    """Fed mpirun's output (control lines already taken out) in chunks; returns what to show and keeps tails."""
+    """Fed mpirun's output (control lines already taken out) in chunks; returns what to show and keeps tails.
 
-    def __init__(self, options: OutputOptions, np: int | None = None) -> None:
+    With `hide_banners`, the launcher's banners about a failed rank (Open MPI's help blocks that `_REPORTED`
+    matches, MPICH's `Abort(N) on node …` lines) are left out: hpcdist names the rank itself, in the failure
+    summary or (`caller_reports`, hpcdist.launch) the error it raises. Every other help block is shown whole.
+    """
+
+    def __init__(self, options: OutputOptions, np: int | None = None, hide_banners: bool = True) -> None:
         self.options = options
         self.shown = None if options.ranks is None else parse_ranks(options.ranks, np)
         self._ranks: dict[int, _Rank] = {}
         self._partial: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self.launcher_quiet = False  # set once the user interrupted the job: mpirun's own words are not shown
-        self.hide_banners = False  # set by a caller that reports failures itself: Open MPI's help blocks are not shown
-        self._in_banner: dict[str, bool] = {}
+        self.hide_banners = hide_banners
+        self.caller_reports = False  # set by a caller that reports failures itself: no failure summary
+        self._block: dict[str, list[bytes]] = {}  # per stream, the help block being read (its lines so far)
 
     def feed(self, stream: str, chunk: bytes) -> bytes:
         """The part of `chunk` (from mpirun's `stream`) to show now; a partial last line waits for more."""
@@ -116,7 +136,9 @@ class OutputRouter:
         """What is left of `stream` once mpirun has ended (a last line without a newline), to show."""
         with self._lock:
             rest = self._partial.pop(stream, b"")
-            return self._route(rest, stream) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
+            last = self._route(rest, stream) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
+            unfinished = self._block.pop(stream, [])  # a help block mpirun did not close: shown as it came
+            return last + (b"" if self.launcher_quiet else b"".join(unfinished))
 
     def _route(self, line: bytes, stream: str) -> bytes:
         """One line (or a progress bar's redraw, ending in \\r): keep a rank's line for its tail; what to show.
@@ -133,20 +155,27 @@ class OutputRouter:
         host, rank, number, rest = tagged
         kept = self._ranks.setdefault(rank, _Rank(host))
         kept.host = host
+        if self.hide_banners and _MPICH_ABORT.match(rest):  # not in its tail either: the summary names the rank
+            return b""
         shown = b"[%s:%d] " % (host.encode(), rank) + rest if self.options.tag else rest
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
             kept.keep(number, shown, self.options.tail)
-        if self.hide_banners and _MPICH_ABORT.match(rest):
-            return b""
         return shown if self.shown is None or rank in self.shown else b""
 
     def _launcher(self, line: bytes, stream: str) -> bytes:
-        """What to show of a line of mpirun's own."""
+        """What to show of a line of mpirun's own; a help block is held until its closing rule, then judged whole."""
         if self.hide_banners:
+            block = self._block.get(stream)
             if _RULE.fullmatch(line.strip(b"\0 \t\r\n")):
-                self._in_banner[stream] = not self._in_banner.get(stream, False)
+                if block is None:
+                    self._block[stream] = [line]
+                    return b""
+                line = b"" if _REPORTED.search(b" ".join(b"".join(block).split())) else b"".join(block) + line
+                del self._block[stream]
+            elif block is not None:
+                block.append(line)
                 return b""
-            if self._in_banner.get(stream, False) or _MPICH_ABORT.match(line):
+            elif _MPICH_ABORT.match(line):
                 return b""
         return b"" if self.launcher_quiet else line
 

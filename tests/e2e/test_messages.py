@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launching import launch
+from launching import PROGRAMS, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -192,3 +192,38 @@ def test_a_missing_matplotlib_for_plot_is_said_once_for_the_job(
         "'matplotlib'); install it with `pip install 'hpcdist[plot]'` (or `pip install matplotlib`), or drop --plot\n"
     )
     assert not plot.exists()
+
+
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_a_failing_rank_is_named_by_hpcdist_with_its_traceback_and_no_launcher_banner(
+    request: pytest.FixtureRequest, mpi: str
+) -> None:
+    python = str(request.getfixturevalue("mpich_python")) if mpi == "mpich" else sys.executable
+    argv = [python, "-m", "hpcdist", "mpirun", "-np", "2", "--", python, str(PROGRAMS / "fail.py")]
+    result = launch(argv, timeout=180, FAIL_RANK="1", FAIL_HOW="raise")
+    assert result.returncode == 1, result.stderr
+    host = socket.gethostname().split(".")[0]
+    lines = result.stderr.splitlines()
+    assert f"hpcdist: rank 1 on {host} failed (exit code 1); ending the job" in lines, result.stderr
+    assert any(line.startswith(f"hpcdist: rank 1 on {host} failed (exit code 1); its last") for line in lines)
+    traceback = [
+        "[rank 1] Traceback (most recent call last):",
+        f'[rank 1]   File "{PROGRAMS / "fail.py"}", line 15, in <module>',
+        '[rank 1]     raise ValueError(f"deliberate failure on rank {rank}")',
+        "[rank 1] ValueError: deliberate failure on rank 1",
+    ]
+    start = lines.index(traceback[0])
+    assert lines[start : start + 4] == traceback, result.stderr
+    banners = [
+        line
+        for line in lines
+        if "MPI_ABORT was invoked" in line
+        or "prterun has exited" in line
+        or "Abort(" in line
+        or (line.strip() and not line.strip("-"))
+    ]
+    assert banners == [], result.stderr
+    shown = launch(argv, timeout=180, FAIL_RANK="1", FAIL_HOW="raise", HPCDIST_DEBUG="1")  # the raw banners
+    assert shown.returncode == 1, shown.stderr
+    banner = "MPI_ABORT was invoked on rank 1" if mpi == "openmpi" else "Abort(1) on node 1 (rank 1 in comm 0)"
+    assert banner in shown.stderr, shown.stderr

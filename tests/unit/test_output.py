@@ -19,6 +19,7 @@ from hpcdist.launching.output import (
     OutputOptions,
     OutputRouter,
     shim_variables,
+    shows_banners,
     summary,
 )
 from hpcdist.rank.streams import log_name, parse_ranks, split_segments, split_tag
@@ -252,6 +253,69 @@ def test_sbatch_without_output_options_is_unchanged(capsys: pytest.CaptureFixtur
     for launch in ("srun", "mpirun", "torchrun"):
         _, out, _ = run(capsys, "sbatch", "--launch", launch, "--python", "python3", "--", "python3", "train.py")
         assert "HPCDIST_TAG" not in out and "--label" not in out and "--tee" not in out
+
+
+RULE = b"-" * 74 + b"\n"
+ABORT_BANNERS = (  # measured with Open MPI 5.0.11 and MPICH 5.0.2: rank 1 raised, the shim called MPI_Abort
+    b"[vm:1] RuntimeError: rank one is broken\n"
+    + RULE
+    + b"MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\n  Proc: [[35948,1],1]\n  Errorcode: 1\n\n"
+    b"NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.\n"
+    + RULE
+    + b"[vm:0] RuntimeError: Connection closed by peer\n"
+    + RULE
+    + b'prterun has exited due to process rank 1 with PID 0 on node vm calling\n"abort". This may have caused\n'
+    + RULE
+    + RULE
+    + b"prterun detected that one or more processes exited with non-zero status,\nthus causing the job to be "
+    b"terminated. The first process to do so was:\n\n   Process name: [prterun-vm-3536@1,0]\n   Exit code:    2\n"
+    + RULE
+    + b"\0"  # PRRTE ends a banner with a NUL
+    + b"[vm:1] Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 1\n"
+    b"Abort(1) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 1) - process 1\n"
+)
+OTHER_HELP = (  # a lost host: hpcdist's error line follows it, and it says more (which daemon, what to check)
+    RULE
+    + b"PRTE has lost communication with a remote daemon.\n\n  Remote daemon: [prterun-n1-16000@0,1] on node n2\n"
+    + RULE
+)
+
+
+@pytest.mark.parametrize("size", [1, 7, 4096])
+def test_the_launchers_failure_banners_are_hidden_and_its_other_help_blocks_shown_whole(size: int) -> None:
+    console = _console(OutputOptions(tag=True), 2)
+    shown = _feed(console, "stderr", ABORT_BANNERS + OTHER_HELP + b"mpirun's own line\n" + RULE + b"unclosed\n", size)
+    assert shown == (
+        b"[vm:1] RuntimeError: rank one is broken\n[vm:0] RuntimeError: Connection closed by peer\n"
+        + OTHER_HELP
+        + b"mpirun's own line\n"
+        + RULE
+        + b"unclosed\n"  # a help block mpirun never closed: shown at the end as it came
+    )
+    assert [(f.rank, f.how) for f in console.failures()] == [(1, "called MPI_Abort")]  # named from the banner
+    assert console.failures()[0].tail == (b"[vm:1] RuntimeError: rank one is broken\n",)  # no Abort line either
+
+
+@pytest.mark.parametrize("size", [1, 4096])
+def test_mpichs_abort_line_names_the_rank_that_called_mpi_abort_and_is_left_out(size: int) -> None:
+    console = _console(OutputOptions(tag=False), 2)  # measured with MPICH 5.0.2: a program's own MPI_Abort(7)
+    abort = (
+        b"[vm:1] Abort(7) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 7) - process 1\n"
+    )
+    assert _feed(console, "stderr", b"[vm:1] rank 1 aborting\n" + abort, size) == b"rank 1 aborting\n"
+    assert [(f.rank, f.host, f.how, f.tail) for f in console.failures(7)] == [
+        (1, "vm", "called MPI_Abort", (b"rank 1 aborting\n",))
+    ]
+
+
+def test_hpcdist_debug_keeps_the_launchers_failure_banners() -> None:
+    assert (shows_banners({}), shows_banners({"HPCDIST_DEBUG": "0"}), shows_banners({"HPCDIST_DEBUG": "1"})) == (
+        False,
+        False,
+        True,
+    )
+    console = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=True), 2, hide_banners=False))
+    assert _feed(console, "stderr", ABORT_BANNERS, 4096) == ABORT_BANNERS.replace(b"\0", b"")
 
 
 def test_router_reads_open_mpis_message_about_a_rank_that_called_mpi_abort_itself() -> None:
