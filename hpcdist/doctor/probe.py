@@ -24,32 +24,14 @@ from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read
 from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
 from ..launching.spawn import capture
 from ..placement.topology import TOPOLOGY_VAR, load_topology
-from ..runtime.env import LaunchEnv
+from ..runtime.env import AGENT_VARIABLES, LaunchEnv
 from ..runtime.netif import resolve
 from .facts import DEFAULT_TIMEOUT, Check, Facts, Probe, tail
 
 __all__ = ["gather_facts", "job_place", "outside_the_job", "rendezvous_probe"]
 
 # What a launch (hpcdist's shim, torchrun) gives each rank: the doctor's own probe jobs must not inherit them
-_JOB_VARIABLES = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_NAME",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    CONTROL_ENV,
-    BEAT_ENV,
-)
+_JOB_VARIABLES = (*AGENT_VARIABLES, CONTROL_ENV, BEAT_ENV)
 
 _MPI4PY_PROBE = (
     "import json, mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; from mpi4py import MPI; "

@@ -12,6 +12,7 @@ from ..values import ADDRESS, MAX_COUNT, parse_whole
 from . import slurm
 
 __all__ = [
+    "AGENT_VARIABLES",
     "RUN_ID_PREFIX",
     "SOURCES",
     "AgentFacts",
@@ -24,6 +25,24 @@ __all__ = [
 RESTART_ENV = RESTART_VARS[0]  # this attempt's index, 0 first
 RUN_ID_PREFIX = "hpcdist-"  # a TORCHELASTIC_RUN_ID hpcdist made, which no torchrun agent stands behind
 ROLE = "default"  # torchrun's one role (WorkerSpec.role's default)
+# Every name `LaunchEnv.torch_env` may set: what a launch gives each rank, as torchrun's agent gives a worker
+AGENT_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_NAME",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.runtime.env import SOURCES, AgentFacts, LaunchEnv, node_place, torch_defaults
+from hpcdist.runtime.env import AGENT_VARIABLES, SOURCES, AgentFacts, LaunchEnv, node_place, torch_defaults
 
 FIELDS = (
     "launcher",
@@ -253,6 +253,12 @@ def place(*values: int) -> dict[str, str]:
 )
 def test_torch_env(environ: dict[str, str], facts: AgentFacts | None, expected: dict[str, str]) -> None:
     assert LaunchEnv.from_environ(environ).torch_env(facts) == expected
+
+
+def test_agent_variables_name_all_that_torch_env_sets() -> None:
+    """The doctor's probe jobs drop AGENT_VARIABLES: a launch with every fact known sets exactly those."""
+    full = LaunchEnv.from_environ(ompi(3, 4, 1, 2)).torch_env(AgentFacts(("a", "a", "b", "b"), "hpcdist-r", True))
+    assert set(full) | {"MASTER_ADDR", "MASTER_PORT"} == set(AGENT_VARIABLES)
 
 
 def test_echo_of_hpcdist_run_id_is_no_agent() -> None:
