@@ -91,7 +91,8 @@ TWO_WORKERS = textwrap.dedent("""\
     total = torch.tensor([dist.get_rank() + 1.0])
     time.sleep(3)  # both jobs hold their ports at the same time
     dist.all_reduce(total)
-    print("port", os.environ["MASTER_PORT"], "sum", int(total.item()), flush=True)
+    line = f"port {os.environ['MASTER_PORT']} sum {int(total.item())}\\n"
+    os.write(1, line.encode())  # one write: the two workers share the pipe, and print's pieces could interleave
     dist.destroy_process_group()
 """)
 
