@@ -23,9 +23,10 @@ from ..errors import WaitTimeout
 from ..waits import Backoff, poll_until
 from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
 
-__all__ = ["LEDGER", "finish", "instrument", "reserve", "start", "stop"]
+__all__ = ["LEDGER", "contribute", "finish", "instrument", "reserve", "start", "stop"]
 
 LEDGER = Ledger()
+_PARTS: dict[str, Callable[[], Any]] = {}  # what a rank adds to its answer besides its phase and ledger
 
 _ALARM, _ASK, _ANSWER = 7301, 7302, 7303
 _POLL = 0.1
@@ -50,6 +51,7 @@ _CALLS: dict[str, tuple[int, str, int, str, str, Any, int]] = {
     "barrier": (-1, "", -1, "", "", None, 0),
 }
 _state: dict[str, Any] = {}
+_asks: list[Any] = []  # asks sent to ranks that have not answered: kept alive until the job ends
 
 
 def instrument(dist: Any) -> None:
@@ -99,6 +101,19 @@ def _group_name(group: Any, dist: Any) -> str:
     if known is None:
         known = _NAMES[id(group)] = (group, str(dist.get_process_group_ranks(group)))
     return known[1]
+
+
+def contribute(name: str, part: Callable[[], Any]) -> None:
+    """Add `part()` to every answer this rank gives, under `name` (called on the watchdog thread when asked)."""
+    _PARTS[name] = part
+
+
+def _answer() -> dict[str, Any]:
+    """What this rank tells the rank that asks: its phase, its ledger, and every contributed part."""
+    answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": LEDGER.snapshot()}
+    for name, part in _PARTS.items():
+        answer[name] = part()
+    return answer
 
 
 def reserve(timeout: float, init_timeout: float) -> bool:
@@ -181,10 +196,11 @@ def _serve(comm: Any, stopping: threading.Event) -> None:
 
     alarmed, sent, barrier = "", [], None
     while not stopping.wait(_POLL):
-        message = comm.improbe(source=MPI.ANY_SOURCE, tag=_ASK)
+        status = _status()
+        message = comm.improbe(source=MPI.ANY_SOURCE, tag=_ASK, status=status)
         if message is not None:
             message.recv()
-            comm.send((LEDGER.state(), LEDGER.snapshot()), dest=0, tag=_ANSWER)
+            comm.send(_answer(), dest=status.Get_source(), tag=_ANSWER)
         late = _late(*_state["limits"])
         if not alarmed and late:
             alarmed = late
@@ -213,20 +229,10 @@ def _late(timeout: float, init_timeout: float) -> str:
 
 def _report_and_abort(comm: Any, kind: str) -> None:
     """Rank 0: gather every rank's ledger (waiting briefly), print the hang report, abort the job."""
-    asks = [comm.isend(None, dest=rank, tag=_ASK) for rank in range(1, comm.size)]  # kept alive until Abort
-    ledgers, phases = {0: LEDGER.snapshot()}, {0: LEDGER.state()}
-
-    def answered() -> bool:
-        status = _status()
-        message = comm.improbe(tag=_ANSWER, status=status)
-        if message is not None:
-            rank = status.Get_source()
-            phases[rank], ledgers[rank] = message.recv()
-        return len(ledgers) == comm.size
-
-    with contextlib.suppress(WaitTimeout):  # a rank that does not answer is named in the report
-        poll_until(answered, time.monotonic() + _ANSWER_WINDOW, str, backoff=Backoff(0.01, 0.01))
-    missing = [rank for rank in range(comm.size) if rank not in ledgers]
+    answers = _gather(comm)
+    ledgers = {rank: answer["ledger"] for rank, answer in answers.items()}
+    phases = {rank: answer["phase"] for rank, answer in answers.items()}
+    missing = [rank for rank in range(comm.size) if rank not in answers]
     timeout, init_timeout = _state["limits"]
     if kind == "init":
         headline = f"init_process_group waited longer than its {init_timeout:g} s start-up timeout for the other ranks"
@@ -234,8 +240,28 @@ def _report_and_abort(comm: Any, kind: str) -> None:
         headline = f"a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)"
     print(f"hpcdist: {headline}", file=sys.stderr)
     print(describe_hang(ledgers, missing, phases), file=sys.stderr, flush=True)
-    del asks
     abort_job(1)
+
+
+def _gather(comm: Any) -> dict[int, dict[str, Any]]:
+    """Ask every other rank for its answer and wait briefly: rank -> answer, this rank's own included.
+
+    A rank that does not answer within the window is left out (the caller names it). The asks are kept
+    alive until the job ends, as a rank that never answers never receives its ask.
+    """
+    _asks.extend(comm.isend(None, dest=rank, tag=_ASK) for rank in range(comm.size) if rank != comm.rank)
+    answers = {comm.rank: _answer()}
+
+    def answered() -> bool:
+        status = _status()
+        message = comm.improbe(tag=_ANSWER, status=status)
+        if message is not None:
+            answers[status.Get_source()] = message.recv()
+        return len(answers) == comm.size
+
+    with contextlib.suppress(WaitTimeout):  # a rank that does not answer is named in the report
+        poll_until(answered, time.monotonic() + _ANSWER_WINDOW, str, backoff=Backoff(0.01, 0.01))
+    return answers
 
 
 def _status() -> Any:
