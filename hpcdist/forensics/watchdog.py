@@ -21,6 +21,7 @@ from typing import Any
 from ..abort import abort_job
 from ..errors import WaitTimeout
 from ..waits import Backoff, poll_until
+from . import frdump
 from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
 
 __all__ = ["LEDGER", "contribute", "finish", "instrument", "reserve", "start", "stop"]
@@ -140,6 +141,7 @@ def start(timeout: float, init_timeout: float | None = None) -> bool:
     cannot host the thread.
     """
     limits = (timeout, init_timeout or timeout)
+    contribute(frdump.PART, frdump.local_part)
     if "thread" in _state:
         _state["limits"] = limits
         return False
@@ -240,6 +242,7 @@ def _report_and_abort(comm: Any, kind: str) -> None:
         headline = f"a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)"
     print(f"hpcdist: {headline}", file=sys.stderr)
     print(describe_hang(ledgers, missing, phases), file=sys.stderr, flush=True)
+    print(frdump.save(answers, comm.size, timeout), file=sys.stderr, flush=True)
     abort_job(1)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -278,6 +279,7 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
         return
     from ..forensics import ledger, watchdog
 
+    _turn_on_nccl_recorder(backend)
     watchdog.instrument(dist)
     watchdog.LEDGER.enter(ledger.INITIALISING)
     init(backend, **kwargs)
@@ -285,6 +287,23 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     say_ready(dist.get_rank(), dist.get_world_size())
     if watchdog.start(seconds, startup_timeout(seconds)):
         _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
+
+
+def _turn_on_nccl_recorder(backend: Any) -> None:
+    """On nccl (also torch's default backend with a GPU), torch's Flight Recorder and its dump on a timeout.
+
+    The dumps go where hpcdist writes its own on a hang report (forensics.frdump); a variable the user set stays.
+    """
+    import torch
+
+    if "nccl" not in str(backend).lower() and not (backend is None and torch.cuda.is_available()):
+        return
+    from ..forensics import frdump
+
+    directory = frdump.dump_dir(os.environ, os.getcwd())
+    with contextlib.suppress(OSError):  # torch says so itself if it cannot write there
+        os.makedirs(directory, exist_ok=True)
+    os.environ.update(frdump.nccl_environ(os.environ, directory))
 
 
 def say_ready(rank: int, world_size: int) -> None:

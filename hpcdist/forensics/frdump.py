@@ -1,0 +1,325 @@
+"""Flight Recorder dumps of every rank's calls, in the format torch's `torchfrtrace` analyses, and where they go.
+
+On a hang report rank 0 writes one file per rank, DIR/fr_rank_<rank>, from what every rank answered. For gloo
+and the mpi backend it builds each from the rank's ledger: torch 2.13's own recorder on gloo lists its process
+groups under one empty name while its entries name "0", "1", … (torchfrtrace stops on that with a KeyError) and
+records no point-to-point call, whereas the ledger names every group by its global ranks. On nccl a rank sends
+the dump of torch's own recorder, written as it is. All but `save` and `local_part` is pure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import re
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "DIR_ENV",
+    "PART",
+    "PREFIX",
+    "VERSION",
+    "build_dump",
+    "command",
+    "dump_dir",
+    "dumps",
+    "local_part",
+    "nccl_environ",
+    "save",
+    "write",
+]
+
+DIR_ENV = "HPCDIST_FR_DIR"  # where the dumps go; default: $HPCDIST_LOG_DIR/fr, else <tmp>/hpcdist-fr-<run id>
+PREFIX = "fr_rank_"  # a dump is PREFIX<rank>, as torchfrtrace's -p/--prefix expects
+PART = "fr"  # the name of this rank's part of a watchdog answer
+VERSION = "2.10"  # the dump format torch 2.13 writes and torchfrtrace reads
+_BACKEND_NAMES = ("nccl", "gloo")  # torchfrtrace knows these (and other GPU libraries), not "mpi"
+_NCCL_BUFFER = "2000"  # entries in torch's NCCL recorder: its own default where it is on
+# The ledger's operation names (torch.distributed's, and c10d's for calls recorded below Python) as torchfrtrace
+# names them; an operation it does not know would end its analysis, so such a call is left out.
+_TYPES = {
+    "all_reduce": "all_reduce",
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "allreduce_coalesced",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "all_gather": "all_gather",
+    "allgather": "all_gather",
+    "all_gather_into_tensor": "_all_gather_base",
+    "_allgather_base": "_all_gather_base",
+    "gather": "gather",
+    "scatter": "scatter",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_tensor": "_reduce_scatter_base",
+    "_reduce_scatter_base": "_reduce_scatter_base",
+    "all_to_all": "all_to_all",
+    "alltoall": "all_to_all",
+    "all_to_all_single": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "barrier": "barrier",
+    "send": "send",
+    "isend": "send",
+    "recv": "recv",
+    "irecv": "recv",
+}
+_DTYPES = {  # torch's dtype names as c10 names them in a dump
+    "float32": "Float",
+    "float64": "Double",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+    "complex64": "ComplexFloat",
+    "complex128": "ComplexDouble",
+}
+_WORLD = "world"
+_DUMP_NAME = re.compile(rf"{PREFIX}[0-9]+")
+
+
+def dump_dir(environ: Mapping[str, str], cwd: str) -> str:
+    """The absolute directory for this run's dumps: $HPCDIST_FR_DIR, else $HPCDIST_LOG_DIR/fr, else a temporary one.
+
+    The temporary one is named after the launch (HPCDIST_RUN_ID, else SLURM_JOB_ID), which every rank knows.
+    """
+    given = environ.get(DIR_ENV) or (
+        os.path.join(environ["HPCDIST_LOG_DIR"], "fr") if environ.get("HPCDIST_LOG_DIR") else ""
+    )
+    if given:
+        return os.path.normpath(os.path.join(cwd, os.path.expanduser(given)))
+    run = environ.get("HPCDIST_RUN_ID") or environ.get("SLURM_JOB_ID")
+    return os.path.join(environ.get("TMPDIR") or tempfile.gettempdir(), f"hpcdist-fr-{run}" if run else "hpcdist-fr")
+
+
+def nccl_environ(environ: Mapping[str, str], directory: str) -> dict[str, str]:
+    """The variables that turn on torch's NCCL recorder and its dump on a timeout into `directory`, unless set."""
+    wanted: dict[str, str] = {}
+    if "TORCH_FR_BUFFER_SIZE" not in environ and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in environ:
+        wanted["TORCH_NCCL_TRACE_BUFFER_SIZE"] = _NCCL_BUFFER
+    if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in environ:
+        wanted["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+    if "TORCH_FR_DUMP_TEMP_FILE" not in environ and "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in environ:
+        wanted["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(directory, PREFIX)
+    return wanted
+
+
+def command(directory: str, incomplete: bool = False) -> str:
+    """The shell command that analyses the dumps in `directory`."""
+    words = ["torchfrtrace", directory, "-p", PREFIX] + (["--allow-incomplete-ranks"] if incomplete else [])
+    return shlex.join(words)
+
+
+def _groups(ledgers: Mapping[int, Sequence[Sequence[Any]]], world_size: int) -> dict[str, tuple[str, list[int]]]:
+    """Every group in the ledgers: its ledger name -> (its name in the dumps, its global ranks); world is "0"."""
+    names = sorted({row[5] for rows in ledgers.values() for row in rows} - {_WORLD})
+    groups = {_WORLD: ("0", list(range(world_size)))}
+    groups.update({name: (str(index), json.loads(name)) for index, name in enumerate(names, start=1)})
+    return groups
+
+
+def _first_kept(ledgers: Mapping[int, Sequence[Sequence[Any]]], groups: Mapping[str, tuple[str, list[int]]]) -> dict:
+    """Per group, the first collective every member that recorded one in it still has (ring buffers drop the oldest)."""
+    first: dict[str, int] = {}
+    for rows in ledgers.values():
+        starts: dict[str, int] = {}
+        for row in rows:
+            if row[1] not in ("send", "isend", "recv", "irecv") and row[5] in groups:
+                starts[row[5]] = min(starts.get(row[5], row[6]), row[6])
+        for group, start in starts.items():
+            first[group] = max(first.get(group, 0), start)
+    return first
+
+
+def _sizes(kind: str, shape: list[int], size: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Input and output sizes as a dump gives them, from the one tensor the ledger records for a call."""
+    head, tail = (shape[0], shape[1:]) if shape else (1, [])
+    if kind == "all_gather":
+        return [shape], [[size, *shape]]
+    if kind == "_all_gather_base":
+        return [shape], [[head * size, *tail]]
+    if kind == "reduce_scatter":  # the ledger records its output
+        return [[size, *shape]], [shape]
+    if kind == "_reduce_scatter_base":
+        return [shape], [[head // size, *tail]]
+    if kind == "gather":
+        return [shape], [[size, *shape]]
+    if kind == "scatter":  # the ledger records its output
+        return [[size, *shape]], [shape]
+    return [shape], [shape]
+
+
+def build_dump(
+    rows: Iterable[Sequence[Any]],
+    *,
+    rank: int,
+    backend: str,
+    clock_ns: int,
+    timeout: float,
+    groups: Mapping[str, tuple[str, list[int]]],
+    first: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """Rank `rank`'s Flight Recorder dump (the dict torch pickles) from its ledger records.
+
+    `clock_ns` is the rank's wall clock (ns) when it took the records (each has its age); `groups` maps every
+    group's ledger name to its dump name and global ranks (all ranks' dumps must agree); collectives of a group
+    older than `first[group]` are left out, as not every rank still has them.
+    """
+    first = first or {}
+    library = backend if backend in _BACKEND_NAMES else "gloo"
+    entries: list[dict[str, Any]] = []
+    status: dict[str, dict[str, int]] = {}
+    collective_seq: dict[str, int] = {}
+    p2p_seq: dict[str, int] = {}
+    member_of = {_WORLD}
+    for row in sorted(rows, key=lambda row: row[0]):
+        seq, op, peer, shape, dtype, group, gseq, age, done = row
+        kind = _TYPES.get(op)
+        if kind is None or group not in groups:
+            continue
+        member_of.add(group)
+        name, ranks = groups[group]
+        p2p = kind in ("send", "recv")
+        if p2p:
+            number = peer.partition("=")[2]
+            if not number.isdigit() or int(number) not in ranks or rank not in ranks:
+                continue  # a receive from any source: torchfrtrace needs the peer
+            p2p_seq[group] = p2p_seq.get(group, 0) + 1
+            me, other = ranks.index(rank), ranks.index(int(number))  # a label names both ends by group rank
+            label = f"{kind} {me}->{other}" if kind == "send" else f"{kind} {me}<-{other}"
+        else:
+            if gseq < first.get(group, 0):
+                continue
+            collective_seq[group] = gseq
+            label = kind
+        created = clock_ns - int(age * 1e9)
+        inputs, outputs = _sizes(kind, list(shape), len(ranks))
+        dtypes = [] if kind == "barrier" else [_DTYPES.get(dtype, dtype)]
+        entries.append(
+            {
+                "record_id": len(entries),
+                "pg_id": int(name),
+                "process_group": (name, "default_pg" if group == _WORLD else "undefined"),
+                "collective_seq_id": collective_seq.get(group, 0),
+                "p2p_seq_id": p2p_seq.get(group, 0),
+                "op_id": seq,
+                "profiling_name": f"{library}:{label}",
+                "time_created_ns": created,
+                "input_sizes": [[]] if kind == "barrier" else inputs,
+                "input_dtypes": dtypes,
+                "output_sizes": [[]] if kind == "barrier" else outputs,
+                "output_dtypes": dtypes,
+                "state": "completed" if done else "started",
+                "time_discovered_started_ns": created,
+                "time_discovered_completed_ns": None,
+                "retired": bool(done),
+                "timeout_ms": int(timeout * 1000),
+                "is_p2p": p2p,
+                "thread_id": "",
+                "thread_name": "",
+                "frames": [],
+            }
+        )
+        progress = status.setdefault(name, {"last_enqueued_collective": 0, "last_started_collective": 0})
+        if not p2p:
+            progress["last_enqueued_collective"] = progress["last_started_collective"] = gseq
+            if done:
+                progress["last_completed_collective"] = gseq
+    config = {
+        groups[group][0]: {
+            "name": groups[group][0],
+            "desc": "default_pg" if group == _WORLD else "undefined",
+            "ranks": str(groups[group][1]),
+        }
+        for group in sorted(member_of, key=lambda group: int(groups[group][0]))
+    }
+    for progress in status.values():
+        progress.setdefault("last_completed_collective", 0)
+    return {"version": VERSION, "comm_lib_version": "", "pg_config": config, "pg_status": status, "entries": entries}
+
+
+def dumps(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: float, now_ns: int) -> dict[int, bytes]:
+    """Every answering rank's dump, pickled: torch's own where the rank sent one (nccl), else built from its ledger.
+
+    `now_ns` stands for the wall clock of a rank whose answer has none.
+    """
+    ledgers = {rank: answer["ledger"] for rank, answer in answers.items()}
+    groups = _groups(ledgers, world_size)
+    first = _first_kept(ledgers, groups)
+    files: dict[int, bytes] = {}
+    for rank, answer in sorted(answers.items()):
+        part = answer.get(PART) or {}
+        if part.get("torch_dump"):
+            files[rank] = part["torch_dump"]
+            continue
+        dump = build_dump(
+            answer["ledger"],
+            rank=rank,
+            backend=part.get("backend", ""),
+            clock_ns=part.get("clock_ns", now_ns),
+            timeout=timeout,
+            groups=groups,
+            first=first,
+        )
+        files[rank] = pickle.dumps(dump)
+    return files
+
+
+def write(directory: str, files: Mapping[int, bytes]) -> None:
+    """Write each rank's dump as DIRECTORY/fr_rank_<rank>, removing dumps of other ranks an earlier run left there.
+
+    Raises:
+        OSError: the directory cannot be made or written.
+    """
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        if _DUMP_NAME.fullmatch(name) and int(name[len(PREFIX) :]) not in files:
+            os.remove(os.path.join(directory, name))
+    for rank, data in files.items():
+        with open(os.path.join(directory, f"{PREFIX}{rank}"), "wb") as out:
+            out.write(data)
+
+
+def save(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: float) -> str:
+    """Write every answering rank's dump where `dump_dir` says; the line that tells the user where and what to run."""
+    directory = dump_dir(os.environ, os.getcwd())
+    try:
+        files = dumps(answers, world_size, timeout, time.time_ns())
+    except (LookupError, TypeError, ValueError) as error:  # a record it cannot read must not keep the job from ending
+        return f"hpcdist: could not build the Flight Recorder dumps: {error!r}"
+    try:
+        write(directory, files)
+    except OSError as error:
+        return (
+            f"hpcdist: could not write the Flight Recorder dumps in {directory}: {error.strerror or error}; "
+            f"set {DIR_ENV} to a writable directory"
+        )
+    return (
+        f"hpcdist: Flight Recorder dumps of each rank's calls are in {directory}; "
+        f"analyse them with: {command(directory, len(answers) < world_size)}"
+    )
+
+
+def local_part() -> dict[str, Any]:
+    """This rank's part of a watchdog answer: its backend, its wall clock, and on nccl torch's own recorder's dump."""
+    part: dict[str, Any] = {"clock_ns": time.time_ns(), "backend": ""}
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_initialized():
+        return part
+    part["backend"] = str(dist.get_backend())
+    if part["backend"] == "nccl":
+        from torch._C import _distributed_c10d
+
+        dump = getattr(_distributed_c10d, "_dump_nccl_trace", None)  # torch's NCCL recorder, on builds with NCCL
+        with contextlib.suppress(RuntimeError):  # then the dump is built from the ledger
+            part["torch_dump"] = dump(True, True, False) if dump is not None else None
+    return part
