@@ -4,5 +4,5 @@
 - `watchdog`: records torch.distributed calls, gathers every ledger over MPI at a timeout, ends the job;
 - `frdump`: every rank's calls as Flight Recorder dumps for torch's `torchfrtrace`, and where they go.
 
-May import: errors, waits, abort. Never the runtime, the CLI or torch at import time.
+May import: errors, waits, abort, control. Never the runtime, the CLI or torch at import time.
 """

@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..control import RUN_ID_ENV
+
 __all__ = [
     "DIR_ENV",
     "PART",
@@ -85,6 +87,7 @@ _DTYPES = {  # torch's dtype names as c10 names them in a dump
 }
 _WORLD = "world"
 _DUMP_NAME = re.compile(rf"{PREFIX}[0-9]+")
+_LOG_DIR_ENV = "HPCDIST_LOG_DIR"  # hpcdist mpirun --log-dir (rank.streams.LOG_DIR_ENV)
 
 
 def dump_dir(environ: Mapping[str, str], cwd: str) -> str:
@@ -92,12 +95,11 @@ def dump_dir(environ: Mapping[str, str], cwd: str) -> str:
 
     The temporary one is named after the launch (HPCDIST_RUN_ID, else SLURM_JOB_ID), which every rank knows.
     """
-    given = environ.get(DIR_ENV) or (
-        os.path.join(environ["HPCDIST_LOG_DIR"], "fr") if environ.get("HPCDIST_LOG_DIR") else ""
-    )
+    log_dir = environ.get(_LOG_DIR_ENV)
+    given = environ.get(DIR_ENV) or (os.path.join(log_dir, "fr") if log_dir else "")
     if given:
         return os.path.normpath(os.path.join(cwd, os.path.expanduser(given)))
-    run = environ.get("HPCDIST_RUN_ID") or environ.get("SLURM_JOB_ID")
+    run = environ.get(RUN_ID_ENV) or environ.get("SLURM_JOB_ID")
     return os.path.join(environ.get("TMPDIR") or tempfile.gettempdir(), f"hpcdist-fr-{run}" if run else "hpcdist-fr")
 
 
