@@ -22,13 +22,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..control import RUN_ID_ENV
+from .ledger import Record
 
 __all__ = [
     "DIR_ENV",
     "PART",
     "PREFIX",
     "VERSION",
-    "build_dump",
     "command",
     "dump_dir",
     "dumps",
@@ -42,7 +42,6 @@ DIR_ENV = "HPCDIST_FR_DIR"  # where the dumps go; default: $HPCDIST_LOG_DIR/fr, 
 PREFIX = "fr_rank_"  # a dump is PREFIX<rank>, as torchfrtrace's -p/--prefix expects
 PART = "fr"  # the name of this rank's part of a watchdog answer
 VERSION = "2.10"  # the dump format torch 2.13 writes and torchfrtrace reads
-_BACKEND_NAMES = ("nccl", "gloo")  # torchfrtrace knows these (and other GPU libraries), not "mpi"
 _NCCL_BUFFER = "2000"  # entries in torch's NCCL recorder: its own default where it is on
 # The ledger's operation names (torch.distributed's, and c10d's for calls recorded below Python) as torchfrtrace
 # names them; an operation it does not know would end its analysis, so such a call is left out.
@@ -85,6 +84,8 @@ _DTYPES = {  # torch's dtype names as c10 names them in a dump
     "complex64": "ComplexFloat",
     "complex128": "ComplexDouble",
 }
+_P2P = ("send", "recv")
+_STATUS = ("last_enqueued_collective", "last_started_collective", "last_completed_collective")
 _WORLD = "world"
 _DUMP_NAME = re.compile(rf"{PREFIX}[0-9]+")
 _LOG_DIR_ENV = "HPCDIST_LOG_DIR"  # hpcdist mpirun --log-dir (rank.streams.LOG_DIR_ENV)
@@ -121,22 +122,27 @@ def command(directory: str, incomplete: bool = False) -> str:
     return shlex.join(words)
 
 
-def _groups(ledgers: Mapping[int, Sequence[Sequence[Any]]], world_size: int) -> dict[str, tuple[str, list[int]]]:
+def _records(rows: Iterable[Sequence[Any]]) -> list[Record]:
+    """A rank's ledger rows as records, oldest first."""
+    return sorted((Record(*row) for row in rows), key=lambda record: record.seq)
+
+
+def _groups(ledgers: Mapping[int, list[Record]], world_size: int) -> dict[str, tuple[str, list[int]]]:
     """Every group in the ledgers: its ledger name -> (its name in the dumps, its global ranks); world is "0"."""
-    names = sorted({row[5] for rows in ledgers.values() for row in rows} - {_WORLD})
+    names = sorted({record.group for records in ledgers.values() for record in records} - {_WORLD})
     groups = {_WORLD: ("0", list(range(world_size)))}
     groups.update({name: (str(index), json.loads(name)) for index, name in enumerate(names, start=1)})
     return groups
 
 
-def _first_kept(ledgers: Mapping[int, Sequence[Sequence[Any]]], groups: Mapping[str, tuple[str, list[int]]]) -> dict:
-    """Per group, the first collective every member that recorded one in it still has (ring buffers drop the oldest)."""
+def _first_kept(ledgers: Mapping[int, list[Record]]) -> dict[str, int]:
+    """Per group, the first collective that every rank that recorded one in it still has (ring buffers drop calls)."""
     first: dict[str, int] = {}
-    for rows in ledgers.values():
+    for records in ledgers.values():
         starts: dict[str, int] = {}
-        for row in rows:
-            if row[1] not in ("send", "isend", "recv", "irecv") and row[5] in groups:
-                starts[row[5]] = min(starts.get(row[5], row[6]), row[6])
+        for record in records:
+            if _TYPES.get(record.op) not in _P2P:
+                starts.setdefault(record.group, record.gseq)
         for group, start in starts.items():
             first[group] = max(first.get(group, 0), start)
     return first
@@ -145,108 +151,94 @@ def _first_kept(ledgers: Mapping[int, Sequence[Sequence[Any]]], groups: Mapping[
 def _sizes(kind: str, shape: list[int], size: int) -> tuple[list[list[int]], list[list[int]]]:
     """Input and output sizes as a dump gives them, from the one tensor the ledger records for a call."""
     head, tail = (shape[0], shape[1:]) if shape else (1, [])
-    if kind == "all_gather":
+    if kind == "barrier":
+        return [[]], [[]]
+    if kind in ("all_gather", "gather"):
         return [shape], [[size, *shape]]
     if kind == "_all_gather_base":
         return [shape], [[head * size, *tail]]
-    if kind == "reduce_scatter":  # the ledger records its output
+    if kind in ("reduce_scatter", "scatter"):  # the ledger records their output
         return [[size, *shape]], [shape]
     if kind == "_reduce_scatter_base":
         return [shape], [[head // size, *tail]]
-    if kind == "gather":
-        return [shape], [[size, *shape]]
-    if kind == "scatter":  # the ledger records its output
-        return [[size, *shape]], [shape]
     return [shape], [shape]
 
 
-def build_dump(
-    rows: Iterable[Sequence[Any]],
-    *,
+def _dump(
+    records: list[Record],
     rank: int,
-    backend: str,
+    library: str,
     clock_ns: int,
     timeout: float,
     groups: Mapping[str, tuple[str, list[int]]],
-    first: Mapping[str, int] | None = None,
+    first: Mapping[str, int],
 ) -> dict[str, Any]:
-    """Rank `rank`'s Flight Recorder dump (the dict torch pickles) from its ledger records.
+    """Rank `rank`'s dump (the dict torch pickles) from its records, taken when its wall clock read `clock_ns`.
 
-    `clock_ns` is the rank's wall clock (ns) when it took the records (each has its age); `groups` maps every
-    group's ledger name to its dump name and global ranks (all ranks' dumps must agree); collectives of a group
-    older than `first[group]` are left out, as not every rank still has them.
+    `groups` names every group alike in all ranks' dumps; a group's collectives before `first[group]` are left
+    out, as not every rank still has them.
     """
-    first = first or {}
-    library = backend if backend in _BACKEND_NAMES else "gloo"
     entries: list[dict[str, Any]] = []
     status: dict[str, dict[str, int]] = {}
-    collective_seq: dict[str, int] = {}
-    p2p_seq: dict[str, int] = {}
-    member_of = {_WORLD}
-    for row in sorted(rows, key=lambda row: row[0]):
-        seq, op, peer, shape, dtype, group, gseq, age, done = row
-        kind = _TYPES.get(op)
-        if kind is None or group not in groups:
-            continue
-        member_of.add(group)
-        name, ranks = groups[group]
-        p2p = kind in ("send", "recv")
-        if p2p:
-            number = peer.partition("=")[2]
-            if not number.isdigit() or int(number) not in ranks or rank not in ranks:
-                continue  # a receive from any source: torchfrtrace needs the peer
-            p2p_seq[group] = p2p_seq.get(group, 0) + 1
-            me, other = ranks.index(rank), ranks.index(int(number))  # a label names both ends by group rank
+    collectives: dict[str, int] = {}
+    p2p: dict[str, int] = {}
+    for record in records:
+        kind = _TYPES.get(record.op)
+        name, ranks = groups[record.group]
+        if kind in _P2P:
+            peer = record.peer.partition("=")[2]
+            if not peer.isdigit() or int(peer) not in ranks or rank not in ranks:
+                continue  # a receive from any source: torchfrtrace needs both ends
+            p2p[name] = p2p.get(name, 0) + 1
+            me, other = ranks.index(rank), ranks.index(int(peer))  # a label names both ends by their group rank
             label = f"{kind} {me}->{other}" if kind == "send" else f"{kind} {me}<-{other}"
+        elif kind is None or record.gseq < first.get(record.group, 0):
+            continue  # an operation torchfrtrace does not know, or one other ranks no longer have
         else:
-            if gseq < first.get(group, 0):
-                continue
-            collective_seq[group] = gseq
+            collectives[name] = record.gseq
             label = kind
-        created = clock_ns - int(age * 1e9)
-        inputs, outputs = _sizes(kind, list(shape), len(ranks))
-        dtypes = [] if kind == "barrier" else [_DTYPES.get(dtype, dtype)]
+            progress = status.setdefault(name, dict.fromkeys(_STATUS, 0))
+            progress[_STATUS[0]] = progress[_STATUS[1]] = record.gseq
+            progress[_STATUS[2]] = record.gseq if record.done else progress[_STATUS[2]]
+        created = clock_ns - int(record.age * 1e9)
+        inputs, outputs = _sizes(kind, list(record.shape), len(ranks))
+        dtypes = [_DTYPES.get(record.dtype, record.dtype)] if record.dtype else []
         entries.append(
             {
                 "record_id": len(entries),
                 "pg_id": int(name),
-                "process_group": (name, "default_pg" if group == _WORLD else "undefined"),
-                "collective_seq_id": collective_seq.get(group, 0),
-                "p2p_seq_id": p2p_seq.get(group, 0),
-                "op_id": seq,
+                "process_group": (name, _description(record.group)),
+                "collective_seq_id": collectives.get(name, 0),
+                "p2p_seq_id": p2p.get(name, 0),
+                "op_id": record.seq,
                 "profiling_name": f"{library}:{label}",
                 "time_created_ns": created,
-                "input_sizes": [[]] if kind == "barrier" else inputs,
+                "input_sizes": inputs,
                 "input_dtypes": dtypes,
-                "output_sizes": [[]] if kind == "barrier" else outputs,
+                "output_sizes": outputs,
                 "output_dtypes": dtypes,
-                "state": "completed" if done else "started",
+                "state": "completed" if record.done else "started",
                 "time_discovered_started_ns": created,
                 "time_discovered_completed_ns": None,
-                "retired": bool(done),
+                "retired": record.done,
                 "timeout_ms": int(timeout * 1000),
-                "is_p2p": p2p,
+                "is_p2p": kind in _P2P,
                 "thread_id": "",
                 "thread_name": "",
                 "frames": [],
             }
         )
-        progress = status.setdefault(name, {"last_enqueued_collective": 0, "last_started_collective": 0})
-        if not p2p:
-            progress["last_enqueued_collective"] = progress["last_started_collective"] = gseq
-            if done:
-                progress["last_completed_collective"] = gseq
+    member_of = {_WORLD} | {record.group for record in records}
     config = {
-        groups[group][0]: {
-            "name": groups[group][0],
-            "desc": "default_pg" if group == _WORLD else "undefined",
-            "ranks": str(groups[group][1]),
-        }
+        groups[group][0]: {"name": groups[group][0], "desc": _description(group), "ranks": str(groups[group][1])}
         for group in sorted(member_of, key=lambda group: int(groups[group][0]))
     }
-    for progress in status.values():
-        progress.setdefault("last_completed_collective", 0)
     return {"version": VERSION, "comm_lib_version": "", "pg_config": config, "pg_status": status, "entries": entries}
+
+
+def _description(group: str) -> str:
+    """A group's description in a dump: torch's for the default group, and its "undefined" for the others."""
+    return "default_pg" if group == _WORLD else "undefined"
 
 
 def dumps(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: float, now_ns: int) -> dict[int, bytes]:
@@ -254,24 +246,17 @@ def dumps(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: fl
 
     `now_ns` stands for the wall clock of a rank whose answer has none.
     """
-    ledgers = {rank: answer["ledger"] for rank, answer in answers.items()}
+    ledgers = {rank: _records(answer["ledger"]) for rank, answer in answers.items()}
     groups = _groups(ledgers, world_size)
-    first = _first_kept(ledgers, groups)
+    first = _first_kept(ledgers)
     files: dict[int, bytes] = {}
     for rank, answer in sorted(answers.items()):
         part = answer.get(PART) or {}
         if part.get("torch_dump"):
             files[rank] = part["torch_dump"]
             continue
-        dump = build_dump(
-            answer["ledger"],
-            rank=rank,
-            backend=part.get("backend", ""),
-            clock_ns=part.get("clock_ns", now_ns),
-            timeout=timeout,
-            groups=groups,
-            first=first,
-        )
+        library = "nccl" if "nccl" in part.get("backend", "") else "gloo"  # torchfrtrace knows no "mpi"
+        dump = _dump(ledgers[rank], rank, library, part.get("clock_ns", now_ns), timeout, groups, first)
         files[rank] = pickle.dumps(dump)
     return files
 
@@ -293,6 +278,8 @@ def write(directory: str, files: Mapping[int, bytes]) -> None:
 
 def save(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: float) -> str:
     """Write every answering rank's dump where `dump_dir` says; the line that tells the user where and what to run."""
+    if not any(answer["ledger"] or (answer.get(PART) or {}).get("torch_dump") for answer in answers.values()):
+        return "hpcdist: no rank has made a communication call, so there are no Flight Recorder dumps to write"
     directory = dump_dir(os.environ, os.getcwd())
     try:
         files = dumps(answers, world_size, timeout, time.time_ns())
@@ -318,7 +305,7 @@ def local_part() -> dict[str, Any]:
     if dist is None or not dist.is_initialized():
         return part
     part["backend"] = str(dist.get_backend())
-    if part["backend"] == "nccl":
+    if "nccl" in part["backend"]:
         from torch._C import _distributed_c10d
 
         dump = getattr(_distributed_c10d, "_dump_nccl_trace", None)  # torch's NCCL recorder, on builds with NCCL

@@ -247,3 +247,22 @@ def test_init_turns_torchs_recorder_on_for_nccl_only(
     assert os.environ.get("TORCH_FR_DUMP_TEMP_FILE") == (f"{tmp_path}/fr/fr_rank_" if turned_on else None)
     assert os.environ.get("TORCH_NCCL_DUMP_ON_TIMEOUT") == ("1" if turned_on else None)
     assert (tmp_path / "fr").is_dir() == turned_on
+
+
+def test_nothing_is_written_when_no_rank_has_made_a_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCDIST_FR_DIR", str(tmp_path / "fr"))
+    line = frdump.save({0: {"ledger": []}, 1: {"ledger": []}}, 2, 5.0)
+    assert line == "hpcdist: no rank has made a communication call, so there are no Flight Recorder dumps to write"
+    assert not (tmp_path / "fr").exists()
+
+
+def test_saving_names_the_directory_and_a_command_that_allows_for_ranks_that_did_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HPCDIST_FR_DIR", str(tmp_path / "fr"))
+    line = frdump.save(_answers({0: _ledger(WORLD_AR), 2: _ledger(WORLD_AR)}), 3, 5.0)
+    assert line == (
+        f"hpcdist: Flight Recorder dumps of each rank's calls are in {tmp_path}/fr; "
+        f"analyse them with: torchfrtrace {tmp_path}/fr -p fr_rank_ --allow-incomplete-ranks"
+    )
+    assert sorted(path.name for path in (tmp_path / "fr").iterdir()) == ["fr_rank_0", "fr_rank_2"]
