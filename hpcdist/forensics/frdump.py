@@ -242,19 +242,19 @@ def _description(group: str) -> str:
 
 
 def dumps(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: float, now_ns: int) -> dict[int, bytes]:
-    """Every answering rank's dump, pickled: torch's own where the rank sent one (nccl), else built from its ledger.
+    """Every answering rank's dump, pickled: torch's own when every rank sent one (nccl), else built from the ledgers.
 
-    `now_ns` stands for the wall clock of a rank whose answer has none.
+    The two kinds are never mixed: they name process groups differently. `now_ns` stands for the wall clock of a
+    rank whose answer has none.
     """
+    parts = {rank: answer.get(PART) or {} for rank, answer in answers.items()}
+    if parts and all(part.get("torch_dump") for part in parts.values()):
+        return {rank: part["torch_dump"] for rank, part in parts.items()}
     ledgers = {rank: _records(answer["ledger"]) for rank, answer in answers.items()}
     groups = _groups(ledgers, world_size)
     first = _first_kept(ledgers)
     files: dict[int, bytes] = {}
-    for rank, answer in sorted(answers.items()):
-        part = answer.get(PART) or {}
-        if part.get("torch_dump"):
-            files[rank] = part["torch_dump"]
-            continue
+    for rank, part in sorted(parts.items()):
         library = "nccl" if "nccl" in part.get("backend", "") else "gloo"  # torchfrtrace knows no "mpi"
         dump = _dump(ledgers[rank], rank, library, part.get("clock_ns", now_ns), timeout, groups, first)
         files[rank] = pickle.dumps(dump)

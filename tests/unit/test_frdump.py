@@ -160,11 +160,19 @@ def test_groups_are_named_alike_on_every_rank_and_point_to_point_labels_use_grou
     assert names[2] == [("gloo:all_reduce", False, 0), ("gloo:recv 1<-0", True, 1)]  # torchfrtrace has no new_op
 
 
-def test_the_mpi_backend_is_named_gloo_as_torchfrtrace_knows_no_mpi_and_nccl_keeps_torchs_own_dump() -> None:
+def test_the_mpi_backend_is_named_gloo_as_torchfrtrace_knows_no_mpi_and_nccl_keeps_torchs_own_dumps() -> None:
     answers = _answers({0: _ledger(WORLD_AR)}, "mpi")
     assert pickle.loads(frdump.dumps(answers, 1, 5.0, 0)[0])["entries"][0]["profiling_name"] == "gloo:all_reduce"
-    answers[0][frdump.PART] |= {"backend": "nccl", "torch_dump": b"torch's bytes"}
-    assert frdump.dumps(answers, 1, 5.0, 0) == {0: b"torch's bytes"}
+    answers = _answers({0: _ledger(WORLD_AR), 1: _ledger(WORLD_AR)}, "nccl")
+    for rank in (0, 1):
+        answers[rank][frdump.PART]["torch_dump"] = f"rank {rank}'s dump by torch".encode()
+    assert frdump.dumps(answers, 2, 5.0, 0) == {0: b"rank 0's dump by torch", 1: b"rank 1's dump by torch"}
+    answers[1][frdump.PART]["torch_dump"] = None  # torch's NCCL recorder could not dump on rank 1: all from ledgers
+    names = {
+        rank: pickle.loads(data)["entries"][0]["profiling_name"]
+        for rank, data in frdump.dumps(answers, 2, 5.0, 0).items()
+    }
+    assert names == {0: "nccl:all_reduce", 1: "nccl:all_reduce"}
 
 
 def test_times_come_from_the_ranks_clock_less_each_calls_age() -> None:
