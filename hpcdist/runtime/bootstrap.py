@@ -301,7 +301,7 @@ def _turn_on_nccl_recorder(backend: Any) -> None:
     from ..forensics import frdump
 
     directory = frdump.dump_dir(os.environ, os.getcwd())
-    with contextlib.suppress(OSError):  # torch says so itself if it cannot write there
+    with contextlib.suppress(OSError):  # a rank that cannot make it loses only its dump on a timeout
         os.makedirs(directory, exist_ok=True)
     os.environ.update(frdump.nccl_environ(os.environ, directory))
 
