@@ -78,18 +78,34 @@ def test_a_rank_missing_from_a_collective_is_named(tmp_path: Path, caplog: pytes
     assert "collective state: started\n" in text
 
 
+def _mismatch() -> dict[int, list[Record]]:
+    """Rank 1 broadcasts where ranks 0, 2 and 3 all_reduce."""
+    agree = {rank: _ledger(WORLD_AR, WORLD_AR) for rank in (0, 2, 3)}
+    return agree | {1: _ledger(WORLD_AR, ("broadcast", "root=1", "world"))}
+
+
 def test_a_mismatched_collective_names_the_rank_that_differs_when_read_after_a_rank_that_agrees(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    ledgers = {rank: _ledger(WORLD_AR, WORLD_AR) for rank in (0, 2, 3)} | {
-        1: _ledger(WORLD_AR, ("broadcast", "root=1", "world"))
-    }
-    text, _ = _analyse(frdump.dumps(_answers(ledgers), 4, 5.0, 0), [0, 1, 2, 3], tmp_path, caplog)
+    text, _ = _analyse(frdump.dumps(_answers(_mismatch()), 4, 5.0, 0), [0, 1, 2, 3], tmp_path, caplog)
     assert "Collective sequence number: 2 has errors\n" in text
     assert (
         "error msg: Culprit rank 1; Error type: COLLECTIVE_TYPE_MISMATCH, Expected collective type: 'all_reduce' "
         "does not match found collective type: 'broadcast'\n"
     ) in text
+
+
+def test_torchfrtrace_blames_the_ranks_that_agree_when_it_reads_the_odd_ranks_dump_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    text, _ = _analyse(frdump.dumps(_answers(_mismatch()), 4, 5.0, 0), [1, 0, 2, 3], tmp_path, caplog)
+    assert "collective: gloo:broadcast\n" in text
+    for rank in (0, 2, 3):  # the docs say so: hpcdist's own first divergence does not depend on the order
+        assert (
+            f"Culprit rank {rank}; Error type: COLLECTIVE_TYPE_MISMATCH, Expected collective type: 'broadcast' "
+            "does not match found collective type: 'all_reduce'"
+        ) in text
+    assert "Culprit rank 1" not in text
 
 
 def test_a_consistent_history_of_every_kind_of_collective_passes_its_checks(
