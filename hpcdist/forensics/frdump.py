@@ -5,6 +5,9 @@ and the mpi backend it builds each from the rank's ledger: torch 2.13's own reco
 groups under one empty name while its entries name "0", "1", … (torchfrtrace stops on that with a KeyError) and
 records no point-to-point call, whereas the ledger names every group by its global ranks. On nccl a rank sends
 the dump of torch's own recorder, written as it is. All but `save` and `local_part` is pure.
+
+A ledger-built dump gives each call its group, shape, dtype and state (`started` while it waits, else
+`completed`); a recv and its send go in a group of their own two ranks (see `_groups`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..control import RUN_ID_ENV
 from .ledger import Record
@@ -127,11 +130,45 @@ def _records(rows: Iterable[Sequence[Any]]) -> list[Record]:
     return sorted((Record(*row) for row in rows), key=lambda record: record.seq)
 
 
-def _groups(ledgers: Mapping[int, list[Record]], world_size: int) -> dict[str, tuple[str, list[int]]]:
-    """Every group in the ledgers: its ledger name -> (its name in the dumps, its global ranks); world is "0"."""
-    names = sorted({record.group for records in ledgers.values() for record in records} - {_WORLD})
-    groups = {_WORLD: ("0", list(range(world_size)))}
-    groups.update({name: (str(index), json.loads(name)) for index, name in enumerate(names, start=1)})
+class _Group(NamedTuple):
+    """A process group as the dumps name it, alike in every rank's: its name, its description, its global ranks."""
+
+    name: str
+    desc: str
+    ranks: list[int]
+
+
+_Key = str | tuple[str, int, int]  # a ledger group, or a (group, sender, receiver) channel of sends and receives
+
+
+def _channel(rank: int, record: Record) -> tuple[str, int, int] | None:
+    """The (group, sender, receiver) channel of rank `rank`'s send or recv; None for a receive from any source."""
+    peer = record.peer.partition("=")[2]
+    if not peer.isdigit():
+        return None
+    return (record.group, rank, int(peer)) if _TYPES[record.op] == "send" else (record.group, int(peer), rank)
+
+
+def _groups(ledgers: Mapping[int, list[Record]], world_size: int) -> dict[_Key, _Group]:
+    """Every group in the ledgers, world first ("0"), then subgroups, then one group per channel of sends.
+
+    torchfrtrace expects every member of a call's group to make the call, so each send and its receive go in a
+    group of their own two ranks, the k-th send on a channel matching its k-th receive (MPI's and gloo's order).
+    """
+    groups: dict[_Key, _Group] = {_WORLD: _Group("0", "default_pg", list(range(world_size)))}
+    for name in sorted({record.group for records in ledgers.values() for record in records} - {_WORLD}):
+        groups[name] = _Group(str(len(groups)), "undefined", json.loads(name))
+    channels = {
+        _channel(rank, record)
+        for rank, records in ledgers.items()
+        for record in records
+        if _TYPES.get(record.op) in _P2P
+    }
+    for group, sender, receiver in sorted(channel for channel in channels if channel is not None):
+        where = "" if group == _WORLD else f" in group {group}"
+        groups[group, sender, receiver] = _Group(
+            str(len(groups)), f"p2p {sender}->{receiver}{where}", sorted({sender, receiver})
+        )
     return groups
 
 
@@ -170,46 +207,46 @@ def _dump(
     library: str,
     clock_ns: int,
     timeout: float,
-    groups: Mapping[str, tuple[str, list[int]]],
+    groups: Mapping[_Key, _Group],
     first: Mapping[str, int],
 ) -> dict[str, Any]:
     """Rank `rank`'s dump (the dict torch pickles) from its records, taken when its wall clock read `clock_ns`.
 
-    `groups` names every group alike in all ranks' dumps; a group's collectives before `first[group]` are left
-    out, as not every rank still has them.
+    A group's collectives before `first[group]` are left out, as not every rank still has them.
     """
     entries: list[dict[str, Any]] = []
     status: dict[str, dict[str, int]] = {}
-    collectives: dict[str, int] = {}
-    p2p: dict[str, int] = {}
+    sent: dict[_Key, int] = {}
+    used: set[_Key] = {_WORLD}
     for record in records:
         kind = _TYPES.get(record.op)
-        name, ranks = groups[record.group]
+        key: _Key
         if kind in _P2P:
-            peer = record.peer.partition("=")[2]
-            if not peer.isdigit() or int(peer) not in ranks or rank not in ranks:
-                continue  # a receive from any source: torchfrtrace needs both ends
-            p2p[name] = p2p.get(name, 0) + 1
-            me, other = ranks.index(rank), ranks.index(int(peer))  # a label names both ends by their group rank
-            label = f"{kind} {me}->{other}" if kind == "send" else f"{kind} {me}<-{other}"
+            channel = _channel(rank, record)
+            if channel is None:
+                continue  # torchfrtrace needs both ends
+            key, group = channel, groups[channel]
+            number = seq = sent[channel] = sent.get(channel, 0) + 1  # the k-th call on the channel, on both ends
+            me, other = group.ranks.index(rank), group.ranks.index(channel[2] if kind == "send" else channel[1])
+            label = f"send {me}->{other}" if kind == "send" else f"recv {me}<-{other}"  # by rank within the group
         elif kind is None or record.gseq < first.get(record.group, 0):
             continue  # an operation torchfrtrace does not know, or one other ranks no longer have
         else:
-            collectives[name] = record.gseq
-            label = kind
-            progress = status.setdefault(name, dict.fromkeys(_STATUS, 0))
-            progress[_STATUS[0]] = progress[_STATUS[1]] = record.gseq
-            progress[_STATUS[2]] = record.gseq if record.done else progress[_STATUS[2]]
+            key, group, label, number, seq = record.group, groups[record.group], kind, record.gseq, 0
+            progress = status.setdefault(group.name, dict.fromkeys(_STATUS, 0))
+            progress[_STATUS[0]] = progress[_STATUS[1]] = number
+            progress[_STATUS[2]] = number if record.done else progress[_STATUS[2]]
+        used.add(key)
         created = clock_ns - int(record.age * 1e9)
-        inputs, outputs = _sizes(kind, list(record.shape), len(ranks))
+        inputs, outputs = _sizes(kind, list(record.shape), len(group.ranks))
         dtypes = [_DTYPES.get(record.dtype, record.dtype)] if record.dtype else []
         entries.append(
             {
                 "record_id": len(entries),
-                "pg_id": int(name),
-                "process_group": (name, _description(record.group)),
-                "collective_seq_id": collectives.get(name, 0),
-                "p2p_seq_id": p2p.get(name, 0),
+                "pg_id": int(group.name),
+                "process_group": (group.name, group.desc),
+                "collective_seq_id": number,
+                "p2p_seq_id": seq,
                 "op_id": record.seq,
                 "profiling_name": f"{library}:{label}",
                 "time_created_ns": created,
@@ -228,17 +265,11 @@ def _dump(
                 "frames": [],
             }
         )
-    member_of = {_WORLD} | {record.group for record in records}
     config = {
-        groups[group][0]: {"name": groups[group][0], "desc": _description(group), "ranks": str(groups[group][1])}
-        for group in sorted(member_of, key=lambda group: int(groups[group][0]))
+        group.name: {"name": group.name, "desc": group.desc, "ranks": str(group.ranks)}
+        for group in sorted((groups[key] for key in used), key=lambda group: int(group.name))
     }
     return {"version": VERSION, "comm_lib_version": "", "pg_config": config, "pg_status": status, "entries": entries}
-
-
-def _description(group: str) -> str:
-    """A group's description in a dump: torch's for the default group, and its "undefined" for the others."""
-    return "default_pg" if group == _WORLD else "undefined"
 
 
 def dumps(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: float, now_ns: int) -> dict[int, bytes]:

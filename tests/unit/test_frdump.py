@@ -158,22 +158,42 @@ def test_collectives_that_a_rank_dropped_from_its_ring_buffer_are_left_out_of_ev
     assert [e["record_id"] for e in pickle.loads(files[1])["entries"]] == [0, 1]
 
 
-def test_groups_are_named_alike_on_every_rank_and_point_to_point_labels_use_group_ranks() -> None:
+def test_groups_are_named_alike_on_every_rank_and_each_channel_of_sends_is_a_group_of_its_two_ranks() -> None:
     ledgers = {
         0: _ledger(("all_reduce", "", "[0, 2]"), ("send", "dst=2", "[0, 2]"), ("recv", "src=any", "world")),
-        1: _ledger(WORLD_AR),
+        1: _ledger(("send", "dst=0", "world"), ("send", "dst=0", "world"), WORLD_AR),
         2: _ledger(("all_reduce", "", "[0, 2]"), ("recv", "src=0", "[0, 2]"), ("new_op", "", "world")),
     }
     dumps = {rank: pickle.loads(data) for rank, data in frdump.dumps(_answers(ledgers), 3, 5.0, 0).items()}
-    sub = {"name": "1", "desc": "undefined", "ranks": "[0, 2]"}
     world = {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}
-    assert dumps[0]["pg_config"] == dumps[2]["pg_config"] == {"0": world, "1": sub}
-    assert dumps[1]["pg_config"] == {"0": world}
+    sub = {"name": "1", "desc": "undefined", "ranks": "[0, 2]"}
+    sends_in_sub = {"name": "2", "desc": "p2p 0->2 in group [0, 2]", "ranks": "[0, 2]"}
+    sends_1_to_0 = {"name": "3", "desc": "p2p 1->0", "ranks": "[0, 1]"}  # rank 0's recv from any is not in it
+    assert dumps[0]["pg_config"] == dumps[2]["pg_config"] == {"0": world, "1": sub, "2": sends_in_sub}
+    assert dumps[1]["pg_config"] == {"0": world, "3": sends_1_to_0}
     names = {
-        rank: [(e["profiling_name"], e["is_p2p"], e["p2p_seq_id"]) for e in d["entries"]] for rank, d in dumps.items()
+        rank: [(e["profiling_name"], e["is_p2p"], e["collective_seq_id"], e["p2p_seq_id"]) for e in d["entries"]]
+        for rank, d in dumps.items()
     }
-    assert names[0] == [("gloo:all_reduce", False, 0), ("gloo:send 0->1", True, 1)]  # no peer for recv from any
-    assert names[2] == [("gloo:all_reduce", False, 0), ("gloo:recv 1<-0", True, 1)]  # torchfrtrace has no new_op
+    assert names[0] == [("gloo:all_reduce", False, 1, 0), ("gloo:send 0->1", True, 1, 1)]  # no recv from any
+    assert names[1] == [
+        ("gloo:send 1->0", True, 1, 1),
+        ("gloo:send 1->0", True, 2, 2),
+        ("gloo:all_reduce", False, 1, 0),
+    ]
+    assert names[2] == [("gloo:all_reduce", False, 1, 0), ("gloo:recv 1<-0", True, 1, 1)]  # torchfrtrace has no new_op
+
+
+def test_a_recv_whose_sender_is_elsewhere_is_named_with_the_rank_missing_from_the_collective(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledgers = {rank: _ledger(WORLD_AR, WORLD_AR) for rank in (0, 1, 3)} | {
+        2: _ledger(WORLD_AR, ("recv", "src=0", "world"))
+    }
+    text, _ = _analyse(frdump.dumps(_answers(ledgers), 4, 5.0, 0), [0, 1, 2, 3], tmp_path, caplog)
+    assert "Not all ranks joining collective, sequence number: 2\n" in text
+    assert "collective: gloo:all_reduce\nmissing ranks: {2}\n" in text
+    assert "group info: 1:p2p 0->2\ncollective: gloo:recv 1<-0\nmissing ranks: {0}\n" in text
 
 
 def test_the_mpi_backend_is_named_gloo_as_torchfrtrace_knows_no_mpi_and_nccl_keeps_torchs_own_dumps() -> None:
