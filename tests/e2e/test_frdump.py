@@ -12,8 +12,6 @@ import pytest
 from launching import BIN, PROGRAMS, launch
 
 COMMAND = re.compile(r"hpcdist: Flight Recorder dumps of each rank's calls are in (.+); analyse them with: (.+)$", re.M)
-
-
 SKIP = ["Not all ranks joining collective, sequence number: 2\n", "collective: gloo:all_reduce\nmissing ranks: {1}\n"]
 P2P = [  # rank 2 waits in recv(src=0) while the others are in their second all_reduce
     "Not all ranks joining collective, sequence number: 2\n",
