@@ -21,6 +21,7 @@ from typing import NoReturn
 from . import control
 from .abort import abort_job, before_abort
 from .errors import RendezvousTimeout, UsageError
+from .forensics.collect import on_failure as stacks_on_failure
 from .launching.monitor import AFTER_PEER, peer_lost
 from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
@@ -85,6 +86,8 @@ def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, bool]:
         return 2, False
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)
+        if not isinstance(exc, KeyboardInterrupt) and not peer_lost(str(exc)):
+            stacks_on_failure(rank)  # the others' stacks, while they still wait where this rank left them
         return 1, peer_lost(str(exc))
     return 0, False
 

@@ -1,7 +1,9 @@
 """Hang forensics: each rank's ledger of communication calls, and the watchdog that reports the first divergence.
 
 - `ledger`: the ledger and the divergence analysis (pure);
-- `watchdog`: records torch.distributed calls, gathers every ledger over MPI at a timeout, ends the job.
+- `watchdog`: records torch.distributed calls, gathers every ledger over MPI at a timeout, ends the job;
+- `stacks`: a rank's Python stacks through faulthandler, and every rank's grouped into one report (pure but the dump);
+- `collect`: every rank's stacks printed on a hang (a part of the watchdog's answer), on SIGUSR2 and on a failure.
 
 May import: errors, waits, abort. Never the runtime, the CLI or torch at import time.
 """

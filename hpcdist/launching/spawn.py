@@ -22,6 +22,9 @@ from .output import Console, OutputRouter, summary
 __all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# SIGQUIT (Ctrl-\, the JVM's thread-dump key) to hpcdist mpirun asks every rank for its Python stacks, which the
+# ranks dump on SIGUSR2 (SIGQUIT itself would end mpirun and the ranks)
+_AS_STACKS: dict[int, int] = {signal.SIGQUIT: signal.SIGUSR2}
 _DRAIN_SECONDS = 2.0  # after mpirun exits, how long its output may take to reach end-of-file
 _SYNTAX_SECONDS = 30.0  # how long `bash -n` may take to read a generated script
 _END_SECONDS = 10.0  # after a timeout: how long mpirun may take to end its ranks on SIGTERM before SIGKILL
@@ -35,8 +38,11 @@ def _spawn(
     received: list[int] | None = None,
     timeout: float | None = None,
     check: Callable[[], None] | None = None,
+    passed_as: Mapping[int, int] | None = None,
 ) -> int:
     """Run argv to completion, passing on the signals this process receives (noted in `received`); return its status.
+
+    `passed_as` maps a signal received to the one passed on (SIGQUIT is passed on only so mapped).
 
     Raises:
         WaitTimeout: it ran longer than `timeout` seconds; it was ended (SIGTERM, then SIGKILL) first.
@@ -70,10 +76,11 @@ def _spawn(
     def forward(signum: int, frame: FrameType | None) -> None:
         if received is not None:
             received.append(signum)
-        proc.send_signal(signum)
+        proc.send_signal((passed_as or {}).get(signum, signum))
 
     main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
-    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED} if main else {}
+    forwarded = (*_FORWARDED, *(passed_as or {}))
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded} if main else {}
     try:
         code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing)
     except (subprocess.TimeoutExpired, WaitTimeout) as exc:
@@ -201,7 +208,7 @@ def run_mpirun(
         return (console.feed(stream, shown) if shown else b"") + console.feed(stream, b"")
 
     received = _Received(router)
-    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, watch.check)
+    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, watch.check, _AS_STACKS)
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
     interrupted = signal.SIGINT in received

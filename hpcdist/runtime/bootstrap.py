@@ -276,8 +276,9 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
         init(backend, **kwargs)
         say_ready(dist.get_rank(), dist.get_world_size())
         return
-    from ..forensics import ledger, watchdog
+    from ..forensics import collect, ledger, watchdog
 
+    collect.install()  # before the wait in init: its stacks in the hang report, and on SIGUSR2
     watchdog.instrument(dist)
     watchdog.LEDGER.enter(ledger.INITIALISING)
     init(backend, **kwargs)

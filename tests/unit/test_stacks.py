@@ -1,0 +1,102 @@
+"""A rank's stacks from faulthandler's text, and every rank's stacks grouped into one report."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from hpcdist.forensics.stacks import own, parse, rank_ranges, report
+
+DUMP = """\
+Thread 0x00007f0000000002 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 324 in wait
+  File "/work/hpcdist/forensics/watchdog.py", line 190 in _serve
+
+Thread 0x00007f0000000003 (most recent call first):
+  File "/work/x/train.py", line 9 in load
+
+Current thread 0x00007f0000000001 (most recent call first):
+  File "/work/.venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2501 in all_reduce
+  File "/work/x/train.py", line 20 in step
+  File "/work/x/train.py", line 30 in <module>
+  File "<frozen runpy>", line 88 in _run_code
+  File "/work/hpcdist/shim.py", line 85 in _run_in_process
+  File "/work/hpcdist/shim.py", line 170 in main
+"""
+NAMES = {0x7F0000000001: "MainThread", 0x7F0000000002: "hpcdist-watchdog", 0x7F0000000003: "loader"}
+
+
+def test_parse_names_threads_drops_hpcdists_own_and_the_runner_and_puts_the_main_thread_first() -> None:
+    assert parse(DUMP, NAMES) == (
+        (
+            "MainThread",
+            (
+                "all_reduce (torch/distributed/distributed_c10d.py:2501)",
+                "step (/work/x/train.py:20)",
+                "<module> (/work/x/train.py:30)",
+            ),
+        ),
+        ("loader", ("load (/work/x/train.py:9)",)),
+    )
+
+
+def test_a_thread_python_does_not_know_is_named_thread_and_a_repeated_dump_keeps_the_last() -> None:
+    twice = DUMP + DUMP.replace("line 9 in load", "line 10 in load")
+    assert parse(twice, {0x7F0000000001: "MainThread"})[1:] == (
+        ("thread", ("load (/work/x/train.py:10)",)),
+        ("thread", ("wait (/usr/lib/python3.11/threading.py:324)", "_serve (/work/hpcdist/forensics/watchdog.py:190)")),
+    )
+
+
+@pytest.mark.parametrize(
+    ("ranks", "text"),
+    [([3], "3"), ([0, 2, 3], "0,2-3"), ([8, 0, 1, 2, 3, 4, 5, 6], "0-6,8"), ([1, 2, 4, 5, 7], "1-2,4-5,7")],
+)
+def test_rank_ranges_are_python_hostlist_style(ranks: list[int], text: str) -> None:
+    assert rank_ranges(ranks) == text
+
+
+def _stack(top: str) -> tuple:
+    return (("MainThread", (f"{top} (/x.py:1)", "<module> (/x.py:9)")),)
+
+
+def test_report_merges_identical_stacks_smallest_group_first_and_names_the_silent() -> None:
+    stacks = {0: _stack("wait"), 1: _stack("sleep"), 2: _stack("wait"), 3: _stack("wait")}
+    assert report(stacks, missing=[4], headline="stacks:") == "\n".join(
+        [
+            "stacks:",
+            "rank 1:",
+            "  thread MainThread:",
+            "    sleep (/x.py:1)",
+            "    <module> (/x.py:9)",
+            "ranks 0,2-3:",
+            "  thread MainThread:",
+            "    wait (/x.py:1)",
+            "    <module> (/x.py:9)",
+            "rank 4: did not answer, no stack (dead, or its main thread holds the GIL in C code)",
+        ]
+    )
+
+
+def test_report_caps_frames_and_distinct_stacks_at_a_large_job() -> None:
+    deep = (("MainThread", tuple(f"f{i} (/x.py:{i})" for i in range(50))),)
+    lines = report({0: deep}).splitlines()
+    assert lines[-1] == "    … 10 more frames" and len(lines) == 1 + 1 + 1 + 40 + 1
+    each_alone = {rank: _stack(f"f{rank}") for rank in range(20)}
+    assert report(each_alone).splitlines()[-1] == "ranks 12-19: 8 more distinct stacks, not shown"
+
+
+def test_own_dumps_every_thread_of_this_process_by_name() -> None:
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, name="waiter")
+    thread.start()
+    try:
+        stacks = dict(own())
+    finally:
+        release.set()
+        thread.join()
+    assert (
+        stacks["MainThread"][0].startswith("capture (") and "/hpcdist/forensics/stacks.py:" in stacks["MainThread"][0]
+    )
+    assert stacks["waiter"][0].startswith("wait (") and "threading.py:" in stacks["waiter"][0]
