@@ -21,7 +21,6 @@ from typing import NoReturn
 from . import control
 from .abort import abort_job, before_abort
 from .errors import RendezvousTimeout, UsageError
-from .forensics.collect import on_failure as stacks_on_failure
 from .launching.monitor import AFTER_PEER, peer_lost
 from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
@@ -31,7 +30,7 @@ from .rank.tagger import drain as drain_tagger
 from .rank.tagger import leave_time_to_peers
 from .rank.tagger import start as start_tagger
 from .runtime.adopt import adopt, finish
-from .runtime.bootstrap import job_timeout, prepare, say_ready
+from .runtime.bootstrap import job_timeout, prepare, say_ready, stacks_on_failure
 from .runtime.env import LaunchEnv
 
 __all__ = ["bind", "format_failure", "main", "python_target"]
@@ -86,8 +85,7 @@ def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, bool]:
         return 2, False
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)
-        if not isinstance(exc, KeyboardInterrupt) and not peer_lost(str(exc)):
-            stacks_on_failure(rank)  # the others' stacks, while they still wait where this rank left them
+        stacks_on_failure(rank, exc)  # the others' stacks, while they still wait where this rank left them
         return 1, peer_lost(str(exc))
     return 0, False
 

@@ -25,7 +25,7 @@ __all__ = ["SIGNAL", "install", "on_failure"]
 SIGNAL = signal.SIGUSR2  # SIGUSR1 is the preemption notice (workloads.preemption)
 _TAG = 7304  # a rank's signalled dump, sent to rank 0
 _SETTLE = 1.0  # rank 0 waits this long after the first dump for the others' (mpirun passes the signal on to all)
-_QUIET = 5.0  # dumps arriving this soon after a report belong to it (a rank asked before its own dump was read)
+_QUIET = 2.0  # dumps arriving this soon after a report belong to it (a rank asked before its own dump was read)
 _PIPE_SIZE = 1 << 20  # faulthandler's dump of 100 threads of 100 frames fits; a fuller pipe truncates the dump
 _state: dict[str, Any] = {}
 

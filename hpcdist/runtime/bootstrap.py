@@ -33,6 +33,7 @@ __all__ = [
     "say_ready",
     "shutdown",
     "socket_ifnames",
+    "stacks_on_failure",
     "start_group",
     "startup_timeout",
 ]
@@ -73,6 +74,8 @@ class Session:
         return self
 
     def __exit__(self, kind: type | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        if value is not None:
+            stacks_on_failure(self.rank, value)  # before shutdown, which would let the others go
         shutdown()
 
 
@@ -286,6 +289,15 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     say_ready(dist.get_rank(), dist.get_world_size())
     if watchdog.start(seconds, startup_timeout(seconds)):
         _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
+
+
+def stacks_on_failure(rank: int, error: BaseException) -> None:
+    """A rank's program raised on its own (not Ctrl-C, not a peer gone): print the others' stacks, with forensics."""
+    from ..launching.monitor import peer_lost
+
+    collect = sys.modules.get("hpcdist.forensics.collect")  # loaded where forensics run
+    if collect is not None and not isinstance(error, KeyboardInterrupt) and not peer_lost(str(error)):
+        collect.on_failure(rank)
 
 
 def say_ready(rank: int, world_size: int) -> None:

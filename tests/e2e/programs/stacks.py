@@ -27,6 +27,7 @@ def elsewhere(mode: str) -> None:
 
 
 def work(rank: int, mode: str) -> int:
+    print(f"rank {rank} pid {os.getpid()}", flush=True)
     tensor = torch.ones(4)
     exchange(tensor)  # every rank once: all are in step
     if rank == 0:
