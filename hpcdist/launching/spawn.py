@@ -22,9 +22,6 @@ from .output import Console, OutputRouter, summary
 __all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-# SIGQUIT (Ctrl-\, the JVM's thread-dump key) to hpcdist mpirun asks every rank for its Python stacks, which the
-# ranks dump on SIGUSR2 (SIGQUIT itself would end mpirun and the ranks)
-_AS_STACKS: dict[int, int] = {signal.SIGQUIT: signal.SIGUSR2}
 _DRAIN_SECONDS = 2.0  # after mpirun exits, how long its output may take to reach end-of-file
 _SYNTAX_SECONDS = 30.0  # how long `bash -n` may take to read a generated script
 _END_SECONDS = 10.0  # after a timeout: how long mpirun may take to end its ranks on SIGTERM before SIGKILL
@@ -38,11 +35,11 @@ def _spawn(
     received: list[int] | None = None,
     timeout: float | None = None,
     check: Callable[[], None] | None = None,
-    passed_as: Mapping[int, int] | None = None,
+    handlers: Mapping[int, Callable[[subprocess.Popen[bytes]], None]] | None = None,
 ) -> int:
     """Run argv to completion, passing on the signals this process receives (noted in `received`); return its status.
 
-    `passed_as` maps a signal received to the one passed on (SIGQUIT is passed on only so mapped).
+    `handlers`: signals handled by a call with the process instead (not passed on, not noted).
 
     Raises:
         WaitTimeout: it ran longer than `timeout` seconds; it was ended (SIGTERM, then SIGKILL) first.
@@ -74,12 +71,15 @@ def _spawn(
             pumps.append(pump)
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        if handlers and signum in handlers:
+            handlers[signum](proc)
+            return
         if received is not None:
             received.append(signum)
-        proc.send_signal((passed_as or {}).get(signum, signum))
+        proc.send_signal(signum)
 
     main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
-    forwarded = (*_FORWARDED, *(passed_as or {}))
+    forwarded = (*_FORWARDED, *(handlers or {}))
     previous = {sig: signal.signal(sig, forward) for sig in forwarded} if main else {}
     try:
         code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing)
@@ -208,7 +208,9 @@ def run_mpirun(
         return (console.feed(stream, shown) if shown else b"") + console.feed(stream, b"")
 
     received = _Received(router)
-    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, watch.check, _AS_STACKS)
+    code = _spawn(
+        argv, None, "the MPI launcher", feed, received, timeout, watch.check, {signal.SIGQUIT: _ask_for_stacks}
+    )
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
     interrupted = signal.SIGINT in received
@@ -227,6 +229,42 @@ def run_mpirun(
     if problem:
         print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
     return outcome
+
+
+def _ask_for_stacks(proc: subprocess.Popen[bytes]) -> None:
+    """SIGQUIT (Ctrl-\\) to hpcdist mpirun: SIGUSR2 to the ranks on this host, whose stack dumps rank 0 prints.
+
+    Not through the launcher: Hydra's mpiexec dies of SIGUSR2. One rank suffices (rank 0 then asks every other
+    rank over MPI), so this host's ranks are signalled directly; with none here, hpcdist says what to do instead.
+    """
+    shims = _descendants(proc.pid, b"hpcdist.shim")
+    for pid in shims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR2)
+    if not shims:  # os.write: a signal handler may interrupt a print to the same stream
+        os.write(
+            2,
+            b"hpcdist: no rank of this job runs on this host to ask for its stacks; on a host where one "
+            b"does, send it SIGUSR2 (kill -USR2 PID): rank 0 then prints every rank's Python stacks\n",
+        )
+
+
+def _descendants(pid: int, marker: bytes) -> list[int]:
+    """The processes under `pid` on this host whose command line holds `marker` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                parent = int(handle.read().rsplit(b")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            with contextlib.suppress(OSError), open(f"/proc/{child}/cmdline", "rb") as handle:
+                if marker in handle.read():
+                    found.append(child)
+    return found
 
 
 class _Received(list[int]):

@@ -69,14 +69,16 @@ def test_a_failing_rank_prints_the_stacks_the_others_wait_in(hpcdist: str) -> No
     assert result.seconds < 60  # the gather waited seconds at most, not the timeout
 
 
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
 def test_sigquit_to_hpcdist_mpirun_and_sigusr2_to_a_rank_print_every_ranks_stacks_and_the_job_goes_on(
-    hpcdist: str, tmp_path: Path
+    hpcdist: str, tmp_path: Path, mpi: str, request: pytest.FixtureRequest
 ) -> None:
+    command = [hpcdist] if mpi == "openmpi" else [str(request.getfixturevalue("mpich_python")), "-m", "hpcdist"]
     go = tmp_path / "go"
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     env.update(API="plain", MODE="signal", BACKEND="gloo", GO=str(go), HPCDIST_TIMEOUT="90")
     proc = subprocess.Popen(
-        [hpcdist, "mpirun", "-np", "4", "--", "python", PROGRAM],
+        [*command, "mpirun", "-np", "4", "--", "python", PROGRAM],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
