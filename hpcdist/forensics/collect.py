@@ -46,7 +46,8 @@ def install() -> None:
 def on_failure(rank: int) -> None:
     """This rank's program failed on its own: print the other ranks' stacks (at most the watchdog's answer window).
 
-    Nothing without a watchdog communicator (forensics off, or not under an MPI launch), and only once.
+    Nothing when no other rank still runs its program, or without a watchdog communicator (forensics off, or not
+    under an MPI launch); only once.
     """
     if "pipe" not in _state or _state.get("failed"):
         return
@@ -54,13 +55,15 @@ def on_failure(rank: int) -> None:
     answers = watchdog.ask_all()
     if answers is None:
         return
-    size = _world_size()
-    found = {peer: answer["stacks"] for peer, answer in answers.items() if peer != rank and "stacks" in answer}
-    missing = [peer for peer in range(size) if peer != rank and peer not in found]
+    answers.pop(rank, None)  # its traceback says where it is
+    found, finished = stacks.in_answers(answers)
+    if not found:  # no other rank is still running its program
+        return
+    missing = [peer for peer in range(_world_size()) if peer != rank and peer not in answers]
     headline = (
         f"hpcdist: rank {rank} failed; the other ranks' Python stacks (most recent call first; identical merged):"
     )
-    print(stacks.report(found, missing, headline), file=sys.stderr, flush=True)
+    print(stacks.report(found, missing, headline, finished), file=sys.stderr, flush=True)
 
 
 def _world_size() -> int:
@@ -117,13 +120,12 @@ def _arrived(rank: int, dump: stacks.Stacks) -> None:
 
 def _print_signalled(size: int) -> None:
     """Rank 0: ask the ranks that sent no dump for their stacks, print every rank's, and start afresh."""
-    found = _state["dumps"]
+    found: dict[int, stacks.Stacks] = _state["dumps"]
+    finished: list[int] = []
     if len(found) < size:
-        answers = watchdog.ask_all() or {}
-        found.update(
-            {rank: answer["stacks"] for rank, answer in answers.items() if rank not in found and "stacks" in answer}
-        )
-    missing = [rank for rank in range(size) if rank not in found]
+        asked, finished = stacks.in_answers(watchdog.ask_all() or {})
+        found.update({rank: stack for rank, stack in asked.items() if rank not in found})
+    missing = [rank for rank in range(size) if rank not in found and rank not in finished]
     headline = f"hpcdist: {SIGNAL.name}: every rank's Python stacks (most recent call first; identical stacks merged):"
-    print(stacks.report(found, missing, headline), file=sys.stderr, flush=True)
+    print(stacks.report(found, missing, headline, finished), file=sys.stderr, flush=True)
     _state.update(dumps={}, first=0.0, quiet_until=time.monotonic() + _QUIET)

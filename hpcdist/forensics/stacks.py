@@ -15,8 +15,11 @@ import re
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["Stacks", "capture", "own", "parse", "rank_ranges", "report"]
+from .ledger import FINISHED
+
+__all__ = ["Stacks", "capture", "in_answers", "own", "parse", "rank_ranges", "report"]
 
 # A rank's stacks: (thread name, frames most recent first), the main thread first.
 Stacks = tuple[tuple[str, tuple[str, ...]], ...]
@@ -97,6 +100,13 @@ def _ranks(ranks: Sequence[int]) -> str:
     return f"{'rank' if len(ranks) == 1 else 'ranks'} {rank_ranges(ranks)}"
 
 
+def in_answers(answers: Mapping[int, Mapping[str, Any]]) -> tuple[dict[int, Stacks], list[int]]:
+    """The stacks in the watchdog's answers, and the ranks whose programs had finished (only hpcdist's wait is left)."""
+    finished = sorted(rank for rank, answer in answers.items() if answer["phase"][0] == FINISHED)
+    found = {rank: answer["stacks"] for rank, answer in answers.items() if "stacks" in answer and rank not in finished}
+    return found, finished
+
+
 def group(stacks: Mapping[int, Stacks]) -> list[tuple[list[int], Stacks]]:
     """Ranks with identical stacks together; the smallest group first (ties: the lowest rank first)."""
     groups: dict[Stacks, list[int]] = {}
@@ -105,10 +115,12 @@ def group(stacks: Mapping[int, Stacks]) -> list[tuple[list[int], Stacks]]:
     return sorted(((ranks, stack) for stack, ranks in groups.items()), key=lambda item: (len(item[0]), item[0]))
 
 
-def report(stacks: Mapping[int, Stacks], missing: Sequence[int] = (), headline: str = "") -> str:
+def report(
+    stacks: Mapping[int, Stacks], missing: Sequence[int] = (), headline: str = "", finished: Sequence[int] = ()
+) -> str:
     """Every rank's stacks, identical ones merged: 'ranks 0,2-3:' then the threads, each frame on its own line.
 
-    `missing`: ranks that did not answer, named at the end with no stack.
+    `finished`: ranks whose programs had ended; `missing`: ranks that did not answer; both named at the end.
     """
     lines = [headline or "hpcdist: every rank's Python stacks (most recent call first; identical stacks merged):"]
     groups = group(stacks)
@@ -124,6 +136,8 @@ def report(stacks: Mapping[int, Stacks], missing: Sequence[int] = (), headline: 
     rest = [rank for ranks, _ in groups[_MAX_GROUPS:] for rank in ranks]
     if rest:
         lines.append(f"{_ranks(rest)}: {len(groups) - _MAX_GROUPS} more distinct stacks, not shown")
+    if finished:
+        lines.append(f"{_ranks(finished)}: finished, no stack")
     if missing:
         lines.append(f"{_ranks(missing)}: did not answer, no stack (dead, or its main thread holds the GIL in C code)")
     return "\n".join(lines)

@@ -256,9 +256,9 @@ def _report_and_abort(comm: Any, kind: str) -> None:
         headline = f"a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)"
     print(f"hpcdist: {headline}", file=sys.stderr)
     print(describe_hang(ledgers, missing, phases), file=sys.stderr, flush=True)
-    found = {rank: answer["stacks"] for rank, answer in answers.items() if "stacks" in answer}
+    found, finished = stacks.in_answers(answers)
     if found:
-        print(stacks.report(found, missing), file=sys.stderr, flush=True)
+        print(stacks.report(found, missing, finished=finished), file=sys.stderr, flush=True)
     abort_job(1)
 
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from hpcdist.forensics.stacks import own, parse, rank_ranges, report
+from hpcdist.forensics.stacks import in_answers, own, parse, rank_ranges, report
 
 DUMP = """\
 Thread 0x00007f0000000002 (most recent call first):
@@ -100,3 +100,14 @@ def test_own_dumps_every_thread_of_this_process_by_name() -> None:
         stacks["MainThread"][0].startswith("capture (") and "/hpcdist/forensics/stacks.py:" in stacks["MainThread"][0]
     )
     assert stacks["waiter"][0].startswith("wait (") and "threading.py:" in stacks["waiter"][0]
+
+
+def test_ranks_whose_programs_finished_are_named_not_shown() -> None:
+    answers = {
+        0: {"phase": ("initialised", 1.0), "stacks": _stack("wait")},
+        1: {"phase": ("finished", 2.0), "stacks": _stack("finish")},
+        2: {"phase": ("finished", 2.0), "stacks": _stack("finish")},
+    }
+    found, finished = in_answers(answers)
+    assert (found, finished) == ({0: _stack("wait")}, [1, 2])
+    assert report(found, finished=finished).splitlines()[-1] == "ranks 1-2: finished, no stack"
