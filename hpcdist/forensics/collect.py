@@ -31,14 +31,18 @@ _state: dict[str, Any] = {}
 
 
 def install() -> None:
-    """Put this rank's stacks in its watchdog answers, and dump them on SIGUSR2 for the watchdog to send (once)."""
+    """Put this rank's stacks in its watchdog answers, and dump them on SIGUSR2 for the watchdog to send (once).
+
+    SIGUSR2 is left to a handler the program installed before; one installed later replaces the dump.
+    """
     if "pipe" in _state:
         return
     watchdog.contribute("stacks", stacks.own)
     read, write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the handler never blocks, even on the reading thread
     with contextlib.suppress(OSError):
         fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
-    faulthandler.register(SIGNAL, file=write, all_threads=True, chain=False)
+    if signal.getsignal(SIGNAL) == signal.SIG_DFL:  # a program's own SIGUSR2 handler (Slurm's --signal) stays
+        faulthandler.register(SIGNAL, file=write, all_threads=True, chain=False)
     _state.update(pipe=read, write=write, read=b"", dumps={}, first=0.0, quiet_until=0.0, sent=[])
     watchdog.each_cycle(_cycle)
 
