@@ -54,20 +54,24 @@ def test_a_hang_prints_every_ranks_stacks_grouped_the_rank_apart_first(hpcdist: 
     assert "hpcdist-watchdog" not in report and "_serve" not in report  # hpcdist's threads are left out
 
 
-@pytest.mark.parametrize("launcher", ["hpcdist", "mpirun"])
+@pytest.mark.parametrize("launcher", ["hpcdist", "mpirun", "launch"])
 def test_a_failing_rank_prints_the_stacks_the_others_wait_in(hpcdist: str, launcher: str) -> None:
-    """A hpcdist.init job, in its with-block, under hpcdist mpirun (the shim) and under Open MPI's own mpirun."""
-    argv = [hpcdist, "mpirun", "-np", "4", "--"] if launcher == "hpcdist" else [str(BIN / "mpirun"), "-np", "4"]
-    argv += [] if launcher == "hpcdist" else ["--oversubscribe"]
+    """A hpcdist.init job, in its with-block, under hpcdist mpirun (the shim) and Open MPI's own mpirun; a function
+    run by hpcdist.launch."""
+    argv = {
+        "hpcdist": [hpcdist, "mpirun", "-np", "4", "--"],
+        "mpirun": [str(BIN / "mpirun"), "-np", "4", "--oversubscribe"],
+        "launch": [],
+    }[launcher]
     result = launch(
         [*argv, sys.executable, PROGRAM],
         timeout=150,
-        API="init",
+        API="launch" if launcher == "launch" else "init",
         MODE="fail",
         HPCDIST_TIMEOUT="60",
     )
     assert result.returncode != 0
-    if launcher == "hpcdist":  # under a plain mpirun the peers, let go, abort before rank 1's traceback is out
+    if launcher == "launch":  # after hpcdist.init's with-block, the peers it let go may abort before the traceback
         assert result.returncode == 1 and "RuntimeError: rank 1 gave up" in result.stderr
     headline = "hpcdist: rank 1 failed; the other ranks' Python stacks (most recent call first; identical merged):"
     assert grouped(result.stderr, headline)[:1] == ["ranks 0,2-3: all_reduce"], result.stderr
