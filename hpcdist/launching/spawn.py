@@ -235,17 +235,19 @@ def _ask_for_stacks(proc: subprocess.Popen[bytes]) -> None:
     """SIGQUIT (Ctrl-\\) to hpcdist mpirun: SIGUSR2 to the ranks on this host, whose stack dumps rank 0 prints.
 
     Not through the launcher: Hydra's mpiexec dies of SIGUSR2. One rank suffices (rank 0 then asks every other
-    rank over MPI), so this host's ranks are signalled directly; with none here, hpcdist says what to do instead.
+    rank over MPI), so this host's ranks are signalled directly, those that handle SIGUSR2 only (a rank without
+    hpcdist's forensics would die of it); with none here, hpcdist says what to do instead.
     """
-    shims = _descendants(proc.pid, b"hpcdist.shim")
-    for pid in shims:
+    ranks = [pid for pid in _descendants(proc.pid, b"hpcdist.shim") if _catches(pid, signal.SIGUSR2)]
+    for pid in ranks:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGUSR2)
-    if not shims:  # os.write: a signal handler may interrupt a print to the same stream
+    if not ranks:  # os.write: a signal handler may interrupt a print to the same stream
         os.write(
             2,
-            b"hpcdist: no rank of this job runs on this host to ask for its stacks; on a host where one "
-            b"does, send it SIGUSR2 (kill -USR2 PID): rank 0 then prints every rank's Python stacks\n",
+            b"hpcdist: SIGQUIT: no rank on this host dumps its stacks on SIGUSR2 (not started yet, "
+            b"HPCDIST_FORENSICS=0, not a Python program, or no rank here); send SIGUSR2 to a rank that does "
+            b"(kill -USR2 PID) for every rank's Python stacks\n",
         )
 
 
@@ -265,6 +267,15 @@ def _descendants(pid: int, marker: bytes) -> list[int]:
                 if marker in handle.read():
                     found.append(child)
     return found
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (SigCgt in /proc/PID/status)."""
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status", "rb") as handle:
+        for line in handle:
+            if line.startswith(b"SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
 
 
 class _Received(list[int]):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from hpcdist.forensics.stacks import in_answers, own, parse, rank_ranges, report
+from hpcdist.launching.spawn import _catches, _descendants
 
 DUMP = """\
 Thread 0x00007f0000000002 (most recent call first):
@@ -111,3 +116,32 @@ def test_ranks_whose_programs_finished_are_named_not_shown() -> None:
     found, finished = in_answers(answers)
     assert (found, finished) == ({0: _stack("wait")}, [1, 2])
     assert report(found, finished=finished).splitlines()[-1] == "ranks 1-2: finished, no stack"
+
+
+def test_sigquit_finds_the_shims_under_a_launcher_that_handle_sigusr2_and_only_those() -> None:
+    handles = "import faulthandler, signal, time; faulthandler.register(signal.SIGUSR2); print(1, flush=True); "
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            f"a = subprocess.Popen([sys.executable, '-c', {handles + 'time.sleep(30)'!r}, 'hpcdist.shim'])\n"
+            "b = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', 'hpcdist.shim'])\n"
+            "print(a.pid, b.pid, flush=True)\n"
+            "time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert launcher.stdout is not None
+        lines = sorted([launcher.stdout.readline(), launcher.stdout.readline()])  # "1": the handler is registered
+        assert lines[0] == "1\n"
+        handler, plain = map(int, lines[1].split())
+        assert sorted(_descendants(launcher.pid, b"hpcdist.shim")) == sorted([handler, plain])
+        assert [pid for pid in (handler, plain) if _catches(pid, signal.SIGUSR2)] == [handler]
+    finally:
+        for pid in _descendants(launcher.pid, b"hpcdist.shim"):
+            os.kill(pid, signal.SIGKILL)
+        launcher.kill()
+        launcher.wait()
