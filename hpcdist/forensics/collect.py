@@ -79,8 +79,9 @@ def _world_size() -> int:
 
 def _cycle(comm: Any) -> None:
     """Watchdog thread: pass a complete SIGUSR2 dump on to rank 0; rank 0 collects them and prints the report."""
-    dump = _complete_dump()
-    if dump is not None:
+    stack = _complete_dump()
+    if stack is not None:
+        dump = {"phase": watchdog.LEDGER.state(), "stacks": stack}  # as an answer is: a finished rank is named
         if comm.rank == 0:
             _arrived(0, dump)
         else:
@@ -113,7 +114,7 @@ def _complete_dump() -> stacks.Stacks | None:
     return stacks.parse(text, stacks.thread_names())
 
 
-def _arrived(rank: int, dump: stacks.Stacks) -> None:
+def _arrived(rank: int, dump: dict[str, Any]) -> None:
     """Rank 0: note a rank's signalled dump, unless it belongs to the report just printed."""
     now = time.monotonic()
     if now < _state["quiet_until"]:
@@ -124,11 +125,11 @@ def _arrived(rank: int, dump: stacks.Stacks) -> None:
 
 def _print_signalled(size: int) -> None:
     """Rank 0: ask the ranks that sent no dump for their stacks, print every rank's, and start afresh."""
-    found: dict[int, stacks.Stacks] = _state["dumps"]
-    finished: list[int] = []
-    if len(found) < size:
-        asked, finished = stacks.in_answers(watchdog.ask_all() or {})
-        found.update({rank: stack for rank, stack in asked.items() if rank not in found})
+    dumps: dict[int, dict[str, Any]] = _state["dumps"]
+    if len(dumps) < size:
+        asked = watchdog.ask_all() or {}
+        dumps.update({rank: answer for rank, answer in asked.items() if rank not in dumps})
+    found, finished = stacks.in_answers(dumps)
     missing = [rank for rank in range(size) if rank not in found and rank not in finished]
     headline = f"hpcdist: {SIGNAL.name}: every rank's Python stacks (most recent call first; identical stacks merged):"
     print(stacks.report(found, missing, headline, finished), file=sys.stderr, flush=True)
