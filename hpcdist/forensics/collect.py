@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from . import stacks, watchdog
+from . import pyspy, stacks, watchdog
 
 __all__ = ["SIGNAL", "install", "on_failure"]
 
@@ -63,7 +63,7 @@ def on_failure(rank: int) -> None:
     found, finished = stacks.in_answers(answers)
     if not found:  # no other rank is still running its program
         return
-    missing = [peer for peer in range(_world_size()) if peer != rank and peer not in answers]
+    missing = pyspy.fill(found, [peer for peer in range(_world_size()) if peer != rank and peer not in answers])
     headline = (
         f"hpcdist: rank {rank} failed; the other ranks' Python stacks (most recent call first; identical merged):"
     )
@@ -130,7 +130,7 @@ def _print_signalled(size: int) -> None:
         asked = watchdog.ask_all() or {}
         dumps.update({rank: answer for rank, answer in asked.items() if rank not in dumps})
     found, finished = stacks.in_answers(dumps)
-    missing = [rank for rank in range(size) if rank not in found and rank not in finished]
+    missing = pyspy.fill(found, [rank for rank in range(size) if rank not in found and rank not in finished])
     headline = f"hpcdist: {SIGNAL.name}: every rank's Python stacks (most recent call first; identical stacks merged):"
     print(stacks.report(found, missing, headline, finished), file=sys.stderr, flush=True)
     _state.update(dumps={}, first=0.0, quiet_until=time.monotonic() + _QUIET)

@@ -19,7 +19,7 @@ from typing import Any
 
 from .ledger import FINISHED
 
-__all__ = ["Stacks", "capture", "in_answers", "own", "parse", "rank_ranges", "report"]
+__all__ = ["Stacks", "capture", "frame", "in_answers", "normalised", "own", "parse", "rank_ranges", "report"]
 
 # A rank's stacks: (thread name, frames most recent first), the main thread first.
 Stacks = tuple[tuple[str, tuple[str, ...]], ...]
@@ -65,14 +65,19 @@ def parse(text: str, names: Mapping[int, str]) -> Stacks:
             frames = []
             threads[header.group(1)] = (names.get(ident, "thread"), frames)
         elif frames is not None and line.startswith("  "):
-            frame = _FRAME.match(line)
-            frames.append(_frame(*frame.groups()) if frame else line.strip())
-    kept = [(name, _without_runner(rows)) for name, rows in threads.values() if not name.startswith(_INTERNAL)]
-    kept.sort(key=lambda thread: (thread[0] != "MainThread", thread[0], thread[1]))  # the same order on every rank
+            row = _FRAME.match(line)
+            frames.append(frame(*row.groups()) if row else line.strip())
+    return normalised(list(threads.values()))
+
+
+def normalised(threads: Sequence[tuple[str, list[str]]]) -> Stacks:
+    """Threads as Stacks: hpcdist's left out, the runner's frames dropped, the main thread first, then by name."""
+    kept = [(name, _without_runner(rows)) for name, rows in threads if not name.startswith(_INTERNAL)]
+    kept.sort(key=lambda thread: (not thread[0].startswith("MainThread"), thread[0], thread[1]))  # same on every rank
     return tuple((name, tuple(rows)) for name, rows in kept)
 
 
-def _frame(path: str, line: str, function: str) -> str:
+def frame(path: str, line: str, function: str) -> str:
     """One frame as '<function> (<file>:<line>)', an installed package's file named from its package."""
     return f"{function} ({_PACKAGES.sub('', path)}:{line})"
 

@@ -21,7 +21,7 @@ from typing import Any
 from ..abort import abort_job
 from ..errors import WaitTimeout
 from ..waits import Backoff, poll_until
-from . import stacks
+from . import pyspy, stacks
 from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
 
 __all__ = ["LEDGER", "ask_all", "contribute", "each_cycle", "finish", "instrument", "reserve", "start", "stop"]
@@ -256,10 +256,12 @@ def _report_and_abort(comm: Any, kind: str) -> None:
         headline = f"a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)"
     print(f"hpcdist: {headline}", file=sys.stderr)
     print(describe_hang(ledgers, missing, phases), file=sys.stderr, flush=True)
-    found, finished = stacks.in_answers(answers)
-    if found:
-        print(stacks.report(found, missing, finished=finished), file=sys.stderr, flush=True)
-    abort_job(1)
+    try:
+        found, finished = stacks.in_answers(answers)
+        if found:
+            print(stacks.report(found, pyspy.fill(found, missing), finished=finished), file=sys.stderr, flush=True)
+    finally:
+        abort_job(1)  # whatever happened to the stacks
 
 
 def _gather(comm: Any) -> dict[int, dict[str, Any]]:

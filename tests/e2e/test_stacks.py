@@ -54,6 +54,21 @@ def test_a_hang_prints_every_ranks_stacks_grouped_the_rank_apart_first(hpcdist: 
     assert "hpcdist-watchdog" not in report and "_serve" not in report  # hpcdist's threads are left out
 
 
+def test_a_rank_holding_the_gil_cannot_answer_and_py_spy_reads_its_stack(hpcdist: str) -> None:
+    result = launch(
+        [hpcdist, "mpirun", "-np", "4", "--", "python", PROGRAM],
+        timeout=150,
+        API="plain",
+        MODE="gil",
+        HPCDIST_TIMEOUT="4",
+    )
+    assert result.returncode != 0
+    assert "  rank 1: did not answer" in result.stderr  # the ledger's report cannot name what it does
+    headline = "hpcdist: every rank's Python stacks (most recent call first; identical stacks merged):"
+    assert grouped(result.stderr, headline)[:2] == ["rank 1: hold_the_gil", "ranks 0,2-3: all_reduce"], result.stderr
+    assert "rank 1:\n  thread MainThread [py-spy: active+gil]:\n" in result.stderr
+
+
 @pytest.mark.parametrize("launcher", ["hpcdist", "mpirun", "launch"])
 def test_a_failing_rank_prints_the_stacks_the_others_wait_in(hpcdist: str, launcher: str) -> None:
     """A hpcdist.init job, in its with-block, under hpcdist mpirun (the shim) and Open MPI's own mpirun; a function

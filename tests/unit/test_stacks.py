@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from hpcdist.forensics.pyspy import parse as parse_pyspy
 from hpcdist.forensics.stacks import in_answers, own, parse, rank_ranges, report
 from hpcdist.launching.spawn import _catches, _descendants
 
@@ -145,3 +146,17 @@ def test_sigquit_finds_the_shims_under_a_launcher_that_handle_sigusr2_and_only_t
             os.kill(pid, signal.SIGKILL)
         launcher.kill()
         launcher.wait()
+
+
+def test_py_spys_dump_reads_as_stacks_with_what_py_spy_saw_in_the_thread_name() -> None:
+    dump = """\
+Process 4320: /usr/bin/python3 train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4320 (active+gil): "MainThread"
+    hold (train.py:3)
+    <module> (train.py:4)
+Thread 4330 (idle): "hpcdist-watchdog"
+    wait (threading.py:324)
+"""
+    assert parse_pyspy(dump) == (("MainThread [py-spy: active+gil]", ("hold (train.py:3)", "<module> (train.py:4)")),)

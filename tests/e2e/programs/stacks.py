@@ -1,8 +1,8 @@
 """Rank 1 stands apart while the others wait in an all_reduce on BACKEND.
 
-MODE=hang: it sleeps past HPCDIST_TIMEOUT; fail: it raises; signal: it waits until the file $GO exists, then
-joins in and the job ends well. API=init: hpcdist.init; plain: init_process_group itself (an unmodified script);
-launch: the same function through hpcdist.launch.
+MODE=hang: it sleeps past HPCDIST_TIMEOUT; gil: it holds the GIL past it; fail: it raises; signal: it waits until
+the file $GO exists, then joins in and the job ends well. API=init: hpcdist.init; plain: init_process_group itself
+(an unmodified script); launch: the same function through hpcdist.launch.
 """
 
 import os
@@ -18,9 +18,15 @@ def exchange(tensor: torch.Tensor) -> None:
     dist.all_reduce(tensor)
 
 
+def hold_the_gil() -> int:
+    return sum(range(10**12))  # in C, without letting another thread run: its watchdog cannot answer
+
+
 def elsewhere(mode: str) -> None:
     if mode == "fail":
         raise RuntimeError("rank 1 gave up")
+    if mode == "gil":
+        hold_the_gil()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (mode == "signal" and os.path.exists(os.environ["GO"])):
         time.sleep(0.05)
