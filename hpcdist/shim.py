@@ -30,7 +30,7 @@ from .rank.tagger import drain as drain_tagger
 from .rank.tagger import leave_time_to_peers
 from .rank.tagger import start as start_tagger
 from .runtime.adopt import adopt, finish
-from .runtime.bootstrap import job_timeout, prepare, say_ready
+from .runtime.bootstrap import job_timeout, prepare, say_ready, stacks_on_failure
 from .runtime.env import LaunchEnv
 
 __all__ = ["bind", "format_failure", "main", "python_target"]
@@ -85,6 +85,7 @@ def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, bool]:
         return 2, False
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)
+        stacks_on_failure(rank, exc)  # the others' stacks, while they still wait where this rank left them
         return 1, peer_lost(str(exc))
     return 0, False
 

@@ -2,7 +2,11 @@
 
 - `ledger`: the ledger and the divergence analysis (pure);
 - `watchdog`: records torch.distributed calls, gathers every ledger over MPI at a timeout, ends the job;
-- `frdump`: every rank's calls as Flight Recorder dumps for torch's `torchfrtrace`, and where they go.
+- `frdump`: every rank's calls as Flight Recorder dumps for torch's `torchfrtrace`, and where they go;
+- `stacks`: a rank's Python stacks through faulthandler, and every rank's grouped into one report (pure but the dump);
+- `collect`: every rank's stacks printed on a hang (a part of the watchdog's answer), on SIGUSR2 and on a failure;
+- `pyspy`: with py-spy installed, the stacks of a rank on this host that could not answer (it holds the GIL).
 
-May import: errors, waits, abort, control. Never the runtime, the CLI or torch at import time.
+May import: errors, waits, abort, control, and launching.spawn (to run py-spy). Never the runtime, the CLI or torch
+at import time.
 """

@@ -21,13 +21,14 @@ from typing import Any
 from ..abort import abort_job
 from ..errors import WaitTimeout
 from ..waits import Backoff, poll_until
-from . import frdump
+from . import frdump, pyspy, stacks
 from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
 
-__all__ = ["LEDGER", "contribute", "finish", "instrument", "reserve", "start", "stop"]
+__all__ = ["LEDGER", "ask_all", "contribute", "each_cycle", "finish", "instrument", "reserve", "start", "stop"]
 
 LEDGER = Ledger()
 _PARTS: dict[str, Callable[[], Any]] = {}  # what a rank adds to its answer besides its phase and ledger
+_CYCLES: list[Callable[[Any], None]] = []  # what else the watchdog thread does each cycle, given its communicator
 
 _ALARM, _ASK, _ANSWER = 7301, 7302, 7303
 _POLL = 0.1
@@ -107,6 +108,18 @@ def _group_name(group: Any, dist: Any) -> str:
 def contribute(name: str, part: Callable[[], Any]) -> None:
     """Add `part()` to every answer this rank gives, under `name` (called on the watchdog thread when asked)."""
     _PARTS[name] = part
+
+
+def each_cycle(work: Callable[[Any], None]) -> None:
+    """Have the watchdog thread call `work(comm)` each cycle (every 0.1 s), after answering a request."""
+    if work not in _CYCLES:
+        _CYCLES.append(work)
+
+
+def ask_all() -> dict[int, dict[str, Any]] | None:
+    """Every rank's answer, as the hang report gathers them (waiting a few seconds at most); None without a watchdog."""
+    comm = _state.get("comm")
+    return None if comm is None else _gather(comm)
 
 
 def _answer() -> dict[str, Any]:
@@ -203,6 +216,8 @@ def _serve(comm: Any, stopping: threading.Event) -> None:
         if message is not None:
             message.recv()
             comm.send(_answer(), dest=status.Get_source(), tag=_ANSWER)
+        for work in _CYCLES:
+            work(comm)
         late = _late(*_state["limits"])
         if not alarmed and late:
             alarmed = late
@@ -242,8 +257,13 @@ def _report_and_abort(comm: Any, kind: str) -> None:
         headline = f"a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)"
     print(f"hpcdist: {headline}", file=sys.stderr)
     print(describe_hang(ledgers, missing, phases), file=sys.stderr, flush=True)
-    print(frdump.save(answers, comm.size, timeout), file=sys.stderr, flush=True)
-    abort_job(1)
+    try:
+        print(frdump.save(answers, comm.size, timeout), file=sys.stderr, flush=True)
+        found, finished = stacks.in_answers(answers)
+        if found:
+            print(stacks.report(found, pyspy.fill(found, missing), finished=finished), file=sys.stderr, flush=True)
+    finally:
+        abort_job(1)  # whatever happened to the dumps and the stacks
 
 
 def _gather(comm: Any) -> dict[int, dict[str, Any]]:

@@ -35,8 +35,11 @@ def _spawn(
     received: list[int] | None = None,
     timeout: float | None = None,
     check: Callable[[], None] | None = None,
+    handlers: Mapping[int, Callable[[subprocess.Popen[bytes]], None]] | None = None,
 ) -> int:
     """Run argv to completion, passing on the signals this process receives (noted in `received`); return its status.
+
+    `handlers`: signals handled by a call with the process instead (not passed on, not noted).
 
     Raises:
         WaitTimeout: it ran longer than `timeout` seconds; it was ended (SIGTERM, then SIGKILL) first.
@@ -68,12 +71,16 @@ def _spawn(
             pumps.append(pump)
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        if handlers and signum in handlers:
+            handlers[signum](proc)
+            return
         if received is not None:
             received.append(signum)
         proc.send_signal(signum)
 
     main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
-    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED} if main else {}
+    forwarded = (*_FORWARDED, *(handlers or {}))
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded} if main else {}
     try:
         code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing)
     except (subprocess.TimeoutExpired, WaitTimeout) as exc:
@@ -201,7 +208,9 @@ def run_mpirun(
         return (console.feed(stream, shown) if shown else b"") + console.feed(stream, b"")
 
     received = _Received(router)
-    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, watch.check)
+    code = _spawn(
+        argv, None, "the MPI launcher", feed, received, timeout, watch.check, {signal.SIGQUIT: _ask_for_stacks}
+    )
     ends_mid_line = watch.lost.mid_line("stderr")
     outcome, problem = watch.outcome(code, tuple(received))
     interrupted = signal.SIGINT in received
@@ -220,6 +229,53 @@ def run_mpirun(
     if problem:
         print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
     return outcome
+
+
+def _ask_for_stacks(proc: subprocess.Popen[bytes]) -> None:
+    """SIGQUIT (Ctrl-\\) to hpcdist mpirun: SIGUSR2 to the ranks on this host, whose stack dumps rank 0 prints.
+
+    Not through the launcher: Hydra's mpiexec dies of SIGUSR2. One rank suffices (rank 0 then asks every other
+    rank over MPI), so this host's ranks are signalled directly, those that handle SIGUSR2 only (a rank without
+    hpcdist's forensics would die of it); with none here, hpcdist says what to do instead.
+    """
+    ranks = [pid for pid in _descendants(proc.pid, b"hpcdist.shim") if _catches(pid, signal.SIGUSR2)]
+    for pid in ranks:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR2)
+    if not ranks:  # os.write: a signal handler may interrupt a print to the same stream
+        os.write(
+            2,
+            b"hpcdist: SIGQUIT: no rank on this host dumps its stacks on SIGUSR2 (not started yet, "
+            b"HPCDIST_FORENSICS=0, not a Python program, or no rank here); send SIGUSR2 to a rank that does "
+            b"(kill -USR2 PID) for every rank's Python stacks\n",
+        )
+
+
+def _descendants(pid: int, marker: bytes) -> list[int]:
+    """The processes under `pid` on this host whose command line holds `marker` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                parent = int(handle.read().rsplit(b")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            with contextlib.suppress(OSError), open(f"/proc/{child}/cmdline", "rb") as handle:
+                if marker in handle.read():
+                    found.append(child)
+    return found
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (SigCgt in /proc/PID/status)."""
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status", "rb") as handle:
+        for line in handle:
+            if line.startswith(b"SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
 
 
 class _Received(list[int]):

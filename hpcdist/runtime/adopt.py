@@ -35,9 +35,11 @@ def adopt(env: LaunchEnv, seconds: float) -> None:
     """Give the program's own use of torch.distributed hpcdist's protection (every rank, before the program)."""
     forensics = forensics_enabled(env)
     if forensics:
-        from ..forensics import watchdog
+        from ..forensics import collect, watchdog
 
         forensics = watchdog.reserve(seconds, startup_timeout(seconds))
+        if forensics:
+            collect.install()  # its stacks in the hang report, and on SIGUSR2
     _state["forensics"] = forensics
     arm = functools.partial(_arm, seconds=seconds, forensics=forensics, local_world_size=env.local_world_size)
     if _TARGET in sys.modules:  # rank 0's shim loaded torch to host the rendezvous store

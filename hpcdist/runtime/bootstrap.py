@@ -34,6 +34,7 @@ __all__ = [
     "say_ready",
     "shutdown",
     "socket_ifnames",
+    "stacks_on_failure",
     "start_group",
     "startup_timeout",
 ]
@@ -74,6 +75,8 @@ class Session:
         return self
 
     def __exit__(self, kind: type | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        if value is not None:
+            stacks_on_failure(self.rank, value)  # before shutdown, which would let the others go
         shutdown()
 
 
@@ -277,9 +280,10 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
         init(backend, **kwargs)
         say_ready(dist.get_rank(), dist.get_world_size())
         return
-    from ..forensics import ledger, watchdog
+    from ..forensics import collect, ledger, watchdog
 
     _turn_on_nccl_recorder(backend)
+    collect.install()  # before the wait in init: its stacks in the hang report, and on SIGUSR2
     watchdog.instrument(dist)
     watchdog.LEDGER.enter(ledger.INITIALISING)
     init(backend, **kwargs)
@@ -304,6 +308,15 @@ def _turn_on_nccl_recorder(backend: Any) -> None:
     with contextlib.suppress(OSError):  # a rank that cannot make it loses only its dump on a timeout
         os.makedirs(directory, exist_ok=True)
     os.environ.update(frdump.nccl_environ(os.environ, directory))
+
+
+def stacks_on_failure(rank: int, error: BaseException) -> None:
+    """A rank's program raised on its own (not Ctrl-C, not a peer gone): print the others' stacks, with forensics."""
+    from ..launching.monitor import peer_lost
+
+    collect = sys.modules.get("hpcdist.forensics.collect")  # loaded where forensics run
+    if collect is not None and not isinstance(error, KeyboardInterrupt) and not peer_lost(str(error)):
+        collect.on_failure(rank)
 
 
 def say_ready(rank: int, world_size: int) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..values import ARRAY_TASK, RANK
-from .bootstrap import Session, init, shutdown
+from .bootstrap import Session, init, shutdown, stacks_on_failure
 
 __all__ = ["accept_own_init", "main"]
 
@@ -65,6 +65,7 @@ def main(argv: list[str]) -> int:
         return 0
     except BaseException as exc:  # noqa: BLE001 - any failure of the call travels back to the caller
         _write_failure(template.format(rank=rank, task=task), rank, host, exc)
+        stacks_on_failure(rank, exc)  # the others' stacks, while they still wait where this rank left them
         return 1  # the shim ends the whole job; no shutdown, which could wait on a peer stuck in a collective
     shutdown()
     return 0

@@ -1,0 +1,136 @@
+"""Every rank's Python stacks, printed grouped: on a hang (a part of the watchdog's answer), on SIGUSR2, on a failure.
+
+`install` runs on every rank where the watchdog may run (the shim before the program, `hpcdist.init`): each
+answer to the watchdog's gather then carries the rank's stacks, and SIGUSR2 has faulthandler dump every thread
+into a pipe, from the signal handler itself, GIL or not. The watchdog thread reads that pipe each cycle and sends
+the dump to rank 0, which waits a moment for the other ranks' dumps (mpirun passes the signal to all), asks those
+that sent none (one rank was signalled), prints the report, and the job goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import fcntl
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from . import pyspy, stacks, watchdog
+
+__all__ = ["SIGNAL", "install", "on_failure"]
+
+SIGNAL = signal.SIGUSR2  # SIGUSR1 is the preemption notice (workloads.preemption)
+_TAG = 7304  # a rank's signalled dump, sent to rank 0
+_SETTLE = 1.0  # rank 0 waits this long after the first dump for the others' (mpirun passes the signal on to all)
+_QUIET = 2.0  # dumps arriving this soon after a report belong to it (a rank asked before its own dump was read)
+_PIPE_SIZE = 1 << 20  # faulthandler's dump of 100 threads of 100 frames fits; a fuller pipe truncates the dump
+_state: dict[str, Any] = {}
+
+
+def install() -> None:
+    """Put this rank's stacks in its watchdog answers, and dump them on SIGUSR2 for the watchdog to send (once).
+
+    SIGUSR2 is left to a handler the program installed before; one installed later replaces the dump.
+    """
+    if "pipe" in _state:
+        return
+    watchdog.contribute("stacks", stacks.own)
+    read, write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the handler never blocks, even on the reading thread
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+    if signal.getsignal(SIGNAL) == signal.SIG_DFL:  # a program's own SIGUSR2 handler (Slurm's --signal) stays
+        faulthandler.register(SIGNAL, file=write, all_threads=True, chain=False)
+    _state.update(pipe=read, write=write, read=b"", dumps={}, first=0.0, quiet_until=0.0, sent=[])
+    watchdog.each_cycle(_cycle)
+
+
+def on_failure(rank: int) -> None:
+    """This rank's program failed on its own: print the other ranks' stacks (at most the watchdog's answer window).
+
+    Nothing when no other rank still runs its program, or without a watchdog communicator (forensics off, or not
+    under an MPI launch); only once.
+    """
+    if "pipe" not in _state or _state.get("failed"):
+        return
+    _state["failed"] = True
+    answers = watchdog.ask_all()
+    if answers is None:
+        return
+    answers.pop(rank, None)  # its traceback says where it is
+    found, finished = stacks.in_answers(answers)
+    if not found:  # no other rank is still running its program
+        return
+    missing = pyspy.fill(found, [peer for peer in range(_world_size()) if peer != rank and peer not in answers])
+    headline = (
+        f"hpcdist: rank {rank} failed; the other ranks' Python stacks (most recent call first; identical merged):"
+    )
+    print(stacks.report(found, missing, headline, finished), file=sys.stderr, flush=True)
+
+
+def _world_size() -> int:
+    """The size of COMM_WORLD."""
+    from mpi4py import MPI
+
+    return int(MPI.COMM_WORLD.Get_size())
+
+
+def _cycle(comm: Any) -> None:
+    """Watchdog thread: pass a complete SIGUSR2 dump on to rank 0; rank 0 collects them and prints the report."""
+    stack = _complete_dump()
+    if stack is not None:
+        dump = {"phase": watchdog.LEDGER.state(), "stacks": stack}  # as an answer is: a finished rank is named
+        if comm.rank == 0:
+            _arrived(0, dump)
+        else:
+            _state["sent"].append(comm.isend(dump, dest=0, tag=_TAG))  # kept until it completes
+            _state["sent"] = [request for request in _state["sent"] if not request.Test()]
+    if comm.rank != 0:
+        return
+    from mpi4py import MPI
+
+    status = MPI.Status()
+    while (message := comm.improbe(source=MPI.ANY_SOURCE, tag=_TAG, status=status)) is not None:
+        _arrived(status.Get_source(), message.recv())
+    first = _state["first"]
+    if first and (len(_state["dumps"]) == comm.size or time.monotonic() - first > _SETTLE):
+        _print_signalled(comm.size)
+
+
+def _complete_dump() -> stacks.Stacks | None:
+    """The dump read from the pipe once a cycle brought nothing more (the handler writes it all at once)."""
+    chunks = []
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(_state["pipe"], 1 << 16):
+            chunks.append(chunk)
+    if chunks:
+        _state["read"] += b"".join(chunks)
+        return None
+    if not _state["read"]:
+        return None
+    text, _state["read"] = _state["read"].decode(errors="replace"), b""
+    return stacks.parse(text, stacks.thread_names())
+
+
+def _arrived(rank: int, dump: dict[str, Any]) -> None:
+    """Rank 0: note a rank's signalled dump, unless it belongs to the report just printed."""
+    now = time.monotonic()
+    if now < _state["quiet_until"]:
+        return
+    _state["dumps"][rank] = dump
+    _state["first"] = _state["first"] or now
+
+
+def _print_signalled(size: int) -> None:
+    """Rank 0: ask the ranks that sent no dump for their stacks, print every rank's, and start afresh."""
+    dumps: dict[int, dict[str, Any]] = _state["dumps"]
+    if len(dumps) < size:
+        asked = watchdog.ask_all() or {}
+        dumps.update({rank: answer for rank, answer in asked.items() if rank not in dumps})
+    found, finished = stacks.in_answers(dumps)
+    missing = pyspy.fill(found, [rank for rank in range(size) if rank not in found and rank not in finished])
+    headline = f"hpcdist: {SIGNAL.name}: every rank's Python stacks (most recent call first; identical stacks merged):"
+    print(stacks.report(found, missing, headline, finished), file=sys.stderr, flush=True)
+    _state.update(dumps={}, first=0.0, quiet_until=time.monotonic() + _QUIET)

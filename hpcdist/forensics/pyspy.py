@@ -1,0 +1,78 @@
+"""The stacks of a rank that cannot answer (its main thread holds the GIL in C code), read by py-spy from outside.
+
+Optional: used when py-spy is installed (`pip install py-spy`), for ranks on this host only. A rank's process
+is found among this process's siblings (the ranks one MPI daemon started on this host) by the rank variable its
+launcher set. py-spy reads the process's memory through ptrace, which a container may forbid.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+
+from .stacks import Stacks, frame, normalised
+
+__all__ = ["fill", "parse", "spy"]
+
+_THREAD = re.compile(r'^Thread (\S+) \(([^)]*)\): "(.*)"$')
+_FRAME = re.compile(r"^    (\S.*) \((.*):(\d+)\)$")
+_RANK_VARIABLES = (b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"PMIX_RANK")
+_SECONDS = 10.0  # for one py-spy dump
+
+
+def fill(found: dict[int, Stacks], missing: Sequence[int]) -> list[int]:
+    """Add the stacks py-spy reads of the ranks that did not answer to `found`; the ranks still without stacks."""
+    found.update(spy(missing))
+    return [rank for rank in missing if rank not in found]
+
+
+def spy(ranks: Sequence[int]) -> dict[int, Stacks]:
+    """The stacks py-spy reads of those `ranks` that run on this host; none without py-spy."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    tool = beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+    if tool is None or not ranks:
+        return {}
+    from ..launching.spawn import capture
+
+    pids = _siblings_by_rank()
+    found = {}
+    for rank in ranks:
+        if rank in pids:
+            status, out, _ = capture([tool, "dump", "--pid", str(pids[rank])], _SECONDS)
+            if status == 0:
+                found[rank] = parse(out)
+    return found
+
+
+def parse(text: str) -> Stacks:
+    """py-spy's dump as Stacks; each thread's name says what py-spy saw, e.g. 'MainThread [py-spy: active+gil]'."""
+    threads: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        thread = _THREAD.match(line)
+        row = _FRAME.match(line)
+        if thread:
+            threads.append((f"{thread.group(3)} [py-spy: {thread.group(2)}]", []))
+        elif row and threads:
+            threads[-1][1].append(frame(row.group(2), row.group(3), row.group(1)))
+    return normalised(threads)
+
+
+def _siblings_by_rank() -> dict[int, int]:
+    """rank -> pid of this process's siblings that an MPI launcher started (their rank from their environment)."""
+    parent, found = os.getppid(), {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                if int(handle.read().rsplit(b")", 1)[1].split()[1]) != parent:
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                environ = dict(item.partition(b"=")[::2] for item in handle.read().split(b"\0"))
+        except (OSError, ValueError, IndexError):
+            continue
+        rank = next((environ[name] for name in _RANK_VARIABLES if name in environ), b"")
+        if rank.isdigit():
+            found[int(rank)] = int(entry)
+    return found

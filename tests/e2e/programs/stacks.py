@@ -1,0 +1,58 @@
+"""Rank 1 stands apart while the others wait in an all_reduce on BACKEND.
+
+MODE=hang: it sleeps past HPCDIST_TIMEOUT; gil: it holds the GIL past it; fail: it raises; signal: it waits until
+the file $GO exists, then joins in and the job ends well. API=init: hpcdist.init; plain: init_process_group itself
+(an unmodified script); launch: the same function through hpcdist.launch.
+"""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import hpcdist
+
+
+def exchange(tensor: torch.Tensor) -> None:
+    dist.all_reduce(tensor)
+
+
+def hold_the_gil() -> int:
+    return sum(range(10**12))  # in C, without letting another thread run: its watchdog cannot answer
+
+
+def elsewhere(mode: str) -> None:
+    if mode == "fail":
+        raise RuntimeError("rank 1 gave up")
+    if mode == "gil":
+        hold_the_gil()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (mode == "signal" and os.path.exists(os.environ["GO"])):
+        time.sleep(0.05)
+
+
+def work(rank: int, mode: str) -> int:
+    print(f"rank {rank} pid {os.getpid()}", flush=True)
+    tensor = torch.ones(4)
+    exchange(tensor)  # every rank once: all are in step
+    if rank == 0:
+        print("all ranks in step", flush=True)
+    if rank == 1:
+        elsewhere(mode)
+    exchange(tensor)
+    print(f"rank {rank} done", flush=True)
+    return rank
+
+
+if __name__ == "__main__":
+    api, mode, backend = os.environ["API"], os.environ["MODE"], os.environ.get("BACKEND", "gloo")
+    if api == "launch":
+        print(hpcdist.launch(work, hpcdist.RANK, mode, np=4, backend=backend))
+    elif api == "init":
+        with hpcdist.init(backend) as session:
+            work(session.rank, mode)
+    else:
+        dist.init_process_group(backend)
+        work(dist.get_rank(), mode)
+        dist.destroy_process_group()
