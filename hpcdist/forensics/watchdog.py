@@ -21,6 +21,7 @@ from typing import Any
 from ..abort import abort_job
 from ..errors import WaitTimeout
 from ..waits import Backoff, poll_until
+from .cause import tell_hang
 from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
 
 __all__ = ["LEDGER", "contribute", "finish", "instrument", "reserve", "start", "stop"]
@@ -240,6 +241,7 @@ def _report_and_abort(comm: Any, kind: str) -> None:
         headline = f"a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)"
     print(f"hpcdist: {headline}", file=sys.stderr)
     print(describe_hang(ledgers, missing, phases), file=sys.stderr, flush=True)
+    tell_hang(comm.rank, ledgers, phases)  # hpcdist mpirun names the ranks it blames first, this rank's abort after
     abort_job(1)
 
 
