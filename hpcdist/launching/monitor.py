@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..control import parse_control, parse_usage
+from ..control import AFTER_PEER, parse_control, parse_usage, peer_lost
 from ..errors import JobEnding, LauncherStalled
 from .heartbeat import Heartbeats
 
@@ -139,23 +139,10 @@ _MARK = b"@@hpcdist:"
 # How a rank ended that its tagger saw vanish. MPICH's Hydra names no rank when one is killed: its banner's PID
 # is often another rank's, killed in its clean-up (measured with MPICH 5.0.2).
 VANISHED = "killed or exited abruptly"
-# What a rank's error says when it failed because a peer went first: gloo's `[…/gloo/transport/tcp/pair.cc:553]
-# Connection closed by peer [127.0.0.1]:64672` (or `Connection reset by peer`), NCCL's `remote process exited or
-# there was a network error`, a send's `Broken pipe`. A rank's `failed` line then carries `after=peer` (the shim's
-# `peer_lost`); one whose error came out of a communication call carries `in=OP#SEQ` (forensics/cause.py).
-_PEER_LOST = re.compile(
-    r"[Cc]onnection (?:reset|closed) by peer|remote process exited or there was a network error|Broken pipe"
-)
-AFTER_PEER = "after=peer"
 # How a rank that the others waited for is named when every failure was a casualty (see MpirunWatch.named):
 _BLAMED = {"finished": "finished its program", "idle": "was in no communication call", "uninit": "never initialised"}
 BLAMED_HOWS = tuple(_BLAMED.values())  # how such a rank ended: no failure of its own
 _UNFAILED = ("killed", *BLAMED_HOWS)  # how-texts that are no "failed with …"
-
-
-def peer_lost(error: str) -> bool:
-    """Whether a rank's error text says that it failed because a peer's connection went (the peer failed first)."""
-    return bool(_PEER_LOST.search(error))
 
 
 def describe_status(code: int) -> str:

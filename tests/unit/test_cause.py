@@ -120,3 +120,31 @@ def test_a_failure_is_told_with_the_call_it_came_out_of() -> None:
         words = cause.failure_words(exc).split()
     assert words[0].startswith("in=barrier#") and words[1].startswith("at=")
     assert cause.failure_words(ValueError("outside")).split()[0].startswith("at=")
+
+
+def _outcome(rank: int, ok: bool, time: float, casualty: bool = False) -> dict:
+    if ok:
+        return {"rank": rank, "host": "vm", "ok": True, "value": b"", "time": time}
+    kind, message = ("RuntimeError", "Connection closed by peer") if casualty else ("ValueError", "NaN")
+    return {"rank": rank, "host": "vm", "ok": False, "kind": kind, "message": message, "traceback": "tb",
+            "exception": None, "time": time, "casualty": casualty}  # fmt: skip
+
+
+def test_hpcdist_launch_names_the_rank_that_raised_on_its_own_before_an_earlier_casualty() -> None:
+    from hpcdist.calling.calls import first_failure
+
+    error = first_failure({0: _outcome(0, False, 1.0, casualty=True), 2: _outcome(2, False, 2.0)})
+    assert error is not None and error.rank == 2 and str(error).startswith("rank 2 on vm raised ValueError: NaN")
+
+
+def test_hpcdist_launch_names_a_rank_that_returned_while_the_others_still_communicated_with_it() -> None:
+    from hpcdist.calling.calls import first_failure
+
+    outcomes = {0: _outcome(0, False, 2.0, casualty=True), 1: _outcome(1, True, 1.0), 2: _outcome(2, True, 3.0)}
+    error = first_failure(outcomes)
+    assert error is not None and error.rank == 1
+    assert str(error).startswith(
+        "rank 1 on vm returned while rank 0 still communicated with it; then rank 0 raised RuntimeError: Connection"
+    )
+    outcomes[1]["time"] = 2.5  # it returned after the casualty raised: the casualty is all there is to name
+    assert first_failure(outcomes).rank == 0  # type: ignore[union-attr]
