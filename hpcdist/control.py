@@ -6,10 +6,13 @@ anywhere in mpirun's output (a tag before it does not matter), acts on it, and n
 the variable (a generated script, a plain mpirun) nothing is written.
 
 Events: `ready` (this rank's process group is initialised), `failed` (detail: how the program ended, `host=NAME`,
-and `after=peer` when its error said that a peer's connection dropped: a peer went first), `done` (the program
-ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`), `beat`
-(from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py), `usage` (detail: a usage
-error's message, percent-quoted onto one line, which the launcher says once for the job however many ranks tell it).
+`after=peer` when its error said that a peer's connection dropped: a peer went first, `in=OP#SEQ` when the error came
+out of a communication call, `at=` the rank's wall clock), `finished` (the program ended well; the rank waits for the
+others), `hang` (the hang report's verdict: the ranks it blames and those that waited, forensics/cause.py), `done`
+(every rank's program ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`),
+`beat` (from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py), `usage` (detail: a
+usage error's message, percent-quoted onto one line, which the launcher says once for the job however many ranks tell
+it).
 Each attempt of `hpcdist mpirun --max-restarts` (and of a generated script's restart loop) also exports its
 index, 0 first, in RESTART_VARS: hpcdist's name and torchrun's; and the maximum in MAX_RESTARTS_ENV. Every
 attempt of one `hpcdist mpirun` exports the same RUN_ID_ENV, which the ranks give as TORCHELASTIC_RUN_ID.
