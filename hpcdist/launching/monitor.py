@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..control import AFTER_PEER, parse_control, parse_usage, peer_lost
+from ..control import AFTER_PEER, parse_control, parse_usage
 from ..errors import JobEnding, LauncherStalled
 from .heartbeat import Heartbeats
 
@@ -24,7 +24,6 @@ __all__ = [
     "LostHostWatch",
     "MpirunWatch",
     "describe_status",
-    "peer_lost",
 ]
 
 LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
