@@ -6,10 +6,13 @@ anywhere in mpirun's output (a tag before it does not matter), acts on it, and n
 the variable (a generated script, a plain mpirun) nothing is written.
 
 Events: `ready` (this rank's process group is initialised), `failed` (detail: how the program ended, `host=NAME`,
-and `after=peer` when its error said that a peer's connection dropped: a peer went first), `done` (the program
-ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`), `beat`
-(from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py), `usage` (detail: a usage
-error's message, percent-quoted onto one line, which the launcher says once for the job however many ranks tell it).
+`after=peer` when its error said that a peer's connection dropped: a peer went first, `in=OP#SEQ` when the error came
+out of a communication call, `at=` the rank's wall clock), `finished` (the program ended well; the rank waits for the
+others), `hang` (the hang report's verdict: the ranks it blames and those that waited, forensics/cause.py), `done`
+(every rank's program ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`),
+`beat` (from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py), `usage` (detail: a
+usage error's message, percent-quoted onto one line, which the launcher says once for the job however many ranks tell
+it).
 Each attempt of `hpcdist mpirun --max-restarts` (and of a generated script's restart loop) also exports its
 index, 0 first, in RESTART_VARS: hpcdist's name and torchrun's; and the maximum in MAX_RESTARTS_ENV. Every
 attempt of one `hpcdist mpirun` exports the same RUN_ID_ENV, which the ranks give as TORCHELASTIC_RUN_ID.
@@ -26,6 +29,7 @@ from typing import NamedTuple
 from urllib.parse import quote, unquote
 
 __all__ = [
+    "AFTER_PEER",
     "BEAT_ENV",
     "CONTROL_ENV",
     "MAX_RESTARTS_ENV",
@@ -36,6 +40,7 @@ __all__ = [
     "new_token",
     "parse_control",
     "parse_usage",
+    "peer_lost",
     "tell_usage",
     "told_usage",
 ]
@@ -46,6 +51,14 @@ RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # hpcdis
 MAX_RESTARTS_ENV = "HPCDIST_MAX_RESTARTS"  # --max-restarts; unset: 0 (the ranks give it as TORCHELASTIC_MAX_RESTARTS)
 RUN_ID_ENV = "HPCDIST_RUN_ID"  # one id for all attempts of one hpcdist mpirun launch
 _told: list[str] = []  # the usage error this process told its launcher, if any
+# What a rank's error says when it failed because a peer went first: gloo's `[…/gloo/transport/tcp/pair.cc:553]
+# Connection closed by peer [127.0.0.1]:64672` (or `Connection reset by peer`), NCCL's `remote process exited or
+# there was a network error`, a send's `Broken pipe`. A rank's `failed` line then carries `after=peer` (the shim's
+# `peer_lost`); one whose error came out of a communication call carries `in=OP#SEQ` (forensics/cause.py).
+_PEER_LOST = re.compile(
+    r"[Cc]onnection (?:reset|closed) by peer|remote process exited or there was a network error|Broken pipe"
+)
+AFTER_PEER = "after=peer"
 _LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<event>[a-z]+):(?P<rank>[0-9]+):(?P<detail>[^\n]*)")
 
 
@@ -78,6 +91,11 @@ def emit(event: str, rank: int, detail: str = "", environ: Mapping[str, str] = o
     line = f"@@hpcdist:{token}:{event}:{rank}:{' '.join(detail.split())}\n"
     with contextlib.suppress(OSError):  # stderr closed: the launcher will not hear this rank (reported not ready)
         os.write(2, line.encode(errors="replace"))
+
+
+def peer_lost(error: str) -> bool:
+    """Whether a rank's error text says that it failed because a peer's connection went (the peer failed first)."""
+    return bool(_PEER_LOST.search(error))
 
 
 def tell_usage(message: str, rank: int | None = None, environ: Mapping[str, str] = os.environ) -> bool:

@@ -61,11 +61,13 @@ class RankFailed(Exception):
     `exception` is the rank's exception itself when it could be sent back (also this one's `__cause__`), else None.
     """
 
-    def __init__(self, rank: int, host: str, kind: str, message: str, remote_traceback: str, hint: str = "") -> None:
+    def __init__(
+        self, rank: int, host: str, kind: str, message: str, remote_traceback: str, hint: str = "", what: str = ""
+    ) -> None:
         self.rank, self.host, self.kind, self.message = rank, host, kind, message
         self.remote_traceback, self.hint = remote_traceback, hint
         self.exception: BaseException | None = None
-        text = f"rank {rank} on {host} raised {kind}: {message}"
+        text = what or f"rank {rank} on {host} raised {kind}: {message}"  # `what`: the rank began it another way
         super().__init__(text + (f"\n{hint}" if hint else "") + f"\n\nthe rank's traceback:\n{remote_traceback}")
 
 

@@ -20,8 +20,9 @@ from typing import NoReturn
 
 from . import control
 from .abort import abort_job, before_abort
+from .control import AFTER_PEER, peer_lost
 from .errors import RendezvousTimeout, UsageError
-from .launching.monitor import AFTER_PEER, peer_lost
+from .forensics.cause import failure_words, said_finished, stamp
 from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
 from .placement.binding import BIND_VAR, binding_env, check_bind, plan_binding
@@ -64,8 +65,12 @@ def format_failure(rank: int, exc: BaseException) -> str:
     return "\n".join(f"[rank {rank}] {line}" for line in lines)
 
 
-def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, bool]:
-    """Run the program as `__main__` here; its ending as an exit code, and whether its error said a peer had gone."""
+def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, str]:
+    """Run the program as `__main__` here; its ending as an exit code, and the words that tell how it failed.
+
+    The words (for the `failed` control line): `after=peer` when its error said a peer had gone, `in=OP#SEQ` when
+    the error came out of a communication call, `at=` when (forensics/cause.py); "" when it did not raise.
+    """
     if target.kind == "path":
         sys.argv = [target.what, *target.args]
         sys.path[0] = os.path.dirname(os.path.abspath(target.what))
@@ -79,15 +84,16 @@ def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, bool]:
         else:
             runpy.run_path(target.what, run_name="__main__")
     except SystemExit as exc:
-        return _exit_code(exc.code), False
+        return _exit_code(exc.code), ""
     except UsageError as exc:  # e.g. init_process_group("nccl") without GPUs: a mistake, not a crash
         _usage_error(rank, str(exc))
-        return 2, False
+        return 2, ""
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
+        words = f"{AFTER_PEER} {failure_words(exc)}" if peer_lost(str(exc)) else failure_words(exc)
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)
         stacks_on_failure(rank, exc)  # the others' stacks, while they still wait where this rank left them
-        return 1, peer_lost(str(exc))
-    return 0, False
+        return 1, words
+    return 0, ""
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
@@ -171,27 +177,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if target is not None:
         adopt(env, seconds)  # the program's own init_process_group gets hpcdist.init's protection
-        code, after_peer = _run_in_process(target, env.rank)
+        code, told = _run_in_process(target, env.rank)
         if code == 0:
+            said_finished(env.rank)  # hpcdist mpirun names it if the others then fail waiting for it
             finish()  # wait for the other ranks, so that their hang report can name this rank as finished
     else:
         child_env = dict(os.environ)  # TORCHELASTIC_USE_AGENT_STORE=True: rank 0's shim serves the store
         say_ready(env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
-        code, after_peer = _run_child(words, child_env, env.rank), False
+        code, told = _run_child(words, child_env, env.rank), ""
     if code != 0:
         host = socket.gethostname()
         if not control.told_usage():  # a usage error told to hpcdist mpirun is the job's one message
             print(
-                f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}); ending the job",
+                f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}){_consequence(told)}; ending the job",
                 file=sys.stderr,
                 flush=True,
             )
-        after = f" {AFTER_PEER}" if after_peer else ""  # a peer went first: hpcdist mpirun names that peer first
-        control.emit("failed", env.rank, f"{_describe(code)} host={host}{after}")  # and shows its last lines
+        # after=peer or in=OP: a casualty, which hpcdist mpirun names after the rank that began the failure
+        control.emit("failed", env.rank, f"{_describe(code)} host={host} {told or stamp()}")
         abort_job(code if 0 < code < 256 else 1)
     else:
         control.emit("done", env.rank)  # its tagger need not report it vanished
     return code
+
+
+def _consequence(words: str) -> str:
+    """' in all_reduce #2, after a peer had gone' from a failure's words; '' for a failure of the rank's own."""
+    fields = dict(word.partition("=")[::2] for word in words.split())
+    call = f" in {fields['in'].replace('#', ' #')}" if fields.get("in") else ""
+    return f"{call}{', after a peer had gone' if AFTER_PEER in words.split() else ''}"
 
 
 def _leave(code: int) -> NoReturn:

@@ -84,14 +84,28 @@ def read_outcomes(template: str, size: int, task: str = "") -> dict[int, dict[st
 
 
 def first_failure(outcomes: dict[int, dict[str, Any]]) -> RankFailed | None:
-    """RankFailed for the rank that raised first (its exception as the cause where it loads here), else None."""
+    """RankFailed for the rank that began the failure (its exception as the cause where it loads here), else None.
+
+    That is the first to raise on its own; a rank whose error said a peer had gone, or came out of a communication
+    call, is a casualty, named only when every failure was one. Then a rank that returned before the first casualty
+    raised is named instead: the others waited for it in a collective.
+    """
     failed = [o for o in outcomes.values() if not o["ok"]]
     if not failed:
         return None
-    first = min(failed, key=lambda o: (o["time"], o["rank"]))
-    error = RankFailed(
-        first["rank"], first["host"], first["kind"], first["message"], first["traceback"], hint(first["message"])
-    )
+    first = min(failed, key=lambda o: (o.get("casualty", False), o["time"], o["rank"]))
+    early = [o for o in outcomes.values() if o["ok"] and o.get("time", first["time"]) < first["time"]]
+    if first.get("casualty") and early:
+        gone = min(early, key=lambda o: (o["time"], o["rank"]))
+        error = RankFailed(
+            gone["rank"], gone["host"], "", "", first["traceback"], what=f"rank {gone['rank']} on {gone['host']} "
+            f"returned while {ranks_text(sorted(o['rank'] for o in failed))} still communicated with it; "
+            f"then rank {first['rank']} raised {first['kind']}: {first['message']}",
+        )  # fmt: skip
+    else:
+        error = RankFailed(
+            first["rank"], first["host"], first["kind"], first["message"], first["traceback"], hint(first["message"])
+        )
     error.exception = _load(first["exception"])
     error.__cause__ = error.exception
     return error

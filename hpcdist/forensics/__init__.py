@@ -5,6 +5,7 @@
 - `frdump`: every rank's calls as Flight Recorder dumps for torch's `torchfrtrace`, and where they go;
 - `stacks`: a rank's Python stacks through faulthandler, and every rank's grouped into one report (pure but the dump);
 - `collect`: every rank's stacks printed on a hang (a part of the watchdog's answer), on SIGUSR2 and on a failure;
+- `cause`: what an ending rank tells hpcdist mpirun (in which call it failed, that it finished, whom a hang blames);
 - `pyspy`: with py-spy installed, the stacks of a rank on this host that could not answer (it holds the GIL).
 
 May import: errors, waits, abort, control, and launching.spawn (to run py-spy). Never the runtime, the CLI or torch

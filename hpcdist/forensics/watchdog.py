@@ -22,6 +22,7 @@ from ..abort import abort_job
 from ..errors import WaitTimeout
 from ..waits import Backoff, poll_until
 from . import frdump, pyspy, stacks
+from .cause import tell_hang
 from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
 
 __all__ = ["LEDGER", "ask_all", "contribute", "each_cycle", "finish", "instrument", "reserve", "start", "stop"]
@@ -258,6 +259,7 @@ def _report_and_abort(comm: Any, kind: str) -> None:
     print(f"hpcdist: {headline}", file=sys.stderr)
     print(describe_hang(ledgers, missing, phases), file=sys.stderr, flush=True)
     try:
+        tell_hang(comm.rank, ledgers, phases)  # hpcdist mpirun names the ranks it blames first, this rank's abort after
         print(frdump.save(answers, comm.size, timeout), file=sys.stderr, flush=True)
         found, finished = stacks.in_answers(answers)
         if found:

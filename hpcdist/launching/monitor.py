@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import threading
@@ -10,11 +11,12 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..control import parse_control, parse_usage
+from ..control import AFTER_PEER, parse_control, parse_usage
 from ..errors import JobEnding, LauncherStalled
 from .heartbeat import Heartbeats
 
 __all__ = [
+    "BLAMED_HOWS",
     "LAUNCHER_GRACE",
     "LOST_HOST_STATUS",
     "VANISHED",
@@ -22,7 +24,6 @@ __all__ = [
     "LostHostWatch",
     "MpirunWatch",
     "describe_status",
-    "peer_lost",
 ]
 
 LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
@@ -137,16 +138,10 @@ _MARK = b"@@hpcdist:"
 # How a rank ended that its tagger saw vanish. MPICH's Hydra names no rank when one is killed: its banner's PID
 # is often another rank's, killed in its clean-up (measured with MPICH 5.0.2).
 VANISHED = "killed or exited abruptly"
-# What a rank's error says when it failed because a peer went first: gloo's `[…/gloo/transport/tcp/pair.cc:553]
-# Connection closed by peer [127.0.0.1]:64672` (or `Connection reset by peer`), NCCL's `remote process exited or
-# there was a network error`. A rank's `failed` line then carries `after=peer` (the shim's `peer_lost`).
-_PEER_LOST = re.compile(r"[Cc]onnection (?:reset|closed) by peer|remote process exited or there was a network error")
-AFTER_PEER = "after=peer"
-
-
-def peer_lost(error: str) -> bool:
-    """Whether a rank's error text says that it failed because a peer's connection went (the peer failed first)."""
-    return bool(_PEER_LOST.search(error))
+# How a rank that the others waited for is named when every failure was a casualty (see MpirunWatch.named):
+_BLAMED = {"finished": "finished its program", "idle": "was in no communication call", "uninit": "never initialised"}
+BLAMED_HOWS = tuple(_BLAMED.values())  # how such a rank ended: no failure of its own
+_UNFAILED = ("killed", *BLAMED_HOWS)  # how-texts that are no "failed with …"
 
 
 def describe_status(code: int) -> str:
@@ -170,7 +165,7 @@ class LaunchOutcome:
     failed: Mapping[int, str] = field(default_factory=dict)  # rank -> how it ended, e.g. "killed by SIGKILL"
     hosts: Mapping[int, str] = field(default_factory=dict)  # rank -> its host, where known
     signals: tuple[int, ...] = ()  # signals hpcdist mpirun itself received (and passed on) during the launch
-    after_peer: frozenset[int] = frozenset()  # failed ranks whose error said a peer had gone first (consequences)
+    after_peer: frozenset[int] = frozenset()  # failed ranks that were casualties of another's failure (consequences)
     usage: str | None = None  # a usage error a rank told: the job's one message, status 2
 
     def causes(self) -> list[int]:
@@ -190,7 +185,22 @@ class LaunchOutcome:
         """How one rank ended, where."""
         how = self.failed[rank]
         where = f" on {self.hosts[rank]}" if self.hosts.get(rank) else ""
-        return f"rank {rank}{where} {how if how.startswith('killed') else 'failed with ' + how}"
+        return f"rank {rank}{where} {how if how.startswith(_UNFAILED) else 'failed with ' + how}"
+
+    def headline(self) -> str:
+        """'first failure: rank 2 on n1 failed with exit code 1; then ranks 0, 3 failed after it' ('' if none)."""
+        causes = self.causes()
+        if not causes:
+            return ""
+        after = [rank for rank in self.failed if rank not in causes]
+        then = f"; then {_ranks(after)} failed after it" if after else ""
+        return f"first failure: {self.failures(causes)}{then}"
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    """'rank 3' or 'ranks 0, 2, 3'."""
+    listed = sorted(ranks)
+    return f"rank {listed[0]}" if len(listed) == 1 else "ranks " + ", ".join(map(str, listed))
 
 
 class MpirunWatch:
@@ -209,7 +219,11 @@ class MpirunWatch:
         self.ready: set[int] = set()
         self.world_size: int | None = None
         self.failed: dict[int, str] = {}
-        self.after_peer: set[int] = set()  # failed ranks whose error said a peer had gone first
+        self.after_peer: set[int] = set()  # failed ranks that were casualties: a peer had gone, or their call failed
+        self.at: dict[int, float] = {}  # rank -> when it failed or finished, by its own clock (`at=`)
+        self.calls: dict[int, str] = {}  # rank -> the communication call it failed in or waited in (`in=`)
+        self.finished: list[int] = []  # ranks whose programs ended well (they then wait for the others), as heard
+        self.hang: dict[str, str] | None = None  # the hang report's verdict (forensics/cause.py: tell_hang)
         self.hosts: dict[int, str] = {}
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
         self.first_vanished: int | None = None  # the first of them, when it was heard before any failure
@@ -243,10 +257,17 @@ class MpirunWatch:
                 self.ready.add(event.rank)
                 if fields.get("world", "").isdigit():
                     self.world_size = int(fields["world"])
-            elif event.event == "failed":  # detail: how it ended, then host=NAME and after=peer
-                self.failed.setdefault(event.rank, " ".join(w for w in event.detail.split() if "=" not in w))
-                if AFTER_PEER in event.detail.split():
+            elif event.event == "failed" and event.rank not in self.failed:  # how it ended, host=, after=, in=, at=
+                self.failed[event.rank] = " ".join(w for w in event.detail.split() if "=" not in w)
+                self._when(event.rank, fields)
+                if AFTER_PEER in event.detail.split() or fields.get("in"):
                     self.after_peer.add(event.rank)
+            elif event.event == "finished" and event.rank not in self.finished:
+                self.finished.append(event.rank)
+                self._when(event.rank, fields)
+            elif event.event == "hang" and self.hang is None:  # its reporter's abort follows: a casualty
+                self.hang = fields
+                self.after_peer.add(event.rank)
             elif event.event == "usage" and self.usage is None:
                 self.usage = parse_usage(event.detail)
             elif event.event == "vanished" and event.rank not in self.vanished:
@@ -275,9 +296,46 @@ class MpirunWatch:
             recent.clear()
         return False
 
+    def _when(self, rank: int, fields: Mapping[str, str]) -> None:
+        """Note when a rank said it failed or finished (`at=`), and the call it was in (`in=`)."""
+        with contextlib.suppress(ValueError):  # a line without a time: ordered as heard
+            self.at.setdefault(rank, float(fields.get("at", "")))
+        if fields.get("in"):
+            self.calls.setdefault(rank, fields["in"])
+
     def _began(self) -> bool:
-        """Whether a failure not caused by a peer's loss was heard (then a rank that vanishes is its sequel)."""
-        return any(rank not in self.after_peer for rank in self.failed)
+        """Whether a failure not caused by a peer's loss, or a hang report, was heard (a rank that vanishes then is
+        its sequel)."""
+        return self.hang is not None or any(rank not in self.after_peer for rank in self.failed)
+
+    def _blamed(self, failed: Mapping[int, str]) -> dict[int, str]:
+        """When every failure was a casualty: the ranks the others waited for (rank -> how), else none.
+
+        The hang report's verdict names them (a rank that finished its program, was in no call, or never
+        initialised, while others waited in one); without one, the ranks that said their program finished before
+        the first casualty failed.
+        """
+        if any(rank not in self.after_peer for rank in failed):
+            return {}
+        if self.hang is not None:
+            waiting = [int(r) for r in self.hang.get("waiting", "").split(",") if r.isdigit()]
+            call = self.hang.get("in", "").replace("#", " #")
+            while_ = f" while {_ranks(waiting)} waited in {call}" if waiting and call else ""
+            blamed = {
+                int(rank): f"{text}{while_}"
+                for kind, text in _BLAMED.items()
+                for rank in self.hang.get(kind, "").split(",")
+                if rank.isdigit()
+            }
+            return blamed  # none when all waited (mismatched calls): the report's first divergence says which
+        first = min((self.at.get(rank, float("inf")) for rank in failed), default=float("inf"))
+        early = [rank for rank in self.finished if rank not in failed and self.at.get(rank, first) < first]
+        if not early or not failed:
+            return {}
+        waited = sorted(failed)
+        calls = sorted({self.calls[rank].replace("#", " #") for rank in waited if rank in self.calls})
+        where = f" waited in {', '.join(calls)}" if calls else " failed after it"
+        return dict.fromkeys(early, f"{_BLAMED['finished']} while {_ranks(waited)}{where}")
 
     def _heard(self, event: str, rank: int, host: str) -> None:
         """Keep the heartbeats: a `beat` counts, and a rank that said how it ended is no longer expected to beat."""
@@ -338,11 +396,17 @@ class MpirunWatch:
                 first = self.vanished
             else:
                 first = [] if self.first_vanished is None else [self.first_vanished]
-            vanished = {rank: VANISHED for rank in first if rank not in failed}
-            named = {**vanished, **self._silent(), **failed}
+            blamed = self._blamed(failed)
+            vanished = {rank: VANISHED for rank in first if rank not in failed and not blamed}
+            named = {**vanished, **self._silent(), **failed, **blamed}
             if self._causes is not None:
-                named = {r: how for r, how in named.items() if r in self._causes}
-            return dict(sorted(named.items(), key=lambda item: item[0] in self.after_peer))  # consequences last
+                named = {r: how for r, how in named.items() if r in self._causes or r in blamed}
+            heard = list(named)
+            return dict(sorted(named.items(), key=lambda item: self._order(item[0], heard, blamed)))
+
+    def _order(self, rank: int, heard: list[int], blamed: Mapping[int, str]) -> tuple[bool, float, int]:
+        """Causes before casualties; within each, by when the rank said it ended (its own clock), then as heard."""
+        return (rank in self.after_peer and rank not in blamed, self.at.get(rank, float("inf")), heard.index(rank))
 
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..rank.streams import LOG_DIR_ENV, NUMBERED, RANKS_ENV, TAG_ENV, parse_ranks, split_segments, split_tag
-from .monitor import MpirunWatch
+from .monitor import BLAMED_HOWS, MpirunWatch
 
 __all__ = [
     "DEFAULT_TAIL",
@@ -228,7 +228,8 @@ def summary(failures: list[Failure], tail: int) -> str:
     parts = []
     for failure in failures:
         lines = failure.tail[-tail:] if tail else ()
-        head = f"hpcdist: rank {failure.rank} on {failure.host} failed ({failure.how})"
+        how = failure.how if failure.how.startswith(BLAMED_HOWS) else f"failed ({failure.how})"
+        head = f"hpcdist: rank {failure.rank} on {failure.host} {how}"
         if not lines:
             parts.append(f"{head}{'; it printed nothing' if tail else ''}\n")
             continue

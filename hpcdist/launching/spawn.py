@@ -218,8 +218,11 @@ def run_mpirun(
         print(file=sys.stderr, flush=True)
     if outcome.usage is not None:  # the same mistake on every rank: said once, instead of each rank's failure
         print(f"hpcdist: error: {outcome.usage}", file=sys.stderr, flush=True)
-    elif router is not None and not interrupted and not router.caller_reports:
-        print(summary(console.failures(code), router.options.tail), end="", file=sys.stderr, flush=True)
+    elif not interrupted and not (router is not None and router.caller_reports):
+        if code and outcome.headline():  # the rank that began it, however the launcher heard the ranks end
+            print(f"hpcdist: {outcome.headline()}", file=sys.stderr, flush=True)
+        if router is not None:
+            print(summary(console.failures(code), router.options.tail), end="", file=sys.stderr, flush=True)
     known = codes.endings(outcome.hosts) if code else {}
     endings = describe_exit_codes(known)
     if endings:

@@ -312,10 +312,8 @@ def _turn_on_nccl_recorder(backend: Any) -> None:
 
 def stacks_on_failure(rank: int, error: BaseException) -> None:
     """A rank's program raised on its own (not Ctrl-C, not a peer gone): print the others' stacks, with forensics."""
-    from ..launching.monitor import peer_lost
-
     collect = sys.modules.get("hpcdist.forensics.collect")  # loaded where forensics run
-    if collect is not None and not isinstance(error, KeyboardInterrupt) and not peer_lost(str(error)):
+    if collect is not None and not isinstance(error, KeyboardInterrupt) and not control.peer_lost(str(error)):
         collect.on_failure(rank)
 
 

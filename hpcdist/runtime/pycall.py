@@ -3,8 +3,9 @@
 Each rank runs `python -m hpcdist.runtime.pycall CALL OUTCOME` under hpcdist's shim (`calling.calls` writes
 CALL and reads the outcomes). The rank writes its outcome to OUTCOME with `{rank}` and `{task}` (the Slurm array
 task id) replaced, atomically (a temporary file, then a rename), as a pickle of {"rank", "host", "ok": True,
-"value"} or {"rank", "host", "ok": False, "kind", "message", "traceback", "exception" (cloudpickle bytes of the
-exception, or None), "time"}. After a failure it ends the whole job. A function that leaves by `sys.exit(0)`
+"value", "time"} or {"rank", "host", "ok": False, "kind", "message", "traceback", "exception" (cloudpickle bytes of
+the exception, or None), "time", "casualty" (its error said a peer had gone, or came out of a communication
+call)}. After a failure it ends the whole job. A function that leaves by `sys.exit(0)`
 (as `hpcdist.StopAtStepBoundary` does on preemption, before a requeue) writes no outcome.
 """
 
@@ -21,6 +22,7 @@ import time
 import traceback
 from typing import Any
 
+from ..control import peer_lost
 from ..errors import UsageError
 from ..values import ARRAY_TASK, RANK
 from .bootstrap import Session, init, shutdown, stacks_on_failure
@@ -56,7 +58,8 @@ def main(argv: list[str]) -> int:
         args = tuple(_placed(arg, rank, task) for arg in args)
         kwargs = {key: _placed(arg, rank, task) for key, arg in kwargs.items()}
         value = fn(*args, **kwargs)
-        _write(template.format(rank=rank, task=task), {"rank": rank, "host": host, "ok": True, "value": _dumps(value)})
+        record = {"rank": rank, "host": host, "ok": True, "value": _dumps(value), "time": time.time()}
+        _write(template.format(rank=rank, task=task), record)
     except SystemExit as exc:
         if exc.code not in (0, None):
             _write_failure(template.format(rank=rank, task=task), rank, host, exc)
@@ -112,6 +115,8 @@ def _write_failure(path: str, rank: int, host: str, exc: BaseException) -> None:
         sent: bytes | None = _dumps(exc, "the exception")
     except UsageError:
         sent = None
+    from ..forensics.cause import failure_words
+
     record = {
         "rank": rank,
         "host": host,
@@ -121,6 +126,7 @@ def _write_failure(path: str, rank: int, host: str, exc: BaseException) -> None:
         "traceback": text,
         "exception": sent,
         "time": time.time(),
+        "casualty": peer_lost(str(exc)) or failure_words(exc).startswith("in="),  # a peer went, or its call failed
     }
     try:
         _write(path, record)

@@ -69,8 +69,8 @@ def test_a_negative_sys_exit_in_process_is_an_exit_code_not_a_signal(code: int, 
     from hpcdist.shim import _describe, _run_in_process
 
     monkeypatch.setattr("sys.argv", ["shim"])
-    status, after_peer = _run_in_process(PythonTarget("code", f"import sys; sys.exit({code})", ()), 0)
-    assert status == code & 0xFF and _describe(status) == f"exit code {code & 0xFF}" and not after_peer
+    status, told = _run_in_process(PythonTarget("code", f"import sys; sys.exit({code})", ()), 0)
+    assert status == code & 0xFF and _describe(status) == f"exit code {code & 0xFF}" and told == ""
 
 
 @pytest.mark.parametrize(
@@ -79,6 +79,7 @@ def test_a_negative_sys_exit_in_process_is_an_exit_code_not_a_signal(code: int, 
         ("[/x/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:64672. This is typically", True),
         ("[/x/gloo/transport/tcp/unbound_buffer.cc:81] Connection reset by peer", True),
         ("NCCL error: remote process exited or there was a network error", True),
+        ("[/x/gloo/transport/tcp/pair.cc:598] Write error [127.0.0.1]:23: Broken pipe", True),
         ("CUDA out of memory", False),
     ],
 )
@@ -86,7 +87,9 @@ def test_an_error_that_says_a_peer_went_first_is_told_apart(error: str, after_pe
     from hpcdist.shim import _run_in_process
 
     monkeypatch.setattr("sys.argv", ["shim"])
-    assert _run_in_process(PythonTarget("code", f"raise RuntimeError({error!r})", ()), 0) == (1, after_peer)
+    status, told = _run_in_process(PythonTarget("code", f"raise RuntimeError({error!r})", ()), 0)
+    assert status == 1 and ("after=peer" in told.split()) == after_peer
+    assert [word.partition("=")[0] for word in told.split()][-1] == "at"  # no in=: it raised outside any call
     assert error in capsys.readouterr().err
 
 

@@ -1,0 +1,92 @@
+"""What a rank tells `hpcdist mpirun` about its ending, so the launcher names the rank that began a failure first.
+
+A rank whose peer went fails too: gloo's `Connection closed by peer`, or a communication call that errs. Its
+`failed` control line says so: `after=peer` (its error says a peer's connection dropped) and `in=OP#SEQ` (the error
+came out of a communication call: the ledger's call whose wrapper it passed through, or its pending call). A rank
+whose program ended well says `finished` before it waits for the others; the hang report says which ranks it
+blames (`hang`). Every such line carries `at=` (the rank's wall clock, seconds) for the launcher to order them.
+Only ever called once a rank is ending: nothing here runs per call.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .. import control
+from .ledger import FINISHED, INITIALISING, RUNNING, Phase, Record
+
+__all__ = ["failure_words", "said_finished", "stamp", "tell_hang"]
+
+
+def failure_words(exc: BaseException | None) -> str:
+    """`in=all_reduce#2 at=<seconds>` for a failure: the communication call it came out of (if any), and when."""
+    call = _failed_call(exc)
+    return f"in={call} {stamp()}" if call else stamp()
+
+
+def stamp() -> str:
+    """`at=<seconds>`: when, by this rank's wall clock (hosts' clocks agree to NTP's precision)."""
+    return f"at={time.time():.3f}"
+
+
+def said_finished(rank: int) -> None:
+    """Tell `hpcdist mpirun` that this rank's program ended well and it now waits for the others."""
+    control.emit("finished", rank, stamp())
+
+
+def _failed_call(exc: BaseException | None) -> str:
+    """`all_reduce#2`: the recorded call an exception passed through, else the ledger's pending call, else ''."""
+    wrappers = _wrapper_codes()
+    tb = None if exc is None else exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in wrappers:
+            entry: Any = tb.tb_frame.f_locals.get("entry")  # the ledger's Entry for the call
+            op = getattr(entry, "op", "") or str(tb.tb_frame.f_locals.get("name", "call"))
+            seq = getattr(entry, "seq", None)
+            return op if seq is None else f"{op}#{seq}"
+        tb = tb.tb_next
+    watchdog = sys.modules.get(f"{__package__}.watchdog")  # not loaded: no call was recorded (and no import cycle)
+    pending = None if watchdog is None else watchdog.LEDGER.pending()  # a call torch issued (DDP), its error elsewhere
+    return "" if pending is None else f"{pending.op}#{pending.seq}"
+
+
+def _wrapper_codes() -> set[Any]:
+    """The code objects of the ledger's wrappers around torch.distributed's calls (none if torch is not loaded)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return set()
+    return {
+        getattr(value, "__code__", None)
+        for value in list(vars(dist).values())
+        if callable(value) and getattr(value, "_hpcdist_ledger", False)
+    }
+
+
+def tell_hang(rank: int, ledgers: Mapping[int, list[Record]], phases: Mapping[int, Phase]) -> None:
+    """The hang report's verdict for `hpcdist mpirun`: the ranks it blames, those that waited, and in what.
+
+    `finished=1 idle=4 uninit=5 waiting=0,2,3 in=all_reduce#2 at=<seconds>`: a rank that waits in a call
+    is a casualty; one that finished its program, is in no call, or never initialised, while others wait, is blamed.
+    """
+    waiting: dict[int, str] = {}
+    blamed: dict[str, list[int]] = {"finished": [], "idle": [], "uninit": []}
+    for who, rows in sorted(ledgers.items()):
+        pending = next((r for r in (Record(*row) for row in rows) if not r.done), None)
+        phase = Phase(*phases[who]).name if who in phases else ""
+        if pending is not None:
+            waiting[who] = f"{pending.op}#{pending.seq}"
+        elif phase == INITIALISING:
+            waiting[who] = "init_process_group"
+        elif phase == FINISHED:
+            blamed["finished"].append(who)
+        elif phase == RUNNING:
+            blamed["uninit"].append(who)
+        else:
+            blamed["idle"].append(who)
+    words = [f"{kind}={','.join(map(str, ranks))}" for kind, ranks in blamed.items() if ranks]
+    if waiting:
+        words.append(f"waiting={','.join(map(str, waiting))} in={waiting[min(waiting)]}")
+    control.emit("hang", rank, " ".join([*words, stamp()]))
