@@ -47,6 +47,12 @@ class Entry:
     gseq: int  # the how-many-th collective on its group (0 for point-to-point): aligns ranks' ledgers
     started: float
     done: bool = False
+    ended: float = 0.0  # when it finished (time.monotonic()); 0.0 while it runs, or when its end is not known
+
+    def finish(self) -> None:
+        """Mark the call finished, now (every recorder ends a call through this)."""
+        self.done = True
+        self.ended = _monotonic()
 
 
 class Phase(NamedTuple):
@@ -110,6 +116,14 @@ class Ledger:
         self.entries.append(entry)
         return entry
 
+    def keep(self, trace: deque[Entry] | None) -> None:
+        """Also append every new call to `trace` (a bounded deque: it keeps the latest), or stop when None.
+
+        Swaps the ring buffer for one that appends to both, so a ledger that never traces pays nothing per call.
+        """
+        entries = deque(self.entries, maxlen=self.size) if trace is None else _Both(self.entries, self.size, trace)
+        self.entries = entries
+
     def pending(self) -> Entry | None:
         """The oldest call that has not finished, if any."""
         return next((e for e in list(self.entries) if not e.done), None)  # a copy: the main thread appends
@@ -121,6 +135,19 @@ class Ledger:
             Record(e.seq, e.op, e.peer, tuple(e.shape), _dtype_name(e.dtype), e.group, e.gseq, now - e.started, e.done)
             for e in list(self.entries)
         ]
+
+
+class _Both(deque):
+    """A ledger's ring buffer that also appends each call to a trace buffer."""
+
+    def __init__(self, entries: deque[Entry], size: int, trace: deque[Entry]) -> None:
+        super().__init__(entries, maxlen=size)
+        self.trace = trace
+
+    def append(self, entry: Entry) -> None:
+        """Append to the ring and to the trace."""
+        super().append(entry)
+        self.trace.append(entry)
 
 
 def _dtype_name(dtype: object) -> str:
