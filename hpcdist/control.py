@@ -31,6 +31,7 @@ __all__ = [
     "MAX_RESTARTS_ENV",
     "RESTART_VARS",
     "RUN_ID_ENV",
+    "TRACE_ENV",
     "ControlEvent",
     "emit",
     "new_token",
@@ -44,6 +45,7 @@ CONTROL_ENV = "HPCDIST_CONTROL"
 BEAT_ENV = "HPCDIST_HEARTBEAT"  # seconds between a rank's `beat` lines; set by hpcdist mpirun, unset: no beats
 RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # hpcdist's first, then torchrun's
 MAX_RESTARTS_ENV = "HPCDIST_MAX_RESTARTS"  # --max-restarts; unset: 0 (the ranks give it as TORCHELASTIC_MAX_RESTARTS)
+TRACE_ENV = "HPCDIST_TRACE"  # hpcdist mpirun --trace FILE: the absolute path rank 0 writes the merged timeline to
 RUN_ID_ENV = "HPCDIST_RUN_ID"  # one id for all attempts of one hpcdist mpirun launch
 _told: list[str] = []  # the usage error this process told its launcher, if any
 _LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<event>[a-z]+):(?P<rank>[0-9]+):(?P<detail>[^\n]*)")

@@ -95,6 +95,12 @@ def add_parsers(sub: Any) -> None:
         help="end the job when a running rank's heartbeat (its tagger's, every sixth of this, at most 5 s) is not "
         "heard for this long, naming the rank and its host (default: $HPCDIST_HEARTBEAT_TIMEOUT or 30; 0: off)",
     )
+    mpirun.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="write every rank's communication calls (and hpcdist.region marks) on one clock into FILE, a Chrome "
+        "trace that ui.perfetto.dev opens, and print which rank arrived last at collectives (see `hpcdist trace`)",
+    )
     mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     mpirun.add_argument(
         "--mpi",
@@ -238,6 +244,7 @@ def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
         ranks=args.ranks,
         tail=args.tail,
         heartbeat_timeout=args.heartbeat_timeout,
+        trace=args.trace,
     )
 
 
