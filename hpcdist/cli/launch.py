@@ -167,6 +167,12 @@ def _workload_options(parser: Any) -> None:
         metavar="N",
         help="stop after epoch N has been checkpointed, as if the job had been killed (for tests)",
     )
+    ddp.add_argument(
+        "--report",
+        action="store_true",
+        help="trace every rank's calls and, after training, print per rank the time in collectives and between "
+        "them, how often it arrived last, and the straggler if one stands out (under an MPI launch)",
+    )
 
 
 def workload_options(args: argparse.Namespace) -> WorkloadOptions:
@@ -185,6 +191,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         checkpoint_dir=args.checkpoint_dir,
         resume=args.resume,
         stop_after_epoch=args.stop_after_epoch,
+        report=args.report,
     )
 
 

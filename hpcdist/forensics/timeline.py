@@ -18,13 +18,13 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from ..errors import WaitTimeout
+from ..errors import UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from .chrome import RankTrace, Trace, aligned_calls, build_document
 from .stragglers import format_summary, summarize
 from .watchdog import LEDGER
 
-__all__ = ["LIMIT", "begin", "collect", "end", "region", "report", "tracing"]
+__all__ = ["LIMIT", "begin", "collect", "end", "region", "reporting", "tracing"]
 
 LIMIT = 200_000  # calls, and regions, each rank keeps: past it the oldest go, and the file counts them as dropped
 _PINGS = 20  # per rank: the sample with the shortest round trip is kept
@@ -33,17 +33,17 @@ _state: dict[str, Any] = {}
 _regions: deque[tuple[str, float, float]] | None = None  # None: tracing is off and `region` records nothing
 
 
-def begin(seconds: float) -> bool:
+def begin(seconds: float) -> None:
     """Align this rank's clock to rank 0's and start keeping every call (collective over COMM_WORLD; once).
 
-    False when MPI cannot be used for it (a job that is not an MPI launch). Each wait lasts at most `seconds`.
+    Each wait lasts at most `seconds`.
 
     Raises:
         WaitTimeout: a rank did not answer the clock exchange within `seconds` (the message names it).
     """
     global _regions
     if "comm" in _state:
-        return True
+        return
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD.Dup()
@@ -53,7 +53,6 @@ def begin(seconds: float) -> bool:
     _state.update(comm=comm, offset=offset, residual=residual, calls=calls, first=LEDGER.seq + 1, seconds=seconds)
     _state["origin"] = comm.bcast(time.monotonic() if comm.rank == 0 else None, root=0)  # rank 0's clock
     LEDGER.keep(calls)
-    return True
 
 
 def tracing(on: bool) -> None:
@@ -83,16 +82,18 @@ def _align(comm: Any, seconds: float) -> tuple[float, float]:
             for _ in range(_PINGS):
                 sent = time.monotonic()
                 comm.send(None, dest=peer, tag=_PING)
-                theirs = _receive(comm, peer, _PONG, seconds, "its clock reading")
+                theirs = _receive(comm, peer, _PONG, seconds, "its clock reading (aligning the trace's clocks)")
                 back = time.monotonic()
                 samples.append((back - sent, (sent + back) / 2 - theirs))
             rtt, offset = min(samples)
             comm.send((offset, rtt / 2), dest=peer, tag=_PONG)
         return 0.0, 0.0
     for ping in range(_PINGS):
-        _receive(comm, 0, _PING, seconds, "a clock ping", spin=ping > 0)  # sleeps while rank 0 pings the others
+        _receive(
+            comm, 0, _PING, seconds, "a clock ping (aligning the trace's clocks)", spin=ping > 0
+        )  # sleeps while rank 0 pings the others
         comm.send(time.monotonic(), dest=0, tag=_PONG)
-    offset, residual = _receive(comm, 0, _PONG, seconds, "its clock offset")
+    offset, residual = _receive(comm, 0, _PONG, seconds, "its clock offset (aligning the trace's clocks)")
     return offset, residual
 
 
@@ -102,18 +103,18 @@ def _receive(comm: Any, source: int, tag: int, seconds: float, what: str, spin: 
     Raises:
         WaitTimeout: nothing came within `seconds`.
     """
-    request, got = comm.irecv(source=source, tag=tag), []
+    got: list[Any] = []
 
     def arrived() -> bool:
-        done, value = request.test()
-        if done:
-            got.append(value)
-        return bool(done)
+        message = comm.improbe(source=source, tag=tag)  # a matched probe: a message of any size is received whole
+        if message is not None:
+            got.append(message.recv())
+        return message is not None
 
     poll_until(
         arrived,
         time.monotonic() + seconds,
-        lambda: f"rank {comm.rank} waited {seconds:g} s for {what} from rank {source} to align the trace's clocks",
+        lambda: f"rank {comm.rank} waited {seconds:g} s for {what} from rank {source}",
         backoff=Backoff(1e-4, 0.01, spin=0.01, yielding=0.5) if spin else Backoff(),
     )
     return got[0]
@@ -156,7 +157,7 @@ def collect() -> Trace | None:
         return None
     payloads = {0: _payload()}
     for peer in range(1, comm.size):
-        payloads[peer] = _receive(comm, peer, _SEND, seconds, "its trace", spin=False)
+        payloads[peer] = _receive(comm, peer, _SEND, seconds, "its trace (collecting the trace at the end)", spin=False)
     origin = _state["origin"]
     return Trace(
         tuple(
@@ -195,8 +196,23 @@ def end(path: str, out: TextIO = sys.stderr) -> None:
     print("\n".join(format_summary(summarize(trace))), file=out, flush=True)
 
 
-def report(out: TextIO = sys.stdout) -> None:
-    """Collect every rank's trace; rank 0 prints the straggler table (`--report` of the bench and workloads)."""
+@contextlib.contextmanager
+def reporting(recorded: bool, seconds: float, out: TextIO | None = None) -> Iterator[None]:
+    """Trace the block (collective); at its end rank 0 prints the straggler table (`--report` of bench and run).
+
+    `recorded`: whether the ledger records this job's calls (hang forensics run: an MPI launch).
+
+    Raises:
+        UsageError: the ledger does not record (`recorded` is False).
+        WaitTimeout: a rank did not take part in the clock exchange or the collection within `seconds`.
+    """
+    if not recorded:
+        raise UsageError(
+            "--report reads every rank's calls from hang forensics, which run under an MPI launch unless "
+            "HPCDIST_FORENSICS=0; run it under hpcdist mpirun (or srun with MPI) without HPCDIST_FORENSICS=0"
+        )
+    begin(seconds)
+    yield
     trace = collect()
     if trace is not None:
-        print("\n".join(format_summary(summarize(trace))), file=out, flush=True)
+        print("\n".join(format_summary(summarize(trace))), file=out or sys.stdout, flush=True)

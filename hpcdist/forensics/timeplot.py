@@ -43,20 +43,23 @@ def draw_trace(trace: Trace, path: str, title: str) -> None:
 
     ops = sorted({c.op for r in trace.ranks for c in r.calls})
     colour = {op: _COLOURS[i % len(_COLOURS)] for i, op in enumerate(ops)}
+    t0 = min([c.start for r in trace.ranks for c in r.calls] + [a for r in trace.ranks for _, a, _ in r.regions] or [0])
     figure, axes = plt.subplots(figsize=(12, 1.0 + 0.8 * len(trace.ranks)), layout="constrained")
     for row, rank in enumerate(trace.ranks):
         y = len(trace.ranks) - 1 - row  # rank 0 on top, as Perfetto lists the tracks
         for op in ops:
-            spans = [(c.start * 1e3, (c.end - c.start) * 1e3) for c in rank.calls if c.op == op and c.end is not None]
+            spans = [
+                ((c.start - t0) * 1e3, (c.end - c.start) * 1e3) for c in rank.calls if c.op == op and c.end is not None
+            ]
             axes.broken_barh(spans, (y - 0.05, 0.4), facecolors=colour[op], edgecolor=colour[op], linewidth=0.3)
-            marks = [c.start * 1e3 for c in rank.calls if c.op == op and c.end is None]
+            marks = [(c.start - t0) * 1e3 for c in rank.calls if c.op == op and c.end is None]
             axes.plot(marks, [y + 0.15] * len(marks), "|", color=colour[op], markersize=12)
-        regions = [(a * 1e3, (b - a) * 1e3) for _, a, b in rank.regions]
+        regions = [((a - t0) * 1e3, (b - a) * 1e3) for _, a, b in rank.regions]
         axes.broken_barh(regions, (y - 0.4, 0.3), facecolors="0.85", edgecolor="0.4", linewidth=0.5)
         for name, a, b in rank.regions:
-            axes.text((a + b) / 2 * 1e3, y - 0.25, name, ha="center", va="center", fontsize=7, clip_on=True)
+            axes.text(((a + b) / 2 - t0) * 1e3, y - 0.25, name, ha="center", va="center", fontsize=7, clip_on=True)
     axes.set_yticks(range(len(trace.ranks)), [f"rank {r.rank} ({r.host})" for r in reversed(trace.ranks)])
-    axes.set_xlabel("time since the trace began (ms, rank 0's clock)")
+    axes.set_xlabel("ms since the first recorded call or region (rank 0's clock)")
     handles = [matplotlib.patches.Patch(color=colour[op], label=op) for op in ops]
     if any(r.regions for r in trace.ranks):
         handles.append(matplotlib.patches.Patch(facecolor="0.85", edgecolor="0.4", label="hpcdist.region"))

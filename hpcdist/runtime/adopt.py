@@ -45,7 +45,8 @@ def adopt(env: LaunchEnv, seconds: float) -> None:
     if path and forensics:
         from ..forensics import timeline
 
-        _state["trace"] = timeline.begin(seconds)
+        timeline.begin(seconds)
+        _state["trace"] = True
     elif path and env.rank == 0:
         print(
             f"hpcdist: no trace will be written to {path}: tracing records through hang forensics, which "

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import deque
 from pathlib import Path
 
 import pytest
 
+from hpcdist.cli import build_parser
+from hpcdist.cli.launch import mpirun_options
+from hpcdist.errors import UsageError
 from hpcdist.forensics.chrome import Call, RankTrace, Trace, build_document, load_trace, parse_document
 from hpcdist.forensics.ledger import Entry, Ledger
 from hpcdist.forensics.stragglers import format_summary, summarize
+from hpcdist.launching.options import MpirunOptions
+from hpcdist.launching.spec import spec_from_options
 
 
 def _job(starts: list[list[float]], residual: float = 5e-6) -> Trace:
@@ -86,3 +92,18 @@ def test_no_straggler_is_named_when_no_rank_stands_out(starts: list[list[float]]
     summary = summarize(_job(starts))
     assert summary.straggler is None
     assert format_summary(summary)[-1].startswith("straggler: none")
+
+
+def test_trace_reaches_every_rank_as_an_absolute_path_and_needs_the_shim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    options = MpirunOptions(program=("python", "t.py"), np=2, mpirun="/bin/true", mpi="openmpi", trace="t.json")
+    spec, _ = spec_from_options(options, environ={})
+    assert ("HPCDIST_TRACE", str(tmp_path / "t.json")) in spec.env
+    with pytest.raises(UsageError, match="--trace is recorded by hpcdist's shim"):
+        spec_from_options(dataclasses.replace(options, no_shim=True), environ={})
+    with pytest.raises(UsageError, match=r"--trace no/t\.json: its directory does not exist"):
+        spec_from_options(dataclasses.replace(options, trace="no/t.json"), environ={})
+    parsed = build_parser().parse_args(["mpirun", "-np", "2", "--trace", "t.json", "--", "python", "t.py"])
+    assert mpirun_options(parsed).trace == "t.json"
