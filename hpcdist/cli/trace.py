@@ -51,6 +51,7 @@ def _trace(args: argparse.Namespace) -> int:
             f"{args.file}: {len(trace.ranks)} ranks, {calls} calls, clocks aligned within {trace.residual * 1e6:.0f} us"
         )
         draw_trace(trace, args.plot, title)
+        print(f"hpcdist trace: drew {args.plot}")
     return 0
 
 

@@ -1,10 +1,12 @@
 """Stragglers in a merged timeline: per rank, time in collectives against time between them, and who arrived last.
 
-The same collective on different ranks is the one with the same group and per-group sequence number; the rank
-whose start is latest on the aligned clock arrived last, and its lateness is how long after the next-latest it
-came. A rank is named the straggler when it arrived last at no fewer than STRAGGLER_SHARE of at least
-MIN_COMPARED collectives, and its mean lateness there is above both twice the clocks' residual bound (two ranks'
-clocks may disagree by that much) and MIN_LATENESS (below it, the scheduler's noise decides who is last). Pure.
+The same collective on different ranks is the one with the same group and per-group sequence number. A rank
+arrived last at it when its start is the latest on the aligned clock and its own gap (the time since its
+previous call ended, or since the trace began) is longer than every other's: it was late by its own work, not
+because the previous call let it go last. Its lateness is how long after the next-latest rank it came. A rank
+is named the straggler when it arrived last at no fewer than STRAGGLER_SHARE of at least MIN_COMPARED
+collectives, and its mean lateness there is above both twice the clocks' residual bound (two ranks' clocks may
+disagree by that much) and MIN_LATENESS (below it, the scheduler's noise decides who is last). Pure.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class RankRow:
     in_collectives: float  # seconds inside collectives whose end is known
     between: float  # seconds from its first collective's start to its last one's end, outside them
     compared: int  # collectives it shared with every other member of their group
-    last: int  # of those, how many it arrived at last
+    last: int  # of those, how many it arrived at last, after the longest gap
     lateness: float  # mean seconds it came after the next-latest rank, where it was last (0.0 if never)
 
 
@@ -48,10 +50,14 @@ def summarize(trace: Trace) -> Summary:
     """Each rank's row and the straggler by the rule above."""
     members = [r.rank for r in trace.ranks]
     by_key: dict[tuple[str, int], dict[int, Call]] = {}
+    gaps: dict[tuple[int, int], float] = {}  # (rank, seq) -> seconds since the rank's previous call ended
     for rank in trace.ranks:
+        previous = 0.0  # the trace's start
         for call in rank.calls:
             if call.gseq:
                 by_key.setdefault((call.group, call.gseq), {})[rank.rank] = call
+            gaps[rank.rank, call.seq] = call.start - previous
+            previous = call.end if call.end is not None else call.start
     compared = dict.fromkeys(members, 0)
     last = dict.fromkeys(members, 0)
     late = dict.fromkeys(members, 0.0)
@@ -62,8 +68,10 @@ def summarize(trace: Trace) -> Summary:
         order = sorted(calls, key=lambda r: calls[r].start)
         for member in order:
             compared[member] += 1
-        last[order[-1]] += 1
-        late[order[-1]] += calls[order[-1]].start - calls[order[-2]].start
+        latest = order[-1]
+        if gaps[latest, calls[latest].seq] > max(gaps[r, calls[r].seq] for r in order[:-1]):
+            last[latest] += 1
+            late[latest] += calls[latest].start - calls[order[-2]].start
     rows = tuple(_row(rank.rank, rank.host, rank.calls, compared, last, late) for rank in trace.ranks)
     floor = max(2 * trace.residual, MIN_LATENESS)
     named = [

@@ -27,7 +27,7 @@ from .watchdog import LEDGER
 __all__ = ["LIMIT", "begin", "collect", "end", "region", "reporting", "tracing"]
 
 LIMIT = 200_000  # calls, and regions, each rank keeps: past it the oldest go, and the file counts them as dropped
-_PINGS = 20  # per rank: the sample with the shortest round trip is kept
+_PINGS = 50  # per rank: the sample with the shortest round trip is kept
 _PING, _PONG, _SEND = 7311, 7312, 7313
 _state: dict[str, Any] = {}
 _regions: deque[tuple[str, float, float]] | None = None  # None: tracing is off and `region` records nothing
@@ -115,7 +115,7 @@ def _receive(comm: Any, source: int, tag: int, seconds: float, what: str, spin: 
         arrived,
         time.monotonic() + seconds,
         lambda: f"rank {comm.rank} waited {seconds:g} s for {what} from rank {source}",
-        backoff=Backoff(1e-4, 0.01, spin=0.01, yielding=0.5) if spin else Backoff(),
+        backoff=Backoff(1e-4, 0.01, yielding=0.5) if spin else Backoff(),
     )
     return got[0]
 
@@ -189,8 +189,8 @@ def end(path: str, out: TextIO = sys.stderr) -> None:
     dropped = sum(r.dropped for r in trace.ranks)
     lost = f", {dropped} older calls dropped at the {LIMIT}-call bound" if dropped else ""
     print(
-        f"hpcdist: trace of {len(trace.ranks)} ranks ({calls} calls{lost}) written to {path}; clocks aligned within "
-        f"{trace.residual * 1e6:.0f} us; open it in ui.perfetto.dev or draw it with `hpcdist trace {path} --plot`",
+        f"hpcdist: wrote the trace of {len(trace.ranks)} ranks ({calls} calls{lost}) to {path}; clocks aligned within "
+        f"{trace.residual * 1e6:.0f} us",
         file=out,
     )
     print("\n".join(format_summary(summarize(trace))), file=out, flush=True)

@@ -37,7 +37,9 @@ def _traced(hpcdist: str, path: Path, sleeper: int) -> tuple[dict, str]:
 def test_a_four_rank_trace_has_a_track_per_rank_with_ordered_calls_on_one_clock(hpcdist: str, tmp_path: Path) -> None:
     doc, stderr = _traced(hpcdist, tmp_path / "trace.json", -1)
     residual = doc["otherData"]["clock_residual_us"]
-    assert f"hpcdist: trace of 4 ranks (84 calls) written to {tmp_path / 'trace.json'}; clocks aligned within" in stderr
+    assert (
+        f"hpcdist: wrote the trace of 4 ranks (84 calls) to {tmp_path / 'trace.json'}; clocks aligned within" in stderr
+    )
     assert f"within {residual:.0f} us" in stderr
     assert "straggler: none" in stderr, stderr
     events = doc["traceEvents"]

@@ -19,8 +19,10 @@ from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.spec import spec_from_options
 
 
-def _job(starts: list[list[float]], residual: float = 5e-6) -> Trace:
-    """A trace of len(starts) ranks, each calling all_reduce at its listed start times, 1 ms each."""
+def _job(starts: list[list[float]], residual: float = 5e-6, exits: float = 0.0) -> Trace:
+    """A trace of len(starts) ranks, each calling all_reduce at its listed start times; all leave 1 ms after the
+    last arrives, rank r another r * `exits` seconds later."""
+    ends = [max(column) + 1e-3 for column in zip(*starts, strict=True)]
     return Trace(
         tuple(
             RankTrace(
@@ -28,7 +30,8 @@ def _job(starts: list[list[float]], residual: float = 5e-6) -> Trace:
                 "n1",
                 residual if rank else 0.0,
                 tuple(
-                    Call(i + 1, "all_reduce", "", (4,), "float32", "world", i + 1, t, t + 1e-3) for i, t in enumerate(s)
+                    Call(i + 1, "all_reduce", "", (4,), "float32", "world", i + 1, t, ends[i] + rank * exits)
+                    for i, t in enumerate(s)
                 ),
             )
             for rank, s in enumerate(starts)
@@ -86,10 +89,11 @@ def test_a_rank_last_at_most_collectives_by_more_than_the_noise_is_the_straggler
         [[0.01 * i + 1e-6 * ((i + r) % 4) for i in range(12)] for r in range(4)],  # last in turn: nobody stands out
         [[0.01 * i + (5e-5 if r == 1 else 0) for i in range(12)] for r in range(4)],  # always last, by 50 us: noise
         [[0.01 * i + (0.005 if r == 1 else 0) for i in range(9)] for r in range(4)],  # too few collectives to say
+        [[0.01 * i + 0.002 * r for i in range(12)] for r in range(2)],  # last only as it left the previous one last
     ],
 )
 def test_no_straggler_is_named_when_no_rank_stands_out(starts: list[list[float]]) -> None:
-    summary = summarize(_job(starts))
+    summary = summarize(_job(starts, exits=0.002 if len(starts) == 2 else 0.0))
     assert summary.straggler is None
     assert format_summary(summary)[-1].startswith("straggler: none")
 
