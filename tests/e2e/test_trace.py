@@ -40,7 +40,8 @@ def test_a_four_rank_trace_has_a_track_per_rank_with_ordered_calls_on_one_clock(
     assert (
         f"hpcdist: wrote the trace of 4 ranks (84 calls) to {tmp_path / 'trace.json'}; clocks aligned within" in stderr
     )
-    assert f"within {residual:.0f} us" in stderr
+    stated = re.search(r"clocks aligned within ([0-9]+) us\n", stderr)
+    assert stated and abs(int(stated[1]) - residual) <= 1, stderr  # the file's residual, in the end-of-job line
     assert "straggler: none" in stderr, stderr
     events = doc["traceEvents"]
     tracks = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
