@@ -119,10 +119,18 @@ class Ledger:
     def keep(self, trace: deque[Entry] | None) -> None:
         """Also append every new call to `trace` (a bounded deque: it keeps the latest), or stop when None.
 
-        Swaps the ring buffer for one that appends to both, so a ledger that never traces pays nothing per call.
+        Gives this ledger alone a recording `start`, so a ledger that never traces pays nothing per call.
         """
-        entries = deque(self.entries, maxlen=self.size) if trace is None else _Both(self.entries, self.size, trace)
-        self.entries = entries
+        self.__dict__.pop("start", None)
+        if trace is not None:
+            plain, append = type(self).start, trace.append
+
+            def start(op: str, peer: str, shape: tuple[int, ...], dtype: object, group: str) -> Entry:
+                entry = plain(self, op, peer, shape, dtype, group)  # (start's own parameters, passed on as they are)
+                append(entry)
+                return entry
+
+            self.__dict__["start"] = start
 
     def pending(self) -> Entry | None:
         """The oldest call that has not finished, if any."""
@@ -135,19 +143,6 @@ class Ledger:
             Record(e.seq, e.op, e.peer, tuple(e.shape), _dtype_name(e.dtype), e.group, e.gseq, now - e.started, e.done)
             for e in list(self.entries)
         ]
-
-
-class _Both(deque):
-    """A ledger's ring buffer that also appends each call to a trace buffer."""
-
-    def __init__(self, entries: deque[Entry], size: int, trace: deque[Entry]) -> None:
-        super().__init__(entries, maxlen=size)
-        self.trace = trace
-
-    def append(self, entry: Entry) -> None:
-        """Append to the ring and to the trace."""
-        super().append(entry)
-        self.trace.append(entry)
 
 
 def _dtype_name(dtype: object) -> str:
