@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from collections import deque
 from pathlib import Path
 
@@ -111,3 +113,23 @@ def test_trace_reaches_every_rank_as_an_absolute_path_and_needs_the_shim(
         spec_from_options(dataclasses.replace(options, trace="no/t.json"), environ={})
     parsed = build_parser().parse_args(["mpirun", "-np", "2", "--trace", "t.json", "--", "python", "t.py"])
     assert mpirun_options(parsed).trace == "t.json"
+
+
+def test_hpcdist_trace_summarises_and_draws_a_file_without_torch(tmp_path: Path) -> None:
+    path, picture = tmp_path / "trace.json", tmp_path / "trace.png"
+    steps = [0.01 * i for i in range(12)]
+    path.write_text(json.dumps(build_document(_job([steps, [t + 0.005 for t in steps]]))))
+    code = (
+        "import sys; from hpcdist.cli import main; status = main(sys.argv[1:]); "
+        "print('torch' in sys.modules, 'mpi4py.MPI' in sys.modules); sys.exit(status)"
+    )
+    argv = [sys.executable, "-c", code, "trace", str(path), "--summary", "--plot", str(picture)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    assert lines[-3].startswith("straggler: rank 1 on n1 (arrived last at 12 of 12 collectives")
+    assert lines[-2:] == [f"hpcdist trace: drew {picture}", "False False"]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = subprocess.run([*argv[:3], "trace", str(tmp_path / "none.json")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith(f"hpcdist: error: cannot read {tmp_path / 'none.json'}: No such file or directory")
