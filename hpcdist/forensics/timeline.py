@@ -47,11 +47,11 @@ def begin(seconds: float) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD.Dup()
-    offset, residual = _align(comm, seconds)
+    offset, residual, origin = _align(comm, seconds)
     calls: deque[Any] = deque(maxlen=LIMIT)
     _regions = deque(maxlen=LIMIT)
-    _state.update(comm=comm, offset=offset, residual=residual, calls=calls, first=LEDGER.seq + 1, seconds=seconds)
-    _state["origin"] = comm.bcast(time.monotonic() if comm.rank == 0 else None, root=0)  # rank 0's clock
+    _state.update(comm=comm, offset=offset, residual=residual, origin=origin, calls=calls, seconds=seconds)
+    _state.update(first=LEDGER.seq + 1, rank=comm.rank)
     LEDGER.keep(calls)
 
 
@@ -62,7 +62,10 @@ def tracing(on: bool) -> None:
 
 @contextlib.contextmanager
 def region(name: str) -> Iterator[None]:
-    """Mark a region of this rank's program ("forward", "optimizer") on its track; nothing when not tracing."""
+    """Mark a region of this rank's program on its track of the trace file, e.g. `with hpcdist.region("forward"):`.
+
+    Recorded only while the job is traced (`hpcdist mpirun --trace`, or `--report`); otherwise it does nothing.
+    """
     regions = _regions
     if regions is None:
         yield
@@ -74,9 +77,11 @@ def region(name: str) -> Iterator[None]:
         regions.append((name, start, time.monotonic()))
 
 
-def _align(comm: Any, seconds: float) -> tuple[float, float]:
-    """This rank's offset to rank 0's clock (add it to a reading) and the bound on its error, in seconds."""
+def _align(comm: Any, seconds: float) -> tuple[float, float, float]:
+    """This rank's offset to rank 0's clock (add it to a reading), the bound on its error, and the trace's origin
+    (rank 0's clock when it began), in seconds."""
     if comm.rank == 0:
+        origin = time.monotonic()
         for peer in range(1, comm.size):
             samples = []
             for _ in range(_PINGS):
@@ -86,15 +91,15 @@ def _align(comm: Any, seconds: float) -> tuple[float, float]:
                 back = time.monotonic()
                 samples.append((back - sent, (sent + back) / 2 - theirs))
             rtt, offset = min(samples)
-            comm.send((offset, rtt / 2), dest=peer, tag=_PONG)
-        return 0.0, 0.0
+            comm.send((offset, rtt / 2, origin), dest=peer, tag=_PONG)
+        return 0.0, 0.0, origin
     for ping in range(_PINGS):
         _receive(
             comm, 0, _PING, seconds, "a clock ping (aligning the trace's clocks)", spin=ping > 0
         )  # sleeps while rank 0 pings the others
         comm.send(time.monotonic(), dest=0, tag=_PONG)
-    offset, residual = _receive(comm, 0, _PONG, seconds, "its clock offset (aligning the trace's clocks)")
-    return offset, residual
+    offset, residual, origin = _receive(comm, 0, _PONG, seconds, "its clock offset (aligning the trace's clocks)")
+    return offset, residual, origin
 
 
 def _receive(comm: Any, source: int, tag: int, seconds: float, what: str, spin: bool = True) -> Any:
@@ -176,6 +181,12 @@ def collect() -> Trace | None:
 
 def end(path: str, out: TextIO = sys.stderr) -> None:
     """Collect every rank's trace; rank 0 writes it to `path`, says so, and prints the straggler table."""
+    from mpi4py import MPI
+
+    if MPI.Is_finalized():
+        if _state["rank"] == 0:
+            print(f"hpcdist: no trace written to {path}: the program finalised MPI itself", file=out, flush=True)
+        return
     try:
         trace = collect()
     except WaitTimeout as exc:
