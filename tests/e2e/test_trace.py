@@ -82,3 +82,39 @@ def test_a_rank_that_sleeps_before_its_collectives_is_named_the_straggler(hpcdis
     ]
     assert lines[3].startswith("2 ") and re.search(r" 2[01]/21 ", lines[3]), summary.stdout  # (barrier: no sleep)
     assert lines[5].startswith("straggler: rank 2 on "), summary.stdout
+
+
+def test_the_bench_times_tracing_on_beside_off_and_reports_stragglers(hpcdist: str) -> None:
+    result = launch(
+        [
+            hpcdist,
+            "mpirun",
+            "-np",
+            "2",
+            "--",
+            hpcdist,
+            "bench",
+            "all_reduce",
+            "-b",
+            "8",
+            "-e",
+            "8",
+            "-n",
+            "50",
+            "-w",
+            "5",
+            "--backend",
+            "gloo",
+            "--trace-cost",
+            "--report",
+        ],
+        timeout=150,
+        HPCDIST_TIMEOUT="20",
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith("8 ")]
+    assert [row[-1] for row in rows] == ["torch/gloo", "torch/gloo+trace"] and all(
+        row[8] == row[12] == "0" for row in rows
+    )
+    table = result.stdout.split("\nrank ", 1)[1].splitlines()
+    assert [line.split()[0] for line in table[1:3]] == ["0", "1"] and table[3].startswith("straggler: ")
