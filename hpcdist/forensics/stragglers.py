@@ -2,11 +2,12 @@
 
 The same collective on different ranks is the one with the same group and per-group sequence number. A rank
 arrived last at it when its start is the latest on the aligned clock and its own gap (the time since its
-previous call ended, or since the trace began) is longer than every other's: it was late by its own work, not
-because the previous call let it go last. Its lateness is how long after the next-latest rank it came. A rank
-is named the straggler when it arrived last at no fewer than STRAGGLER_SHARE of at least MIN_COMPARED
-collectives, and its mean lateness there is above both twice the clocks' residual bound (two ranks' clocks may
-disagree by that much) and MIN_LATENESS (below it, the scheduler's noise decides who is last). Pure.
+previous call ended) is longer than every other's: it was late by its own work, not because the previous call
+let it go last (at a rank's first call, whose gap is not known, arriving last is enough). Its lateness is how
+long after the next-latest rank it came. A rank is named the straggler when it arrived last at no fewer than
+STRAGGLER_SHARE of at least MIN_COMPARED collectives, and its mean lateness there is above both twice the
+clocks' residual bound (two ranks' clocks may disagree by that much) and MIN_LATENESS (below it, the
+scheduler's noise decides who is last). Pure.
 """
 
 from __future__ import annotations
@@ -50,13 +51,13 @@ def summarize(trace: Trace) -> Summary:
     """Each rank's row and the straggler by the rule above."""
     members = [r.rank for r in trace.ranks]
     by_key: dict[tuple[str, int], dict[int, Call]] = {}
-    gaps: dict[tuple[int, int], float] = {}  # (rank, seq) -> seconds since the rank's previous call ended
+    gaps: dict[tuple[int, int], float | None] = {}  # (rank, seq) -> seconds since its previous call ended
     for rank in trace.ranks:
-        previous = 0.0  # the trace's start
+        previous = None  # before a rank's first call, its gap is not known
         for call in rank.calls:
             if call.gseq:
                 by_key.setdefault((call.group, call.gseq), {})[rank.rank] = call
-            gaps[rank.rank, call.seq] = call.start - previous
+            gaps[rank.rank, call.seq] = None if previous is None else call.start - previous
             previous = call.end if call.end is not None else call.start
     compared = dict.fromkeys(members, 0)
     last = dict.fromkeys(members, 0)
@@ -68,8 +69,9 @@ def summarize(trace: Trace) -> Summary:
         order = sorted(calls, key=lambda r: calls[r].start)
         for member in order:
             compared[member] += 1
-        latest = order[-1]
-        if gaps[latest, calls[latest].seq] > max(gaps[r, calls[r].seq] for r in order[:-1]):
+        latest, gap = order[-1], gaps[order[-1], calls[order[-1]].seq]
+        others = [gaps[r, calls[r].seq] for r in order[:-1]]
+        if gap is None or None in others or gap > max(g for g in others if g is not None):
             last[latest] += 1
             late[latest] += calls[latest].start - calls[order[-2]].start
     rows = tuple(_row(rank.rank, rank.host, rank.calls, compared, last, late) for rank in trace.ranks)
