@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import hpcdist
 from hpcdist.cli import build_parser
 from hpcdist.cli.launch import mpirun_options
 from hpcdist.errors import UsageError
+from hpcdist.forensics import timeline
 from hpcdist.forensics.chrome import Call, RankTrace, Trace, build_document, load_trace, parse_document
 from hpcdist.forensics.ledger import Entry, Ledger
 from hpcdist.forensics.stragglers import format_summary, summarize
@@ -52,6 +54,9 @@ def test_the_ledger_keeps_every_call_in_the_trace_buffer_only_while_tracing() ->
     assert [e.seq for e in trace] == [3, 4, 5]  # the latest three of the four traced calls
     assert [e.seq for e in ledger.entries] == [5, 6]  # the ring keeps its own size either way
     assert calls[0].done and calls[0].ended >= calls[0].started and calls[1].ended == 0.0
+    with hpcdist.region("forward"):  # not traced: it does nothing, and keeps nothing
+        pass
+    assert timeline._regions is None
 
 
 def test_a_trace_becomes_a_chrome_document_and_back(tmp_path: Path) -> None:
