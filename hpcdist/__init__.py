@@ -26,6 +26,7 @@ __all__ = [
     "init",
     "launch",
     "map",
+    "region",
     "restart_count",
     "shutdown",
     "submit",
@@ -44,12 +45,14 @@ _LAZY = {
     "restart_count": "workloads.preemption",
     "map": "workloads.taskmap",
     "launch": "calling.pyfunc",
+    "region": "forensics.timeline",
     "submit": "jobs.submit",
     "Job": "jobs.submit",
 }
 
 if TYPE_CHECKING:
     from .calling.pyfunc import launch
+    from .forensics.timeline import region
     from .jobs.submit import Job, submit
     from .runtime.bootstrap import Session, init, shutdown
     from .runtime.env import LaunchEnv

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_RESTARTS_ENV",
     "RESTART_VARS",
     "RUN_ID_ENV",
+    "TRACE_ENV",
     "ControlEvent",
     "emit",
     "new_token",
@@ -49,6 +50,7 @@ CONTROL_ENV = "HPCDIST_CONTROL"
 BEAT_ENV = "HPCDIST_HEARTBEAT"  # seconds between a rank's `beat` lines; set by hpcdist mpirun, unset: no beats
 RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # hpcdist's first, then torchrun's
 MAX_RESTARTS_ENV = "HPCDIST_MAX_RESTARTS"  # --max-restarts; unset: 0 (the ranks give it as TORCHELASTIC_MAX_RESTARTS)
+TRACE_ENV = "HPCDIST_TRACE"  # hpcdist mpirun --trace FILE: the absolute path rank 0 writes the merged timeline to
 RUN_ID_ENV = "HPCDIST_RUN_ID"  # one id for all attempts of one hpcdist mpirun launch
 _told: list[str] = []  # the usage error this process told its launcher, if any
 # What a rank's error says when it failed because a peer went first: gloo's `[…/gloo/transport/tcp/pair.cc:553]

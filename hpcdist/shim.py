@@ -183,6 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             finish()  # wait for the other ranks, so that their hang report can name this rank as finished
     else:
         child_env = dict(os.environ)  # TORCHELASTIC_USE_AGENT_STORE=True: rank 0's shim serves the store
+        if os.environ.get(control.TRACE_ENV) and env.rank == 0:
+            print(
+                f"hpcdist: no trace will be written: --trace records Python programs, and {words[0]} is not one",
+                file=sys.stderr,
+                flush=True,
+            )
         say_ready(env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
         code, told = _run_child(words, child_env, env.rank), ""
     if code != 0:

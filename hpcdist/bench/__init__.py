@@ -7,5 +7,5 @@
 - `run`: the interleaved rounds; `describe`: hosts, devices and versions; `ddp`: the DDP step;
 - `plot`: `--plot`'s pictures, drawn from the JSON document (matplotlib, an optional extra), and `--from`'s redraw.
 
-May import: errors, values, runtime, mpi_backend. Never the CLI.
+May import: errors, values, runtime, mpi_backend, forensics (the timeline: --report, --trace-cost). Never the CLI.
 """

@@ -74,6 +74,8 @@ def ddp_plan_from_options(args: BenchOptions) -> DdpPlan:
                 f"{flag} is for collective benchmarks; bench ddp takes --backend, -n, -w, --json and "
                 f"--timeout, so drop {flag}"
             )
+    if args.trace_cost:
+        raise UsageError("--trace-cost times a collective with tracing on and off; bench ddp does not, so drop it")
     if args.reference:
         raise UsageError("--reference times raw mpi4py collectives; bench ddp has no raw-MPI step, so drop --reference")
     check_counts((("-n", args.iters, 1), ("-w", args.warmup, 0)))

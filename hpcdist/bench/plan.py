@@ -53,6 +53,8 @@ class BenchOptions:
     timeout: float | None = None
     plot: str | None = None  # FILE.png
     source: str | None = None  # --from FILE.json
+    report: bool = False  # rank 0 prints the straggler table at the end (forensics/stragglers.py)
+    trace_cost: bool = False  # also time each backend with tracing on (rows "torch/gloo+trace")
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,7 @@ class BenchPlan:
     json: bool
     reference: bool
     plot: str | None = None  # rank 0 draws the results into this file (bench/plot.py)
+    trace_cost: bool = False  # each torch backend is timed again with `hpcdist mpirun --trace`'s recording on
 
     @property
     def backend(self) -> str:
@@ -282,6 +285,7 @@ def plan_from_options(args: BenchOptions) -> BenchPlan:
         args.json,
         args.reference,
         args.plot,
+        args.trace_cost,
     )
 
 

@@ -22,7 +22,7 @@ from .fmt import Comparison, Result, compare, footer_lines, format_row, header_l
 from .impl import Implementation
 from .plan import COLLECTIVES, BenchPlan, Counts, bandwidths, byte_counts, round_sizes
 
-__all__ = ["collective_document", "run_plan"]
+__all__ = ["Traced", "collective_document", "run_plan"]
 
 
 def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
@@ -39,6 +39,9 @@ def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
 
     groups = backend_groups(plan.backends, session)
     impls: list[Implementation] = [TorchImpl(plan, session, group) for group in groups]
+    if plan.trace_cost:
+        impls += [Traced(TorchImpl(plan, session, group)) for group in groups]
+        _begin_tracing(session)
     if plan.reference:
         impls.append(MpiImpl(plan, session))
     devices, env = describe(session, [g.name for g in groups], plan.dtype)
@@ -123,6 +126,8 @@ def _measure(
     rounds: list[list[float]] = [[] for _ in impls]
     for iters in round_sizes(plan.iters, plan.rounds):
         for impl, run, times in zip(impls, runs, rounds, strict=True):
+            if plan.trace_cost:
+                _trace(isinstance(impl, Traced))
             impl.barrier()
             run()  # untimed: the first call after a barrier also absorbs the ranks' skew leaving it
             impl.sync()
@@ -135,6 +140,40 @@ def _measure(
         _checked(impl, plan, counts, nbytes, in_place, want, statistics.median(times))
         for impl, times in zip(impls, rounds, strict=True)
     ]
+
+
+class Traced:
+    """A torch implementation timed with tracing on (`hpcdist mpirun --trace`'s recording), named BACKEND+trace."""
+
+    def __init__(self, inner: Implementation) -> None:
+        self.inner, self.name, self.nranks = inner, f"{inner.name}+trace", inner.nranks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _begin_tracing(session: Session) -> None:
+    """Align the clocks and set up the trace buffer (collective), for --trace-cost.
+
+    Raises:
+        UsageError: the ledger does not record this job's calls, so there is no tracing to time.
+    """
+    from ..forensics import timeline
+    from ..runtime.bootstrap import forensics_enabled
+
+    if not forensics_enabled(session.env):
+        raise UsageError(
+            "--trace-cost times the recording of hang forensics, which run under an MPI launch unless "
+            "HPCDIST_FORENSICS=0; run it under hpcdist mpirun without HPCDIST_FORENSICS=0"
+        )
+    timeline.begin(session.timeout)
+
+
+def _trace(on: bool) -> None:
+    """Keep every call (the +trace rows) or not (the others)."""
+    from ..forensics import timeline
+
+    timeline.tracing(on)
 
 
 def _checked(

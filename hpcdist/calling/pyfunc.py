@@ -42,6 +42,7 @@ def launch(
     backend: str = "auto",
     hostfile: str | None = None,
     timeout: float | None = None,
+    trace: str | None = None,
     **kwargs: Any,
 ) -> list[Any]:
     """Run `fn(*args, **kwargs)` on `np` ranks with the process group initialised; return their values by rank.
@@ -51,6 +52,7 @@ def launch(
     reaches each rank as its own rank (mp.spawn's first argument). `timeout` (seconds, None: no limit) bounds
     the whole call; Ctrl-C ends the job and raises KeyboardInterrupt here. Every rank's value comes back, in rank
     order, as from `hpcdist.submit(...).result(all_ranks=True)` (whose plain `result()` is rank 0's value).
+    `trace` (a file name) writes every rank's communication calls there, as `hpcdist mpirun --trace` does.
 
     Raises:
         UsageError: `fn` or an argument cannot be sent to the ranks, or the launch options are wrong; raised
@@ -69,7 +71,13 @@ def launch(
     # them untagged and keeps the launcher's failure banners (MPI_ABORT was invoked…) off the console: RankFailed
     # reports (HPCDIST_DEBUG=1 shows them)
     options = MpirunOptions(
-        program=(sys.executable, *_RUNNER), np=np, hostfile=hostfile, tag=False, tail=0, heartbeat_timeout=0
+        program=(sys.executable, *_RUNNER),
+        np=np,
+        hostfile=hostfile,
+        tag=False,
+        tail=0,
+        heartbeat_timeout=0,
+        trace=trace,
     )
     spec, output = spec_from_options(options, routed=True, caller="hpcdist.launch")
     check_names_resolve(options)

@@ -123,7 +123,7 @@ def other_spellings(parser: argparse.ArgumentParser) -> dict[str, argparse.Actio
 
 def build_parser() -> _Parser:
     """All subcommands and their options."""
-    from . import diagnose, follow, generate, launch
+    from . import diagnose, follow, generate, launch, trace
 
     parser = _Parser(
         prog="hpcdist",
@@ -137,6 +137,7 @@ def build_parser() -> _Parser:
     generate.add_parsers(sub)
     diagnose.add_parsers(sub)
     follow.add_parsers(sub)
+    trace.add_parsers(sub)
     return parser
 
 
@@ -145,11 +146,11 @@ _PEER_LOST = re.compile(r"gloo/transport/|[Cc]onnection (?:reset|closed) by peer
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user mistakes print `hpcdist: error: …` and return 2, a bug in hpcdist returns 70."""
-    from . import diagnose, follow, generate, launch
+    from . import diagnose, follow, generate, launch, trace
 
     try:
         args = build_parser().parse_args(argv)
-        commands = {**launch.COMMANDS, **generate.COMMANDS, **diagnose.COMMANDS, **follow.COMMANDS}
+        commands = {**launch.COMMANDS, **generate.COMMANDS, **diagnose.COMMANDS, **follow.COMMANDS, **trace.COMMANDS}
         return commands[args.command](args)
     except UsageError as exc:
         if not control.tell_usage(str(exc)):  # a rank of hpcdist mpirun: the launcher says it once for the job

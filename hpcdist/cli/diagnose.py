@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..bench.plan import COLLECTIVES, DTYPES, OPS, BenchOptions
 from ..doctor.facts import DEFAULT_TIMEOUT, STATUSES
 from ..errors import UsageError
 from ..values import BACKENDS
 from .types import Seconds, Size, Whole, count
+
+if TYPE_CHECKING:
+    from ..runtime.bootstrap import Session
 
 __all__ = ["COMMANDS", "add_parsers", "bench", "bench_options", "doctor"]
 
@@ -78,6 +82,17 @@ def _add_bench(subparsers: Any) -> None:
         "per backend, or the DDP step times; needs matplotlib (pip install 'hpcdist[plot]')",
     )
     p.add_argument(
+        "--report",
+        action="store_true",
+        help="record every rank's calls as `hpcdist mpirun --trace` does, and at the end print per rank the time in "
+        "collectives and between them, how often it arrived last, and the straggler if one stands out",
+    )
+    p.add_argument(
+        "--trace-cost",
+        action="store_true",
+        help="also time each torch backend with that recording on, in interleaved rounds (rows BACKEND+trace)",
+    )
+    p.add_argument(
         "--from",
         dest="source",
         metavar="FILE.json",
@@ -115,11 +130,21 @@ def bench(args: argparse.Namespace) -> int:
         from ..bench.ddp import ddp_plan_from_options, run_ddp
 
         ddp = ddp_plan_from_options(options)
-        with init(ddp.backends[0], args.timeout) as session:
+        with init(ddp.backends[0], args.timeout) as session, _report(args.report, session):
             return run_ddp(ddp, session)
     plan = plan_from_options(options)
-    with init(plan.backend, args.timeout) as session:
+    with init(plan.backend, args.timeout) as session, _report(args.report, session):
         return run_plan(plan, session)
+
+
+def _report(on: bool, session: Session) -> contextlib.AbstractContextManager[None]:
+    """--report: trace the run and print the straggler table at its end; nothing without it."""
+    if not on:
+        return contextlib.nullcontext()
+    from ..forensics.timeline import reporting
+    from ..runtime.bootstrap import forensics_enabled
+
+    return reporting(forensics_enabled(session.env), session.timeout)
 
 
 def _add_doctor(subparsers: Any) -> None:

@@ -95,6 +95,12 @@ def add_parsers(sub: Any) -> None:
         help="end the job when a running rank's heartbeat (its tagger's, every sixth of this, at most 5 s) is not "
         "heard for this long, naming the rank and its host (default: $HPCDIST_HEARTBEAT_TIMEOUT or 30; 0: off)",
     )
+    mpirun.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="write every rank's communication calls (and hpcdist.region marks) on one clock into FILE, a Chrome "
+        "trace that ui.perfetto.dev opens, and print which rank arrived last at collectives (see `hpcdist trace`)",
+    )
     mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     mpirun.add_argument(
         "--mpi",
@@ -161,6 +167,12 @@ def _workload_options(parser: Any) -> None:
         metavar="N",
         help="stop after epoch N has been checkpointed, as if the job had been killed (for tests)",
     )
+    ddp.add_argument(
+        "--report",
+        action="store_true",
+        help="trace every rank's calls and, after training, print per rank the time in collectives and between "
+        "them, how often it arrived last, and the straggler if one stands out (under an MPI launch)",
+    )
 
 
 def workload_options(args: argparse.Namespace) -> WorkloadOptions:
@@ -179,6 +191,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         checkpoint_dir=args.checkpoint_dir,
         resume=args.resume,
         stop_after_epoch=args.stop_after_epoch,
+        report=args.report,
     )
 
 
@@ -238,6 +251,7 @@ def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
         ranks=args.ranks,
         tail=args.tail,
         heartbeat_timeout=args.heartbeat_timeout,
+        trace=args.trace,
     )
 
 

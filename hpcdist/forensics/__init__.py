@@ -7,6 +7,10 @@
 - `collect`: every rank's stacks printed on a hang (a part of the watchdog's answer), on SIGUSR2 and on a failure;
 - `cause`: what an ending rank tells hpcdist mpirun (in which call it failed, that it finished, whom a hang blames);
 - `pyspy`: with py-spy installed, the stacks of a rank on this host that could not answer (it holds the GIL).
+- `chrome`: the merged timeline as a Chrome-trace document and back (pure);
+- `stragglers`: per rank, time in collectives and how often it arrived last; the straggler rule (pure);
+- `timeline`: aligns the ranks' clocks over MPI, keeps every call and `hpcdist.region`, writes the trace file;
+- `timeplot`: draws a trace file with matplotlib (`hpcdist trace FILE --plot`).
 
 May import: errors, waits, abort, control, and launching.spawn (to run py-spy). Never the runtime, the CLI or torch
 at import time.

@@ -47,6 +47,12 @@ class Entry:
     gseq: int  # the how-many-th collective on its group (0 for point-to-point): aligns ranks' ledgers
     started: float
     done: bool = False
+    ended: float = 0.0  # when it finished (time.monotonic()); 0.0 while it runs, or when its end is not known
+
+    def finish(self) -> None:
+        """Mark the call finished, now (every recorder ends a call through this)."""
+        self.done = True
+        self.ended = _monotonic()
 
 
 class Phase(NamedTuple):
@@ -109,6 +115,22 @@ class Ledger:
         entry = Entry(self.seq, op, peer, shape, dtype, group, gseq, _monotonic())
         self.entries.append(entry)
         return entry
+
+    def keep(self, trace: deque[Entry] | None) -> None:
+        """Also append every new call to `trace` (a bounded deque: it keeps the latest), or stop when None.
+
+        Gives this ledger alone a recording `start`, so a ledger that never traces pays nothing per call.
+        """
+        self.__dict__.pop("start", None)
+        if trace is not None:
+            plain, append = type(self).start, trace.append
+
+            def start(op: str, peer: str, shape: tuple[int, ...], dtype: object, group: str) -> Entry:
+                entry = plain(self, op, peer, shape, dtype, group)  # (start's own parameters, passed on as they are)
+                append(entry)
+                return entry
+
+            self.__dict__["start"] = start
 
     def pending(self) -> Entry | None:
         """The oldest call that has not finished, if any."""

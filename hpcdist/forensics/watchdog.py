@@ -89,7 +89,7 @@ def _recorded(name: str, call: Callable[..., Any], spec: tuple, dist: Any) -> Ca
         try:
             return call(*args, **kwargs)
         finally:
-            entry.done = True  # async calls count as done once issued
+            entry.finish()  # async calls count as done once issued
 
     wrapper._hpcdist_ledger = True  # type: ignore[attr-defined]
     return wrapper

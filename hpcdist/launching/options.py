@@ -41,13 +41,14 @@ class MpirunOptions:
     ranks: str | None = None  # the console's rank list, e.g. "0,3"
     tail: int | None = None  # None: DEFAULT_TAIL
     heartbeat_timeout: float | None = None  # None: $HPCDIST_HEARTBEAT_TIMEOUT or the default; 0: off
+    trace: str | None = None  # FILE.json: rank 0 writes every rank's calls there as one Chrome trace
 
     def __post_init__(self) -> None:
         """Refuse a value of the wrong kind, whoever made the options.
 
         Raises:
-            UsageError: -np below 1, --tail below 0, a --heartbeat-timeout that is no number of seconds, or a
-                list option that is not a list of the right items.
+            UsageError: -np below 1, --tail below 0, an empty --trace, a --heartbeat-timeout that is no number of
+                seconds, or a list option that is not a list of the right items.
         """
         if self.np is not None:
             check_count(self.np, "-np", 1, "e.g. -np 4")
@@ -59,5 +60,7 @@ class MpirunOptions:
             value = getattr(self, name)
             if not (isinstance(value, tuple) and all(isinstance(item, str) for item in value)):
                 raise UsageError(f"MpirunOptions.{name} must be a tuple of strings, got {value!r}")
+        if self.trace is not None and not (isinstance(self.trace, str) and self.trace):
+            raise UsageError(f"--trace takes the file to write, e.g. --trace trace.json; got {self.trace!r}")
         if not all(isinstance(pair, tuple) and len(pair) == 2 for pair in self.mca):
             raise UsageError(f"MpirunOptions.mca must be (KEY, VALUE) pairs, got {self.mca!r}")

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from ..control import BEAT_ENV
+from ..control import BEAT_ENV, TRACE_ENV
 from ..errors import UsageError
 from ..placement.binding import BIND_VAR, check_bind
 from ..rank.streams import parse_ranks
@@ -96,7 +96,7 @@ def spec_from_options(
     elif not options.no_shim:  # a printed command: untagged as before, unless an output option asks for the tagger
         asked = options.tag or output.log_dir is not None or output.ranks is not None
         ours = shim_variables(dataclasses.replace(output, tag=output.tag and asked))
-    bind = _bind_exports(options)
+    bind = _bind_exports(options) + _trace_exports(options)
     spec = MpirunSpec(
         program=(*shim, *program),
         np=np,
@@ -195,6 +195,25 @@ def _bind_exports(options: MpirunOptions) -> list[str]:
     if options.no_shim:
         raise UsageError("--bind auto is applied by hpcdist's shim, so it cannot be used with --no-shim; drop one")
     return [f"{BIND_VAR}=auto"]
+
+
+def _trace_exports(options: MpirunOptions) -> list[str]:
+    """`--trace FILE` reaches every rank's shim as HPCDIST_TRACE=/absolute/FILE (rank 0 writes it at the end).
+
+    Raises:
+        UsageError: --no-shim (the shim records the calls), or a directory that does not exist.
+    """
+    if options.trace is None:
+        return []
+    if options.no_shim:
+        raise UsageError("--trace is recorded by hpcdist's shim, so it cannot be used with --no-shim; drop one")
+    path = os.path.abspath(options.trace)
+    if os.path.isdir(path) or not os.path.isdir(os.path.dirname(path)):
+        raise UsageError(
+            f"--trace {options.trace}: {'is a directory' if os.path.isdir(path) else 'its directory does not exist'}; "
+            "give a file to write in an existing directory, e.g. --trace trace.json"
+        )
+    return [f"{TRACE_ENV}={path}"]
 
 
 def _progress_bar(environ: Mapping[str, str]) -> list[str]:

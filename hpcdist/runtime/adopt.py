@@ -16,12 +16,14 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import inspect
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
+from ..control import TRACE_ENV
 from .bootstrap import check_nccl, forensics_enabled, mpi4py_backend, start_group, startup_timeout
 from .env import LaunchEnv
 
@@ -41,6 +43,19 @@ def adopt(env: LaunchEnv, seconds: float) -> None:
         if forensics:
             collect.install()  # its stacks in the hang report, and on SIGUSR2
     _state["forensics"] = forensics
+    path = os.environ.get(TRACE_ENV)
+    if path and forensics:
+        from ..forensics import timeline
+
+        timeline.begin(seconds)
+        _state["trace"] = True
+    elif path and env.rank == 0:
+        print(
+            f"hpcdist: no trace will be written to {path}: tracing records through hang forensics, which "
+            "HPCDIST_FORENSICS=0 or an MPI without MPI_THREAD_MULTIPLE turns off",
+            file=sys.stderr,
+            flush=True,
+        )
     arm = functools.partial(_arm, seconds=seconds, forensics=forensics, local_world_size=env.local_world_size)
     if _TARGET in sys.modules:  # rank 0's shim loaded torch to host the rendezvous store
         arm(sys.modules[_TARGET])
@@ -54,6 +69,11 @@ def finish() -> None:
         from ..forensics import watchdog
 
         watchdog.finish()
+    path = os.environ.get(TRACE_ENV)
+    if _state.get("trace") and path:
+        from ..forensics import timeline
+
+        timeline.end(path)
 
 
 def _arm(dist: ModuleType, seconds: float, forensics: bool, local_world_size: int = 1) -> None:

@@ -2,7 +2,8 @@
 
 Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`), atomic checkpoints (`checkpoint`) and
 stopping at a step boundary on preemption (`preemption`).
-May import: errors, values, waits, control, runtime. Never the CLI. Listing the workloads never imports torch.
+May import: errors, values, waits, control, runtime, forensics (regions, --report). Never the CLI.
+Listing the workloads never imports torch.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class WorkloadOptions:
     checkpoint_dir: str | None = None  # DIR/ddp.pt written atomically after every epoch
     resume: bool = False  # continue from DIR/ddp.pt if it exists
     stop_after_epoch: int | None = None  # stop after this epoch is checkpointed, as if killed (for tests)
+    report: bool = False  # trace the training; rank 0 prints the straggler table after it
 
     def __post_init__(self) -> None:
         """Refuse what training would refuse, before anything starts.

@@ -31,7 +31,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ..errors import UsageError
-from ..runtime.bootstrap import Session
+from ..forensics.timeline import region, reporting
+from ..runtime.bootstrap import Session, forensics_enabled
 from . import WorkloadOptions, checkpoint
 from .preemption import Preempted, StopAtStepBoundary
 
@@ -87,8 +88,15 @@ def parameters_digest(model: nn.Module) -> str:
 
 
 def run(session: Session, options: WorkloadOptions | None = None) -> str | None:
-    """`hpcdist run ddp`: train, then check that the parameters are identical on all ranks."""
-    return check_identical(train(session, options), session)
+    """`hpcdist run ddp`: train, then check that the parameters are identical on all ranks.
+
+    With `options.report`, every rank's calls are traced and rank 0 prints the straggler table after training.
+    """
+    if options is None or not options.report:
+        return check_identical(train(session, options), session)
+    with reporting(forensics_enabled(session.env), session.timeout):
+        model = train(session, options)
+    return check_identical(model, session)
 
 
 def train(session: Session, options: WorkloadOptions | None = None) -> nn.Module:
@@ -261,9 +269,12 @@ def _train_epoch(
     for step, (x, y) in enumerate(batches, start=skip + 1):
         x, y = x.to(device), y.to(device)
         optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
+        with region("forward"):  # marked on the rank's track when the job is traced; nothing otherwise
+            loss = nn.functional.mse_loss(model(x), y)
+        with region("backward"):
+            loss.backward()
+        with region("optimizer"):
+            optimizer.step()
         totals[0] += loss.detach().double() * len(x)
         totals[1] += len(x)
         if progress is not None:
