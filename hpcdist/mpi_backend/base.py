@@ -48,4 +48,5 @@ class GroupBase:
             steps: Any = None,
             tmo: Any = None,
             peer: str | None = None,
+            root: int | None = None,
         ) -> Any: ...

@@ -128,17 +128,19 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         steps: Any = None,
         tmo: Any = None,
         peer: str | None = None,
+        root: int | None = None,
     ) -> Any:
         """Turn issued request(s) into a Work; a synchronous op is completed before returning.
 
-        With the ledger on, the call is recorded: a collective under `name`, point-to-point (`peer`, e.g.
-        "dst=2") as `send` or `recv`.
+        With the ledger on, the call is recorded: a collective under `name` (with its group `root`, if any),
+        point-to-point (`peer`, e.g. "dst=2") as `send` or `recv`.
         """
         call = None
         if record.ENABLED:
             if peer is None:
                 self._gseq += 1
-                call = record.start(name, "", result, self._ledger_name, self._gseq, not async_op)
+                shown = "" if root is None else f"root={self._ranks[root]}"
+                call = record.start(name, shown, result, self._ledger_name, self._gseq, not async_op)
             else:
                 call = record.start(name.split()[0], peer, result, self._ledger_name, 0, not async_op)
         if not async_op and steps is None and status is None and type(req) is not list:
