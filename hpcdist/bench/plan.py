@@ -50,6 +50,7 @@ class BenchOptions:
     root: int | None = None  # -r
     json: bool = False
     reference: bool = False
+    without_ledger: bool = False
     timeout: float | None = None
     plot: str | None = None  # FILE.png
     source: str | None = None  # --from FILE.json
@@ -192,6 +193,7 @@ class BenchPlan:
     json: bool
     reference: bool
     plot: str | None = None  # rank 0 draws the results into this file (bench/plot.py)
+    without_ledger: bool = False  # also time each backend with hang forensics' ledger off
 
     @property
     def backend(self) -> str:
@@ -254,7 +256,7 @@ def plan_from_options(args: BenchOptions) -> BenchPlan:
         )
     if args.reference and op == "avg":
         raise UsageError("--reference runs raw mpi4py, and MPI has no avg reduction; drop --reference or use --op sum")
-    rounds = _rounds(args, len(backends) + args.reference)
+    rounds = _rounds(args, len(backends) * (1 + args.without_ledger) + args.reference)
     factor = 1 if args.stepfactor is None else args.stepfactor
     if factor < 1:
         raise UsageError(f"-f {args.stepfactor} must be at least 1 (1 steps by -i bytes, 2 doubles each size)")
@@ -282,6 +284,7 @@ def plan_from_options(args: BenchOptions) -> BenchPlan:
         args.json,
         args.reference,
         args.plot,
+        args.without_ledger,
     )
 
 

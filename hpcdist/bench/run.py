@@ -38,7 +38,8 @@ def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
     from .impl import MpiImpl, TorchImpl
 
     groups = backend_groups(plan.backends, session)
-    impls: list[Implementation] = [TorchImpl(plan, session, group) for group in groups]
+    ledger = (True, False) if plan.without_ledger else (None,)
+    impls: list[Implementation] = [TorchImpl(plan, session, group, on) for group in groups for on in ledger]
     if plan.reference:
         impls.append(MpiImpl(plan, session))
     devices, env = describe(session, [g.name for g in groups], plan.dtype)
@@ -117,12 +118,14 @@ def _measure(
     and check each."""
     runs = [impl.prepare(counts, in_place) for impl in impls]
     for impl, run in zip(impls, runs, strict=True):
+        _ledger(impl)
         for _ in range(plan.warmup):
             run()
         impl.sync()
     rounds: list[list[float]] = [[] for _ in impls]
     for iters in round_sizes(plan.iters, plan.rounds):
         for impl, run, times in zip(impls, runs, rounds, strict=True):
+            _ledger(impl)
             impl.barrier()
             run()  # untimed: the first call after a barrier also absorbs the ranks' skew leaving it
             impl.sync()
@@ -135,6 +138,13 @@ def _measure(
         _checked(impl, plan, counts, nbytes, in_place, want, statistics.median(times))
         for impl, times in zip(impls, rounds, strict=True)
     ]
+
+
+def _ledger(impl: Implementation) -> None:
+    """Turn the ledger on or off for an implementation timed with (or without) it."""
+    switch = getattr(impl, "switch_ledger", None)
+    if switch is not None:
+        switch()
 
 
 def _checked(
