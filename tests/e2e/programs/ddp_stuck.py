@@ -18,6 +18,11 @@ def stall(*_: object) -> None:
     time.sleep(300)
 
 
+def stall_in_backward(grad: torch.Tensor) -> torch.Tensor:
+    stall()
+    return grad
+
+
 with hpcdist.init(os.environ.get("BACKEND", "gloo")) as session:
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
@@ -25,7 +30,7 @@ with hpcdist.init(os.environ.get("BACKEND", "gloo")) as session:
     for step in range(5):
         stuck = session.rank == 1 and step == 3
         if stuck and STUCK == "in_backward":
-            model.module.weight.register_hook(lambda grad: stall() or grad)
+            model.module.weight.register_hook(stall_in_backward)
         if stuck and STUCK == "in_step":
             optimizer.register_step_pre_hook(stall)
         optimizer.zero_grad()
