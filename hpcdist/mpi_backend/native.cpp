@@ -423,9 +423,10 @@ class NativeBackend : public c10d::Backend {
       if (deadline != 0 && now > deadline) {
         out.push_back(who_ + ": " + slot->name.load() + " on " + desc_ + " did not complete within " +
                       seconds(slot->limit_ms.load()) +
-                      " s (the group's timeout): a rank of the group is elsewhere, stuck, or in another call "
-                      "(HPCDIST_TIMEOUT's hang report, when on, names it); only if this call is just that slow, "
-                      "pass a larger timeout. MPI cannot cancel a blocking call, so the job ends");
+                      " s (the group's timeout): check that every rank of the group made this call (with hang "
+                      "forensics on, HPCDIST_TIMEOUT's report names a rank that is elsewhere or stuck); only if the "
+                      "call is just that slow, pass a larger timeout. MPI cannot cancel a blocking call, so the job "
+                      "ends");
       }
     }
   }

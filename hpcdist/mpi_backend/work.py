@@ -114,9 +114,9 @@ class MPIWork(dist._Work):
     def _deadline_error(self, seconds: float) -> CollectiveTimeout:
         return CollectiveTimeout(
             f"{self._group._who()}: {self._name} on {self._group._desc} did not complete within {seconds:g} s "
-            "(a timeout of the group or of wait()): a rank of the group is elsewhere, stuck, or in another call "
-            "(HPCDIST_TIMEOUT's hang report, when on, names it); only if this call is just that slow, pass a larger "
-            "timeout"
+            "(a timeout of the group or of wait()): check that every rank of the group made this call (with hang "
+            "forensics on, HPCDIST_TIMEOUT's report names a rank that is elsewhere or stuck); only if the call is "
+            "just that slow, pass a larger timeout"
         )
 
     def _expired(self, now: float) -> bool:
