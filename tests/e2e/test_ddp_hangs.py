@@ -14,15 +14,20 @@ TIMEOUT = 5
 SLACK = 20  # abort and teardown of a 2-rank job on a loaded 2-core machine; torch's backstop is 60 + 15 s away
 
 
-@pytest.mark.parametrize("stuck", ["before_backward", "in_backward", "in_step"])
-@pytest.mark.parametrize("backend", ["gloo", "mpi"])
-def test_a_stuck_ddp_rank_is_named_at_the_timeout(hpcdist: str, backend: str, stuck: str) -> None:
+STUCK = ["before_backward", "in_backward", "in_step"]
+# (backend, compiled mpi backend): gloo, the compiled mpi backend (the default where it builds), the Python one
+CASES = [(b, "1", s) for b in ("gloo", "mpi") for s in STUCK] + [("mpi", "0", "before_backward")]
+
+
+@pytest.mark.parametrize(("backend", "native", "stuck"), CASES)
+def test_a_stuck_ddp_rank_is_named_at_the_timeout(hpcdist: str, backend: str, native: str, stuck: str) -> None:
     result = launch(
         [hpcdist, "mpirun", "-np", "2", "--", "python", str(PROGRAMS / "ddp_stuck.py")],
         timeout=150,
         BACKEND=backend,
         STUCK=stuck,
         HPCDIST_TIMEOUT=str(TIMEOUT),
+        HPCDIST_MPI_NATIVE=native,
     )
     ended = time.time()
     err = result.stderr
