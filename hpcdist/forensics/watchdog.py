@@ -108,7 +108,10 @@ def _name_group(group: Any, dist: Any) -> tuple[Any, str, bool]:
     """The world ("world"; group None) or a subgroup named by its global ranks, e.g. `[0, 1]`, and whether its
     backend records its calls (a dict by id: hashing a ProcessGroup costs more)."""
     name = "world" if group is None else str(dist.get_process_group_ranks(group))
-    covered = dist.is_initialized() and sources.covers(str(dist.get_backend(group)))
+    try:
+        covered = dist.is_initialized() and sources.covers(str(dist.get_backend(group)))
+    except (RuntimeError, ValueError):  # a group this rank is not in: the call itself says so
+        covered = False
     known = _NAMES[id(group)] = (group, name, covered)
     return known
 
