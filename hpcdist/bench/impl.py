@@ -6,6 +6,7 @@ offers the barrier, device sync and cross-rank max/sum that the timing loop need
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -54,13 +55,20 @@ def _layout(collective: str, counts: Counts, rank: int, rank_block_result: bool)
 class TorchImpl:
     """The collective through torch.distributed on one backend's group (see groups.BackendGroup)."""
 
-    def __init__(self, plan: BenchPlan, session: Session, backend: BackendGroup) -> None:
+    def __init__(self, plan: BenchPlan, session: Session, backend: BackendGroup, ledger: bool | None = None) -> None:
+        """`ledger` True or False: timed beside its twin with hang forensics' ledger on or off (`switch_ledger`)."""
         import torch
         import torch.distributed as dist
 
         self.torch, self.dist, self.plan, self.session, self.group = torch, dist, plan, session, backend.group
         self.rank, self.nranks, self.device = session.rank, session.world_size, backend.device
-        self.name = f"torch/{backend.name}"
+        self.name = f"torch/{backend.name}" + (" no ledger" if ledger is False else "")
+        self.ledger = ledger
+        if ledger is not None and not getattr(dist.all_reduce, "_hpcdist_ledger", False):
+            raise UsageError(
+                "--without-ledger compares hang forensics' ledger on and off, but it is off here (not under an MPI "
+                "launch, or HPCDIST_FORENSICS=0); run under `hpcdist mpirun` or drop --without-ledger"
+            )
         self.dtype = getattr(torch, plan.dtype)
         names = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}
         self.op = getattr(dist.ReduceOp, names[plan.op]) if plan.op in names else None
@@ -70,6 +78,18 @@ class TorchImpl:
                 "use --op sum, a floating-point --dtype, or another --backend"
             )
         self.recv: Any = None
+
+    def switch_ledger(self) -> None:
+        """Before this implementation's calls: the mpi backend records them (or not), as this twin is timed."""
+        if self.ledger is not None and "hpcdist.mpi_backend.record" in sys.modules:
+            from ..mpi_backend import record
+
+            record.enable(self.ledger)
+
+    def _fn(self, name: str) -> Any:
+        """dist's function `name`; without the ledger, the one the dist.* wrapper wraps."""
+        fn = getattr(self.dist, name)
+        return getattr(fn, "__wrapped__", fn) if self.ledger is False else fn
 
     def _tensor(self, values: Any) -> Any:
         return self.torch.from_numpy(values).to(device=self.device, dtype=self.dtype)
@@ -95,20 +115,22 @@ class TorchImpl:
         g = self.group  # spans every rank, so global ranks are group ranks
         copy = not in_place and (coll != "broadcast" or rank == root)
         if coll in ("all_reduce", "broadcast", "reduce"):
+            fn = self._fn(coll)
             call = {
-                "all_reduce": lambda: dist.all_reduce(recv, op=op, group=g),
-                "broadcast": lambda: dist.broadcast(recv, src=root, group=g),
-                "reduce": lambda: dist.reduce(recv, dst=root, op=op, group=g),
+                "all_reduce": lambda: fn(recv, op=op, group=g),
+                "broadcast": lambda: fn(recv, src=root, group=g),
+                "reduce": lambda: fn(recv, dst=root, op=op, group=g),
             }[coll]
             return (lambda: (recv.copy_(send), call())) if copy else call
         if coll == "all_gather":  # torch 2.13 renamed all_gather_into_tensor and reduce_scatter_tensor
-            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            gather = getattr(dist, "all_gather_single", None) or self._fn("all_gather_into_tensor")
             return lambda: gather(recv, send, group=g)
         if coll == "reduce_scatter":
-            scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+            scatter = getattr(dist, "reduce_scatter_single", None) or self._fn("reduce_scatter_tensor")
             return lambda: scatter(recv, send, op=op, group=g)
         if coll == "alltoall":
-            return lambda: dist.all_to_all_single(recv, send, group=g)
+            a2a = self._fn("all_to_all_single")
+            return lambda: a2a(recv, send, group=g)
         if n == 1:
             return lambda: recv.copy_(send)  # torch refuses to send to itself; one rank's ring is a copy
         ops = [dist.P2POp(dist.isend, send, (rank + 1) % n, g), dist.P2POp(dist.irecv, recv, (rank - 1) % n, g)]

@@ -38,7 +38,8 @@ def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
     from .impl import MpiImpl, TorchImpl
 
     groups = backend_groups(plan.backends, session)
-    impls: list[Implementation] = [TorchImpl(plan, session, group) for group in groups]
+    ledger = (True, False) if plan.without_ledger else (None,)
+    impls: list[Implementation] = [TorchImpl(plan, session, group, on) for group in groups for on in ledger]
     if plan.trace_cost:
         impls += [Traced(TorchImpl(plan, session, group)) for group in groups]
         _begin_tracing(session)
@@ -120,6 +121,7 @@ def _measure(
     and check each."""
     runs = [impl.prepare(counts, in_place) for impl in impls]
     for impl, run in zip(impls, runs, strict=True):
+        _ledger(impl)
         for _ in range(plan.warmup):
             run()
         impl.sync()
@@ -128,6 +130,7 @@ def _measure(
         for impl, run, times in zip(impls, runs, rounds, strict=True):
             if plan.trace_cost:
                 _trace(isinstance(impl, Traced))
+            _ledger(impl)
             impl.barrier()
             run()  # untimed: the first call after a barrier also absorbs the ranks' skew leaving it
             impl.sync()
@@ -174,6 +177,13 @@ def _trace(on: bool) -> None:
     from ..forensics import timeline
 
     timeline.tracing(on)
+
+
+def _ledger(impl: Implementation) -> None:
+    """Turn the ledger on or off for an implementation timed with (or without) it."""
+    switch = getattr(impl, "switch_ledger", None)
+    if switch is not None:
+        switch()
 
 
 def _checked(

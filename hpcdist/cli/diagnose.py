@@ -74,6 +74,12 @@ def _add_bench(subparsers: Any) -> None:
     p.add_argument("-r", "--root", type=Whole(0), help="root rank for broadcast and reduce (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--reference", action="store_true", help="also time raw mpi4py on numpy buffers, row by row")
+    p.add_argument(
+        "--without-ledger",
+        action="store_true",
+        help="also time each backend with hang forensics' ledger off (the dist.* calls' and the mpi backend's "
+        "records; torch's Flight Recorder stays as the group was made), row by row",
+    )
     p.add_argument("--timeout", type=Seconds(), help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
     p.add_argument(
         "--plot",

@@ -2,6 +2,7 @@
 
 - `ledger`: the ledger and the divergence analysis (pure);
 - `watchdog`: records torch.distributed calls, gathers every ledger over MPI at a timeout, ends the job;
+- `sources`: calls recorded below dist.* (a backend's own records, torch's Flight Recorder), merged into the ledger;
 - `frdump`: every rank's calls as Flight Recorder dumps for torch's `torchfrtrace`, and where they go;
 - `stacks`: a rank's Python stacks through faulthandler, and every rank's grouped into one report (pure but the dump);
 - `collect`: every rank's stacks printed on a hang (a part of the watchdog's answer), on SIGUSR2 and on a failure;

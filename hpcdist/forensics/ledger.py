@@ -19,6 +19,7 @@ __all__ = [
     "Phase",
     "Record",
     "describe_hang",
+    "dtype_name",
     "first_divergence",
 ]
 
@@ -26,6 +27,19 @@ _P2P_RECV = ("recv", "irecv")
 _P2P_SEND = ("send", "isend")
 _P2P = _P2P_RECV + _P2P_SEND
 _monotonic = time.monotonic
+# c10's names of dtypes (the compiled mpi backend's and Flight Recorder's) as torch spells them
+_C10_DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Byte": "uint8",
+    "Char": "int8",
+    "Short": "int16",
+    "Int": "int32",
+    "Long": "int64",
+    "Bool": "bool",
+}
 
 # Where a rank's program is, as far as torch.distributed goes (the shim and init_process_group say so).
 RUNNING = "running"  # its program runs but has not called init_process_group
@@ -63,7 +77,8 @@ class Phase(NamedTuple):
 
 
 class Record(NamedTuple):
-    """An entry as sent to another rank: its age in seconds instead of a clock reading."""
+    """An entry as sent to another rank: its age in seconds instead of a clock reading, and who issued it if not a
+    dist.* call (e.g. autograd's backward pass)."""
 
     seq: int
     op: str
@@ -74,10 +89,15 @@ class Record(NamedTuple):
     gseq: int
     age: float
     done: bool
+    note: str = ""
 
     def label(self) -> str:
         """`recv(src=0) #17`, as the hang report names a call."""
         return f"{self.op}({self.peer}) #{self.seq}" if self.peer else f"{self.op} #{self.seq}"
+
+    def waiting(self) -> str:
+        """The label, and who issued the call when a note says: what a rank waits in."""
+        return f"{self.label()} ({self.note})" if self.note else self.label()
 
     def signature(self) -> tuple[str, str, tuple[int, ...], str, str]:
         """What must match across ranks for a collective: operation, root, shape, dtype, group."""
@@ -140,14 +160,15 @@ class Ledger:
         """The entries as records, to send to another rank."""
         now = time.monotonic()
         return [
-            Record(e.seq, e.op, e.peer, tuple(e.shape), _dtype_name(e.dtype), e.group, e.gseq, now - e.started, e.done)
+            Record(e.seq, e.op, e.peer, tuple(e.shape), dtype_name(e.dtype), e.group, e.gseq, now - e.started, e.done)
             for e in list(self.entries)
         ]
 
 
-def _dtype_name(dtype: object) -> str:
-    """`float32` for torch.float32 or for the name itself."""
-    return str(dtype).removeprefix("torch.")
+def dtype_name(dtype: object) -> str:
+    """`float32` for torch.float32, for c10's `Float`, or for the name itself."""
+    name = str(dtype).removeprefix("torch.")
+    return _C10_DTYPES.get(name, name)
 
 
 def first_divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phase] | None = None) -> str | None:
@@ -156,7 +177,11 @@ def first_divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phas
     `phases` (each rank's Phase; INITIALISED when absent) names ranks that never initialised or whose
     program has finished, and counts a rank waiting in init_process_group as waiting.
     """
-    phases = phases or {}
+    return _divergence(ledgers, phases or {})[0]
+
+
+def _divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phase]) -> tuple[str | None, str]:
+    """The first divergence in words and the advice that fits it ("" when there is none)."""
     entries = {rank: [Record(*row) for row in rows] for rank, rows in sorted(ledgers.items())}
     waiting = {rank: next((e for e in rows if not e.done), None) for rank, rows in entries.items()}
     for rank, entry in waiting.items():
@@ -167,20 +192,18 @@ def first_divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phas
         wanted = _P2P_SEND if entry.op in _P2P_RECV else _P2P_RECV
         if peer in entries and (other is None or other.op not in wanted or other.peer[4:] != str(rank)):
             if other is not None:
-                where = f"rank {peer} is in {other.label()}"
-            elif _phase(phases, peer) == INITIALISED:
-                where = f"rank {peer} is not in any communication call"
+                where, advice = f"rank {peer} is in {other.waiting()}", _PAIRS
             else:
-                where = _elsewhere([peer], phases)
-            return f"rank {rank} waits in {entry.label()} while {where}"
+                where, advice = _elsewhere([peer], phases)
+            return f"rank {rank} waits in {entry.waiting()} while {where}", advice
     for group in sorted({e.group for rows in entries.values() for e in rows if e.op not in _P2P}):
         members = list(entries) if group == "world" else [r for r in json.loads(group) if r in entries]
         calls = {rank: {e.gseq: e for e in entries[rank] if e.group == group and e.op not in _P2P} for rank in members}
         for gseq in sorted(set.intersection(*(set(by_gseq) for by_gseq in calls.values()))):
             mismatch = _mismatch({rank: by_gseq[gseq] for rank, by_gseq in calls.items()})
             if mismatch:
-                return mismatch
-    stuck = {rank: e.label() for rank, e in waiting.items() if e is not None}
+                return mismatch, _ORDER
+    stuck = {rank: e.waiting() for rank, e in waiting.items() if e is not None}
     stuck.update({r: "init_process_group" for r in entries if r not in stuck and _phase(phases, r) == INITIALISING})
     absent = sorted(set(entries) - set(stuck))
     if stuck and absent:
@@ -188,9 +211,23 @@ def first_divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phas
         by_phase: dict[str, list[int]] = {}
         for rank in absent:
             by_phase.setdefault(_phase(phases, rank), []).append(rank)
-        where = " and ".join(_elsewhere(ranks, phases) for ranks in by_phase.values())
-        return f"rank {first_rank} waits in {stuck[first_rank]} while {where}"
-    return None
+        parts = [_elsewhere(ranks, phases) for ranks in by_phase.values()]
+        return f"rank {first_rank} waits in {stuck[first_rank]} while {' and '.join(w for w, _ in parts)}", parts[0][1]
+    pending = {(e.group, e.gseq, e.op) for e in waiting.values() if e is not None}
+    if len(entries) > 1 and len(pending) == 1 and None not in waiting.values() and next(iter(pending))[1]:
+        return None, _SLOW
+    return None, ""
+
+
+_PAIRS = "a send or recv whose peer is in another call: check that every send has its recv, in the same order"
+_ORDER = (
+    "the ranks' calls differ at the same point of the group (operation, shape, dtype or root): every rank of a "
+    "group must issue the same collectives in the same order"
+)
+_SLOW = (
+    "every rank is in the same call and still waiting: it is slow, or stuck inside the backend or the network; "
+    "if it is only slow, set a larger HPCDIST_TIMEOUT"
+)
 
 
 def _phase(phases: Mapping[int, Phase], rank: int) -> str:
@@ -199,15 +236,22 @@ def _phase(phases: Mapping[int, Phase], rank: int) -> str:
     return Phase(*phase).name if phase else INITIALISED
 
 
-def _elsewhere(ranks: list[int], phases: Mapping[int, Phase]) -> str:
-    """What ranks in one phase do instead of communicating, e.g. 'rank 1 finished its program'."""
-    phase, one = _phase(phases, ranks[0]), len(ranks) == 1
+def _elsewhere(ranks: list[int], phases: Mapping[int, Phase]) -> tuple[str, str]:
+    """What ranks in one phase do instead of communicating, e.g. 'rank 1 finished its program', and the advice."""
+    phase, one, who = _phase(phases, ranks[0]), len(ranks) == 1, _ranks(ranks)
     if phase == FINISHED:
-        return f"{_ranks(ranks)} {'finished its program' if one else 'finished their programs'}"
+        advice = f"{who} ended without the call the others wait in: check that every rank makes the same calls"
+        return f"{who} {'finished its program' if one else 'finished their programs'}", advice
     if phase == RUNNING:
         whose = "its program has" if one else "their programs have"
-        return f"{_ranks(ranks)} never initialised ({whose} not called init_process_group)"
-    return f"rank(s) {', '.join(map(str, ranks))} are not in any communication call"
+        advice = f"{who} never reached init_process_group: check that every rank runs the same program"
+        return f"{who} never initialised ({whose} not called init_process_group)", advice
+    where = "its stack below shows where it is" if one else "their stacks below show where they are"
+    advice = (
+        f"the other ranks wait for {who}, which {'is' if one else 'are'} busy elsewhere or stuck outside "
+        "communication; a larger timeout helps only if that work is meant to take this long"
+    )
+    return f"{who} {'is' if one else 'are'} not in any communication call ({where})", advice
 
 
 def _mismatch(calls: dict[int, Record]) -> str | None:
@@ -244,7 +288,8 @@ def describe_hang(
         last = f"last call {entries[-1].label()}" if entries else "no communication call"
         phase = Phase(*phases[rank]) if rank in phases else Phase(INITIALISED, 0.0)
         if pending:
-            lines.append(f"  rank {rank}: waiting in {_detail(pending)} for {pending.age:.1f} s")
+            note = f", {pending.note}" if pending.note else ""
+            lines.append(f"  rank {rank}: waiting in {_detail(pending)} for {pending.age:.1f} s{note}")
         elif phase.name == INITIALISING:
             lines.append(f"  rank {rank}: waiting in init_process_group for {phase.age:.1f} s")
         elif phase.name == RUNNING:
@@ -257,6 +302,10 @@ def describe_hang(
         lines.append(
             f"  rank {rank}: did not answer (dead, stuck outside Python, or a program that never imported torch)"
         )
-    divergence = first_divergence(ledgers, phases)
+    divergence, advice = _divergence(ledgers, phases)
+    if missing and advice == _SLOW:  # the ranks that did not answer may be elsewhere
+        advice = ""
     lines.append(f"first divergence: {divergence}" if divergence else "no divergence found in the recorded calls")
+    if advice:
+        lines.append(f"advice: {advice}")
     return "\n".join(lines)

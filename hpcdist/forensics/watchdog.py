@@ -1,5 +1,9 @@
 """Hang forensics: record torch.distributed calls in a ledger; on a timeout gather all ledgers over MPI.
 
+The ledger holds the dist.* calls; calls below them (DDP's, the object collectives') come from sources
+(`sources.py`: the mpi backend's own records, torch's Flight Recorder), merged in when a rank answers and
+polled with the ledger for a call older than the timeout.
+
 Every rank runs a watchdog thread on its own duplicate of COMM_WORLD. When a rank's oldest
 unfinished call is older than the job's timeout (or its init_process_group older than the start-up
 timeout), it alarms rank 0, whose watchdog asks every rank for its phase and ledger (the threads
@@ -21,11 +25,22 @@ from typing import Any
 from ..abort import abort_job
 from ..errors import WaitTimeout
 from ..waits import Backoff, poll_until
-from . import frdump, pyspy, stacks
+from . import frdump, pyspy, sources, stacks
 from .cause import tell_hang
 from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
 
-__all__ = ["LEDGER", "ask_all", "contribute", "each_cycle", "finish", "instrument", "reserve", "start", "stop"]
+__all__ = [
+    "LEDGER",
+    "add_source",
+    "ask_all",
+    "contribute",
+    "each_cycle",
+    "finish",
+    "instrument",
+    "reserve",
+    "start",
+    "stop",
+]
 
 LEDGER = Ledger()
 _PARTS: dict[str, Callable[[], Any]] = {}  # what a rank adds to its answer besides its phase and ledger
@@ -71,6 +86,10 @@ def _recorded(name: str, call: Callable[..., Any], spec: tuple, dist: Any) -> Ca
 
     @functools.wraps(call)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        group = args[g_index] if g_index < len(args) else kwargs.get("group")
+        known = _NAMES.get(id(group)) or _name_group(group, dist)
+        if known[2]:  # its backend records the call itself
+            return call(*args, **kwargs)
         tensor = args[t_index] if 0 <= t_index < len(args) else kwargs.get(t_key)
         if type(tensor) is list or type(tensor) is tuple:
             tensor = tensor[0] if tensor else None
@@ -78,13 +97,12 @@ def _recorded(name: str, call: Callable[..., Any], spec: tuple, dist: Any) -> Ca
         if p_label:
             value = args[p_index] if p_index < len(args) else kwargs.get(p_key, p_default)
             peer = f"{p_label}={'any' if value is None else value}"
-        group = args[g_index] if g_index < len(args) else kwargs.get("group")
         entry = LEDGER.start(
             name,
             peer,
             () if tensor is None else tensor.shape,  # torch.Size is a tuple; the dtype is named when sent
             "" if tensor is None else tensor.dtype,
-            "world" if group is None else _group_name(group, dist),
+            known[1],
         )
         try:
             return call(*args, **kwargs)
@@ -95,15 +113,26 @@ def _recorded(name: str, call: Callable[..., Any], spec: tuple, dist: Any) -> Ca
     return wrapper
 
 
-_NAMES: dict[int, tuple[Any, str]] = {}  # id(group) -> (group, its name); the group is kept so its id stays its own
+# id(group) -> (group, its name, whether its backend records its calls); the group is kept so its id stays its own
+_NAMES: dict[int, tuple[Any, str, bool]] = {}
 
 
-def _group_name(group: Any, dist: Any) -> str:
-    """A subgroup named by its global ranks, e.g. `[0, 1]` (a dict by id: hashing a ProcessGroup costs more)."""
-    known = _NAMES.get(id(group))
-    if known is None:
-        known = _NAMES[id(group)] = (group, str(dist.get_process_group_ranks(group)))
-    return known[1]
+def _name_group(group: Any, dist: Any) -> tuple[Any, str, bool]:
+    """The world ("world"; group None) or a subgroup named by its global ranks, e.g. `[0, 1]`, and whether its
+    backend records its calls (a dict by id: hashing a ProcessGroup costs more)."""
+    name = "world" if group is None else str(dist.get_process_group_ranks(group))
+    try:
+        covered = dist.is_initialized() and sources.covers(str(dist.get_backend(group)))
+    except (RuntimeError, ValueError):  # a group this rank is not in: the call itself says so
+        covered = False
+    known = _NAMES[id(group)] = (group, name, covered)
+    return known
+
+
+def add_source(backend: str, calls: Callable[[], list[tuple]], oldest: Callable[[], float | None]) -> None:
+    """A backend that records its own calls (see `sources.register`): the dist.* wrapper leaves its groups to it."""
+    sources.register(backend, calls, oldest)
+    _NAMES.clear()
 
 
 def contribute(name: str, part: Callable[[], Any]) -> None:
@@ -125,7 +154,7 @@ def ask_all() -> dict[int, dict[str, Any]] | None:
 
 def _answer() -> dict[str, Any]:
     """What this rank tells the rank that asks: its phase, its ledger, and every contributed part."""
-    answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": LEDGER.snapshot()}
+    answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": sources.snapshot(LEDGER)}
     for name, part in _PARTS.items():
         answer[name] = part()
     return answer
@@ -239,9 +268,10 @@ def _serve(comm: Any, stopping: threading.Event) -> None:
 
 def _late(timeout: float, init_timeout: float) -> str:
     """Why this rank waits too long: 'call' (a pending call), 'init' (init_process_group), or '' if it does not."""
-    now, pending = time.monotonic(), LEDGER.pending()
-    if pending is not None:
-        return "call" if now - pending.started > timeout else ""
+    now, pending, below = time.monotonic(), LEDGER.pending(), sources.oldest_pending()
+    if pending is not None or below is not None:
+        oldest = min(pending.started if pending is not None else now, below if below is not None else now)
+        return "call" if now - oldest > timeout else ""
     return "init" if LEDGER.phase == INITIALISING and now - LEDGER.since > init_timeout else ""
 
 

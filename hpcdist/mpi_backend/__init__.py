@@ -12,6 +12,7 @@ can be made beside it with `new_group(backend=...)`.
 Two implementations: the compiled one (native.cpp, built once and cached by native.py; the default where it
 builds) runs the hot collectives on MPI's blocking calls from C++ and hands every other call form to the Python
 one (MPIProcessGroup, the reference, and all there is with HPCDIST_MPI_NATIVE=0).
+Both record every call for hang forensics once the runtime turns it on (`record.py`).
 
 May import: errors, waits, abort, torch and mpi4py. Never the runtime, launching, jobs or the CLI.
 """
@@ -75,6 +76,7 @@ def _create(options: Any, backend_options: Any = None) -> Any:
     parent = _parent()
     ranks = list(options.global_ranks_in_group)
     timeout = options.timeout.total_seconds()
+    name = str(ranks)  # the group as the ledger names it (as hang forensics name torch's subgroups)
     if not ranks:  # the default group: torch's ranks must be MPI's
         if (options.group_size, options.group_rank) != (parent.size, parent.rank):
             raise ValueError(
@@ -84,6 +86,7 @@ def _create(options: Any, backend_options: Any = None) -> Any:
                 "world_size=MPI.COMM_WORLD.size"
             )
         ranks = list(range(parent.size))
+        name = "world"
         comm = parent.Dup()
     else:
         if dist.is_initialized() and dist.get_world_size() != parent.size:
@@ -99,7 +102,7 @@ def _create(options: Any, backend_options: Any = None) -> Any:
         raise ValueError(
             f"MPI rank {comm.rank} in the new communicator differs from torch's group rank {options.group_rank}"
         )
-    reference = MPIProcessGroup(comm, ranks, timeout)
+    reference = MPIProcessGroup(comm, ranks, timeout, name)
     from . import native  # not at import: `python -m hpcdist.mpi_backend.native` runs it as __main__
 
     compiled = native.load()
@@ -112,4 +115,6 @@ def _create(options: Any, backend_options: Any = None) -> Any:
     native.start_watchdog(compiled)
     ring = ring_min_bytes(compiled=True)
     who, desc = reference._who(), reference._desc
-    return compiled.make_group(comm.handle, comm.rank, comm.size, who, desc, options.timeout, ring, crowded, reference)
+    return compiled.make_group(
+        comm.handle, comm.rank, comm.size, who, desc, options.timeout, ring, crowded, reference, name, ranks
+    )

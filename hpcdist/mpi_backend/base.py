@@ -17,6 +17,7 @@ class GroupBase:
     _comm: MPI.Intracomm
     _size: int
     _rank: int
+    _ranks: list[int]
     _desc: str
     _ring_min_bytes: int
     _ring_comm: MPI.Intracomm
@@ -46,4 +47,6 @@ class GroupBase:
             status: Any = None,
             steps: Any = None,
             tmo: Any = None,
+            peer: str | None = None,
+            root: int | None = None,
         ) -> Any: ...

@@ -133,7 +133,7 @@ class CollectiveOps(GroupBase):
             else:
                 reqs.append(self._comm.Ireduce(typed_spec(buf, mtype), None, mop, root))
             keep.append((t, buf))
-        return self._run("reduce", reqs, keep, as_list(tensors), _chain(finishes), async_op, tmo=tmo)
+        return self._run("reduce", reqs, keep, as_list(tensors), _chain(finishes), async_op, tmo=tmo, root=root)
 
     # -- broadcast -----------------------------------------------------------------------------
     def broadcast(self, tensors: Any, opts: Any = None, timeout: Any = None) -> Any:
@@ -155,7 +155,7 @@ class CollectiveOps(GroupBase):
             if buf is not t and self._rank != root:
                 finishes.append(_copier(t, buf))
         req = reqs[0] if len(reqs) == 1 else reqs
-        return self._run("broadcast", req, keep, tensors, _chain(finishes), async_op, tmo=tmo)
+        return self._run("broadcast", req, keep, tensors, _chain(finishes), async_op, tmo=tmo, root=root)
 
     # -- reduce_scatter ------------------------------------------------------------------------
     def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any = None, timeout: Any = None) -> Any:

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from mpi4py import MPI
 
 from .. import abort
+from . import record
 from .collectives import CollectiveOps
 from .dtypes import Plan, reduction_plan
 from .errors import CollectiveError
@@ -37,7 +38,7 @@ _FAST_SPINS = 256  # Test() calls (~0.1-0.3 µs each) before a synchronous call 
 class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.ProcessGroup):  # type: ignore[misc]
     """A process group over `comm`; `global_ranks[i]` is the torch global rank of group rank i."""
 
-    def __init__(self, comm: MPI.Intracomm, global_ranks: list[int], timeout: float) -> None:
+    def __init__(self, comm: MPI.Intracomm, global_ranks: list[int], timeout: float, name: str = "world") -> None:
         dist.ProcessGroup.__init__(self, comm.Get_rank(), comm.Get_size())  # type: ignore[call-arg]  # (rank, size) form
         self._comm = comm
         self._ring_comm = comm.Dup() if comm.Get_size() > 1 else comm  # internal traffic, apart from users' tags
@@ -57,6 +58,8 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         self._closed = False
         self._group_name = ""
         self._group_desc = ""
+        self._ledger_name = name  # the group in the ledger: "world" or its global ranks, "[0, 1]"
+        self._gseq = 0  # collectives issued on this group (the compiled backend over it sets it before each)
 
     # -- identity -------------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's C++ name
@@ -124,23 +127,42 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         status: Any = None,
         steps: Any = None,
         tmo: Any = None,
+        peer: str | None = None,
+        root: int | None = None,
     ) -> Any:
-        """Turn issued request(s) into a Work; a synchronous op is completed before returning."""
+        """Turn issued request(s) into a Work; a synchronous op is completed before returning.
+
+        With the ledger on, the call is recorded: a collective under `name` (with its group `root`, if any),
+        point-to-point (`peer`, e.g. "dst=2") as `send` or `recv`.
+        """
+        call = None
+        if record.ENABLED:
+            if peer is None:
+                self._gseq += 1
+                shown = "" if root is None else f"root={self._ranks[root]}"
+                call = record.start(name, shown, result, self._ledger_name, self._gseq, not async_op)
+            else:
+                call = record.start(name.split()[0], peer, result, self._ledger_name, 0, not async_op)
         if not async_op and steps is None and status is None and type(req) is not list:
             test = req.Test
             for _ in range(_FAST_SPINS):  # the fast path: small messages finish within microseconds
                 if test():
                     if finish is not None:
                         finish()
+                    record.ended(call)
                     return DONE  # no Work object, nothing to track
         work = MPIWork(self, name, req, keep, result, finish, steps, status, timeout_of(tmo))
+        work._call = call
         if self._coalesced is not None:
             self._coalesced.append(work)
         if async_op:
             if not work._poll() or work._error is not None:
                 self._outstanding.append(work)  # pending, or failed before anyone could wait
             return work
-        work.wait()
+        try:
+            work.wait()
+        finally:
+            record.ended(call)
         return DONE
 
     def _check(self) -> None:

@@ -213,7 +213,7 @@ class DataMovementOps(GroupBase):
         else:
             req = self._comm.Igather(byte_spec(send), None, root)
         result = [t for outs in outputs for t in outs]
-        return self._run("gather", req, (outputs, inp, send, staging), result, finish, _async(opts), tmo=tmo)
+        return self._run("gather", req, (outputs, inp, send, staging), result, finish, _async(opts), tmo=tmo, root=root)
 
     def scatter(self, outputs: Any, inputs: Any, opts: Any = None, timeout: Any = None) -> Any:
         self._check()
@@ -240,7 +240,7 @@ class DataMovementOps(GroupBase):
         else:
             req = self._comm.Iscatter(None, byte_spec(recv), root)
         finish = None if recv is out else (lambda: out.copy_(recv))
-        return self._run("scatter", req, (inputs, out, send, recv), [out], finish, _async(opts), tmo=tmo)
+        return self._run("scatter", req, (inputs, out, send, recv), [out], finish, _async(opts), tmo=tmo, root=root)
 
     # -- all_to_all ----------------------------------------------------------------------------
     def all_to_all_single(

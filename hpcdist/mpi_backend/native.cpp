@@ -9,9 +9,11 @@
 // to the Python group it was made with, which stays the reference implementation. Where ranks share cores, each
 // call is its non-blocking twin, waited on with sched_yield (`call`). A blocking call cannot time out in MPI:
 // `overdue()` names the calls past their group's timeout, and the Python watchdog (native.py) ends the job
-// with that text, as NCCL's watchdog does.
+// with that text, as NCCL's watchdog does. Every call also goes into a fixed ring of `Call`s (`record`), written
+// without Python objects, that hang forensics read as tuples (`ledger()`).
 #include <torch/extension.h>
 #include <torch/version.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -23,6 +25,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -157,6 +160,114 @@ class Watched {
   InFlight& slot_;
 };
 
+// The ledger: the last kRing calls of every group of this process, for hang forensics. A writer claims a slot
+// with one atomic increment and stamps it with its call number (odd while it writes, so a reader skips a slot
+// being written); strings are static (operation and dtype names) or the group's own (kept in `group_names`).
+constexpr size_t kRing = 256;
+constexpr int kDims = 4;  // the shape's first dimensions kept (the rest are rare; the count says how many)
+struct Call {
+  std::atomic<uint64_t> stamp{0};  // 2 * (call number) + 1 while written, + 2 once written
+  const char* op = "";
+  const char* dtype = "";
+  int group = 0;  // index into group_names
+  int peer = -1;  // the root, or -1
+  int ndim = 0;
+  std::array<int64_t, kDims> shape{};
+  uint64_t gseq = 0;
+  bool backward = false;  // issued while autograd ran a backward pass on this thread (DDP's gradient all-reduce)
+  int64_t start_ns = 0;
+  std::atomic<int64_t> end_ns{0};
+};
+std::array<Call, kRing> ring_calls;
+std::atomic<bool> recording{false};  // set_ledger: hang forensics are on
+std::atomic<uint64_t> ring_next{0};
+std::mutex names_mutex;
+std::vector<std::string> group_names;  // every group's name, e.g. "world" or "[0, 1]"; only appended to
+
+int name_group(const std::string& name) {
+  std::lock_guard<std::mutex> lock(names_mutex);
+  group_names.push_back(name);
+  return static_cast<int>(group_names.size() - 1);
+}
+
+// Record a call as it is issued: its call number, to mark it finished (`finished`).
+constexpr uint64_t kUnrecorded = UINT64_MAX;
+uint64_t record(const char* op, const at::Tensor* t, int group, int peer, uint64_t gseq) {
+  if (!recording.load(std::memory_order_relaxed)) return kUnrecorded;
+  const uint64_t id = ring_next.fetch_add(1, std::memory_order_relaxed);
+  Call& c = ring_calls[id % kRing];
+  c.stamp.store(2 * id + 1, std::memory_order_release);
+  c.op = op;
+  c.group = group;
+  c.peer = peer;
+  c.gseq = gseq;
+  c.dtype = t ? c10::toString(t->scalar_type()) : "";
+  c.ndim = t ? static_cast<int>(t->dim()) : 0;
+  for (int i = 0; i < c.ndim && i < kDims; ++i) c.shape[i] = t->size(i);
+  c.backward = torch::autograd::get_current_graph_task_id() != -1;
+  c.end_ns.store(0, std::memory_order_relaxed);
+  c.start_ns = now_ns();
+  c.stamp.store(2 * id + 2, std::memory_order_release);
+  return id;
+}
+
+void finished(uint64_t id) {
+  if (id == kUnrecorded) return;
+  Call& c = ring_calls[id % kRing];
+  if (c.stamp.load(std::memory_order_acquire) == 2 * id + 2) c.end_ns.store(now_ns(), std::memory_order_release);
+}
+
+// The ring's calls, oldest first: (op, root, shape, dtype, group, gseq, start, end, backward), the dtype as c10
+// names it ("Float"), times in seconds of CLOCK_MONOTONIC (end 0: in flight). Slots being written are left out.
+std::vector<py::tuple> ledger() {
+  struct Copy {
+    const char* op;
+    const char* dtype;
+    int group, peer, ndim;
+    std::array<int64_t, kDims> shape;
+    uint64_t gseq;
+    bool backward;
+    int64_t start_ns, end_ns;
+  };
+  std::vector<Copy> copies;
+  const uint64_t next = ring_next.load(std::memory_order_acquire);
+  for (uint64_t id = next > kRing ? next - kRing : 0; id < next; ++id) {
+    const Call& c = ring_calls[id % kRing];
+    if (c.stamp.load(std::memory_order_acquire) != 2 * id + 2) continue;
+    Copy copy{c.op, c.dtype, c.group, c.peer, c.ndim, c.shape, c.gseq, c.backward, c.start_ns,
+              c.end_ns.load(std::memory_order_acquire)};
+    if (c.stamp.load(std::memory_order_acquire) == 2 * id + 2) copies.push_back(copy);
+  }
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(names_mutex);
+    names = group_names;
+  }
+  std::vector<py::tuple> out;
+  for (const Copy& c : copies) {
+    py::tuple shape(std::min(c.ndim, kDims));
+    for (int i = 0; i < std::min(c.ndim, kDims); ++i) shape[i] = c.shape[i];
+    const std::string peer = c.peer < 0 ? "" : "root=" + std::to_string(c.peer);
+    out.push_back(py::make_tuple(c.op, peer, shape, c.dtype, names.at(c.group), c.gseq, c.start_ns / 1e9,
+                                 c.end_ns / 1e9, c.backward));
+  }
+  return out;
+}
+
+void set_ledger(bool on) { recording.store(on); }
+
+// The start (monotonic seconds) of the oldest call still in flight, or 0: what the forensics' watchdog polls.
+double oldest_pending() {
+  const uint64_t next = ring_next.load(std::memory_order_acquire);
+  for (uint64_t id = next > kRing ? next - kRing : 0; id < next; ++id) {
+    const Call& c = ring_calls[id % kRing];
+    if (c.stamp.load(std::memory_order_acquire) == 2 * id + 2 && c.end_ns.load(std::memory_order_acquire) == 0) {
+      return c.start_ns / 1e9;
+    }
+  }
+  return 0;
+}
+
 // Run `f` without the GIL: a blocking MPI call must never hold it (the watchdog and progress threads need it).
 template <class F>
 void without_gil(F&& f) {
@@ -277,7 +388,7 @@ std::set<NativeBackend*> live;  // every group of this process, for overdue()
 class NativeBackend : public c10d::Backend {
  public:
   NativeBackend(uint64_t comm, int rank, int size, std::string who, std::string desc, ms timeout, int64_t ring_bytes,
-                bool yielding, py::object fallback)
+                bool yielding, py::object fallback, const std::string& name, std::vector<int> ranks)
       : Backend(rank, size),
         comm_(comm_of(comm)),
         who_(std::move(who)),
@@ -285,7 +396,9 @@ class NativeBackend : public c10d::Backend {
         timeout_(timeout),
         ring_bytes_(ring_bytes),
         yielding_(yielding),
-        py_(std::move(fallback)) {
+        py_(std::move(fallback)),
+        group_(name_group(name)),
+        ranks_(std::move(ranks)) {
     std::lock_guard<std::mutex> lock(live_mutex);
     live.insert(this);
   }
@@ -310,8 +423,10 @@ class NativeBackend : public c10d::Backend {
       if (deadline != 0 && now > deadline) {
         out.push_back(who_ + ": " + slot->name.load() + " on " + desc_ + " did not complete within " +
                       seconds(slot->limit_ms.load()) +
-                      " s (the group's timeout; check that every rank of the group made this call, or pass a "
-                      "larger timeout); MPI cannot cancel a blocking call, so the job ends");
+                      " s (the group's timeout): check that every rank of the group made this call (with hang "
+                      "forensics on, HPCDIST_TIMEOUT's report names a rank that is elsewhere or stuck); only if the "
+                      "call is just that slow, pass a larger timeout. MPI cannot cancel a blocking call, so the job "
+                      "ends");
       }
     }
   }
@@ -323,7 +438,7 @@ class NativeBackend : public c10d::Backend {
     }
     MPI_Datatype type = mpi_type(ts[0].scalar_type());
     MPI_Op op = mpi_op(opts.reduceOp, ts[0].scalar_type());
-    return issue("all_reduce", ts, opts.asyncOp, opts.timeout, [=, t = ts[0]](MPI_Comm comm) {
+    return issue("all_reduce", ts, opts.asyncOp, opts.timeout, -1, [=, t = ts[0]](MPI_Comm comm) {
       Staged s(t);
       check(COLLECTIVE(Allreduce, Iallreduce, MPI_IN_PLACE, s.data(), s.count(), type, op, comm), "all_reduce");
       s.done();
@@ -335,7 +450,7 @@ class NativeBackend : public c10d::Backend {
       return fallback("broadcast", ts, opts);
     }
     const int root = static_cast<int>(opts.rootRank);
-    return issue("broadcast", ts, opts.asyncOp, opts.timeout, [=, t = ts[0]](MPI_Comm comm) {
+    return issue("broadcast", ts, opts.asyncOp, opts.timeout, root, [=, t = ts[0]](MPI_Comm comm) {
       Staged s(t);
       check(COLLECTIVE(Bcast, Ibcast, s.data(), s.bytes(), MPI_BYTE, root, comm), "broadcast");
       s.done();
@@ -350,7 +465,7 @@ class NativeBackend : public c10d::Backend {
     MPI_Op op = mpi_op(opts.reduceOp, ts[0].scalar_type());
     const int root = static_cast<int>(opts.rootRank);
     const bool mine = root == rank_;
-    return issue("reduce", ts, opts.asyncOp, opts.timeout, [=, t = ts[0]](MPI_Comm comm) {
+    return issue("reduce", ts, opts.asyncOp, opts.timeout, root, [=, t = ts[0]](MPI_Comm comm) {
       Staged s(t);
       const void* send = mine ? MPI_IN_PLACE : s.data();
       check(COLLECTIVE(Reduce, Ireduce, send, s.data(), s.count(), type, op, root, comm), "reduce");
@@ -363,7 +478,7 @@ class NativeBackend : public c10d::Backend {
         !same_shape(outs[0], ins[0]) || !fits(ins[0], size_)) {
       return fallback("allgather", outs, ins, opts);
     }
-    return issue("all_gather", outs[0], opts.asyncOp, opts.timeout, [=, in = ins[0], out = outs[0]](MPI_Comm comm) {
+    auto gather = [=, in = ins[0], out = outs[0]](MPI_Comm comm) {
       at::Tensor src = plain(in);
       const int64_t count = src.numel();
       at::Tensor flat = at::empty({static_cast<int64_t>(out.size()) * count}, src.options());
@@ -371,7 +486,8 @@ class NativeBackend : public c10d::Backend {
       check(COLLECTIVE(Allgather, Iallgather, src.data_ptr(), n, MPI_BYTE, flat.data_ptr(), n, MPI_BYTE, comm),
             "all_gather");
       for (size_t i = 0; i < out.size(); ++i) out[i].copy_(flat.narrow(0, i * count, count).view(out[i].sizes()));
-    });
+    };
+    return issue("all_gather", outs[0], opts.asyncOp, opts.timeout, -1, gather, &ins);
   }
 
   WorkPtr _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& opts) override {
@@ -380,7 +496,8 @@ class NativeBackend : public c10d::Backend {
       return fallback("_allgather_base", out, in, opts);
     }
     Tensors result{out};
-    return issue("all_gather_into_tensor", result, opts.asyncOp, opts.timeout, [=](MPI_Comm comm) {
+    Tensors input{in};
+    return issue("all_gather_into_tensor", result, opts.asyncOp, opts.timeout, -1, [=](MPI_Comm comm) {
       Staged dst(out);
       const int n = static_cast<int>(in.nbytes());
       char* slot = static_cast<char*>(dst.data()) + static_cast<int64_t>(rank_) * n;
@@ -391,7 +508,7 @@ class NativeBackend : public c10d::Backend {
       check(COLLECTIVE(Allgather, Iallgather, send, n, MPI_BYTE, dst.data(), n, MPI_BYTE, comm),
             "all_gather_into_tensor");
       dst.done();
-    });
+    }, &input);
   }
 
   WorkPtr reduce_scatter(Tensors& outs, std::vector<Tensors>& ins, const c10d::ReduceScatterOptions& opts) override {
@@ -401,7 +518,7 @@ class NativeBackend : public c10d::Backend {
     }
     MPI_Datatype type = mpi_type(outs[0].scalar_type());
     MPI_Op op = mpi_op(opts.reduceOp, outs[0].scalar_type());
-    return issue("reduce_scatter", outs, opts.asyncOp, opts.timeout, [=, out = outs[0], in = ins[0]](MPI_Comm comm) {
+    auto scatter = [=, out = outs[0], in = ins[0]](MPI_Comm comm) {
       std::vector<at::Tensor> flat;
       for (const auto& t : in) flat.push_back(plain(t).reshape({-1}));
       at::Tensor src = at::cat(flat);
@@ -410,7 +527,8 @@ class NativeBackend : public c10d::Backend {
                        comm),
             "reduce_scatter");
       dst.done();
-    });
+    };
+    return issue("reduce_scatter", outs, opts.asyncOp, opts.timeout, -1, scatter);
   }
 
   WorkPtr _reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& opts) override {
@@ -421,7 +539,7 @@ class NativeBackend : public c10d::Backend {
     MPI_Datatype type = mpi_type(out.scalar_type());
     MPI_Op op = mpi_op(opts.reduceOp, out.scalar_type());
     Tensors result{out};
-    return issue("reduce_scatter_tensor", result, opts.asyncOp, opts.timeout, [=](MPI_Comm comm) {
+    return issue("reduce_scatter_tensor", result, opts.asyncOp, opts.timeout, -1, [=](MPI_Comm comm) {
       at::Tensor src = plain(in);
       Staged dst(out);
       if (overlaps(src, dst.buf)) src = src.clone();
@@ -435,7 +553,7 @@ class NativeBackend : public c10d::Backend {
   WorkPtr barrier(const c10d::BarrierOptions& opts) override {
     if (coalescing_) return fallback("barrier", opts);
     Tensors none;
-    return issue("barrier", none, opts.asyncOp, opts.timeout,
+    return issue("barrier", none, opts.asyncOp, opts.timeout, -1,
                  [this](MPI_Comm comm) { check(COLLECTIVE(Barrier, Ibarrier, comm), "barrier"); });
   }
 
@@ -517,6 +635,7 @@ class NativeBackend : public c10d::Backend {
     c10::intrusive_ptr<QueuedWork> work;
     const char* name;
     ms limit;
+    uint64_t call;  // its number in the ledger's ring
   };
 
   static bool same_shape(const Tensors& ts, const at::Tensor& like) {
@@ -570,12 +689,14 @@ class NativeBackend : public c10d::Backend {
     C10_THROW_ERROR(DistBackendError, who_ + ": " + name + " on " + desc_ + " failed: " + std::string(text, length));
   }
 
+  // The Python group records the call in the ledger itself, numbered among this group's collectives.
   template <bool Collective = true, class... A>
   WorkPtr fallback(const char* name, A&... args) {
     if (Collective) ++seq_;
     drain();
     py::gil_scoped_acquire gil;
     python_pending_ = true;
+    py_.attr("_gseq") = seq_.load() - (Collective ? 1 : 0);
     return c10::make_intrusive<PyWork>(py_.attr(name)(args...));
   }
 
@@ -590,14 +711,20 @@ class NativeBackend : public c10d::Backend {
 
   ms limit_of(ms given) const { return given.count() > 0 ? given : timeout_; }
 
-  // Run an operation now (synchronous) or hand it to the worker (asynchronous).
-  WorkPtr issue(const char* name, const Tensors& out, bool async, ms given, Op op) {
+  // Run an operation now (synchronous) or hand it to the worker (asynchronous), recording it in the ledger.
+  // `shown` holds the tensor the ledger shows, `root` the group rank of a rooted collective (else -1).
+  WorkPtr issue(const char* name, const Tensors& out, bool async, ms given, int root, Op op,
+                const Tensors* shown = nullptr) {
     settle_python();
     ++seq_;
     const ms limit = limit_of(given);
+    const Tensors& seen = shown ? *shown : out;
+    const int peer = root < 0 ? -1 : ranks_.at(root);
+    const uint64_t call = record(name, seen.empty() ? nullptr : &seen[0], group_, peer, seq_);
     if (std::this_thread::get_id() == worker_id_) {  // a future's callback issued it: run it where every rank's is
       Watched watch(worker_slot_, name, limit);
       without_gil([&] { op(comm_); });
+      finished(call);
       return c10::make_intrusive<DoneWork>(out);
     }
     if (!async) {
@@ -606,13 +733,14 @@ class NativeBackend : public c10d::Backend {
         Watched watch(caller_, name, limit);
         without_gil([&] { op(comm_); });
       }
+      finished(call);
       return c10::make_intrusive<DoneWork>(out);
     }
     auto work = c10::make_intrusive<QueuedWork>(out, who_ + ": " + name + " on " + desc_);
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       if (!worker_thread_.joinable()) start();
-      queue_.push_back(Job{std::move(op), work, name, limit});
+      queue_.push_back(Job{std::move(op), work, name, limit, call});
       ++pending_;
     }
     queue_cv_.notify_one();
@@ -648,6 +776,7 @@ class NativeBackend : public c10d::Backend {
       } catch (...) {
         error = std::current_exception();
       }
+      finished(job.call);
       job.work->settle(error);  // runs the future's callbacks here; they may issue more (run in place)
       {
         std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -677,6 +806,8 @@ class NativeBackend : public c10d::Backend {
   bool coalescing_ = false;
   bool python_pending_ = false;  // the Python group may have calls in flight
   std::atomic<uint64_t> seq_{0};
+  int group_;               // this group's name in the ledger (group_names)
+  std::vector<int> ranks_;  // the global rank of each group rank
   InFlight caller_, worker_slot_;  // what the caller's thread and the worker are in
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_, idle_cv_;
@@ -710,9 +841,10 @@ std::vector<std::string> overdue() {
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> make_group(uint64_t comm, int rank, int size, std::string who, std::string desc,
-                                                  ms timeout, int64_t ring_bytes, bool yielding, py::object fallback) {
+                                                  ms timeout, int64_t ring_bytes, bool yielding, py::object fallback,
+                                                  const std::string& name, std::vector<int> ranks) {
   auto backend = c10::make_intrusive<NativeBackend>(comm, rank, size, std::move(who), std::move(desc), timeout,
-                                                    ring_bytes, yielding, std::move(fallback));
+                                                    ring_bytes, yielding, std::move(fallback), name, std::move(ranks));
   return c10::make_intrusive<NamedGroup>(backend, rank, size);
 }
 
@@ -722,4 +854,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "hpcdist's compiled mpi backend (see hpcdist/mpi_backend/native.py)";
   m.def("make_group", &make_group, "A process group over an MPI communicator, with the Python group for the rest");
   m.def("overdue", &overdue, "The calls of every group past their timeout, as the watchdog reports them");
+  m.def("ledger", &ledger, "The last calls of every group, oldest first, as tuples for hang forensics");
+  m.def("set_ledger", &set_ledger, "Record calls in the ledger's ring (True) or not (False, the default)");
+  m.def("oldest_pending", &oldest_pending, "The start (monotonic seconds) of the oldest call in flight, or 0");
 }

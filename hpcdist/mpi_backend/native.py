@@ -25,7 +25,7 @@ from mpi4py import MPI
 from .. import abort
 from .errors import NativeUnavailable
 
-__all__ = ["ENV", "active", "build", "load", "start_watchdog"]
+__all__ = ["ENV", "active", "build", "load", "loaded", "start_watchdog"]
 
 ENV = "HPCDIST_MPI_NATIVE"
 _SOURCE = Path(__file__).with_name("native.cpp")
@@ -164,6 +164,11 @@ def load() -> ModuleType | None:
                 print(f"hpcdist: the native mpi backend is unavailable, using the Python one: {exc}", file=sys.stderr)
     _state["module"] = module
     return module
+
+
+def loaded() -> ModuleType | None:
+    """The compiled module if a group of this process runs on it, else None (never builds or loads it)."""
+    return _state.get("module")  # type: ignore[return-value]
 
 
 def crowded() -> bool:

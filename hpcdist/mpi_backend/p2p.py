@@ -50,18 +50,21 @@ class PointToPointOps(GroupBase):
             raise ValueError(f"{self._who()}: send takes exactly one tensor, got {len(tensors)}")
         buf = readable(tensors[0])
         req = self._comm.Isend(byte_spec(buf), dst, tag)
-        return self._run(f"send to group rank {dst} (tag {tag})", req, (tensors, buf), tensors, None, True)
+        name = f"send to group rank {dst} (tag {tag})"
+        return self._run(name, req, (tensors, buf), tensors, None, True, peer=f"dst={self._ranks[dst]}")
 
     def recv(self, tensors: Any, srcRank: int, tag: int = 0) -> Any:  # noqa: N803
         self._check()
         src = self._peer(srcRank, "recv source")
-        return self._recv(tensors, src, self._tag(tag), f"recv from group rank {src} (tag {tag})")
+        return self._recv(
+            tensors, src, self._tag(tag), f"recv from group rank {src} (tag {tag})", str(self._ranks[src])
+        )
 
     def recv_anysource(self, tensors: Any, tag: int = 0) -> Any:
         self._check()
-        return self._recv(tensors, MPI.ANY_SOURCE, self._tag(tag), f"recv from any source (tag {tag})")
+        return self._recv(tensors, MPI.ANY_SOURCE, self._tag(tag), f"recv from any source (tag {tag})", "any")
 
-    def _recv(self, tensors: Any, src: int, tag: int, name: str) -> Any:
+    def _recv(self, tensors: Any, src: int, tag: int, name: str, source: str) -> Any:
         tensors = as_list(tensors)
         if len(tensors) != 1:
             raise ValueError(f"{self._who()}: recv takes exactly one tensor, got {len(tensors)}")
@@ -70,7 +73,7 @@ class PointToPointOps(GroupBase):
         status = MPI.Status()
         req = self._comm.Irecv(byte_spec(buf), src, tag)
         finish = _received(out, buf, status)
-        return self._run(name, req, (tensors, buf), tensors, finish, True, status=status)
+        return self._run(name, req, (tensors, buf), tensors, finish, True, status=status, peer=f"src={source}")
 
 
 def _received(out: torch.Tensor, buf: torch.Tensor, status: MPI.Status) -> Any:

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from mpi4py import MPI
 
 from ..waits import Backoff, as_seconds, poll_until
+from . import record
 from .errors import CollectiveError, CollectiveTimeout
 from .progress import PROGRESS
 
@@ -61,6 +62,7 @@ class MPIWork(dist._Work):
         self._observed = False
         self._future: torch.futures.Future | None = None
         self._event: threading.Event | None = None  # set when the progress thread owns this work
+        self._call: list[Any] | None = None  # its entry in the ledger (record.py), when recorded
 
     # -- progress -------------------------------------------------------------------------------
     def _poll(self) -> bool:
@@ -89,12 +91,14 @@ class MPIWork(dist._Work):
             return True
         self._done = True
         self._keep = None
+        record.ended(self._call)
         return True
 
     def _fail(self, error: BaseException) -> None:
         """Mark this work failed; the request (if still in flight) keeps its buffers via the group."""
         self._error = error
         self._done = True
+        record.ended(self._call)
         if self._req is not None and not self._is_settled():
             self._group._orphan(self)
 
@@ -110,8 +114,9 @@ class MPIWork(dist._Work):
     def _deadline_error(self, seconds: float) -> CollectiveTimeout:
         return CollectiveTimeout(
             f"{self._group._who()}: {self._name} on {self._group._desc} did not complete within {seconds:g} s "
-            "(a timeout of the group or of wait(); check that every rank of the group made this call, or pass a "
-            "larger timeout)"
+            "(a timeout of the group or of wait()): check that every rank of the group made this call (with hang "
+            "forensics on, HPCDIST_TIMEOUT's report names a rank that is elsewhere or stuck); only if the call is "
+            "just that slow, pass a larger timeout"
         )
 
     def _expired(self, now: float) -> bool:
@@ -130,6 +135,7 @@ class MPIWork(dist._Work):
             CollectiveError: the operation failed in MPI or in its finishing step.
         """
         if not self._done:
+            record.watched(self._call)
             if self._event is not None:
                 self._wait_handed(as_seconds(timeout))
             else:
@@ -216,6 +222,7 @@ class MPIWork(dist._Work):
             if self._done or self.is_completed():
                 self._settle()
             else:
+                record.watched(self._call)  # a future's owner waits for it (DDP does, from C++)
                 PROGRESS.add(self)
         return self._future
 

@@ -265,7 +265,7 @@ def startup_timeout(seconds: float) -> float:
 
 
 def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) -> None:
-    """torch's init_process_group under hpcdist's timeouts, then (with forensics) the ledger and the watchdog.
+    """torch's init_process_group under hpcdist's timeouts, then (with forensics) the ledger, its sources, the watchdog.
 
     A `timeout` in kwargs is the caller's. Otherwise, with forensics on, torch's own timeout is a backstop
     a little after hpcdist's, so the watchdog's hang report comes first; without, it is `seconds`. The
@@ -280,14 +280,20 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
         init(backend, **kwargs)
         say_ready(dist.get_rank(), dist.get_world_size())
         return
-    from ..forensics import collect, ledger, watchdog
+    from ..forensics import collect, ledger, sources, watchdog
 
     _turn_on_nccl_recorder(backend)
     collect.install()  # before the wait in init: its stacks in the hang report, and on SIGUSR2
     watchdog.instrument(dist)
+    sources.enable_flight_recorder()  # gloo's and nccl's calls below dist.*, DDP's among them
     watchdog.LEDGER.enter(ledger.INITIALISING)
     init(backend, **kwargs)
     watchdog.LEDGER.enter(ledger.INITIALISED)
+    if dist.get_backend() == "mpi4py":  # hpcdist's mpi backend records every call itself
+        from ..mpi_backend import BACKEND_NAME, record
+
+        record.enable()
+        watchdog.add_source(BACKEND_NAME, record.calls, record.oldest)
     say_ready(dist.get_rank(), dist.get_world_size())
     if watchdog.start(seconds, startup_timeout(seconds)):
         _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)

@@ -194,8 +194,8 @@ def test_a_hang_on_mpich_is_reported_and_ends_the_job(mpich: Path) -> None:
     )
     assert result.returncode == 1, result.stderr
     assert (
-        "first divergence: rank 0 waits in all_reduce #1 while rank(s) 1 are not in any communication call"
-        in result.stderr
+        "first divergence: rank 0 waits in all_reduce #1 while rank 1 is not in any communication call "
+        "(its stack below shows where it is)" in result.stderr
     )
     assert "hpcdist: rank 0 on " in result.stderr and "failed (called MPI_Abort); its last" in result.stderr
 

@@ -10,6 +10,7 @@ partial sum while the mpi4py group reduces in float32 and rounds once.
 from __future__ import annotations
 
 import random
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import cast
@@ -313,6 +314,45 @@ def test_all_to_all_with_uneven_lists(world) -> None:
     outs = [torch.empty((r + 1,), dtype=torch.int16) for _ in range(n)]
     dist.all_to_all(outs, ins, group=world.mpi)
     assert [o.tolist() for o in outs] == [[s * 100 + r] * (r + 1) for s in range(n)]
+
+
+def test_the_ledger_records_every_call_once_object_collectives_and_subgroups_included(world) -> None:
+    from hpcdist.mpi_backend import record
+
+    g, r, n = world.mpi, world.rank, world.size
+    sub = world.pairs[1][1]  # the even ranks
+    record.enable()
+    try:
+        since = time.monotonic()
+        objs = [None] * n
+        dist.all_gather_object(objs, {"rank": r}, group=g)
+        box = [r]
+        dist.broadcast_object_list(box, src=0, group=g)
+        t = torch.ones(3)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG, group=g)  # the Python group's, under the compiled backend too
+        dist.all_reduce(t, group=g)
+        if r % 2 == 0:
+            dist.all_reduce(t, group=sub)
+    finally:
+        record.enable(False)
+    calls = [c for c in record.calls() if c[6] >= since]
+    name = str(list(range(n)))
+    mine = [(op, peer, dtype, group) for op, peer, _, dtype, group, *_ in calls]
+    want = [("all_gather", "", "int64", name), ("all_gather", "", "uint8", name)]
+    want += [("broadcast", "root=0", "int64", name), ("broadcast", "root=0", "uint8", name)]
+    want += [("all_reduce", "", "float32", name)] * 2
+    want += [("all_reduce", "", "float32", str(list(range(0, n, 2))))] if r % 2 == 0 else []
+    assert [(op, peer, record_dtype(dtype), group) for op, peer, dtype, group in mine] == want
+    gseqs = [c[5] for c in calls if c[4] == name]
+    assert gseqs == list(range(gseqs[0], gseqs[0] + 6))  # one count per group, whichever implementation ran it
+    assert all(c[7] >= c[6] > 0 for c in calls)  # every call finished
+
+
+def record_dtype(name: str) -> str:
+    """A dtype as the Python group (`float32`) or the compiled one (`Float`) names it, as torch spells it."""
+    from hpcdist.forensics.ledger import dtype_name
+
+    return dtype_name(name)
 
 
 def test_new_subgroups(world) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+from hpcdist.forensics import sources
 from hpcdist.forensics.ledger import (
     FINISHED,
     INITIALISED,
@@ -58,8 +61,9 @@ def test_subgroup_collectives_are_compared_among_members_only() -> None:
 
 def test_a_rank_outside_any_call_is_named() -> None:
     ledgers = {0: _ledger(WORLD_AR, WORLD_AR), 1: _ledger(WORLD_AR, pending_last=False)}
-    assert (
-        first_divergence(ledgers) == "rank 0 waits in all_reduce #2 while rank(s) 1 are not in any communication call"
+    assert first_divergence(ledgers) == (
+        "rank 0 waits in all_reduce #2 while rank 1 is not in any communication call "
+        "(its stack below shows where it is)"
     )
 
 
@@ -76,7 +80,10 @@ def test_the_report_lists_every_rank_and_those_that_did_not_answer() -> None:
     report = describe_hang(ledgers, missing=[2])
     assert "rank 0: waiting in all_reduce #1 shape=[4] dtype=float32 on group world" in report
     assert "rank 2: did not answer" in report
-    assert report.endswith("first divergence: rank 1 waits in recv(src=0) #1 while rank 0 is in all_reduce #1")
+    assert report.endswith(
+        "first divergence: rank 1 waits in recv(src=0) #1 while rank 0 is in all_reduce #1\n"
+        "advice: a send or recv whose peer is in another call: check that every send has its recv, in the same order"
+    )
 
 
 def test_a_rank_whose_program_finished_is_named() -> None:
@@ -118,3 +125,49 @@ def test_the_phase_is_what_the_rank_entered_last() -> None:
     ledger.enter(INITIALISED)
     state = ledger.state()
     assert state.name == INITIALISED and 0 <= state.age < 1
+
+
+def test_the_advice_fits_the_case() -> None:
+    elsewhere = {0: _ledger(WORLD_AR, WORLD_AR), 1: _ledger(WORLD_AR, pending_last=False)}
+    mismatch = {0: _ledger(WORLD_AR), 1: _ledger(("broadcast", "root=1", "world"))}
+    same = {0: _ledger(WORLD_AR, WORLD_AR), 1: _ledger(WORLD_AR, WORLD_AR)}
+    advice = {name: describe_hang(ledgers, []).splitlines()[-1] for name, ledgers in
+              (("elsewhere", elsewhere), ("mismatch", mismatch), ("same", same))}  # fmt: skip
+    assert advice["elsewhere"] == (
+        "advice: the other ranks wait for rank 1, which is busy elsewhere or stuck outside communication; a larger "
+        "timeout helps only if that work is meant to take this long"
+    )
+    assert advice["mismatch"].startswith("advice: the ranks' calls differ at the same point of the group")
+    assert advice["same"].startswith("advice: every rank is in the same call and still waiting")
+    assert "larger" not in advice["mismatch"] and "HPCDIST_TIMEOUT" in advice["same"]
+
+
+def test_a_call_issued_during_backward_is_named_as_such() -> None:
+    ledger = Ledger()
+    ledger.start("barrier", "", (), "", "world").done = True
+    sources.register("test", lambda: [("all_reduce", "", (6,), "Float", "world", 2, time.monotonic(), 0.0, True)],
+                     lambda: None)  # fmt: skip
+    try:
+        records = sources.snapshot(ledger)
+    finally:
+        sources._SOURCES.pop("test")
+    assert [(r.seq, r.op, r.dtype, r.gseq, r.done) for r in records] == [
+        (1, "barrier", "", 1, True),
+        (2, "all_reduce", "float32", 2, False),
+    ]
+    ledgers = {0: records, 1: records[:1]}
+    assert first_divergence(ledgers) == (
+        "rank 0 waits in all_reduce #2 (issued by autograd's backward pass: DDP's gradient all-reduce) while rank 1 "
+        "is not in any communication call (its stack below shows where it is)"
+    )
+
+
+def test_a_flight_recorder_entry_that_repeats_a_dist_call_is_dropped_and_lends_it_its_state() -> None:
+    mine = [[10.0, "all_reduce", "", (4,), "float32", "world", 1, True, ""]]
+    recorded = [
+        [10.001, "all_reduce", "", (4,), "float32", "world", 7, False, ""],  # the same call, still in flight
+        [10.002, "all_reduce", "", (9,), "float32", "world", 8, False, "issued by autograd's backward pass"],
+    ]
+    extra = sources._unmatched(mine, recorded)
+    assert extra == recorded[1:]
+    assert mine == [[10.0, "all_reduce", "", (4,), "float32", "world", 7, False, ""]]

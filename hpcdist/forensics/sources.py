@@ -1,0 +1,163 @@
+"""Calls recorded below torch.distributed's Python API, merged into a rank's ledger when it answers.
+
+Two kinds: a backend that records its own calls (the mpi backend's, registered with `register`), and torch's
+Flight Recorder, which records gloo's and nccl's collectives, DDP's included (`enable_flight_recorder` turns it
+on). The ledger's own entries (the `dist.*` calls) are kept where they say more (peers, roots); a Flight
+Recorder entry that repeats one of them is dropped, so each call appears once.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .ledger import Ledger, Record, dtype_name
+
+__all__ = ["FR_BUFFER", "covers", "enable_flight_recorder", "oldest_pending", "register", "snapshot"]
+
+FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # torch's Flight Recorder records this many calls per process when set
+_FR_SIZE = "2000"
+_MATCH_WINDOW = 1.0  # seconds from a dist.* call's start within which torch records the same call
+_BACKWARD = "_engine_run_backward"  # the Python frame below every call autograd's backward pass makes
+# Flight Recorder's operation names (after "gloo:" or "nccl:") that differ from torch.distributed's
+_FR_OPS = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "_allgather_base": "all_gather_into_tensor",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "alltoall_base": "all_to_all_single",
+    "alltoall": "all_to_all",
+}
+
+# backend name -> (its calls as raw rows, the start of its oldest call that someone waits on)
+_SOURCES: dict[str, tuple[Callable[[], list[tuple[Any, ...]]], Callable[[], float | None]]] = {}
+
+
+def register(backend: str, calls: Callable[[], list[tuple[Any, ...]]], oldest: Callable[[], float | None]) -> None:
+    """A backend that records its own calls: `calls()` lists them (see `_row`), `oldest()` says when the oldest
+    one still waited on started (monotonic seconds) or None."""
+    _SOURCES[backend] = (calls, oldest)
+
+
+def covers(backend: str) -> bool:
+    """Whether the backend records its own calls (then the dist.* wrapper leaves them to it)."""
+    return backend in _SOURCES
+
+
+def enable_flight_recorder() -> None:
+    """Turn torch's Flight Recorder on for process groups created from now on, unless the user set its size."""
+    os.environ.setdefault(FR_BUFFER, _FR_SIZE)
+
+
+def oldest_pending() -> float | None:
+    """When the oldest call in flight that a source knows started (monotonic seconds), or None: polled, so cheap."""
+    starts = [start for _, oldest in _SOURCES.values() if (start := oldest()) is not None]
+    starts += [row[0] for row in _flight_recorder(active=True) if not row[7]]
+    return min(starts) if starts else None
+
+
+def snapshot(ledger: Ledger) -> list[Record]:
+    """The ledger's entries and every source's calls as one list of records, oldest first, each call once.
+
+    Numbered on from the ledger's own numbering, so that a rank without other sources keeps its numbers.
+    """
+    extra = [row for calls, _ in _SOURCES.values() for row in calls()]
+    recorded = _flight_recorder(active=False)
+    if not extra and not recorded:
+        return ledger.snapshot()
+    own = list(ledger.entries)
+    rows: list[list[Any]] = [
+        [e.started, e.op, e.peer, tuple(e.shape), dtype_name(e.dtype), e.group, e.gseq, e.done, ""] for e in own
+    ]
+    rows += _unmatched(rows, recorded)
+    rows += [_row(*raw) for raw in extra]
+    rows.sort(key=lambda row: row[0])
+    now, first = time.monotonic(), ledger.seq - len(own)
+    return [
+        Record(first + i, op, peer, shape, dtype, group, gseq, now - started, done, note)
+        for i, (started, op, peer, shape, dtype, group, gseq, done, note) in enumerate(rows, 1)
+    ]
+
+
+def _row(
+    op: str, peer: str, shape: tuple[int, ...], dtype: str, group: str, gseq: int, started: float, ended: float,
+    backward: bool,
+) -> list[Any]:  # fmt: skip
+    """A source's call, (op, peer, shape, dtype, group, gseq, started, ended or 0.0, backward), as a ledger row."""
+    return [started, op, peer, tuple(shape), dtype_name(dtype), group, gseq, bool(ended), _note(op, backward)]
+
+
+def _note(op: str, backward: bool) -> str:
+    """Who issued a call that no dist.* call made, when known."""
+    if not backward:
+        return ""
+    if op == "all_reduce":
+        return "issued by autograd's backward pass: DDP's gradient all-reduce"
+    return "issued by autograd's backward pass"
+
+
+def _unmatched(rows: list[list[Any]], recorded: list[list[Any]]) -> list[list[Any]]:
+    """The Flight Recorder rows that repeat no dist.* call of `rows`; a repeated one lends that row its group
+    number, its completion and its note (rows updated in place)."""
+    taken: set[int] = set()
+    extra = []
+    for fr in sorted(recorded, key=lambda row: row[0]):
+        for i, row in enumerate(rows):
+            if i not in taken and row[1] == fr[1] and row[5] == fr[5] and 0 <= fr[0] - row[0] + 0.01 < _MATCH_WINDOW:
+                taken.add(i)
+                row[6] = fr[6] or row[6]
+                row[7] = row[7] and fr[7]
+                row[8] = fr[8]
+                break
+        else:
+            extra.append(fr)
+    return extra
+
+
+def _flight_recorder(active: bool) -> list[list[Any]]:
+    """torch's Flight Recorder entries as ledger rows (only those in flight when `active`); [] when it is off.
+
+    Its stack traces are not asked for (their first dump took 2-7 s here): a call still in flight while a thread
+    of this process is in autograd's backward pass is taken as issued by it (DDP's all-reduces are; it waits
+    for them before the pass ends).
+    """
+    if os.environ.get(FR_BUFFER, "0").strip() in ("", "0") or "torch.distributed" not in sys.modules:
+        return []
+    from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]  # not in torch's stubs
+
+    dump = pickle.loads(_dump_fr_trace(True, False, active))
+    backward = False if active else _in_backward()
+    names = {name: str(config.get("ranks", "")) for name, config in dump.get("pg_config", {}).items()}
+    offset = time.monotonic() - time.time_ns() / 1e9  # the recorder's clock is the wall clock
+    rows = []
+    for entry in dump.get("entries", []):
+        name, desc = entry["process_group"]
+        group = "world" if desc == "default_pg" else _ranks_name(names.get(name, name))
+        op = entry["profiling_name"].split(":")[-1]
+        op = _FR_OPS.get(op, op)
+        sizes, dtypes = entry.get("input_sizes") or [[]], entry.get("input_dtypes") or [""]
+        gseq = 0 if entry.get("is_p2p") else entry["collective_seq_id"]
+        started = entry["time_created_ns"] / 1e9 + offset
+        retired = entry["retired"]
+        rows.append(_row(op, "", tuple(sizes[0]), dtypes[0], group, gseq, started, retired, backward and not retired))
+    return rows
+
+
+def _in_backward() -> bool:
+    """Whether a thread of this process is in autograd's backward pass now."""
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_name == _BACKWARD:
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def _ranks_name(ranks: str) -> str:
+    """A subgroup as the ledger names it, "[0, 1]", from the recorder's "[0, 1]" or "0,1"."""
+    digits = [part.strip(" []") for part in ranks.split(",")]
+    return "[" + ", ".join(d for d in digits if d) + "]"
