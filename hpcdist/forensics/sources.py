@@ -17,7 +17,7 @@ from typing import Any
 
 from .ledger import Ledger, Record, dtype_name
 
-__all__ = ["FR_BUFFER", "covers", "enable_flight_recorder", "oldest_pending", "register", "snapshot"]
+__all__ = ["FR_BUFFER", "covers", "enable_flight_recorder", "keep", "oldest_pending", "register", "snapshot", "timed"]
 
 FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # torch's Flight Recorder records this many calls per process when set
 _FR_SIZE = "2000"
@@ -33,14 +33,37 @@ _FR_OPS = {
     "alltoall": "all_to_all",
 }
 
-# backend name -> (its calls as raw rows, the start of its oldest call that someone waits on)
-_SOURCES: dict[str, tuple[Callable[[], list[tuple[Any, ...]]], Callable[[], float | None]]] = {}
+# backend name -> (its calls as raw rows, the start of its oldest call that someone waits on, keep the last N calls)
+_SOURCES: dict[str, tuple[Callable[[], list[tuple[Any, ...]]], Callable[[], float | None], Callable[[int], None]]] = {}
 
 
-def register(backend: str, calls: Callable[[], list[tuple[Any, ...]]], oldest: Callable[[], float | None]) -> None:
+def register(
+    backend: str,
+    calls: Callable[[], list[tuple[Any, ...]]],
+    oldest: Callable[[], float | None],
+    keep: Callable[[int], None],
+) -> None:
     """A backend that records its own calls: `calls()` lists them (see `_row`), `oldest()` says when the oldest
-    one still waited on started (monotonic seconds) or None."""
-    _SOURCES[backend] = (calls, oldest)
+    one still waited on started (monotonic seconds) or None, `keep(n)` has it keep its last n calls."""
+    _SOURCES[backend] = (calls, oldest, keep)
+
+
+def keep(size: int) -> None:
+    """Have every backend that records its own calls keep its last `size` from now on (the trace's bound)."""
+    for _, _, keep_calls in _SOURCES.values():
+        keep_calls(size)
+
+
+def timed(since: float, own: list[tuple[str, str, float]]) -> list[tuple[Any, ...]]:
+    """The calls recorded below dist.* that started after `since`, as (op, peer, shape, dtype, group, gseq, started,
+    ended or 0.0), for the trace; a Flight Recorder call that repeats one of `own` (op, group, start) is left out,
+    and torch's recorder times no call's end, so its calls have none."""
+    rows = [raw[:8] for calls, _, _ in _SOURCES.values() for raw in calls() if raw[6] >= since]
+    mine = [[started, op, "", (), "", group, 0, True, ""] for op, group, started in own]
+    for fr in _unmatched(mine, [row for row in _flight_recorder(active=False) if row[0] >= since]):
+        started, op, peer, shape, dtype, group, gseq = fr[:7]
+        rows.append((op, peer, shape, dtype, group, gseq, started, 0.0))
+    return rows
 
 
 def covers(backend: str) -> bool:
@@ -55,7 +78,7 @@ def enable_flight_recorder() -> None:
 
 def oldest_pending() -> float | None:
     """When the oldest call in flight that a source knows started (monotonic seconds), or None: polled, so cheap."""
-    starts = [start for _, oldest in _SOURCES.values() if (start := oldest()) is not None]
+    starts = [start for _, oldest, _ in _SOURCES.values() if (start := oldest()) is not None]
     starts += [row[0] for row in _flight_recorder(active=True) if not row[7]]
     return min(starts) if starts else None
 
@@ -65,7 +88,7 @@ def snapshot(ledger: Ledger) -> list[Record]:
 
     Numbered on from the ledger's own numbering, so that a rank without other sources keeps its numbers.
     """
-    extra = [row for calls, _ in _SOURCES.values() for row in calls()]
+    extra = [row for calls, _, _ in _SOURCES.values() for row in calls()]
     recorded = _flight_recorder(active=False)
     if not extra and not recorded:
         return ledger.snapshot()

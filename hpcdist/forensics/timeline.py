@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from ..errors import UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
+from . import sources
 from .chrome import RankTrace, Trace, aligned_calls, build_document
 from .stragglers import format_summary, summarize
 from .watchdog import LEDGER
@@ -51,8 +52,9 @@ def begin(seconds: float) -> None:
     calls: deque[Any] = deque(maxlen=LIMIT)
     _regions = deque(maxlen=LIMIT)
     _state.update(comm=comm, offset=offset, residual=residual, origin=origin, calls=calls, seconds=seconds)
-    _state.update(first=LEDGER.seq + 1, rank=comm.rank)
+    _state.update(first=LEDGER.seq + 1, rank=comm.rank, began=time.monotonic())
     LEDGER.keep(calls)
+    sources.keep(LIMIT)  # a backend that records its own calls (the mpi backend's) keeps as many
 
 
 def tracing(on: bool) -> None:
@@ -131,15 +133,17 @@ def _payload() -> dict[str, Any]:
     kept = list(calls)
     dropped = kept[0].seq - _state["first"] if kept and len(kept) == calls.maxlen else 0
     rows = [
-        (e.seq, e.op, e.peer, tuple(e.shape), str(e.dtype).removeprefix("torch."), e.group, e.gseq, e.started, e.ended)
+        (e.op, e.peer, tuple(e.shape), str(e.dtype).removeprefix("torch."), e.group, e.gseq, e.started, e.ended)
         for e in kept
     ]
+    rows += sources.timed(_state["began"], [(e.op, e.group, e.started) for e in kept])  # DDP's among them
+    rows.sort(key=lambda row: row[6])
     regions = list(_regions or ())
     return {
         "host": socket.gethostname().split(".")[0],
         "offset": _state["offset"],
         "residual": _state["residual"],
-        "calls": rows,
+        "calls": [(seq, *row) for seq, row in enumerate(rows, 1)],
         "regions": regions,
         "dropped": max(dropped, 0),
     }

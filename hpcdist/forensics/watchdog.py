@@ -129,9 +129,14 @@ def _name_group(group: Any, dist: Any) -> tuple[Any, str, bool]:
     return known
 
 
-def add_source(backend: str, calls: Callable[[], list[tuple]], oldest: Callable[[], float | None]) -> None:
+def add_source(
+    backend: str,
+    calls: Callable[[], list[tuple]],
+    oldest: Callable[[], float | None],
+    keep: Callable[[int], None],
+) -> None:
     """A backend that records its own calls (see `sources.register`): the dist.* wrapper leaves its groups to it."""
-    sources.register(backend, calls, oldest)
+    sources.register(backend, calls, oldest, keep)
     _NAMES.clear()
 
 

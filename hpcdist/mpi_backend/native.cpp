@@ -163,7 +163,7 @@ class Watched {
 // The ledger: the last kRing calls of every group of this process, for hang forensics. A writer claims a slot
 // with one atomic increment and stamps it with its call number (odd while it writes, so a reader skips a slot
 // being written); strings are static (operation and dtype names) or the group's own (kept in `group_names`).
-constexpr size_t kRing = 256;
+constexpr size_t kRing = 256;  // calls kept unless the trace asks for more (set_ledger)
 constexpr int kDims = 4;  // the shape's first dimensions kept (the rest are rare; the count says how many)
 struct Call {
   std::atomic<uint64_t> stamp{0};  // 2 * (call number) + 1 while written, + 2 once written
@@ -178,7 +178,12 @@ struct Call {
   int64_t start_ns = 0;
   std::atomic<int64_t> end_ns{0};
 };
-std::array<Call, kRing> ring_calls;
+struct Ring {
+  explicit Ring(size_t n) : size(n), calls(new Call[n]) {}
+  const size_t size;
+  std::unique_ptr<Call[]> calls;
+};
+std::atomic<Ring*> ring{new Ring(kRing)};  // a larger one replaces it for a trace; the old one is never freed
 std::atomic<bool> recording{false};  // set_ledger: hang forensics are on
 std::atomic<uint64_t> ring_next{0};
 std::mutex names_mutex;
@@ -195,7 +200,8 @@ constexpr uint64_t kUnrecorded = UINT64_MAX;
 uint64_t record(const char* op, const at::Tensor* t, int group, int peer, uint64_t gseq) {
   if (!recording.load(std::memory_order_relaxed)) return kUnrecorded;
   const uint64_t id = ring_next.fetch_add(1, std::memory_order_relaxed);
-  Call& c = ring_calls[id % kRing];
+  Ring* r = ring.load(std::memory_order_acquire);
+  Call& c = r->calls[id % r->size];
   c.stamp.store(2 * id + 1, std::memory_order_release);
   c.op = op;
   c.group = group;
@@ -213,7 +219,8 @@ uint64_t record(const char* op, const at::Tensor* t, int group, int peer, uint64
 
 void finished(uint64_t id) {
   if (id == kUnrecorded) return;
-  Call& c = ring_calls[id % kRing];
+  Ring* r = ring.load(std::memory_order_acquire);
+  Call& c = r->calls[id % r->size];
   if (c.stamp.load(std::memory_order_acquire) == 2 * id + 2) c.end_ns.store(now_ns(), std::memory_order_release);
 }
 
@@ -231,8 +238,9 @@ std::vector<py::tuple> ledger() {
   };
   std::vector<Copy> copies;
   const uint64_t next = ring_next.load(std::memory_order_acquire);
-  for (uint64_t id = next > kRing ? next - kRing : 0; id < next; ++id) {
-    const Call& c = ring_calls[id % kRing];
+  const Ring* r = ring.load(std::memory_order_acquire);
+  for (uint64_t id = next > r->size ? next - r->size : 0; id < next; ++id) {
+    const Call& c = r->calls[id % r->size];
     if (c.stamp.load(std::memory_order_acquire) != 2 * id + 2) continue;
     Copy copy{c.op, c.dtype, c.group, c.peer, c.ndim, c.shape, c.gseq, c.backward, c.start_ns,
               c.end_ns.load(std::memory_order_acquire)};
@@ -254,13 +262,19 @@ std::vector<py::tuple> ledger() {
   return out;
 }
 
-void set_ledger(bool on) { recording.store(on); }
+// Record calls (or not), keeping the last `size` of them: a different size takes a fresh ring, which the trace
+// asks for while no call is in flight; the calls of the old ring are not carried over.
+void set_ledger(bool on, size_t size) {
+  if (size && size != ring.load()->size) ring.store(new Ring(size));
+  recording.store(on);
+}
 
 // The start (monotonic seconds) of the oldest call still in flight, or 0: what the forensics' watchdog polls.
 double oldest_pending() {
   const uint64_t next = ring_next.load(std::memory_order_acquire);
-  for (uint64_t id = next > kRing ? next - kRing : 0; id < next; ++id) {
-    const Call& c = ring_calls[id % kRing];
+  const Ring* r = ring.load(std::memory_order_acquire);
+  for (uint64_t id = next > r->size ? next - r->size : 0; id < next; ++id) {
+    const Call& c = r->calls[id % r->size];
     if (c.stamp.load(std::memory_order_acquire) == 2 * id + 2 && c.end_ns.load(std::memory_order_acquire) == 0) {
       return c.start_ns / 1e9;
     }
@@ -855,6 +869,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("make_group", &make_group, "A process group over an MPI communicator, with the Python group for the rest");
   m.def("overdue", &overdue, "The calls of every group past their timeout, as the watchdog reports them");
   m.def("ledger", &ledger, "The last calls of every group, oldest first, as tuples for hang forensics");
-  m.def("set_ledger", &set_ledger, "Record calls in the ledger's ring (True) or not (False, the default)");
+  m.def("set_ledger", &set_ledger, "Record calls in the ledger's ring (True) or not (False, the default), keeping "
+        "the last `size` (0: as many as now)", py::arg("on"), py::arg("size") = 0);
   m.def("oldest_pending", &oldest_pending, "The start (monotonic seconds) of the oldest call in flight, or 0");
 }

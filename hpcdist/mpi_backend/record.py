@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["calls", "enable", "oldest", "start"]
+__all__ = ["calls", "enable", "keep", "oldest", "start"]
 
 ENABLED = False  # read on every call of the Python group
 _CALLS: deque[list[Any]] = deque(maxlen=256)
@@ -29,6 +29,15 @@ def enable(on: bool = True) -> None:
     module = _compiled()
     if module is not None:
         module.set_ledger(on)
+
+
+def keep(size: int) -> None:
+    """Keep the last `size` calls of each implementation from now on (a trace keeps more than the hang report)."""
+    global _CALLS
+    _CALLS = deque(maxlen=size)
+    module = _compiled()
+    if module is not None:
+        module.set_ledger(ENABLED, size)
 
 
 def _compiled() -> Any:

@@ -293,7 +293,7 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
         from ..mpi_backend import BACKEND_NAME, record
 
         record.enable()
-        watchdog.add_source(BACKEND_NAME, record.calls, record.oldest)
+        watchdog.add_source(BACKEND_NAME, record.calls, record.oldest, record.keep)
     say_ready(dist.get_rank(), dist.get_world_size())
     if watchdog.start(seconds, startup_timeout(seconds)):
         _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
