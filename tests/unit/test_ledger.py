@@ -146,7 +146,7 @@ def test_a_call_issued_during_backward_is_named_as_such() -> None:
     ledger = Ledger()
     ledger.start("barrier", "", (), "", "world").done = True
     sources.register("test", lambda: [("all_reduce", "", (6,), "Float", "world", 2, time.monotonic(), 0.0, True)],
-                     lambda: None)  # fmt: skip
+                     lambda: None, lambda size: None)  # fmt: skip
     try:
         records = sources.snapshot(ledger)
     finally:
@@ -171,3 +171,23 @@ def test_a_flight_recorder_entry_that_repeats_a_dist_call_is_dropped_and_lends_i
     extra = sources._unmatched(mine, recorded)
     assert extra == recorded[1:]
     assert mine == [[10.0, "all_reduce", "", (4,), "float32", "world", 7, False, ""]]
+
+
+def test_the_trace_takes_a_backends_calls_since_it_began_with_their_ends() -> None:
+    kept: list[int] = []
+    rows = [
+        ("broadcast", "root=0", (4,), "Float", "world", 1, 10.0, 10.5, False),
+        ("all_reduce", "", (6,), "Float", "world", 2, 20.0, 20.25, True),
+        ("all_reduce", "", (6,), "Float", "world", 3, 30.0, 0.0, True),
+    ]
+    sources.register("test", lambda: rows, lambda: None, kept.append)
+    try:
+        sources.keep(1000)
+        timed = sources.timed(15.0, [])
+    finally:
+        sources._SOURCES.pop("test")
+    assert kept == [1000]
+    assert timed == [
+        ("all_reduce", "", (6,), "Float", "world", 2, 20.0, 20.25),
+        ("all_reduce", "", (6,), "Float", "world", 3, 30.0, 0.0),
+    ]
