@@ -45,7 +45,6 @@ DIR_ENV = "HPCDIST_FR_DIR"  # where the dumps go; default: $HPCDIST_LOG_DIR/fr, 
 PREFIX = "fr_rank_"  # a dump is PREFIX<rank>, as torchfrtrace's -p/--prefix expects
 PART = "fr"  # the name of this rank's part of a watchdog answer
 VERSION = "2.10"  # the dump format torch 2.13 writes and torchfrtrace reads
-_NCCL_BUFFER = "2000"  # entries in torch's NCCL recorder: its own default where it is on
 # The ledger's operation names (torch.distributed's, and c10d's for calls recorded below Python) as torchfrtrace
 # names them; an operation it does not know would end its analysis, so such a call is left out.
 _TYPES = {
@@ -108,10 +107,9 @@ def dump_dir(environ: Mapping[str, str], cwd: str) -> str:
 
 
 def nccl_environ(environ: Mapping[str, str], directory: str) -> dict[str, str]:
-    """The variables that turn on torch's NCCL recorder and its dump on a timeout into `directory`, unless set."""
+    """The variables that have torch's NCCL recorder dump on a timeout into `directory`, unless set (the recorder
+    itself is turned on for every backend by `sources.enable_flight_recorder`)."""
     wanted: dict[str, str] = {}
-    if "TORCH_FR_BUFFER_SIZE" not in environ and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in environ:
-        wanted["TORCH_NCCL_TRACE_BUFFER_SIZE"] = _NCCL_BUFFER
     if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in environ:
         wanted["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
     if "TORCH_FR_DUMP_TEMP_FILE" not in environ and "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in environ:

@@ -72,8 +72,10 @@ def covers(backend: str) -> bool:
 
 
 def enable_flight_recorder() -> None:
-    """Turn torch's Flight Recorder on for process groups created from now on, unless the user set its size."""
-    os.environ.setdefault(FR_BUFFER, _FR_SIZE)
+    """Turn torch's Flight Recorder on for process groups created from now on, unless the user set its size
+    (under either of torch's names)."""
+    if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:
+        os.environ.setdefault(FR_BUFFER, _FR_SIZE)
 
 
 def oldest_pending() -> float | None:

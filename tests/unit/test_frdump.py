@@ -237,12 +237,10 @@ def test_the_directory_is_the_users_else_the_log_dirs_else_a_temporary_one_per_l
 
 def test_on_nccl_torchs_recorder_is_turned_on_to_dump_into_the_directory_unless_the_user_chose() -> None:
     assert frdump.nccl_environ({}, "/d") == {
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_FR_DUMP_TEMP_FILE": "/d/fr_rank_",
     }
     users = {
-        "TORCH_FR_BUFFER_SIZE": "50",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/x/t_",
     }
