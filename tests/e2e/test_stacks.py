@@ -44,7 +44,7 @@ def test_a_hang_prints_every_ranks_stacks_grouped_the_rank_apart_first(hpcdist: 
         HPCDIST_TIMEOUT="4",
     )
     assert result.returncode != 0
-    assert "first divergence: rank 0 waits in all_reduce #2 while rank(s) 1 are not in any" in result.stderr
+    assert "first divergence: rank 0 waits in all_reduce #2 while rank 1 is not in any" in result.stderr
     headline = "hpcdist: every rank's Python stacks (most recent call first; identical stacks merged):"
     assert grouped(result.stderr, headline)[:2] == ["rank 1: elsewhere", "ranks 0,2-3: all_reduce"], result.stderr
     for group in (APART, WAITING):
