@@ -343,7 +343,7 @@ def test_the_ledger_records_every_call_once_object_collectives_and_subgroups_inc
     want += [("all_reduce", "", "float32", name)] * 2
     want += [("all_reduce", "", "float32", str(list(range(0, n, 2))))] if r % 2 == 0 else []
     assert [(op, peer, record_dtype(dtype), group) for op, peer, dtype, group in mine] == want
-    gseqs = [c[5] for c in calls if c[4] == name]
+    gseqs = [c[5] for c in calls[:6]]  # the first six are on g (at one rank the subgroup has g's name too)
     assert gseqs == list(range(gseqs[0], gseqs[0] + 6))  # one count per group, whichever implementation ran it
     assert all(c[7] >= c[6] > 0 for c in calls)  # every call finished
 
