@@ -90,8 +90,8 @@ def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, str]:
         return 2, ""
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         words = f"{AFTER_PEER} {failure_words(exc)}" if peer_lost(str(exc)) else failure_words(exc)
-        print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)
         stacks_on_failure(rank, exc)  # the others' stacks, while they still wait where this rank left them
+        print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)  # last
         return 1, words
     return 0, ""
 

@@ -94,11 +94,13 @@ def _summary(stderr: str, header: str) -> list[str]:
 
 
 def test_a_failed_ranks_last_lines_are_shown_even_when_ranks_hid_it(hpcdist: str) -> None:
-    result = launch([hpcdist, "mpirun", "-np", str(NP), "--tag", "--ranks", "0", "--", *FAIL_AFTER],
+    # 30 lines: before its traceback, the failed rank prints the other ranks' Python stacks (about 8 lines)
+    result = launch([hpcdist, "mpirun", "-np", str(NP), "--tag", "--ranks", "0", "--tail", "30", "--", *FAIL_AFTER],
                     FAIL_RANK="2", FAIL_HOW="raise", timeout=120)  # fmt: skip
     assert result.returncode == 1, result.stderr
-    tail = _summary(result.stderr, f"hpcdist: rank 2 on {HOST} failed (exit code 1); its last 20 lines:\n")
-    assert len(tail) == 20 and all(line.startswith(f"[{HOST}:2] ") for line in tail), tail
+    tail = _summary(result.stderr, f"hpcdist: rank 2 on {HOST} failed (exit code 1); its last 30 lines:\n")
+    assert "hpcdist: rank 2 failed; the other ranks' Python stacks" in "\n".join(tail), tail
+    assert len(tail) == 30 and all(line.startswith(f"[{HOST}:2] ") for line in tail), tail
     bare = [line.removeprefix(f"[{HOST}:2] ") for line in tail]
     assert bare[-1] == f"hpcdist: rank 2 on {socket.gethostname()} failed (exit code 1); ending the job"
     assert "[rank 2] RuntimeError: deliberate failure on rank 2" in bare, result.stderr[-4000:]
