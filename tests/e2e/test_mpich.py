@@ -104,6 +104,22 @@ def test_a_killed_rank_is_named_every_time(mpich: Path, attempt: int) -> None:
     assert result.seconds < 60
 
 
+LINGER = (
+    "from mpi4py import MPI; import time; r = MPI.COMM_WORLD.Get_rank(); MPI.Finalize(); "
+    "time.sleep(2 if r == 1 else 0); print(f'rank {r} exits after MPI_Finalize', flush=True)"
+)
+
+
+@pytest.mark.parametrize("pmi", ["1", "2"])
+def test_a_rank_that_outlives_its_peers_after_mpi_finalize_is_left_to_finish(mpich: Path, pmi: str) -> None:
+    """Hydra SIGKILLs the ranks still running when a rank's PMI socket closes without PMI `finalize`, which
+    MPICH sends from a C exit handler that the shim's os._exit skips: every rank's line was lost but one's."""
+    result = launch(hpcdist(mpich, "mpirun", "-np", "3", "--", "python", "-c", LINGER), timeout=120, PMI_VERSION=pmi)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == [f"rank {r} exits after MPI_Finalize" for r in range(3)]
+    assert result.stderr == ""
+
+
 IDLE_EXIT = "import os, sys, time; time.sleep(1); os._exit(3) if os.environ['PMI_RANK'] == '1' else time.sleep(120)"
 
 
