@@ -12,6 +12,7 @@ module works. The others wait in flock(2) (asleep, not polling) for the one that
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import importlib.machinery
@@ -151,8 +152,11 @@ def _wait_seconds() -> float:
 
 
 @contextmanager
-def _locked(path: Path, seconds: float) -> Iterator[None]:
+def _locked(path: Path, seconds: float) -> Iterator[bool]:
     """Hold flock(2) on `path` (creating it), waiting asleep at most `seconds` for the process that holds it.
+
+    Yields whether the lock holds: False on a filesystem without flock (Lustre mounted without `-o flock`,
+    NFS with `nolock`), where builds may then run side by side and the first to rename itself into place wins.
 
     Raises:
         NativeUnavailable: the wait timed out; the message names this rank, the holder and the directory.
@@ -163,9 +167,14 @@ def _locked(path: Path, seconds: float) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             _wait_for_lock(fd, path, seconds)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            yield False
+            return
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{_me()}\n".encode(), 0)
-        yield
+        yield True
     finally:
         os.close(fd)  # releases the lock
 
@@ -287,8 +296,10 @@ def key() -> str:
     return _key(_libmpi())
 
 
-def build(verbose: bool = False) -> ModuleType:
+def build(verbose: bool = False, retry: bool = False) -> ModuleType:
     """The compiled module for this torch and MPI: loaded from the cache, or built into it first (by one process).
+
+    `retry` builds even where a failure is recorded (what building it by hand asks for).
 
     Raises:
         BuildFailed: this process found no compiler, or the compiler failed (recorded for later jobs).
@@ -308,25 +319,29 @@ def build(verbose: bool = False) -> ModuleType:
     compiler = Compiler.find(os.environ)
     root = _writable(roots)
     final, failed = root / key, root / f"{key}.failed"
-    reason = recorded(failed, compiler)  # before the lock: a recorded failure costs no wait
+    reason = None if retry else recorded(failed, compiler)  # before the lock: a recorded failure costs no wait
     if reason is not None:
         raise BuildFailedBefore(f"{reason}; {_record_note(failed)}")
-    with _locked(root / f"{key}.lock", _wait_seconds()):
+    with _locked(root / f"{key}.lock", _wait_seconds()) as alone:
         if (final / f"{name}.so").is_file():  # built while this process waited
             return _import(name, final / f"{name}.so")
-        reason = recorded(failed, compiler)
+        reason = None if retry else recorded(failed, compiler)
         if reason is not None:  # failed while this process waited: the builder said so
             raise BuildFailedBefore(f"{reason}; {_record_note(failed)}")
-        for leftover in root.glob(f"{key}.tmp-*"):
-            shutil.rmtree(leftover, ignore_errors=True)  # a killed builder's: none other runs, this one holds the lock
+        if alone:  # what a killed builder left: none other runs while this process holds the lock
+            for leftover in [final, *root.glob(f"{key}.tmp-*")]:
+                shutil.rmtree(leftover, ignore_errors=True)
         if compiler.path is None:
             reason = missing_compiler(compiler)
             record(failed, compiler, reason, "")
             raise BuildFailed(f"{reason}; {_record_note(failed)}")
         module = _compile(name, compiler, include, lib, root / f"{key}.tmp-{_me().replace(':', '-')}", failed, verbose)
-        shutil.rmtree(final, ignore_errors=True)  # a half-built one from before builds were renamed into place
-        os.rename(Path(module.__file__ or "").parent, final)
-        module.__file__ = str(final / f"{name}.so")  # the same file, now at its place in the cache
+        built = Path(module.__file__ or "").parent
+        try:
+            os.rename(built, final)
+        except OSError:  # without a lock across nodes, another process's build came first: the same build
+            shutil.rmtree(built, ignore_errors=True)
+        module.__file__ = str(final / f"{name}.so")  # the same file (or build), now at its place in the cache
         failed.unlink(missing_ok=True)
         return module
 

@@ -106,7 +106,8 @@ def _watch(module: ModuleType) -> None:
 
 if __name__ == "__main__":
     try:
-        built = build(verbose="-v" in sys.argv)
+        built = build(verbose="-v" in sys.argv, retry=True)  # by hand: also where a failure is recorded
     except NativeUnavailable as exc:
-        sys.exit(f"hpcdist: error: {exc}")
+        print(f"hpcdist: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     print(f"hpcdist: native mpi backend ready: {built.__file__}")

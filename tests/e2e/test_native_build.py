@@ -110,6 +110,11 @@ def test_without_a_compiler_the_first_job_says_so_once_and_later_jobs_retry_only
     assert "native mpi backend" not in second.stderr, second.stderr
     assert failed.stat().st_mtime_ns == recorded  # not retried: the record was only read
 
+    by_hand = launch([sys.executable, "-m", "hpcdist.mpi_backend.native"], timeout=300, **env)
+    assert by_hand.returncode == 2, by_hand.stderr
+    assert by_hand.stderr.startswith("hpcdist: error: no C++ compiler: `c++` is not on PATH"), by_hand.stderr
+    assert failed.stat().st_mtime_ns > recorded  # building it by hand retries, whatever the record says
+
     asked = launch(argv, timeout=300, **{**env, "HPCDIST_MPI_NATIVE": "1"})
     assert asked.returncode == 2, asked.stderr
     assert "hpcdist: error: no C++ compiler: `c++` is not on PATH and $CXX is unset; install one" in asked.stderr
