@@ -26,8 +26,8 @@ def test_two_nodes_on_an_empty_shared_cache_build_it_once_and_all_ranks_load_it(
 ) -> None:
     cache = tmp_path / "shared-cache"
     checkout = Path(__file__).resolve().parents[2]
-    step = ["srun", "--mpi=pmix", venv / "bin" / "python", "-c", SUM]
-    env = ["env", f"PYTHONPATH={checkout}", f"HPCDIST_CACHE_DIR={cache}", "HPCDIST_MPI_NATIVE=1"]
+    step: list[str | Path] = ["srun", "--mpi=pmix", venv / "bin" / "python", "-c", SUM]
+    env: list[str | Path] = ["env", f"PYTHONPATH={checkout}", f"HPCDIST_CACHE_DIR={cache}", "HPCDIST_MPI_NATIVE=1"]
     script = batch_script(venv, nodes=2, ntasks_per_node=2, commands=[[*env, *step], [*env, *step]], minutes=15)
     result = submit(script, 1000)
     assert_ok(result)
