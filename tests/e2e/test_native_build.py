@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from launching import BIN, launch
 
+pytestmark = pytest.mark.timeout(900)  # a build takes about 30 s of CPU, several times that on a loaded machine
+
 SUM = """
 import torch, torch.distributed as dist
 import hpcdist
