@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -79,7 +80,11 @@ class Compiler:
     def find(cls, environ: Mapping[str, str]) -> Compiler:
         """The compiler `environ` ($CXX, $PATH) names."""
         name = environ.get("CXX") or "c++"
-        found = shutil.which(name, path=environ.get("PATH", os.defpath))
+        try:
+            words = shlex.split(name)  # $CXX may hold a launcher and its compiler: `ccache g++`
+        except ValueError:  # unbalanced quotes: no such command
+            words = [name]
+        found = shutil.which(words[0], path=environ.get("PATH", os.defpath)) if words else None
         if found is None:
             return cls(name, bool(environ.get("CXX")), None, "")
         real = os.path.realpath(found)
@@ -359,7 +364,7 @@ def _compile(
 
     path, cxx = os.environ.get("PATH", ""), os.environ.get("CXX")
     os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{path}"
-    os.environ["CXX"] = compiler.path or compiler.name  # the one the failure record would name
+    os.environ["CXX"] = compiler.name if compiler.given else compiler.path or compiler.name  # the one recorded
     directory.mkdir()
     try:
         with _progress(directory.parent / directory.name.split(".tmp-")[0]):

@@ -32,6 +32,7 @@ def test_the_compiler_is_cxx_else_cxx_on_path(tmp_path: Path) -> None:
     assert Compiler.find({"PATH": str(tmp_path), "CXX": "g++"}) == Compiler("g++", True, str(gxx), Compiler.find(
         {"PATH": str(tmp_path), "CXX": str(gxx)}).stamp)  # fmt: skip
     assert Compiler.find({"PATH": str(tmp_path / "none")}) == Compiler("c++", False, None, "")
+    assert Compiler.find({"PATH": str(tmp_path), "CXX": "g++ -fdiagnostics-color=never"}).path == str(gxx)
     assert Compiler.find({"PATH": str(tmp_path), "CXX": "/nowhere/g++"}) == Compiler("/nowhere/g++", True, None, "")
 
 
