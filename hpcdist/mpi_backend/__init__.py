@@ -9,9 +9,9 @@ Ranks and sizes come from MPI.COMM_WORLD. The backend itself never reads torch's
 default group gets hpcdist's shared TCP store all the same, so groups of other backends (gloo, nccl)
 can be made beside it with `new_group(backend=...)`.
 
-Two implementations: the compiled one (native.cpp, built once and cached by native.py; the default where it
-builds) runs the hot collectives on MPI's blocking calls from C++ and hands every other call form to the Python
-one (MPIProcessGroup, the reference, and all there is with HPCDIST_MPI_NATIVE=0).
+Two implementations: the compiled one (native.cpp, built once per cache by building.py, loaded by native.py; the
+default where it builds) runs the hot collectives on MPI's blocking calls from C++ and hands every other call form
+to the Python one (MPIProcessGroup, the reference, and all there is with HPCDIST_MPI_NATIVE=0).
 Both record every call for hang forensics once the runtime turns it on (`record.py`).
 
 May import: errors, waits, abort, torch and mpi4py. Never the runtime, launching, jobs or the CLI.

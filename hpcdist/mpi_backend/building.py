@@ -1,0 +1,392 @@
+"""Building the compiled mpi backend once per cache: its key, the lock its first users share, its failure record.
+
+In a cache directory R, for the build key K (source, torch, Python, the libmpi mpi4py loaded):
+  R/K/                 the finished build (hpcdist_native_K.so beside ninja's files), renamed into place whole
+  R/K.lock             flock(2)ed by the one process that builds; it holds that process's host:pid
+  R/K.tmp-HOST-PID/    a build in progress (the next builder removes one left by a killed process)
+  R/K.failed           why the build failed and with which compiler (JSON): later jobs neither retry nor say it
+                       again until the compiler found changes (or K does); removing it retries
+A process that finds R/K/ loads it without locking or writing anything, so a read-only cache with a prebuilt
+module works. The others wait in flock(2) (asleep, not polling) for the one that builds.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from mpi4py import MPI
+
+from .errors import NativeUnavailable
+
+__all__ = [
+    "WAIT_ENV",
+    "BuildFailed",
+    "BuildFailedBefore",
+    "Compiler",
+    "build",
+    "first_error",
+    "key",
+    "missing_compiler",
+    "record",
+    "recorded",
+]
+
+WAIT_ENV = "HPCDIST_MPI_BUILD_WAIT"  # seconds a process waits for another's build (default 600)
+_SOURCE = Path(__file__).with_name("native.cpp")
+_PROGRESS_EVERY = 15.0  # seconds between the builder's "still building" lines
+_TYPICAL = "about 30 s of one core's time, longer on a busy node"  # measured: docs/mpi-backend.md
+_FIX = "install one (apt-get install g++) or set HPCDIST_MPI_NATIVE=0 to use the Python backend knowingly"
+_ERROR_LINE = re.compile(r"(^|\s)(fatal )?error:|: cannot find |undefined reference")
+
+
+class BuildFailed(NativeUnavailable):
+    """This process tried to build the compiled backend and could not (it says so; the failure is recorded)."""
+
+
+class BuildFailedBefore(NativeUnavailable):
+    """A recorded failure for this key and compiler: the build is not retried, and `auto` does not say it again."""
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """The C++ compiler torch's cpp_extension would run: $CXX, else `c++` on PATH."""
+
+    name: str
+    given: bool  # from $CXX
+    path: str | None  # the file it resolves to, None when there is none
+    stamp: str  # size and mtime of that file, so a reinstalled compiler counts as a change
+
+    @classmethod
+    def find(cls, environ: Mapping[str, str]) -> Compiler:
+        """The compiler `environ` ($CXX, $PATH) names."""
+        name = environ.get("CXX") or "c++"
+        try:
+            words = shlex.split(name)  # $CXX may hold a launcher and its compiler: `ccache g++`
+        except ValueError:  # unbalanced quotes: no such command
+            words = [name]
+        found = shutil.which(words[0], path=environ.get("PATH", os.defpath)) if words else None
+        if found is None:
+            return cls(name, bool(environ.get("CXX")), None, "")
+        real = os.path.realpath(found)
+        info = os.stat(real)
+        return cls(name, bool(environ.get("CXX")), real, f"{info.st_size}:{info.st_mtime_ns}")
+
+    @property
+    def identity(self) -> str:
+        """What a failure record is kept for: the name asked for and the file it resolved to."""
+        return f"{self.name}={self.path or 'missing'}:{self.stamp}"
+
+
+def missing_compiler(compiler: Compiler) -> str:
+    """The sentence for a compiler that cannot be found, naming what is missing and how to fix it."""
+    if compiler.given:
+        what = f"$CXX={compiler.name} is not an executable file (nor a command on PATH)"
+    else:
+        what = "`c++` is not on PATH and $CXX is unset"
+    return f"no C++ compiler: {what}; {_FIX}"
+
+
+def first_error(output: str) -> str:
+    """The compiler's (or linker's) first error line in a failed build's output, else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if not line.startswith(("[", "FAILED:")) and _ERROR_LINE.search(line):
+            return line
+    return lines[-1] if lines else "no output"
+
+
+def _record_note(path: Path) -> str:
+    return (
+        f"later jobs do not retry until the compiler, torch, Python, MPI or hpcdist changes "
+        f"(recorded in {path}: remove it to retry now)"
+    )
+
+
+def recorded(path: Path, compiler: Compiler) -> str | None:
+    """The reason recorded at `path` for this compiler; None without a record or with one for another compiler."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("compiler") != compiler.identity:
+        return None
+    return str(data.get("reason", "the build failed"))
+
+
+def record(path: Path, compiler: Compiler, reason: str, output: str) -> None:
+    """Write the failure record whole (a temporary file renamed over it)."""
+    data = {"compiler": compiler.identity, "reason": reason, "by": _me(), "when": time.strftime("%FT%T%z")}
+    temporary = path.with_name(f"{path.name}.{_me()}")
+    temporary.write_text(json.dumps({**data, "output": output}, indent=1) + "\n")
+    temporary.replace(path)
+
+
+def _me() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _wait_seconds() -> float:
+    text = os.environ.get(WAIT_ENV, "600")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise NativeUnavailable(f"${WAIT_ENV}={text!r} is not a positive number of seconds; unset it or give one")
+    return seconds
+
+
+@contextmanager
+def _locked(path: Path, seconds: float) -> Iterator[bool]:
+    """Hold flock(2) on `path` (creating it), waiting asleep at most `seconds` for the process that holds it.
+
+    Yields whether the lock holds: False on a filesystem without flock (Lustre mounted without `-o flock`,
+    NFS with `nolock`), where builds may then run side by side and the first to rename itself into place wins.
+
+    Raises:
+        NativeUnavailable: the wait timed out; the message names this rank, the holder and the directory.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _wait_for_lock(fd, path, seconds)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{_me()}\n".encode(), 0)
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _wait_for_lock(fd: int, path: Path, seconds: float) -> None:
+    """Block in flock(2) on a thread of its own, so that the wait can time out."""
+    taken = threading.Event()
+
+    def take() -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            return  # the descriptor was closed after a timeout
+        taken.set()
+
+    threading.Thread(target=take, name="hpcdist-native-build-wait", daemon=True).start()
+    if taken.wait(seconds):
+        return
+    try:
+        holder = path.read_text().strip() or "another process"
+    except OSError:
+        holder = "another process"
+    raise NativeUnavailable(
+        f"rank {MPI.COMM_WORLD.Get_rank()} ({_me()}) waited {seconds:.0f} s for the native mpi backend's build by "
+        f"{holder} in {path.parent}; wait longer (${WAIT_ENV}), build it ahead with "
+        f"`python -m hpcdist.mpi_backend.native`, or set HPCDIST_MPI_NATIVE=0"
+    )
+
+
+@contextmanager
+def _progress(directory: Path) -> Iterator[None]:
+    """Say that this process builds, every 15 s that it still does, and how long it took."""
+    began = time.monotonic()
+    done = threading.Event()
+    print(
+        f"hpcdist: building the native mpi backend once ({_TYPICAL}) by {_me()} in {directory}; "
+        f"other ranks and later jobs load it",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def tell() -> None:
+        while not done.wait(_PROGRESS_EVERY):
+            print(f"hpcdist: still building the native mpi backend ({time.monotonic() - began:.0f} s so far)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    thread = threading.Thread(target=tell, name="hpcdist-native-build-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    print(f"hpcdist: built the native mpi backend in {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+
+
+def _libmpi() -> Path:
+    """The libmpi this process loaded (mpi4py loaded it at `from mpi4py import MPI`), as its file."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.rsplit(None, 1)[-1]
+            if "/libmpi.so" in path:
+                return Path(path)
+    raise NativeUnavailable("cannot tell which libmpi this process loaded (/proc/self/maps names none)")
+
+
+def _header(lib: Path) -> Path:
+    """The mpi.h of the installation `lib` belongs to."""
+    for include in (lib.parent.parent / "include", lib.parent.parent / "include" / "mpi"):
+        if (include / "mpi.h").is_file():
+            return include
+    raise NativeUnavailable(
+        f"no mpi.h beside {lib} (a runtime-only MPI such as the impi-rt wheel); install the MPI's development "
+        f"files, or set HPCDIST_MPI_NATIVE=0 to use the Python backend"
+    )
+
+
+def _key(lib: Path) -> str:
+    """What the build depends on: the source, torch, Python and the MPI library."""
+    import torch
+
+    parts = [_SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(), str(lib.resolve()).encode(),
+             MPI.Get_library_version().encode()]  # fmt: skip
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+
+
+def _cache_dirs() -> list[Path]:
+    """Where builds are kept, in order of preference."""
+    given = os.environ.get("HPCDIST_CACHE_DIR")
+    if given:
+        return [Path(given) / "native"]
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return [Path(sysconfig.get_path("data")) / "share" / "hpcdist" / "native", home / "hpcdist" / "native"]
+
+
+def _writable(roots: list[Path]) -> Path:
+    for root in roots:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(root, os.W_OK):
+            return root
+    raise NativeUnavailable(f"no writable cache directory among {', '.join(map(str, roots))}; set HPCDIST_CACHE_DIR")
+
+
+def _import(name: str, path: Path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    if spec is None:
+        raise NativeUnavailable(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def key() -> str:
+    """This process's build key: its torch, Python and MPI, and the source (the cache's directory name)."""
+    return _key(_libmpi())
+
+
+def build(verbose: bool = False, retry: bool = False) -> ModuleType:
+    """The compiled module for this torch and MPI: loaded from the cache, or built into it first (by one process).
+
+    `retry` builds even where a failure is recorded (what building it by hand asks for).
+
+    Raises:
+        BuildFailed: this process found no compiler, or the compiler failed (recorded for later jobs).
+        BuildFailedBefore: a failure is recorded for this key and compiler.
+        NativeUnavailable: no mpi.h, no writable cache directory, or the wait for another's build timed out.
+    """
+    import torch  # noqa: F401 - the extension links against torch's libraries, loaded first
+
+    lib = _libmpi()
+    include = _header(lib)
+    key = _key(lib)
+    name = f"hpcdist_native_{key}"
+    roots = _cache_dirs()
+    for root in roots:
+        if (root / key / f"{name}.so").is_file():
+            return _import(name, root / key / f"{name}.so")
+    compiler = Compiler.find(os.environ)
+    root = _writable(roots)
+    final, failed = root / key, root / f"{key}.failed"
+    reason = None if retry else recorded(failed, compiler)  # before the lock: a recorded failure costs no wait
+    if reason is not None:
+        raise BuildFailedBefore(f"{reason}; {_record_note(failed)}")
+    with _locked(root / f"{key}.lock", _wait_seconds()) as alone:
+        if (final / f"{name}.so").is_file():  # built while this process waited
+            return _import(name, final / f"{name}.so")
+        reason = None if retry else recorded(failed, compiler)
+        if reason is not None:  # failed while this process waited: the builder said so
+            raise BuildFailedBefore(f"{reason}; {_record_note(failed)}")
+        if alone:  # what a killed builder left: none other runs while this process holds the lock
+            for leftover in [final, *root.glob(f"{key}.tmp-*")]:
+                shutil.rmtree(leftover, ignore_errors=True)
+        if compiler.path is None:
+            reason = missing_compiler(compiler)
+            record(failed, compiler, reason, "")
+            raise BuildFailed(f"{reason}; {_record_note(failed)}")
+        module = _compile(name, compiler, include, lib, root / f"{key}.tmp-{_me().replace(':', '-')}", failed, verbose)
+        built = Path(module.__file__ or "").parent
+        try:
+            os.rename(built, final)
+        except OSError:  # without a lock across nodes, another process's build came first: the same build
+            shutil.rmtree(built, ignore_errors=True)
+        module.__file__ = str(final / f"{name}.so")  # the same file (or build), now at its place in the cache
+        failed.unlink(missing_ok=True)
+        return module
+
+
+def _compile(
+    name: str, compiler: Compiler, include: Path, lib: Path, directory: Path, failed: Path, verbose: bool
+) -> ModuleType:
+    """Build and load the module in `directory` with torch's cpp_extension (ninja from its wheel).
+
+    Raises:
+        BuildFailed: the compiler failed; its first error line is the reason, its whole output is recorded.
+    """
+    import ninja  # the build tool, from its wheel: cpp_extension looks on PATH
+    from torch.utils import cpp_extension
+
+    path, cxx = os.environ.get("PATH", ""), os.environ.get("CXX")
+    os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{path}"
+    os.environ["CXX"] = compiler.name if compiler.given else compiler.path or compiler.name  # the one recorded
+    directory.mkdir()
+    try:
+        with _progress(directory.parent / directory.name.split(".tmp-")[0]):
+            return cpp_extension.load(
+                name=name,
+                sources=[str(_SOURCE)],
+                extra_include_paths=[str(include)],
+                extra_cflags=["-O2"],
+                extra_ldflags=[f"-L{lib.parent}", f"-l:{lib.name}", f"-Wl,-rpath,{lib.parent}"],
+                build_directory=str(directory),
+                verbose=verbose,
+            )
+    except (RuntimeError, OSError, ImportError, subprocess.SubprocessError) as exc:  # the compiler's, ninja's
+        shutil.rmtree(directory, ignore_errors=True)
+        output = getattr(exc, "output", None)  # a compiler that fails cpp_extension's version check: its words
+        text = f"{exc}\n{output.decode(errors='replace') if isinstance(output, bytes) else output or ''}"
+        reason = f"building it with {compiler.path} failed: {first_error(text)}"
+        record(failed, compiler, reason, text)
+        raise BuildFailed(f"{reason}; {_record_note(failed)}") from exc
+    finally:
+        os.environ["PATH"] = path
+        if cxx is None:
+            del os.environ["CXX"]
+        else:
+            os.environ["CXX"] = cxx
