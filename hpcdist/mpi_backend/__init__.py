@@ -24,10 +24,10 @@ from typing import Any
 import torch.distributed as dist
 from mpi4py import MPI
 
+from .crowding import node_crowded
 from .dtypes import reduction_plan
 from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
 from .group import BACKEND_NAME, DEVICES, MPIProcessGroup
-from .placement import node_crowded
 from .ring import ring_min_bytes
 from .work import MPIWork
 
@@ -46,7 +46,7 @@ __all__ = [
 
 _GROUP_TAG = 0x4D50  # tag for MPI_Comm_create_group; creations are issued in the same order everywhere
 _world: dict[str, Any] = {}  # the duplicate of COMM_WORLD, and whether this rank's node is crowded
-_crowded: dict[tuple[int, ...], bool] = {}  # each group's decision (placement.py), by its global ranks
+_crowded: dict[tuple[int, ...], bool] = {}  # each group's decision (crowding.py), by its global ranks
 
 
 def register() -> None:
@@ -64,7 +64,7 @@ def native_active() -> bool:
 
 def crowded(group: Any = None) -> bool:
     """Whether the "mpi4py" group (default: the default group) waits yielding the CPU, the node of one of its ranks
-    running more ranks than their affinity masks give cores (placement.py); decided as the group was made.
+    running more ranks than their affinity masks give cores (crowding.py); decided as the group was made.
 
     Raises:
         ValueError: no "mpi4py" group over those ranks was made in this process.

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcdist.mpi_backend.placement import crowded, mask_cores
+from hpcdist.mpi_backend.crowding import crowded, mask_cores
 
 CASES = [
     ("one rank", [{0}], False),
