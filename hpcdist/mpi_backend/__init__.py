@@ -63,8 +63,9 @@ def native_active() -> bool:
 
 
 def crowded(group: Any = None) -> bool:
-    """Whether the "mpi4py" group (default: the default group) waits yielding the CPU, the node of one of its ranks
-    running more ranks than their affinity masks give cores (crowding.py); decided as the group was made.
+    """Whether the "mpi4py" group (default: the default group) is crowded, the node of one of its ranks running more
+    ranks than their affinity masks give cores (crowding.py), decided as the group was made: the compiled backend
+    then waits on non-blocking calls, yielding the CPU (the Python one's waits spin briefly, then yield, either way).
 
     Raises:
         ValueError: no "mpi4py" group over those ranks was made in this process.
@@ -127,7 +128,7 @@ def _create(options: Any, backend_options: Any = None) -> Any:
     # Every rank of the group alike: the compiled backend or not; blocking MPI calls, or (where some node's ranks
     # have fewer cores than ranks) non-blocking ones that yield the CPU while they wait.
     agreed = comm.allreduce(compiled is not None, op=MPI.LAND)
-    yielding = _crowded[tuple(ranks)] = reference.crowded = comm.allreduce(_world["crowded"], op=MPI.LOR)
+    yielding = _crowded[tuple(ranks)] = comm.allreduce(_world["crowded"], op=MPI.LOR)
     if compiled is None or not agreed:
         return reference
     native.start_watchdog(compiled)

@@ -60,7 +60,6 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         self._group_desc = ""
         self._ledger_name = name  # the group in the ledger: "world" or its global ranks, "[0, 1]"
         self._gseq = 0  # collectives issued on this group (the compiled backend over it sets it before each)
-        self.crowded = False  # some node of the group has fewer cores than ranks (crowding.py; set as it is made)
 
     # -- identity -------------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's C++ name
