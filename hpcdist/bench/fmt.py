@@ -9,6 +9,7 @@ from .plan import BenchPlan
 
 __all__ = [
     "BIG_BYTES",
+    "FLOOR",
     "REFERENCE",
     "Comparison",
     "Result",
@@ -23,6 +24,7 @@ __all__ = [
 
 
 REFERENCE = "raw-mpi4py"  # the impl column of --reference rows: raw mpi4py on numpy buffers
+FLOOR = "torch-floor"  # and of its floor rows: torch's dispatch on a group that does nothing, plus raw mpi4py's time
 
 
 @dataclass(frozen=True)
@@ -141,13 +143,17 @@ class Comparison:
     latency_bytes: int
     latency_us: float  # in-place time at the smallest size
     reference_latency_us: float
+    floor_latency_us: float | None = None  # the torch-floor row's, for a torch backend (None: no floor row)
 
     def line(self) -> str:
-        """`# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us`."""
+        """`# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 12.3 us vs 3.1 us, 1.07x the
+        floor (11.5 us)`."""
         ratio = "n/a" if self.busbw_ratio is None else f"{100 * self.busbw_ratio:.0f}%"
+        floor = self.floor_latency_us
         return (
             f"# {self.impl} vs {self.reference} in place: busbw {ratio} at >= {human_bytes(self.from_bytes)}, "
             f"{human_bytes(self.latency_bytes)} latency {self.latency_us:.1f} us vs {self.reference_latency_us:.1f} us"
+            + (f", {self.latency_us / floor:.2f}x the floor ({floor:.1f} us)" if floor else "")
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -159,12 +165,13 @@ class Comparison:
             "latency_bytes": self.latency_bytes,
             "latency": self.latency_us,
             "reference_latency": self.reference_latency_us,
+            "floor_latency": self.floor_latency_us,
         }
 
 
 def compare(rows: list[dict[str, Any]], reference: str) -> tuple[Comparison, ...]:
     """Each other impl of the JSON `rows` against `reference`, in place: summed busbw over rows of at least
-    min(1 MiB, the largest size), and the time at the smallest size."""
+    min(1 MiB, the largest size), and the time at the smallest size (for the torch backends, beside the floor's)."""
     sizes = sorted({row["size"] for row in rows})
     if not sizes or not any(row["impl"] == reference for row in rows):
         return ()
@@ -178,6 +185,7 @@ def compare(rows: list[dict[str, Any]], reference: str) -> tuple[Comparison, ...
 
     impls = [impl for impl in dict.fromkeys(row["impl"] for row in rows) if impl != reference]
     ref_bw = busbw(reference)
+    floor = latency(FLOOR) if FLOOR in impls else None
     return tuple(
         Comparison(
             impl,
@@ -187,6 +195,7 @@ def compare(rows: list[dict[str, Any]], reference: str) -> tuple[Comparison, ...
             smallest,
             latency(impl),
             latency(reference),
+            None if impl == FLOOR else floor,
         )
         for impl in impls
     )

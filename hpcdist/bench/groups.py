@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import UsageError
 from ..runtime.bootstrap import Session, choose_backend
 
-__all__ = ["BackendGroup", "backend_groups"]
+__all__ = ["BackendGroup", "backend_groups", "fake_group"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +69,13 @@ def _new_group(name: str, session: Session, device: str) -> Any:
     if name == "nccl":
         torch.cuda.set_device(device)
     return dist.new_group(ranks, backend=name, timeout=timeout)
+
+
+def fake_group(session: Session) -> BackendGroup:
+    """A group over every rank on torch's FakeProcessGroup (backend "fake": every call returns at once, moving
+    nothing), registered by importing torch's fake_pg module."""
+    import torch.distributed as dist
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401 - registers the "fake" backend
+
+    ranks, timeout = list(range(session.world_size)), timedelta(seconds=session.timeout)
+    return BackendGroup("fake", dist.new_group(ranks, backend="fake", timeout=timeout), "cpu")

@@ -12,11 +12,11 @@ from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
-from .fmt import REFERENCE
-from .groups import BackendGroup
+from .fmt import FLOOR, REFERENCE
+from .groups import BackendGroup, fake_group
 from .plan import BenchPlan, Counts
 
-__all__ = ["Implementation", "MpiImpl", "TorchImpl"]
+__all__ = ["FloorImpl", "Implementation", "MpiImpl", "TorchImpl"]
 
 
 class Implementation(Protocol):
@@ -252,3 +252,33 @@ class MpiImpl:
 
     def sum_over_ranks(self, value: int) -> int:
         return int(self.comm.allreduce(value, op=self.MPI.SUM))
+
+
+class FloorImpl(TorchImpl):
+    """torch's dispatch floor (the --reference row `torch-floor`): the same dist.* call on torch's FakeProcessGroup,
+    a C++ backend that does nothing, without hang forensics' wrapper; its row adds raw mpi4py's time (run.py),
+    so it is the limit a backend reaches through torch's API: torch's own cost, plus MPI's."""
+
+    def __init__(self, plan: BenchPlan, session: Session) -> None:
+        super().__init__(plan, session, fake_group(session))
+        self.name = FLOOR
+
+    def _fn(self, name: str) -> Any:
+        fn = getattr(self.dist, name)
+        return getattr(fn, "__wrapped__", fn)
+
+    # The fake group moves nothing: the rounds meet and agree over MPI, as the raw rows' do (--reference needs it).
+    def barrier(self) -> None:
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Barrier()
+
+    def max_over_ranks(self, value: float) -> float:
+        from mpi4py import MPI
+
+        return float(MPI.COMM_WORLD.allreduce(value, op=MPI.MAX))
+
+    def sum_over_ranks(self, value: int) -> int:
+        from mpi4py import MPI
+
+        return int(MPI.COMM_WORLD.allreduce(value, op=MPI.SUM))

@@ -1,6 +1,7 @@
 """`hpcdist bench`: nccl-tests' collective benchmark on torch.distributed backends side by side, beside raw mpi4py.
 
-`--backend mpi,gloo` runs every size on each backend's group (and raw mpi4py with --reference) in interleaved
+`--backend mpi,gloo` runs every size on each backend's group (and with --reference raw mpi4py, and torch's
+dispatch floor: the same torch call on a group that does nothing, plus raw mpi4py's time) in interleaved
 rounds, so machine noise touches them alike; `hpcdist bench ddp` times a DistributedDataParallel step per backend
 (see bench/ddp.py).
 
@@ -35,7 +36,7 @@ def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
     if plan.root >= nranks:
         raise UsageError(f"--root {plan.root} is not a rank of this {nranks}-rank job; give 0 to {nranks - 1}")
     from .groups import backend_groups
-    from .impl import MpiImpl, TorchImpl
+    from .impl import FloorImpl, MpiImpl, TorchImpl
 
     groups = backend_groups(plan.backends, session)
     ledger = (True, False) if plan.without_ledger else (None,)
@@ -44,7 +45,7 @@ def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
         impls += [Traced(TorchImpl(plan, session, group)) for group in groups]
         _begin_tracing(session)
     if plan.reference:
-        impls.append(MpiImpl(plan, session))
+        impls += [MpiImpl(plan, session), FloorImpl(plan, session)]
     devices, env = describe(session, [g.name for g in groups], plan.dtype)
     show = (lambda line: print(line, file=out, flush=True)) if rank == 0 and not plan.json else (lambda line: None)
     for line in header_lines(plan, env["summary"], [device_line(d) for d in devices], len(impls) > 1):
@@ -139,10 +140,19 @@ def _measure(
                 run()
             impl.sync()
             times.append(impl.max_over_ranks((time.perf_counter() - start) / iters))
+    seconds = _floored(impls, [statistics.median(times) for times in rounds])
     return [
-        _checked(impl, plan, counts, nbytes, in_place, want, statistics.median(times))
-        for impl, times in zip(impls, rounds, strict=True)
+        _checked(impl, plan, counts, nbytes, in_place, want, median)
+        for impl, median in zip(impls, seconds, strict=True)
     ]
+
+
+def _floored(impls: list[Implementation], seconds: list[float]) -> list[float]:
+    """The floor's time is torch's dispatch (what its rounds timed) plus raw mpi4py's, for the same size and form."""
+    from .impl import FloorImpl, MpiImpl
+
+    raw = next((t for impl, t in zip(impls, seconds, strict=True) if isinstance(impl, MpiImpl)), 0.0)
+    return [t + raw if isinstance(impl, FloorImpl) else t for impl, t in zip(impls, seconds, strict=True)]
 
 
 class Traced:
@@ -191,9 +201,11 @@ def _checked(
 ) -> Result:
     """The timing as a Result, with #wrong from fresh buffers run once (None when not checked)."""
     from .data import count_wrong
+    from .impl import FloorImpl
 
     wrong = None
-    if plan.check and (not in_place or COLLECTIVES[plan.collective].checks_in_place):
+    checks = not isinstance(impl, FloorImpl)  # the fake group computes nothing to check
+    if checks and plan.check and (not in_place or COLLECTIVES[plan.collective].checks_in_place):
         for _ in range(plan.check):
             impl.prepare(counts, in_place)()
             impl.sync()

@@ -40,29 +40,33 @@ def said_finished(rank: int) -> None:
 def _failed_call(exc: BaseException | None) -> str:
     """`all_reduce#2`: the recorded call an exception passed through, else the ledger's pending call, else ''."""
     wrappers = _wrapper_codes()
+    called = ""  # a wrapper's call that recorded no entry (its backend records its own calls)
     tb = None if exc is None else exc.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code in wrappers:
-            entry: Any = tb.tb_frame.f_locals.get("entry")  # the ledger's Entry for the call
-            op = getattr(entry, "op", "") or str(tb.tb_frame.f_locals.get("name", "call"))
+        frame = tb.tb_frame
+        if frame.f_code in wrappers:
+            entry: Any = frame.f_locals.get("entry")  # the ledger's Entry for the call, in the recording frame
+            op = getattr(entry, "op", "") or str(frame.f_locals.get("name") or frame.f_code.co_name)
             seq = getattr(entry, "seq", None)
-            return op if seq is None else f"{op}#{seq}"
+            if seq is not None:
+                return f"{op}#{seq}"
+            called = called or op
         tb = tb.tb_next
+    if called:
+        return called
     watchdog = sys.modules.get(f"{__package__}.watchdog")  # not loaded: no call was recorded (and no import cycle)
     pending = None if watchdog is None else watchdog.LEDGER.pending()  # a call torch issued (DDP), its error elsewhere
     return "" if pending is None else f"{pending.op}#{pending.seq}"
 
 
 def _wrapper_codes() -> set[Any]:
-    """The code objects of the ledger's wrappers around torch.distributed's calls (none if torch is not loaded)."""
+    """The code objects of the ledger's wrappers around torch.distributed's calls, and of the functions that record
+    them (none if torch is not loaded)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None:
         return set()
-    return {
-        getattr(value, "__code__", None)
-        for value in list(vars(dist).values())
-        if callable(value) and getattr(value, "_hpcdist_ledger", False)
-    }
+    pairs = [(value, getattr(value, "_hpcdist_ledger", None)) for value in list(vars(dist).values()) if callable(value)]
+    return {getattr(f, "__code__", None) for value, recorder in pairs if recorder for f in (value, recorder)}
 
 
 def tell_hang(rank: int, ledgers: Mapping[int, list[Record]], phases: Mapping[int, Phase]) -> None:

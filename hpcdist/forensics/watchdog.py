@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import sys
 import threading
 import time
@@ -109,8 +110,37 @@ def _recorded(name: str, call: Callable[..., Any], spec: tuple, dist: Any) -> Ca
         finally:
             entry.finish()  # async calls count as done once issued
 
-    wrapper._hpcdist_ledger = True  # type: ignore[attr-defined]
-    return wrapper
+    fast = _forwarding(name, call, g_index, wrapper, dist)
+    fast._hpcdist_ledger = wrapper  # the recording function (forensics' cause.py looks for its frame)
+    return fast
+
+
+def _forwarding(name: str, call: Callable[..., Any], g_index: int, recorded: Callable[..., Any], dist: Any) -> Any:
+    """`recorded` behind a function with `call`'s own parameters, which hands a group whose backend records its calls
+    straight to `call`: positional arguments instead of `*args, **kwargs` save ~0.1 µs a call (the mpi backend's
+    8-byte all_reduce takes ~5 µs). `recorded` itself where the parameters are not all plain positional-or-keyword."""
+    params = list(inspect.signature(call).parameters.values())
+    names = [p.name for p in params]
+    scope: dict[str, Any] = {"call": call, "recorded": recorded, "_NAMES": _NAMES, "_name_group": _name_group,
+                             "dist": dist}  # fmt: skip
+    plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params) and not set(names) & {*scope, "id", "known"}
+    if not plain or g_index >= len(names) or names[g_index] != "group":
+        return recorded
+    signature = []
+    for i, p in enumerate(params):
+        if p.default is p.empty:
+            signature.append(p.name)
+        else:
+            scope[f"_default{i}"] = p.default
+            signature.append(f"{p.name}=_default{i}")
+    passed = ", ".join(names)
+    source = (
+        f"def {name}({', '.join(signature)}):\n"
+        f"    known = _NAMES.get(id(group)) or _name_group(group, dist)\n"
+        f"    return (call if known[2] else recorded)({passed})\n"
+    )
+    exec(compile(source, f"<hpcdist ledger: dist.{name}>", "exec"), scope)  # built from `call`'s own parameters
+    return functools.wraps(call)(scope[name])
 
 
 # id(group) -> (group, its name, whether its backend records its calls); the group is kept so its id stays its own

@@ -24,6 +24,7 @@ from typing import Any
 import torch.distributed as dist
 from mpi4py import MPI
 
+from .crowding import node_crowded
 from .dtypes import reduction_plan
 from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
 from .group import BACKEND_NAME, DEVICES, MPIProcessGroup
@@ -37,13 +38,15 @@ __all__ = [
     "MPIProcessGroup",
     "MPIWork",
     "NativeUnavailable",
+    "crowded",
     "native_active",
     "reduction_plan",
     "register",
 ]
 
 _GROUP_TAG = 0x4D50  # tag for MPI_Comm_create_group; creations are issued in the same order everywhere
-_world: dict[str, MPI.Intracomm] = {}
+_world: dict[str, Any] = {}  # the duplicate of COMM_WORLD, and whether this rank's node is crowded
+_crowded: dict[tuple[int, ...], bool] = {}  # each group's decision (crowding.py), by its global ranks
 
 
 def register() -> None:
@@ -59,12 +62,28 @@ def native_active() -> bool:
     return native.active()
 
 
+def crowded(group: Any = None) -> bool:
+    """Whether the "mpi4py" group (default: the default group) is crowded, the node of one of its ranks running more
+    ranks than their affinity masks give cores (crowding.py), decided as the group was made: the compiled backend
+    then waits on non-blocking calls, yielding the CPU (the Python one's waits spin briefly, then yield, either way).
+
+    Raises:
+        ValueError: no "mpi4py" group over those ranks was made in this process.
+    """
+    ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
+    if ranks not in _crowded:
+        raise ValueError(f"no mpi4py group over ranks {list(ranks)} was made in this process")
+    return _crowded[ranks]
+
+
 def _parent() -> MPI.Intracomm:
-    """A private duplicate of COMM_WORLD (errors raise) that subgroups are carved from."""
+    """A private duplicate of COMM_WORLD (errors raise) that subgroups are carved from; made (collectively, with
+    the exchange that tells whether this rank's node is crowded) at this process's first group."""
     comm = _world.get("comm")
     if comm is None:
         comm = _world["comm"] = MPI.COMM_WORLD.Dup()
         comm.Set_errhandler(MPI.ERRORS_RETURN)
+        _world["crowded"] = node_crowded(comm)
     return comm
 
 
@@ -106,15 +125,15 @@ def _create(options: Any, backend_options: Any = None) -> Any:
     from . import native  # not at import: `python -m hpcdist.mpi_backend.native` runs it as __main__
 
     compiled = native.load()
-    # Every rank of the group alike: the compiled backend or not; blocking MPI calls, or (where any rank shares a
-    # core) non-blocking ones that yield the CPU while they wait.
+    # Every rank of the group alike: the compiled backend or not; blocking MPI calls, or (where some node's ranks
+    # have fewer cores than ranks) non-blocking ones that yield the CPU while they wait.
     agreed = comm.allreduce(compiled is not None, op=MPI.LAND)
-    crowded = comm.allreduce(native.crowded(), op=MPI.LOR)
+    yielding = _crowded[tuple(ranks)] = comm.allreduce(_world["crowded"], op=MPI.LOR)
     if compiled is None or not agreed:
         return reference
     native.start_watchdog(compiled)
     ring = ring_min_bytes(compiled=True)
     who, desc = reference._who(), reference._desc
     return compiled.make_group(
-        comm.handle, comm.rank, comm.size, who, desc, options.timeout, ring, crowded, reference, name, ranks
+        comm.handle, comm.rank, comm.size, who, desc, options.timeout, ring, yielding, reference, name, ranks
     )

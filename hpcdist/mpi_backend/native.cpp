@@ -126,7 +126,10 @@ bool dense_cpu(const at::Tensor& t) {
 }
 
 // The tensor's values in plain contiguous memory MPI can read: the tensor itself when it already is.
-at::Tensor plain(const at::Tensor& t) { return t.resolve_conj().resolve_neg().contiguous(); }
+at::Tensor plain(const at::Tensor& t) {
+  if (!t.is_conj() && !t.is_neg() && t.is_contiguous()) return t;  // the usual case, without three dispatched calls
+  return t.resolve_conj().resolve_neg().contiguous();
+}
 
 // A buffer MPI may read and write: the tensor itself, or a contiguous copy written back by `done()`.
 struct Staged {
@@ -149,12 +152,12 @@ struct InFlight {
 
 class Watched {
  public:
-  Watched(InFlight& slot, const char* name, ms limit) : slot_(slot) {
-    slot_.name.store(name);
-    slot_.limit_ms.store(limit.count());
-    slot_.deadline.store(now_ns() + limit.count() * 1000000);
+  Watched(InFlight& slot, const char* name, ms limit) : slot_(slot) {  // the watchdog reads the deadline first
+    slot_.name.store(name, std::memory_order_relaxed);
+    slot_.limit_ms.store(limit.count(), std::memory_order_relaxed);
+    slot_.deadline.store(now_ns() + limit.count() * 1000000, std::memory_order_release);
   }
-  ~Watched() { slot_.deadline.store(0); }
+  ~Watched() { slot_.deadline.store(0, std::memory_order_release); }
 
  private:
   InFlight& slot_;
@@ -433,7 +436,7 @@ class NativeBackend : public c10d::Backend {
   void overdue(std::vector<std::string>& out) const {
     const int64_t now = now_ns();
     for (const InFlight* slot : {&caller_, &worker_slot_}) {
-      const int64_t deadline = slot->deadline.load();
+      const int64_t deadline = slot->deadline.load(std::memory_order_acquire);
       if (deadline != 0 && now > deadline) {
         out.push_back(who_ + ": " + slot->name.load() + " on " + desc_ + " did not complete within " +
                       seconds(slot->limit_ms.load()) +
@@ -727,7 +730,8 @@ class NativeBackend : public c10d::Backend {
 
   // Run an operation now (synchronous) or hand it to the worker (asynchronous), recording it in the ledger.
   // `shown` holds the tensor the ledger shows, `root` the group rank of a rooted collective (else -1).
-  WorkPtr issue(const char* name, const Tensors& out, bool async, ms given, int root, Op op,
+  template <class F>
+  WorkPtr issue(const char* name, const Tensors& out, bool async, ms given, int root, F&& op,
                 const Tensors* shown = nullptr) {
     settle_python();
     ++seq_;
@@ -754,7 +758,7 @@ class NativeBackend : public c10d::Backend {
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       if (!worker_thread_.joinable()) start();
-      queue_.push_back(Job{std::move(op), work, name, limit, call});
+      queue_.push_back(Job{Op(std::forward<F>(op)), work, name, limit, call});
       ++pending_;
     }
     queue_cv_.notify_one();

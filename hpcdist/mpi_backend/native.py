@@ -26,7 +26,6 @@ __all__ = ["ENV", "active", "build", "load", "loaded", "start_watchdog"]
 
 ENV = "HPCDIST_MPI_NATIVE"
 _WATCH_EVERY = 0.2  # seconds between the watchdog's looks at the calls in flight
-_LOCAL_SIZES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")  # hpcdist, Open MPI, Hydra
 _state: dict[str, object] = {}
 
 
@@ -70,13 +69,6 @@ def load() -> ModuleType | None:
 def loaded() -> ModuleType | None:
     """The compiled module if a group of this process runs on it, else None (never builds or loads it)."""
     return _state.get("module")  # type: ignore[return-value]
-
-
-def crowded() -> bool:
-    """Whether this node runs more ranks than this rank may use cores (its launcher's local size against affinity)."""
-    text = next((os.environ[name] for name in _LOCAL_SIZES if name in os.environ), "1")
-    ranks = int(text) if text.isdigit() else 1
-    return ranks > len(os.sched_getaffinity(0))
 
 
 def active() -> bool:

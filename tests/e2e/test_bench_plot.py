@@ -11,7 +11,7 @@ from launching import launch
 
 SMALL = ["all_reduce", "-b", "8", "-e", "64K", "-f", "4", "--backend", "mpi,gloo", "--reference"]
 SIZES = [8, 32, 128, 512, 2048, 8192, 32768]
-IMPLS = ["torch/mpi4py", "torch/gloo", "raw-mpi4py"]
+IMPLS = ["torch/mpi4py", "torch/gloo", "raw-mpi4py", "torch-floor"]
 
 
 def _bench(hpcdist: str, *argv: str, **env: str):
@@ -30,6 +30,7 @@ def test_two_ranks_print_the_table_and_rank_0_alone_draws_it(hpcdist: str, tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [line.split() for line in result.stdout.splitlines() if line and not line.startswith("#")]
     assert [(int(row[0]), row[-1]) for row in rows] == [(size, impl) for size in SIZES for impl in IMPLS]
+    assert all(float(row[5]) > 0 and float(row[9]) > 0 for row in rows)  # out-of-place and in-place times
     assert result.stderr.count(f"hpcdist bench: drew {picture}\n") == 1  # one rank drew
     width, height = _png_size(picture)
     assert 800 <= width <= 1600 and 400 <= height <= 900 and picture.stat().st_size > 20_000

@@ -74,10 +74,15 @@ def test_mpi_and_gloo_side_by_side_with_raw_mpi4py(comm) -> None:
         assert text == ""
         return
     doc = json.loads(text)
-    impls = ["torch/mpi4py", "torch/gloo", "raw-mpi4py"]
+    impls = ["torch/mpi4py", "torch/gloo", "raw-mpi4py", "torch-floor"]
     sizes = (4, 64, 1024, 16384, 262144)
     assert [(row["size"], row["impl"]) for row in doc["results"]] == [(size, impl) for size in sizes for impl in impls]
-    assert all(row["out_of_place"]["nwrong"] == 0 == row["in_place"]["nwrong"] for row in doc["results"])
+    checked = [row for row in doc["results"] if row["impl"] != "torch-floor"]  # the fake group computes nothing
+    assert all(row["out_of_place"]["nwrong"] == 0 == row["in_place"]["nwrong"] for row in checked)
+    raw = {row["size"]: row for row in doc["results"] if row["impl"] == "raw-mpi4py"}
+    for row in doc["results"]:
+        if row["impl"] == "torch-floor":  # torch's dispatch plus raw mpi4py's time
+            assert row["in_place"]["nwrong"] is None and row["in_place"]["time"] > raw[row["size"]]["in_place"]["time"]
     assert doc["out_of_bounds"] == {"count": 0, "okay": True}
     assert list(doc["average_bus_bandwidth"]) == impls
     assert (doc["environment"]["backend"], doc["environment"]["backends"]) == ("mpi4py", ["mpi4py", "gloo"])
@@ -85,8 +90,11 @@ def test_mpi_and_gloo_side_by_side_with_raw_mpi4py(comm) -> None:
     assert [(c["impl"], c["reference"], c["latency_bytes"]) for c in doc["comparisons"]] == [
         ("torch/mpi4py", "raw-mpi4py", 4),
         ("torch/gloo", "raw-mpi4py", 4),
+        ("torch-floor", "raw-mpi4py", 4),
     ]
     assert all(c["bus_bw_ratio"] is None or c["bus_bw_ratio"] > 0 for c in doc["comparisons"])
+    floor = doc["comparisons"][2]["latency"]
+    assert floor > 0 and [c["floor_latency"] for c in doc["comparisons"]] == [floor, floor, None]
 
 
 def test_the_side_by_side_table_has_an_impl_column_and_comparison_lines(comm) -> None:
@@ -100,11 +108,15 @@ def test_the_side_by_side_table_has_an_impl_column_and_comparison_lines(comm) ->
             "torch/mpi4py",
             "torch/gloo",
             "raw-mpi4py",
+            "torch-floor",
         ]
-        assert [line.split(":")[0] for line in lines if " vs raw-mpi4py in place: busbw " in line] == [
+        compared = [line for line in lines if " vs raw-mpi4py in place: busbw " in line]
+        assert [line.split(":")[0] for line in compared] == [
             "# torch/mpi4py vs raw-mpi4py in place",
             "# torch/gloo vs raw-mpi4py in place",
+            "# torch-floor vs raw-mpi4py in place",
         ]
+        assert [" the floor (" in line for line in compared] == [True, True, False]
         assert "# time: median of 2 rounds (2 iters split), interleaved across implementations" in lines
 
 
@@ -168,18 +180,19 @@ def test_every_collective_is_right_beside_raw_mpi4py(session, comm, collective: 
     )
     assert env["torch"] and env["mpi4py"] and env["mpi_library"] and env["hpcdist"]
     assert [d["rank"] for d in doc["devices"]] == list(range(comm.size))
-    assert [r["impl"] for r in doc["results"]] == ["torch/gloo", "torch/mpi4py", "raw-mpi4py"] * 4
+    assert [r["impl"] for r in doc["results"]] == ["torch/gloo", "torch/mpi4py", "raw-mpi4py", "torch-floor"] * 4
     for row in doc["results"]:
+        floor = row["impl"] == "torch-floor"  # not checked: the fake group computes nothing
         assert set(row) == {"size", "count", "type", "redop", "root", "impl", "out_of_place", "in_place"}
         assert (row["type"], row["redop"]) == ("float", "sum" if COLLECTIVES[collective].reduces else "none")
         assert row["root"] == (comm.size - 1 if COLLECTIVES[collective].rooted else -1)
-        assert row["out_of_place"]["nwrong"] == 0
-        assert row["in_place"]["nwrong"] == (0 if COLLECTIVES[collective].checks_in_place else None)
+        assert row["out_of_place"]["nwrong"] == (None if floor else 0)
+        assert row["in_place"]["nwrong"] == (0 if COLLECTIVES[collective].checks_in_place and not floor else None)
         for variant in ("out_of_place", "in_place"):
             assert row[variant]["time"] > 0 and row[variant]["alg_bw"] >= 0 and row[variant]["bus_bw"] >= 0
     assert doc["out_of_bounds"] == {"count": 0, "okay": True}
-    assert list(doc["average_bus_bandwidth"]) == ["torch/gloo", "torch/mpi4py", "raw-mpi4py"]
-    assert len(doc["comparisons"]) == (2 if collective == "all_reduce" else 0)
+    assert list(doc["average_bus_bandwidth"]) == ["torch/gloo", "torch/mpi4py", "raw-mpi4py", "torch-floor"]
+    assert len(doc["comparisons"]) == (3 if collective == "all_reduce" else 0)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from hpcdist.bench.ddp import (
     mlp_parameters,
 )
 from hpcdist.bench.fmt import (
+    FLOOR,
     Comparison,
     Result,
     compare,
@@ -338,6 +339,8 @@ def test_each_size_prints_one_row_per_implementation() -> None:
         format_row(1048576, 262144, plan, Result(412.5, 2.542, 2.542, 0), Result(398.1, 2.634, 2.634, 0), impl)
         for impl in ("torch/mpi4py", "torch/gloo", "raw-mpi4py")
     ]
+    floor = Result(401.0, 2.615, 2.615, None)  # the fake group computes nothing: not checked
+    rows.append(format_row(1048576, 262144, plan, floor, floor, FLOOR))
     assert rows == [
         "     1048576        262144     float     sum      -1   412.50    2.54    2.54       0   398.10    2.63    2.63"
         "       0  torch/mpi4py",
@@ -345,6 +348,8 @@ def test_each_size_prints_one_row_per_implementation() -> None:
         "       0  torch/gloo",
         "     1048576        262144     float     sum      -1   412.50    2.54    2.54       0   398.10    2.63    2.63"
         "       0  raw-mpi4py",
+        "     1048576        262144     float     sum      -1   401.00    2.62    2.62    N/A   401.00    2.62    2.62"
+        "    N/A  torch-floor",
     ]
 
 
@@ -378,6 +383,7 @@ def test_the_comparison_is_in_place_busbw_over_large_rows_and_latency_at_the_sma
         "latency_bytes": 8,
         "latency": 12.34,
         "reference_latency": 3.06,
+        "floor_latency": None,
     }
     small = [row for row in rows if row["size"] <= 262144]  # no row reaches 1 MiB: compare at the largest
     assert compare(small, "raw-mpi4py")[0].line() == (
@@ -389,6 +395,33 @@ def test_the_comparison_is_in_place_busbw_over_large_rows_and_latency_at_the_sma
         compare(idle, "raw-mpi4py")[0].line()
         == "# torch/gloo vs raw-mpi4py in place: busbw n/a at >= 8 B, 8 B latency 5.0 us vs 2.0 us"
     )
+
+
+def test_the_torch_backends_latency_is_also_given_against_the_floor() -> None:
+    rows = [
+        _row(size, impl, time_us, bw)
+        for size, times in (
+            (8, {"torch/mpi4py": (7.0, 0.0), "torch/gloo": (350.0, 0.0), "raw-mpi4py": (1.3, 0.0), FLOOR: (6.3, 0.0)}),
+            (
+                1048576,
+                {
+                    "torch/mpi4py": (400.0, 2.9),
+                    "torch/gloo": (1500.0, 0.6),
+                    "raw-mpi4py": (380.0, 3.0),
+                    FLOOR: (384.0, 2.95),
+                },
+            ),
+        )
+        for impl, (time_us, bw) in times.items()
+    ]
+    mpi, gloo, floor = compare(rows, "raw-mpi4py")
+    assert mpi.line() == (
+        "# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 7.0 us vs 1.3 us, "
+        "1.11x the floor (6.3 us)"
+    )
+    assert gloo.line().endswith("8 B latency 350.0 us vs 1.3 us, 55.56x the floor (6.3 us)")
+    assert floor.line() == "# torch-floor vs raw-mpi4py in place: busbw 98% at >= 1 MiB, 8 B latency 6.3 us vs 1.3 us"
+    assert (mpi.as_json()["floor_latency"], floor.as_json()["floor_latency"]) == (6.3, None)
 
 
 def test_the_footer_gives_every_impl_its_average_then_the_comparisons() -> None:
