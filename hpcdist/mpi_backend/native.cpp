@@ -1,6 +1,7 @@
 // hpcdist's compiled mpi backend: a c10d::Backend whose hot collectives call MPI from C++.
 //
-// Synchronous calls run MPI's blocking collectives (the MPI's tuned algorithms) on the caller's thread;
+// Synchronous calls run on the caller's thread: MPI's blocking collectives (the MPI's tuned algorithms), or for
+// reduce_scatter and large all_reduces a ring of point-to-point messages (`ring_reduce`);
 // asynchronous ones run on one worker thread per group and settle a Work and its Future. Every call runs on
 // the group's one communicator in the order it was issued (a call waits until the worker has run the ones
 // before it): torch may issue the same collective synchronously on one rank and asynchronously on another
@@ -399,7 +400,6 @@ class PyWork : public Work {
 // The rings' messages: segments of at most kSegment bytes (as ring.py's), tagged apart from ring.py's (7001 on).
 constexpr int64_t kSegment = 1 << 20;
 constexpr int kRingTag = 7000;
-constexpr int64_t kScatterRingBytes = 0;  // the output block size from which reduce_scatter takes the ring
 
 class NativeBackend;
 std::mutex live_mutex;
@@ -550,7 +550,7 @@ class NativeBackend : public c10d::Backend {
       Staged dst(out);
       bool aliased = false;
       for (const auto& b : blocks) aliased = aliased || overlaps(b, dst.buf);
-      if (!aliased && !blocks.empty() && scatter_ring(dst.buf)) {
+      if (!aliased && !blocks.empty() && scatter_ring()) {
         std::vector<const char*> from;
         for (const auto& b : blocks) from.push_back(static_cast<const char*>(b.data_ptr()));
         ring_reduce_scatter(from, dst.buf, type, op, "reduce_scatter");
@@ -580,7 +580,7 @@ class NativeBackend : public c10d::Backend {
       const int64_t block = static_cast<int64_t>(dst.buf.nbytes());
       // torch's in-place form: the output is this rank's block of the input, which the ring allows (MPI does not)
       const bool own_block = dst.data() == base + rank_ * block;
-      if ((own_block || !overlaps(src, dst.buf)) && scatter_ring(dst.buf)) {
+      if ((own_block || !overlaps(src, dst.buf)) && scatter_ring()) {
         std::vector<const char*> from;
         for (int i = 0; i < size_; ++i) from.push_back(base + i * block);
         ring_reduce_scatter(from, dst.buf, type, op, "reduce_scatter_tensor");
@@ -709,16 +709,14 @@ class NativeBackend : public c10d::Backend {
   // MPI's own algorithm and measured up to 2x faster from 32 MiB (docs/performance.md).
   bool ring(const at::Tensor& t) const { return size_ > 1 && static_cast<int64_t>(t.nbytes()) >= ring_bytes_; }
 
-  // A reduce_scatter from this size of output block goes round the ring below: it reads the input where it lies
-  // (torch's in-place form, whose output is this rank's block of the input, needs no copy) and at 2 ranks moves
-  // half the bytes of Open MPI's Reduce_scatter_block.
-  bool scatter_ring(const at::Tensor& out) const {
-    return size_ > 1 && static_cast<int64_t>(out.nbytes()) >= kScatterRingBytes;
-  }
+  // A reduce_scatter goes round the ring (ring_reduce_scatter) at every size: it reads the input where it lies, so
+  // torch's in-place form (the output is this rank's block of the input) needs no copy, and it measured faster
+  // than Open MPI's Reduce_scatter_block from 1 MiB at 2 ranks (docs/performance.md).
+  bool scatter_ring() const { return size_ > 1; }
 
-  // Wait for requests: blocking, or yielding the CPU where ranks share cores (as `call` does).
+  // Wait for the rings' requests, yielding the CPU between tests: on a core of its own sched_yield returns at once,
+  // and where other processes share the cores the peer gets to run (measured faster than MPI_Waitall under load).
   int wait_all(int n, MPI_Request* requests) const {
-    if (!yielding_) return MPI_Waitall(n, requests, MPI_STATUSES_IGNORE);
     for (int done = 0;;) {
       const int code = MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
       if (code != MPI_SUCCESS || done) return code;
