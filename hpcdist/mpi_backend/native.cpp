@@ -550,7 +550,7 @@ class NativeBackend : public c10d::Backend {
       Staged dst(out);
       bool aliased = false;
       for (const auto& b : blocks) aliased = aliased || overlaps(b, dst.buf);
-      if (!aliased && !blocks.empty() && scatter_ring()) {
+      if (!aliased && scatter_ring()) {
         std::vector<const char*> from;
         for (const auto& b : blocks) from.push_back(static_cast<const char*>(b.data_ptr()));
         ring_reduce_scatter(from, dst.buf, type, op, "reduce_scatter");
@@ -746,14 +746,18 @@ class NativeBackend : public c10d::Backend {
       const bool in_place = into == mine[received];
       const int64_t segments = (std::max(counts[sent], counts[received]) + per_segment - 1) / per_segment;
       MPI_Request requests[2][2];
-      auto length = [&](int64_t total, int64_t k) { return std::clamp<int64_t>(total - k * per_segment, 0, per_segment); };
+      auto length = [&](int64_t total, int64_t k) {  // elements of segment k of a block of `total`
+        return std::clamp<int64_t>(total - k * per_segment, 0, per_segment);
+      };
       auto post = [&](int64_t k) {
         const int64_t at = k * per_segment * item, got = length(counts[received], k), put = length(counts[sent], k);
         MPI_Request* pair = requests[k % 2];
         pair[0] = pair[1] = MPI_REQUEST_NULL;
         int code = MPI_SUCCESS;
-        if (got) code = MPI_Irecv(in_place ? half[k % 2] : into + at, static_cast<int>(got * item), MPI_BYTE, left,
-                                  kRingTag, ring_comm_, &pair[0]);
+        if (got) {
+          code = MPI_Irecv(in_place ? half[k % 2] : into + at, static_cast<int>(got * item), MPI_BYTE, left, kRingTag,
+                           ring_comm_, &pair[0]);
+        }
         if (code == MPI_SUCCESS && put) {
           code = MPI_Isend(from + at, static_cast<int>(put * item), MPI_BYTE, right, kRingTag, ring_comm_, &pair[1]);
         }
