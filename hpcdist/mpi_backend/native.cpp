@@ -1,6 +1,7 @@
 // hpcdist's compiled mpi backend: a c10d::Backend whose hot collectives call MPI from C++.
 //
-// Synchronous calls run MPI's blocking collectives (the MPI's tuned algorithms) on the caller's thread;
+// Synchronous calls run on the caller's thread: MPI's blocking collectives (the MPI's tuned algorithms), or for
+// reduce_scatter and large all_reduces a ring of point-to-point messages (`ring_reduce`);
 // asynchronous ones run on one worker thread per group and settle a Work and its Future. Every call runs on
 // the group's one communicator in the order it was issued (a call waits until the worker has run the ones
 // before it): torch may issue the same collective synchronously on one rank and asynchronously on another
@@ -25,6 +26,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -398,6 +400,10 @@ class PyWork : public Work {
   py::object work_;
 };
 
+// The rings' messages: segments of at most kSegment bytes (as ring.py's), tagged apart from ring.py's (7001 on).
+constexpr int64_t kSegment = 1 << 20;
+constexpr int kRingTag = 7000;
+
 class NativeBackend;
 std::mutex live_mutex;
 std::set<NativeBackend*> live;  // every group of this process, for overdue()
@@ -414,6 +420,7 @@ class NativeBackend : public c10d::Backend {
         ring_bytes_(ring_bytes),
         yielding_(yielding),
         py_(std::move(fallback)),
+        ring_comm_(comm_of(py_.attr("_ring_comm").attr("handle").cast<uint64_t>())),
         group_(name_group(name)),
         ranks_(std::move(ranks)) {
     std::lock_guard<std::mutex> lock(live_mutex);
@@ -450,14 +457,19 @@ class NativeBackend : public c10d::Backend {
 
   // -- collectives -------------------------------------------------------------------------------------------
   WorkPtr allreduce(Tensors& ts, const c10d::AllreduceOptions& opts) override {
-    if (coalescing_ || ts.size() != 1 || !reducible(ts[0], opts.reduceOp) || ring(ts[0])) {
+    if (coalescing_ || ts.size() != 1 || !reducible(ts[0], opts.reduceOp)) {
       return fallback("allreduce", ts, opts);
     }
     MPI_Datatype type = mpi_type(ts[0].scalar_type());
     MPI_Op op = mpi_op(opts.reduceOp, ts[0].scalar_type());
+    const bool round = ring(ts[0]);
     return issue("all_reduce", ts, opts.asyncOp, opts.timeout, -1, [=, t = ts[0]](MPI_Comm comm) {
       Staged s(t);
-      check(COLLECTIVE(Allreduce, Iallreduce, MPI_IN_PLACE, s.data(), s.count(), type, op, comm), "all_reduce");
+      if (round) {
+        ring_allreduce(s.buf, type, op);
+      } else {
+        check(COLLECTIVE(Allreduce, Iallreduce, MPI_IN_PLACE, s.data(), s.count(), type, op, comm), "all_reduce");
+      }
       s.done();
     });
   }
@@ -536,13 +548,21 @@ class NativeBackend : public c10d::Backend {
     MPI_Datatype type = mpi_type(outs[0].scalar_type());
     MPI_Op op = mpi_op(opts.reduceOp, outs[0].scalar_type());
     auto scatter = [=, out = outs[0], in = ins[0]](MPI_Comm comm) {
-      std::vector<at::Tensor> flat;
-      for (const auto& t : in) flat.push_back(plain(t).reshape({-1}));
-      at::Tensor src = at::cat(flat);
+      std::vector<at::Tensor> blocks;
+      for (const auto& t : in) blocks.push_back(plain(t));
       Staged dst(out);
-      check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type, op,
-                       comm),
-            "reduce_scatter");
+      bool aliased = false;
+      for (const auto& b : blocks) aliased = aliased || overlaps(b, dst.buf);
+      if (!aliased && scatter_ring()) {
+        std::vector<const char*> from;
+        for (const auto& b : blocks) from.push_back(static_cast<const char*>(b.data_ptr()));
+        ring_reduce_scatter(from, dst.buf, type, op, "reduce_scatter");
+      } else {
+        at::Tensor src = at::cat(blocks).reshape({-1});
+        check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type,
+                         op, comm),
+              "reduce_scatter");
+      }
       dst.done();
     };
     return issue("reduce_scatter", outs, opts.asyncOp, opts.timeout, -1, scatter);
@@ -559,10 +579,20 @@ class NativeBackend : public c10d::Backend {
     return issue("reduce_scatter_tensor", result, opts.asyncOp, opts.timeout, -1, [=](MPI_Comm comm) {
       at::Tensor src = plain(in);
       Staged dst(out);
-      if (overlaps(src, dst.buf)) src = src.clone();
-      check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type, op,
-                       comm),
-            "reduce_scatter_tensor");
+      const char* base = static_cast<const char*>(src.data_ptr());
+      const int64_t block = static_cast<int64_t>(dst.buf.nbytes());
+      // torch's in-place form: the output is this rank's block of the input, which the ring allows (MPI does not)
+      const bool own_block = dst.data() == base + rank_ * block;
+      if ((own_block || !overlaps(src, dst.buf)) && scatter_ring()) {
+        std::vector<const char*> from;
+        for (int i = 0; i < size_; ++i) from.push_back(base + i * block);
+        ring_reduce_scatter(from, dst.buf, type, op, "reduce_scatter_tensor");
+      } else {
+        if (overlaps(src, dst.buf)) src = src.clone();
+        check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type,
+                         op, comm),
+              "reduce_scatter_tensor");
+      }
       dst.done();
     });
   }
@@ -678,9 +708,117 @@ class NativeBackend : public c10d::Backend {
 
   bool root_ok(int64_t root) const { return 0 <= root && root < size_; }
 
-  // A large all_reduce goes to the Python group's segmented ring (ring.py): at 2 ranks it moves half the bytes of
-  // the MPI's own algorithm and measured up to 2x faster from 32 MiB (README, "Measured").
+  // A large all_reduce goes round the segmented ring (ring_allreduce): at 2 ranks it moves half the bytes of the
+  // MPI's own algorithm and measured up to 2x faster from 32 MiB (docs/performance.md).
   bool ring(const at::Tensor& t) const { return size_ > 1 && static_cast<int64_t>(t.nbytes()) >= ring_bytes_; }
+
+  // A reduce_scatter goes round the ring (ring_reduce_scatter) at every size: it reads the input where it lies, so
+  // torch's in-place form (the output is this rank's block of the input) needs no copy, and it measured faster
+  // than Open MPI's Reduce_scatter_block from 1 MiB at 2 ranks (docs/performance.md).
+  bool scatter_ring() const { return size_ > 1; }
+
+  // Wait for the rings' requests, yielding the CPU between tests: on a core of its own sched_yield returns at once,
+  // and where other processes share the cores the peer gets to run (measured faster than MPI_Waitall under load).
+  int wait_all(int n, MPI_Request* requests) const {
+    for (int done = 0;;) {
+      const int code = MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
+      if (code != MPI_SUCCESS || done) return code;
+      sched_yield();
+    }
+  }
+
+  // The reduce-scatter half of a ring: p-1 steps; in each, this rank sends one block's partial result to the right
+  // and adds the left's to its own input for that block. `mine[b]` is this rank's input for block b (`counts[b]`
+  // elements), only read; `keep(step, b)` is where the partial result of block b received at `step` is kept (the
+  // last step's block is this rank's own: its result). Kept in `mine[b]` itself (all_reduce, or reduce_scatter's
+  // output that is its block of the input), a segment is received into scratch and added there; kept elsewhere, it
+  // is received there and this rank's input is added to it. Messages are cut into segments of kSegment bytes, the
+  // next one in flight while the last is added (still in cache), over the Python group's ring communicator.
+  template <class Keep>
+  void ring_reduce(const std::vector<const char*>& mine, const std::vector<int64_t>& counts, int item, Keep keep,
+                   MPI_Datatype type, MPI_Op op, const char* name) {
+    const int p = size_, r = rank_, right = (r + 1) % p, left = (r + p - 1) % p;
+    const int64_t per_segment = std::max<int64_t>(1, kSegment / item);
+    if (halves_.numel() < 2 * per_segment * item) halves_ = at::empty({2 * per_segment * item}, at::kByte);
+    char* const half[2] = {static_cast<char*>(halves_.data_ptr()),
+                           static_cast<char*>(halves_.data_ptr()) + per_segment * item};
+    for (int step = 0; step < p - 1; ++step) {
+      const int sent = (r + p - 1 - step) % p, received = (r + 2 * p - 2 - step) % p;
+      const char* from = step == 0 ? mine[sent] : keep(step - 1, sent);
+      char* into = keep(step, received);
+      const bool in_place = into == mine[received];
+      const int64_t segments = (std::max(counts[sent], counts[received]) + per_segment - 1) / per_segment;
+      MPI_Request requests[2][2];
+      auto length = [&](int64_t total, int64_t k) {  // elements of segment k of a block of `total`
+        return std::clamp<int64_t>(total - k * per_segment, 0, per_segment);
+      };
+      auto post = [&](int64_t k) {
+        const int64_t at = k * per_segment * item, got = length(counts[received], k), put = length(counts[sent], k);
+        MPI_Request* pair = requests[k % 2];
+        pair[0] = pair[1] = MPI_REQUEST_NULL;
+        int code = MPI_SUCCESS;
+        if (got) {
+          code = MPI_Irecv(in_place ? half[k % 2] : into + at, static_cast<int>(got * item), MPI_BYTE, left, kRingTag,
+                           ring_comm_, &pair[0]);
+        }
+        if (code == MPI_SUCCESS && put) {
+          code = MPI_Isend(from + at, static_cast<int>(put * item), MPI_BYTE, right, kRingTag, ring_comm_, &pair[1]);
+        }
+        check(code, name);
+      };
+      if (segments) post(0);
+      for (int64_t k = 0; k < segments; ++k) {
+        if (k + 1 < segments) post(k + 1);
+        check(wait_all(2, requests[k % 2]), name);
+        const int64_t at = k * per_segment * item, got = length(counts[received], k);
+        if (!got) continue;
+        const void* add = in_place ? static_cast<const void*>(half[k % 2]) : mine[received] + at;
+        check(MPI_Reduce_local(add, into + at, static_cast<int>(got), type, op), name);
+      }
+    }
+  }
+
+  // An all_reduce on a ring, in place: the reduce-scatter half above, then p-1 steps passing the finished blocks
+  // on (ring.py's, without a Python step per segment). At 2 ranks it moves half the bytes of Open MPI's Allreduce.
+  void ring_allreduce(at::Tensor& t, MPI_Datatype type, MPI_Op op) {
+    const int p = size_, r = rank_, right = (r + 1) % p, left = (r + p - 1) % p;
+    const int item = static_cast<int>(t.element_size());
+    const int64_t n = t.numel();
+    char* base = static_cast<char*>(t.data_ptr());
+    std::vector<const char*> mine;
+    std::vector<char*> block;
+    std::vector<int64_t> counts;
+    for (int b = 0; b < p; ++b) {
+      block.push_back(base + n * b / p * item);
+      mine.push_back(block.back());
+      counts.push_back(n * (b + 1) / p - n * b / p);
+    }
+    ring_reduce(mine, counts, item, [&](int, int b) { return block[b]; }, type, op, "all_reduce");
+    for (int step = 0; step < p - 1; ++step) {  // this rank's block is done; then the one from the left each step
+      const int sent = (r + p - step) % p, received = (r + 2 * p - 1 - step) % p;
+      MPI_Request pair[2];
+      int code = MPI_Irecv(block[received], static_cast<int>(counts[received] * item), MPI_BYTE, left, kRingTag,
+                           ring_comm_, &pair[0]);
+      if (code == MPI_SUCCESS) {
+        code = MPI_Isend(block[sent], static_cast<int>(counts[sent] * item), MPI_BYTE, right, kRingTag, ring_comm_,
+                         &pair[1]);
+      }
+      check(code == MPI_SUCCESS ? wait_all(2, pair) : code, "all_reduce");
+    }
+  }
+
+  // reduce_scatter on the ring: `from` holds every rank's block of the input (out.numel() elements each); `out` may
+  // be this rank's block of it (torch's in-place form, which MPI's Reduce_scatter_block forbids: no copy needed).
+  void ring_reduce_scatter(const std::vector<const char*>& from, at::Tensor& out, MPI_Datatype type, MPI_Op op,
+                           const char* name) {
+    const int item = static_cast<int>(out.element_size());
+    const int64_t bytes = static_cast<int64_t>(out.nbytes());
+    char* result = static_cast<char*>(out.data_ptr());
+    at::Tensor partials = size_ > 2 ? at::empty({2 * bytes}, at::kByte) : at::Tensor();  // the blocks passed on
+    char* partial = size_ > 2 ? static_cast<char*>(partials.data_ptr()) : nullptr;
+    auto keep = [&](int step, int) { return step == size_ - 2 ? result : partial + step % 2 * bytes; };
+    ring_reduce(from, std::vector<int64_t>(size_, out.numel()), item, keep, type, op, name);
+  }
 
   // MPI's blocking call; or, where ranks share cores, its non-blocking twin waited on with sched_yield: a blocking
   // call busy-polls and starves the rank it waits for (raw Allreduce of 16 B took 5 ms at 4 ranks on 2 cores).
@@ -821,6 +959,8 @@ class NativeBackend : public c10d::Backend {
   int64_t ring_bytes_;
   bool yielding_;  // ranks share cores somewhere in the group: wait on non-blocking calls, yielding the CPU
   py::object py_;
+  MPI_Comm ring_comm_;  // the Python group's duplicate of comm_, for the rings' messages
+  at::Tensor halves_;   // the ring's two receive segments, kept: fresh pages cost page faults
   bool coalescing_ = false;
   bool python_pending_ = false;  // the Python group may have calls in flight
   std::atomic<uint64_t> seq_{0};

@@ -7,7 +7,9 @@ staying non-blocking so the group timeout still applies. Reduce-scatter messages
 at most 1 MiB, double-buffered: the next one is in flight while the last one is added (in torch), still in
 cache. Traffic goes over a duplicate of the group's communicator, so it never matches a user's send/recv.
 
-Set HPCDIST_MPI_RING_BYTES to change the size from which the ring is used (0 disables it).
+The compiled backend runs the same ring in C++ (native.cpp), for all_reduce from `ring_min_bytes(compiled=True)`
+and for every reduce_scatter. Set HPCDIST_MPI_RING_BYTES to change the size from which all_reduce takes the ring
+(0 disables it).
 """
 
 from __future__ import annotations

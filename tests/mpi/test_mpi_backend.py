@@ -244,6 +244,23 @@ def test_ring_segments_uneven_chunks_and_rings_in_flight_together_are_exact(worl
     assert torch.equal(b, torch.full((n,), float(math.factorial(world.size)), dtype=torch.float64))
 
 
+def test_reduce_scatter_in_place_spanning_segments_is_exact_and_leaves_the_other_blocks(world) -> None:
+    n = 2**20 // 8 * 3 + 5  # int64: each block spans 4 one-MiB segments, the last one short
+    full = torch.arange(world.size * n, dtype=torch.int64) * (world.rank + 1)
+    expected = torch.arange(world.size * n, dtype=torch.int64) * (world.size * (world.size + 1) // 2)
+    mine = slice(world.rank * n, (world.rank + 1) * n)
+    before = full.clone()
+    dist.reduce_scatter_tensor(full[mine], full, group=world.mpi)  # the output is this rank's block of the input
+    assert torch.equal(full[mine], expected[mine])
+    others = torch.ones(world.size * n, dtype=torch.bool)
+    others[mine] = False
+    assert torch.equal(full[others], before[others])
+    out = torch.empty(n, dtype=torch.float64)
+    blocks = [torch.full((n,), float(world.rank + 1 + i), dtype=torch.float64) for i in range(world.size)]
+    dist.reduce_scatter(out, blocks, op=dist.ReduceOp.MAX, group=world.mpi)
+    assert torch.equal(out, torch.full((n,), float(world.size + world.rank), dtype=torch.float64))
+
+
 def test_object_collectives(world) -> None:
     g, r, n = world.mpi, world.rank, world.size
     objs = [None] * n
