@@ -633,7 +633,7 @@ def test_mpirun_dry_run_with_a_selection(
     if status == 0:
         words = shlex.split(out)
         ranks = [int(words[i + 1]) for i, w in enumerate(words) if w == "-np"]
-        assert ranks and all(n >= 1 for n in ranks) and (np is None or sum(ranks) == int(np))
+        assert ranks and all(n >= 1 for n in ranks) and (not np or sum(ranks) == int(np))  # '' passes no -np
         devices = [w.partition("=")[2] for w in words if w.startswith("CUDA_VISIBLE_DEVICES=")]
         assert all(re.fullmatch(r"[0-3](,[0-3])*", d) for d in devices)
 
