@@ -23,13 +23,21 @@
 # temporary /usr/sbin/policy-rc.d, removed again, when none exists) and adds the unversioned
 # libpmix.so symlink Slurm dlopens.
 #
-# Knob: HPCDIST_SLURM_TIMEOUT (seconds `up` waits for each step, default 60).
+# Knobs: HPCDIST_SLURM_TIMEOUT (seconds `up` waits for each step, default 60); HPCDIST_SLURM_BIND=1 (CPU
+# binding: TaskPlugin=task/affinity, each node declaring this machine's real CPUs instead of 4, for benchmarks
+# under `srun --cpu-bind=cores`; the tests run without it, since they place more tasks on a node than it has CPUs).
 set -euo pipefail
 
 PACKAGES=(slurmctld slurmd slurm-client munge libpmix2)
 PORT=6817  # slurmctld's; node1 and node2 listen on the next two, all inside STATE_DIR/netns
 ADDR=10.250.0.1
 TIMEOUT=${HPCDIST_SLURM_TIMEOUT:-60}
+TASK_PLUGIN=task/none
+CPUS=4  # per node: more than this machine has, so that tests can place 4 tasks on a node
+if [[ ${HPCDIST_SLURM_BIND:-0} == 1 ]]; then
+    TASK_PLUGIN=task/affinity
+    CPUS=$(nproc)
+fi
 NODES=(node1 node2)
 
 die() { echo "slurm_cluster: error: $*" >&2; exit 1; }
@@ -121,7 +129,7 @@ SlurmdLogFile=$s/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$TASK_PLUGIN
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
@@ -137,8 +145,8 @@ MinJobAge=300
 KillWait=5
 InactiveLimit=0
 GresTypes=gpu
-NodeName=node1 NodeHostname=node1 NodeAddr=$ADDR Port=$((PORT + 1)) CPUs=4 Gres=gpu:2 State=UNKNOWN
-NodeName=node2 NodeHostname=node2 NodeAddr=$ADDR Port=$((PORT + 2)) CPUs=4 Gres=gpu:2 State=UNKNOWN
+NodeName=node1 NodeHostname=node1 NodeAddr=$ADDR Port=$((PORT + 1)) CPUs=$CPUS Gres=gpu:2 State=UNKNOWN
+NodeName=node2 NodeHostname=node2 NodeAddr=$ADDR Port=$((PORT + 2)) CPUs=$CPUS Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP
 EOF
     cat >"$s/etc/gres.conf" <<EOF
