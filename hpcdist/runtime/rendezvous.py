@@ -433,7 +433,7 @@ def _check_reach(comm: Any, env: LaunchEnv, rdzv: Rendezvous, mine: HostInfo, ho
         if problem:
             via = next((f"{i.name} {i.addr}" for i in mine.interfaces if i.name == rdzv.ifname), None)
             line = _clip(
-                f"{mine.hostname} (ranks {comm.rank}..{comm.rank + env.local_world_size - 1} are there, "
+                f"rank {comm.rank} on {mine.hostname} ({env.local_world_size} rank(s) there; "
                 f"{f'via {via}' if via else 'no interface on its subnet'}) cannot reach the rendezvous "
                 f"{rdzv.addr}:{rdzv.port} ({problem})"
             )
