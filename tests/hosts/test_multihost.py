@@ -181,3 +181,14 @@ def test_the_doctor_checks_the_rendezvous_address_a_job_uses(cluster: Hosts, tmp
     rendezvous = [c for c in checks if c["area"] == "rendezvous"]
     assert [c["status"] for c in rendezvous] == ["pass"], rendezvous
     assert f"rank 0's rendezvous at {ADDRESSES['n1']}:" in rendezvous[0]["detail"], rendezvous
+
+
+def test_ranks_placed_round_robin_get_their_hosts_group_rank(cluster: Hosts, tmp_path: Path) -> None:
+    """Open MPI's --map-by node puts ranks 0 and 2 on n1, 1 and 3 on n2: the hosts' blocks of ranks are broken,
+    so the rendezvous finds each host's place through a node communicator, in order of the hosts' first ranks."""
+    code = "import os, socket; print('place', os.environ['RANK'], socket.gethostname(), os.environ['GROUP_RANK'], "
+    code += "os.environ['GROUP_WORLD_SIZE'])"
+    result = cluster.launch(["--map-by", "node", "--", sys.executable, "-c", code], tmp_path).wait(180)
+    assert result.returncode == 0, result.stderr
+    places = sorted(line.split()[-4:] for line in result.stdout.splitlines() if "place " in line)
+    assert places == [["0", "n1", "0", "2"], ["1", "n2", "1", "2"], ["2", "n1", "0", "2"], ["3", "n2", "1", "2"]]
