@@ -13,6 +13,8 @@ from hpcdist.runtime.netif import Interface
 from hpcdist.runtime.rendezvous import (
     HostInfo,
     Rendezvous,
+    _host_tag,
+    _in_block,
     check_master_addr,
     new_run_id,
     offered_address,
@@ -92,3 +94,19 @@ def test_a_master_addr_that_does_not_resolve_is_named_with_this_host() -> None:
         rf"{re.escape(socket.gethostname())} \(.*\); correct the name",
     ):
         check_master_addr("no-such-host.invalid")
+
+
+def _blocks(hosts: list[str], local_ranks: list[int]) -> list[bool]:
+    """_in_block for every rank, given what the scan brings it: rank-1's host tag and local rank."""
+    return [
+        _in_block(r, local_ranks[r], hosts[r], (0, 0) if r == 0 else (_host_tag(hosts[r - 1]), local_ranks[r - 1]))
+        for r in range(len(hosts))
+    ]
+
+
+def test_consecutive_ranks_per_host_are_told_from_round_robin() -> None:
+    """The scan's count of local ranks 0 is each host's index only when every host's ranks are consecutive."""
+    assert all(_blocks(["a", "a", "b", "b", "c"], [0, 1, 0, 1, 0]))
+    assert not all(_blocks(["a", "b", "a", "b"], [0, 0, 1, 1]))  # --map-by node
+    assert not all(_blocks(["a", "a", "b", "a"], [0, 1, 0, 2]))  # a host's ranks split in two runs
+    assert not all(_blocks(["a", "a"], [1, 0]))  # local rank 0 is not the host's first rank
