@@ -6,8 +6,8 @@ otherwise it only adds its options, its marker and its fixtures, and imports nei
 
 When active, on every rank:
 - after each test phase (setup, call, teardown) the ranks combine their outcomes with a non-blocking
-  allgather: a failure on any rank fails the test on every rank, naming the failing ranks and their
-  reasons; a skip on some ranks but not others is a failure too;
+  reduction (and an allgather of the outcomes only when they differ): a failure on any rank fails the
+  test on every rank, naming the failing ranks and their reasons; a skip on some ranks but not others is a failure too;
 - each test has a deadline (`--mpi-deadline SECONDS`, default 120, 0 = none;
   `@pytest.mark.mpi_deadline(seconds)` per test). At the deadline every rank's Python stack reaches
   rank 0, which prints them all, names the ranks that did not answer, and calls MPI_Abort

@@ -31,7 +31,7 @@ from .rank.tagger import drain as drain_tagger
 from .rank.tagger import leave_time_to_peers
 from .rank.tagger import start as start_tagger
 from .runtime.adopt import adopt, finish
-from .runtime.bootstrap import job_timeout, prepare, say_ready, stacks_on_failure
+from .runtime.bootstrap import job_timeout, prepare, say_ready, serve_store, stacks_on_failure
 from .runtime.env import LaunchEnv
 from .runtime.pmi import finalize as pmi_finalize
 
@@ -183,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             said_finished(env.rank)  # hpcdist mpirun names it if the others then fail waiting for it
             finish()  # wait for the other ranks, so that their hang report can name this rank as finished
     else:
+        serve_store()  # on rank 0: the child's ranks connect to the store as clients
         child_env = dict(os.environ)  # TORCHELASTIC_USE_AGENT_STORE=True: rank 0's shim serves the store
         if os.environ.get(control.TRACE_ENV) and env.rank == 0:
             print(

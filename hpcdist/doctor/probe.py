@@ -278,14 +278,14 @@ def rendezvous_probe(timeout: float = 10.0) -> None:
     where = f"{rdzv.addr}:{rdzv.port}"
     say(f"hpcdist-rdzv {comm.rank} {host} {'ok ' + where if problem is None else f'error {where}: {problem}'}")
     comm.Barrier()
-    if rdzv.store is not None:  # rank 0: every connection the ranks opened waits in the listen backlog
-        rdzv.store.settimeout(0.2)
+    if rdzv.listener is not None:  # rank 0: every connection the ranks opened waits in the listen backlog
+        rdzv.listener.settimeout(0.2)
         accepted = 0
         try:
             while True:
-                rdzv.store.accept()[0].close()
+                rdzv.listener.accept()[0].close()
                 accepted += 1
         except OSError:
             pass
-        rdzv.store.close()
+        rdzv.listener.close()
         say(f"hpcdist-rdzv-accepted {accepted}")

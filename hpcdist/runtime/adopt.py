@@ -7,7 +7,9 @@ as `hpcdist.init` does (a backstop timeout unless the program gave one, the ledg
 watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI, and "nccl" checked against
 the GPUs torch sees first (a UsageError, which hpcdist mpirun says once for the job). It also records
 the program's calls in the ledger and starts the watchdog, so a rank that never calls
-init_process_group is named too. Nothing here imports torch. `finish` runs after a program that ended
+init_process_group is named too. On rank 0 the import also serves torch's store over the rendezvous's
+socket (`bootstrap.serve_store`), for the program's own clients of MASTER_ADDR:MASTER_PORT, so a program
+that never imports torch never loads it. Nothing here imports torch. `finish` runs after a program that ended
 well, so that the others' hang report can say this rank finished.
 """
 
@@ -24,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from ..control import TRACE_ENV
-from .bootstrap import check_nccl, forensics_enabled, mpi4py_backend, start_group, startup_timeout
+from .bootstrap import check_nccl, forensics_enabled, mpi4py_backend, serve_store, start_group, startup_timeout
 from .env import LaunchEnv
 
 __all__ = ["adopt", "finish"]
@@ -57,7 +59,7 @@ def adopt(env: LaunchEnv, seconds: float) -> None:
             flush=True,
         )
     arm = functools.partial(_arm, seconds=seconds, forensics=forensics, local_world_size=env.local_world_size)
-    if _TARGET in sys.modules:  # rank 0's shim loaded torch to host the rendezvous store
+    if _TARGET in sys.modules:  # loaded before the program, e.g. by a module the shim's Python loads at start
         arm(sys.modules[_TARGET])
     else:
         sys.meta_path.insert(0, _Finder(arm))
@@ -77,7 +79,8 @@ def finish() -> None:
 
 
 def _arm(dist: ModuleType, seconds: float, forensics: bool, local_world_size: int = 1) -> None:
-    """Wrap dist.init_process_group (once); with forensics, record dist's calls and start the watchdog."""
+    """On rank 0 serve the store; wrap init_process_group (once); with forensics, record calls, start the watchdog."""
+    serve_store()
     original = getattr(dist, "init_process_group", None)
     if original is None or hasattr(original, "_hpcdist_original"):
         return  # torch without distributed support, or already armed

@@ -18,7 +18,7 @@ from ..abort import install_abort_hook
 from ..errors import UsageError
 from ..values import BACKENDS, check_seconds, parse_seconds
 from .env import LaunchEnv, torch_defaults
-from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvous, slurm_rendezvous
+from .rendezvous import Rendezvous, check_master_addr, listen, mpi_rendezvous, slurm_rendezvous, store_over
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -31,7 +31,9 @@ __all__ = [
     "merge_environ",
     "mpi4py_backend",
     "prepare",
+    "release_store",
     "say_ready",
+    "serve_store",
     "shutdown",
     "socket_ifnames",
     "stacks_on_failure",
@@ -44,7 +46,8 @@ _BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the h
 _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch: seconds, more on a busy host)
 
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
-# "store": rank 0's rendezvous store, kept alive while the process group uses it;
+# "listener": (socket, world size, timeout) of rank 0's rendezvous until serve_store serves torch's store over it;
+# "store": rank 0's torch TCPStore, kept alive while the process group uses it;
 # "watchdog": True when init started the watchdog, so that shutdown stops it;
 # "agent_store": True when prepare set TORCHELASTIC_USE_AGENT_STORE=True, which shutdown unsets with the store.
 _state: dict[str, Any] = {}
@@ -183,14 +186,14 @@ def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Re
         RendezvousUnreachable: some rank cannot connect to the address rank 0 offers (a UsageError).
     """
     env = env or LaunchEnv.from_environ(os.environ)
-    # Before the rendezvous: rank 0 loads torch there, and OpenMP reads OMP_NUM_THREADS when it loads.
+    # Before torch loads (the program's import, or init's): OpenMP reads OMP_NUM_THREADS when it loads.
     defaults = torch_defaults(env, os.environ)
     os.environ.update(defaults)
     if "OMP_NUM_THREADS" in defaults and "torch" in sys.modules:  # loaded before hpcdist.init: make the value true
         sys.modules["torch"].set_num_threads(int(defaults["OMP_NUM_THREADS"]))
     rdzv = _rendezvous(env, max(timeout, _STARTUP_FLOOR))
-    if rdzv.store is not None:
-        _state["store"] = rdzv.store  # a later prepare() (the program's own init under the shim) keeps it
+    if rdzv.listener is not None:  # a later prepare() (the program's own init under the shim) keeps it
+        _state["listener"] = (rdzv.listener, env.world_size, max(timeout, _STARTUP_FLOOR))
     computed = dict(env.torch_env(rdzv.facts()), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
     computed.update(socket_ifnames(rdzv.ifname, os.environ))
     os.environ.update(merge_environ(os.environ, computed))
@@ -199,6 +202,32 @@ def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Re
     if env.is_mpi:
         install_abort_hook()
     return env, rdzv
+
+
+def serve_store() -> None:
+    """On rank 0, serve torch's TCPStore over the rendezvous's listening socket (once); elsewhere nothing.
+
+    Called where torch is needed: before init_process_group (`start_group`), when a program under the shim
+    imports torch.distributed, and before the shim runs a non-Python program, whose ranks connect as clients.
+    Until then the ranks' connections wait in the socket's backlog, and rank 0 never imports torch.
+    """
+    held = _state.pop("listener", None)
+    if held is not None:
+        _state["store"] = store_over(*held)
+
+
+def release_store() -> None:
+    """Close the rendezvous's listening socket unserved, and drop the store if it was served (any rank).
+
+    For a process group that needs no TCP store: after it, MASTER_ADDR:MASTER_PORT is not served, so the
+    agent-store promise (TORCHELASTIC_USE_AGENT_STORE) is taken back too.
+    """
+    held = _state.pop("listener", None)
+    if held is not None:
+        held[0].close()
+    _state.pop("store", None)
+    if _state.pop("agent_store", False):  # on every rank: a later init must not count on rank 0's store
+        os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
 
 
 def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
@@ -220,7 +249,7 @@ def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
     if env.launcher == "slurm":
         return slurm_rendezvous(env)
     if env.world_size == 1:
-        return local_store(env.master_addr or "127.0.0.1", 1, timeout, env.master_port or 0)
+        return listen(env.master_addr or "127.0.0.1", 1, timeout, env.master_port or 0)
     raise UsageError(
         f"launcher {env.launcher} started {env.world_size} ranks but did not set MASTER_ADDR and MASTER_PORT; "
         "set both, or launch with mpirun/srun so hpcdist can agree on them"
@@ -273,6 +302,7 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     """
     import torch.distributed as dist
 
+    serve_store()
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
@@ -387,6 +417,4 @@ def shutdown() -> None:
             # aborts the rank ("terminate called without an active exception"): measured in 8 of 23 four-rank
             # DDP runs under torchrun. Freeing DDP's cycles here, while Python is whole, made it 0 of 30.
             gc.collect()
-    _state.pop("store", None)
-    if _state.pop("agent_store", False):  # on every rank: a later init must not count on rank 0's store
-        os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    release_store()

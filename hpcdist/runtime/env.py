@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..control import MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV
@@ -18,7 +18,6 @@ __all__ = [
     "AgentFacts",
     "LaunchEnv",
     "Source",
-    "node_place",
     "torch_defaults",
 ]
 
@@ -146,7 +145,7 @@ class _Reading:
 class AgentFacts:
     """What hpcdist's rendezvous learnt that torchrun's agent tells its workers: the nodes, the run, the store."""
 
-    hosts: tuple[str, ...] = ()  # every rank's host name, in rank order; () when none were gathered
+    node: tuple[int, int] | None = None  # (GROUP_RANK, GROUP_WORLD_SIZE): this host's index, the hosts; None: unknown
     run_id: str | None = None  # TORCHELASTIC_RUN_ID agreed at the rendezvous (rank 0's)
     agent_store: bool | None = None  # True: the store at MASTER_ADDR:MASTER_PORT is already served (by hpcdist)
 
@@ -274,8 +273,8 @@ class LaunchEnv:
         """The variables torchrun's agent gives a worker, for this process, all strings.
 
         Under torchrun itself only this process's place (its agent set the rest); otherwise also its node
-        (the launcher's node id, else its host's index among `facts.hosts`), torchrun's one role, the restart
-        counters, and the run id and store of the rendezvous (`facts`) where they are known.
+        (the launcher's node id, else the host's place `facts.node` from the rendezvous), torchrun's one role,
+        the restart counters, and the run id and store of the rendezvous (`facts`) where they are known.
         """
         facts = facts or AgentFacts()
         env = {
@@ -284,7 +283,7 @@ class LaunchEnv:
             "LOCAL_RANK": str(self.local_rank),
             "LOCAL_WORLD_SIZE": str(self.local_world_size),
         }
-        node = (self.node_rank, self.node_count) if self.node_rank is not None else node_place(facts.hosts, self.rank)
+        node = (self.node_rank, self.node_count) if self.node_rank is not None else facts.node or (None, None)
         if node[0] is not None:
             env["GROUP_RANK"] = str(node[0])
         if self.master_addr is not None:
@@ -317,14 +316,6 @@ class LaunchEnv:
             value = ",".join(value) or None if f.name == "nodelist" else value
             rows.append((f.name, "-" if value is None else str(value)))
         return rows
-
-
-def node_place(hosts: Sequence[str], rank: int) -> tuple[int | None, int | None]:
-    """(GROUP_RANK, GROUP_WORLD_SIZE): the index of `rank`'s host among `hosts` in order of first appearance."""
-    if not hosts:
-        return None, None
-    nodes = list(dict.fromkeys(hosts))
-    return nodes.index(hosts[rank]), len(nodes)
 
 
 def torch_defaults(env: LaunchEnv, current: Mapping[str, str]) -> dict[str, str]:

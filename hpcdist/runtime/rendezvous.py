@@ -1,4 +1,10 @@
-"""MASTER_ADDR/MASTER_PORT discovery: MPI broadcast from rank 0, Slurm nodelist, or this host."""
+"""MASTER_ADDR/MASTER_PORT discovery: MPI broadcast from rank 0, Slurm nodelist, or this host.
+
+Under MPI every exchange is a broadcast, a reduction or a scan of a fixed-size buffer, so what a rank
+receives does not grow with the number of ranks beyond the log-depth trees MPI runs them on. One
+rank per host (its local rank 0, the node's leader) speaks for the host; texts reach rank 0 only
+when some host reports a problem, and then from the first few hosts only.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,12 @@ import socket
 import sys
 import time
 import uuid
+import zlib
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import RendezvousTimeout, UsageError
 from ..waits import Backoff, poll_until
@@ -20,19 +28,24 @@ from .netif import Interface, host_address, interfaces, resolve
 __all__ = [
     "Bind",
     "HostInfo",
+    "ReachCount",
     "Rendezvous",
     "RendezvousTimeout",
     "RendezvousUnreachable",
     "check_master_addr",
     "choose_interface",
     "interface_towards",
-    "local_store",
+    "listen",
     "mpi_rendezvous",
     "new_run_id",
     "offer_rendezvous",
+    "offered_address",
+    "pick_interface",
     "probe",
     "rendezvous_address",
     "slurm_rendezvous",
+    "store_over",
+    "subnet_members",
     "unreachable_summary",
 ]
 
@@ -43,6 +56,8 @@ _MSG_BYTES = 512
 _INFO_BYTES = 2048  # one rank's hostname and interface addresses
 _PROBE_SECONDS = 5.0  # the reachability check's TCP connect; a LAN answers (or refuses) far sooner
 _REPORT_GRACE = 30.0  # other ranks wait this long for rank 0 to report an unreachable rendezvous and abort
+_LISTED = 16  # hosts whose reach problem rank 0 receives and lists; it counts the rest
+_REACH_TAG = 7411  # the point-to-point tag of a host's reach problem, sent to rank 0 before any program runs
 
 
 class RendezvousUnreachable(UsageError):
@@ -80,20 +95,46 @@ class HostInfo:
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """Where the torch TCP store lives, and the store object when this process hosts it."""
+    """Where the torch TCP store lives, and on rank 0 the listening socket it is served over."""
 
     addr: str
     port: int
-    hosted: bool = False  # hpcdist bound the store (on rank 0), so every rank's torch connects as a client
-    store: Any = None  # torch TCPStore kept alive on rank 0; init_process_group reuses it (multi-tenant)
+    hosted: bool = False  # hpcdist bound the store's socket (on rank 0), so every rank's torch connects as a client
+    listener: Any = None  # rank 0's listening socket; torch's TCPStore is served over it when torch is needed
     ifname: str | None = None  # this rank's interface towards `addr` when ranks span hosts (GLOO/NCCL_SOCKET_IFNAME)
-    hosts: tuple[str, ...] = ()  # every rank's host name, in rank order, when the rendezvous gathered them
+    node: tuple[int, int] | None = None  # (this rank's host's index in order of first appearance, the host count)
     run_id: str | None = None  # rank 0's id for this run, the same on every rank
     given: bool = False  # the user's MASTER_ADDR/PORT: hpcdist neither chose it nor knows who serves it
 
     def facts(self) -> AgentFacts:
         """What this rendezvous tells the ranks in torchrun's variables (GROUP_*, run id, agent store)."""
-        return AgentFacts(self.hosts, self.run_id, None if self.given else self.hosted)
+        return AgentFacts(self.node, self.run_id, None if self.given else self.hosted)
+
+
+class ReachCount(NamedTuple):
+    """How many hosts (and the ranks on them) could not reach the rendezvous, of how many."""
+
+    hosts: int
+    of_hosts: int
+    ranks: int
+    of_ranks: int
+
+
+def subnet_members(own: HostInfo, peer: Sequence[Interface]) -> list[int]:
+    """For each of rank 0's interfaces (`own`), 1 when one of `peer`'s addresses is on its subnet, else 0."""
+    return [int(any(ipaddress.IPv4Address(p.addr) in iface.network for p in peer)) for iface in own.interfaces]
+
+
+def pick_interface(own: HostInfo, counts: Sequence[int], preferred: str | None = None) -> Interface | None:
+    """`own`'s interface whose subnet the most other hosts (`counts`, one per interface) have an address on.
+
+    Ties go to the interface carrying `preferred`, then to the first one; None when every count is 0.
+    """
+    best, best_score = None, 0
+    for iface, score in zip(own.interfaces, counts, strict=True):
+        if score > best_score or (score == best_score and score and iface.addr == preferred):
+            best, best_score = iface, score
+    return best
 
 
 def choose_interface(hosts: Sequence[HostInfo], preferred: str | None = None) -> Interface | None:
@@ -102,15 +143,15 @@ def choose_interface(hosts: Sequence[HostInfo], preferred: str | None = None) ->
     Ties go to the interface carrying `preferred` (the address rank 0's hostname resolves to), then to
     the first one. None when no other host has an address on any of rank 0's subnets (routed networks).
     """
+    return pick_interface(hosts[0], _member_counts(hosts), preferred)
+
+
+def _member_counts(hosts: Sequence[HostInfo]) -> list[int]:
+    """Per interface of hosts[0], how many other hosts have an address on its subnet (the reduction's sum)."""
     own = hosts[0]
     others = {info.hostname: info for info in hosts if info.hostname != own.hostname}.values()
-    best, best_score = None, 0
-    for iface in own.interfaces:
-        network = iface.network
-        score = sum(any(ipaddress.IPv4Address(peer.addr) in network for peer in info.interfaces) for info in others)
-        if score > best_score or (score == best_score and score and iface.addr == preferred):
-            best, best_score = iface, score
-    return best
+    rows = [subnet_members(own, info.interfaces) for info in others]
+    return [sum(column) for column in zip(*rows, strict=True)] if rows else [0] * len(own.interfaces)
 
 
 def rendezvous_address(hosts: Sequence[HostInfo], fallback: Callable[[], str] | None = None) -> str:
@@ -119,12 +160,21 @@ def rendezvous_address(hosts: Sequence[HostInfo], fallback: Callable[[], str] | 
     `fallback` (default: `host_address`) gives the address when no interface shares a subnet with the
     other hosts, e.g. when they are reached through a router.
     """
-    if len({info.hostname for info in hosts}) == 1:
+    return offered_address(hosts[0], _member_counts(hosts), len({info.hostname for info in hosts}), fallback)
+
+
+def offered_address(
+    own: HostInfo, counts: Sequence[int], host_count: int, fallback: Callable[[], str] | None = None
+) -> str:
+    """Loopback when the job has one host; else `own`'s interface on the most hosts' subnet (`pick_interface`).
+
+    `fallback` (default: `host_address`) gives the address when no interface shares a subnet with the
+    other hosts, e.g. when they are reached through a router.
+    """
+    if host_count == 1:
         return _LOOPBACK
-    fallback = fallback or host_address
-    preferred = resolve(hosts[0].hostname)
-    iface = choose_interface(hosts, preferred)
-    return iface.addr if iface else fallback()
+    iface = pick_interface(own, counts, resolve(own.hostname))
+    return iface.addr if iface else (fallback or host_address)()
 
 
 def interface_towards(addr: str, ifaces: Sequence[Interface]) -> str | None:
@@ -160,9 +210,11 @@ def probe(addr: str, port: int, seconds: float = _PROBE_SECONDS) -> str | None:
         return (exc.strerror or str(exc)).lower()
 
 
-def unreachable_summary(addr: str, port: int, host0: str, problems: Sequence[str], world_size: int) -> str:
-    """Rank 0's report: one line per rank that cannot reach the rendezvous, and what to do about it."""
+def unreachable_summary(addr: str, port: int, host0: str, problems: Sequence[str], count: ReachCount) -> str:
+    """Rank 0's report: one line per host that cannot reach the rendezvous (the first few), and what to do."""
     lines = "\n".join(f"  {line}" for line in problems)
+    if count.hosts > len(problems):
+        lines += f"\n  and {count.hosts - len(problems)} more host(s)"
     if _is_loopback(addr):
         hint = (
             f"{addr} is a loopback address: on every other host it means that host itself; unset MASTER_ADDR "
@@ -175,8 +227,8 @@ def unreachable_summary(addr: str, port: int, host0: str, problems: Sequence[str
             "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interfaces that carry it) if hpcdist's choice is wrong"
         )
     return (
-        f"the rendezvous {addr}:{port} on {host0} is unreachable from {len(problems)} of {world_size} ranks:\n"
-        f"{lines}\n{hint}"
+        f"the rendezvous {addr}:{port} on {host0} is unreachable from {count.hosts} of {count.of_hosts} hosts "
+        f"({count.ranks} of {count.of_ranks} ranks):\n{lines}\n{hint}"
     )
 
 
@@ -221,10 +273,24 @@ def slurm_rendezvous(env: LaunchEnv) -> Rendezvous:
     return Rendezvous(env.nodelist[0], _SLURM_PORT_BASE + seed % _SLURM_PORT_SPAN)
 
 
-def local_store(addr: str, world_size: int, timeout: float, port: int = 0) -> Rendezvous:
-    """Bind torch's TCP store on an OS-chosen port (no pick-then-bind race); it serves all interfaces."""
+def listen(addr: str, world_size: int, timeout: float, port: int = 0) -> Rendezvous:
+    """Rank 0's listening socket for the store, on an OS-chosen port unless given; no torch import.
+
+    It listens on every interface, as torch's store does; connections wait in its backlog until torch's
+    TCPStore is served over it (`store_over`).
+    """
+    try:
+        server = socket.create_server(("", port), backlog=socket.SOMAXCONN)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on port {port}: {(exc.strerror or str(exc)).lower()}") from None
+    return Rendezvous(addr, server.getsockname()[1], True, server, run_id=new_run_id())
+
+
+def store_over(listener: socket.socket, world_size: int, timeout: float) -> Any:
+    """torch's TCPStore (libuv) served over rank 0's listening socket, which the store then owns."""
     from torch.distributed import TCPStore
 
+    addr, port = listener.getsockname()[:2]
     store = TCPStore(
         addr,
         port,
@@ -233,8 +299,11 @@ def local_store(addr: str, world_size: int, timeout: float, port: int = 0) -> Re
         multi_tenant=True,
         wait_for_workers=False,
         timeout=timedelta(seconds=timeout),
+        master_listen_fd=listener.fileno(),
+        use_libuv=True,
     )
-    return Rendezvous(addr, store.port, True, store, run_id=new_run_id())
+    listener.detach()  # libuv closes the descriptor with the store
+    return store
 
 
 Bind = Callable[[str, int, float, int], Rendezvous]  # (addr, world_size, timeout, port) -> a bound rendezvous
@@ -246,95 +315,165 @@ def new_run_id() -> str:
 
 
 def mpi_rendezvous(comm: Any, env: LaunchEnv, timeout: float) -> Rendezvous:
-    """Rank 0 binds the store and broadcasts its address and port; every rank checks it can reach it.
+    """Rank 0 listens and broadcasts its address and port; one rank per host checks it can reach it.
 
     Every wait ends after `timeout`. When ranks span hosts, rank 0 offers the address of its interface
-    on the subnet shared with the other hosts, and each rank names its own interface towards it.
+    on the subnet shared with the most other hosts, and each rank names its own interface towards it.
 
     Raises:
         RendezvousTimeout: a rank did not arrive within `timeout`.
-        RendezvousUnreachable: some rank cannot connect to the address rank 0 offers.
+        RendezvousUnreachable: some host cannot connect to the address rank 0 offers.
     """
-    rdzv, mine, host0 = offer_rendezvous(comm, env, timeout, local_store)
-    _check_reach(comm, rdzv, mine, host0, timeout)
+    rdzv, mine, host0 = offer_rendezvous(comm, env, timeout, listen)
+    _check_reach(comm, env, rdzv, mine, host0, timeout)
     return rdzv
 
 
 def offer_rendezvous(comm: Any, env: LaunchEnv, timeout: float, bind: Bind) -> tuple[Rendezvous, HostInfo, str]:
-    """Every rank's host and interfaces to all; rank 0 chooses an address, `bind`s it and broadcasts it.
+    """Rank 0's host to all; each host's leader says which of its subnets it shares; rank 0 `bind`s and broadcasts.
 
     Returns this rank's view of the rendezvous, its own HostInfo and rank 0's hostname. `hpcdist doctor`
-    calls this with a plain listening socket, so it checks the very address a job would use.
+    calls this with its own listening socket, so it checks the very address a job would use.
 
     Raises:
         RendezvousTimeout: a rank did not arrive within `timeout`.
         UsageError: rank 0 could not bind the chosen address.
     """
+    from mpi4py import MPI
+
     mine = HostInfo(socket.gethostname(), tuple(interfaces()))
-    infos = [
-        HostInfo.decode(text)
-        for text in _allgather_str(comm, mine.encode(), timeout, "every rank's host and addresses", _INFO_BYTES)
-    ]
-    spans_hosts = len({info.hostname for info in infos}) > 1
-    store = None
+    host0 = HostInfo.decode(
+        _bcast_str(comm, mine.encode() if comm.rank == 0 else "", timeout, "rank 0's host and addresses", _INFO_BYTES)
+    )
+    leader = env.local_rank == 0
+    # Per interface of rank 0: 1 from each other host with an address on its subnet; then the hosts; then the
+    # ranks whose place breaks the hosts' blocks of consecutive ranks (see _in_block).
+    sums = array("q", [0] * (len(host0.interfaces) + 2))
+    if leader and mine.hostname != host0.hostname:
+        sums[: len(host0.interfaces)] = array("q", subnet_members(host0, mine.interfaces))
+    sums[-2] = int(leader)
+    previous, leaders = (
+        array("q", [comm.rank << 32 | _host_tag(mine.hostname), comm.rank << 32 | env.local_rank]),
+        array("q", [int(leader)]),
+    )
+    scans = (
+        comm.Iexscan(MPI.IN_PLACE, [previous, MPI.INT64_T], MPI.MAX),
+        comm.Iscan(MPI.IN_PLACE, [leaders, MPI.INT64_T], MPI.SUM),
+    )
+    for request in scans:
+        _wait(comm, request, timeout, "every rank's place among the hosts")
+    sums[-1] = int(not _in_block(comm.rank, env.local_rank, mine.hostname, previous))
+    _wait(comm, comm.Iallreduce(MPI.IN_PLACE, [sums, MPI.INT64_T], MPI.SUM), timeout, "every host's subnets")
+    host_count, scattered = sums[-2], sums[-1]
+    node = (leaders[0] - 1, host_count) if not scattered else (_scattered_place(comm, timeout), host_count)
+    listener = None
     if comm.rank == 0:
-        addr = env.master_addr or rendezvous_address(infos)
+        addr = env.master_addr or offered_address(host0, sums[: len(host0.interfaces)], host_count)
         try:
             rdzv = bind(addr, comm.size, timeout, env.master_port or 0)
-            store, message = rdzv.store, f"{rdzv.addr} {rdzv.port} {new_run_id()}"
-        except Exception as exc:  # noqa: BLE001 - torch's store error, forwarded so no rank waits forever
+            listener, message = rdzv.listener, f"{rdzv.addr} {rdzv.port} {new_run_id()}"
+        except Exception as exc:  # noqa: BLE001 - the bind's error, forwarded so no rank waits forever
             message = f"! {exc}"
         _bcast_str(comm, message, timeout, "rank 0's rendezvous address")
-        if store is None:
+        if listener is None:
             raise UsageError(f"rank 0 could not bind the rendezvous store on {addr}: {message[2:]}")
     else:
         message = _bcast_str(comm, "", timeout, "rank 0's rendezvous address")
         if message.startswith("!"):
             raise UsageError(f"rank 0 could not bind the rendezvous store: {message[2:]}")
     addr, port, run_id = message.split()
-    ifname = interface_towards(addr, mine.interfaces) if spans_hosts else None
-    hosts = tuple(info.hostname for info in infos)
-    return Rendezvous(addr, int(port), True, store, ifname, hosts, run_id), mine, infos[0].hostname
+    ifname = interface_towards(addr, mine.interfaces) if host_count > 1 else None
+    return Rendezvous(addr, int(port), True, listener, ifname, node, run_id), mine, host0.hostname
 
 
-def _check_reach(comm: Any, rdzv: Rendezvous, mine: HostInfo, host0: str, timeout: float) -> None:
-    """Every rank opens a TCP connection to the rendezvous; rank 0 reports every rank that cannot."""
-    problem = probe(rdzv.addr, rdzv.port, min(_PROBE_SECONDS, timeout))
+def _host_tag(hostname: str) -> int:
+    """32 bits that tell a host from its neighbours in rank order."""
+    return zlib.crc32(hostname.encode())
+
+
+def _in_block(rank: int, local_rank: int, hostname: str, previous: Sequence[int]) -> bool:
+    """Whether this rank continues its host's block of consecutive ranks (or starts it), from rank-1's tag and place.
+
+    When every rank does, a host's ranks are consecutive and start with its local rank 0, so its index in
+    order of first appearance is the number of local ranks 0 up to it (an inclusive scan).
+    """
+    if rank == 0:
+        return local_rank == 0
+    same_host = previous[0] & 0xFFFFFFFF == _host_tag(hostname)
+    if local_rank == 0:
+        return not same_host
+    return same_host and previous[1] & 0xFFFFFFFF == local_rank - 1
+
+
+def _scattered_place(comm: Any, timeout: float) -> int:
+    """This rank's host's index when hosts' ranks are not consecutive: a node communicator, its first rank leads.
+
+    Every rank has passed the reductions before, so the blocking split cannot wait on a rank that never comes.
+    """
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        before = array("q", [int(node.rank == 0)])
+        _wait(comm, comm.Iexscan(MPI.IN_PLACE, [before, MPI.INT64_T], MPI.SUM), timeout, "the hosts' order")
+        index = array("q", [0 if comm.rank == 0 else before[0]])
+        _wait(node, node.Ibcast([index, MPI.INT64_T], root=0), timeout, "its host's index")
+        return index[0]
+    finally:
+        node.Free()
+
+
+def _check_reach(comm: Any, env: LaunchEnv, rdzv: Rendezvous, mine: HostInfo, host0: str, timeout: float) -> None:
+    """Each host's leader connects to the rendezvous; a count first, then rank 0 lists the first hosts that cannot."""
+    from mpi4py import MPI
+
     line = ""
-    if problem:
-        via = next((f"{i.name} {i.addr}" for i in mine.interfaces if i.name == rdzv.ifname), None)
-        line = (
-            (
-                f"rank {comm.rank} on {mine.hostname} ({f'via {via}' if via else 'no interface on its subnet'}) "
-                f"cannot reach the rendezvous {rdzv.addr}:{rdzv.port} ({problem})"
+    if env.local_rank == 0:
+        problem = probe(rdzv.addr, rdzv.port, min(_PROBE_SECONDS, timeout))
+        if problem:
+            via = next((f"{i.name} {i.addr}" for i in mine.interfaces if i.name == rdzv.ifname), None)
+            line = _clip(
+                f"rank {comm.rank} on {mine.hostname} ({env.local_world_size} rank(s) there; "
+                f"{f'via {via}' if via else 'no interface on its subnet'}) cannot reach the rendezvous "
+                f"{rdzv.addr}:{rdzv.port} ({problem})"
             )
-            .encode()[: _MSG_BYTES - 1]
-            .decode(errors="ignore")
-        )
-    problems = [text for text in _allgather_str(comm, line, timeout, "every rank's rendezvous check") if text]
-    if not problems:
+    bad = array("q", [int(bool(line)), env.local_world_size if line else 0, int(env.local_rank == 0)])
+    before = array("q", [bad[0]])
+    requests = (
+        comm.Iallreduce(MPI.IN_PLACE, [bad, MPI.INT64_T], MPI.SUM),
+        comm.Iexscan(MPI.IN_PLACE, [before, MPI.INT64_T], MPI.SUM),
+    )
+    for request in requests:
+        _wait(comm, request, timeout, "every host's rendezvous check")
+    if not bad[0]:
         return
+    index = 0 if comm.rank == 0 else before[0]
+    if line and index < _LISTED and comm.rank != 0:
+        _wait(comm, comm.Isend(bytearray(_encode(line)), 0, _REACH_TAG), timeout, "rank 0 to take its reach report")
     if comm.rank == 0:
-        raise RendezvousUnreachable(unreachable_summary(rdzv.addr, rdzv.port, host0, problems, comm.size))
+        problems = [line] if line else []
+        while len(problems) < min(bad[0], _LISTED):
+            buf = bytearray(_MSG_BYTES)
+            _wait(comm, comm.Irecv(buf, MPI.ANY_SOURCE, _REACH_TAG), timeout, "the hosts' reach reports")
+            problems.append(_decode(buf))
+        count = ReachCount(bad[0], bad[2], bad[1], comm.size)
+        raise RendezvousUnreachable(unreachable_summary(rdzv.addr, rdzv.port, host0, problems, count))
     # Give rank 0 time to print the summary and abort the job, so its report is not cut short.
     sys.stderr.flush()
     time.sleep(min(_REPORT_GRACE, timeout))
     raise RendezvousUnreachable(
-        f"the rendezvous {rdzv.addr}:{rdzv.port} is unreachable from {len(problems)} rank(s); rank 0 lists them"
+        f"the rendezvous {rdzv.addr}:{rdzv.port} is unreachable from {bad[0]} host(s); rank 0 lists them"
     )
 
 
-def _allgather_str(comm: Any, text: str, timeout: float, what: str, size: int = _MSG_BYTES) -> list[str]:
-    """Gather one short string from every rank, giving up after `timeout` seconds."""
-    send = bytearray(_encode(text, size))
-    recv = bytearray(size * comm.size)
-    _wait(comm, comm.Iallgather(send, recv), timeout, what)
-    return [_decode(recv[i * size : (i + 1) * size]) for i in range(comm.size)]
+def _clip(text: str) -> str:
+    """`text` cut to fit one message buffer."""
+    return text.encode()[: _MSG_BYTES - 1].decode(errors="ignore")
 
 
-def _bcast_str(comm: Any, text: str, timeout: float, what: str) -> str:
+def _bcast_str(comm: Any, text: str, timeout: float, what: str, size: int = _MSG_BYTES) -> str:
     """Broadcast one short string from rank 0, giving up after `timeout` seconds."""
-    buf = bytearray(_encode(text))
+    buf = bytearray(_encode(text, size))
     _wait(comm, comm.Ibcast(buf, root=0), timeout, what)
     return _decode(buf)
 

@@ -150,6 +150,18 @@ def test_a_half_set_launcher_environment_is_a_clear_error(hpcdist: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_a_program_that_never_imports_torch_loads_it_on_no_rank(hpcdist: str) -> None:
+    """Rank 0 serves the store only when its program needs torch; the store is promised all the same."""
+    code = "import os, sys; print('torch', os.environ['RANK'], 'torch' in sys.modules, "
+    code += "os.environ['TORCHELASTIC_USE_AGENT_STORE'])"
+    result = launch([hpcdist, "mpirun", "-np", "2", "--", "python", "-c", code])
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("torch ")) == [
+        "torch 0 False True",
+        "torch 1 False True",
+    ]
+
+
 def test_commands_that_only_render_text_do_not_import_torch() -> None:
     code = (
         "import sys; from hpcdist.cli import main; "

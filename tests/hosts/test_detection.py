@@ -9,6 +9,7 @@ from hpcdist.runtime.bootstrap import socket_ifnames
 from hpcdist.runtime.netif import Interface
 from hpcdist.runtime.rendezvous import (
     HostInfo,
+    ReachCount,
     choose_interface,
     interface_towards,
     rendezvous_address,
@@ -122,10 +123,14 @@ def test_mpirun_s_own_failure_status_is_kept_and_normal_output_is_no_loss() -> N
     assert lost.verdict(14)[0] == 14
 
 
-def test_the_unreachable_summary_lists_each_rank_and_explains_loopback() -> None:
-    problems = ["rank 2 on n2 (via eth0 10.250.0.2) cannot reach the rendezvous 10.250.0.1:41234 (connection refused)"]
-    text = unreachable_summary("10.250.0.1", 41234, "n1", problems, 4)
-    assert text.startswith("the rendezvous 10.250.0.1:41234 on n1 is unreachable from 1 of 4 ranks:\n  rank 2 on n2")
+def test_the_unreachable_summary_lists_the_first_hosts_then_a_count_and_explains_loopback() -> None:
+    problems = ["rank 2 on n2 (2 rank(s) there; via eth0 10.250.0.2) cannot reach the rendezvous 10.250.0.1:41234"]
+    text = unreachable_summary("10.250.0.1", 41234, "n1", problems, ReachCount(1, 2, 2, 4))
+    assert text.startswith(
+        "the rendezvous 10.250.0.1:41234 on n1 is unreachable from 1 of 2 hosts (2 of 4 ranks):\n  rank 2 on n2"
+    )
+    many = unreachable_summary("10.250.0.1", 41234, "n1", problems, ReachCount(40, 41, 80, 82))
+    assert "10.250.0.1:41234\n  and 39 more host(s)\n" in many
     assert "no firewall blocks TCP" in text
-    assert "is a loopback address" in unreachable_summary("127.0.0.1", 1, "n1", problems, 4)
-    assert "is a loopback address" in unreachable_summary("localhost", 1, "n1", problems, 4)
+    assert "is a loopback address" in unreachable_summary("127.0.0.1", 1, "n1", problems, ReachCount(1, 2, 2, 4))
+    assert "is a loopback address" in unreachable_summary("localhost", 1, "n1", problems, ReachCount(1, 2, 2, 4))

@@ -88,16 +88,17 @@ def test_a_rank_raising_on_the_second_host_ends_the_job_and_is_named(mpi_cluster
     assert result.seconds < 60  # the others wait in a barrier: only MPI_Abort ends them
 
 
-def test_a_rendezvous_other_hosts_cannot_reach_is_reported_per_rank(mpi_cluster: Hosts, tmp_path: Path) -> None:
+def test_a_rendezvous_other_hosts_cannot_reach_is_reported_per_host(mpi_cluster: Hosts, tmp_path: Path) -> None:
     # MASTER_ADDR=127.0.0.1 from a single-host habit: the ranks on n2 would connect to themselves.
     program = [HPCDIST, "run", "p2p", "--backend", "gloo"]
     result = mpi_cluster.launch(["-x", "MASTER_ADDR=127.0.0.1", "--", *program], tmp_path).wait(180)
     assert result.returncode != 0
     assert "hpcdist: error: rank " in result.stderr, result.stderr
     assert " on n1: the rendezvous 127.0.0.1:" in result.stderr, result.stderr
-    assert "is unreachable from 2 of 4 ranks:" in result.stderr
-    for rank in (2, 3):
-        assert f"rank {rank} on n2 (no interface on its subnet) cannot reach the rendezvous 127.0.0.1:" in result.stderr
+    assert "is unreachable from 1 of 2 hosts (2 of 4 ranks):" in result.stderr
+    probe = "rank 2 on n2 (2 rank(s) there; no interface on its subnet) cannot reach the rendezvous 127.0.0.1:"
+    assert probe in result.stderr  # one probe for the host, from its first rank
+    assert "rank 3 on n2" not in result.stderr.split("unreachable from", 1)[1]
     assert "(connection refused)" in result.stderr
     assert "rank 1 on n1" not in result.stderr.split("unreachable from", 1)[1]
     assert result.seconds < 90
@@ -180,3 +181,14 @@ def test_the_doctor_checks_the_rendezvous_address_a_job_uses(cluster: Hosts, tmp
     rendezvous = [c for c in checks if c["area"] == "rendezvous"]
     assert [c["status"] for c in rendezvous] == ["pass"], rendezvous
     assert f"rank 0's rendezvous at {ADDRESSES['n1']}:" in rendezvous[0]["detail"], rendezvous
+
+
+def test_ranks_placed_round_robin_get_their_hosts_group_rank(cluster: Hosts, tmp_path: Path) -> None:
+    """Open MPI's --map-by node puts ranks 0 and 2 on n1, 1 and 3 on n2: the hosts' blocks of ranks are broken,
+    so the rendezvous finds each host's place through a node communicator, in order of the hosts' first ranks."""
+    code = "import os, socket; print('place', os.environ['RANK'], socket.gethostname(), os.environ['GROUP_RANK'], "
+    code += "os.environ['GROUP_WORLD_SIZE'])"
+    result = cluster.launch(["--map-by", "node", "--", sys.executable, "-c", code], tmp_path).wait(180)
+    assert result.returncode == 0, result.stderr
+    places = sorted(line.split()[-4:] for line in result.stdout.splitlines() if "place " in line)
+    assert places == [["0", "n1", "0", "2"], ["1", "n2", "1", "2"], ["2", "n1", "0", "2"], ["3", "n2", "1", "2"]]

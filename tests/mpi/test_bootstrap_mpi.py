@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hpcdist.runtime.env import LaunchEnv
-from hpcdist.runtime.rendezvous import RendezvousTimeout, _wait, mpi_rendezvous
+from hpcdist.runtime.rendezvous import RendezvousTimeout, _wait, mpi_rendezvous, store_over
 
 pytestmark = pytest.mark.mpi
 
@@ -49,13 +49,15 @@ def test_rendezvous_is_agreed_and_the_store_serves_every_rank(comm) -> None:
     env = LaunchEnv.from_environ({k: v for k, v in os.environ.items() if not k.startswith("MASTER_")})
     rdzv = mpi_rendezvous(comm, env, timeout=60)
     assert len(set(comm.allgather((rdzv.addr, rdzv.port)))) == 1
-    assert rdzv.addr == "127.0.0.1"  # all ranks share this host
-    assert (rdzv.store is not None) == (comm.rank == 0) and rdzv.hosted
+    assert rdzv.addr == "127.0.0.1" and rdzv.node == (0, 1)  # all ranks share this host
+    assert (rdzv.listener is not None) == (comm.rank == 0) and rdzv.hosted
+    store = store_over(rdzv.listener, comm.size, 60) if comm.rank == 0 else None  # what serve_store does
     client = TCPStore(rdzv.addr, rdzv.port, is_master=False, timeout=timedelta(seconds=30))
     client.set(f"rank{comm.rank}", str(comm.rank * 10))
     comm.Barrier()
     assert [client.get(f"rank{r}").decode() for r in range(comm.size)] == [str(r * 10) for r in range(comm.size)]
     comm.Barrier()  # rank 0's store lives until every rank has read
+    del store
 
 
 def test_a_wait_that_times_out_names_the_rank_and_what_it_waited_for(comm) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.runtime.env import AGENT_VARIABLES, SOURCES, AgentFacts, LaunchEnv, node_place, torch_defaults
+from hpcdist.runtime.env import AGENT_VARIABLES, SOURCES, AgentFacts, LaunchEnv, torch_defaults
 
 FIELDS = (
     "launcher",
@@ -203,7 +203,7 @@ def place(*values: int) -> dict[str, str]:
         pytest.param({}, None, place(0, 1, 0, 1) | role(0, 1), id="single"),
         pytest.param(
             {},
-            AgentFacts(("h",), "hpcdist-x", True),
+            AgentFacts((0, 1), "hpcdist-x", True),
             place(0, 1, 0, 1)
             | role(0, 1)
             | {"GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1"}
@@ -218,7 +218,7 @@ def place(*values: int) -> dict[str, str]:
         ),
         pytest.param(
             ompi(3, 4, 1, 2) | {"HPCDIST_RESTART_COUNT": "2", "HPCDIST_MAX_RESTARTS": "5", "HPCDIST_RUN_ID": "abc"},
-            AgentFacts(("a", "a", "b", "b"), "hpcdist-rank0s", True),
+            AgentFacts((1, 2), "hpcdist-rank0s", True),
             place(3, 4, 1, 2)
             | role(3, 4, 2, 5)
             | {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
@@ -227,16 +227,15 @@ def place(*values: int) -> dict[str, str]:
         ),
         pytest.param(
             ompi(1, 4, 0, 2),
-            AgentFacts(("b", "a", "b", "a"), "hpcdist-r", False),
+            AgentFacts(None, "hpcdist-r", False),
             place(1, 4, 0, 2)
             | role(1, 4)
-            | {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
             | {"TORCHELASTIC_RUN_ID": "hpcdist-r", "TORCHELASTIC_USE_AGENT_STORE": "False"},
-            id="openmpi-round-robin-hosts-in-order-of-first-rank",
+            id="openmpi-place-unknown",
         ),
         pytest.param(
             srun(3, 4, 1, 1),
-            AgentFacts((), None, False),
+            AgentFacts(None, None, False),
             place(3, 4, 1, 2)
             | role(3, 4)
             | {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
@@ -245,7 +244,7 @@ def place(*values: int) -> dict[str, str]:
         ),
         pytest.param(
             TORCHRUN | {"HPCDIST_RESTART_COUNT": "3"},
-            AgentFacts(("x",), "hpcdist-y", False),
+            AgentFacts((0, 1), "hpcdist-y", False),
             place(5, 8, 1, 4) | {"GROUP_RANK": "1", "MASTER_ADDR": "node01", "MASTER_PORT": "29500"},
             id="torchrun-agent-sets-the-rest",
         ),
@@ -257,14 +256,14 @@ def test_torch_env(environ: dict[str, str], facts: AgentFacts | None, expected: 
 
 def test_agent_variables_name_all_that_torch_env_sets() -> None:
     """The doctor's probe jobs drop AGENT_VARIABLES: a launch with every fact known sets exactly those."""
-    full = LaunchEnv.from_environ(ompi(3, 4, 1, 2)).torch_env(AgentFacts(("a", "a", "b", "b"), "hpcdist-r", True))
+    full = LaunchEnv.from_environ(ompi(3, 4, 1, 2)).torch_env(AgentFacts((1, 2), "hpcdist-r", True))
     assert set(full) | {"MASTER_ADDR", "MASTER_PORT"} == set(AGENT_VARIABLES)
 
 
 def test_echo_of_hpcdist_run_id_is_no_agent() -> None:
     """A shim's own variables, read again by the program's hpcdist.init, give the same dict and the MPI launcher."""
     first = LaunchEnv.from_environ(ompi(3, 4, 1, 2))
-    echoed = dict(ompi(3, 4, 1, 2), **first.torch_env(AgentFacts(("a", "a", "b", "b"), "hpcdist-r", True)))
+    echoed = dict(ompi(3, 4, 1, 2), **first.torch_env(AgentFacts((1, 2), "hpcdist-r", True)))
     again = LaunchEnv.from_environ(echoed)
     assert again.launcher == "openmpi" and (again.node_rank, again.node_count) == (1, 2)
     assert again.torch_env() == {
@@ -284,11 +283,6 @@ def test_echo_of_hpcdist_run_id_is_no_agent() -> None:
 )
 def test_torch_defaults_leave_set_values(environ: dict[str, str], expected: dict[str, str]) -> None:
     assert torch_defaults(LaunchEnv.from_environ(environ), environ) == expected
-
-
-def test_node_place() -> None:
-    assert node_place((), 0) == (None, None)
-    assert [node_place(("n2", "n2", "n1", "n3"), r) for r in range(4)] == [(0, 3), (0, 3), (1, 3), (2, 3)]
 
 
 def test_restart_count_above_maximum_is_refused() -> None:
