@@ -439,12 +439,18 @@ def _check_reach(comm: Any, env: LaunchEnv, rdzv: Rendezvous, mine: HostInfo, ho
             )
     bad = array("q", [int(bool(line)), env.local_world_size if line else 0, int(env.local_rank == 0)])
     before = array("q", [bad[0]])
-    requests = (
-        comm.Iallreduce(MPI.IN_PLACE, [bad, MPI.INT64_T], MPI.SUM),
-        comm.Iexscan(MPI.IN_PLACE, [before, MPI.INT64_T], MPI.SUM),
-    )
-    for request in requests:
-        _wait(comm, request, timeout, "every host's rendezvous check")
+    scan = comm.Iexscan(MPI.IN_PLACE, [before, MPI.INT64_T], MPI.SUM)
+    if comm.rank == 0:
+        # The probes wait in the listener's backlog until the store is served: rank 0 takes them off it while the
+        # count comes in, so more hosts than the backlog holds (somaxconn) are not refused. Every probe has ended
+        # before its host's count arrives, and no rank goes on (to connect to the store) before the broadcast.
+        total = comm.Ireduce(MPI.IN_PLACE, [bad, MPI.INT64_T], MPI.SUM, root=0)
+        _wait(comm, total, timeout, "every host's rendezvous check", lambda: _drain(rdzv.listener))
+        _drain(rdzv.listener)
+    else:
+        _wait(comm, comm.Ireduce([bad, MPI.INT64_T], None, MPI.SUM, root=0), timeout, "rank 0 to take its count")
+    _wait(comm, comm.Ibcast([bad, MPI.INT64_T], root=0), timeout, "every host's rendezvous check")
+    _wait(comm, scan, timeout, "every host's rendezvous check")
     if not bad[0]:
         return
     index = 0 if comm.rank == 0 else before[0]
@@ -478,10 +484,30 @@ def _bcast_str(comm: Any, text: str, timeout: float, what: str, size: int = _MSG
     return _decode(buf)
 
 
-def _wait(comm: Any, request: Any, timeout: float, what: str) -> None:
-    """Poll an MPI request until done; on timeout name who waited for what."""
+def _drain(listener: socket.socket | None) -> None:
+    """Accept and close every connection waiting on rank 0's listener (the hosts' reach probes), without blocking."""
+    if listener is None:
+        return
+    listener.setblocking(False)
+    try:
+        while True:
+            listener.accept()[0].close()
+    except (BlockingIOError, InterruptedError):
+        pass
+    finally:
+        listener.setblocking(True)
+
+
+def _wait(comm: Any, request: Any, timeout: float, what: str, meanwhile: Callable[[], None] | None = None) -> None:
+    """Poll an MPI request until done, calling `meanwhile` between polls; on timeout name who waited for what."""
+
+    def test() -> bool:
+        if meanwhile is not None:
+            meanwhile()
+        return bool(request.Test())
+
     poll_until(
-        request.Test,
+        test,
         time.monotonic() + timeout,
         lambda: (
             f"rank {comm.rank} of {comm.size} on {socket.gethostname()} waited {timeout:g} s for {what} "
