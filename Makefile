@@ -148,11 +148,12 @@ test-torch-suite: env
 test-e2e: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
 
-# Two hosts on this machine as network namespaces (root only; tests/hosts/netns.sh brings them up and down).
+# Four hosts on this machine as network namespaces, n1 to n4 (root only; tests/hosts/netns.sh brings them up and down).
 test-hosts: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/hosts
 
-# A real two-node Slurm cluster on this machine (root only; tests/cluster/slurm_cluster.sh brings it up and down).
+# A real four-node Slurm cluster on this machine, node1 to node4 (root only; tests/cluster/slurm_cluster.sh brings it
+# up and down).
 test-cluster: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/cluster
 

@@ -1,6 +1,6 @@
-"""A real two-node Slurm cluster for the session (tests/cluster/slurm_cluster.sh), and job submission.
+"""A real four-node Slurm cluster for the session (tests/cluster/slurm_cluster.sh), and job submission.
 
-The cluster (slurmctld, slurmd node1 and node2, a private munged) runs in a network namespace of
+The cluster (slurmctld, slurmd node1 to node4, a private munged) runs in a network namespace of
 its own under a state dir; clients reach it through `nsenter --net=STATE/netns` with SLURM_CONF set.
 Needs root (it installs Slurm with apt on a fresh machine and creates namespaces).
 
@@ -212,7 +212,7 @@ def _cluster_script(command: str, state: Path) -> subprocess.CompletedProcess[st
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[Cluster]:
-    """Bring the two-node cluster up once per session and down at the end (unless HPCDIST_SLURM_KEEP=1)."""
+    """Bring the four-node cluster up once per session and down at the end (unless HPCDIST_SLURM_KEEP=1)."""
     reason = _cannot_run()
     if reason:
         pytest.skip(reason)

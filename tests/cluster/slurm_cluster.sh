@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# A two-node Slurm cluster on this one machine, for tests: slurmctld plus slurmd node1 and node2.
+# A four-node Slurm cluster on this one machine, for tests: slurmctld plus slurmd node1 to node4.
 #
 #   slurm_cluster.sh up     [STATE_DIR]   install what is missing, write the config, start, wait for idle nodes
 #   slurm_cluster.sh down   [STATE_DIR]   stop every daemon this state dir started and remove the dir
-#   slurm_cluster.sh status [STATE_DIR]   the daemons and `sinfo`; exit 0 only when both nodes are idle
+#   slurm_cluster.sh status [STATE_DIR]   the daemons and `sinfo`; exit 0 only when all nodes are idle
 #   slurm_cluster.sh exec   STATE_DIR -- COMMAND...   run a client (sbatch, squeue, …) against this cluster
 #
 # STATE_DIR defaults to $HPCDIST_SLURM_STATE, else /tmp/hpcdist-slurm. Everything the cluster writes
@@ -11,12 +11,12 @@
 # logs, pid files, and STATE_DIR/netns, a network namespace of its own. Daemons get
 # `-f STATE_DIR/etc/slurm.conf`, clients SLURM_CONF, so /etc/slurm, /etc/munge and /run/munge are unused.
 #
-# The network: slurmctld and both slurmd run inside STATE_DIR/netns, which has `lo` and one veth
+# The network: slurmctld and every slurmd run inside STATE_DIR/netns, which has `lo` and one veth
 # pair with 10.250.0.1/24 on hpc0, so jobs (Slurm, PRRTE, MPI, gloo) talk only to addresses inside a
 # namespace this script made; no port of the host is used, and two state dirs never collide.
 # Clients must enter it too: `nsenter --net=STATE_DIR/netns` (what `exec` does) with SLURM_CONF set.
 # Each slurmd also has its own UTS and mount namespace (`unshare --uts --mount`): its own hostname
-# and STATE_DIR/etc/hosts bind-mounted over /etc/hosts, so node1 and node2 resolve (to 10.250.0.1)
+# and STATE_DIR/etc/hosts bind-mounted over /etc/hosts, so node1 to node4 resolve (to 10.250.0.1)
 # inside jobs only; /etc/hosts itself is never edited.
 #
 # Outside STATE_DIR `up` only ever installs the Debian packages below when a command is missing (with a
@@ -29,7 +29,7 @@
 set -euo pipefail
 
 PACKAGES=(slurmctld slurmd slurm-client munge libpmix2)
-PORT=6817  # slurmctld's; node1 and node2 listen on the next two, all inside STATE_DIR/netns
+PORT=6817  # slurmctld's; node1 to node4 listen on the next four, all inside STATE_DIR/netns
 ADDR=10.250.0.1
 TIMEOUT=${HPCDIST_SLURM_TIMEOUT:-60}
 TASK_PLUGIN=task/none
@@ -38,7 +38,9 @@ if [[ ${HPCDIST_SLURM_BIND:-0} == 1 ]]; then
     TASK_PLUGIN=task/affinity
     CPUS=$(nproc)
 fi
-NODES=(node1 node2)
+NODES=(node1 node2 node3 node4)
+# per node: a share of this machine's memory, so that the nodes together never promise more than it has
+MEMORY=$(($(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 1024 / ${#NODES[@]}))
 
 die() { echo "slurm_cluster: error: $*" >&2; exit 1; }
 say() { echo "slurm_cluster: $*" >&2; }
@@ -105,12 +107,12 @@ write_config() {
     ln -sfn /dev/null "$s/dev/gpu0"
     ln -sfn /dev/null "$s/dev/gpu1"
     {
-        grep -v -w -e node1 -e node2 /etc/hosts || true
+        grep -v -w "${NODES[@]/#/-e}" /etc/hosts || true
         echo "$ADDR ${NODES[*]}"
         echo "::ffff:$ADDR ${NODES[*]}"
     } >"$s/etc/hosts"
     cat >"$s/etc/slurm.conf" <<EOF
-# Written by tests/cluster/slurm_cluster.sh: a private two-node test cluster.
+# Written by tests/cluster/slurm_cluster.sh: a private ${#NODES[@]}-node test cluster.
 ClusterName=hpcdist-test
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$PORT
@@ -145,12 +147,14 @@ MinJobAge=300
 KillWait=5
 InactiveLimit=0
 GresTypes=gpu
-NodeName=node1 NodeHostname=node1 NodeAddr=$ADDR Port=$((PORT + 1)) CPUs=$CPUS Gres=gpu:2 State=UNKNOWN
-NodeName=node2 NodeHostname=node2 NodeAddr=$ADDR Port=$((PORT + 2)) CPUs=$CPUS Gres=gpu:2 State=UNKNOWN
-PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP
 EOF
+    for n in "${!NODES[@]}"; do
+        echo "NodeName=${NODES[$n]} NodeHostname=${NODES[$n]} NodeAddr=$ADDR Port=$((PORT + n + 1))" \
+            "CPUs=$CPUS RealMemory=$MEMORY Gres=gpu:2 State=UNKNOWN"
+    done >>"$s/etc/slurm.conf"
+    echo "PartitionName=debug Nodes=node[1-${#NODES[@]}] Default=YES MaxTime=INFINITE State=UP" >>"$s/etc/slurm.conf"
     cat >"$s/etc/gres.conf" <<EOF
-NodeName=node[1-2] Name=gpu File=$s/dev/gpu[0-1]
+NodeName=node[1-${#NODES[@]}] Name=gpu File=$s/dev/gpu[0-1]
 EOF
     cat >"$s/etc/mpi.conf" <<EOF
 PMIxEnv=PMIX_MCA_psec=native
@@ -248,7 +252,7 @@ ctld_up() {
 nodes_idle() {
     local s=$1 states
     states=$(in_net "$s" sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | tr '\n' ' ')
-    [ "$states" = "node1 idle node2 idle " ]
+    [ "$states" = "$(printf '%s idle ' "${NODES[@]}")" ]
 }
 
 # ---------------------------------------------------------------- commands
@@ -271,12 +275,12 @@ cmd_up() {
     deadline=$((SECONDS + TIMEOUT))
     until nodes_idle "$s"; do
         if [ "$SECONDS" -ge "$deadline" ]; then
-            die "waited ${TIMEOUT} s for node1 and node2 to be idle; sinfo says:" \
+            die "waited ${TIMEOUT} s for ${NODES[*]} to be idle; sinfo says:" \
                 "$(in_net "$s" sinfo -h -N -o '%N %t %E' 2>&1 | tr '\n' ';') logs: $s/log/"
         fi
         sleep 0.2
     done
-    say "up in $((SECONDS - t0)) s: node1, node2 idle; clients: nsenter --net=$s/netns with SLURM_CONF=$s/etc/slurm.conf"
+    say "up in $((SECONDS - t0)) s: ${NODES[*]} idle; clients: nsenter --net=$s/netns with SLURM_CONF=$s/etc/slurm.conf"
 }
 
 # stop_pids GRACE PIDFILE...: give these daemons GRACE s to end, then TERM them, 10 s later KILL them.

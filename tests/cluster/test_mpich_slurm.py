@@ -1,7 +1,7 @@
-"""`hpcdist sbatch --launch mpirun` on MPICH and Intel MPI: Hydra inside a real two-node Slurm allocation.
+"""`hpcdist sbatch --launch mpirun` on MPICH and Intel MPI: Hydra inside a real Slurm allocation of up to four nodes.
 
 Hydra reads its hosts from Slurm and starts its proxies with srun (`-launcher slurm`); the MPI venvs are
-tests/conftest.py's overlays (the mpich or impi-rt wheel over this venv's packages), which both nodes can run.
+tests/conftest.py's overlays (the mpich or impi-rt wheel over this venv's packages), which every node can run.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_slurm_cluster import NODES, assert_ok, batch_script, generated, rankrun, records
+from test_slurm_cluster import ALL_NODES, NODES, assert_ok, batch_script, generated, rankrun, records
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -79,20 +79,21 @@ def test_a_rank_failing_on_node2_ends_the_hydra_job_and_is_named(
     assert result.seconds < 120, result.describe()
 
 
-def test_hpcdist_mpirun_inside_an_allocation_runs_mpich_ranks_on_both_nodes(submit, venv: Path, mpich_python: Path,
-                                                                           tmp_path: Path) -> None:  # fmt: skip
-    """`hpcdist mpirun -np 4` in a batch script: Hydra takes both nodes through srun (no PMIx for its proxies), and
-    names every rank's exit status from its -print-all-exitcodes lines."""
+def test_hpcdist_mpirun_inside_an_allocation_runs_mpich_ranks_on_all_four_nodes(
+    submit, venv: Path, mpich_python: Path, tmp_path: Path
+) -> None:
+    """`hpcdist mpirun -np 4` in a batch script of one task on each of the four nodes: Hydra takes every node through
+    srun (no PMIx for its proxies), and names every rank's exit status from its -print-all-exitcodes lines."""
     program = rankrun(mpich_python.parent.parent, tmp_path, "run", "allreduce", "--backend", "gloo")
     script_text = batch_script(
         venv,
-        nodes=2,
-        ntasks_per_node=2,
+        nodes=4,
+        ntasks_per_node=1,
         commands=[["env", f"PYTHONPATH={ROOT}", mpich_python, "-m", "hpcdist", "mpirun", "-np", "4", "--", *program]],
     )
     result = submit(script_text, 300)
     assert_ok(result)
     markers = {path.name: path.read_text() for path in tmp_path.glob("rank[0-9]")}
-    assert markers == {f"rank{r}": f"{r} {r % 2} 4 2 {NODES[r]}" for r in range(4)}, result.describe()
+    assert markers == {f"rank{r}": f"{r} 0 4 1 {ALL_NODES[r]}" for r in range(4)}, result.describe()
     expected = {f"rank {r}: all_reduce SUM over all ranks -> [10.0, 20.0, 30.0]" for r in range(4)}
     assert expected <= set(records(result.stdout)), result.describe()

@@ -1,4 +1,4 @@
-"""`hpcdist.submit` against real Slurm: values by rank across both nodes, a failing rank, a cancelled job, an array,
+"""`hpcdist.submit` against real Slurm: values by rank across two nodes, a failing rank, a cancelled job, an array,
 and a requeued job whose handle stays valid. Each driver is a Python program run as a client of the test cluster."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""torchrun's variables in the steps of `hpcdist sbatch` scripts on the two-node cluster, against torchrun's own.
+"""torchrun's variables in the steps of `hpcdist sbatch` scripts on two test cluster nodes, against torchrun's own.
 
 One script per launch mode runs the same program on 2 nodes x 2 tasks; each worker writes its environment as
 the program starts. The srun and mpirun steps must give each name torchrun's workers get, with the same value.

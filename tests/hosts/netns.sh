@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Two hosts on this one machine, for multi-host tests: network namespaces hpc-n1 and hpc-n2.
+# Four hosts on this one machine, for multi-host tests: network namespaces hpc-n1 to hpc-n4.
 #
 #   netns.sh up       create the hosts (replacing any left over from an earlier run)
 #   netns.sh down     kill whatever still runs inside them and delete them
 #   netns.sh status   list the hosts and their addresses; exit 0 only when all of them are up
 #
 # Layout: a bridge `br0` in a third namespace hpc-br; each host namespace hpc-NAME has `lo` up and
-# `eth0` with 10.250.0.K/24 (n1 = .1, n2 = .2), the other end of its veth pair is `NAME` on the bridge.
+# `eth0` with 10.250.0.K/24 (n1 = .1 … n4 = .4), the other end of its veth pair is `NAME` on the bridge.
 # No default route: the hosts can reach each other and nothing else. The veth pairs are created
 # directly inside the namespaces, so the root namespace never carries any of these links.
 # Names: /etc/netns/hpc-NAME/{hosts,resolv.conf}, which `ip netns exec` mounts over /etc/hosts and
@@ -21,7 +21,7 @@ set -euo pipefail
 
 PREFIX=hpc-
 BRIDGE_NS=${PREFIX}br
-HOSTS=(n1 n2)
+HOSTS=(n1 n2 n3 n4)
 SUBNET=${HPCDIST_NETNS_SUBNET:-10.250.0}
 
 die() { echo "netns: error: $*" >&2; exit 1; }

@@ -1,7 +1,8 @@
-"""Launching `hpcdist mpirun` across the namespace hosts n1 and n2 of netns.sh, and breaking them.
+"""Launching `hpcdist mpirun` across the namespace hosts n1 to n4 of netns.sh, and breaking them.
 
-mpirun runs inside hpc-n1 with hostname n1 and starts what runs on n2 through tests/hosts/agent instead of
-ssh: PRRTE's daemon (Open MPI) or Hydra's proxy (MPICH). Output goes to files and every wait has a timeout.
+mpirun runs inside hpc-n1 with hostname n1 and starts what runs on the other hosts through tests/hosts/agent
+instead of ssh: PRRTE's daemon (Open MPI) or Hydra's proxy (MPICH). Output goes to files and every wait has a
+timeout.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ NETNS = HERE / "netns.sh"
 AGENT = HERE / "agent"
 PROGRAMS = HERE / "programs"
 BIN = Path(sys.executable).parent  # the venv under test: /tmp/venv0 here, <repo>/.venv in CI
-HOSTFILE_TEXT = "n1 slots=2\nn2 slots=2\n"
+TWO_HOSTS = {"n1": 2, "n2": 2}  # the default layout: shared memory within a host, TCP between the two
+FOUR_HOSTS = {"n1": 1, "n2": 1, "n3": 1, "n4": 1}  # one rank per host: TCP between every pair of ranks
 # How each MPI's launcher is told to reach n2 through the agent: PRRTE's plm_ssh_agent, Hydra's ssh launcher.
 AGENT_SETTINGS = {
     "openmpi": {"PRTE_MCA_plm_ssh_agent": str(AGENT)},
     "mpich": {"HYDRA_LAUNCHER": "ssh", "HYDRA_LAUNCHER_EXEC": str(AGENT)},
 }
-ADDRESSES = {"n1": "10.250.0.1", "n2": "10.250.0.2"}
+ADDRESSES = {f"n{k}": f"10.250.0.{k}" for k in range(1, 5)}
 
 
 @dataclass(frozen=True)
@@ -78,24 +80,43 @@ class Launch:
             time.sleep(0.2)
 
 
+def ranks_on(slots: dict[str, int]) -> dict[int, str]:
+    """Each rank's host when ranks fill the hosts' slots in order (`--map-by slot`)."""
+    hosts = [host for host, count in slots.items() for _ in range(count)]
+    return dict(enumerate(hosts))
+
+
 class Hosts:
-    """The two namespace hosts: launching across them with one MPI (Open MPI unless made by on_mpich), and
-    breaking them."""
+    """The namespace hosts: launching across them with one MPI (Open MPI unless made by on_mpich), and breaking
+    them."""
 
     def __init__(self, tmp: Path, mpi: str = "openmpi", hpcdist: tuple[str, ...] = (str(BIN / "hpcdist"),)) -> None:
-        self.hostfile = tmp / "hostfile"
-        self.hostfile.write_text(HOSTFILE_TEXT)
+        self.tmp = tmp
+        self.hostfile = self.hostfile_for(TWO_HOSTS)
         self.mpi, self.hpcdist = mpi, hpcdist
+
+    def hostfile_for(self, slots: dict[str, int]) -> Path:
+        """A hostfile giving each host its slots (`n1 slots=2` lines), named after them."""
+        path = self.tmp / ("hostfile-" + "-".join(f"{host}x{count}" for host, count in slots.items()))
+        path.write_text("".join(f"{host} slots={count}\n" for host, count in slots.items()))
+        return path
 
     def on_mpich(self, python: Path) -> Hosts:
         """The same hosts, launched by `python -m hpcdist` of an MPICH venv (tests/conftest.py's mpich_python)."""
-        return Hosts(self.hostfile.parent, "mpich", (str(python), "-m", "hpcdist"))
+        return Hosts(self.tmp, "mpich", (str(python), "-m", "hpcdist"))
 
     def launch(
-        self, hpcdist_args: list[str], workdir: Path, *, clean_agent: bool = True, doctor: bool = False, **env: str
+        self,
+        hpcdist_args: list[str],
+        workdir: Path,
+        *,
+        slots: dict[str, int] = TWO_HOSTS,
+        clean_agent: bool = True,
+        doctor: bool = False,
+        **env: str,
     ) -> Launch:
-        """Start `hpcdist mpirun --hostfile n1:2,n2:2 -np 4 ARGS` with mpirun itself on n1 (`hpcdist ARGS` with
-        doctor), on this Hosts' MPI.
+        """Start `hpcdist mpirun --hostfile SLOTS -np ALL-SLOTS ARGS` (n1:2,n2:2, 4 ranks, by default) with mpirun
+        itself on n1 (`hpcdist ARGS` with doctor), on this Hosts' MPI.
 
         clean_agent: the agent passes only what ssh would (PATH, HOME, USER…), so a variable reaches the
         ranks on n2 only if hpcdist forwards it with -x.
@@ -113,7 +134,8 @@ class Hosts:
         argv = [
             "ip", "netns", "exec", "hpc-n1", "unshare", "--uts", "sh", "-c", 'hostname n1 && exec "$@"', "sh",
             *self.hpcdist, *(hpcdist_args if doctor else
-                                    ["mpirun", "--hostfile", str(self.hostfile), "-np", "4", *hpcdist_args]),
+                                    ["mpirun", "--hostfile", str(self.hostfile_for(slots)),
+                                     "-np", str(sum(slots.values())), *hpcdist_args]),
         ]  # fmt: skip
         return Launch(argv, full_env, workdir)
 

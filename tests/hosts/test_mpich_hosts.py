@@ -1,8 +1,8 @@
-"""A lost host under MPICH across the two namespace hosts: Hydra's ssh launcher with tests/hosts/agent.
+"""A lost host under MPICH across the namespace hosts: Hydra's ssh launcher with tests/hosts/agent.
 
-mpiexec runs inside n1 with hostname n1 and starts its proxy on n2 through the agent (HYDRA_LAUNCHER_EXEC, as
-PRRTE's plm_ssh_agent for Open MPI); the MPICH venv is tests/conftest.py's. The workloads and a failing rank
-across the hosts run on MPICH as on Open MPI in test_multihost.py (its `mpi_cluster` tests).
+mpiexec runs inside n1 with hostname n1 and starts its proxies on the other hosts through the agent
+(HYDRA_LAUNCHER_EXEC, as PRRTE's plm_ssh_agent for Open MPI); the MPICH venv is tests/conftest.py's. The workloads
+and a failing rank across the hosts run on MPICH as on Open MPI in test_multihost.py.
 """
 
 from __future__ import annotations
@@ -12,21 +12,23 @@ import sys
 import time
 from pathlib import Path
 
-from netns_hosts import Hosts
+from netns_hosts import FOUR_HOSTS, Hosts
 
 NP = 4
+FOUR_BY_TWO = dict.fromkeys(FOUR_HOSTS, 2)  # 8 ranks, two on each of the four hosts
 
 
-def test_a_lost_host_ends_the_mpich_job_at_once(cluster: Hosts, mpich_python: Path, tmp_path: Path) -> None:
+def test_a_lost_host_among_four_ends_the_mpich_job_at_once(cluster: Hosts, mpich_python: Path, tmp_path: Path) -> None:
+    """Everything on n3 of n1..n4 (8 ranks, 2 per host) is killed: Hydra ends the job at once."""
     script = 'touch "$HPCDIST_MARKER_DIR/ready$RANK" && exec sleep 600'
-    launch = cluster.on_mpich(mpich_python).launch(["--", "sh", "-c", script], tmp_path)
-    launch.wait_for_markers(tmp_path, "ready*", NP, 120)
+    launch = cluster.on_mpich(mpich_python).launch(["--", "sh", "-c", script], tmp_path, slots=FOUR_BY_TWO)
+    launch.wait_for_markers(tmp_path, "ready*", 8, 120)
     broken = time.monotonic()
-    cluster.kill("n2")
+    cluster.kill("n3")
     result = launch.wait(60)
     seconds = time.monotonic() - broken
     print(
-        f"\nhpcdist mpirun ended {seconds:.1f} s after n2 was killed, status {result.returncode}\n"
+        f"\nhpcdist mpirun ended {seconds:.1f} s after n3 was killed, status {result.returncode}\n"
         f"--- stderr ---\n{result.stderr}",
         file=sys.stderr,
     )
@@ -38,31 +40,34 @@ def test_a_lost_host_ends_the_mpich_job_at_once(cluster: Hosts, mpich_python: Pa
     assert cluster.pids("n1") == [] or all(not Path(f"/proc/{pid}").exists() for pid in cluster.pids("n1"))
 
 
-def test_a_cut_link_with_idle_ranks_ends_the_mpich_job_by_heartbeat(
+def test_a_cut_link_among_four_hosts_with_idle_ranks_ends_the_mpich_job_by_heartbeat(
     cluster: Hosts, mpich_python: Path, tmp_path: Path
 ) -> None:
-    """Hydra has no keepalive: ranks that only sleep behind a cut link ran on for good; hpcdist's heartbeat ends it."""
+    """Hydra has no keepalive: ranks that only sleep behind a cut link ran on for good; hpcdist's heartbeat ends it,
+    naming n3 and its ranks 4 and 5 alone of 8 ranks on n1..n4."""
     script = 'touch "$HPCDIST_MARKER_DIR/ready$RANK" && exec sleep 600'
-    launch = cluster.on_mpich(mpich_python).launch(["--heartbeat-timeout", "6", "--", "sh", "-c", script], tmp_path)
-    launch.wait_for_markers(tmp_path, "ready*", NP, 120)
+    args = ["--heartbeat-timeout", "6", "--", "sh", "-c", script]
+    launch = cluster.on_mpich(mpich_python).launch(args, tmp_path, slots=FOUR_BY_TWO)
+    launch.wait_for_markers(tmp_path, "ready*", 8, 120)
     broken = time.monotonic()
-    cluster.link("n2", "down")
+    cluster.link("n3", "down")
     result = launch.wait(60)
     seconds = time.monotonic() - broken
     print(
-        f"\nhpcdist mpirun ended {seconds:.1f} s after n2's link was cut, status {result.returncode}\n"
+        f"\nhpcdist mpirun ended {seconds:.1f} s after n3's link was cut, status {result.returncode}\n"
         f"--- stderr ---\n{result.stderr}",
         file=sys.stderr,
     )
     assert result.returncode != 0, result.stderr
-    assert "hpcdist: host n2 lost: no heartbeat from ranks 2, 3 for 6 s; ending the job" in result.stderr
+    assert "hpcdist: host n3 lost: no heartbeat from ranks 4, 5 for 6 s; ending the job" in result.stderr
     assert (
-        "hpcdist: error: host n2 lost: no heartbeat from ranks 2, 3 for 6 s; hpcdist mpirun ended the job"
+        "hpcdist: error: host n3 lost: no heartbeat from ranks 4, 5 for 6 s; hpcdist mpirun ended the job"
         in result.stderr
     )
-    # the ranks on n1, ended by hpcdist mpirun's SIGTERM, say so themselves, but the summary names n2's alone
-    assert not re.search(r"rank [01] on n1 failed \([^)]*\); (its last|it printed)", result.stderr)
-    assert "hpcdist: rank 2 on n2 failed (no heartbeat for 6 s)" in result.stderr
+    # the ranks on the other hosts, ended by hpcdist mpirun's SIGTERM, say so themselves, but the summary names
+    # n3's alone
+    assert not re.search(r"rank [0-367] on n[124] failed \([^)]*\); (its last|it printed)", result.stderr)
+    assert "hpcdist: rank 4 on n3 failed (no heartbeat for 6 s)" in result.stderr
     assert 5 <= seconds < 30  # the last beat heard came up to one interval (1 s) before the cut
     assert cluster.pids("n1") == [] or all(not Path(f"/proc/{pid}").exists() for pid in cluster.pids("n1"))
 

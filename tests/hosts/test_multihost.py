@@ -1,6 +1,7 @@
-"""`hpcdist mpirun` across two hosts (network namespaces n1, n2): workloads, rendezvous, lost hosts.
+"""`hpcdist mpirun` across the namespace hosts (n1 to n4): workloads, rendezvous, lost hosts.
 
-The tests taking `mpi_cluster` run on Open MPI and on MPICH (tests/hosts/conftest.py); the rest on Open MPI.
+The tests taking `mpi_cluster` run on Open MPI and on MPICH (tests/hosts/conftest.py); the rest on Open MPI, or on
+the MPIs their parameters name.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from netns_hosts import ADDRESSES, BIN, PROGRAMS, ROOT, Hosts
+from netns_hosts import ADDRESSES, BIN, FOUR_HOSTS, PROGRAMS, ROOT, TWO_HOSTS, Hosts, ranks_on
 
 NP = 4
-RANKS_ON = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}  # `n1 slots=2, n2 slots=2`, mapped by slot
 HPCDIST = str(BIN / "hpcdist")
 FAIL_PROGRAM = ROOT / "tests" / "e2e" / "programs" / "fail.py"  # rank $FAIL_RANK fails as $FAIL_HOW says
+FOUR_BY_TWO = dict.fromkeys(FOUR_HOSTS, 2)  # 8 ranks, two on each of the four hosts
 
 
 def _collectives(stdout: str) -> None:
@@ -34,14 +35,19 @@ def _ddp(stdout: str) -> None:
     assert count == NP and len(digests) == 1, stdout
 
 
-# A workload across both hosts is one entry: the `hpcdist run` arguments and a check of stdout.
-# (Each rank's marker, written after the workload returns, is checked for every entry.)
-WORKLOADS: dict[str, tuple[list[str], Callable[[str], None]]] = {
-    "collectives-gloo": (["p2p", "broadcast", "allreduce", "--backend", "gloo"], _collectives),
-    "collectives-mpi": (["p2p", "broadcast", "allreduce", "--backend", "mpi"], _collectives),
-    "ddp-gloo": (["ddp", "--epochs", "2", "--samples", "512", "--backend", "gloo"], _ddp),
-    "ddp-mpi": (["ddp", "--epochs", "2", "--samples", "512", "--backend", "mpi"], _ddp),
+# A workload across the hosts is one entry: the `hpcdist run` arguments, a check of stdout, and the hosts' slots.
+# The collectives run one rank on each of the four hosts (every pair of ranks over TCP), DDP two ranks on each of
+# two hosts (shared memory within a host too). (Each rank's marker, written after the workload returns, is checked
+# for every entry.)
+WORKLOADS: dict[str, tuple[list[str], Callable[[str], None], dict[str, int]]] = {
+    "collectives-gloo": (["p2p", "broadcast", "allreduce", "--backend", "gloo"], _collectives, FOUR_HOSTS),
+    "collectives-mpi": (["p2p", "broadcast", "allreduce", "--backend", "mpi"], _collectives, FOUR_HOSTS),
+    "ddp-gloo": (["ddp", "--epochs", "2", "--samples", "512", "--backend", "gloo"], _ddp, TWO_HOSTS),
+    "ddp-mpi": (["ddp", "--epochs", "2", "--samples", "512", "--backend", "mpi"], _ddp, TWO_HOSTS),
 }
+# Each workload on Open MPI and MPICH, but DDP over gloo on Open MPI alone: what MPICH changes (the launch, the
+# environment, the rendezvous) its collectives check at four hosts, and gloo's DDP is the same over either.
+CASES = [(w, mpi) for w in sorted(WORKLOADS) for mpi in ("openmpi", "mpich") if (w, mpi) != ("ddp-gloo", "mpich")]
 
 
 def _markers(directory: Path, prefix: str = "rank") -> dict[int, dict]:
@@ -51,24 +57,27 @@ def _markers(directory: Path, prefix: str = "rank") -> dict[int, dict]:
     return found
 
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
-def test_a_workload_runs_across_both_hosts(mpi_cluster: Hosts, tmp_path: Path, workload: str) -> None:
-    args, check = WORKLOADS[workload]
+@pytest.mark.parametrize(("workload", "mpi"), CASES)
+def test_a_workload_runs_across_the_hosts(
+    cluster: Hosts, tmp_path: Path, workload: str, mpi: str, request: pytest.FixtureRequest
+) -> None:
+    args, check, slots = WORKLOADS[workload]
+    hosts = cluster if mpi == "openmpi" else cluster.on_mpich(request.getfixturevalue("mpich_python"))
     program = [sys.executable, str(PROGRAMS / "marked.py"), "-m", "hpcdist", "run", *args]
-    result = mpi_cluster.launch(["--", *program], tmp_path, TEST_UNFORWARDED="1").wait(240)
+    result = hosts.launch(["--", *program], tmp_path, slots=slots, TEST_UNFORWARDED="1").wait(240)
     assert result.returncode == 0, result.stderr
     check(result.stdout)
     markers = _markers(tmp_path)
     assert sorted(markers) == list(range(NP)), result.stderr
     for rank, marker in markers.items():
         assert marker["status"] == 0, marker
-        assert marker["host"] == RANKS_ON[rank], marker
+        assert marker["host"] == ranks_on(slots)[rank], marker
         # never loopback when ranks span hosts: rank 0's address on the subnet the hosts share
         assert marker["master_addr"] == ADDRESSES["n1"], marker
         assert marker["gloo_ifname"] == "eth0", marker
-        # the agent passes only what ssh would: under Open MPI n2 sees just what hpcdist forwarded (it still
-        # worked); Hydra passes mpiexec's whole environment to every rank (-genvall is its default)
-        assert marker["unforwarded"] is (mpi_cluster.mpi == "mpich" or RANKS_ON[rank] == "n1"), marker
+        # the agent passes only what ssh would: under Open MPI the other hosts see just what hpcdist forwarded (it
+        # still worked); Hydra passes mpiexec's whole environment to every rank (-genvall is its default)
+        assert marker["unforwarded"] is (mpi == "mpich" or marker["host"] == "n1"), marker
 
 
 def test_a_rank_raising_on_the_second_host_ends_the_job_and_is_named(mpi_cluster: Hosts, tmp_path: Path) -> None:
@@ -105,21 +114,22 @@ def test_a_rendezvous_other_hosts_cannot_reach_is_reported_per_host(mpi_cluster:
 
 
 def _start_and_wait_until_ready(cluster: Hosts, tmp_path: Path):
-    """Four ranks that have rendezvoused, each having written `readyN`, then sleep."""
+    """Eight ranks, two on each of the four hosts, that have rendezvoused, each having written `readyN`, then sleep."""
     script = 'touch "$HPCDIST_MARKER_DIR/ready$RANK" && exec sleep 600'
-    launch = cluster.launch(["--", "sh", "-c", script], tmp_path)
-    launch.wait_for_markers(tmp_path, "ready*", NP, 180)
+    launch = cluster.launch(["--", "sh", "-c", script], tmp_path, slots=FOUR_BY_TWO)
+    launch.wait_for_markers(tmp_path, "ready*", 8, 180)
     return launch
 
 
 @pytest.mark.parametrize("how", ["host-killed", "link-cut"])
-def test_a_lost_host_ends_the_job_non_zero_and_names_it(cluster: Hosts, tmp_path: Path, how: str) -> None:
+def test_a_lost_host_among_four_ends_the_job_non_zero_and_names_it(cluster: Hosts, tmp_path: Path, how: str) -> None:
+    """n3 (ranks 4 and 5) of n1..n4 is lost while 8 ranks run: the job ends, naming n3 alone."""
     launch = _start_and_wait_until_ready(cluster, tmp_path)
     broken = time.monotonic()
     if how == "host-killed":
-        cluster.kill("n2")
+        cluster.kill("n3")
     else:
-        cluster.link("n2", "down")
+        cluster.link("n3", "down")
     result = launch.wait(120)
     seconds = time.monotonic() - broken
     print(
@@ -128,35 +138,39 @@ def test_a_lost_host_ends_the_job_non_zero_and_names_it(cluster: Hosts, tmp_path
         file=sys.stderr,
     )
     assert result.returncode != 0, result.stderr  # plain mpirun returns 0 here
-    # Open MPI's own report: the daemon on n2 stopped answering (noticed by TCP keepalive when the link
-    # is cut), or, when everything on n2 is killed, its launch agent (ssh's stand-in) died (on stdout).
+    # Open MPI's own report: the daemon on n3 stopped answering (noticed by TCP keepalive when the link
+    # is cut), or, when everything on n3 is killed, its launch agent (ssh's stand-in) died (on stdout).
     output = result.stdout + result.stderr
     assert "PRTE has lost communication with a remote daemon" in output or "A daemon failed to report back" in output
-    assert "hpcdist: error: mpirun lost contact with host n2 " in result.stderr
+    assert "hpcdist: error: mpirun lost contact with host n3 " in result.stderr
+    for other in ("n2", "n4"):
+        assert f"lost contact with host {other}" not in result.stderr, result.stderr
     assert seconds < (20 if how == "link-cut" else 15)
 
 
 def test_a_restart_leaves_the_lost_host_out_and_runs_with_fewer_ranks(cluster: Hosts, tmp_path: Path) -> None:
-    """--max-restarts 1 --min-np 2: n2 dies while 4 ranks run; attempt 2 runs 2 ranks on n1 alone and succeeds."""
+    """--max-restarts 1 --min-np 2: n3 of four hosts dies while 8 ranks run; attempt 2 runs 6 ranks on the three
+    hosts left and succeeds."""
     script = (
         'touch "$HPCDIST_MARKER_DIR/ready$RANK-$HPCDIST_RESTART_COUNT" && '
         '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600'
     )
-    launch = cluster.launch(["--max-restarts", "1", "--min-np", "2", "--", "sh", "-c", script], tmp_path)
-    launch.wait_for_markers(tmp_path, "ready*-0", NP, 180)
-    cluster.kill("n2")
+    args = ["--max-restarts", "1", "--min-np", "2", "--", "sh", "-c", script]
+    launch = cluster.launch(args, tmp_path, slots=FOUR_BY_TWO)
+    launch.wait_for_markers(tmp_path, "ready*-0", 8, 180)
+    cluster.kill("n3")
     result = launch.wait(120)
     print(f"\n--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}", file=sys.stderr)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.glob("ready*")) == sorted(
-        [*(f"ready{r}-0" for r in range(NP)), "ready0-1", "ready1-1"]
+        [*(f"ready{r}-0" for r in range(8)), *(f"ready{r}-1" for r in range(6))]
     )
     err = result.stderr.replace("\0", "")
     assert (
-        "hpcdist: attempt 1/2 ended with exit code 1 (lost host n2); restarting in 1.0 s "
-        "(leaving out host n2, with 2 ranks instead of 4)"
+        "hpcdist: attempt 1/2 ended with exit code 1 (lost host n3); restarting in 1.0 s "
+        "(leaving out host n3, with 6 ranks instead of 8)"
     ) in err
-    assert "hpcdist:   attempt 2/2: exit code 0; 2 ranks on n1:2" in err
+    assert "hpcdist:   attempt 2/2: exit code 0; 6 ranks on n1:2,n2:2,n4:2" in err
 
 
 def test_the_doctor_checks_the_rendezvous_address_a_job_uses(cluster: Hosts, tmp_path: Path) -> None:
