@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..ranklist import ranks_text
+
 __all__ = [
     "FINISHED",
     "INITIALISED",
@@ -238,7 +240,7 @@ def _phase(phases: Mapping[int, Phase], rank: int) -> str:
 
 def _elsewhere(ranks: list[int], phases: Mapping[int, Phase]) -> tuple[str, str]:
     """What ranks in one phase do instead of communicating, e.g. 'rank 1 finished its program', and the advice."""
-    phase, one, who = _phase(phases, ranks[0]), len(ranks) == 1, _ranks(ranks)
+    phase, one, who = _phase(phases, ranks[0]), len(ranks) == 1, ranks_text(ranks)
     if phase == FINISHED:
         advice = f"{who} ended without the call the others wait in: check that every rank makes the same calls"
         return f"{who} {'finished its program' if one else 'finished their programs'}", advice
@@ -255,20 +257,17 @@ def _elsewhere(ranks: list[int], phases: Mapping[int, Phase]) -> tuple[str, str]
 
 
 def _mismatch(calls: dict[int, Record]) -> str | None:
-    """'rank 1 is in X while ranks 0, 2, 3 are in Y' when the i-th collective differs, else None."""
+    """'rank 1 is in X while ranks 0,2-3 are in Y' when the i-th collective differs, else None."""
     by_signature: dict[tuple, list[int]] = {}
     for rank, call in calls.items():
         by_signature.setdefault(call.signature(), []).append(rank)
     if len(by_signature) == 1:
         return None
     groups = sorted(by_signature.values(), key=lambda ranks: (len(ranks), ranks))
-    parts = [f"{_ranks(ranks)} {'is' if len(ranks) == 1 else 'are'} in {_detail(calls[ranks[0]])}" for ranks in groups]
+    parts = [
+        f"{ranks_text(ranks)} {'is' if len(ranks) == 1 else 'are'} in {_detail(calls[ranks[0]])}" for ranks in groups
+    ]
     return parts[0] + " while " + "; ".join(parts[1:])
-
-
-def _ranks(ranks: list[int]) -> str:
-    """'rank 1' or 'ranks 0, 2, 3'."""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def _detail(entry: Record) -> str:

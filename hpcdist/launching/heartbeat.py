@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 
 from ..errors import HeartbeatLost
+from ..ranklist import ranks_text
 from ..values import check_seconds, parse_seconds
 
 __all__ = [
@@ -103,7 +104,7 @@ class Heartbeats:
         raise HeartbeatLost(self.problem)
 
     def _describe(self, silent: dict[int, str]) -> str:
-        """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2, 3 for 30 s'.
+        """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2-3 for 30 s'.
 
         A host with other ranks still beating is not lost: 'rank 1 on n1 silent: no heartbeat for 30 s'.
         """
@@ -111,7 +112,7 @@ class Heartbeats:
         for host in sorted(set(silent.values())):
             ranks = sorted(rank for rank, where in silent.items() if where == host)
             beating = [rank for rank in self._last if self._hosts[rank] == host and rank not in silent]
-            listed = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+            listed = ranks_text(ranks)
             if beating:
                 parts.append(f"{listed} on {host} silent: no heartbeat for {self.limit:g} s")
             else:

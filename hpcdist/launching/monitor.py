@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..control import AFTER_PEER, parse_control, parse_usage
 from ..errors import JobEnding, LauncherStalled
+from ..ranklist import ranks_text
 from .heartbeat import Heartbeats
 
 __all__ = [
@@ -188,19 +189,13 @@ class LaunchOutcome:
         return f"rank {rank}{where} {how if how.startswith(_UNFAILED) else 'failed with ' + how}"
 
     def headline(self) -> str:
-        """'first failure: rank 2 on n1 failed with exit code 1; then ranks 0, 3 failed after it' ('' if none)."""
+        """'first failure: rank 2 on n1 failed with exit code 1; then ranks 0,3 failed after it' ('' if none)."""
         causes = self.causes()
         if not causes:
             return ""
         after = [rank for rank in self.failed if rank not in causes]
-        then = f"; then {_ranks(after)} failed after it" if after else ""
+        then = f"; then {ranks_text(after)} failed after it" if after else ""
         return f"first failure: {self.failures(causes)}{then}"
-
-
-def _ranks(ranks: Iterable[int]) -> str:
-    """'rank 3' or 'ranks 0, 2, 3'."""
-    listed = sorted(ranks)
-    return f"rank {listed[0]}" if len(listed) == 1 else "ranks " + ", ".join(map(str, listed))
 
 
 class MpirunWatch:
@@ -320,7 +315,7 @@ class MpirunWatch:
         if self.hang is not None:
             waiting = [int(r) for r in self.hang.get("waiting", "").split(",") if r.isdigit()]
             call = self.hang.get("in", "").replace("#", " #")
-            while_ = f" while {_ranks(waiting)} waited in {call}" if waiting and call else ""
+            while_ = f" while {ranks_text(waiting)} waited in {call}" if waiting and call else ""
             blamed = {
                 int(rank): f"{text}{while_}"
                 for kind, text in _BLAMED.items()
@@ -335,7 +330,7 @@ class MpirunWatch:
         waited = sorted(failed)
         calls = sorted({self.calls[rank].replace("#", " #") for rank in waited if rank in self.calls})
         where = f" waited in {', '.join(calls)}" if calls else " failed after it"
-        return dict.fromkeys(early, f"{_BLAMED['finished']} while {_ranks(waited)}{where}")
+        return dict.fromkeys(early, f"{_BLAMED['finished']} while {ranks_text(waited)}{where}")
 
     def _heard(self, event: str, rank: int, host: str) -> None:
         """Keep the heartbeats: a `beat` counts, and a rank that said how it ended is no longer expected to beat."""

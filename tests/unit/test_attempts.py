@@ -49,7 +49,7 @@ def _ended(status: int, **kw: object) -> LaunchOutcome:
      "not restarting: rank 1 never initialised (rank 1 failed with exit code 3 first; 2 other ranks did not initialise "
      "either); a restart cannot fix that"),
     (_ended(1, ready=frozenset(), world_size=None), 0, False,
-     "not restarting: ranks 0, 1, 2, 3 never initialised (the job ended before they did); a restart cannot fix that"),
+     "not restarting: ranks 0-3 never initialised (the job ended before they did); a restart cannot fix that"),
 ])  # fmt: skip
 def test_decisions(outcome: LaunchOutcome, index: int, restart: bool, why: str) -> None:
     decision = decide(SPEC, HOSTS, outcome, index, POLICY)

@@ -48,7 +48,7 @@ def test_a_different_collective_on_one_rank_is_named_against_the_others() -> Non
     ledgers = {r: _ledger(WORLD_AR, WORLD_AR) for r in (0, 2, 3)}
     ledgers[1] = _ledger(WORLD_AR, ("broadcast", "root=1", "world"))
     assert first_divergence(ledgers) == (
-        "rank 1 is in broadcast(root=1) #2 shape=[4] dtype=float32 on group world while ranks 0, 2, 3 are in "
+        "rank 1 is in broadcast(root=1) #2 shape=[4] dtype=float32 on group world while ranks 0,2-3 are in "
         "all_reduce #2 shape=[4] dtype=float32 on group world"
     )
 
