@@ -293,7 +293,7 @@ def _mpirun(args: argparse.Namespace) -> int:
         return 0
     from ..launching.heartbeat import heartbeat_limit
     from ..launching.hostnames import check_names_resolve
-    from ..launching.monitor import LaunchOutcome
+    from ..launching.outcome import LaunchOutcome
     from ..launching.output import OutputRouter, shows_banners
     from ..launching.spawn import run_mpirun
 

@@ -18,8 +18,8 @@ from ..errors import UsageError
 from ..ranklist import ranks_text
 from ..waits import Backoff
 from .hostfile import HostSlots, parse_hostfile, read_hostfile_text, total_slots
-from .monitor import USAGE_STATUS, LaunchOutcome, describe_status
 from .mpirun import MpirunSpec
+from .outcome import USAGE_STATUS, LaunchOutcome, describe_status
 
 __all__ = [
     "Attempt",

@@ -28,6 +28,7 @@ __all__ = [
 
 HEARTBEAT_TIMEOUT_ENV = "HPCDIST_HEARTBEAT_TIMEOUT"
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # Open MPI's PRRTE notices a cut link in ~5 s; this is the backstop for every MPI
+_MOST_HOSTS = 4  # hosts named one by one in what fell silent; the rest are counted
 _MAX_INTERVAL = 5.0  # seconds between beats at most: 12 short lines a minute per rank
 
 
@@ -106,16 +107,30 @@ class Heartbeats:
     def _describe(self, silent: dict[int, str]) -> str:
         """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2-3 for 30 s'.
 
-        A host with other ranks still beating is not lost: 'rank 1 on n1 silent: no heartbeat for 30 s'.
+        A host with other ranks still beating is not lost: 'rank 1 on n1 silent: no heartbeat for 30 s'. Past
+        _MOST_HOSTS hosts of either kind the rest are counted: '1,245 more hosts lost (ranks 40-9999 …)'.
         """
-        parts = []
-        for host in sorted(set(silent.values())):
-            ranks = sorted(rank for rank, where in silent.items() if where == host)
-            beating = [rank for rank in self._last if self._hosts[rank] == host and rank not in silent]
-            listed = ranks_text(ranks)
-            if beating:
-                parts.append(f"{listed} on {host} silent: no heartbeat for {self.limit:g} s")
-            else:
-                self.lost_hosts.append(host)
-                parts.append(f"host {host} lost: no heartbeat from {listed} for {self.limit:g} s")
+        ranks_on: dict[str, list[int]] = {}
+        for rank, host in sorted(silent.items()):
+            ranks_on.setdefault(host, []).append(rank)
+        beating = {self._hosts[rank] for rank in self._last if rank not in silent}
+        lost = [host for host in sorted(ranks_on) if host not in beating]
+        partial = [host for host in sorted(ranks_on) if host in beating]
+        self.lost_hosts.extend(lost)
+        limit = f"{self.limit:g} s"
+        parts = [
+            f"host {host} lost: no heartbeat from {ranks_text(ranks_on[host])} for {limit}"
+            for host in lost[:_MOST_HOSTS]
+        ]
+        if lost[_MOST_HOSTS:]:
+            rest = [rank for host in lost[_MOST_HOSTS:] for rank in ranks_on[host]]
+            parts.append(f"{len(lost) - _MOST_HOSTS:,} more hosts lost ({ranks_text(rest)}): no heartbeat for {limit}")
+        parts += [
+            f"{ranks_text(ranks_on[host])} on {host} silent: no heartbeat for {limit}" for host in partial[:_MOST_HOSTS]
+        ]
+        if partial[_MOST_HOSTS:]:
+            rest = [rank for host in partial[_MOST_HOSTS:] for rank in ranks_on[host]]
+            parts.append(
+                f"{ranks_text(rest)} on {len(partial) - _MOST_HOSTS:,} more hosts silent: no heartbeat for {limit}"
+            )
         return "; ".join(parts)

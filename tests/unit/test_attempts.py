@@ -21,8 +21,9 @@ from hpcdist.launching.attempts import (
     summary,
 )
 from hpcdist.launching.hostfile import HostSlots
-from hpcdist.launching.monitor import LaunchOutcome, MpirunWatch
+from hpcdist.launching.monitor import MpirunWatch
 from hpcdist.launching.mpirun import MpirunSpec
+from hpcdist.launching.outcome import LaunchOutcome
 
 HOSTS = (HostSlots("n1", 2), HostSlots("n2", 2), HostSlots("n3", 2))
 SPEC = MpirunSpec(program=("python", "train.py"), np=4, hosts=HOSTS)
