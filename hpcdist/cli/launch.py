@@ -298,7 +298,7 @@ def _mpirun(args: argparse.Namespace) -> int:
     from ..launching.spawn import run_mpirun
 
     check_names_resolve(options)  # a misspelt host is named here, not as a daemon that died
-    limit = heartbeat_limit(options.heartbeat_timeout, os.environ) if routed else None
+    limit = heartbeat_limit(options.heartbeat_timeout, os.environ, spec.np or 1) if routed else None
 
     def run(argv: list[str], token: str) -> LaunchOutcome:
         router = OutputRouter(output, spec.np, hide_banners=not shows_banners(os.environ)) if routed else None

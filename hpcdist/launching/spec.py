@@ -92,8 +92,8 @@ def spec_from_options(
     ours: list[str] = []
     if routed:  # hpcdist runs it: every line tagged, routed by the launcher (attempts add the control token)
         ours = shim_variables(output, routed=True)
-        limit = heartbeat_limit(options.heartbeat_timeout, environ)
-        ours += [f"{BEAT_ENV}={beat_interval(limit):g}"] if limit is not None else []
+        limit = heartbeat_limit(options.heartbeat_timeout, environ, np or 1)  # as the CLI's monitor reckons it
+        ours += [f"{BEAT_ENV}={beat_interval(limit, np or 1):g}"] if limit is not None else []
         ours += [f"{OUTPUT_RATE_ENV}={_output_rate(environ, np or total_slots(hosts))}"]
     elif not options.no_shim:  # a printed command: untagged as before, unless an output option asks for the tagger
         asked = options.tag or output.log_dir is not None or output.ranks is not None

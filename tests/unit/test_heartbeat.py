@@ -215,3 +215,10 @@ def test_the_cli_refuses_a_bad_limit_before_it_starts_anything(
         main(["mpirun", "-np", "1", "--mpirun", "/bin/true", "--mpi", "mpich", *argv, "--", "python", "-c", "1"]) == 2
     )
     assert f"hpcdist: error: {message}" in capsys.readouterr().err
+
+
+def test_at_ten_thousand_ranks_the_default_limit_keeps_the_launcher_to_a_thousand_beats_a_second() -> None:
+    limit = heartbeat_limit(None, {}, 10_000)
+    assert (limit, beat_interval(60.0, 10_000)) == (60.0, 10.0)  # 10,000 ranks / 10 s
+    assert heartbeat_limit(None, {}, 4) == 30.0 and beat_interval(30.0, 4) == 5.0
+    assert beat_interval(30.0, 10_000) == 5.0  # a limit the user set is kept: a sixth of it, at most 5 s
