@@ -42,3 +42,20 @@ def test_a_flooding_rank_is_held_to_its_rate_says_so_and_its_log_keeps_every_lin
     # the job still ends at once with the right summary, naming the rank
     assert f"hpcdist: rank 1 on {HOST} failed (exit code 3); its last 20 lines:\n" in result.stderr
     assert f"[{HOST}:0] rank 0 done" in result.stdout and f"[{HOST}:2] rank 2 done" in result.stdout
+
+
+def test_a_hang_at_eight_ranks_reports_the_seven_alike_as_one_group(hpcdist: str) -> None:
+    result = launch(
+        [hpcdist, "mpirun", "-np", "8", "--", "python", str(PROGRAMS / "hang.py")],
+        timeout=400,
+        HANG="collective",
+        HPCDIST_TIMEOUT="30",
+        BACKEND="gloo",
+    )
+    assert result.returncode != 0
+    assert (
+        "first divergence: rank 1 is in broadcast(root=1) #2 shape=[4] dtype=float32 on group world while "
+        "ranks 0,2-7 are in all_reduce #2 shape=[4] dtype=float32 on group world"
+    ) in result.stderr, result.stderr[-4000:]
+    stacks = result.stderr.split("hpcdist: every rank's Python stacks", 1)[1].splitlines()
+    assert [line for line in stacks if line.startswith(("rank", "ranks"))] == ["rank 1:", "ranks 0,2-7:"], stacks
