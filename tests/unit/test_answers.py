@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 from hpcdist.forensics.answers import KEEP_CALLS, KEEP_FRAMES, MAX_ANSWER, bounded
 from hpcdist.forensics.frdump import PART
 
 
-def _answer(calls: int, frames: int, dump: int) -> dict[str, object]:
+def _answer(calls: int, frames: int, dump: int) -> dict[str, Any]:
     ledger = [(i, "all_reduce", "", (4,), "float32", "world", i, 0.1, True, "") for i in range(calls)]
     stacks = (("MainThread", tuple(f"f{i} (a.py:{i})" for i in range(frames))),)
     return {"phase": ("initialised", 1.0), "ledger": ledger, "stacks": stacks, PART: {"torch_dump": b"x" * dump}}
