@@ -180,9 +180,8 @@ class _Pump:
         self._next_beat = time.monotonic()
         self.budget: Budget | None = None  # what of the rank's output may go to the launcher (None: all of it)
         self.kept = ""  # where the lines the budget held back are kept, said when they are counted
-        self._last_held: deque[tuple[int, bytes, int]] = deque(
-            maxlen=_LAST_HELD
-        )  # the last held back: sink, line, size
+        # the last lines held back since a line was shown: (sink, line, its size), for the end
+        self._last_held: deque[tuple[int, bytes, int]] = deque(maxlen=_LAST_HELD)
 
     def run(self) -> None:
         """Until both pipes are at end-of-file."""
