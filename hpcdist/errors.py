@@ -44,7 +44,7 @@ class JobEnding(WaitTimeout):
 class HeartbeatLost(JobEnding):
     """`hpcdist mpirun` heard no heartbeat from a running rank for longer than its limit; the job is ended.
 
-    The message names the silent ranks and their host (`host n2 lost: no heartbeat from ranks 2, 3 for 30 s`).
+    The message names the silent ranks and their host (`host n2 lost: no heartbeat from ranks 2-3 for 30 s`).
     """
 
 

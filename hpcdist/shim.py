@@ -23,7 +23,7 @@ from .abort import abort_job, before_abort
 from .control import AFTER_PEER, peer_lost
 from .errors import RendezvousTimeout, UsageError
 from .forensics.cause import failure_words, said_finished, stamp
-from .launching.monitor import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
+from .launching.outcome import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
 from .placement.binding import BIND_VAR, binding_env, check_bind, plan_binding
 from .placement.topology import load_topology

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import RankFailed, UsageError
+from ..ranklist import ranks_text
 from .byvalue import dumps
 
-__all__ = ["first_failure", "hint", "pack", "ranks_text", "read_outcomes", "write_call"]
+__all__ = ["first_failure", "hint", "pack", "read_outcomes", "write_call"]
 
 # (what torch says, what to change): shown with a rank's exception where it surfaces in the caller
 _HINTS = (
@@ -125,10 +126,3 @@ def _load(sent: bytes | None) -> BaseException | None:
 def hint(message: str) -> str:
     """What hpcdist knows to change for a rank's error message, or ""."""
     return next((text for pattern, text in _HINTS if pattern.search(message)), "")
-
-
-def ranks_text(ranks: list[int]) -> str:
-    """'rank 2', 'ranks 0, 1', 'no rank'."""
-    if not ranks:
-        return "no rank"
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))

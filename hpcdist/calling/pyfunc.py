@@ -26,8 +26,9 @@ from ..launching.options import MpirunOptions
 from ..launching.output import OutputRouter, shows_banners
 from ..launching.spawn import run_mpirun
 from ..launching.spec import spec_from_options
+from ..ranklist import ranks_text
 from ..values import check_count, check_seconds
-from .calls import first_failure, pack, ranks_text, read_outcomes, write_call
+from .calls import first_failure, pack, read_outcomes, write_call
 
 __all__ = ["DIR_ENV", "launch"]
 

@@ -293,12 +293,12 @@ def _mpirun(args: argparse.Namespace) -> int:
         return 0
     from ..launching.heartbeat import heartbeat_limit
     from ..launching.hostnames import check_names_resolve
-    from ..launching.monitor import LaunchOutcome
+    from ..launching.outcome import LaunchOutcome
     from ..launching.output import OutputRouter, shows_banners
     from ..launching.spawn import run_mpirun
 
     check_names_resolve(options)  # a misspelt host is named here, not as a daemon that died
-    limit = heartbeat_limit(options.heartbeat_timeout, os.environ) if routed else None
+    limit = heartbeat_limit(options.heartbeat_timeout, os.environ, spec.np or 1) if routed else None
 
     def run(argv: list[str], token: str) -> LaunchOutcome:
         router = OutputRouter(output, spec.np, hide_banners=not shows_banners(os.environ)) if routed else None

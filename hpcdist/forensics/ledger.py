@@ -9,10 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..ranklist import ranks_text
+
 __all__ = [
     "FINISHED",
     "INITIALISED",
     "INITIALISING",
+    "LISTED",
     "RUNNING",
     "Entry",
     "Ledger",
@@ -46,6 +49,7 @@ RUNNING = "running"  # its program runs but has not called init_process_group
 INITIALISING = "initialising"  # waiting in init_process_group for the other ranks
 INITIALISED = "initialised"
 FINISHED = "finished"  # its program has ended; the shim waits for the other ranks'
+LISTED = 16  # ranks the hang report lists one by one; past that, ranks in the same state share a line
 
 
 @dataclass(slots=True)
@@ -238,7 +242,7 @@ def _phase(phases: Mapping[int, Phase], rank: int) -> str:
 
 def _elsewhere(ranks: list[int], phases: Mapping[int, Phase]) -> tuple[str, str]:
     """What ranks in one phase do instead of communicating, e.g. 'rank 1 finished its program', and the advice."""
-    phase, one, who = _phase(phases, ranks[0]), len(ranks) == 1, _ranks(ranks)
+    phase, one, who = _phase(phases, ranks[0]), len(ranks) == 1, ranks_text(ranks)
     if phase == FINISHED:
         advice = f"{who} ended without the call the others wait in: check that every rank makes the same calls"
         return f"{who} {'finished its program' if one else 'finished their programs'}", advice
@@ -255,20 +259,17 @@ def _elsewhere(ranks: list[int], phases: Mapping[int, Phase]) -> tuple[str, str]
 
 
 def _mismatch(calls: dict[int, Record]) -> str | None:
-    """'rank 1 is in X while ranks 0, 2, 3 are in Y' when the i-th collective differs, else None."""
+    """'rank 1 is in X while ranks 0,2-3 are in Y' when the i-th collective differs, else None."""
     by_signature: dict[tuple, list[int]] = {}
     for rank, call in calls.items():
         by_signature.setdefault(call.signature(), []).append(rank)
     if len(by_signature) == 1:
         return None
     groups = sorted(by_signature.values(), key=lambda ranks: (len(ranks), ranks))
-    parts = [f"{_ranks(ranks)} {'is' if len(ranks) == 1 else 'are'} in {_detail(calls[ranks[0]])}" for ranks in groups]
+    parts = [
+        f"{ranks_text(ranks)} {'is' if len(ranks) == 1 else 'are'} in {_detail(calls[ranks[0]])}" for ranks in groups
+    ]
     return parts[0] + " while " + "; ".join(parts[1:])
-
-
-def _ranks(ranks: list[int]) -> str:
-    """'rank 1' or 'ranks 0, 2, 3'."""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def _detail(entry: Record) -> str:
@@ -276,32 +277,53 @@ def _detail(entry: Record) -> str:
     return f"{entry.label()} shape={list(entry.shape)} dtype={entry.dtype} on group {entry.group}"
 
 
+def _state(rows: list[Record], phase: Phase | None) -> tuple[str, float | None, str]:
+    """What one rank was doing, as (text before its age, the age in seconds or None, text after it)."""
+    entries = [Record(*row) for row in rows]
+    pending = next((e for e in entries if not e.done), None)
+    last = f"last call {entries[-1].label()}" if entries else "no communication call"
+    phase = Phase(*phase) if phase is not None else Phase(INITIALISED, 0.0)
+    if pending:
+        return f"waiting in {_detail(pending)} for ", pending.age, f" s{', ' + pending.note if pending.note else ''}"
+    if phase.name == INITIALISING:
+        return "waiting in init_process_group for ", phase.age, " s"
+    if phase.name == RUNNING:
+        return "running its program, which has not called init_process_group", None, ""
+    if phase.name == FINISHED:
+        return "finished its program ", phase.age, f" s ago; {last}"
+    return f"not communicating; last call {entries[-1].label() if entries else 'none'}", None, ""
+
+
 def describe_hang(
     ledgers: dict[int, list[Record]], missing: list[int], phases: Mapping[int, Phase] | None = None
 ) -> str:
-    """The full report: each rank's pending call or phase, the first divergence, and ranks that did not answer."""
+    """The full report: each rank's pending call or phase, the first divergence, and ranks that did not answer.
+
+    Past LISTED ranks, ranks in the same state share a line (`ranks 0,2-9999: waiting in all_reduce #2 … for
+    5.0-5.3 s`), the first LISTED states shown and the others' ranks counted, so the report stays a page at any N.
+    """
     phases = phases or {}
     lines = ["hpcdist: communication hang — what each rank was doing:"]
-    for rank, rows in sorted(ledgers.items()):
-        entries = [Record(*row) for row in rows]
-        pending = next((e for e in entries if not e.done), None)
-        last = f"last call {entries[-1].label()}" if entries else "no communication call"
-        phase = Phase(*phases[rank]) if rank in phases else Phase(INITIALISED, 0.0)
-        if pending:
-            note = f", {pending.note}" if pending.note else ""
-            lines.append(f"  rank {rank}: waiting in {_detail(pending)} for {pending.age:.1f} s{note}")
-        elif phase.name == INITIALISING:
-            lines.append(f"  rank {rank}: waiting in init_process_group for {phase.age:.1f} s")
-        elif phase.name == RUNNING:
-            lines.append(f"  rank {rank}: running its program, which has not called init_process_group")
-        elif phase.name == FINISHED:
-            lines.append(f"  rank {rank}: finished its program {phase.age:.1f} s ago; {last}")
-        else:
-            lines.append(f"  rank {rank}: not communicating; last call {entries[-1].label() if entries else 'none'}")
-    for rank in missing:
-        lines.append(
-            f"  rank {rank}: did not answer (dead, stuck outside Python, or a program that never imported torch)"
-        )
+    states = {rank: _state(rows, phases.get(rank)) for rank, rows in sorted(ledgers.items())}
+    lost = "did not answer (dead, stuck outside Python, or a program that never imported torch)"
+    if len(states) + len(missing) <= LISTED:
+        for rank, (head, age, tail) in states.items():
+            lines.append(f"  rank {rank}: {head}{'' if age is None else f'{age:.1f}'}{tail}")
+        lines += [f"  rank {rank}: {lost}" for rank in missing]
+    else:
+        groups: dict[tuple[str, str], list[int]] = {}
+        for rank, (head, _, tail) in states.items():
+            groups.setdefault((head, tail), []).append(rank)
+        ordered = sorted(groups.items(), key=lambda item: (len(item[1]), item[1]))  # the rank apart first
+        for (head, tail), ranks in ordered[:LISTED]:
+            ages = [age for rank in ranks if (age := states[rank][1]) is not None]
+            span = f"{min(ages):.1f}" + (f"-{max(ages):.1f}" if max(ages) > min(ages) else "") if ages else ""
+            lines.append(f"  {ranks_text(ranks)}: {head}{span}{tail}")
+        rest = ordered[LISTED:]
+        if rest:
+            lines.append(f"  {ranks_text([r for _, ranks in rest for r in ranks])}: {len(rest)} more states, not shown")
+        if missing:
+            lines.append(f"  {ranks_text(missing)}: {lost}")
     divergence, advice = _divergence(ledgers, phases)
     if missing and advice == _SLOW:  # the ranks that did not answer may be elsewhere
         advice = ""

@@ -14,12 +14,13 @@ import faulthandler
 import re
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..ranklist import ranks_text
 from .ledger import FINISHED
 
-__all__ = ["Stacks", "capture", "frame", "in_answers", "normalised", "own", "parse", "rank_ranges", "report"]
+__all__ = ["Stacks", "capture", "frame", "in_answers", "normalised", "own", "parse", "report"]
 
 # A rank's stacks: (thread name, frames most recent first), the main thread first.
 Stacks = tuple[tuple[str, tuple[str, ...]], ...]
@@ -89,22 +90,6 @@ def _without_runner(frames: list[str]) -> list[str]:
     return frames
 
 
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """Ranks as compact ranges, python-hostlist style: '0-6,8'."""
-    spans: list[str] = []
-    for rank in sorted(set(ranks)):
-        if spans and rank == int(spans[-1].split("-")[-1]) + 1:
-            spans[-1] = f"{spans[-1].split('-')[0]}-{rank}"
-        else:
-            spans.append(str(rank))
-    return ",".join(spans)
-
-
-def _ranks(ranks: Sequence[int]) -> str:
-    """'rank 1' or 'ranks 0,2-3'."""
-    return f"{'rank' if len(ranks) == 1 else 'ranks'} {rank_ranges(ranks)}"
-
-
 def in_answers(answers: Mapping[int, Mapping[str, Any]]) -> tuple[dict[int, Stacks], list[int]]:
     """The stacks in the watchdog's answers, and the ranks whose programs had finished (only hpcdist's wait is left)."""
     finished = sorted(rank for rank, answer in answers.items() if answer["phase"][0] == FINISHED)
@@ -130,7 +115,7 @@ def report(
     lines = [headline or "hpcdist: every rank's Python stacks (most recent call first; identical stacks merged):"]
     groups = group(stacks)
     for ranks, stack in groups[:_MAX_GROUPS]:
-        lines.append(f"{_ranks(ranks)}:")
+        lines.append(f"{ranks_text(ranks)}:")
         for name, frames in stack:
             lines.append(f"  thread {name}:")
             lines.extend(f"    {frame}" for frame in frames[:_MAX_FRAMES])
@@ -140,9 +125,11 @@ def report(
             lines.append("  no Python thread")
     rest = [rank for ranks, _ in groups[_MAX_GROUPS:] for rank in ranks]
     if rest:
-        lines.append(f"{_ranks(rest)}: {len(groups) - _MAX_GROUPS} more distinct stacks, not shown")
+        lines.append(f"{ranks_text(rest)}: {len(groups) - _MAX_GROUPS} more distinct stacks, not shown")
     if finished:
-        lines.append(f"{_ranks(finished)}: finished, no stack")
+        lines.append(f"{ranks_text(finished)}: finished, no stack")
     if missing:
-        lines.append(f"{_ranks(missing)}: did not answer, no stack (dead, or its main thread holds the GIL in C code)")
+        lines.append(
+            f"{ranks_text(missing)}: did not answer, no stack (dead, or its main thread holds the GIL in C code)"
+        )
     return "\n".join(lines)

@@ -25,8 +25,10 @@ from typing import Any
 
 from ..abort import abort_job
 from ..errors import WaitTimeout
+from ..ranklist import ranks_text
 from ..waits import Backoff, poll_until
 from . import frdump, pyspy, sources, stacks
+from .answers import MAX_ANSWER, bounded
 from .cause import tell_hang
 from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
 
@@ -192,7 +194,7 @@ def _answer() -> dict[str, Any]:
     answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": sources.snapshot(LEDGER)}
     for name, part in _PARTS.items():
         answer[name] = part()
-    return answer
+    return bounded(answer)
 
 
 def reserve(timeout: float, init_timeout: float) -> bool:
@@ -323,6 +325,11 @@ def _report_and_abort(comm: Any, kind: str) -> None:
         headline = f"a communication call exceeded the {timeout:g} s timeout (HPCDIST_TIMEOUT)"
     print(f"hpcdist: {headline}", file=sys.stderr)
     print(describe_hang(ledgers, missing, phases), file=sys.stderr, flush=True)
+    trimmed = [rank for rank, answer in answers.items() if "trimmed" in answer]
+    if trimmed:
+        most = max(answers[rank]["trimmed"] for rank in trimmed)
+        said = f"{ranks_text(trimmed)}: answers of up to {most:,} bytes trimmed to {MAX_ANSWER:,} (oldest calls first)"
+        print(f"hpcdist: {said}", file=sys.stderr, flush=True)
     try:
         tell_hang(comm.rank, ledgers, phases)  # hpcdist mpirun names the ranks it blames first, this rank's abort after
         print(frdump.save(answers, comm.size, timeout), file=sys.stderr, flush=True)

@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, overload
 
-from ..calling.calls import first_failure, pack, ranks_text, read_outcomes, write_call
+from ..calling.calls import first_failure, pack, read_outcomes, write_call
 from ..errors import JobFailed, UsageError
 from ..launching.output import OutputOptions
 from ..launching.spawn import submit_sbatch
+from ..ranklist import ranks_text
 from ..values import check_seconds
 from .arrays import array_indices
 from .local import local_tools

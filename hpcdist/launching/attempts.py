@@ -15,10 +15,11 @@ from dataclasses import dataclass, replace
 
 from ..control import CONTROL_ENV, MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV, new_token
 from ..errors import UsageError
+from ..ranklist import ranks_text
 from ..waits import Backoff
 from .hostfile import HostSlots, parse_hostfile, read_hostfile_text, total_slots
-from .monitor import USAGE_STATUS, LaunchOutcome, describe_status
 from .mpirun import MpirunSpec
+from .outcome import USAGE_STATUS, LaunchOutcome, describe_status
 
 __all__ = [
     "Attempt",
@@ -129,18 +130,11 @@ def _not_ready(outcome: LaunchOutcome, np: int | None) -> str:
         return ""
     failed = [rank for rank in missing if rank in outcome.failed]
     if not failed:
-        return f"{_ranks(missing)} never initialised (the job ended before {'it' if len(missing) == 1 else 'they'} did)"
+        they = "it" if len(missing) == 1 else "they"
+        return f"{ranks_text(missing)} never initialised (the job ended before {they} did)"
     others = len(missing) - len(failed)
     more = f"; {others} other rank{'s' if others > 1 else ''} did not initialise either" if others else ""
-    return f"{_ranks(failed)} never initialised ({outcome.failures(failed)} first{more})"
-
-
-def _ranks(ranks: Sequence[int]) -> str:
-    """'rank 2', 'ranks 0, 1, 2' or, past eight, 'ranks 0, 1, …, 7, … (12 ranks)'."""
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    shown = ", ".join(str(r) for r in ranks[:8])
-    return f"ranks {shown}" if len(ranks) <= 8 else f"ranks {shown}, … ({len(ranks)} ranks)"
+    return f"{ranks_text(failed)} never initialised ({outcome.failures(failed)} first{more})"
 
 
 def _without_lost(spec: MpirunSpec, hosts: Sequence[HostSlots], lost: Sequence[str], policy: RestartPolicy) -> Decision:

@@ -16,7 +16,8 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 
-from .monitor import describe_status
+from ..ranklist import ranks_text
+from .outcome import describe_status
 
 __all__ = ["ExitCodeWatch", "describe_exit_codes", "parse_exit_codes", "ranks_of"]
 
@@ -81,21 +82,7 @@ def describe_exit_codes(endings: Mapping[int, str]) -> str:
     for rank in sorted(endings):
         if endings[rank] != "exit code 0":
             groups.setdefault(endings[rank], []).append(rank)
-    return "; ".join(f"{_ranks(ranks)} {how}" for how, ranks in groups.items())
-
-
-def _ranks(ranks: list[int]) -> str:
-    """'rank 2', 'ranks 0-2, 5'."""
-    spans: list[str] = []
-    start = prev = ranks[0]
-    for rank in [*ranks[1:], None]:
-        if rank is not None and rank == prev + 1:
-            prev = rank
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        if rank is not None:
-            start = prev = rank
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(spans)
+    return "; ".join(f"{ranks_text(ranks)} {how}" for how, ranks in groups.items())
 
 
 class ExitCodeWatch:

@@ -1,11 +1,12 @@
 """hpcdist's own heartbeat: each rank's tagger beats in band; a rank that was beating and goes silent is lost (pure).
 
 Hydra has no keepalive: with a host's link cut and its ranks idle, MPICH's mpiexec waits forever (measured with
-MPICH 5.0.2). `hpcdist mpirun` therefore exports BEAT_ENV (the seconds between beats, a sixth of the limit, at
-most 5 s) to every rank; the rank's tagger, a process of its own, writes a `beat` control line that often, however
-busy the rank is (in a blocking MPI call, or a loop that holds the GIL). The monitor ends the job when a rank that
-was beating, and has not said how it ended, is silent longer than the limit: `--heartbeat-timeout`, else
-HEARTBEAT_TIMEOUT_ENV, else DEFAULT_HEARTBEAT_TIMEOUT; 0 turns it off.
+MPICH 5.0.2). `hpcdist mpirun` therefore exports BEAT_ENV (the seconds between beats: a sixth of the limit, at
+most 5 s, or past 5,000 ranks what keeps the launcher to MAX_BEATS lines a second) to every rank; the rank's
+tagger, a process of its own, writes a `beat` control line that often, however busy the rank is (in a blocking
+MPI call, or a loop that holds the GIL). The monitor ends the job when a rank that was beating, and has not said
+how it ended, is silent longer than the limit: `--heartbeat-timeout`, else HEARTBEAT_TIMEOUT_ENV, else
+DEFAULT_HEARTBEAT_TIMEOUT (longer past 5,000 ranks); 0 turns it off.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import time
 from collections.abc import Mapping
 
 from ..errors import HeartbeatLost
+from ..ranklist import ranks_text
 from ..values import check_seconds, parse_seconds
 
 __all__ = [
     "DEFAULT_HEARTBEAT_TIMEOUT",
     "HEARTBEAT_TIMEOUT_ENV",
+    "MAX_BEATS",
     "Heartbeats",
     "beat_interval",
     "heartbeat_limit",
@@ -27,11 +30,14 @@ __all__ = [
 
 HEARTBEAT_TIMEOUT_ENV = "HPCDIST_HEARTBEAT_TIMEOUT"
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # Open MPI's PRRTE notices a cut link in ~5 s; this is the backstop for every MPI
+_MOST_HOSTS = 4  # hosts named one by one in what fell silent; the rest are counted
+MAX_BEATS = 1000  # beat lines a second the launcher reads at most, at the default limit: 60 s at 10,000 ranks
 _MAX_INTERVAL = 5.0  # seconds between beats at most: 12 short lines a minute per rank
 
 
-def heartbeat_limit(option: float | None, environ: Mapping[str, str]) -> float | None:
-    """The heartbeat limit in seconds: `option` (MpirunOptions checked it), else $HPCDIST_HEARTBEAT_TIMEOUT, else 30;
+def heartbeat_limit(option: float | None, environ: Mapping[str, str], np: int = 1) -> float | None:
+    """The heartbeat limit in seconds: `option` (MpirunOptions checked it), else $HPCDIST_HEARTBEAT_TIMEOUT, else 30
+    (for `np` ranks, at least six beats of `beat_interval`, so that the launcher hears MAX_BEATS a second at most);
     None when 0 (off).
 
     Raises:
@@ -41,7 +47,7 @@ def heartbeat_limit(option: float | None, environ: Mapping[str, str]) -> float |
         return option or None
     raw = environ.get(HEARTBEAT_TIMEOUT_ENV)
     if raw is None:
-        return DEFAULT_HEARTBEAT_TIMEOUT
+        return max(DEFAULT_HEARTBEAT_TIMEOUT, 6 * np / MAX_BEATS)
     value = parse_seconds(raw)
     if value == 0:
         return None
@@ -49,9 +55,10 @@ def heartbeat_limit(option: float | None, environ: Mapping[str, str]) -> float |
     return check_seconds(value if value is not None else raw, what, f"e.g. {HEARTBEAT_TIMEOUT_ENV}=30 (0: off)")
 
 
-def beat_interval(limit: float) -> float:
-    """Seconds between a rank's beats for a `limit`: a sixth of it, at most 5 s."""
-    return min(_MAX_INTERVAL, limit / 6)
+def beat_interval(limit: float, np: int = 1) -> float:
+    """Seconds between a rank's beats for a `limit`: a sixth of it, at most 5 s, or for `np` ranks, where the
+    limit allows, as long as the launcher needs to hear MAX_BEATS a second at most (10 s at 10,000 ranks)."""
+    return min(limit / 6, max(_MAX_INTERVAL, np / MAX_BEATS))
 
 
 class Heartbeats:
@@ -103,18 +110,32 @@ class Heartbeats:
         raise HeartbeatLost(self.problem)
 
     def _describe(self, silent: dict[int, str]) -> str:
-        """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2, 3 for 30 s'.
+        """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2-3 for 30 s'.
 
-        A host with other ranks still beating is not lost: 'rank 1 on n1 silent: no heartbeat for 30 s'.
+        A host with other ranks still beating is not lost: 'rank 1 on n1 silent: no heartbeat for 30 s'. Past
+        _MOST_HOSTS hosts of either kind the rest are counted: '1,245 more hosts lost (ranks 40-9999 …)'.
         """
-        parts = []
-        for host in sorted(set(silent.values())):
-            ranks = sorted(rank for rank, where in silent.items() if where == host)
-            beating = [rank for rank in self._last if self._hosts[rank] == host and rank not in silent]
-            listed = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
-            if beating:
-                parts.append(f"{listed} on {host} silent: no heartbeat for {self.limit:g} s")
-            else:
-                self.lost_hosts.append(host)
-                parts.append(f"host {host} lost: no heartbeat from {listed} for {self.limit:g} s")
+        ranks_on: dict[str, list[int]] = {}
+        for rank, host in sorted(silent.items()):
+            ranks_on.setdefault(host, []).append(rank)
+        beating = {self._hosts[rank] for rank in self._last if rank not in silent}
+        lost = [host for host in sorted(ranks_on) if host not in beating]
+        partial = [host for host in sorted(ranks_on) if host in beating]
+        self.lost_hosts.extend(lost)
+        limit = f"{self.limit:g} s"
+        parts = [
+            f"host {host} lost: no heartbeat from {ranks_text(ranks_on[host])} for {limit}"
+            for host in lost[:_MOST_HOSTS]
+        ]
+        if lost[_MOST_HOSTS:]:
+            rest = [rank for host in lost[_MOST_HOSTS:] for rank in ranks_on[host]]
+            parts.append(f"{len(lost) - _MOST_HOSTS:,} more hosts lost ({ranks_text(rest)}): no heartbeat for {limit}")
+        parts += [
+            f"{ranks_text(ranks_on[host])} on {host} silent: no heartbeat for {limit}" for host in partial[:_MOST_HOSTS]
+        ]
+        if partial[_MOST_HOSTS:]:
+            rest = [rank for host in partial[_MOST_HOSTS:] for rank in ranks_on[host]]
+            parts.append(
+                f"{ranks_text(rest)} on {len(partial) - _MOST_HOSTS:,} more hosts silent: no heartbeat for {limit}"
+            )
         return "; ".join(parts)

@@ -4,30 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import re
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 from ..control import AFTER_PEER, parse_control, parse_usage
 from ..errors import JobEnding, LauncherStalled
+from ..ranklist import ranks_text
 from .heartbeat import Heartbeats
+from .outcome import BLAMED, LOST_HOST_STATUS, USAGE_STATUS, VANISHED, LaunchOutcome, describe_status
 
-__all__ = [
-    "BLAMED_HOWS",
-    "LAUNCHER_GRACE",
-    "LOST_HOST_STATUS",
-    "VANISHED",
-    "LaunchOutcome",
-    "LostHostWatch",
-    "MpirunWatch",
-    "describe_status",
-]
+__all__ = ["LAUNCHER_GRACE", "LostHostWatch", "MpirunWatch"]
 
-LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
-USAGE_STATUS = 2  # hpcdist's (and argparse's) status for a usage error
 LAUNCHER_GRACE = 10.0  # seconds the MPI launcher has to end the job after a rank failed before hpcdist mpirun does
 
 # Open MPI 5 (PRRTE) and 4 (ORTE) exit 0 and leave the job unfinished when a node's daemon dies or its
@@ -135,72 +124,6 @@ _ABORTED = re.compile(
 #   Abort(7) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 7) - process 1
 _MPICH_ABORTED = re.compile(r"\bAbort\([0-9]+\) on node [0-9]+ \(rank (?P<rank>[0-9]+) in comm 0\): application called")
 _MARK = b"@@hpcdist:"
-# How a rank ended that its tagger saw vanish. MPICH's Hydra names no rank when one is killed: its banner's PID
-# is often another rank's, killed in its clean-up (measured with MPICH 5.0.2).
-VANISHED = "killed or exited abruptly"
-# How a rank that the others waited for is named when every failure was a casualty (see MpirunWatch.named):
-_BLAMED = {"finished": "finished its program", "idle": "was in no communication call", "uninit": "never initialised"}
-BLAMED_HOWS = tuple(_BLAMED.values())  # how such a rank ended: no failure of its own
-_UNFAILED = ("killed", *BLAMED_HOWS)  # how-texts that are no "failed with …"
-
-
-def describe_status(code: int) -> str:
-    """'exit code 3', or for a negative status or a signal number 'killed by SIGKILL' ('killed by signal 40')."""
-    if code >= 0:
-        return f"exit code {code}"
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:  # a number Python has no name for, e.g. a real-time signal
-        return f"killed by signal {-code}"
-
-
-@dataclass(frozen=True)
-class LaunchOutcome:
-    """How one mpirun launch ended: its status and what hpcdist mpirun learnt from its output."""
-
-    status: int
-    lost_hosts: tuple[str, ...] = ()
-    ready: frozenset[int] = frozenset()  # the ranks that said their process group is initialised
-    world_size: int | None = None  # as the ready ranks said
-    failed: Mapping[int, str] = field(default_factory=dict)  # rank -> how it ended, e.g. "killed by SIGKILL"
-    hosts: Mapping[int, str] = field(default_factory=dict)  # rank -> its host, where known
-    signals: tuple[int, ...] = ()  # signals hpcdist mpirun itself received (and passed on) during the launch
-    after_peer: frozenset[int] = frozenset()  # failed ranks that were casualties of another's failure (consequences)
-    usage: str | None = None  # a usage error a rank told: the job's one message, status 2
-
-    def causes(self) -> list[int]:
-        """The failed ranks that began the failure, in order: every one but those that failed after a peer's loss,
-        unless all did (then all)."""
-        first = sorted(rank for rank in self.failed if rank not in self.after_peer)
-        return first or sorted(self.failed)
-
-    def failures(self, ranks: Iterable[int] | None = None) -> str:
-        """'rank 1 on n1 killed by SIGKILL; rank 3 failed with exit code 2' for `ranks` (default: every known one,
-        those that failed after a peer's loss last)."""
-        if ranks is None:
-            ranks = sorted(self.failed, key=lambda rank: (rank in self.after_peer, rank))
-        return "; ".join(self._failure(rank) for rank in ranks if rank in self.failed)
-
-    def _failure(self, rank: int) -> str:
-        """How one rank ended, where."""
-        how = self.failed[rank]
-        where = f" on {self.hosts[rank]}" if self.hosts.get(rank) else ""
-        return f"rank {rank}{where} {how if how.startswith(_UNFAILED) else 'failed with ' + how}"
-
-    def headline(self) -> str:
-        """'first failure: rank 2 on n1 failed with exit code 1; then ranks 0, 3 failed after it' ('' if none)."""
-        causes = self.causes()
-        if not causes:
-            return ""
-        after = [rank for rank in self.failed if rank not in causes]
-        then = f"; then {_ranks(after)} failed after it" if after else ""
-        return f"first failure: {self.failures(causes)}{then}"
-
-
-def _ranks(ranks: Iterable[int]) -> str:
-    """'rank 3' or 'ranks 0, 2, 3'."""
-    listed = sorted(ranks)
-    return f"rank {listed[0]}" if len(listed) == 1 else "ranks " + ", ".join(map(str, listed))
 
 
 class MpirunWatch:
@@ -320,10 +243,10 @@ class MpirunWatch:
         if self.hang is not None:
             waiting = [int(r) for r in self.hang.get("waiting", "").split(",") if r.isdigit()]
             call = self.hang.get("in", "").replace("#", " #")
-            while_ = f" while {_ranks(waiting)} waited in {call}" if waiting and call else ""
+            while_ = f" while {ranks_text(waiting)} waited in {call}" if waiting and call else ""
             blamed = {
                 int(rank): f"{text}{while_}"
-                for kind, text in _BLAMED.items()
+                for kind, text in BLAMED.items()
                 for rank in self.hang.get(kind, "").split(",")
                 if rank.isdigit()
             }
@@ -335,7 +258,7 @@ class MpirunWatch:
         waited = sorted(failed)
         calls = sorted({self.calls[rank].replace("#", " #") for rank in waited if rank in self.calls})
         where = f" waited in {', '.join(calls)}" if calls else " failed after it"
-        return dict.fromkeys(early, f"{_BLAMED['finished']} while {_ranks(waited)}{where}")
+        return dict.fromkeys(early, f"{BLAMED['finished']} while {ranks_text(waited)}{where}")
 
     def _heard(self, event: str, rank: int, host: str) -> None:
         """Keep the heartbeats: a `beat` counts, and a rank that said how it ended is no longer expected to beat."""

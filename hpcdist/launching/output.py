@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..rank.streams import LOG_DIR_ENV, NUMBERED, RANKS_ENV, TAG_ENV, parse_ranks, split_segments, split_tag
-from .monitor import BLAMED_HOWS, MpirunWatch
+from ..ranklist import by_host
+from .monitor import MpirunWatch
+from .outcome import BLAMED_HOWS
 
 __all__ = [
     "DEFAULT_TAIL",
@@ -30,6 +32,7 @@ __all__ = [
 ]
 
 DEFAULT_TAIL = 20
+MOST_SUMMARIES = 8  # failed ranks shown with their last lines; the rest are grouped and counted
 DEBUG_ENV = "HPCDIST_DEBUG"  # set (not 0): the launcher's failure banners stay on the console
 # Open MPI's help messages stand between lines of dashes; those that say a rank failed are banners (the failure
 # summary names the rank, from its `failed` control line or, for the middle two, monitor.py's reading of them):
@@ -223,17 +226,40 @@ class Console:
         return self.router.failures(self.watch.named(returncode), self.watch.hosts)
 
 
-def summary(failures: list[Failure], tail: int) -> str:
-    """The failure summary: for each failed rank a header naming it, then its last `tail` lines."""
-    parts = []
-    for failure in failures:
-        lines = failure.tail[-tail:] if tail else ()
-        how = failure.how if failure.how.startswith(BLAMED_HOWS) else f"failed ({failure.how})"
-        head = f"hpcdist: rank {failure.rank} on {failure.host} {how}"
-        if not lines:
-            parts.append(f"{head}{'; it printed nothing' if tail else ''}\n")
-            continue
-        body = b"".join(line if line.endswith(b"\n") else line + b"\n" for line in lines)
-        count = "its last line" if len(lines) == 1 else f"its last {len(lines)} lines"
-        parts.append(f"{head}; {count}:\n" + body.decode(errors="replace"))
+def summary(failures: list[Failure], tail: int, log_dir: str | None = None) -> str:
+    """The failure summary: for each failed rank a header naming it, then its last `tail` lines.
+
+    Past MOST_SUMMARIES ranks, the rest are grouped by how they ended, by host and as ranges, without their lines:
+    a job of 10,000 failed ranks gives a page, not 200,000 lines. The line says where their lines are kept.
+    """
+    parts = [_block(failure, tail) for failure in failures[:MOST_SUMMARIES]]
+    rest = failures[MOST_SUMMARIES:]
+    if rest:
+        hosts = {failure.rank: failure.host for failure in rest}
+        groups: dict[str, list[int]] = {}
+        for failure in rest:
+            groups.setdefault(_how(failure.how), []).append(failure.rank)
+        shown = [f"{by_host(ranks, hosts)} {how}" for how, ranks in list(groups.items())[:MOST_SUMMARIES]]
+        others = sum(len(ranks) for ranks in list(groups.values())[MOST_SUMMARIES:])
+        shown += [f"{others:,} more ranks otherwise"] if others else []
+        where = f"each rank's log in {log_dir}" if log_dir else "--log-dir DIR keeps every rank's lines"
+        parts.append(
+            f"hpcdist: and {len(rest):,} more failed ranks, their lines not shown ({where}): {'; '.join(shown)}\n"
+        )
     return "".join(parts)
+
+
+def _how(how: str) -> str:
+    """'failed (exit code 1)', or as is for a rank the others waited for ('finished its program …')."""
+    return how if how.startswith(BLAMED_HOWS) else f"failed ({how})"
+
+
+def _block(failure: Failure, tail: int) -> str:
+    """One failed rank: a header naming it, then its last `tail` lines."""
+    lines = failure.tail[-tail:] if tail else ()
+    head = f"hpcdist: rank {failure.rank} on {failure.host} {_how(failure.how)}"
+    if not lines:
+        return f"{head}{'; it printed nothing' if tail else ''}\n"
+    body = b"".join(line if line.endswith(b"\n") else line + b"\n" for line in lines)
+    count = "its last line" if len(lines) == 1 else f"its last {len(lines)} lines"
+    return f"{head}; {count}:\n" + body.decode(errors="replace")

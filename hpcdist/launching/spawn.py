@@ -16,7 +16,8 @@ from typing import IO
 from ..errors import JobEnding, UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from .exitcodes import ExitCodeWatch, describe_exit_codes
-from .monitor import LaunchOutcome, MpirunWatch
+from .monitor import MpirunWatch
+from .outcome import LaunchOutcome
 from .output import Console, OutputRouter, summary
 
 __all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
@@ -222,7 +223,8 @@ def run_mpirun(
         if code and outcome.headline():  # the rank that began it, however the launcher heard the ranks end
             print(f"hpcdist: {outcome.headline()}", file=sys.stderr, flush=True)
         if router is not None:
-            print(summary(console.failures(code), router.options.tail), end="", file=sys.stderr, flush=True)
+            ended = summary(console.failures(code), router.options.tail, router.options.log_dir)
+            print(ended, end="", file=sys.stderr, flush=True)
     known = codes.endings(outcome.hosts) if code else {}
     endings = describe_exit_codes(known)
     if endings:

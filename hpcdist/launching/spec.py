@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from ..control import BEAT_ENV, TRACE_ENV
 from ..errors import UsageError
 from ..placement.binding import BIND_VAR, check_bind
+from ..rank.budget import OUTPUT_RATE_ENV, rank_rate, read_rate
 from ..rank.streams import parse_ranks
 from .families import resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
@@ -91,8 +92,9 @@ def spec_from_options(
     ours: list[str] = []
     if routed:  # hpcdist runs it: every line tagged, routed by the launcher (attempts add the control token)
         ours = shim_variables(output, routed=True)
-        limit = heartbeat_limit(options.heartbeat_timeout, environ)
-        ours += [f"{BEAT_ENV}={beat_interval(limit):g}"] if limit is not None else []
+        limit = heartbeat_limit(options.heartbeat_timeout, environ, np or 1)  # as the CLI's monitor reckons it
+        ours += [f"{BEAT_ENV}={beat_interval(limit, np or 1):g}"] if limit is not None else []
+        ours += [f"{OUTPUT_RATE_ENV}={_output_rate(environ, np or total_slots(hosts))}"]
     elif not options.no_shim:  # a printed command: untagged as before, unless an output option asks for the tagger
         asked = options.tag or output.log_dir is not None or output.ranks is not None
         ours = shim_variables(dataclasses.replace(output, tag=output.tag and asked))
@@ -254,3 +256,13 @@ def check_launcher(path: str, where: str) -> str:
         )
         raise UsageError(f"{where} {path!r} {what}; give the path of an mpirun program (or a name on PATH)")
     return path
+
+
+def _output_rate(environ: Mapping[str, str], np: int) -> str:
+    """Each rank's output budget in bytes per second: $HPCDIST_OUTPUT_RATE as given (0: none), else its share.
+
+    Raises:
+        UsageError: the variable is set to no number.
+    """
+    raw = environ.get(OUTPUT_RATE_ENV)
+    return f"{read_rate(raw):g}" if raw else str(rank_rate(np))

@@ -17,12 +17,14 @@ import select
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 
 from ..control import BEAT_ENV, CONTROL_ENV, RESTART_VARS, emit, parse_control
 from ..errors import UsageError, WaitTimeout
 from ..values import parse_seconds
 from ..waits import Backoff, poll_until
+from .budget import OUTPUT_RATE_ENV, Budget
 from .streams import LOG_DIR_ENV, NUMBERED, RANKS_ENV, TAG_ENV, log_name, parse_ranks, split_segments
 
 __all__ = ["DRAIN_SECONDS", "PEER_GRACE_SECONDS", "drain", "leave_time_to_peers", "start"]
@@ -32,6 +34,8 @@ PEER_GRACE_SECONDS = 0.5  # under Hydra, how long a failing rank waits before MP
 _started: dict[str, int] = {}  # this rank's tagger: its pid, and dups of the rank's own stdout and stderr
 
 _MAX_LINE = 1 << 22  # a "line" of 4 MiB without a newline is written out in pieces of that size
+_LAST_HELD = 20  # the last lines held back that still go to the launcher when the rank ends (its --tail)
+_MAX_HELD_LINE = 4096  # bytes of each of them
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -53,6 +57,10 @@ def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.envir
     restart = environ.get(RESTART_VARS[0], "0")
     log = _open_log(log_dir, rank, size, int(restart) if restart.isdigit() else 0) if log_dir else None
     label = f"{host}:{rank}".encode() if tag in ("1", NUMBERED) else None
+    budget = Budget.from_text(environ.get(OUTPUT_RATE_ENV))
+    kept = (
+        f"every line is in {os.path.join(log_dir, log_name(rank, size))}" if log_dir else "--log-dir keeps every line"
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     out_read, out_write = os.pipe()
@@ -69,6 +77,7 @@ def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.envir
             pump = _Pump(sinks, label, shown, log, environ.get(CONTROL_ENV, ""))
             pump.numbered = tag == NUMBERED
             pump.beats = _beats(rank, host, environ)
+            pump.budget, pump.kept = budget, kept
             pump.run()
             if not pump.said:  # the rank ended without saying how: killed by a signal, or os._exit
                 emit("vanished", rank, f"host={host}", environ)
@@ -169,6 +178,10 @@ class _Pump:
         self.said = False  # whether the rank said how it ended (a `done` or `failed` control line passed)
         self.beats: tuple[float, Callable[[], None]] | None = None  # (interval, beat) when the rank beats
         self._next_beat = time.monotonic()
+        self.budget: Budget | None = None  # what of the rank's output may go to the launcher (None: all of it)
+        self.kept = ""  # where the lines the budget held back are kept, said when they are counted
+        # the last lines held back since a line was shown: (sink, line, its size), for the end
+        self._last_held: deque[tuple[int, bytes, int]] = deque(maxlen=_LAST_HELD)
 
     def run(self) -> None:
         """Until both pipes are at end-of-file."""
@@ -195,8 +208,35 @@ class _Pump:
                 for text, end in segments:
                     if end == b"\n":
                         self.line(self.sinks[fd], text)
-                    elif text and self.shown:  # a progress bar redrawn: to the console now, not to the log
-                        self.write(self.sinks[fd], self.tag() + text + b"\r")
+                    elif text and self.shown and self._fits(self.sinks[fd], len(text) + 1):  # a bar redrawn:
+                        self.write(self.sinks[fd], self.tag() + text + b"\r")  # to the console now, not the log
+        self._say_held_back(list(self.sinks.values())[-1], final=True)  # on the rank's stderr, then its last lines
+
+    def _fits(self, sink: int, size: int) -> bool:
+        """Whether `size` more bytes of the rank's output may go to the launcher now (first saying what did not)."""
+        if self.budget is None:
+            return True
+        if not self.budget.take(size):
+            return False
+        self._last_held.clear()  # what was held back came before this line: counted, not shown
+        self._say_held_back(sink)
+        return True
+
+    def _say_held_back(self, sink: int, final: bool = False) -> None:
+        """Tell the launcher, as a line of the rank's, how much of its output the budget held back since last said.
+
+        At the end (`final`), the last lines held back follow it: a failing rank's traceback is its last words.
+        """
+        if self.budget is None:
+            return
+        last = list(self._last_held) if final else []
+        for _, _, size in last:
+            self.budget.lines, self.budget.bytes = self.budget.lines - 1, self.budget.bytes - size
+        said = self.budget.held_back(self.kept, final)
+        if said:
+            self.write(sink, self.tag() + said + (b"; its last lines follow" if last else b"") + b"\n")
+        for fd, line, _ in last:
+            self.write(fd, self.tag() + line + b"\n")
 
     def _beat(self) -> int | None:
         """Beat when it is time; how long (ms) poll may wait until the next beat (None: no beats, no limit)."""
@@ -214,8 +254,10 @@ class _Pump:
         event = parse_control(text.decode(errors="replace"), self.token) if b"@@hpcdist:" in text else None
         control = event is not None
         self.said = self.said or (event is not None and event.event in ("done", "failed"))
-        if self.shown or control:
+        if control or (self.shown and self._fits(sink, len(text) + 1)):
             self.write(sink, self.tag() + text + b"\n")
+        elif self.shown:
+            self._last_held.append((sink, text[:_MAX_HELD_LINE], len(text) + 1))
         if self.log is not None and not control:
             self.write(self.log, text + b"\n")
 

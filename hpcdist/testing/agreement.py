@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..ranklist import ranks_text
 from ..waits import Backoff, poll_until
 
 __all__ = ["Outcome", "Verdict", "agree", "apply_verdict", "combine", "outcome_of", "pack", "unpack"]
@@ -78,11 +79,6 @@ def unpack(slot: bytes | bytearray) -> Outcome:
     return Outcome(nodeid, when, kind, reason)
 
 
-def _ranks(ranks: Sequence[int]) -> str:
-    """'rank 3' or 'ranks 0, 2, 3'."""
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
-
-
 def combine(outcomes: Sequence[Outcome]) -> Verdict | None:
     """None when every rank saw the same outcome; else the verdict every rank must report."""
     size = len(outcomes)
@@ -101,11 +97,11 @@ def combine(outcomes: Sequence[Outcome]) -> Verdict | None:
     for rank, kind in enumerate(kinds):
         by_kind.setdefault(kind, []).append(rank)
     when = outcomes[0].when
-    others = "; ".join(f"{kind} on {_ranks(r)}" for kind, r in by_kind.items() if kind not in ("failed", "skipped"))
+    others = "; ".join(f"{kind} on {ranks_text(r)}" for kind, r in by_kind.items() if kind not in ("failed", "skipped"))
     if "failed" in by_kind:
         first = by_kind["failed"][0]
         lines = [
-            f"{when} failed on {_ranks(by_kind['failed'])} of {size} "
+            f"{when} failed on {ranks_text(by_kind['failed'])} of {size} "
             f"(rank {first}: {outcomes[first].reason or 'no message'}):"
         ]
         lines += [f"  rank {r}: {outcomes[r].reason or '(no message)'}" for r in by_kind["failed"]]
@@ -115,7 +111,7 @@ def combine(outcomes: Sequence[Outcome]) -> Verdict | None:
         return Verdict("failed", "\n".join(lines))
     if "skipped" in by_kind:
         lines = [
-            f"{when} skipped on {_ranks(by_kind['skipped'])} of {size} but not on the others; "
+            f"{when} skipped on {ranks_text(by_kind['skipped'])} of {size} but not on the others; "
             "a test must run on every rank or be skipped on every rank:"
         ]
         lines += [f"  rank {r}: skipped: {outcomes[r].reason}" for r in by_kind["skipped"]]
@@ -123,7 +119,7 @@ def combine(outcomes: Sequence[Outcome]) -> Verdict | None:
         return Verdict("failed", "\n".join(lines))
     # Only xfailed/xpassed/passed remain: the expected failure happened on some rank, so it happened.
     xfailed = by_kind.get("xfailed", [])
-    return Verdict("xfailed", f"xfailed on {_ranks(xfailed)} of {size}: {outcomes[xfailed[0]].reason}")
+    return Verdict("xfailed", f"xfailed on {ranks_text(xfailed)} of {size}: {outcomes[xfailed[0]].reason}")
 
 
 def apply_verdict(report: Any, verdict: Verdict) -> None:

@@ -232,7 +232,7 @@ def test_a_cancelled_job_ends_its_handle_with_jobfailed(cluster, venv: Path, tmp
     assert (end["kind"], end["error_state"]) == ("JobFailed", "CANCELLED"), said
     assert (
         end["message"].startswith(f"job {end['job']} ended CANCELLED")
-        and "ranks 0, 1 of 2 returned no value" in end["message"]
+        and "ranks 0-1 of 2 returned no value" in end["message"]
     ), said
     assert end["result"] == end["message"], said
 

@@ -8,7 +8,7 @@ from launching import PROGRAMS, launch
 P2P = "first divergence: rank 2 waits in recv(src=0) #2 while rank 0 is in all_reduce #2"
 COLLECTIVE = (
     "first divergence: rank 1 is in broadcast(root=1) #2 shape=[4] dtype=float32 on group world "
-    "while ranks 0, 2, 3 are in all_reduce #2 shape=[4] dtype=float32 on group world"
+    "while ranks 0,2-3 are in all_reduce #2 shape=[4] dtype=float32 on group world"
 )
 SKIP = (
     "first divergence: rank 0 waits in all_reduce #2 while rank 1 is not in any communication call "

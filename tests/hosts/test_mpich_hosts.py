@@ -59,9 +59,9 @@ def test_a_cut_link_among_four_hosts_with_idle_ranks_ends_the_mpich_job_by_heart
         file=sys.stderr,
     )
     assert result.returncode != 0, result.stderr
-    assert "hpcdist: host n3 lost: no heartbeat from ranks 4, 5 for 6 s; ending the job" in result.stderr
+    assert "hpcdist: host n3 lost: no heartbeat from ranks 4-5 for 6 s; ending the job" in result.stderr
     assert (
-        "hpcdist: error: host n3 lost: no heartbeat from ranks 4, 5 for 6 s; hpcdist mpirun ended the job"
+        "hpcdist: error: host n3 lost: no heartbeat from ranks 4-5 for 6 s; hpcdist mpirun ended the job"
         in result.stderr
     )
     # the ranks on the other hosts, ended by hpcdist mpirun's SIGTERM, say so themselves, but the summary names

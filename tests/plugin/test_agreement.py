@@ -21,12 +21,12 @@ def test_one_failing_rank_fails_everyone_and_is_named_with_its_reason() -> None:
     assert verdict is not None and verdict.kind == "failed"
     assert verdict.message.splitlines()[0] == "call failed on rank 1 of 4 (rank 1: AssertionError: boom):"
     assert "  rank 1: AssertionError: boom" in verdict.message
-    assert "(passed on ranks 0, 2, 3)" in verdict.message
+    assert "(passed on ranks 0,2-3)" in verdict.message
 
 
 def test_several_failing_ranks_are_all_listed() -> None:
     verdict = combine([_o("failed", "E0"), _o("passed"), _o("failed", "E2")])
-    assert verdict is not None and "failed on ranks 0, 2 of 3" in verdict.message
+    assert verdict is not None and "failed on ranks 0,2 of 3" in verdict.message
     assert "rank 0: E0" in verdict.message and "rank 2: E2" in verdict.message
 
 

@@ -21,8 +21,9 @@ from hpcdist.launching.attempts import (
     summary,
 )
 from hpcdist.launching.hostfile import HostSlots
-from hpcdist.launching.monitor import LaunchOutcome, MpirunWatch
+from hpcdist.launching.monitor import MpirunWatch
 from hpcdist.launching.mpirun import MpirunSpec
+from hpcdist.launching.outcome import LaunchOutcome
 
 HOSTS = (HostSlots("n1", 2), HostSlots("n2", 2), HostSlots("n3", 2))
 SPEC = MpirunSpec(program=("python", "train.py"), np=4, hosts=HOSTS)
@@ -49,7 +50,7 @@ def _ended(status: int, **kw: object) -> LaunchOutcome:
      "not restarting: rank 1 never initialised (rank 1 failed with exit code 3 first; 2 other ranks did not initialise "
      "either); a restart cannot fix that"),
     (_ended(1, ready=frozenset(), world_size=None), 0, False,
-     "not restarting: ranks 0, 1, 2, 3 never initialised (the job ended before they did); a restart cannot fix that"),
+     "not restarting: ranks 0-3 never initialised (the job ended before they did); a restart cannot fix that"),
 ])  # fmt: skip
 def test_decisions(outcome: LaunchOutcome, index: int, restart: bool, why: str) -> None:
     decision = decide(SPEC, HOSTS, outcome, index, POLICY)

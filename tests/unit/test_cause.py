@@ -35,7 +35,7 @@ def test_the_rank_that_failed_outside_any_call_is_named_first_however_the_launch
     outcome, _ = _watch(*order).outcome(1)
     assert list(outcome.failed) == [2, 0, 3]  # the cause, then the casualties by their own clocks
     assert outcome.causes() == [2]
-    assert outcome.headline() == "first failure: rank 2 on vm failed with exit code 1; then ranks 0, 3 failed after it"
+    assert outcome.headline() == "first failure: rank 2 on vm failed with exit code 1; then ranks 0,3 failed after it"
     assert describe_end(outcome) == "exit code 1 (rank 2 on vm failed with exit code 1)"
 
 
@@ -50,8 +50,8 @@ def test_a_rank_that_finished_before_the_others_failed_waiting_for_it_is_blamed(
     outcome, _ = _watch(finished, CASUALTY_3, CASUALTY_0).outcome(1)
     assert outcome.causes() == [1]
     assert outcome.headline() == (
-        "first failure: rank 1 finished its program while ranks 0, 3 waited in all_reduce #2; "
-        "then ranks 0, 3 failed after it"
+        "first failure: rank 1 finished its program while ranks 0,3 waited in all_reduce #2; "
+        "then ranks 0,3 failed after it"
     )
 
 
@@ -72,7 +72,7 @@ def test_the_hang_reports_verdict_names_the_finished_rank_and_its_abort_comes_af
     outcome, _ = _watch(_line("finished", 3, "at=99.0"), hang, abort, vanished).outcome(1)
     assert list(outcome.failed) == [3, 0]
     assert outcome.headline() == (
-        "first failure: rank 3 finished its program while ranks 0, 1, 2 waited in all_reduce #2; "
+        "first failure: rank 3 finished its program while ranks 0-2 waited in all_reduce #2; "
         "then rank 0 failed after it"
     )
 
@@ -81,8 +81,8 @@ def test_a_rank_that_never_initialised_or_is_in_no_call_is_blamed_by_the_hang_re
     hang = _line("hang", 0, "idle=1 uninit=3 waiting=0,2 in=barrier#1 at=105.0")
     outcome, _ = _watch(hang, _line("failed", 0, "called MPI_Abort host=vm")).outcome(1)
     assert outcome.causes() == [1, 3]
-    assert outcome.failed[1] == "was in no communication call while ranks 0, 2 waited in barrier #1"
-    assert outcome.failed[3] == "never initialised while ranks 0, 2 waited in barrier #1"
+    assert outcome.failed[1] == "was in no communication call while ranks 0,2 waited in barrier #1"
+    assert outcome.failed[3] == "never initialised while ranks 0,2 waited in barrier #1"
 
 
 def test_a_hang_where_every_rank_waits_names_the_reporter_as_before() -> None:

@@ -36,7 +36,7 @@ def test_ranks_fill_the_hosts_in_turn_and_must_agree_with_the_hosts_the_ranks_na
 def test_describe_exit_codes_groups_ranks() -> None:
     killed = "killed by SIGKILL"
     endings = {0: killed, 1: killed, 2: "exit code 3", 3: killed, 4: "exit code 0"}
-    assert describe_exit_codes(endings) == "ranks 0-1, 3 killed by SIGKILL; rank 2 exit code 3"
+    assert describe_exit_codes(endings) == "ranks 0-1,3 killed by SIGKILL; rank 2 exit code 3"
     assert describe_exit_codes({0: "exit code 0"}) == ""
 
 

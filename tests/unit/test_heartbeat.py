@@ -87,7 +87,7 @@ def test_a_hosts_silent_ranks_are_named_together_and_a_rank_that_ended_is_not_ex
     clock.now = 1030.5  # 30.5 s of silence
     beats.beat(0, "n1")
     beats.beat(1, "n1")
-    with pytest.raises(HeartbeatLost, match=r"^host n2 lost: no heartbeat from ranks 2, 3 for 30 s$"):
+    with pytest.raises(HeartbeatLost, match=r"^host n2 lost: no heartbeat from ranks 2-3 for 30 s$"):
         beats.check()
     assert beats.lost_hosts == ["n2"] and beats.silent == {2: "n2", 3: "n2"}
     beats.check()  # said once
@@ -132,13 +132,13 @@ def test_the_watch_takes_beats_out_and_its_outcome_names_the_lost_host(monkeypat
         watch.feed("stderr", _beat(0, "n1") + _beat(1, "n1"))
         watch.check()
     clock.now += 1
-    with pytest.raises(HeartbeatLost, match="host n2 lost: no heartbeat from ranks 2, 3 for 6 s"):
+    with pytest.raises(HeartbeatLost, match="host n2 lost: no heartbeat from ranks 2-3 for 6 s"):
         watch.check()
     # what follows hpcdist mpirun's SIGTERM is its consequence: rank 0's shim names its child's signal
     watch.feed("stderr", f"[n1:0] @@hpcdist:{TOKEN}:failed:0:killed by SIGTERM host=n1\n".encode())
     outcome, problem = watch.outcome(143)
     assert outcome.status == 143 and outcome.lost_hosts == ("n2",)
-    assert problem is not None and problem.startswith("host n2 lost: no heartbeat from ranks 2, 3 for 6 s; hpcdist")
+    assert problem is not None and problem.startswith("host n2 lost: no heartbeat from ranks 2-3 for 6 s; hpcdist")
     assert watch.named(143) == {2: "no heartbeat for 6 s", 3: "no heartbeat for 6 s"}
     assert outcome.failures() == "rank 2 on n2 failed with no heartbeat for 6 s; rank 3 on n2 failed with no " \
         "heartbeat for 6 s"  # fmt: skip
@@ -215,3 +215,10 @@ def test_the_cli_refuses_a_bad_limit_before_it_starts_anything(
         main(["mpirun", "-np", "1", "--mpirun", "/bin/true", "--mpi", "mpich", *argv, "--", "python", "-c", "1"]) == 2
     )
     assert f"hpcdist: error: {message}" in capsys.readouterr().err
+
+
+def test_at_ten_thousand_ranks_the_default_limit_keeps_the_launcher_to_a_thousand_beats_a_second() -> None:
+    limit = heartbeat_limit(None, {}, 10_000)
+    assert (limit, beat_interval(60.0, 10_000)) == (60.0, 10.0)  # 10,000 ranks / 10 s
+    assert heartbeat_limit(None, {}, 4) == 30.0 and beat_interval(30.0, 4) == 5.0
+    assert beat_interval(30.0, 10_000) == 5.0  # a limit the user set is kept: a sixth of it, at most 5 s

@@ -48,7 +48,7 @@ def test_a_different_collective_on_one_rank_is_named_against_the_others() -> Non
     ledgers = {r: _ledger(WORLD_AR, WORLD_AR) for r in (0, 2, 3)}
     ledgers[1] = _ledger(WORLD_AR, ("broadcast", "root=1", "world"))
     assert first_divergence(ledgers) == (
-        "rank 1 is in broadcast(root=1) #2 shape=[4] dtype=float32 on group world while ranks 0, 2, 3 are in "
+        "rank 1 is in broadcast(root=1) #2 shape=[4] dtype=float32 on group world while ranks 0,2-3 are in "
         "all_reduce #2 shape=[4] dtype=float32 on group world"
     )
 
@@ -191,3 +191,16 @@ def test_the_trace_takes_a_backends_calls_since_it_began_with_their_ends() -> No
         ("all_reduce", "", (6,), "Float", "world", 2, 20.0, 20.25),
         ("all_reduce", "", (6,), "Float", "world", 3, 30.0, 0.0),
     ]
+
+
+def test_at_ten_thousand_ranks_the_report_is_a_few_lines_ranks_in_one_state_sharing_one() -> None:
+    alike, apart = _ledger(WORLD_AR, WORLD_AR), _ledger(WORLD_AR, ("broadcast", "root=1", "world"))
+    ledgers = {rank: alike for rank in range(10_000) if rank not in (1, 7)} | {1: apart}
+    report = describe_hang(ledgers, [7]).splitlines()
+    age = f"{alike[-1].age:.1f}"
+    assert report[1:4] == [
+        f"  rank 1: waiting in broadcast(root=1) #2 shape=[4] dtype=float32 on group world for {apart[-1].age:.1f} s",
+        f"  ranks 0,2-6,8-9999: waiting in all_reduce #2 shape=[4] dtype=float32 on group world for {age} s",
+        "  rank 7: did not answer (dead, stuck outside Python, or a program that never imported torch)",
+    ]
+    assert report[4].startswith("first divergence: rank 1 is in broadcast(root=1) #2") and len(report) <= 6

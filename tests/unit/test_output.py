@@ -12,7 +12,8 @@ from test_render import WEIRD, check_script
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.launching.attempts import describe_end
-from hpcdist.launching.monitor import LaunchOutcome, MpirunWatch
+from hpcdist.launching.monitor import MpirunWatch
+from hpcdist.launching.outcome import LaunchOutcome
 from hpcdist.launching.output import (
     Console,
     Failure,

@@ -11,8 +11,9 @@ import threading
 import pytest
 
 from hpcdist.forensics.pyspy import parse as parse_pyspy
-from hpcdist.forensics.stacks import in_answers, own, parse, rank_ranges, report
+from hpcdist.forensics.stacks import in_answers, own, parse, report
 from hpcdist.launching.spawn import _catches, _descendants
+from hpcdist.ranklist import rank_ranges
 
 DUMP = """\
 Thread 0x00007f0000000002 (most recent call first):

@@ -1,0 +1,97 @@
+"""How much of a rank's output its tagger forwards to the launcher: a byte budget refilled at a steady rate (pure).
+
+`hpcdist mpirun` sets OUTPUT_RATE_ENV for every rank to its share of what one launcher can take (`rank_rate`):
+8 MiB/s over the job, at least 1 KiB/s a rank. A rank may spend BURST_SECONDS of its rate at once (at least
+MIN_BURST bytes); a line that finds the budget spent is not forwarded, and when output flows again (or the rank
+ends) the tagger says in one line how many lines and bytes it held back and where they are kept in full: the
+rank's log with --log-dir, which keeps every line. Control lines are never held back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..errors import UsageError
+from ..values import parse_seconds
+
+__all__ = ["BURST_SECONDS", "JOB_RATE", "MIN_BURST", "MIN_RATE", "OUTPUT_RATE_ENV", "Budget", "rank_rate", "read_rate"]
+
+OUTPUT_RATE_ENV = "HPCDIST_OUTPUT_RATE"  # bytes per second a rank's tagger forwards (0: all); set by hpcdist mpirun
+JOB_RATE = 8 << 20  # bytes per second the whole job's output may bring to the launcher, shared by the ranks
+MIN_RATE = 1 << 10  # but never less than this per rank
+BURST_SECONDS = 10.0  # a quiet rank may then print this many seconds' worth at once
+MIN_BURST = 16 << 10
+MAX_RATE = float(1 << 40)
+
+
+def read_rate(raw: str | None) -> float:
+    """OUTPUT_RATE_ENV's value in bytes per second (0 when unset: no limit).
+
+    Raises:
+        UsageError: the value is no plain number.
+    """
+    if raw is None or raw == "":
+        return 0.0
+    rate = parse_seconds(raw)  # a plain non-negative number, as seconds are written
+    if rate is None or rate > MAX_RATE:
+        raise UsageError(
+            f"{OUTPUT_RATE_ENV}={raw!r}: give the bytes per second each rank may print to the launcher, "
+            f"e.g. {OUTPUT_RATE_ENV}=65536 (0: no limit)"
+        )
+    return rate
+
+
+def rank_rate(np: int) -> int:
+    """Bytes per second each of `np` ranks may forward: JOB_RATE shared, at least MIN_RATE."""
+    return max(MIN_RATE, JOB_RATE // max(np, 1))
+
+
+class Budget:
+    """A token bucket of bytes: `take` says whether a line fits; what did not is counted until `held_back` says so."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = max(float(MIN_BURST), rate * BURST_SECONDS)
+        self._clock = clock
+        self._left = self.burst
+        self._at = clock()
+        self._said = -BURST_SECONDS  # when what was held back was last said
+        self.lines = 0  # held back since the last `held_back`
+        self.bytes = 0
+
+    @classmethod
+    def from_text(cls, raw: str | None) -> Budget | None:
+        """The budget OUTPUT_RATE_ENV's value asks for; None when unset or 0 (forward everything).
+
+        Raises:
+            UsageError: the value is no number of bytes per second.
+        """
+        rate = read_rate(raw)
+        return cls(rate) if rate else None
+
+    def take(self, size: int) -> bool:
+        """Spend `size` bytes if the budget has them (refilled at `rate` since the last call); else count them."""
+        now = self._clock()
+        self._left = min(self.burst, self._left + (now - self._at) * self.rate)
+        self._at = now
+        if size <= self._left:
+            self._left -= size
+            return True
+        self.lines += 1
+        self.bytes += size
+        return False
+
+    def held_back(self, kept: str, final: bool = False) -> bytes:
+        """The line that says what was held back since it was last said, and where it is `kept`: b"" if nothing,
+        or (unless `final`) when it was said less than BURST_SECONDS ago, so a steady flood gets one line in ten s."""
+        now = self._clock()
+        if not self.lines or (not final and now - self._said < BURST_SECONDS):
+            return b""
+        self._said = now
+        said = (
+            f"hpcdist: this rank printed faster than its {self.rate:,.0f} bytes/s to the launcher: {self.lines:,} "
+            f"line{'s' if self.lines > 1 else ''} ({self.bytes:,} bytes) not shown; {kept}"
+        )
+        self.lines = self.bytes = 0
+        return said.encode()
