@@ -3,6 +3,7 @@ where a job fails, times out or would not fit in memory; then the table, the mod
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import glob
 import json
@@ -186,7 +187,7 @@ def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, 
             try:
                 code = proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                _kill_tree(proc.pid)
                 proc.wait()
                 return None, f"ran past the {timeout:g} s timeout per job (see --timeout)"
             wall = time.perf_counter() - start
@@ -204,6 +205,33 @@ def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, 
         return point_from_ranks(job, wall, cpu, records), ""
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the job's launcher and every process below it: mpirun gives each rank its own process group, and
+    hpcdist mpirun gives mpirun its own session, so neither a group nor a session holds them all."""
+    for _ in range(2):  # again, for a process forked while the first pass ran
+        for victim in [pid, *_descendants(pid)]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(victim, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below `pid`, from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat, encoding="utf-8", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
 
 
 def _free_port() -> int:
