@@ -63,6 +63,7 @@ def run_startup(options: BenchOptions, out: IO[str] | None = None) -> int:
     plan = startup_plan(options)
     where = _launchers(plan)
     environment = _environment("before")
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` ends a long run early, keeping what it measured
     points, stops, failed = _run_jobs(plan, where)
     environment.update(_environment("after"))
     doc = document(plan, environment, points, stops)
@@ -140,7 +141,8 @@ def _launchers(plan: StartupPlan) -> Launchers:
 
 
 def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops, bool]:
-    """Every job of the schedule that its row's stops allow; (points, stops, whether a job failed or timed out)."""
+    """Every job of the schedule that its row's stops allow; (points, stops, whether a job failed or timed out or
+    the run was interrupted: SIGINT or SIGTERM keeps what was measured and stops every row at the job it ended)."""
     jobs = schedule(plan)
     points: list[Point] = []
     stops, failed = Stops(), False
@@ -153,7 +155,13 @@ def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops, 
         if verdict is not None:
             stops.stop(job.row, job.ranks, verdict)
             continue
-        point, why = _run_job(job, where, plan.timeout)
+        try:
+            point, why = _run_job(job, where, plan.timeout)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what was measured, stop every row here
+            for row in plan.rows:
+                stops.stop(row, job.ranks, f"interrupted during repeat {job.repeat + 1}")
+            print(f"hpcdist bench startup: interrupted at {job.row}, {job.ranks} ranks", file=sys.stderr, flush=True)
+            return points, stops, True
         label = f"hpcdist bench startup: [{index}/{len(jobs)}] {job.row} at {job.ranks} ranks"
         if point is None:
             stops.stop(job.row, job.ranks, why)
@@ -186,9 +194,11 @@ def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, 
             )
             try:
                 code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
+            except (subprocess.TimeoutExpired, KeyboardInterrupt) as stopped:
                 _kill_tree(proc.pid)
                 proc.wait()
+                if isinstance(stopped, KeyboardInterrupt):
+                    raise
                 return None, f"ran past the {timeout:g} s timeout per job (see --timeout)"
             wall = time.perf_counter() - start
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -205,6 +215,11 @@ def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, 
         return point_from_ranks(job, wall, cpu, records), ""
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the run stops at the job it is in and shows what it measured."""
+    raise KeyboardInterrupt
 
 
 def _kill_tree(pid: int) -> None:
