@@ -27,7 +27,7 @@ def test_every_row_at_1_and_2_ranks_stamps_its_phases_in_order(hpcdist: str, tmp
         phases = p["phases"]
         assert set(phases) == {"start", "end"} | OWN_PHASES[ROWS[p["row"]].mode], p
         ordered = [phases[name] for name in PHASES if name in phases]
-        assert 0 < ordered[0] and ordered == sorted(ordered) and ordered[-1] <= p["wall"], p
+        assert ordered[0] > 0 and ordered == sorted(ordered) and ordered[-1] <= p["wall"], p
         assert 0 < p["cpu_rank0"] <= p["cpu_ranks"] <= p["cpu_total"] and p["rss_mb"] > 10, p
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 20_000
     assert result.stderr.count(f"hpcdist bench: drew {picture}\n") == 1
