@@ -28,6 +28,7 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
     right: the model on a cluster up to 100,000 ranks, beside the references."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     config, env = doc["config"], doc["environment"]
     summary = summarise(points_from_json(doc["results"]))
@@ -50,7 +51,7 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
         if model is None:
             continue
         here.plot(ns, [model.here(n) for n in ns], color=colour, linestyle=":", linewidth=1)
-        reach = [2**k for k in range(0, 18)]
+        reach = [2**k for k in range(0, 19)]
         shape = CLUSTERS[ROWS[row].mode]
         cluster.plot(
             reach, [sum(model.terms(n, shape).values()) for n in reach], color=colour, label=row, linestyle="-"
@@ -60,6 +61,14 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
         cluster.annotate(what, (n, seconds), textcoords="offset points", xytext=(-8, 8), ha="right", fontsize=8)
     for scale in SCALES:
         cluster.axvline(scale, color="grey", linewidth=0.8, linestyle="--")
+        cluster.annotate(
+            f"{scale:,}",
+            (scale, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            fontsize=8,
+            textcoords="offset points",
+        )
     for axes, title in (
         (here, f"measured on this host ({env['cores']} cores, oversubscribed); dotted: the model"),
         (cluster, "the model on a cluster (torch rows 8 ranks per node, the others 128)"),
@@ -69,12 +78,14 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
         axes.set_xlabel("ranks")
         axes.set_ylabel("seconds from launch to exit")
         axes.set_title(title, fontsize=9)
+        axes.yaxis.set_major_formatter(ScalarFormatter())
+        axes.yaxis.set_minor_formatter(NullFormatter())
         axes.grid(True, which="both", alpha=0.3)
         axes.legend(fontsize=8)
     fig.suptitle("hpcdist bench startup: time to start N ranks (and for the gloo rows, init + one barrier)")
     fig.supxlabel(
         f"{env['date']}, {env['host_os']}, {env['cores']} cores, load average {env['load_before']:.1f} before, "
-        f"{env['load_after']:.1f} after; median of {config['repeats']} repeats, bars min-max; {env['versions']}",
+        f"{env['load_after']:.1f} after; median of {config['repeats']} repeats, bars min-max\n{env['versions']}",
         fontsize=8,
     )
     return fig
