@@ -221,6 +221,12 @@ class Point:
     cpu_rank_median: float
     cpu_ranks: float  # the ranks' sum
     rss_mb: float  # the largest rank's peak resident memory
+    cpu_machine: float = 0.0  # every process on the host while the job ran (/proc/stat), the job's included
+
+    @property
+    def others_busy(self) -> float:
+        """How many cores other work kept busy, on average, while the job ran."""
+        return max(0.0, self.cpu_machine - self.cpu_total) / self.wall if self.cpu_machine else 0.0
 
     @property
     def cpu_others(self) -> float:
@@ -244,10 +250,13 @@ class Point:
             "cpu_rank_median": self.cpu_rank_median,
             "cpu_ranks": self.cpu_ranks,
             "rss_mb": self.rss_mb,
+            "cpu_machine": self.cpu_machine,
         }
 
 
-def point_from_ranks(job: Job, wall: float, cpu_total: float, records: Sequence[dict[str, Any]]) -> Point:
+def point_from_ranks(
+    job: Job, wall: float, cpu_total: float, records: Sequence[dict[str, Any]], cpu_machine: float = 0.0
+) -> Point:
     """A Point from the ranks' records (one per rank, as the probe writes them)."""
     by_rank = sorted(records, key=lambda record: record["rank"])
     phases = {
@@ -265,6 +274,7 @@ def point_from_ranks(job: Job, wall: float, cpu_total: float, records: Sequence[
         statistics.median(cpus),
         sum(cpus),
         max(record["rss_mb"] for record in by_rank),
+        cpu_machine,
     )
 
 
@@ -289,6 +299,7 @@ def summarise(points: Sequence[Point]) -> dict[tuple[str, int], dict[str, Any]]:
             "cpu_others": statistics.median(p.cpu_others for p in group),
             "cpu_launcher": statistics.median(p.cpu_launcher for p in group),
             "rss_mb": max(p.rss_mb for p in group),
+            "others_busy": statistics.median(p.others_busy for p in group),
         }
     return out
 

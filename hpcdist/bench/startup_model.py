@@ -13,7 +13,8 @@ Each term has a physical meaning and is fitted to what was measured for it, not 
 - `wait`: the wall time not explained by CPU on these cores (connection retries, polls, a collective's latency),
   fitted as a + b log2 N: on a cluster it is a tree's depth.
 
-On this host: wall(N) = wait(N) + CPU(N) / min(cores, N); on a cluster of `ranks_per_node` ranks per node, with
+On this host: wall(N) = wait(N) + CPU(N) / min(cores left by other work, N), the other work's CPU seconds read from
+/proc/stat during each job (the host is shared); on a cluster of `ranks_per_node` ranks per node, with
 `cores_per_node` cores each: wait(N) + process + peers x N + rank0 x N + launcher fixed + launcher per rank x ranks
 per node, the per-rank terms scaled by ceil(ranks per node / cores per node).
 """
@@ -98,9 +99,9 @@ class RowModel:
         alone = n * (self.process + self.peers * n) + self.launcher + self.launcher_per_rank * n
         return alone + (self.rank0_fixed + self.rank0 * (n - 1) if n > 1 else 0.0)
 
-    def here(self, n: int) -> float:
-        """The modelled wall time at n ranks on this host."""
-        return self.wait + self.wait_log * math.log2(n) + self.cpu(n) / min(self.cores, n)
+    def here(self, n: int, busy: float = 0.0) -> float:
+        """The modelled wall time at n ranks on this host while other work keeps `busy` cores busy."""
+        return self.wait + self.wait_log * math.log2(n) + self.cpu(n) / free_cores(self.cores, busy, n)
 
     def terms(self, n: int, cluster: Cluster) -> dict[str, float]:
         """Each term's seconds at n ranks on `cluster`."""
@@ -117,6 +118,11 @@ class RowModel:
         return asdict(self)
 
 
+def free_cores(cores: int, busy: float, n: int) -> float:
+    """The cores a job of n ranks can use: those other work leaves (a quarter of one at least), at most one a rank."""
+    return min(max(0.25, cores - busy), n)
+
+
 def fit_row(row: str, summary: Mapping[int, Mapping[str, float]], cores: int) -> RowModel | None:
     """Fit a row's terms to its per-N medians (as startup.summarise gives them); None under two rank counts."""
     ns = sorted(summary)
@@ -127,18 +133,22 @@ def fit_row(row: str, summary: Mapping[int, Mapping[str, float]], cores: int) ->
     several = [(n - 1, p["cpu_rank0"] - p["cpu_others"]) for n, p in zip(ns, s, strict=True) if n > 1]
     rank0_fixed, rank0 = nonneg_line(*zip(*several, strict=True)) if several else (0.0, 0.0)
     launcher, per_rank = nonneg_line(ns, [p["cpu_launcher"] for p in s])
-    rest = [p["wall"] - p["cpu_total"] / min(cores, n) for n, p in zip(ns, s, strict=True)]
+    rest = [
+        p["wall"] - p["cpu_total"] / free_cores(cores, p.get("others_busy", 0.0), n) for n, p in zip(ns, s, strict=True)
+    ]
     wait, wait_log = nonneg_line([math.log2(n) for n in ns], rest)
     terms = (wait, wait_log, process, peers, rank0_fixed, rank0, launcher, per_rank, cores, ns[-1])
     model = RowModel(row, *terms, 0.0)
-    worst = max(abs(model.here(n) - p["wall"]) / p["wall"] for n, p in zip(ns, s, strict=True))
+    worst = max(
+        abs(model.here(n, p.get("others_busy", 0.0)) - p["wall"]) / p["wall"] for n, p in zip(ns, s, strict=True)
+    )
     return RowModel(row, *terms, worst)
 
 
 def model_lines(models: Sequence[RowModel], scales: Sequence[int], clusters: Mapping[str, Cluster]) -> list[str]:
     """The fitted terms per row, then each row at each scale on its cluster: the total and the dominant term."""
     lines = [
-        "# model: wall = wait + b log2 N + CPU / min(cores, N); CPU = N (process + peers N) + r0 + rank0 (N-1)",
+        "# model: wall = wait + b log2 N + CPU / min(free cores, N); CPU = N (process + peers N) + r0 + rank0 (N-1)",
         "#   + launch + l/rank N; seconds, per-rank terms per rank; worst: the largest error against the medians",
         f"# {'row':<14} {'wait':>6} {'b':>6} {'process':>8} {'peers':>9} {'r0':>6} {'rank0':>9} {'launch':>7} "
         f"{'l/rank':>9} {'worst':>6}",

@@ -50,7 +50,8 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
         model = models.get(row)
         if model is None:
             continue
-        here.plot(ns, [model.here(n) for n in ns], color=colour, linestyle=":", linewidth=1)
+        busy = [summary[(row, n)]["others_busy"] for n in ns]
+        here.plot(ns, [model.here(n, b) for n, b in zip(ns, busy, strict=True)], color=colour, linestyle=":", lw=1)
         reach = [2**k for k in range(0, 19)]
         shape = CLUSTERS[ROWS[row].mode]
         cluster.plot(
@@ -70,7 +71,7 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
             textcoords="offset points",
         )
     for axes, title in (
-        (here, f"measured on this host ({env['cores']} cores, oversubscribed); dotted: the model"),
+        (here, f"measured on this host ({env['cores']} cores, oversubscribed); dotted: the model, under the same load"),
         (cluster, "the model on a cluster (torch rows 8 ranks per node, the others 128)"),
     ):
         axes.set_xscale("log", base=2)

@@ -186,7 +186,7 @@ def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, 
         argv = job_argv(row, job.ranks, where, folder)
         log_path = os.path.join(folder, "output.log")
         with open(log_path, "w+b") as log:
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            before, busy = resource.getrusage(resource.RUSAGE_CHILDREN), _machine_busy()
             start = time.perf_counter()
             env[LAUNCH_VAR] = repr(time.time())
             proc = subprocess.Popen(
@@ -201,7 +201,7 @@ def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, 
                     raise
                 return None, f"ran past the {timeout:g} s timeout per job (see --timeout)"
             wall = time.perf_counter() - start
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            after, busy = resource.getrusage(resource.RUSAGE_CHILDREN), _machine_busy() - busy
             log.seek(0)
             tail = log.read().decode(errors="replace").strip().splitlines()[-3:]
         records = []
@@ -212,7 +212,7 @@ def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, 
             said = " | ".join(tail) or "no output"
             return None, f"failed: exit code {code}, {len(records)} of {job.ranks} ranks wrote their times; {said}"
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        return point_from_ranks(job, wall, cpu, records), ""
+        return point_from_ranks(job, wall, cpu, records, busy), ""
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -247,6 +247,17 @@ def _descendants(pid: int) -> list[int]:
         found += kids
         todo += kids
     return found
+
+
+def _machine_busy() -> float:
+    """CPU seconds every process on this host has spent since boot (/proc/stat; 0 where there is none)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            ticks = [int(value) for value in handle.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
