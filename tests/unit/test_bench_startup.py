@@ -23,7 +23,7 @@ from hpcdist.bench.startup import (
     summarise,
     table_lines,
 )
-from hpcdist.bench.startup_model import Cluster, RowModel, fit_row, model_lines, nonneg_line
+from hpcdist.bench.startup_model import Cluster, RowModel, fit_row, free_cores, model_lines, nonneg_line
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.diagnose import bench_options
 from hpcdist.errors import UsageError
@@ -251,3 +251,12 @@ def test_on_a_cluster_per_rank_costs_are_paid_per_node_and_rank_0_s_serially() -
         "rank0",
         f"{100 * terms['rank0'] / total:.0f}%",
     ]
+
+
+def test_other_work_on_the_host_leaves_the_job_fewer_cores() -> None:
+    point = Point("mpirun", 4, 0, 2.0, {}, 3.0, 1.0, 1.0, 2.0, 50.0, cpu_machine=5.0)
+    assert point.others_busy == 1.0  # 2 CPU seconds of other work in 2 s
+    assert Point("mpirun", 4, 0, 2.0, {}, 3.0, 1.0, 1.0, 2.0, 50.0).others_busy == 0.0  # not measured
+    assert [free_cores(2, busy, n) for busy, n in ((0.0, 4), (1.0, 4), (0.0, 1), (5.0, 4))] == [2, 1.0, 1, 0.25]
+    quiet, busy = TRUE.here(64), TRUE.here(64, busy=1.0)
+    assert busy - quiet == pytest.approx(TRUE.cpu(64) / 1 - TRUE.cpu(64) / 2)
