@@ -48,7 +48,8 @@ TOOL = "hpcdist bench startup"
 
 
 def run_startup(options: BenchOptions, out: IO[str] | None = None) -> int:
-    """Measure (or, with --from, reread) and show; 1 if a row stopped because a job failed or timed out."""
+    """Measure (or, with --from, reread) and show; 1 if no job finished (a row that stops where it stops reaching is
+    a result, printed with its reason)."""
     out = out or sys.stdout
     if options.source is not None:
         from .plot import load_run
@@ -64,11 +65,11 @@ def run_startup(options: BenchOptions, out: IO[str] | None = None) -> int:
     where = _launchers(plan)
     environment = _environment("before")
     signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` ends a long run early, keeping what it measured
-    points, stops, failed = _run_jobs(plan, where)
+    points, stops = _run_jobs(plan, where)
     environment.update(_environment("after"))
     doc = document(plan, environment, points, stops)
     show(doc, out, plan.json, plan.plot)
-    return 1 if failed else 0
+    return 0 if points else 1
 
 
 def document(plan: StartupPlan, environment: dict[str, Any], points: list[Point], stops: Stops) -> dict[str, Any]:
@@ -140,12 +141,12 @@ def _launchers(plan: StartupPlan) -> Launchers:
     return Launchers(sys.executable, found["hpcdist"], found["mpirun"], found["torchrun"], probe, os.geteuid() == 0)
 
 
-def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops, bool]:
-    """Every job of the schedule that its row's stops allow; (points, stops, whether a job failed or timed out or
-    the run was interrupted: SIGINT or SIGTERM keeps what was measured and stops every row at the job it ended)."""
+def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops]:
+    """Every job of the schedule that its row's stops allow, and where the rows stopped (SIGINT or SIGTERM keeps what
+    was measured and stops every row at the job it ended)."""
     jobs = schedule(plan)
     points: list[Point] = []
-    stops, failed = Stops(), False
+    stops = Stops()
     memory: dict[str, tuple[int, float]] = {}  # row -> (ranks, largest rank's MB) at the largest count measured
     for index, job in enumerate(jobs, 1):
         if stops.stopped(job):
@@ -161,18 +162,17 @@ def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops, 
             for row in plan.rows:
                 stops.stop(row, job.ranks, f"interrupted during repeat {job.repeat + 1}")
             print(f"hpcdist bench startup: interrupted at {job.row}, {job.ranks} ranks", file=sys.stderr, flush=True)
-            return points, stops, True
+            return points, stops
         label = f"hpcdist bench startup: [{index}/{len(jobs)}] {job.row} at {job.ranks} ranks"
         if point is None:
             stops.stop(job.row, job.ranks, why)
-            failed = True
             print(f"{label}: {why}", file=sys.stderr, flush=True)
             continue
         points.append(point)
         if measured is None or job.ranks >= measured[0]:
             memory[job.row] = (job.ranks, point.rss_mb)
         print(f"{label}: {point.wall:.2f} s", file=sys.stderr, flush=True)
-    return points, stops, failed
+    return points, stops
 
 
 def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, str]:
