@@ -170,17 +170,22 @@ class Stops:
             self.at[row] = (ranks, reason)
 
 
-def memory_verdict(ranks: int, rss_mb: float | None, measured_at: int, available_mb: float) -> str | None:
-    """Why a job of `ranks` ranks would not fit, given each rank's peak memory measured at `measured_at` ranks; None
-    if it fits (or nothing was measured yet)."""
-    if rss_mb is None:
+def memory_verdict(
+    ranks: int, largest_mb: float | None, total_mb: float, measured_at: int, available_mb: float
+) -> str | None:
+    """Why a job of `ranks` ranks would not fit, given the largest rank's peak memory and the sum of every rank's,
+    measured at `measured_at` ranks (the largest rank once, the others' mean for the rest); None if it fits (or
+    nothing was measured yet)."""
+    if largest_mb is None:
         return None
-    need = ranks * rss_mb
+    rest = (total_mb - largest_mb) / (measured_at - 1) if measured_at > 1 else largest_mb
+    need = largest_mb + (ranks - 1) * rest
     if need <= MEMORY_SHARE * available_mb:
         return None
     return (
-        f"{ranks} ranks need about {need / 1024:.1f} GB ({rss_mb:.0f} MB per rank, measured at {measured_at}), "
-        f"more than {100 * MEMORY_SHARE:.0f}% of the {available_mb / 1024:.1f} GB available"
+        f"{ranks} ranks need about {need / 1024:.1f} GB (the largest rank {largest_mb:.0f} MB, the others "
+        f"{rest:.0f} MB each, measured at {measured_at}), more than {100 * MEMORY_SHARE:.0f}% of the "
+        f"{available_mb / 1024:.1f} GB available"
     )
 
 
@@ -222,6 +227,7 @@ class Point:
     cpu_ranks: float  # the ranks' sum
     rss_mb: float  # the largest rank's peak resident memory
     cpu_machine: float = 0.0  # every process on the host while the job ran (/proc/stat), the job's included
+    rss_sum_mb: float = 0.0  # every rank's peak resident memory, summed (0: not recorded)
 
     @property
     def others_busy(self) -> float:
@@ -251,6 +257,7 @@ class Point:
             "cpu_ranks": self.cpu_ranks,
             "rss_mb": self.rss_mb,
             "cpu_machine": self.cpu_machine,
+            "rss_sum_mb": self.rss_sum_mb,
         }
 
 
@@ -275,6 +282,7 @@ def point_from_ranks(
         sum(cpus),
         max(record["rss_mb"] for record in by_rank),
         cpu_machine,
+        sum(record["rss_mb"] for record in by_rank),
     )
 
 

@@ -147,14 +147,16 @@ def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops]:
     jobs = schedule(plan)
     points: list[Point] = []
     stops = Stops()
-    memory: dict[str, tuple[int, float]] = {}  # row -> (ranks, largest rank's MB) at the largest count measured
+    memory: dict[str, tuple[int, float, float]] = {}  # row -> (ranks, largest rank's MB, all ranks' MB), measured
     for index, job in enumerate(jobs, 1):
         if stops.stopped(job):
             continue
         measured = memory.get(job.row)
-        verdict = memory_verdict(job.ranks, measured[1], measured[0], _available_mb()) if measured else None
+        verdict = memory_verdict(job.ranks, *measured[1:], measured[0], _available_mb()) if measured else None
+        label = f"hpcdist bench startup: [{index}/{len(jobs)}] {job.row} at {job.ranks} ranks"
         if verdict is not None:
             stops.stop(job.row, job.ranks, verdict)
+            print(f"{label}: not started, {verdict}", file=sys.stderr, flush=True)
             continue
         try:
             point, why = _run_job(job, where, plan.timeout)
@@ -163,14 +165,13 @@ def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops]:
                 stops.stop(row, job.ranks, f"interrupted during repeat {job.repeat + 1}")
             print(f"hpcdist bench startup: interrupted at {job.row}, {job.ranks} ranks", file=sys.stderr, flush=True)
             return points, stops
-        label = f"hpcdist bench startup: [{index}/{len(jobs)}] {job.row} at {job.ranks} ranks"
         if point is None:
             stops.stop(job.row, job.ranks, why)
             print(f"{label}: {why}", file=sys.stderr, flush=True)
             continue
         points.append(point)
         if measured is None or job.ranks >= measured[0]:
-            memory[job.row] = (job.ranks, point.rss_mb)
+            memory[job.row] = (job.ranks, point.rss_mb, point.rss_sum_mb)
         print(f"{label}: {point.wall:.2f} s", file=sys.stderr, flush=True)
     return points, stops
 

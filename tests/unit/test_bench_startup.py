@@ -94,13 +94,16 @@ def test_a_row_that_stopped_runs_nothing_at_or_above_that_count_and_keeps_the_lo
 
 
 def test_memory_stops_a_job_that_would_take_more_than_its_share_of_what_is_available() -> None:
-    assert memory_verdict(64, None, 0, 1000.0) is None  # nothing measured yet
-    assert memory_verdict(32, 250.0, 16, 16_000.0) is None  # 8,000 MB of 9,600 allowed
-    verdict = memory_verdict(64, 250.0, 32, 16_000.0)
-    assert (
-        verdict
-        == "64 ranks need about 15.6 GB (250 MB per rank, measured at 32), more than 60% of the 15.6 GB available"
+    assert memory_verdict(64, None, 0.0, 0, 1000.0) is None  # nothing measured yet
+    assert memory_verdict(32, 250.0, 4000.0, 16, 16_000.0) is None  # 8,000 MB of 9,600 allowed
+    verdict = memory_verdict(64, 250.0, 8000.0, 32, 16_000.0)
+    assert verdict == (
+        "64 ranks need about 15.6 GB (the largest rank 250 MB, the others 250 MB each, measured at 32), "
+        "more than 60% of the 15.6 GB available"
     )
+    # one large rank 0 (torch for the store) and small others: the others' mean scales, rank 0 counts once
+    assert memory_verdict(256, 240.0, 240.0 + 31 * 30.0, 32, 16_000.0) is None  # 240 + 255 x 30 = 7,890 MB
+    assert memory_verdict(1024, 240.0, 240.0 + 31 * 30.0, 32, 16_000.0) is not None
 
 
 WHERE = Launchers("/py", "/bin/hpcdist", "/bin/mpirun", "/bin/torchrun", "/p/probe.py", root=True)
