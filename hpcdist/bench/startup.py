@@ -159,6 +159,7 @@ class Stops:
     """Where each row stopped and why: a row that stopped at N runs no job of N ranks or more."""
 
     at: dict[str, tuple[int, str]] = field(default_factory=dict)
+    interrupted: str = ""  # where SIGINT or SIGTERM ended the run ("" when it ran to the end)
 
     def stopped(self, job: Job) -> bool:
         """Whether `job`'s row has stopped at its rank count or below."""

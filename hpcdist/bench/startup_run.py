@@ -86,6 +86,7 @@ def document(plan: StartupPlan, environment: dict[str, Any], points: list[Point]
         "environment": environment,
         "results": [point.as_json() for point in points],
         "stops": [{"row": row, "ranks": n, "reason": why} for row, (n, why) in stops.at.items()],
+        "interrupted": stops.interrupted,
     }
 
 
@@ -117,6 +118,7 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
         f"oversubscribed on one host",
         f"# {env['versions']}",
         *table_lines(config["rows"], config["ranks"], points, stops),
+        *([f"# {doc['interrupted']}"] if doc.get("interrupted") else []),
         *model_lines(models, SCALES, clusters),
         *(f"# reference: {text}" for text in REFERENCES),
     ]
@@ -143,7 +145,7 @@ def _launchers(plan: StartupPlan) -> Launchers:
 
 def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops]:
     """Every job of the schedule that its row's stops allow, and where the rows stopped (SIGINT or SIGTERM keeps what
-    was measured and stops every row at the job it ended)."""
+    was measured and ends the run at the job it is in)."""
     jobs = schedule(plan)
     points: list[Point] = []
     stops = Stops()
@@ -161,8 +163,10 @@ def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops]:
         try:
             point, why = _run_job(job, where, plan.timeout)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what was measured, stop every row here
-            for row in plan.rows:
-                stops.stop(row, job.ranks, f"interrupted during repeat {job.repeat + 1}")
+            stops.interrupted = (
+                f"interrupted in repeat {job.repeat + 1} at {job.row} with {job.ranks} ranks: that job and the "
+                "ones after it did not run"
+            )
             print(f"hpcdist bench startup: interrupted at {job.row}, {job.ranks} ranks", file=sys.stderr, flush=True)
             return points, stops
         if point is None:
