@@ -112,10 +112,19 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
     cores = env["cores"]
     models = fit_models(config["rows"], summarise(points), cores)
     clusters = {row: CLUSTERS[ROWS[row].mode] for row in config["rows"]}
+    busy = sorted(point.others_busy for point in points)
     return [
         f"# {env['date']}: {env['host_os']}, {cores} cores, {env['memory_gb']:.0f} GB; load average "
         f"{env['load_before']:.2f} before, {env['load_after']:.2f} after; {config['repeats']} repeats, "
         f"oversubscribed on one host",
+        *(
+            [
+                f"# other work kept {busy[len(busy) // 2]:.2f} of the {cores} cores busy during the median job "
+                f"({busy[0]:.2f} to {busy[-1]:.2f}); the load average counts the jobs' own ranks too"
+            ]
+            if busy
+            else []
+        ),
         f"# {env['versions']}",
         *table_lines(config["rows"], config["ranks"], points, stops),
         *([f"# {doc['interrupted']}"] if doc.get("interrupted") else []),
