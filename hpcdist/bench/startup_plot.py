@@ -54,9 +54,9 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
         here.plot(ns, [model.here(n, b) for n, b in zip(ns, busy, strict=True)], color=colour, linestyle=":", lw=1)
         reach = [2**k for k in range(0, 19)]
         shape = CLUSTERS[ROWS[row].mode]
-        cluster.plot(
-            reach, [sum(model.terms(n, shape).values()) for n in reach], color=colour, label=row, linestyle="-"
-        )
+        totals = [model.terms(n, shape) for n in reach]
+        cluster.plot(reach, [sum(t.values()) for t in totals], color=colour, label=row, linestyle="-")
+        cluster.plot(reach, [sum(t.values()) - t["peers"] for t in totals], color=colour, linestyle="--", lw=1)
     for n, seconds, what in _REFERENCES:
         cluster.plot([n], [seconds], marker="*", markersize=12, color="purple", linestyle="none")
         cluster.annotate(what, (n, seconds), textcoords="offset points", xytext=(-8, 8), ha="right", fontsize=8)
@@ -72,7 +72,7 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
         )
     for axes, title in (
         (here, f"measured on this host ({env['cores']} cores, oversubscribed); dotted: the model, under the same load"),
-        (cluster, "the model on a cluster (torch rows 8 ranks per node, the others 128)"),
+        (cluster, "the model on a cluster (torch rows 8 ranks per node, others 128); dashed: without peers"),
     ):
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
@@ -86,7 +86,7 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
     fig.suptitle("hpcdist bench startup: time to start N ranks (and for the gloo rows, init + one barrier)")
     fig.supxlabel(
         f"{env['date']}, {env['host_os']}, {env['cores']} cores, load average {env['load_before']:.1f} before, "
-        f"{env['load_after']:.1f} after; median of {config['repeats']} repeats, bars min-max\n{env['versions']}",
+        f"{env['load_after']:.1f} after; median of up to {config['repeats']} repeats, bars min-max\n{env['versions']}",
         fontsize=8,
     )
     return fig
