@@ -31,7 +31,7 @@ NATIVE := HPCDIST_MPI_NATIVE=1
 NATIVE_ONLY := -m 'not python_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu clean
+.PHONY: env lock test-latest demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu bench-startup clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -156,6 +156,14 @@ test-hosts: env
 # up and down).
 test-cluster: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/cluster
+
+# The start-up curves of docs/scale.md, measured again on this machine (run it on a quiet one: all rows at 1 to 256
+# ranks, 3 repeats, tens of minutes), then the page's table and model printed from the saved run.
+STARTUP := docs/assets/startup
+bench-startup: env
+	$(BIN)/hpcdist bench startup --json --plot $(STARTUP)/startup.png >$(STARTUP)/startup.json.new
+	mv $(STARTUP)/startup.json.new $(STARTUP)/startup.json
+	$(BIN)/hpcdist bench startup --from $(STARTUP)/startup.json >$(STARTUP)/startup.txt
 
 # The GPU path on a real NVIDIA GPU, outside `make test` (no GPU here or in CI): nccl at one rank, CUDA tensors
 # through gloo and the mpi backend, DDP, and the benchmark. Without a GPU it says so and fails: nothing is skipped.

@@ -5,7 +5,10 @@
 - `data`: the values sent and expected per rank (numpy);
 - `impl`: the implementations timed (a torch group, raw mpi4py), `groups`: one group per backend;
 - `run`: the interleaved rounds; `describe`: hosts, devices and versions; `ddp`: the DDP step;
-- `plot`: `--plot`'s pictures, drawn from the JSON document (matplotlib, an optional extra), and `--from`'s redraw.
+- `plot`: `--plot`'s pictures, drawn from the JSON document (matplotlib, an optional extra), and `--from`'s redraw;
+- `startup`: `bench startup`'s rows, jobs, stop rules and table (pure), `startup_model` its fitted model (pure),
+  `startup_probe` the program each rank runs, `startup_run` the jobs launched and timed, `startup_plot` the picture.
 
-May import: errors, values, runtime, mpi_backend, forensics (the timeline: --report, --trace-cost). Never the CLI.
+May import: errors, values, runtime, mpi_backend, forensics (the timeline: --report, --trace-cost), launching (the
+mpirun to start, for bench startup). Never the CLI.
 """

@@ -56,6 +56,9 @@ class BenchOptions:
     source: str | None = None  # --from FILE.json
     report: bool = False  # rank 0 prints the straggler table at the end (forensics/stragglers.py)
     trace_cost: bool = False  # also time each backend with tracing on (rows "torch/gloo+trace")
+    ranks: str | None = None  # bench startup: the rank counts, e.g. "1,2,4"
+    rows: str | None = None  # bench startup: the rows to run, e.g. "hpcdist,mpirun"
+    repeats: int | None = None  # bench startup: jobs per row and rank count
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 FORMATS = ("png", "svg", "pdf")  # what Agg and matplotlib's own vector backends write without extra packages
-_TOOLS = ("hpcdist bench", "hpcdist bench ddp")
+_TOOLS = ("hpcdist bench", "hpcdist bench ddp", "hpcdist bench startup")
 _COLOURS = {"torch/mpi4py": "tab:blue", "torch/mpi": "tab:blue", "torch/gloo": "tab:orange", "torch/nccl": "tab:green"}
 _MEASURING = (
     ("-b", "minbytes"),
@@ -138,7 +138,7 @@ def replot(args: BenchOptions) -> int:
             "(the picture shows the settings the file was measured with)"
         )
     doc = load_run(args.source)
-    kind = doc.get("collective") if doc["tool"] == "hpcdist bench" else "ddp"
+    kind = doc.get("collective") if doc["tool"] == "hpcdist bench" else doc["tool"].rsplit(" ", 1)[1]
     if args.collective is not None and isinstance(kind, str) and args.collective != kind:
         raise UsageError(
             f"--from {args.source} is a saved {kind} run, not {args.collective}; "
@@ -172,7 +172,11 @@ def save(fig: Figure, path: str) -> None:
 
 
 def figure(doc: dict[str, Any]) -> Figure:
-    """The picture of a collective or a DDP document."""
+    """The picture of a collective, a DDP or a start-up document."""
+    if doc["tool"] == "hpcdist bench startup":
+        from .startup_plot import startup_figure
+
+        return startup_figure(doc)
     return ddp_figure(doc) if doc["tool"] == "hpcdist bench ddp" else collective_figure(doc)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..bench.plan import COLLECTIVES, DTYPES, OPS, BenchOptions
+from ..bench.startup import ROWS as STARTUP_ROWS
 from ..doctor.facts import DEFAULT_TIMEOUT, STATUSES
 from ..errors import UsageError
 from ..values import BACKENDS
@@ -40,8 +41,9 @@ def _add_bench(subparsers: Any) -> None:
     p.add_argument(
         "collective",
         nargs="?",
-        choices=[*COLLECTIVES, "ddp"],
-        help="the operation to time, or ddp (may be left out with --from)",
+        choices=[*COLLECTIVES, "ddp", "startup"],
+        help="the operation to time, ddp, or startup (jobs of 1 to 256 ranks started and timed on this host; run "
+        "it directly, not under a launcher); may be left out with --from",
     )
     p.add_argument("-b", "--minbytes", type=Size(), help="smallest size in bytes (default: 32M)")
     p.add_argument("-e", "--maxbytes", type=Size(), help="largest size in bytes (default: 32M)")
@@ -99,6 +101,17 @@ def _add_bench(subparsers: Any) -> None:
         help="also time each torch backend with that recording on, in interleaved rounds (rows BACKEND+trace)",
     )
     p.add_argument(
+        "--ranks",
+        metavar="N,N,...",
+        help="bench startup: the rank counts, rising (default: 1,2,4,8,16,32,64,128,256)",
+    )
+    p.add_argument(
+        "--rows",
+        metavar="ROW,...",
+        help=f"bench startup: the ways of starting to time: {', '.join(STARTUP_ROWS)} (default: all)",
+    )
+    p.add_argument("--repeats", type=count, help="bench startup: jobs per row and rank count (default: 3)")
+    p.add_argument(
         "--from",
         dest="source",
         metavar="FILE.json",
@@ -119,6 +132,15 @@ def bench(args: argparse.Namespace) -> int:
     from ..bench.plot import check_plot_file, replot
 
     options = bench_options(args)
+    if args.collective == "startup":
+        from ..bench.startup_run import run_startup
+
+        if args.plot is not None:
+            check_plot_file(args.plot, {})
+        return run_startup(options)
+    startup_only = [flag for flag in ("--ranks", "--rows", "--repeats") if getattr(args, flag[2:]) is not None]
+    if startup_only:
+        raise UsageError(f"{', '.join(startup_only)} belong to `hpcdist bench startup`; drop them or name startup")
     if args.plot is not None:
         check_plot_file(args.plot)  # before anything is measured
     if args.source is not None:

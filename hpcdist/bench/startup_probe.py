@@ -1,0 +1,68 @@
+"""The program each rank of a `hpcdist bench startup` job runs, by path: it stamps its phases and writes them down.
+
+`python startup_probe.py MODE DIR`: MODE `pass` does nothing else, `mpi` imports mpi4py's MPI (MPI_Init), `torch`
+runs `init_process_group("gloo")` from the environment (env://) and one barrier. Each phase is stamped in seconds
+since $HPCDIST_BENCH_LAUNCH (the wall clock when the job was launched), and the rank writes DIR/rank-R.json with
+them, its CPU seconds (user + system) and its peak resident memory. It imports nothing of hpcdist, so under plain
+mpirun it costs what a plain script costs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+
+__all__ = ["LAUNCH_VAR", "TIMEOUT_VAR", "main"]
+
+LAUNCH_VAR = "HPCDIST_BENCH_LAUNCH"
+TIMEOUT_VAR = "HPCDIST_BENCH_JOB_TIMEOUT"  # seconds init_process_group may wait
+_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+def _first(names: tuple[str, ...]) -> str:
+    """The value of the first of `names` set in the environment."""
+    return next(os.environ[name] for name in names if name in os.environ)
+
+
+def main(argv: list[str]) -> int:
+    """Run MODE's phases and write this rank's record into DIR."""
+    start = time.time()
+    mode, folder = argv
+    launch = float(os.environ[LAUNCH_VAR])
+    phases = {"start": start - launch}
+    rank, size = int(_first(_RANK_VARS)), int(_first(_SIZE_VARS))
+    if mode == "mpi":
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Get_rank()
+        phases["mpi"] = time.time() - launch
+    elif mode == "torch":
+        os.environ.setdefault("RANK", str(rank))
+        os.environ.setdefault("WORLD_SIZE", str(size))
+        import datetime
+
+        import torch.distributed as dist
+
+        phases["torch"] = time.time() - launch
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_VAR, "600"))))
+        phases["init"] = time.time() - launch
+        dist.barrier()
+        phases["barrier"] = time.time() - launch
+        dist.destroy_process_group()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    phases["end"] = time.time() - launch
+    record = {"rank": rank, "size": size, "phases": phases, "cpu": usage.ru_utime + usage.ru_stime}
+    record["rss_mb"] = usage.ru_maxrss / 1024.0
+    path = os.path.join(folder, f"rank-{rank}.json")
+    with open(path + ".part", "w", encoding="utf-8") as handle:
+        json.dump(record, handle)
+    os.replace(path + ".part", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
