@@ -4,11 +4,11 @@
 watchdog's communicator and installs an import hook. When the program first imports
 torch.distributed, the hook wraps `init_process_group` so that it goes through `bootstrap.start_group`,
 as `hpcdist.init` does (a backstop timeout unless the program gave one, the ledger's init phase, the
-watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI, and "nccl" checked against
-the GPUs torch sees first (a UsageError, which hpcdist mpirun says once for the job). It also records
-the program's calls in the ledger and starts the watchdog, so a rank that never calls
-init_process_group is named too. Nothing here imports torch. `finish` runs after a program that ended
-well, so that the others' hang report can say this rank finished.
+watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI (on hpcdist's store over MPI
+unless the program names a store or an init_method of its own), and "nccl" checked against the GPUs torch sees
+first (a UsageError, which hpcdist mpirun says once for the job). It also records the program's calls in the
+ledger and starts the watchdog, so a rank that never calls init_process_group is named too. Nothing here imports
+torch. `finish` runs after a program that ended well, so that the others' hang report can say this rank finished.
 """
 
 from __future__ import annotations
@@ -24,7 +24,14 @@ from types import ModuleType
 from typing import Any
 
 from ..control import TRACE_ENV
-from .bootstrap import check_nccl, forensics_enabled, mpi4py_backend, start_group, startup_timeout
+from .bootstrap import (
+    check_nccl,
+    forensics_enabled,
+    mpi4py_backend,
+    mpi_store_arguments,
+    start_group,
+    startup_timeout,
+)
 from .env import LaunchEnv
 
 __all__ = ["adopt", "finish"]
@@ -56,7 +63,7 @@ def adopt(env: LaunchEnv, seconds: float) -> None:
             file=sys.stderr,
             flush=True,
         )
-    arm = functools.partial(_arm, seconds=seconds, forensics=forensics, local_world_size=env.local_world_size)
+    arm = functools.partial(_arm, seconds=seconds, forensics=forensics, env=env)
     if _TARGET in sys.modules:  # rank 0's shim loaded torch to host the rendezvous store
         arm(sys.modules[_TARGET])
     else:
@@ -76,7 +83,7 @@ def finish() -> None:
         timeline.end(path)
 
 
-def _arm(dist: ModuleType, seconds: float, forensics: bool, local_world_size: int = 1) -> None:
+def _arm(dist: ModuleType, seconds: float, forensics: bool, env: LaunchEnv) -> None:
     """Wrap dist.init_process_group (once); with forensics, record dist's calls and start the watchdog."""
     original = getattr(dist, "init_process_group", None)
     if original is None or hasattr(original, "_hpcdist_original"):
@@ -89,8 +96,12 @@ def _arm(dist: ModuleType, seconds: float, forensics: bool, local_world_size: in
         backend = arguments.pop("backend", None)
         if isinstance(backend, str) and backend.lower() == "mpi" and not dist.is_mpi_available():
             backend = mpi4py_backend()  # as hpcdist.init does on wheels without native MPI
+            if "store" not in arguments and arguments.get("init_method") in (None, "env://"):
+                arguments.pop("init_method", None)  # the store over MPI, as hpcdist.init's: no port opens
+                for name, value in mpi_store_arguments(env, seconds).items():
+                    arguments.setdefault(name, value)
         if isinstance(backend, str) and backend.lower() == "nccl":
-            check_nccl(local_world_size)  # one hpcdist line for the job instead of torch's error on every rank
+            check_nccl(env.local_world_size)  # one hpcdist line for the job instead of torch's error on every rank
         start_group(backend, seconds, forensics, **arguments)
 
     init_process_group._hpcdist_original = original  # type: ignore[attr-defined]  # start_group calls it

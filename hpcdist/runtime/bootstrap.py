@@ -30,6 +30,7 @@ __all__ = [
     "job_timeout",
     "merge_environ",
     "mpi4py_backend",
+    "mpi_store_arguments",
     "prepare",
     "say_ready",
     "shutdown",
@@ -46,6 +47,7 @@ _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
 # "store": rank 0's rendezvous store, kept alive while the process group uses it;
 # "watchdog": True when init started the watchdog, so that shutdown stops it;
+# "mpi_store": the store over MPI that the mpi backend's default group uses, closed (collectively) by shutdown;
 # "agent_store": True when prepare set TORCHELASTIC_USE_AGENT_STORE=True, which shutdown unsets with the store.
 _state: dict[str, Any] = {}
 
@@ -275,6 +277,8 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
 
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
+    if kwargs.get("store") is not None and kwargs["store"] is _state.get("mpi_store"):
+        kwargs["store"].set_timeout(kwargs["timeout"])  # as torch does to the store its env:// rendezvous makes
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
     if not forensics:
         init(backend, **kwargs)
@@ -369,8 +373,33 @@ def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool) -> Session:
         )
     env, rdzv = prepare(seconds, env)
     name = mpi4py_backend()
-    start_group(name, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size)
+    start_group(name, seconds, forensics, **mpi_store_arguments(env, seconds))
     return Session(env, name, rdzv.addr, rdzv.port, "cpu", seconds)
+
+
+def mpi_store_arguments(env: LaunchEnv, seconds: float) -> dict[str, Any]:
+    """init_process_group's store arguments under an MPI launch: the store over MPI (collective), so no port opens.
+
+    Where MPI runs below MPI_THREAD_MULTIPLE, the store's server thread could not call MPI beside the program:
+    then rank 0's TCP store as before (env://), and rank 0 says so once.
+    """
+    from mpi4py import MPI
+
+    from . import mpistore
+
+    if not mpistore.threads_ok():
+        if env.rank == 0:
+            print(
+                "hpcdist: the store goes over TCP (rank 0 opens a port): MPI gave this job thread level "
+                f"{MPI.Query_thread()}, and the store over MPI needs MPI_THREAD_MULTIPLE ({MPI.THREAD_MULTIPLE})",
+                file=sys.stderr,
+                flush=True,
+            )
+        return {"init_method": "env://", "rank": env.rank, "world_size": env.world_size}
+    store = mpistore.MPIStore(MPI.COMM_WORLD, startup_timeout(seconds))
+    _state["mpi_store"] = store
+    _state.pop("store", None)  # the TCP store the rendezvous bound: nothing connects to it now, so its port closes
+    return {"store": store, "rank": env.rank, "world_size": env.world_size}
 
 
 def shutdown() -> None:
@@ -388,5 +417,8 @@ def shutdown() -> None:
             # DDP runs under torchrun. Freeing DDP's cycles here, while Python is whole, made it 0 of 30.
             gc.collect()
     _state.pop("store", None)
+    mpi_store = _state.pop("mpi_store", None)
+    if mpi_store is not None:
+        mpi_store.close()  # collective, as shutdown is
     if _state.pop("agent_store", False):  # on every rank: a later init must not count on rank 0's store
         os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)

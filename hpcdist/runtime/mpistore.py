@@ -9,8 +9,10 @@ the answer on a tag of its own; rank 0's own requests go to the server thread th
 at once what it can, and holds `get`/`wait` until their keys exist or their timeout passes: it then answers with
 an error naming the keys and the rank that waited. A client gives up a grace period after that, in case rank 0 is
 gone. The server thread calls MPI beside the program's own calls, so MPI must run MPI_THREAD_MULTIPLE
-(`threads_ok`); `close` is collective and stops the thread, and an exit without it stops the thread before
-mpi4py finalizes MPI.
+(`threads_ok`), and rank 0's program must not wait in a call that holds the GIL for ranks that wait on the store
+(mpi4py's calls release it, but for the hidden duplicate its first pickled collective on a communicator makes,
+which the constructor makes for `comm`). `close` is collective and stops the thread, and an exit without it stops
+the thread before mpi4py finalizes MPI.
 
 torch calls the methods through its Python-store trampoline: `set`, `get`, `compare_set` take and return bytes
 (Python callers may pass str), `add`, `check`, `wait`, `deleteKey`, `getNumKeys`, `clone`, `append`,
@@ -214,12 +216,15 @@ class _Server:
             time.sleep(0.001)
 
 
-class MPIStore(dist.Store):  # type: ignore[misc]
+class MPIStore(dist.Store):
     """torch's Store over MPI; rank 0 of `comm` keeps the keys (see the module's docstring). Collective to make."""
 
     def __init__(self, comm: Any, timeout: float) -> None:
         super().__init__()
         self._comm = comm.Dup()
+        # mpi4py's first pickled collective on a communicator duplicates it, holding the GIL: were rank 0's program to
+        # make that call while others wait on the store, the server thread could never answer. Do it now, in step.
+        comm.allreduce(0)
         self._rank = self._comm.rank
         self._lock = threading.Lock()
         self._tags = itertools.count()
@@ -236,15 +241,15 @@ class MPIStore(dist.Store):  # type: ignore[misc]
 
     def get(self, key: str) -> bytes:
         """The value of `key`, waiting up to the store's timeout until some rank sets it."""
-        return self._call("get", (key,), key, self._timeout())  # type: ignore[no-any-return]
+        return self._call("get", (key,), key, self._timeout())
 
     def add(self, key: str, value: int) -> int:
         """Add `value` to the integer at `key` (0 when unset) and return the sum."""
-        return self._call("add", (key, int(value)), key)  # type: ignore[no-any-return]
+        return self._call("add", (key, int(value)), key)
 
     def compare_set(self, key: str, expected_value: bytes | str, desired_value: bytes | str) -> bytes:
         """Set `key` to `desired_value` if it holds `expected_value` (or is unset and that is empty); the value now."""
-        return self._call("compare_set", (key, _bytes(expected_value), _bytes(desired_value)), key)  # type: ignore[no-any-return]
+        return self._call("compare_set", (key, _bytes(expected_value), _bytes(desired_value)), key)
 
     def append(self, key: str, value: bytes | str) -> None:
         """Append `value` to the value of `key` (made empty when unset)."""
@@ -252,7 +257,7 @@ class MPIStore(dist.Store):  # type: ignore[misc]
 
     def multi_get(self, keys: Sequence[str]) -> list[bytes]:
         """The values of `keys`, waiting up to the store's timeout until all exist."""
-        return self._call("multi_get", (list(keys),), _names(keys), self._timeout())  # type: ignore[no-any-return]
+        return self._call("multi_get", (list(keys),), _names(keys), self._timeout())
 
     def multi_set(self, keys: Sequence[str], values: Sequence[bytes | str]) -> None:
         """Set each of `keys` to its value."""
@@ -262,7 +267,7 @@ class MPIStore(dist.Store):  # type: ignore[misc]
 
     def check(self, keys: Sequence[str]) -> bool:
         """Whether every one of `keys` is set, without waiting."""
-        return self._call("check", (list(keys),), _names(keys))  # type: ignore[no-any-return]
+        return self._call("check", (list(keys),), _names(keys))
 
     def wait(self, keys: Sequence[str], timeout: timedelta | None = None) -> None:
         """Wait until every one of `keys` is set, up to `timeout` (default: the store's)."""
@@ -270,11 +275,11 @@ class MPIStore(dist.Store):  # type: ignore[misc]
 
     def delete_key(self, key: str) -> bool:
         """Remove `key`; whether it was set."""
-        return self._call("delete", (key,), key)  # type: ignore[no-any-return]
+        return self._call("delete", (key,), key)
 
     def num_keys(self) -> int:
         """How many keys are set."""
-        return self._call("num_keys", (), "(all keys)")  # type: ignore[no-any-return]
+        return self._call("num_keys", (), "(all keys)")
 
     deleteKey = delete_key  # noqa: N815 - the names torch's trampoline calls
     getNumKeys = num_keys  # noqa: N815
@@ -314,7 +319,7 @@ class MPIStore(dist.Store):  # type: ignore[misc]
 
     def _timeout(self) -> float:
         """The store's timeout in seconds (torch's set_timeout changes it)."""
-        return as_seconds(self.timeout) or 300.0
+        return as_seconds(self.timeout) or 300.0  # type: ignore[attr-defined]  # Store.timeout: a property torch does not stub
 
     def _call(self, op: str, args: tuple[Any, ...], what: str, seconds: float = 0.0) -> Any:
         """Send one request to rank 0 and wait for its answer; raise StoreError naming `what` on a failure."""
@@ -363,7 +368,7 @@ class MPIStore(dist.Store):  # type: ignore[misc]
             message = comm.improbe(_SERVER, tag)
         answer = message.recv()
         send.wait()
-        return answer  # type: ignore[no-any-return]
+        return answer
 
 
 def _bytes(value: bytes | str) -> bytes:
