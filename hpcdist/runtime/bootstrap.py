@@ -277,7 +277,7 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
 
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
-    if kwargs.get("store") is not None and kwargs["store"] is _state.get("mpi_store"):
+    if _is_mpi_store(kwargs.get("store")):
         kwargs["store"].set_timeout(kwargs["timeout"])  # as torch does to the store its env:// rendezvous makes
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
     if not forensics:
@@ -301,6 +301,11 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     say_ready(dist.get_rank(), dist.get_world_size())
     if watchdog.start(seconds, startup_timeout(seconds)):
         _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
+
+
+def _is_mpi_store(store: Any) -> bool:
+    """Whether `store` is the store over MPI that `mpi_store_arguments` made."""
+    return store is not None and store is _state.get("mpi_store")
 
 
 def _turn_on_nccl_recorder(backend: Any) -> None:

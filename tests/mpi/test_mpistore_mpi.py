@@ -71,8 +71,10 @@ def test_torchs_prefix_store_reaches_it_with_bytes_and_the_extended_calls(comm, 
     import torch.distributed as dist
 
     prefixed = dist.PrefixStore("job", store)  # torch's C++ PrefixStore calls this Python store with bytes
-    prefixed.append("log", f"{comm.rank};")
-    prefixed.multi_set([f"a{comm.rank}", f"b{comm.rank}"], [b"\x00\xff", "text"])
+    prefixed.append("log", f"{comm.rank};")  # type: ignore[attr-defined]  # in torch, not in its stubs
+    prefixed.multi_set(  # type: ignore[attr-defined]
+        [f"a{comm.rank}", f"b{comm.rank}"], [b"\x00\xff", "text"]
+    )
     values = prefixed.multi_get([f"a{r}" for r in range(comm.size)])
     assert values == [b"\x00\xff"] * comm.size
     comm.Barrier()
