@@ -98,7 +98,7 @@ def _arm(dist: ModuleType, seconds: float, forensics: bool, env: LaunchEnv) -> N
             backend = mpi4py_backend()  # as hpcdist.init does on wheels without native MPI
             if "store" not in arguments and arguments.get("init_method") in (None, "env://"):
                 arguments.pop("init_method", None)  # the store over MPI, as hpcdist.init's: no port opens
-                for name, value in mpi_store_arguments(env, seconds).items():
+                for name, value in mpi_store_arguments(env).items():
                     arguments.setdefault(name, value)
         if isinstance(backend, str) and backend.lower() == "nccl":
             check_nccl(env.local_world_size)  # one hpcdist line for the job instead of torch's error on every rank

@@ -22,6 +22,7 @@ from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvo
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "OVER_MPI",
     "Session",
     "check_nccl",
     "choose_backend",
@@ -44,6 +45,7 @@ DEFAULT_TIMEOUT = 300.0
 _BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the hang report comes first
 _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch: seconds, more on a busy host)
 
+OVER_MPI = "hpcdist store over MPI"  # what mpi_store_arguments passes as the store: start_group makes it
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
 # "store": rank 0's rendezvous store, kept alive while the process group uses it;
 # "watchdog": True when init started the watchdog, so that shutdown stops it;
@@ -277,10 +279,9 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
 
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
-    if _is_mpi_store(kwargs.get("store")):
-        kwargs["store"].set_timeout(kwargs["timeout"])  # as torch does to the store its env:// rendezvous makes
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
     if not forensics:
+        _make_store(kwargs)
         init(backend, **kwargs)
         say_ready(dist.get_rank(), dist.get_world_size())
         return
@@ -291,6 +292,7 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     watchdog.instrument(dist)
     sources.enable_flight_recorder()  # gloo's and nccl's calls below dist.*, DDP's among them
     watchdog.LEDGER.enter(ledger.INITIALISING)
+    _make_store(kwargs)  # in the ledger's init phase: the watchdog names a rank that never comes to make it
     init(backend, **kwargs)
     watchdog.LEDGER.enter(ledger.INITIALISED)
     if dist.get_backend() == "mpi4py":  # hpcdist's mpi backend records every call itself
@@ -303,9 +305,17 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
         _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
 
 
-def _is_mpi_store(store: Any) -> bool:
-    """Whether `store` is the store over MPI that `mpi_store_arguments` made."""
-    return store is not None and store is _state.get("mpi_store")
+def _make_store(kwargs: dict[str, Any]) -> None:
+    """Where `mpi_store_arguments` asked for the store over MPI, make it (collective), with torch's timeout."""
+    if kwargs.get("store") is not OVER_MPI:
+        return
+    from mpi4py import MPI
+
+    from .mpistore import MPIStore
+
+    seconds = kwargs["timeout"].total_seconds()
+    kwargs["store"] = _state["mpi_store"] = MPIStore(MPI.COMM_WORLD, seconds)
+    _state.pop("store", None)  # the TCP store the rendezvous bound: nothing connects to it now, so its port closes
 
 
 def _turn_on_nccl_recorder(backend: Any) -> None:
@@ -378,15 +388,16 @@ def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool) -> Session:
         )
     env, rdzv = prepare(seconds, env)
     name = mpi4py_backend()
-    start_group(name, seconds, forensics, **mpi_store_arguments(env, seconds))
+    start_group(name, seconds, forensics, **mpi_store_arguments(env))
     return Session(env, name, rdzv.addr, rdzv.port, "cpu", seconds)
 
 
-def mpi_store_arguments(env: LaunchEnv, seconds: float) -> dict[str, Any]:
-    """init_process_group's store arguments under an MPI launch: the store over MPI (collective), so no port opens.
+def mpi_store_arguments(env: LaunchEnv) -> dict[str, Any]:
+    """init_process_group's store arguments under an MPI launch: the store over MPI, so no port opens.
 
     Where MPI runs below MPI_THREAD_MULTIPLE, the store's server thread could not call MPI beside the program:
-    then rank 0's TCP store as before (env://), and rank 0 says so once.
+    then rank 0's TCP store as before (env://), and rank 0 says so once. `start_group` makes the store, in the
+    ledger's init phase.
     """
     from mpi4py import MPI
 
@@ -401,10 +412,7 @@ def mpi_store_arguments(env: LaunchEnv, seconds: float) -> dict[str, Any]:
                 flush=True,
             )
         return {"init_method": "env://", "rank": env.rank, "world_size": env.world_size}
-    store = mpistore.MPIStore(MPI.COMM_WORLD, startup_timeout(seconds))
-    _state["mpi_store"] = store
-    _state.pop("store", None)  # the TCP store the rendezvous bound: nothing connects to it now, so its port closes
-    return {"store": store, "rank": env.rank, "world_size": env.world_size}
+    return {"store": OVER_MPI, "rank": env.rank, "world_size": env.world_size}  # start_group makes it
 
 
 def shutdown() -> None:

@@ -23,6 +23,7 @@ torch calls the methods through its Python-store trampoline: `set`, `get`, `comp
 from __future__ import annotations
 
 import atexit
+import contextlib
 import heapq
 import itertools
 import queue
@@ -37,7 +38,8 @@ from typing import Any
 import torch.distributed as dist
 from mpi4py import MPI
 
-from ..waits import Backoff, as_seconds
+from ..errors import WaitTimeout
+from ..waits import Backoff, as_seconds, poll_until
 
 __all__ = ["MPIStore", "StoreError", "threads_ok"]
 
@@ -221,6 +223,15 @@ class MPIStore(dist.Store):
 
     def __init__(self, comm: Any, timeout: float) -> None:
         super().__init__()
+        # Every rank first, without holding the GIL (the watchdog names a rank that never comes); then in step:
+        _poll(
+            comm.Ibarrier(),
+            timeout + _GRACE,
+            lambda: (
+                f"rank {comm.rank} waited {timeout + _GRACE:g} s for all {comm.size} ranks to make the MPI store "
+                "(a rank that never calls init_process_group?)"
+            ),
+        )
         self._comm = comm.Dup()
         # mpi4py's first pickled collective on a communicator duplicates it, holding the GIL: were rank 0's program to
         # make that call while others wait on the store, the server thread could never answer. Do it now, in step.
@@ -297,13 +308,8 @@ class MPIStore(dist.Store):
         if self._closed:
             return
         limit = seconds if seconds is not None else self._timeout()
-        request = self._comm.Ibarrier()
-        deadline = time.monotonic() + limit
-        backoff = Backoff(1e-4, 0.01)
-        while not request.Test():
-            if time.monotonic() > deadline:
-                break  # a rank that never closes must not hold this one: stop serving all the same
-            backoff.pause()
+        with contextlib.suppress(WaitTimeout):  # a rank that never closes must not hold this one: stop all the same
+            _poll(self._comm.Ibarrier(), limit, str)
         self._stop(min(limit, 5.0))
 
     def _at_exit(self) -> None:
@@ -369,6 +375,11 @@ class MPIStore(dist.Store):
         answer = message.recv()
         send.wait()
         return answer
+
+
+def _poll(request: Any, seconds: float, explain: Callable[[], str]) -> None:
+    """Wait for an MPI request, the GIL free; after `seconds`, raise WaitTimeout with `explain()`."""
+    poll_until(request.Test, time.monotonic() + seconds, explain, backoff=Backoff(1e-4, 0.01))
 
 
 def _bytes(value: bytes | str) -> bytes:
