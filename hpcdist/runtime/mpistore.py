@@ -47,7 +47,7 @@ _SERVER = 0  # the rank that keeps the keys
 _REQUEST = 0  # the tag of every request; answers come on the tag each request names
 _TAGS = 30000  # answer tags cycle through 1..30000, within every MPI's MPI_TAG_UB (at least 32767)
 _GRACE = 30.0  # seconds a client waits past its own timeout for rank 0's answer before it blames rank 0
-_IDLE = Backoff(tmin=1e-4, tmax=0.005)  # the server's pauses while idle (a template: its bounds)
+_IDLE = Backoff(tmin=1e-4, tmax=0.001)  # the server's pauses while idle (a template: its bounds)
 _STOP = "stop"
 
 StoreError: type[RuntimeError] = dist.DistStoreError  # what torch's own stores raise on a timeout
@@ -362,7 +362,7 @@ class MPIStore(dist.Store):
         comm = self._comm
         send = comm.isend((op, tag, args, seconds), _SERVER, _REQUEST)
         deadline = time.monotonic() + limit
-        backoff = Backoff(1e-5, 0.01, yielding=1e-3)
+        backoff = Backoff(1e-5, 0.002, yielding=1e-3)
         message = comm.improbe(_SERVER, tag)
         while message is None:
             if time.monotonic() > deadline:
