@@ -16,7 +16,7 @@ from typing import Any
 from .. import control
 from ..abort import install_abort_hook
 from ..errors import UsageError
-from ..values import BACKENDS, check_seconds, parse_seconds
+from ..values import BACKENDS, STORES, check_seconds, parse_seconds
 from .env import LaunchEnv, torch_defaults
 from .rendezvous import Rendezvous, check_master_addr, local_store, mpi_rendezvous, slurm_rendezvous
 
@@ -26,6 +26,7 @@ __all__ = [
     "Session",
     "check_nccl",
     "choose_backend",
+    "choose_store",
     "forensics_enabled",
     "init",
     "job_timeout",
@@ -231,11 +232,15 @@ def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
     )
 
 
-def init(backend: str = "auto", timeout: float | None = None) -> Session:
+def init(backend: str = "auto", timeout: float | None = None, store: str | None = None) -> Session:
     """Detect the launch, rendezvous, pick the device, and initialise torch.distributed.
 
+    `store` is where torch's key-value store lives (`choose_store`): "auto" (default: $HPCDIST_STORE, else auto),
+    "tcp" (rank 0's TCPStore) or "mpi" (over MPI, under an MPI launch: no port opens for it).
+
     Raises:
-        UsageError: an unknown backend, nccl without (enough) GPUs, or a launch that contradicts itself.
+        UsageError: an unknown backend or store, nccl without (enough) GPUs, store "mpi" without an MPI launch, or a
+            launch that contradicts itself.
         RendezvousTimeout: a rank did not reach the rendezvous in time (see `prepare`).
     """
     import torch
@@ -252,10 +257,32 @@ def init(backend: str = "auto", timeout: float | None = None) -> Session:
         host=socket.gethostname(),
         mpi_launch=env.is_mpi,
     )
+    over_mpi = choose_store(store or os.environ.get("HPCDIST_STORE", "auto"), chosen, mpi_launch=env.is_mpi) == "mpi"
     forensics = forensics_enabled(env)
     if chosen == "mpi4py":
-        return _init_mpi4py(env, seconds, forensics)
-    return _init_torch(env, chosen, seconds, forensics)
+        return _init_mpi4py(env, seconds, forensics, over_mpi)
+    return _init_torch(env, chosen, seconds, forensics, over_mpi)
+
+
+def choose_store(requested: str, backend: str, *, mpi_launch: bool) -> str:
+    """Where torch's store lives: "mpi" or "tcp"; "auto" is "mpi" for the mpi backend under an MPI launch.
+
+    gloo and nccl take the store over MPI when asked: it carries their start-up (gloo's addresses, nccl's
+    unique id) over MPI, but gloo and nccl still open their own sockets (docs/scale.md).
+
+    Raises:
+        UsageError: an unknown store, or "mpi" where no MPI launch connects the ranks.
+    """
+    if requested not in STORES:
+        raise UsageError(f"unknown store {requested!r}; choose one of {', '.join(STORES)} (store= or HPCDIST_STORE)")
+    if requested == "auto":
+        return "mpi" if mpi_launch and backend in ("mpi", "mpi4py") else "tcp"
+    if requested == "mpi" and not mpi_launch:
+        raise UsageError(
+            "store 'mpi' needs the ranks started by mpirun/mpiexec (or srun with PMIx), but this launch is not MPI's; "
+            "use store='tcp', or launch with hpcdist mpirun"
+        )
+    return requested
 
 
 def forensics_enabled(env: LaunchEnv) -> bool:
@@ -355,7 +382,7 @@ def mpi4py_backend() -> str:
     return mpi_backend.BACKEND_NAME
 
 
-def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool) -> Session:
+def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool, over_mpi: bool = False) -> Session:
     """torch's own backends: nccl and gloo rendezvous through the TCP store, native mpi needs none."""
     import torch
 
@@ -368,6 +395,8 @@ def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool) ->
         kwargs["device_id"] = torch.device(device)
     if chosen == "mpi":
         start_group("mpi", seconds, forensics)
+    elif over_mpi:
+        start_group(chosen, seconds, forensics, **mpi_store_arguments(env), **kwargs)
     else:
         start_group(
             chosen, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size, **kwargs
@@ -375,7 +404,7 @@ def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool) ->
     return Session(env, chosen, rdzv.addr, rdzv.port, device, seconds)
 
 
-def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool) -> Session:
+def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool, over_mpi: bool = True) -> Session:
     """The mpi4py backend: ranks come from MPI; the shared store serves groups of other backends beside it."""
     from mpi4py import MPI
 
@@ -388,7 +417,10 @@ def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool) -> Session:
         )
     env, rdzv = prepare(seconds, env)
     name = mpi4py_backend()
-    start_group(name, seconds, forensics, **mpi_store_arguments(env))
+    if over_mpi:
+        start_group(name, seconds, forensics, **mpi_store_arguments(env))
+    else:
+        start_group(name, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size)
     return Session(env, name, rdzv.addr, rdzv.port, "cpu", seconds)
 
 

@@ -131,3 +131,21 @@ def test_init_gloo_holds_rank_0s_listening_port(comm) -> None:
     finally:
         bootstrap.shutdown()
         comm.Barrier()
+
+
+def test_init_gloo_on_the_store_over_mpi(comm) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import hpcdist
+    from hpcdist.runtime.mpistore import MPIStore
+
+    with hpcdist.init("gloo", timeout=60, store="mpi"):
+        assert isinstance(dist.distributed_c10d._get_default_store().underlying_store, MPIStore)
+        tensor = torch.tensor([float(comm.rank + 1)])
+        dist.all_reduce(tensor)  # gloo's pairs found each other's addresses through the store over MPI
+        assert tensor.item() == comm.size * (comm.size + 1) / 2
+        sub = dist.new_group(list(range(0, comm.size, 2)))
+        if comm.rank % 2 == 0:
+            dist.all_reduce(tensor, group=sub)
+            assert tensor.item() == len(range(0, comm.size, 2)) * comm.size * (comm.size + 1) / 2
