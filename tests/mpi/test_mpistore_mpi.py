@@ -141,7 +141,8 @@ def test_init_gloo_on_the_store_over_mpi(comm) -> None:
     from hpcdist.runtime.mpistore import MPIStore
 
     with hpcdist.init("gloo", timeout=60, store="mpi"):
-        assert isinstance(dist.distributed_c10d._get_default_store().underlying_store, MPIStore)
+        default = dist.distributed_c10d._get_default_store()
+        assert isinstance(default, dist.PrefixStore) and isinstance(default.underlying_store, MPIStore)
         tensor = torch.tensor([float(comm.rank + 1)])
         dist.all_reduce(tensor)  # gloo's pairs found each other's addresses through the store over MPI
         assert tensor.item() == comm.size * (comm.size + 1) / 2
