@@ -49,6 +49,7 @@ _TAGS = 30000  # answer tags cycle through 1..30000, within every MPI's MPI_TAG_
 _GRACE = 30.0  # seconds a client waits past its own timeout for rank 0's answer before it blames rank 0
 _IDLE = Backoff(tmin=1e-4, tmax=0.001)  # the server's pauses while idle (a template: its bounds)
 _STOP = "stop"
+_CLOSE_WAIT = 10.0  # seconds close waits for the other ranks to close too
 
 StoreError: type[RuntimeError] = dist.DistStoreError  # what torch's own stores raise on a timeout
 
@@ -303,11 +304,15 @@ class MPIStore(dist.Store):
         """Whether append, multi_get and multi_set are native here (they are)."""
         return True
 
-    def close(self, seconds: float | None = None) -> None:
-        """Stop serving, once every rank has called this (collective), waiting at most `seconds` for the others."""
+    def close(self, seconds: float = _CLOSE_WAIT) -> None:
+        """Stop serving once every rank has called this (collective), or after `seconds`.
+
+        The wait is short: a rank that fails and shuts down must not be held, and a rank that comes later, after its
+        process group is gone, needs the store no more.
+        """
         if self._closed:
             return
-        limit = seconds if seconds is not None else self._timeout()
+        limit = seconds
         with contextlib.suppress(WaitTimeout):  # a rank that never closes must not hold this one: stop all the same
             _poll(self._comm.Ibarrier(), limit, str)
         self._stop(min(limit, 5.0))
