@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 before_abort(leave_time_to_peers)
         bind(env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
-        env, _ = prepare(seconds, env)
+        env = prepare(seconds, env)[0]  # the rendezvous itself is not kept: the store over MPI may replace it
     except (UsageError, RendezvousTimeout) as exc:
         _usage_error(int(rank) if rank.isdigit() and isinstance(exc, UsageError) else rank, str(exc), where=True)
         if rank.isdigit():

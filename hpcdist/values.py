@@ -18,6 +18,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_SECONDS",
     "RANK",
+    "STORES",
     "check_count",
     "check_seconds",
     "parse_seconds",
@@ -26,6 +27,7 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi")  # what --backend and hpcdist.init(backend=) take
+STORES = ("auto", "tcp", "mpi")  # what hpcdist.init(store=) and $HPCDIST_STORE take: where torch's store lives
 MAX_COUNT = 2**31 - 1  # ranks, slots, nodes, tasks: MPI and Slurm count them in a C int
 MAX_SECONDS = 30 * 86400  # a timeout: a wait longer than 30 days is a hang, and far larger ones overflow timedelta
 _HUGE = 10**20  # stands for any whole number of more than 19 digits: above every bound hpcdist checks

@@ -23,7 +23,7 @@ __all__ = ["COMMANDS", "add_parsers", "mpirun_options", "workload_options"]
 
 def add_parsers(sub: Any) -> None:
     """Add `env`, `mpirun` and `run` to the CLI's subparsers."""
-    from ..values import BACKENDS
+    from ..values import BACKENDS, STORES
     from ..workloads import WORKLOADS
 
     env = sub.add_parser("env", help="show the launcher and ranks hpcdist detects in this process")
@@ -131,6 +131,12 @@ def add_parsers(sub: Any) -> None:
     )
     run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
     run.add_argument("--timeout", type=Seconds(), help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    run.add_argument(
+        "--store",
+        choices=STORES,
+        help="where torch's store lives: tcp (rank 0's port) or mpi (over MPI, no port) (default: $HPCDIST_STORE or "
+        "auto: mpi for the mpi backend under an MPI launch, else tcp)",
+    )
     _workload_options(run)
 
 
@@ -314,7 +320,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..workloads import load
 
     options = workload_options(args)
-    with init(args.backend, args.timeout) as session:
+    with init(args.backend, args.timeout, args.store) as session:
         for name in args.names:
             problem = load(name)(session, options)
             if problem:

@@ -6,8 +6,8 @@
 
 The backend is registered with torch as "mpi4py" (torch reserves "mpi" for its native backend).
 Ranks and sizes come from MPI.COMM_WORLD. The backend itself never reads torch's store, but the
-default group gets hpcdist's shared TCP store all the same, so groups of other backends (gloo, nccl)
-can be made beside it with `new_group(backend=...)`.
+default group gets one all the same (hpcdist's store over MPI, runtime/mpistore.py, so no port opens), so groups
+of other backends (gloo, nccl) can be made beside it with `new_group(backend=...)`.
 
 Two implementations: the compiled one (native.cpp, built once per cache by building.py, loaded by native.py; the
 default where it builds) runs the hot collectives on MPI's blocking calls from C++ and hands every other call form

@@ -4,13 +4,13 @@
 watchdog's communicator and installs an import hook. When the program first imports
 torch.distributed, the hook wraps `init_process_group` so that it goes through `bootstrap.start_group`,
 as `hpcdist.init` does (a backstop timeout unless the program gave one, the ledger's init phase, the
-watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI, and "nccl" checked against
-the GPUs torch sees first (a UsageError, which hpcdist mpirun says once for the job). It also records
-the program's calls in the ledger and starts the watchdog, so a rank that never calls
-init_process_group is named too. On rank 0 the import also serves torch's store over the rendezvous's
-socket (`bootstrap.serve_store`), for the program's own clients of MASTER_ADDR:MASTER_PORT, so a program
-that never imports torch never loads it. Nothing here imports torch. `finish` runs after a program that ended
-well, so that the others' hang report can say this rank finished.
+watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native MPI (on hpcdist's store over MPI
+unless the program names a store or an init_method of its own), and "nccl" checked against the GPUs torch sees
+first (a UsageError, which hpcdist mpirun says once for the job). It also records the program's calls in the
+ledger and starts the watchdog, so a rank that never calls init_process_group is named too. On rank 0 the import
+also serves torch's store over the rendezvous's socket (`bootstrap.serve_store`), for the program's own clients of
+MASTER_ADDR:MASTER_PORT, so a program that never imports torch never loads it. Nothing here imports torch.
+`finish` runs after a program that ended well, so that the others' hang report can say this rank finished.
 """
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ from types import ModuleType
 from typing import Any
 
 from ..control import TRACE_ENV
-from .bootstrap import check_nccl, forensics_enabled, mpi4py_backend, serve_store, start_group, startup_timeout
+from .bootstrap import (
+    check_nccl,
+    forensics_enabled,
+    mpi4py_backend,
+    mpi_store_arguments,
+    serve_store,
+    start_group,
+    startup_timeout,
+)
 from .env import LaunchEnv
 
 __all__ = ["adopt", "finish"]
@@ -58,7 +66,7 @@ def adopt(env: LaunchEnv, seconds: float) -> None:
             file=sys.stderr,
             flush=True,
         )
-    arm = functools.partial(_arm, seconds=seconds, forensics=forensics, local_world_size=env.local_world_size)
+    arm = functools.partial(_arm, seconds=seconds, forensics=forensics, env=env)
     if _TARGET in sys.modules:  # loaded before the program, e.g. by a module the shim's Python loads at start
         arm(sys.modules[_TARGET])
     else:
@@ -78,7 +86,7 @@ def finish() -> None:
         timeline.end(path)
 
 
-def _arm(dist: ModuleType, seconds: float, forensics: bool, local_world_size: int = 1) -> None:
+def _arm(dist: ModuleType, seconds: float, forensics: bool, env: LaunchEnv) -> None:
     """On rank 0 serve the store; wrap init_process_group (once); with forensics, record calls, start the watchdog."""
     serve_store()
     original = getattr(dist, "init_process_group", None)
@@ -92,8 +100,12 @@ def _arm(dist: ModuleType, seconds: float, forensics: bool, local_world_size: in
         backend = arguments.pop("backend", None)
         if isinstance(backend, str) and backend.lower() == "mpi" and not dist.is_mpi_available():
             backend = mpi4py_backend()  # as hpcdist.init does on wheels without native MPI
+            if "store" not in arguments and arguments.get("init_method") in (None, "env://"):
+                arguments.pop("init_method", None)  # the store over MPI, as hpcdist.init's: no port opens
+                for name, value in mpi_store_arguments(env).items():
+                    arguments.setdefault(name, value)
         if isinstance(backend, str) and backend.lower() == "nccl":
-            check_nccl(local_world_size)  # one hpcdist line for the job instead of torch's error on every rank
+            check_nccl(env.local_world_size)  # one hpcdist line for the job instead of torch's error on every rank
         start_group(backend, seconds, forensics, **arguments)
 
     init_process_group._hpcdist_original = original  # type: ignore[attr-defined]  # start_group calls it

@@ -16,20 +16,23 @@ from typing import Any
 from .. import control
 from ..abort import install_abort_hook
 from ..errors import UsageError
-from ..values import BACKENDS, check_seconds, parse_seconds
+from ..values import BACKENDS, STORES, check_seconds, parse_seconds
 from .env import LaunchEnv, torch_defaults
 from .rendezvous import Rendezvous, check_master_addr, listen, mpi_rendezvous, slurm_rendezvous, store_over
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "OVER_MPI",
     "Session",
     "check_nccl",
     "choose_backend",
+    "choose_store",
     "forensics_enabled",
     "init",
     "job_timeout",
     "merge_environ",
     "mpi4py_backend",
+    "mpi_store_arguments",
     "prepare",
     "release_store",
     "say_ready",
@@ -45,10 +48,12 @@ DEFAULT_TIMEOUT = 300.0
 _BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the hang report comes first
 _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch: seconds, more on a busy host)
 
+OVER_MPI = "hpcdist store over MPI"  # what mpi_store_arguments passes as the store: start_group makes it
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
 # "listener": (socket, world size, timeout) of rank 0's rendezvous until serve_store serves torch's store over it;
 # "store": rank 0's torch TCPStore, kept alive while the process group uses it;
 # "watchdog": True when init started the watchdog, so that shutdown stops it;
+# "mpi_store": the store over MPI that the mpi backend's default group uses, closed (collectively) by shutdown;
 # "agent_store": True when prepare set TORCHELASTIC_USE_AGENT_STORE=True, which shutdown unsets with the store.
 _state: dict[str, Any] = {}
 
@@ -256,11 +261,15 @@ def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
     )
 
 
-def init(backend: str = "auto", timeout: float | None = None) -> Session:
+def init(backend: str = "auto", timeout: float | None = None, store: str | None = None) -> Session:
     """Detect the launch, rendezvous, pick the device, and initialise torch.distributed.
 
+    `store` is where torch's key-value store lives (`choose_store`): "auto" (default: $HPCDIST_STORE, else auto),
+    "tcp" (rank 0's TCPStore) or "mpi" (over MPI, under an MPI launch: no port opens for it).
+
     Raises:
-        UsageError: an unknown backend, nccl without (enough) GPUs, or a launch that contradicts itself.
+        UsageError: an unknown backend or store, nccl without (enough) GPUs, store "mpi" without an MPI launch, or a
+            launch that contradicts itself.
         RendezvousTimeout: a rank did not reach the rendezvous in time (see `prepare`).
     """
     import torch
@@ -277,10 +286,32 @@ def init(backend: str = "auto", timeout: float | None = None) -> Session:
         host=socket.gethostname(),
         mpi_launch=env.is_mpi,
     )
+    over_mpi = choose_store(store or os.environ.get("HPCDIST_STORE", "auto"), chosen, mpi_launch=env.is_mpi) == "mpi"
     forensics = forensics_enabled(env)
     if chosen == "mpi4py":
-        return _init_mpi4py(env, seconds, forensics)
-    return _init_torch(env, chosen, seconds, forensics)
+        return _init_mpi4py(env, seconds, forensics, over_mpi)
+    return _init_torch(env, chosen, seconds, forensics, over_mpi)
+
+
+def choose_store(requested: str, backend: str, *, mpi_launch: bool) -> str:
+    """Where torch's store lives: "mpi" or "tcp"; "auto" is "mpi" for the mpi backend under an MPI launch.
+
+    gloo and nccl take the store over MPI when asked: it carries their start-up (gloo's addresses, nccl's
+    unique id) over MPI, but gloo and nccl still open their own sockets (docs/scale.md).
+
+    Raises:
+        UsageError: an unknown store, or "mpi" where no MPI launch connects the ranks.
+    """
+    if requested not in STORES:
+        raise UsageError(f"unknown store {requested!r}; choose one of {', '.join(STORES)} (store= or HPCDIST_STORE)")
+    if requested == "auto":
+        return "mpi" if mpi_launch and backend in ("mpi", "mpi4py") else "tcp"
+    if requested == "mpi" and not mpi_launch:
+        raise UsageError(
+            "store 'mpi' needs the ranks started by mpirun/mpiexec (or srun with PMIx), but this launch is not MPI's; "
+            "use store='tcp', or launch with hpcdist mpirun"
+        )
+    return requested
 
 
 def forensics_enabled(env: LaunchEnv) -> bool:
@@ -302,11 +333,13 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     """
     import torch.distributed as dist
 
-    serve_store()
+    if kwargs.get("store") is not OVER_MPI:
+        serve_store()
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
     if not forensics:
+        _make_store(kwargs)
         init(backend, **kwargs)
         say_ready(dist.get_rank(), dist.get_world_size())
         return
@@ -317,6 +350,7 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     watchdog.instrument(dist)
     sources.enable_flight_recorder()  # gloo's and nccl's calls below dist.*, DDP's among them
     watchdog.LEDGER.enter(ledger.INITIALISING)
+    _make_store(kwargs)  # in the ledger's init phase: the watchdog names a rank that never comes to make it
     init(backend, **kwargs)
     watchdog.LEDGER.enter(ledger.INITIALISED)
     if dist.get_backend() == "mpi4py":  # hpcdist's mpi backend records every call itself
@@ -327,6 +361,19 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     say_ready(dist.get_rank(), dist.get_world_size())
     if watchdog.start(seconds, startup_timeout(seconds)):
         _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
+
+
+def _make_store(kwargs: dict[str, Any]) -> None:
+    """Where `mpi_store_arguments` asked for the store over MPI, make it (collective), with torch's timeout."""
+    if kwargs.get("store") is not OVER_MPI:
+        return
+    from mpi4py import MPI
+
+    from .mpistore import MPIStore
+
+    seconds = kwargs["timeout"].total_seconds()
+    kwargs["store"] = _state["mpi_store"] = MPIStore(MPI.COMM_WORLD, seconds)
+    release_store()  # the rendezvous's TCP port: nothing connects to it now, so it closes
 
 
 def _turn_on_nccl_recorder(backend: Any) -> None:
@@ -366,7 +413,7 @@ def mpi4py_backend() -> str:
     return mpi_backend.BACKEND_NAME
 
 
-def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool) -> Session:
+def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool, over_mpi: bool = False) -> Session:
     """torch's own backends: nccl and gloo rendezvous through the TCP store, native mpi needs none."""
     import torch
 
@@ -379,6 +426,8 @@ def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool) ->
         kwargs["device_id"] = torch.device(device)
     if chosen == "mpi":
         start_group("mpi", seconds, forensics)
+    elif over_mpi:
+        start_group(chosen, seconds, forensics, **mpi_store_arguments(env), **kwargs)
     else:
         start_group(
             chosen, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size, **kwargs
@@ -386,7 +435,7 @@ def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool) ->
     return Session(env, chosen, rdzv.addr, rdzv.port, device, seconds)
 
 
-def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool) -> Session:
+def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool, over_mpi: bool = True) -> Session:
     """The mpi4py backend: ranks come from MPI; the shared store serves groups of other backends beside it."""
     from mpi4py import MPI
 
@@ -399,8 +448,34 @@ def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool) -> Session:
         )
     env, rdzv = prepare(seconds, env)
     name = mpi4py_backend()
-    start_group(name, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size)
+    if over_mpi:
+        start_group(name, seconds, forensics, **mpi_store_arguments(env))
+    else:
+        start_group(name, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size)
     return Session(env, name, rdzv.addr, rdzv.port, "cpu", seconds)
+
+
+def mpi_store_arguments(env: LaunchEnv) -> dict[str, Any]:
+    """init_process_group's store arguments under an MPI launch: the store over MPI, so no port opens.
+
+    Where MPI runs below MPI_THREAD_MULTIPLE, the store's server thread could not call MPI beside the program:
+    then rank 0's TCP store as before (env://), and rank 0 says so once. `start_group` makes the store, in the
+    ledger's init phase.
+    """
+    from mpi4py import MPI
+
+    from . import mpistore
+
+    if not mpistore.threads_ok():
+        if env.rank == 0:
+            print(
+                "hpcdist: the store goes over TCP (rank 0 opens a port): MPI gave this job thread level "
+                f"{MPI.Query_thread()}, and the store over MPI needs MPI_THREAD_MULTIPLE ({MPI.THREAD_MULTIPLE})",
+                file=sys.stderr,
+                flush=True,
+            )
+        return {"init_method": "env://", "rank": env.rank, "world_size": env.world_size}
+    return {"store": OVER_MPI, "rank": env.rank, "world_size": env.world_size}  # start_group makes it
 
 
 def shutdown() -> None:
@@ -417,4 +492,7 @@ def shutdown() -> None:
             # aborts the rank ("terminate called without an active exception"): measured in 8 of 23 four-rank
             # DDP runs under torchrun. Freeing DDP's cycles here, while Python is whole, made it 0 of 30.
             gc.collect()
+    mpi_store = _state.pop("mpi_store", None)
+    if mpi_store is not None:
+        mpi_store.close()  # collective, as shutdown is
     release_store()

@@ -91,3 +91,11 @@ def test_bench_compares_nccl_gloo_and_mpi(hpcdist: str) -> None:
             f"{row['impl']:14} {row['size']:>10} B  {row['out_of_place']['time']:9.1f} us  "
             f"{row['out_of_place']['alg_bw']:7.2f} GB/s"
         )
+
+
+def test_nccl_takes_its_unique_id_over_the_mpi_store(hpcdist: str) -> None:
+    """nccl on the store over MPI (`--store mpi`): rank 0's unique id reaches the group through MPI, not a TCP port."""
+    done = launch(
+        [hpcdist, "mpirun", "-np", "1", "--", hpcdist, "run", "allreduce", "--backend", "nccl", "--store", "mpi"]
+    )
+    assert done.returncode == 0, done.stderr

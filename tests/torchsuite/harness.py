@@ -165,12 +165,10 @@ class Harness:
         os.environ.setdefault("PYTORCH_PRINT_REPRO_ON_FAILURE", "0")
         hpcdist.init(backend=backend, timeout=PG_TIMEOUT)  # sets WORLD_SIZE, which the suite reads at import
         self.torch_backend = str(dist.get_backend())  # "mpi4py" for BACKEND=mpi on a wheel without MPI
-        self._store = dist.TCPStore(
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
-            is_master=False,
-            timeout=timedelta(seconds=PG_TIMEOUT),
-        )
+        # the store hpcdist.init gave the default group (over MPI for the mpi backend, rank 0's TCP store for gloo)
+        default_store = dist.distributed_c10d._get_default_store()
+        assert isinstance(default_store, dist.PrefixStore)
+        self._store = default_store.underlying_store
         dist.destroy_process_group()  # from here on, every test gets a default group of its own
         self._generation = 0
         self.suite = _suite_class(backend)

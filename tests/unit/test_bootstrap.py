@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.runtime.bootstrap import DEFAULT_TIMEOUT, choose_backend, job_timeout, merge_environ
+from hpcdist.runtime.bootstrap import DEFAULT_TIMEOUT, choose_backend, choose_store, job_timeout, merge_environ
 
 
 @pytest.mark.parametrize(
@@ -80,3 +80,32 @@ def test_job_timeout(environ: dict[str, str], argument: float | None, expected: 
 def test_job_timeout_errors(environ: dict[str, str], argument: float | None, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         job_timeout(environ, argument)
+
+
+@pytest.mark.parametrize(
+    ("requested", "backend", "mpi_launch", "expected"),
+    [
+        ("auto", "mpi4py", True, "mpi"),  # the mpi backend under MPI: no port
+        ("auto", "mpi", True, "mpi"),
+        ("auto", "gloo", True, "tcp"),  # gloo and nccl take it when asked
+        ("auto", "nccl", True, "tcp"),
+        ("auto", "gloo", False, "tcp"),
+        ("mpi", "nccl", True, "mpi"),
+        ("mpi", "gloo", True, "mpi"),
+        ("tcp", "mpi4py", True, "tcp"),
+    ],
+)
+def test_choose_store(requested: str, backend: str, mpi_launch: bool, expected: str) -> None:
+    assert choose_store(requested, backend, mpi_launch=mpi_launch) == expected
+
+
+@pytest.mark.parametrize(
+    ("requested", "mpi_launch", "message"),
+    [
+        ("mpi", False, "store 'mpi' needs the ranks started by mpirun/mpiexec"),
+        ("MPI", True, "unknown store 'MPI'; choose one of auto, tcp, mpi"),
+    ],
+)
+def test_choose_store_errors(requested: str, mpi_launch: bool, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        choose_store(requested, "gloo", mpi_launch=mpi_launch)

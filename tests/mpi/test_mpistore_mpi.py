@@ -1,0 +1,152 @@
+"""The store over MPI (runtime/mpistore.py) under a real `mpiexec -n N` (any N): its API, torch's uses, no port."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(scope="module")
+def comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+@pytest.fixture
+def store(comm):
+    from hpcdist.runtime.mpistore import MPIStore
+
+    made = MPIStore(comm, timeout=30)
+    yield made
+    made.close()
+
+
+def _listening_ports() -> set[int]:
+    """The ports of the TCP sockets this process holds open in LISTEN state (from /proc)."""
+    mine = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in mine:  # 0A: TCP_LISTEN; field 9: the socket's inode
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_every_rank_reads_what_the_others_set_and_counts_agree(comm, store) -> None:
+    store.set(f"rank{comm.rank}", f"value {comm.rank}")
+    after = (comm.rank + 1) % comm.size
+    assert store.get(f"rank{after}") == f"value {after}".encode()  # waits until that rank has set it
+    total = store.add("count", comm.rank + 1)
+    assert 1 <= total <= comm.size * (comm.size + 1) // 2
+    store.wait([f"rank{r}" for r in range(comm.size)])
+    assert store.check([f"rank{r}" for r in range(comm.size)]) and not store.check(["never set"])
+    # exactly one rank's compare_set wins; every rank then reads the winner's value
+    first = store.compare_set("winner", "", str(comm.rank))
+    assert comm.allreduce(int(first == str(comm.rank).encode())) == 1
+    comm.Barrier()
+    assert store.add("count", 0) == comm.size * (comm.size + 1) // 2
+    assert store.num_keys() == comm.size + 2  # rank0.., count, winner
+    comm.Barrier()
+    if comm.rank == 0:
+        assert store.delete_key("winner") and not store.delete_key("winner")
+    comm.Barrier()
+    assert not store.check(["winner"])
+
+
+def test_torchs_prefix_store_reaches_it_with_bytes_and_the_extended_calls(comm, store) -> None:
+    import torch.distributed as dist
+
+    prefixed = dist.PrefixStore("job", store)  # torch's C++ PrefixStore calls this Python store with bytes
+    prefixed.append("log", f"{comm.rank};")  # type: ignore[attr-defined]  # in torch, not in its stubs
+    prefixed.multi_set(  # type: ignore[attr-defined]
+        [f"a{comm.rank}", f"b{comm.rank}"], [b"\x00\xff", "text"]
+    )
+    values = prefixed.multi_get([f"a{r}" for r in range(comm.size)])
+    assert values == [b"\x00\xff"] * comm.size
+    comm.Barrier()
+    assert sorted(store.get("job/log").decode().split(";")[:-1]) == sorted(str(r) for r in range(comm.size))
+    assert prefixed.compare_set(f"b{comm.rank}", "text", "new") == b"new"
+
+
+def test_a_wait_that_times_out_names_the_keys_and_the_rank(comm, store) -> None:
+    with pytest.raises(RuntimeError, match=rf"rank {comm.rank} waited 0.5 s for key\(s\) 'absent'"):
+        store.wait(["absent"], timedelta(seconds=0.5))
+    comm.Barrier()
+
+
+def test_init_mpi_holds_no_listening_port_and_torchs_uses_of_the_store_work(comm) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    import hpcdist
+
+    if dist.is_mpi_available():
+        pytest.skip("this torch has a native MPI backend, which takes no store")
+    mpis_own = _listening_ports()  # MPI's transports may listen (Open MPI's tcp component): not hpcdist's to close
+    with hpcdist.init("mpi", timeout=60):
+        dist.barrier()
+        # no rank listens on a port of its own beyond MPI's (gloo's group below opens its own sockets)
+        assert comm.allgather(sorted(_listening_ports() - mpis_own)) == [[]] * comm.size
+        assert type(dist.distributed_c10d._get_default_store()).__name__ == "PrefixStore"
+        gathered: list[object] = [None] * comm.size
+        dist.all_gather_object(gathered, {"rank": comm.rank})
+        assert gathered == [{"rank": r} for r in range(comm.size)]
+        beside = dist.new_group(backend="gloo")  # gloo's pairs meet through the store over MPI
+        tensor = torch.tensor([float(comm.rank + 1)])
+        dist.all_reduce(tensor, group=beside)
+        assert tensor.item() == comm.size * (comm.size + 1) / 2
+        torch.manual_seed(0)
+        model = DistributedDataParallel(torch.nn.Linear(4, 1))  # broadcasts its parameters on the mpi group
+        model(torch.full((2, 4), float(comm.rank))).sum().backward()
+        grads = comm.allgather(model.module.weight.grad.tolist())
+        assert all(grad == grads[0] for grad in grads)  # averaged: the same on every rank
+        dist.barrier(group=beside)
+
+
+def test_init_gloo_holds_rank_0s_listening_port(comm) -> None:
+    """The check above can fail: with the TCP store (gloo), rank 0 listens before any group opens its own sockets."""
+    import hpcdist.runtime.bootstrap as bootstrap
+
+    mpis_own = _listening_ports()
+    bootstrap.prepare(60)
+    try:
+        assert comm.allgather(sorted(_listening_ports() - mpis_own)) == [[int(os.environ["MASTER_PORT"])]] + [[]] * (
+            comm.size - 1
+        )
+    finally:
+        bootstrap.shutdown()
+        comm.Barrier()
+
+
+def test_init_gloo_on_the_store_over_mpi(comm) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import hpcdist
+    from hpcdist.runtime.mpistore import MPIStore
+
+    with hpcdist.init("gloo", timeout=60, store="mpi"):
+        default = dist.distributed_c10d._get_default_store()
+        assert isinstance(default, dist.PrefixStore) and isinstance(default.underlying_store, MPIStore)
+        tensor = torch.tensor([float(comm.rank + 1)])
+        dist.all_reduce(tensor)  # gloo's pairs found each other's addresses through the store over MPI
+        assert tensor.item() == comm.size * (comm.size + 1) / 2
+        sub = dist.new_group(list(range(0, comm.size, 2)))
+        if comm.rank % 2 == 0:
+            dist.all_reduce(tensor, group=sub)
+            assert tensor.item() == len(range(0, comm.size, 2)) * comm.size * (comm.size + 1) / 2
