@@ -210,7 +210,8 @@ def job_argv(row: Row, ranks: int, where: Launchers, folder: str) -> list[str]:
     if row.launcher == "torchrun":
         return [where.torchrun, "--standalone", "--nproc-per-node", str(ranks), *program[1:]]
     root = ["--allow-run-as-root"] if where.root else []
-    return [where.mpirun, *root, "--oversubscribe", "-np", str(ranks), *program]
+    # without Open MPI's fabric probe (btl ofi), as hpcdist mpirun starts it: the rows then differ by hpcdist alone
+    return [where.mpirun, *root, "--oversubscribe", "--mca", "btl", "^ofi", "-np", str(ranks), *program]
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,20 @@ WHERE = Launchers("/py", "/bin/hpcdist", "/bin/mpirun", "/bin/torchrun", "/p/pro
         ),
         (
             "mpirun",
-            ["/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", "/py", "/p/probe.py", "mpi", "/d"],
+            [
+                "/bin/mpirun",
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--mca",
+                "btl",
+                "^ofi",
+                "-np",
+                "4",
+                "/py",
+                "/p/probe.py",
+                "mpi",
+                "/d",
+            ],
         ),
         (
             "hpcdist-gloo",
@@ -126,7 +139,20 @@ WHERE = Launchers("/py", "/bin/hpcdist", "/bin/mpirun", "/bin/torchrun", "/p/pro
         ),
         (
             "mpirun-gloo",
-            ["/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", "/py", "/p/probe.py", "torch", "/d"],
+            [
+                "/bin/mpirun",
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--mca",
+                "btl",
+                "^ofi",
+                "-np",
+                "4",
+                "/py",
+                "/p/probe.py",
+                "torch",
+                "/d",
+            ],
         ),
         ("torchrun-gloo", ["/bin/torchrun", "--standalone", "--nproc-per-node", "4", "/p/probe.py", "torch", "/d"]),
     ],
@@ -137,7 +163,7 @@ def test_each_row_starts_its_launcher_oversubscribed_on_this_host(row: str, argv
 
 def test_plain_mpirun_asks_for_root_only_as_root() -> None:
     user = Launchers("/py", "/h", "/bin/mpirun", "/t", "/p.py", root=False)
-    assert job_argv(ROWS["mpirun"], 2, user, "/d")[:4] == ["/bin/mpirun", "--oversubscribe", "-np", "2"]
+    assert job_argv(ROWS["mpirun"], 2, user, "/d")[:2] == ["/bin/mpirun", "--oversubscribe"]
 
 
 def _record(rank: int, cpu: float, **phases: float) -> dict:
