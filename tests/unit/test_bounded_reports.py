@@ -9,7 +9,7 @@ from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats
 from hpcdist.launching.monitor import MpirunWatch
 from hpcdist.launching.outcome import LaunchOutcome
-from hpcdist.launching.output import Failure, summary
+from hpcdist.launching.output import Console, Failure, OutputOptions, OutputRouter, summary
 
 N = 10_000
 TOKEN = "0123456789abcdef"
@@ -96,3 +96,28 @@ def test_a_host_open_mpi_lost_is_named_with_its_ranks_and_the_others_in_one_line
     assert outcome.ended == dict.fromkeys([0, 1, 2, 3, 6], "")
     assert outcome.ended_line() == "ranks 0-3,6 on n1, n2, n4 were ended by the launcher"
 
+
+def test_the_ranks_hpcdist_mpirun_ends_after_a_silent_host_are_said_in_one_line_not_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """n3 falls silent; hpcdist mpirun's SIGTERM reaches the six others, whose shims each say so: one line says it."""
+    now = [1000.0]
+    monkeypatch.setattr(heartbeat.time, "monotonic", lambda: now[0])
+    console = Console(MpirunWatch(TOKEN, heartbeat=6), OutputRouter(OutputOptions(tag=False), 8))
+    console.feed("stderr", b"".join(_control("beat", rank, f"host={host}") for rank, host in EIGHT.items()))
+    for now[0] in range(1001, 1007):  # the others beat on, the watcher checks once a second
+        console.feed("stderr", b"".join(_control("beat", r, f"host={h}") for r, h in EIGHT.items() if h != "n3"))
+        console.watch.check()
+    now[0] = 1007.0
+    shown = console.feed("stderr", b"[n1:0:1] still working\n")
+    with pytest.raises(HeartbeatLost, match="host n3 lost: no heartbeat from ranks 4-5 for 6 s"):
+        console.watch.check()
+    for rank, host in EIGHT.items():
+        if host != "n3":
+            line = f"[{host}:{rank}:2] hpcdist: rank {rank} on {host} failed (killed by SIGTERM); ending the job\n"
+            shown += console.feed("stderr", line.encode() + _control("failed", rank, f"killed by SIGTERM host={host}"))
+    shown += console.feed("stderr", b"")
+    assert shown == b"still working\n"  # the shims' lines are in the ranks' logs only
+    outcome, _ = console.watch.outcome(143)
+    assert sorted(outcome.failed) == [4, 5]
+    assert outcome.ended_line() == "ranks 0-3,6-7 on n1, n2, n4 were ended by the launcher (killed by SIGTERM)"
