@@ -7,7 +7,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from ..control import AFTER_PEER, parse_control, parse_usage
 from ..errors import JobEnding, LauncherStalled
@@ -81,15 +81,16 @@ class LostHostWatch:
         with self._lock:
             return bool(self._partial.get(stream, "").strip("\0 \t\r"))
 
-    def verdict(self, returncode: int) -> tuple[int, str | None]:
-        """hpcdist mpirun's exit status for mpirun's `returncode`, and an error message when a host was lost."""
+    def verdict(self, returncode: int, hosts: Mapping[int, str] | None = None) -> tuple[int, str | None]:
+        """hpcdist mpirun's exit status for mpirun's `returncode`, and an error message when a host was lost (naming
+        the ranks that ran there, where `hosts`, rank -> host, knows them)."""
         with self._lock:
             for partial in self._partial.values():
                 self._scan(partial)
             self._partial.clear()
             if not self.lost:
                 return returncode, None
-            names = ", ".join(self.hosts)
+            names, lost = ", ".join(self.hosts), list(self.hosts)
         status = returncode if returncode != 0 else LOST_HOST_STATUS
         returned = f"although mpirun returned {returncode}" if returncode == 0 else f"(mpirun returned {returncode})"
         if self.agent_status and names:
@@ -101,6 +102,8 @@ class LostHostWatch:
                 "exists there at the same path"
             )
         who, check = (f"host {names}", names) if names else ("a remote host (it names none)", "every host")
+        there = [rank for rank, host in (hosts or {}).items() if host in lost]
+        who += f", where {ranks_text(there)} ran" if there else ""
         return status, (
             f"mpirun lost contact with {who} (its daemon died or the network link was cut), so the job "
             f"did not finish {returned}; check that {check} is up and reachable"
@@ -146,6 +149,7 @@ class MpirunWatch:
         self.at: dict[int, float] = {}  # rank -> when it failed or finished, by its own clock (`at=`)
         self.calls: dict[int, str] = {}  # rank -> the communication call it failed in or waited in (`in=`)
         self.finished: list[int] = []  # ranks whose programs ended well (they then wait for the others), as heard
+        self.done: set[int] = set()  # ranks that said they ended well
         self.hang: dict[str, str] | None = None  # the hang report's verdict (forensics/cause.py: tell_hang)
         self.hosts: dict[int, str] = {}
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
@@ -191,6 +195,8 @@ class MpirunWatch:
             elif event.event == "hang" and self.hang is None:  # its reporter's abort follows: a casualty
                 self.hang = fields
                 self.after_peer.add(event.rank)
+            elif event.event == "done":
+                self.done.add(event.rank)
             elif event.event == "usage" and self.usage is None:
                 self.usage = parse_usage(event.detail)
             elif event.event == "vanished" and event.rank not in self.vanished:
@@ -293,6 +299,26 @@ class MpirunWatch:
                 self._causes = {*self.failed, *self.vanished, *self.heartbeats.silent}
             raise
 
+    @property
+    def ending(self) -> bool:
+        """Whether the job is ending for a lost host or because hpcdist mpirun ended it: the ranks it ends from now on
+        are said in one line (LaunchOutcome.ended_line), not each on its own."""
+        return self._causes is not None or bool(self.lost.hosts)
+
+    def _ended(self, named: Collection[int], lost: Collection[str]) -> dict[int, str]:
+        """When the job is `ending`, the ranks its end reached: rank -> how it said it ended ('' when unheard).
+
+        Not those `named` (the failure's causes), those on the `lost` hosts (named in the error) or those that
+        ended well."""
+        if not self.ending:
+            return {}
+        heard = {*self.hosts, *self.failed}
+        return {
+            rank: self.failed.get(rank, "")
+            for rank in sorted(heard)
+            if rank not in named and rank not in self.done and self.hosts.get(rank) not in lost
+        }
+
     def _silent(self) -> dict[int, str]:
         """The ranks whose heartbeat hpcdist mpirun stopped hearing (it ended the job for them): rank -> how."""
         beats = self.heartbeats
@@ -333,7 +359,9 @@ class MpirunWatch:
 
     def outcome(self, returncode: int, signals: tuple[int, ...] = ()) -> tuple[LaunchOutcome, str | None]:
         """The launch's outcome for mpirun's `returncode`, and the lost-host error to print (None if none)."""
-        status, problem = self.lost.verdict(returncode)
+        with self._lock:
+            hosts = {**self.heartbeats.silent, **self.hosts}
+        status, problem = self.lost.verdict(returncode, hosts)
         if self.usage is not None:
             status = USAGE_STATUS
         failed = self.named(returncode)
@@ -347,17 +375,19 @@ class MpirunWatch:
                 or f"{beats.problem}; hpcdist mpirun ended the job (check that the host is up and "
                 "reachable; --heartbeat-timeout or $HPCDIST_HEARTBEAT_TIMEOUT sets the limit)"
             )
+        lost = tuple(dict.fromkeys([*self.lost.hosts, *beats.lost_hosts]))
         with self._lock:
             return LaunchOutcome(
                 status=status,
-                lost_hosts=tuple(dict.fromkeys([*self.lost.hosts, *beats.lost_hosts])),
+                lost_hosts=lost,
                 ready=frozenset(self.ready),
                 world_size=self.world_size,
                 failed=failed,
-                hosts={**beats.silent, **self.hosts},
+                hosts=hosts,
                 signals=signals,
                 after_peer=frozenset(self.after_peer & failed.keys()),
                 usage=self.usage,
+                ended=self._ended(failed, lost),
             ), problem
 
 

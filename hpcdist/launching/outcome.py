@@ -54,6 +54,7 @@ class LaunchOutcome:
     signals: tuple[int, ...] = ()  # signals hpcdist mpirun itself received (and passed on) during the launch
     after_peer: frozenset[int] = frozenset()  # failed ranks that were casualties of another's failure (consequences)
     usage: str | None = None  # a usage error a rank told: the job's one message, status 2
+    ended: Mapping[int, str] = field(default_factory=dict)  # rank -> how, ranks the job's end ended ("": unheard)
 
     def causes(self) -> list[int]:
         """The failed ranks that began the failure, in order: every one but those that failed after a peer's loss,
@@ -89,6 +90,22 @@ class LaunchOutcome:
         how = self.failed[rank]
         where = f" on {host}" if host else ""
         return f"{who}{where} {how if how.startswith(_UNFAILED) else 'failed with ' + how}"
+
+    def ended_line(self) -> str:
+        """'ranks 0-3,6-7 on n1, n2, n4 were ended by the launcher (killed by SIGTERM)': the ranks `ended` holds, in
+        one line, grouped by how they ended and by host, the first few ranges then a count ('' if none)."""
+        groups: dict[str, list[int]] = {}
+        for rank, how in sorted(self.ended.items()):
+            groups.setdefault(how, []).append(rank)
+        parts = [
+            f"{by_host(ranks, self.hosts)} {'was' if len(ranks) == 1 else 'were'} ended by the launcher"
+            + (f" ({how})" if how else "")
+            for how, ranks in list(groups.items())[:MOST_NAMED]
+        ]
+        others = sum(len(ranks) for ranks in list(groups.values())[MOST_NAMED:])
+        if others:
+            parts.append(f"{others:,} more ranks ended in {len(groups) - MOST_NAMED:,} other ways")
+        return "; ".join(parts)
 
     def headline(self) -> str:
         """'first failure: rank 2 on n1 failed with exit code 1; then ranks 0,3 failed after it' ('' if none)."""

@@ -48,6 +48,10 @@ _MPICH_ABORT = re.compile(
     rb"Abort\([0-9]+\) on node [0-9]+ \(rank [0-9]+ in comm [0-9]+\): application called MPI_Abort"
 )
 
+# the shim's own line about its rank's end (shim.py), which a rank the job's end reached says too: past the first
+# failure, hpcdist mpirun says those ranks in one line (LaunchOutcome.ended_line) instead of one line each
+_SHIM_ENDING = re.compile(rb"hpcdist: rank [0-9]+ on \S+ failed \(.*; ending the job\s*")
+
 
 @dataclass(frozen=True)
 class OutputOptions:
@@ -127,6 +131,7 @@ class OutputRouter:
         self.launcher_quiet = False  # set once the user interrupted the job: mpirun's own words are not shown
         self.hide_banners = hide_banners
         self.caller_reports = False  # set by a caller that reports failures itself: no failure summary
+        self.ending = False  # set once the job is ending (MpirunWatch.ending): the shims' lines on it are left out
         self._block: dict[str, list[bytes]] = {}  # per stream, the help block being read (its lines so far)
 
     def feed(self, stream: str, chunk: bytes) -> bytes:
@@ -159,6 +164,8 @@ class OutputRouter:
         kept = self._ranks.setdefault(rank, _Rank(host))
         kept.host = host
         if self.hide_banners and _MPICH_ABORT.match(rest):  # not in its tail either: the summary names the rank
+            return b""
+        if self.ending and _SHIM_ENDING.fullmatch(rest):  # said for all such ranks in one line (and in their logs)
             return b""
         shown = b"[%s:%d] " % (host.encode(), rank) + rest if self.options.tag else rest
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
@@ -216,6 +223,7 @@ class Console:
             shown += self.watch.feed(stream, b"")
         if self.watch.usage is not None:  # a rank told a usage error: hpcdist says it, Open MPI's banners go
             self.router.hide_banners = True
+        self.router.ending = self.watch.ending
         routed = self.router.feed(stream, shown) if shown else b""
         return routed if chunk else routed + self.router.finish(stream)
 

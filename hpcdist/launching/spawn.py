@@ -225,6 +225,8 @@ def run_mpirun(
         if router is not None:
             ended = summary(console.failures(code), router.options.tail, router.options.log_dir)
             print(ended, end="", file=sys.stderr, flush=True)
+        if outcome.ended:  # the others the job's end reached, in one line however many
+            print(f"hpcdist: {outcome.ended_line()}", file=sys.stderr, flush=True)
     known = codes.endings(outcome.hosts) if code else {}
     endings = describe_exit_codes(known)
     if endings:

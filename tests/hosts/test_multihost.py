@@ -123,7 +123,8 @@ def _start_and_wait_until_ready(cluster: Hosts, tmp_path: Path):
 
 @pytest.mark.parametrize("how", ["host-killed", "link-cut"])
 def test_a_lost_host_among_four_ends_the_job_non_zero_and_names_it(cluster: Hosts, tmp_path: Path, how: str) -> None:
-    """n3 (ranks 4 and 5) of n1..n4 is lost while 8 ranks run: the job ends, naming n3 alone."""
+    """n3 (ranks 4 and 5) of n1..n4 is lost while 8 ranks run: the job ends, naming n3 alone and its ranks, and the
+    others in one line."""
     launch = _start_and_wait_until_ready(cluster, tmp_path)
     broken = time.monotonic()
     if how == "host-killed":
@@ -142,9 +143,11 @@ def test_a_lost_host_among_four_ends_the_job_non_zero_and_names_it(cluster: Host
     # is cut), or, when everything on n3 is killed, its launch agent (ssh's stand-in) died (on stdout).
     output = result.stdout + result.stderr
     assert "PRTE has lost communication with a remote daemon" in output or "A daemon failed to report back" in output
-    assert "hpcdist: error: mpirun lost contact with host n3 " in result.stderr
+    assert "hpcdist: error: mpirun lost contact with host n3, where ranks 4-5 ran (" in result.stderr
     for other in ("n2", "n4"):
         assert f"lost contact with host {other}" not in result.stderr, result.stderr
+    # PRRTE ends the others without a word: hpcdist mpirun says so, in one line, by host
+    assert "hpcdist: ranks 0-3,6-7 on n1, n2, n4 were ended by the launcher" in result.stderr
     assert seconds < (20 if how == "link-cut" else 15)
 
 

@@ -7,10 +7,13 @@ import pytest
 from hpcdist.errors import HeartbeatLost
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats
+from hpcdist.launching.monitor import MpirunWatch
 from hpcdist.launching.outcome import LaunchOutcome
-from hpcdist.launching.output import Failure, summary
+from hpcdist.launching.output import Console, Failure, OutputOptions, OutputRouter, summary
 
 N = 10_000
+TOKEN = "0123456789abcdef"
+EIGHT = {rank: f"n{rank // 2 + 1}" for rank in range(8)}  # two ranks on each of n1..n4
 HOSTS = {rank: f"n{rank // 8:04d}" for rank in range(N)}  # 8 ranks a host: 1,250 hosts
 
 
@@ -62,3 +65,59 @@ def test_a_thousand_silent_hosts_are_named_first_four_then_counted(monkeypatch: 
         "heartbeat for 30 s"
     )
     assert len(beats.lost_hosts) == 1000
+
+
+def test_ten_thousand_ranks_the_jobs_end_reached_are_one_line_by_how_and_host() -> None:
+    ended = dict.fromkeys(range(8, 16), "") | dict.fromkeys(range(16, N), "killed by SIGTERM")
+    outcome = LaunchOutcome(status=1, hosts=HOSTS, ended=ended)
+    assert outcome.ended_line() == (
+        "ranks 8-15 on n0001 were ended by the launcher; "
+        "ranks 16-9999 on 1,248 hosts were ended by the launcher (killed by SIGTERM)"
+    )
+    assert (
+        LaunchOutcome(status=1, hosts=HOSTS, ended={3: ""}).ended_line() == "rank 3 on n0000 was ended by the launcher"
+    )
+    assert LaunchOutcome(status=1).ended_line() == ""
+
+
+def _control(event: str, rank: int, detail: str) -> bytes:
+    return f"@@hpcdist:{TOKEN}:{event}:{rank}:{detail}\n".encode()
+
+
+def test_a_host_open_mpi_lost_is_named_with_its_ranks_and_the_others_in_one_line() -> None:
+    """PRRTE names the host and ends the other ranks without a word: their hosts come from the ranks' own lines."""
+    watch = MpirunWatch(TOKEN)
+    watch.feed("stderr", b"".join(_control("ready", rank, f"host={host} world=8") for rank, host in EIGHT.items()))
+    watch.feed("stderr", _control("done", 7, ""))  # it ended well before the loss: not ended by it
+    banner = "PRTE has lost communication with a remote daemon.\n  Remote daemon: [prterun-n1-1@0,2] on node n3\n"
+    watch.feed("stderr", banner.encode())
+    outcome, problem = watch.outcome(0)
+    assert problem is not None and problem.startswith("mpirun lost contact with host n3, where ranks 4-5 ran (its ")
+    assert outcome.ended == dict.fromkeys([0, 1, 2, 3, 6], "")
+    assert outcome.ended_line() == "ranks 0-3,6 on n1, n2, n4 were ended by the launcher"
+
+
+def test_the_ranks_hpcdist_mpirun_ends_after_a_silent_host_are_said_in_one_line_not_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """n3 falls silent; hpcdist mpirun's SIGTERM reaches the six others, whose shims each say so: one line says it."""
+    now = [1000.0]
+    monkeypatch.setattr(heartbeat.time, "monotonic", lambda: now[0])
+    console = Console(MpirunWatch(TOKEN, heartbeat=6), OutputRouter(OutputOptions(tag=False), 8))
+    console.feed("stderr", b"".join(_control("beat", rank, f"host={host}") for rank, host in EIGHT.items()))
+    for now[0] in range(1001, 1007):  # the others beat on, the watcher checks once a second
+        console.feed("stderr", b"".join(_control("beat", r, f"host={h}") for r, h in EIGHT.items() if h != "n3"))
+        console.watch.check()
+    now[0] = 1007.0
+    shown = console.feed("stderr", b"[n1:0:1] still working\n")
+    with pytest.raises(HeartbeatLost, match="host n3 lost: no heartbeat from ranks 4-5 for 6 s"):
+        console.watch.check()
+    for rank, host in EIGHT.items():
+        if host != "n3":
+            line = f"[{host}:{rank}:2] hpcdist: rank {rank} on {host} failed (killed by SIGTERM); ending the job\n"
+            shown += console.feed("stderr", line.encode() + _control("failed", rank, f"killed by SIGTERM host={host}"))
+    shown += console.feed("stderr", b"")
+    assert shown == b"still working\n"  # the shims' lines are in the ranks' logs only
+    outcome, _ = console.watch.outcome(143)
+    assert sorted(outcome.failed) == [4, 5]
+    assert outcome.ended_line() == "ranks 0-3,6-7 on n1, n2, n4 were ended by the launcher (killed by SIGTERM)"
