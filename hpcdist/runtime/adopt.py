@@ -52,6 +52,8 @@ def adopt(env: LaunchEnv, seconds: float) -> None:
         forensics = watchdog.reserve(seconds, startup_timeout(seconds))
         if forensics:
             collect.install()  # its stacks in the hang report, and on SIGUSR2
+            # answering from the start, torch or not: a failing rank's report has every other rank's stacks
+            watchdog.start(seconds, startup_timeout(seconds))
     _state["forensics"] = forensics
     path = os.environ.get(TRACE_ENV)
     if path and forensics:
