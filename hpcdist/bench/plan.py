@@ -11,6 +11,7 @@ from ..values import BACKENDS, MAX_COUNT
 
 __all__ = [
     "COLLECTIVES",
+    "COLLECTIVE_OPTIONS",
     "DTYPES",
     "MAX_BYTES",
     "MAX_SIZES",
@@ -28,6 +29,19 @@ __all__ = [
     "round_sizes",
     "size_sweep",
 ]
+
+# the collective modes' measuring options, (flag, BenchOptions field): refused by the modes that do not measure
+COLLECTIVE_OPTIONS = (
+    ("-b", "minbytes"),
+    ("-e", "maxbytes"),
+    ("-f", "stepfactor"),
+    ("-i", "stepbytes"),
+    ("--rounds", "rounds"),
+    ("-c", "check"),
+    ("-d", "dtype"),
+    ("-o", "op"),
+    ("-r", "root"),
+)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..runtime.env import LaunchEnv
 from .fmt import FLOOR, REFERENCE, human_bytes
-from .plan import BenchOptions
+from .plan import COLLECTIVE_OPTIONS, BenchOptions
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -41,18 +41,7 @@ __all__ = [
 FORMATS = ("png", "svg", "pdf")  # what Agg and matplotlib's own vector backends write without extra packages
 _TOOLS = ("hpcdist bench", "hpcdist bench ddp", "hpcdist bench startup")
 _COLOURS = {"torch/mpi4py": "tab:blue", "torch/mpi": "tab:blue", "torch/gloo": "tab:orange", "torch/nccl": "tab:green"}
-_MEASURING = (
-    ("-b", "minbytes"),
-    ("-e", "maxbytes"),
-    ("-f", "stepfactor"),
-    ("-i", "stepbytes"),
-    ("--rounds", "rounds"),
-    ("-c", "check"),
-    ("-d", "dtype"),
-    ("-o", "op"),
-    ("-r", "root"),
-    ("--timeout", "timeout"),
-)
+_MEASURING = (*COLLECTIVE_OPTIONS, ("--timeout", "timeout"))
 
 
 def check_plot_file(path: str, environ: Mapping[str, str] | None = None) -> None:

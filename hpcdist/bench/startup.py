@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .plan import BenchOptions, check_counts
+from .plan import COLLECTIVE_OPTIONS, BenchOptions, check_counts
 
 __all__ = [
     "DEFAULT_RANKS",
@@ -103,17 +103,7 @@ def _parse_rows(text: str) -> tuple[str, ...]:
 
 
 # the options of the other modes, which bench startup refuses rather than ignores
-_FOREIGN = (
-    ("-b", "minbytes"),
-    ("-e", "maxbytes"),
-    ("-f", "stepfactor"),
-    ("-i", "stepbytes"),
-    ("--rounds", "rounds"),
-    ("-c", "check"),
-    ("-d", "dtype"),
-    ("-o", "op"),
-    ("-r", "root"),
-)
+_FOREIGN = COLLECTIVE_OPTIONS
 
 
 def startup_plan(options: BenchOptions) -> StartupPlan:
