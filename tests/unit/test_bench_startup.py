@@ -42,6 +42,9 @@ def test_the_defaults_are_every_row_at_1_to_256_ranks_three_times() -> None:
     )
 
 
+PLAIN_MPIRUN = ["/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "^ofi", "-np", "4"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -118,20 +121,7 @@ WHERE = Launchers("/py", "/bin/hpcdist", "/bin/mpirun", "/bin/torchrun", "/p/pro
         ),
         (
             "mpirun",
-            [
-                "/bin/mpirun",
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "--mca",
-                "btl",
-                "^ofi",
-                "-np",
-                "4",
-                "/py",
-                "/p/probe.py",
-                "mpi",
-                "/d",
-            ],
+            [*PLAIN_MPIRUN, "/py", "/p/probe.py", "mpi", "/d"],
         ),
         (
             "hpcdist-gloo",
@@ -139,20 +129,7 @@ WHERE = Launchers("/py", "/bin/hpcdist", "/bin/mpirun", "/bin/torchrun", "/p/pro
         ),
         (
             "mpirun-gloo",
-            [
-                "/bin/mpirun",
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "--mca",
-                "btl",
-                "^ofi",
-                "-np",
-                "4",
-                "/py",
-                "/p/probe.py",
-                "torch",
-                "/d",
-            ],
+            [*PLAIN_MPIRUN, "/py", "/p/probe.py", "torch", "/d"],
         ),
         ("torchrun-gloo", ["/bin/torchrun", "--standalone", "--nproc-per-node", "4", "/p/probe.py", "torch", "/d"]),
     ],
