@@ -28,7 +28,7 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
     right: the model on a cluster up to 100,000 ranks, beside the references."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     config, env = doc["config"], doc["environment"]
     summary = summarise(points_from_json(doc["results"]))
@@ -72,14 +72,14 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
         )
     for axes, title in (
         (here, f"measured on this host ({env['cores']} cores, oversubscribed); dotted: the model, under the same load"),
-        (cluster, "the model on a cluster (torch rows 8 ranks per node, others 128); dashed: without peers"),
+        (cluster, "on a cluster (gloo rows 8 ranks a node, others 128); dashed: without peers"),
     ):
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
         axes.set_xlabel("ranks")
         axes.set_ylabel("seconds from launch to exit")
         axes.set_title(title, fontsize=9)
-        axes.yaxis.set_major_formatter(ScalarFormatter())
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         axes.yaxis.set_minor_formatter(NullFormatter())
         axes.grid(True, which="both", alpha=0.3)
         axes.legend(fontsize=8)
