@@ -52,6 +52,7 @@ _CYCLES: list[Callable[[Any], None]] = []  # what else the watchdog thread does 
 _ALARM, _ASK, _ANSWER = 7301, 7302, 7303
 _POLL = 0.1
 _ANSWER_WINDOW = 3.0
+_FINALIZE_WAIT = 2.0  # seconds MPI_Finalize waits for the thread to stop: it checks every _POLL
 
 # name -> (index of the tensor argument, its keyword, index of the peer argument, its keyword,
 #          the peer's label, its default, index of the group argument)
@@ -209,6 +210,10 @@ def reserve(timeout: float, init_timeout: float) -> bool:
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             return False
         _state["comm"] = MPI.COMM_WORLD.Dup()
+        # MPI_Finalize first deletes COMM_SELF's attributes: the thread stops there, before any MPI call of its
+        # could come after the program's own MPI.Finalize()
+        keyval = MPI.Comm.Create_keyval(delete_fn=lambda *_: stop(_FINALIZE_WAIT))
+        MPI.COMM_SELF.Set_attr(keyval, True)
     _state["limits"] = (timeout, init_timeout)
     return True
 
@@ -253,11 +258,12 @@ def finish() -> None:
     stop()
 
 
-def stop() -> None:
-    """Stop this rank's watchdog thread (local; the duplicate communicator is left to MPI_Finalize)."""
+def stop(wait: float | None = None) -> None:
+    """Stop this rank's watchdog thread, waiting `wait` seconds at most (None: until it ends); local, and the
+    duplicate communicator is left to MPI_Finalize."""
     if "thread" in _state:
         _state.pop("stopping").set()
-        _state.pop("thread").join()
+        _state.pop("thread").join(wait)
     _state.pop("comm", None)
     _state.pop("finishing", None)
 
