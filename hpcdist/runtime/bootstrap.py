@@ -50,7 +50,7 @@ _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch
 
 OVER_MPI = "hpcdist store over MPI"  # what mpi_store_arguments passes as the store: start_group makes it
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
-# "listener": (socket, world size, timeout) of rank 0's rendezvous until serve_store serves torch's store over it;
+# "listener": (socket, address, world size, timeout) of rank 0's rendezvous until serve_store serves the store over it;
 # "store": rank 0's torch TCPStore, kept alive while the process group uses it;
 # "watchdog": True when init started the watchdog, so that shutdown stops it;
 # "mpi_store": the store over MPI that the mpi backend's default group uses, closed (collectively) by shutdown;
@@ -198,7 +198,7 @@ def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Re
         sys.modules["torch"].set_num_threads(int(defaults["OMP_NUM_THREADS"]))
     rdzv = _rendezvous(env, max(timeout, _STARTUP_FLOOR))
     if rdzv.listener is not None:  # a later prepare() (the program's own init under the shim) keeps it
-        _state["listener"] = (rdzv.listener, env.world_size, max(timeout, _STARTUP_FLOOR))
+        _state["listener"] = (rdzv.listener, rdzv.addr, env.world_size, max(timeout, _STARTUP_FLOOR))
     computed = dict(env.torch_env(rdzv.facts()), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
     computed.update(socket_ifnames(rdzv.ifname, os.environ))
     os.environ.update(merge_environ(os.environ, computed))

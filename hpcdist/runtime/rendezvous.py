@@ -286,14 +286,17 @@ def listen(addr: str, world_size: int, timeout: float, port: int = 0) -> Rendezv
     return Rendezvous(addr, server.getsockname()[1], True, server, run_id=new_run_id())
 
 
-def store_over(listener: socket.socket, world_size: int, timeout: float) -> Any:
-    """torch's TCPStore (libuv) served over rank 0's listening socket, which the store then owns."""
+def store_over(listener: socket.socket, addr: str, world_size: int, timeout: float) -> Any:
+    """torch's TCPStore (libuv) served over rank 0's listening socket, which the store then owns.
+
+    `addr` is the address rank 0 offered: the store's own client connects there, as every rank's does (the
+    socket listens on every interface, and its own address, 0.0.0.0, names no peer torch can log).
+    """
     from torch.distributed import TCPStore
 
-    addr, port = listener.getsockname()[:2]
     store = TCPStore(
         addr,
-        port,
+        listener.getsockname()[1],
         world_size=world_size,
         is_master=True,
         multi_tenant=True,

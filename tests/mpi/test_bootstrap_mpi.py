@@ -51,7 +51,7 @@ def test_rendezvous_is_agreed_and_the_store_serves_every_rank(comm) -> None:
     assert len(set(comm.allgather((rdzv.addr, rdzv.port)))) == 1
     assert rdzv.addr == "127.0.0.1" and rdzv.node == (0, 1)  # all ranks share this host
     assert (rdzv.listener is not None) == (comm.rank == 0) and rdzv.hosted
-    store = store_over(rdzv.listener, comm.size, 60) if comm.rank == 0 else None  # what serve_store does
+    store = store_over(rdzv.listener, rdzv.addr, comm.size, 60) if comm.rank == 0 else None  # what serve_store does
     client = TCPStore(rdzv.addr, rdzv.port, is_master=False, timeout=timedelta(seconds=30))
     client.set(f"rank{comm.rank}", str(comm.rank * 10))
     comm.Barrier()
