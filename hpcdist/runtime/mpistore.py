@@ -338,16 +338,17 @@ class MPIStore(dist.Store):
             raise StoreError(f"rank {self._rank}: the MPI store is closed; {op} {what} came after its close")
         limit = (seconds or self._timeout()) + _GRACE
         if self._server is not None:
-            ok, value = self._local(op, args, seconds, limit, what)
+            ok, value = self._local(self._server, op, args, seconds, limit, what)
         else:
             ok, value = self._remote(op, args, seconds, limit, what)
         if not ok:
             raise StoreError(value)
         return value
 
-    def _local(self, op: str, args: tuple[Any, ...], seconds: float, limit: float, what: str) -> tuple[bool, Any]:
+    def _local(
+        self, server: _Server, op: str, args: tuple[Any, ...], seconds: float, limit: float, what: str
+    ) -> tuple[bool, Any]:
         """Rank 0's request, through the server thread's queue."""
-        assert self._server is not None
         done = threading.Event()
         box: list[tuple[bool, Any]] = []
 
@@ -355,7 +356,7 @@ class MPIStore(dist.Store):
             box.append((ok, value))
             done.set()
 
-        self._server.local.put((op, args, seconds, answer))
+        server.local.put((op, args, seconds, answer))
         if not done.wait(limit):
             raise StoreError(f"rank 0: the MPI store's server thread did not answer {op} {what} in {limit:g} s")
         return box[0]
