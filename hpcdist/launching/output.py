@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from ..rank.streams import LOG_DIR_ENV, NUMBERED, RANKS_ENV, TAG_ENV, parse_ranks, split_segments, split_tag
@@ -51,6 +51,14 @@ _MPICH_ABORT = re.compile(
 # the shim's own line about its rank's end (shim.py), which a rank the job's end reached says too: past the first
 # failure, hpcdist mpirun says those ranks in one line (LaunchOutcome.ended_line) instead of one line each
 _SHIM_ENDING = re.compile(rb"hpcdist: rank [0-9]+ on \S+ failed \(.*; ending the job\s*")
+# Open MPI's report, on a rank's stderr, of an error its errors-are-fatal handler ends the rank for:
+#   *** An error occurred in Socket closed
+#   *** reported by process [4017684481,3]
+#   *** on a NULL communicator
+#   … (every line starts with "*** "). A rank whose peer already failed prints it when that peer's sockets close
+# (measured 2026-11-26 with Open MPI 5.0.11 on two namespace hosts: a rank sleeping while rank 0 called MPI_Abort)
+_FATAL_START = re.compile(rb"\*\*\* An error occurred in ")
+_FATAL_LINE = re.compile(rb"\*\*\* ")
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,7 @@ class _Rank:
     host: str = "?"
     lines: list[tuple[int, bytes]] = field(default_factory=list)  # a heap of (number, line): the highest numbers
     arrived: int = 0  # the lines that came, which number the lines of a tagger that does not
+    in_fatal: bool = False  # within Open MPI's report of an error that ends this rank (_FATAL_START)
 
     def keep(self, number: int | None, line: bytes, most: int) -> None:
         """Keep `line` if it is among the `most` highest numbered (unnumbered: the `most` last to come)."""
@@ -132,6 +141,7 @@ class OutputRouter:
         self.hide_banners = hide_banners
         self.caller_reports = False  # set by a caller that reports failures itself: no failure summary
         self.ending = False  # set once the job is ending (MpirunWatch.ending): the shims' lines on it are left out
+        self.failed: Collection[int] = ()  # the ranks heard to fail so far: another's fatal-error report follows
         self._block: dict[str, list[bytes]] = {}  # per stream, the help block being read (its lines so far)
 
     def feed(self, stream: str, chunk: bytes) -> bytes:
@@ -167,6 +177,9 @@ class OutputRouter:
             return b""
         if self.ending and _SHIM_ENDING.fullmatch(rest):  # said for all such ranks in one line (and in their logs)
             return b""
+        kept.in_fatal = bool(_FATAL_START.match(rest) or (kept.in_fatal and _FATAL_LINE.match(rest)))
+        if kept.in_fatal and self.failed and rank not in self.failed:  # a consequence of a failure already heard
+            return b""  # (the rank's log keeps it)
         shown = b"[%s:%d] " % (host.encode(), rank) + rest if self.options.tag else rest
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
             kept.keep(number, shown, self.options.tail)
@@ -224,6 +237,7 @@ class Console:
         if self.watch.usage is not None:  # a rank told a usage error: hpcdist says it, Open MPI's banners go
             self.router.hide_banners = True
         self.router.ending = self.watch.ending
+        self.router.failed = self.watch.failed
         routed = self.router.feed(stream, shown) if shown else b""
         return routed if chunk else routed + self.router.finish(stream)
 

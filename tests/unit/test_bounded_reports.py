@@ -121,3 +121,21 @@ def test_the_ranks_hpcdist_mpirun_ends_after_a_silent_host_are_said_in_one_line_
     outcome, _ = console.watch.outcome(143)
     assert sorted(outcome.failed) == [4, 5]
     assert outcome.ended_line() == "ranks 0-3,6-7 on n1, n2, n4 were ended by the launcher (killed by SIGTERM)"
+
+
+def test_a_peers_fatal_error_report_after_a_failure_is_left_out_but_a_first_failures_is_shown() -> None:
+    """Rank 0 fails; rank 3's Open MPI report of the closed socket that follows is not shown, rank 1's own first is."""
+    report = [
+        b"*** An error occurred in Socket closed\n",
+        b"*** reported by process [4017684481,3]\n",
+        b"*** on a NULL communicator\n",
+        b"*** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,\n",
+    ]
+    first = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False), 4))
+    shown = b"".join(first.feed("stderr", b"[n1:1:%d] " % n + line) for n, line in enumerate(report))
+    assert shown == b"".join(report)
+    after = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False), 4))
+    shown = after.feed("stderr", _control("failed", 0, "called MPI_Abort host=n1") + b"[n1:0:1] rank 0 says why\n")
+    shown += b"".join(after.feed("stderr", b"[n2:3:%d] " % n + line) for n, line in enumerate(report))
+    shown += after.feed("stderr", b"[n2:3:9] its next line\n")
+    assert shown == b"rank 0 says why\nits next line\n"
