@@ -34,7 +34,8 @@ def test_nccl_workloads_at_one_rank(hpcdist: str, tmp_path) -> None:
 
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
 def test_cuda_tensors_through_cpu_backends(hpcdist: str, backend: str) -> None:
-    """Two ranks sharing the GPU send CUDA tensors through gloo and the mpi backend and receive the right values."""
+    """Two ranks sharing the GPU put CUDA tensors through gloo's and the mpi backend's collectives (the mpi backend's
+    send/recv too: gloo's abort the process on a CUDA tensor, writev: Bad address) and receive the right values."""
     done = launch([hpcdist, "mpirun", "-np", "2", "--", "python", str(PROGRAMS / "cuda_collectives.py"), backend])
     assert done.returncode == 0, done.stderr
     results = sorted(
@@ -47,7 +48,8 @@ def test_cuda_tensors_through_cpu_backends(hpcdist: str, backend: str) -> None:
         assert result["broadcast"] == [float(i) for i in range(8)]
         assert result["all_gather"] == [0.0, 1.0]
         assert result["device"].startswith("cuda")
-    assert results[1]["recv"] == [7.0] * 4
+    if backend == "mpi":
+        assert results[1]["recv"] == [7.0] * 4
 
 
 def test_ddp_trains_on_the_gpu(hpcdist: str) -> None:
