@@ -17,6 +17,9 @@ __all__ = [
     "BACKENDS",
     "MAX_COUNT",
     "MAX_SECONDS",
+    "MIN_NP_ENV",
+    "ON_FAILURE",
+    "ON_FAILURE_ENV",
     "RANK",
     "STORES",
     "check_count",
@@ -27,6 +30,9 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi")  # what --backend and hpcdist.init(backend=) take
+ON_FAILURE = ("end", "shrink")  # what --on-failure takes: a lost rank ends the job, or the survivors carry on (ULFM)
+ON_FAILURE_ENV = "HPCDIST_ON_FAILURE"  # hpcdist mpirun hands --on-failure to every rank in this variable
+MIN_NP_ENV = "HPCDIST_MIN_NP"  # and --min-np: the fewest ranks the survivors may carry on with
 STORES = ("auto", "tcp", "mpi")  # what hpcdist.init(store=) and $HPCDIST_STORE take: where torch's store lives
 MAX_COUNT = 2**31 - 1  # ranks, slots, nodes, tasks: MPI and Slurm count them in a C int
 MAX_SECONDS = 30 * 86400  # a timeout: a wait longer than 30 days is a hang, and far larger ones overflow timedelta
