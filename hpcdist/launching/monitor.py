@@ -414,7 +414,7 @@ class MpirunWatch:
         ended = self._ended(failed, lost)
         if self.shrink is not None and self.shrink.finished_well(self.done, self.world_size):
             status, problem, ended = 0, None, {}  # the survivors' status: each loss was named as it happened
-            failed = {rank: how for rank, how in self.shrink.lost.items() if rank in failed}
+            failed = {rank: failed[rank] for rank in self.shrink.lost if rank in failed}
         with self._lock:
             return LaunchOutcome(
                 status=status,

@@ -48,7 +48,9 @@ class ShrinkWatch:
                 if left is None
                 else "no rank is left"
                 if left <= 0
-                else f"{left} rank{'s' if left > 1 else ''} carry on"
+                else f"{left} ranks carry on"
+                if left > 1
+                else "1 rank carries on"
             )
             self._news.append(f"hpcdist: {said}; {carry} (--on-failure shrink)")
 
