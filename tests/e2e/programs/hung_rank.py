@@ -1,4 +1,4 @@
-"""Under --on-failure shrink, rank HUNG (2) sleeps in Python before the second all_reduce; every rank writes
+"""Under --on-failure shrink, rank 2 sleeps SLEEP seconds in Python before the second all_reduce; every rank writes
 OUT/rank<N>.txt with what its second all_reduce did (`raised <type>` or `sum <value>`)."""
 
 import os
@@ -15,8 +15,9 @@ with hpcdist.init(os.environ.get("BACKEND", "gloo")) as session:
     out = Path(os.environ["OUT"], f"rank{session.rank}.txt")
     tensor = torch.ones(1)
     dist.all_reduce(tensor)
-    if session.rank == int(os.environ.get("HUNG", "2")):
-        time.sleep(3600)
+    if session.rank == 2:
+        time.sleep(float(os.environ["SLEEP"]))
+    tensor.fill_(1)
     try:
         dist.all_reduce(tensor)
         out.write_text(f"sum {tensor.item():g}\n")
