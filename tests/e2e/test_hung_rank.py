@@ -46,3 +46,14 @@ def test_a_rank_slower_than_the_others_but_within_the_timeout_is_not_ended(tmp_p
     outcomes, stderr = _run(tmp_path, "2")
     assert outcomes == {f"rank{rank}": "sum 4" for rank in range(4)}, stderr
     assert "hpcdist: a communication call exceeded" not in stderr
+
+
+def test_the_watchdog_carries_on_past_a_failed_rank_and_the_survivors_finish(tmp_path: Path) -> None:
+    # under the shim each rank's watchdog answers from the start, and a finished rank waits there for the others
+    shim = [str(BIN / "python"), "-m", "hpcdist.shim", "--", "python", str(PROGRAMS / "exits_one.py")]
+    exports = {"HPCDIST_ON_FAILURE": "shrink", "OUT": str(tmp_path)}
+    argv = [*ULFM, "-np", "4", *(arg for name in exports for arg in ("-x", name)), *shim]
+    result = launch(argv, timeout=120, **exports)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["rank0.txt", "rank1.txt", "rank3.txt"], result.stderr
+    assert "Traceback" not in result.stderr, result.stderr  # the watchdog thread acknowledged the failure
+    assert result.seconds < 60  # not a wait in MPI_Finalize
