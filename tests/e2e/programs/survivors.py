@@ -1,26 +1,28 @@
 """Raw mpi4py on Open MPI's ULFM: a loop of Allreduce in which one rank SIGKILLs itself; the survivors shrink.
 
-argv: OUT_DIR VICTIM. Each survivor writes OUT_DIR/rank-R.txt: `SIZE SUM` after the shrink, where SUM is the
-Allreduce of the survivors' start ranks on the shrunk communicator. Buffer collectives only: mpi4py's pickled ones
-(`allreduce`) run their point-to-point messages on a duplicate of the communicator that Revoke does not reach, and a
-survivor waiting there for a peer that has moved on to Shrink waits forever.
+argv: OUT_DIR VICTIM HOW (kill: SIGKILL, raise: an uncaught RuntimeError). Each survivor writes OUT_DIR/rank-R.txt:
+`SIZE SUM` after the shrink, where SUM is the Allreduce of the survivors' start ranks on the shrunk communicator.
+Buffer collectives only: mpi4py's pickled ones (`allreduce`) run their point-to-point messages on a duplicate of the
+communicator that Revoke does not reach, and a survivor waiting there for a peer that has moved on to Shrink waits
+forever (measured with mpi4py 4.1.2).
 """
 
 import os
 import signal
 import sys
-
 from array import array
 
 from mpi4py import MPI
 
-out_dir, victim = sys.argv[1], int(sys.argv[2])
+out_dir, victim, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 comm = MPI.COMM_WORLD.Dup()
 comm.Set_errhandler(MPI.ERRORS_RETURN)
 rank = comm.Get_rank()
 lost = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
 for step in range(1000):
     if step == 5 and rank == victim:
+        if how == "raise":
+            raise RuntimeError(f"rank {rank} fails on purpose")
         os.kill(os.getpid(), signal.SIGKILL)
     try:
         comm.Allreduce(MPI.IN_PLACE, array("l", [step]))
