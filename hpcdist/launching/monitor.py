@@ -245,14 +245,12 @@ class MpirunWatch:
             self.shrink.lose(ranks, self.hosts, self.world_size)
 
     def news(self) -> list[str]:
-        """Lines to print now: under shrink, each loss as it is heard."""
-        if self.shrink is None:
-            return []
-        with self._lock:
-            for host in self.lost.hosts:  # a lost daemon: the ranks that ran on its host
-                gone = {rank: f"lost (host {host} lost)" for rank, where in self.hosts.items() if where == host}
-                self._lose(gone)
-        return self.shrink.news()
+        """Lines to print now: under shrink, each loss as it is heard.
+
+        Not a lost host's daemon: Open MPI 5.0.11's runtime (PRRTE 3.0) then ends the whole job, ULFM or not
+        ("We cannot recover from this failure"), and the error at the end names the host (LostHostWatch.verdict).
+        """
+        return [] if self.shrink is None else self.shrink.news()
 
     def _when(self, rank: int, fields: Mapping[str, str]) -> None:
         """Note when a rank said it failed or finished (`at=`), and the call it was in (`in=`)."""
@@ -397,6 +395,11 @@ class MpirunWatch:
         with self._lock:
             hosts = {**self.heartbeats.silent, **self.hosts}
         status, problem = self.lost.verdict(returncode, hosts)
+        if problem and self.shrink is not None and not self.lost.agent_status:
+            problem += (
+                "; Open MPI's runtime ends the whole job when it loses a host's daemon, even under --on-failure shrink "
+                "(which carries on after lost ranks, not hosts); with --max-restarts N it starts again without the host"
+            )
         if self.usage is not None:
             status = USAGE_STATUS
         failed = self.named(returncode)

@@ -138,9 +138,9 @@ def test_each_loss_is_one_line_and_the_count_goes_down() -> None:
     watch.lose({2: "lost (killed or exited abruptly)"}, hosts)  # heard again: said once
     assert watch.news() == ["hpcdist: rank 2 on n2 failed (killed by SIGKILL); 3 ranks carry on (--on-failure shrink)"]
     assert watch.news() == []
-    watch.lose({3: "lost (host n2 lost)", 1: "failed (exit code 1)"}, hosts)
+    watch.lose({3: "lost (no heartbeat for 30 s)", 1: "failed (exit code 1)"}, hosts)
     assert watch.news() == [
-        "hpcdist: rank 3 on n2 lost (host n2 lost); rank 1 on n1 failed (exit code 1); 1 rank carries on "
+        "hpcdist: rank 3 on n2 lost (no heartbeat for 30 s); rank 1 on n1 failed (exit code 1); 1 rank carries on "
         "(--on-failure shrink)"
     ]
     assert not watch.finished_well(set(), None)
