@@ -204,3 +204,10 @@ def test_under_shrink_a_silent_host_loses_its_ranks_instead_of_ending_the_job(mo
     for rank in (0, 1):
         watch.feed("stderr", _line("done", rank))
     assert watch.outcome(0)[0].status == 0
+
+
+def test_hpcdist_launch_takes_on_failure_as_the_cli_does() -> None:
+    import hpcdist
+
+    with pytest.raises(UsageError, match=r"^--on-failure must be one of end, shrink, got 'restart'"):
+        hpcdist.launch(lambda: 0, np=2, on_failure="restart")
