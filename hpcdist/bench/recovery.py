@@ -157,6 +157,7 @@ class Outcome:
     repeat: int
     status: int  # the launcher's exit status
     total: float  # launch to exit
+    first: float | None  # launch -> the first step completed (start-up: launch, import, rendezvous, one step)
     steps: int  # lines in the step log
     killed_after: tuple[int, int] | None  # (epoch, step) rank 0 had logged last when the rank was killed
     recovered: float | None  # kill -> the first step of the recovered job completed
@@ -171,19 +172,26 @@ class Outcome:
 
 
 def outcome(
-    row: str, repeat: int, status: int, total: float, steps: Sequence[LoggedStep], kill_time: float | None
+    row: str,
+    repeat: int,
+    status: int,
+    launched: float,
+    total: float,
+    steps: Sequence[LoggedStep],
+    kill_time: float | None,
 ) -> Outcome:
-    """Read a job's step log around its kill at `kill_time` (time.time(); None: no rank was killed).
+    """Read a job's step log, launched at `launched`, around its kill at `kill_time` (time.time(); None: no kill).
 
     The recovered job's first step is the first one logged after the kill that starts anew: a world size other
     than the line before's, or an (epoch, step) not after it (a restart goes back to its checkpoint).
     """
     last = steps[-1].world_size if steps else None
+    job = (row, repeat, status, total, steps[0].time - launched if steps else None, len(steps))
     if kill_time is None:
-        return Outcome(row, repeat, status, total, len(steps), None, None, None, None, last)
+        return Outcome(*job, None, None, None, None, last)
     before = [s for s in steps if s.time <= kill_time]
     if not before:
-        return Outcome(row, repeat, status, total, len(steps), None, None, None, None, last, "no step before the kill")
+        return Outcome(*job, None, None, None, None, last, "no step before the kill")
     killed_after = (before[-1].epoch, before[-1].step)
     start = None
     for index in range(len(before), len(steps)):
@@ -192,18 +200,12 @@ def outcome(
             start = index
             break
     if start is None:
-        return Outcome(
-            row, repeat, status, total, len(steps), killed_after, None, None, None, last, "no step after the kill"
-        )
+        return Outcome(*job, killed_after, None, None, None, last, "no step after the kill")
     after = steps[start:]
     redone = sum(1 for s in after if (s.epoch, s.step) <= killed_after)
     past = next((s for s in after if (s.epoch, s.step) > killed_after), None)
     return Outcome(
-        row,
-        repeat,
-        status,
-        total,
-        len(steps),
+        *job,
         killed_after,
         after[0].time - kill_time,
         past.time - kill_time if past is not None else None,
@@ -214,8 +216,8 @@ def outcome(
 
 def table_lines(rows: Sequence[str], outcomes: Sequence[Outcome]) -> list[str]:
     """The table: per row the median (min to max) of each time over its repeats, then how the rows compare."""
-    head = f"{'row':<9} {'death -> next step':>22} {'death -> past the kill':>22} {'redone':>7} {'job':>16}"
-    head += f" {'ranks':>6}"
+    head = f"{'row':<9} {'death -> next step':>22} {'death -> past the kill':>22} {'redone':>7}"
+    head += f" {'launch -> 1st step':>20} {'job':>20} {'ranks':>6}"
     lines = [head, "-" * len(head)]
     medians: dict[str, float] = {}
     for name in rows:
@@ -230,7 +232,8 @@ def table_lines(rows: Sequence[str], outcomes: Sequence[Outcome]) -> list[str]:
         after = sorted({o.ranks_after for o in mine if o.ranks_after is not None})
         lines.append(
             f"{name:<9} {_spread(recovered):>22} {_spread([o.caught_up for o in mine if o.caught_up is not None]):>22} "
-            f"{(str(int(statistics.median(redone))) if redone else '-'):>7} {_spread([o.total for o in mine]):>16} "
+            f"{(str(int(statistics.median(redone))) if redone else '-'):>7} "
+            f"{_spread([o.first for o in mine if o.first is not None]):>20} {_spread([o.total for o in mine]):>20} "
             f"{','.join(map(str, after)) or '-':>6}"
         )
         lines += [f"{'':<9} repeat {o.repeat + 1}: {o.problem} (exit status {o.status})" for o in mine if o.problem]

@@ -41,7 +41,8 @@ POLL = 0.005  # seconds between reads of the step log while waiting for the step
 
 
 def run_recovery(options: BenchOptions, out: IO[str] | None = None) -> int:
-    """Measure (or, with --from, reread) and show; 1 if a row that kills a rank never recovered."""
+    """Measure (or, with --from, reread) and show; 1 if a job where a rank was killed never recovered, or the run was
+    interrupted."""
     out = out or sys.stdout
     if options.source is not None:
         from .plot import load_run
@@ -58,8 +59,13 @@ def run_recovery(options: BenchOptions, out: IO[str] | None = None) -> int:
     before = machine_facts("before")
     outcomes = []
     jobs = [(repeat, name) for repeat in range(plan.repeats) for name in _rotated(plan.rows, repeat)]
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` ends a long run early, keeping what it measured
     for index, (repeat, name) in enumerate(jobs, 1):
-        result = _run_job(ROWS[name], repeat, plan, found)
+        try:
+            result = _run_job(ROWS[name], repeat, plan, found)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the job's processes are gone, the rest is shown
+            print(f"{TOOL}: interrupted at {name}, repeat {repeat + 1}", file=sys.stderr, flush=True)
+            break
         outcomes.append(result)
         took = f"next step {result.recovered:.2f} s after the kill, " if result.recovered is not None else ""
         print(
@@ -85,7 +91,7 @@ def run_recovery(options: BenchOptions, out: IO[str] | None = None) -> int:
         "results": [o.as_json() for o in outcomes],
     }
     _show(doc, out, plan.json)
-    return 1 if any(ROWS[o.row].kill and o.recovered is None for o in outcomes) else 0
+    return 1 if len(outcomes) < len(jobs) or any(ROWS[o.row].kill and o.recovered is None for o in outcomes) else 0
 
 
 def report_lines(doc: dict[str, Any]) -> list[str]:
@@ -103,7 +109,7 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
         f"{kill['step']}",
         f"# {env['versions']}",
         "# seconds, median (min-max); `past the kill`: a step beyond the last one logged before the kill; `redone`: "
-        "steps completed a second time",
+        "steps completed a second time; `launch -> 1st step`: the job's own start-up, launch to its first step",
         *table_lines(config["rows"], outcomes),
         *(f"# {name}: {ROWS[name].label}" for name in config["rows"] if name in ROWS),
     ]
@@ -113,6 +119,11 @@ def _show(doc: dict[str, Any], out: IO[str], as_json: bool) -> None:
     """Print the JSON document, or the table."""
     text = json.dumps(doc, indent=1) if as_json else "\n".join(report_lines(doc))
     print(text, file=out, flush=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the run stops at the job it is in and shows what it measured."""
+    raise KeyboardInterrupt
 
 
 def _rotated(rows: tuple[str, ...], repeat: int) -> tuple[str, ...]:
@@ -144,7 +155,7 @@ def _run_job(row: Row, repeat: int, plan: RecoveryPlan, found: dict[str, str]) -
         log = os.path.join(folder, "steps.log")
         argv = job_argv(row, plan.ranks, found["hpcdist"], found["torchrun"], log, os.path.join(folder, "ckpt"))
         with open(os.path.join(folder, "output.log"), "w+b") as output:
-            start = time.perf_counter()
+            start, launched = time.perf_counter(), time.time()
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -169,7 +180,7 @@ def _run_job(row: Row, repeat: int, plan: RecoveryPlan, found: dict[str, str]) -
             output.seek(0)
             tail = output.read().decode(errors="replace").strip().splitlines()[-3:]
         steps = steplog.read(log) if os.path.exists(log) else []
-        result = outcome(row.name, repeat, status, total, steps, kill_time)
+        result = outcome(row.name, repeat, status, launched, total, steps, kill_time)
         if problem or status != 0:
             said = " | ".join(tail) or "no output"
             why = problem or result.problem or "the job failed"

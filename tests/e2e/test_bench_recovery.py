@@ -36,7 +36,7 @@ def test_the_harness_kills_the_last_rank_in_epoch_2_and_times_the_restart(hpcdis
     # the relaunch resumed from epoch 1's checkpoint: it did epoch 2's steps up to the kill again, then the rest
     assert (job["status"], job["problem"], job["redone"], job["ranks_after"]) == (0, "", step, 2), job
     assert job["steps"] == EPOCHS * per_epoch + step
-    assert 0 < job["recovered"] < job["caught_up"] < job["total"]
+    assert 0 < job["recovered"] < job["caught_up"] < job["total"] and 0 < job["first"] < job["total"]
     saved = tmp_path / "recovery.json"
     saved.write_text(result.stdout)
     again = launch([hpcdist, "bench", "recovery", "--from", str(saved)], timeout=60)
