@@ -8,9 +8,11 @@ child process that connects to rank 0's rendezvous store as a client and must no
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import runpy
 import shutil
+import signal
 import socket
 import sys
 import traceback
@@ -19,7 +21,7 @@ from types import TracebackType
 from typing import NoReturn
 
 from . import control
-from .abort import abort_job, before_abort
+from .abort import abort_job, before_abort, end_failed_rank, shrinks
 from .control import AFTER_PEER, peer_lost
 from .errors import RendezvousTimeout, UsageError
 from .forensics.cause import failure_words, said_finished, stamp
@@ -35,7 +37,9 @@ from .runtime.bootstrap import job_timeout, prepare, say_ready, serve_store, sta
 from .runtime.env import LaunchEnv
 from .runtime.pmi import finalize as pmi_finalize
 
-__all__ = ["bind", "format_failure", "main", "python_target"]
+__all__ = ["FINALIZE_SECONDS", "bind", "format_failure", "main", "python_target"]
+
+FINALIZE_SECONDS = 10.0  # under --on-failure shrink: how long a survivor's MPI_Finalize may take before it leaves
 
 
 def python_target(argv: Sequence[str], which: Callable[[str], str | None] = shutil.which) -> PythonTarget | None:
@@ -91,7 +95,8 @@ def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, str]:
         return 2, ""
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         words = f"{AFTER_PEER} {failure_words(exc)}" if peer_lost(str(exc)) else failure_words(exc)
-        stacks_on_failure(rank, exc)  # the others' stacks, while they still wait where this rank left them
+        if not shrinks():  # the others' stacks, while they still wait where this rank left them (under shrink: on)
+            stacks_on_failure(rank, exc)
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)  # last
         return 1, words
     return 0, ""
@@ -153,7 +158,8 @@ def bind(local_rank: int, local_world_size: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Prepare the torch variables, run the program, and abort the whole job if it fails."""
+    """Prepare the torch variables, run the program, and abort the whole job if it fails (under --on-failure shrink:
+    end this rank only)."""
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["--"]:
         words = words[1:]
@@ -195,15 +201,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, told = _run_child(words, child_env, env.rank), ""
     if code != 0:
         host = socket.gethostname()
-        if not control.told_usage():  # a usage error told to hpcdist mpirun is the job's one message
+        # a usage error told to hpcdist mpirun is the job's one message; under shrink hpcdist mpirun names the rank
+        if not control.told_usage() and not (shrinks() and os.environ.get(control.CONTROL_ENV)):
+            ending = "leaving the job, the others carry on (--on-failure shrink)" if shrinks() else "ending the job"
             print(
-                f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}){_consequence(told)}; ending the job",
+                f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}){_consequence(told)}; {ending}",
                 file=sys.stderr,
                 flush=True,
             )
         # after=peer or in=OP: a casualty, which hpcdist mpirun names after the rank that began the failure
         control.emit("failed", env.rank, f"{_describe(code)} host={host} {told or stamp()}")
-        abort_job(code if 0 < code < 256 else 1)
+        end_failed_rank(code if 0 < code < 256 else 1)
     else:
         control.emit("done", env.rank)  # its tagger need not report it vanished
     return code
@@ -228,11 +236,24 @@ def _leave(code: int) -> NoReturn:
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized():
         if not mpi.Is_finalized():
+            if shrinks():
+                _bound_finalize()
             mpi.Finalize()
         pmi_finalize(mpi.Get_library_version())
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _bound_finalize() -> None:
+    """Under --on-failure shrink: have the kernel end this rank (SIGALRM) if MPI_Finalize has not returned within
+    FINALIZE_SECONDS; its program ended well and said so, which is what hpcdist mpirun counts.
+
+    After a rank was lost, a survivor's MPI_Finalize waited forever in ompi_mpi_finalize in 2 jobs of 10 here (Open
+    MPI 5.0.11, ULFM, with the watchdog's communicator), and a Python timer thread beside it never ran again.
+    """
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(math.ceil(FINALIZE_SECONDS))
 
 
 if __name__ == "__main__":

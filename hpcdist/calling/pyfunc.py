@@ -44,6 +44,7 @@ def launch(
     hostfile: str | None = None,
     timeout: float | None = None,
     trace: str | None = None,
+    on_failure: str = "end",
     **kwargs: Any,
 ) -> list[Any]:
     """Run `fn(*args, **kwargs)` on `np` ranks with the process group initialised; return their values by rank.
@@ -54,11 +55,14 @@ def launch(
     the whole call; Ctrl-C ends the job and raises KeyboardInterrupt here. Every rank's value comes back, in rank
     order, as from `hpcdist.submit(...).result(all_ranks=True)` (whose plain `result()` is rank 0's value).
     `trace` (a file name) writes every rank's communication calls there, as `hpcdist mpirun --trace` does.
+    `on_failure="shrink"` is `hpcdist mpirun --on-failure shrink` (Open MPI's ULFM): a rank that dies or raises
+    ends alone, the others carry on, and when every other rank returns, its place in the list holds None.
 
     Raises:
         UsageError: `fn` or an argument cannot be sent to the ranks, or the launch options are wrong; raised
             before any process starts.
-        RankFailed: a rank raised (the first to fail); the job was ended.
+        RankFailed: a rank raised (the first to fail); the job was ended. Under shrink: no rank returned, or one
+            that was not lost failed.
         LaunchTimeout: the ranks did not all return within `timeout`; the job was ended.
     """
     seconds = None if timeout is None else check_seconds(timeout, "hpcdist.launch's timeout", "e.g. timeout=600")
@@ -79,6 +83,7 @@ def launch(
         tail=0,
         heartbeat_timeout=0,
         trace=trace,
+        on_failure=on_failure,
     )
     spec, output = spec_from_options(options, routed=True, caller="hpcdist.launch")
     check_names_resolve(options)
@@ -95,7 +100,7 @@ def launch(
         try:
             router = OutputRouter(output, spec.np, hide_banners=not shows_banners(os.environ))
             router.caller_reports = True
-            outcome = run_mpirun(argv, token, router, timeout=seconds)
+            outcome = run_mpirun(argv, token, router, timeout=seconds, shrink=spec.fault_tolerance, np=spec.np)
         except WaitTimeout:
             done = sorted(read_outcomes(template, size))
             raise LaunchTimeout(
@@ -105,7 +110,10 @@ def launch(
             ) from None
         if signal.SIGINT in outcome.signals:  # Ctrl-C: mpirun passed it on and ended the ranks
             raise KeyboardInterrupt
-        return _results(read_outcomes(template, size), size, name, describe_end(outcome), directory)
+        outcomes = read_outcomes(template, size)
+        if spec.fault_tolerance and outcome.status == 0 and any(o["ok"] for o in outcomes.values()):
+            return _survivors(outcomes, size)
+        return _results(outcomes, size, name, describe_end(outcome), directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -131,3 +139,12 @@ def _results(outcomes: dict[int, dict[str, Any]], size: int, name: str, end: str
             "",
         )
     return [pickle.loads(outcomes[rank]["value"]) for rank in range(size)]
+
+
+def _survivors(outcomes: dict[int, dict[str, Any]], size: int) -> list[Any]:
+    """Under shrink, after every rank that was not lost returned: their values in rank order, None for the lost."""
+    values = []
+    for rank in range(size):
+        outcome = outcomes.get(rank)
+        values.append(pickle.loads(outcome["value"]) if outcome is not None and outcome["ok"] else None)
+    return values

@@ -18,7 +18,7 @@ from typing import Any
 from .. import control
 from .ledger import FINISHED, INITIALISING, RUNNING, Phase, Record
 
-__all__ = ["failure_words", "said_finished", "stamp", "tell_hang"]
+__all__ = ["blame", "failure_words", "said_finished", "stamp", "tell_hang"]
 
 
 def failure_words(exc: BaseException | None) -> str:
@@ -69,11 +69,13 @@ def _wrapper_codes() -> set[Any]:
     return {getattr(f, "__code__", None) for value, recorder in pairs if recorder for f in (value, recorder)}
 
 
-def tell_hang(rank: int, ledgers: Mapping[int, list[Record]], phases: Mapping[int, Phase]) -> None:
-    """The hang report's verdict for `hpcdist mpirun`: the ranks it blames, those that waited, and in what.
+def blame(
+    ledgers: Mapping[int, list[Record]], phases: Mapping[int, Phase]
+) -> tuple[dict[int, str], dict[str, list[int]]]:
+    """The ranks that wait in a call (rank -> `all_reduce#2`, or `init_process_group`), and those blamed by kind.
 
-    `finished=1 idle=4 uninit=5 waiting=0,2,3 in=all_reduce#2 at=<seconds>`: a rank that waits in a call
-    is a casualty; one that finished its program, is in no call, or never initialised, while others wait, is blamed.
+    A rank that waits in a call is a casualty; one that finished its program (`finished`), is in no call (`idle`)
+    or never initialised (`uninit`) while others wait, is blamed.
     """
     waiting: dict[int, str] = {}
     blamed: dict[str, list[int]] = {"finished": [], "idle": [], "uninit": []}
@@ -90,6 +92,15 @@ def tell_hang(rank: int, ledgers: Mapping[int, list[Record]], phases: Mapping[in
             blamed["uninit"].append(who)
         else:
             blamed["idle"].append(who)
+    return waiting, blamed
+
+
+def tell_hang(rank: int, ledgers: Mapping[int, list[Record]], phases: Mapping[int, Phase]) -> None:
+    """The hang report's verdict for `hpcdist mpirun`: the ranks it blames, those that waited, and in what.
+
+    `finished=1 idle=4 uninit=5 waiting=0,2,3 in=all_reduce#2 at=<seconds>` (see `blame`).
+    """
+    waiting, blamed = blame(ledgers, phases)
     words = [f"{kind}={','.join(map(str, ranks))}" for kind, ranks in blamed.items() if ranks]
     if waiting:
         words.append(f"waiting={','.join(map(str, waiting))} in={waiting[min(waiting)]}")

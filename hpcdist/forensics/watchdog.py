@@ -8,12 +8,14 @@ Every rank runs a watchdog thread on its own duplicate of COMM_WORLD. When a ran
 unfinished call is older than the job's timeout (or its init_process_group older than the start-up
 timeout), it alarms rank 0, whose watchdog asks every rank for its phase and ledger (the threads
 answer even while their main threads are blocked in a call), prints what each rank was doing and
-the first divergence, and aborts the job. Under the shim, a rank whose program has ended keeps
+the first divergence, and aborts the job; under --on-failure shrink, the ranks that never arrived end
+themselves instead and the others carry on (`hung`). Under the shim, a rank whose program has ended keeps
 answering until every rank's program has (`finish`), so the report can name it.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
 import inspect
@@ -27,7 +29,7 @@ from ..abort import abort_job
 from ..errors import WaitTimeout
 from ..ranklist import ranks_text
 from ..waits import Backoff, poll_until
-from . import frdump, pyspy, sources, stacks
+from . import frdump, hung, pyspy, sources, stacks
 from .answers import MAX_ANSWER, bounded
 from .cause import tell_hang
 from .ledger import FINISHED, INITIALISING, Ledger, describe_hang
@@ -279,34 +281,65 @@ def _watch(comm: Any, stopping: threading.Event) -> None:
 
 
 def _serve(comm: Any, stopping: threading.Event) -> None:
-    """Answer ledger requests; alarm rank 0 once when this rank waits too long; once finishing, await the others."""
+    """Answer ledger requests; alarm the reporter once when this rank waits too long; once finishing, await the others.
+
+    Under --on-failure shrink (`hung`), a rank that failed is acknowledged and left out from then on, the lowest live
+    rank reports, a later hang alarms again, and a rank told that it never arrived ends itself.
+    """
+    shrinking = hung.enabled()
+    seen: dict[str, Any] = {"alarmed": None, "sent": [], "barrier": None}
+    while not stopping.wait(_POLL):
+        try:
+            if _cycle(comm, seen, shrinking):
+                return
+        except Exception as exc:
+            if not (shrinking and hung.is_failure(exc)):
+                raise
+            _state["lost"] = hung.acknowledge(comm)
+            seen["barrier"] = None  # a finishing agreement starts again among the survivors
+
+
+def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
+    """One turn of the watchdog thread; True when it is done (every rank has finished, or the job ends)."""
     from mpi4py import MPI
 
-    alarmed, sent, barrier = "", [], None
-    while not stopping.wait(_POLL):
-        status = _status()
-        message = comm.improbe(source=MPI.ANY_SOURCE, tag=_ASK, status=status)
-        if message is not None:
-            message.recv()
-            comm.send(_answer(), dest=status.Get_source(), tag=_ANSWER)
-        for work in _CYCLES:
-            work(comm)
-        late = _late(*_state["limits"])
-        if not alarmed and late:
-            alarmed = late
-            if comm.rank != 0:
-                sent.append(comm.isend(late, dest=0, tag=_ALARM))
-        if comm.rank == 0:
-            alarm = comm.improbe(source=MPI.ANY_SOURCE, tag=_ALARM)
-            kind = alarmed or (alarm.recv() if alarm is not None else "")
-            if kind:
-                _report_and_abort(comm, kind)
-                return
-        if "finishing" in _state:
-            if barrier is None:
-                barrier = comm.Ibarrier()
-            elif barrier.Test():
-                return
+    status = _status()
+    message = comm.improbe(source=MPI.ANY_SOURCE, tag=_ASK, status=status)
+    if message is not None:
+        message.recv()
+        comm.send(_answer(), dest=status.Get_source(), tag=_ANSWER)
+    if shrinking and (word := comm.improbe(source=MPI.ANY_SOURCE, tag=hung.END_TAG)) is not None:
+        hung.heard(comm.rank, word.recv(), sources.snapshot(LEDGER))
+    for work in _CYCLES:
+        work(comm)
+    late, reporter = _late(*_state["limits"]), _reporter(comm)
+    if shrinking and not late:
+        seen["alarmed"] = None  # its call ended (or failed): a later hang alarms again
+    if late and (seen["alarmed"] is None or (shrinking and seen["alarmed"] != (late, reporter))):
+        seen["alarmed"] = (late, reporter)  # under shrink, alarmed again if the reporter failed
+        if comm.rank != reporter:
+            seen["sent"].append(comm.isend(late, dest=reporter, tag=_ALARM))
+        else:
+            seen["own"] = late
+    if comm.rank == reporter and time.monotonic() >= _state.get("quiet_until", 0.0):
+        alarm = comm.improbe(source=MPI.ANY_SOURCE, tag=_ALARM)
+        heard = alarm.recv() if alarm is not None else ""  # a matched alarm is received, even when this rank's own
+        kind = seen.pop("own", "") or heard
+        if kind and _report(comm, kind, shrinking):
+            return True
+    if "finishing" in _state:
+        if seen["barrier"] is None:
+            seen["flag"] = array.array("i", [1])  # kept alive while the agreement runs
+            seen["barrier"] = comm.Iagree(seen["flag"]) if shrinking else comm.Ibarrier()
+        elif seen["barrier"].Test():
+            return True
+    return False
+
+
+def _reporter(comm: Any) -> int:
+    """The rank that reports a hang: rank 0, or under shrink the lowest rank that has not failed."""
+    lost = _state.get("lost", set())
+    return next(rank for rank in range(comm.size) if rank not in lost)
 
 
 def _late(timeout: float, init_timeout: float) -> str:
@@ -318,13 +351,24 @@ def _late(timeout: float, init_timeout: float) -> str:
     return "init" if LEDGER.phase == INITIALISING and now - LEDGER.since > init_timeout else ""
 
 
-def _report_and_abort(comm: Any, kind: str) -> None:
-    """Rank 0: gather every rank's ledger (waiting briefly), print the hang report, abort the job."""
+def _report(comm: Any, kind: str, shrinking: bool) -> bool:
+    """The reporter: gather every rank's ledger (waiting briefly) and print the hang report; under shrink, the ranks
+    that never arrived end themselves and the job goes on (False); otherwise, or when that cannot be, the job ends."""
     answers = _gather(comm)
     ledgers = {rank: answer["ledger"] for rank, answer in answers.items()}
     phases = {rank: answer["phase"] for rank, answer in answers.items()}
-    missing = [rank for rank in range(comm.size) if rank not in answers]
+    lost = _state.get("lost", set())
+    missing = [rank for rank in range(comm.size) if rank not in answers and rank not in lost]
     timeout, init_timeout = _state["limits"]
+    ending: list[int] = []
+    why = ""
+    if shrinking:
+        if kind == "call":
+            ending, why = hung.verdict(ledgers, phases, missing, timeout)
+        else:
+            why = "the ranks wait in start-up, where there is no group to shrink yet"
+        if not ending and not why:
+            return False  # the call that alarmed has ended since
     if kind == "init":
         headline = f"init_process_group waited longer than its {init_timeout:g} s start-up timeout for the other ranks"
     else:
@@ -336,6 +380,22 @@ def _report_and_abort(comm: Any, kind: str) -> None:
         most = max(answers[rank]["trimmed"] for rank in trimmed)
         said = f"{ranks_text(trimmed)}: answers of up to {most:,} bytes trimmed to {MAX_ANSWER:,} (oldest calls first)"
         print(f"hpcdist: {said}", file=sys.stderr, flush=True)
+    if ending:
+        _asks.extend(hung.tell(comm, ending, ledgers, why))
+        one = len(ending) == 1
+        print(
+            f"hpcdist: {ranks_text(ending)} never arrived and {'ends itself' if one else 'end themselves'} "
+            "(--on-failure shrink): the others' call fails with a process failure, and they carry on without "
+            f"{'it' if one else 'them'}",
+            file=sys.stderr,
+            flush=True,
+        )
+        _state["quiet_until"] = time.monotonic() + _ANSWER_WINDOW  # alarms sent before the verdict took effect wait
+        if comm.rank in ending:
+            hung.heard(comm.rank, (hung.progress(ledgers[comm.rank]), why), sources.snapshot(LEDGER))
+        return False
+    if shrinking:
+        print(f"hpcdist: the job ends instead of shrinking: {why}", file=sys.stderr, flush=True)
     try:
         tell_hang(comm.rank, ledgers, phases)  # hpcdist mpirun names the ranks it blames first, this rank's abort after
         print(frdump.save(answers, comm.size, timeout), file=sys.stderr, flush=True)
@@ -344,23 +404,37 @@ def _report_and_abort(comm: Any, kind: str) -> None:
             print(stacks.report(found, pyspy.fill(found, missing), finished=finished), file=sys.stderr, flush=True)
     finally:
         abort_job(1)  # whatever happened to the dumps and the stacks
+    return True
 
 
 def _gather(comm: Any) -> dict[int, dict[str, Any]]:
     """Ask every other rank for its answer and wait briefly: rank -> answer, this rank's own included.
 
-    A rank that does not answer within the window is left out (the caller names it). The asks are kept
-    alive until the job ends, as a rank that never answers never receives its ask.
+    A rank that does not answer within the window is left out (the caller names it); so is one that failed (under
+    shrink). The asks are kept alive until the job ends, as a rank that never answers never receives its ask.
     """
-    _asks.extend(comm.isend(None, dest=rank, tag=_ASK) for rank in range(comm.size) if rank != comm.rank)
+    for rank in range(comm.size):
+        if rank != comm.rank and rank not in _state.get("lost", set()):
+            try:
+                _asks.append(comm.isend(None, dest=rank, tag=_ASK))
+            except Exception as exc:  # the rank failed (ULFM): it is not waited for
+                if not hung.is_failure(exc):
+                    raise
+                _state["lost"] = hung.acknowledge(comm)
     answers = {comm.rank: _answer()}
 
     def answered() -> bool:
         status = _status()
-        message = comm.improbe(tag=_ANSWER, status=status)
+        try:
+            message = comm.improbe(tag=_ANSWER, status=status)
+        except Exception as exc:  # a rank failed meanwhile (ULFM): it is not waited for
+            if not hung.is_failure(exc):
+                raise
+            _state["lost"] = hung.acknowledge(comm)
+            message = None
         if message is not None:
             answers[status.Get_source()] = message.recv()
-        return len(answers) == comm.size
+        return len(answers.keys() | _state.get("lost", set())) == comm.size
 
     with contextlib.suppress(WaitTimeout):  # a rank that does not answer is named in the report
         poll_until(answered, time.monotonic() + _ANSWER_WINDOW, str, backoff=Backoff(0.01, 0.01))

@@ -1,0 +1,113 @@
+"""Under `--on-failure shrink`, a hung rank ends itself, so that the survivors see a process failure and shrink.
+
+The watchdog's reporter (the lowest live rank) gathers every rank's answer when a call waits past the timeout, as
+for the hang report. `verdict` names the ranks that never arrived: each is in no communication call while the others
+wait in one. The reporter sends each of them the word (`END_TAG`) with what its answer showed; the told rank's
+watchdog thread, alive even while its main thread is stuck in Python or in C that released the GIL, checks that it
+has made no call since (a rank that arrived in the meantime goes on), prints its stacks on its own stderr, tells
+`hpcdist mpirun`, and SIGKILLs its own process: ULFM reports it failed to the survivors, whose pending call then
+raises. Anything else (a rank that did not answer, one that finished or never initialised, a hang in start-up, every
+rank in a call) ends the job as without shrink.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import control
+from ..abort import wait_until_read
+from ..ranklist import ranks_text
+from ..values import ON_FAILURE_ENV
+from . import stacks
+from .cause import blame, stamp
+from .ledger import Phase, Record
+
+__all__ = ["END_TAG", "acknowledge", "enabled", "heard", "is_failure", "progress", "tell", "verdict"]
+
+END_TAG = 7305  # the reporter's word to a rank that never arrived: (its progress as answered, what the others wait in)
+
+
+def enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this rank runs under `--on-failure shrink` ($HPCDIST_ON_FAILURE)."""
+    return environ.get(ON_FAILURE_ENV, "") == "shrink"
+
+
+def is_failure(exc: BaseException) -> bool:
+    """Whether `exc` is MPI's word that a process of the communicator failed or that it was revoked (ULFM)."""
+    from mpi4py import MPI
+
+    failed = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
+    return isinstance(exc, MPI.Exception) and exc.Get_error_class() in failed
+
+
+def acknowledge(comm: Any) -> set[int]:
+    """Acknowledge every failure `comm` knows of (receives from any source work again); the failed ranks of `comm`."""
+    from mpi4py import MPI
+
+    comm.Ack_failed()
+    group = comm.Get_failed()
+    try:
+        return set(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), comm.Get_group()))
+    finally:
+        group.Free()
+
+
+def progress(rows: Sequence[Record]) -> tuple[Any, ...]:
+    """What changes when a rank makes a call: its last recorded call as it stands (a trimmed answer keeps it)."""
+    if not rows:
+        return ()
+    last = Record(*rows[-1])
+    return (last.seq, last.op, last.peer, last.group, last.gseq, last.done)
+
+
+def verdict(
+    ledgers: Mapping[int, list[Record]], phases: Mapping[int, Phase], missing: Sequence[int], timeout: float
+) -> tuple[list[int], str]:
+    """The ranks to end, with what the others wait in; or none, and why the job ends instead ('' if nothing waits).
+
+    A rank is ended only while every other answered and waits in a communication call, one of them for longer than
+    `timeout`: a rank that is merely slower arrives before that, and a late answer is checked again by `heard`.
+    """
+    waiting, blamed = blame(ledgers, phases)
+    ages = [rec.age for rows in ledgers.values() for rec in (Record(*row) for row in rows) if not rec.done]
+    if not ages or max(ages) <= timeout:
+        return [], ""  # an alarm from a call that has ended since: nothing to do
+    if missing:
+        return [], f"{ranks_text(list(missing))} did not answer (stuck in C code that holds the GIL), so cannot be told"
+    if blamed["finished"] or blamed["uninit"]:
+        ranks = sorted(blamed["finished"] + blamed["uninit"])
+        return [], f"{ranks_text(ranks)} finished or never initialised: the others' call cannot complete on survivors"
+    if not blamed["idle"]:
+        return [], "every rank is in a communication call: no rank failed to arrive"
+    if "init_process_group" in waiting.values():
+        return [], "ranks wait in init_process_group: there is no group to shrink yet"
+    others = sorted(waiting)
+    first = next(rec for rec in (Record(*row) for row in ledgers[others[0]]) if not rec.done)
+    return blamed["idle"], (
+        f"{ranks_text(others)} waited up to {max(ages):.1f} s in {first.label()}, past the {timeout:g} s timeout "
+        "(HPCDIST_TIMEOUT), while it was in no communication call"
+    )
+
+
+def tell(comm: Any, ranks: Sequence[int], ledgers: Mapping[int, list[Record]], why: str) -> list[Any]:
+    """Send each rank to end the word, with its progress as it answered; the requests (keep them until they end)."""
+    return [comm.isend((progress(ledgers[rank]), why), dest=rank, tag=END_TAG) for rank in ranks if rank != comm.rank]
+
+
+def heard(rank: int, word: tuple[tuple[Any, ...], str], rows: Sequence[Record]) -> None:
+    """On the told rank's watchdog thread: end this process, unless it made a call since it answered."""
+    answered, why = word
+    if progress(rows) != answered or any(not Record(*row).done for row in rows):
+        print(f"hpcdist: rank {rank} arrived after the hang verdict, so it goes on", file=sys.stderr, flush=True)
+        return
+    headline = f"hpcdist: rank {rank} hung and ends itself (--on-failure shrink): {why}; its Python stacks:"
+    print(stacks.report({rank: stacks.own()}, headline=headline), file=sys.stderr, flush=True)
+    host = socket.gethostname().split(".")[0]
+    control.emit("failed", rank, f"hung, ended by the watchdog host={host} {stamp()}")
+    wait_until_read((1, 2))
+    os.kill(os.getpid(), signal.SIGKILL)

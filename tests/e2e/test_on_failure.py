@@ -1,0 +1,43 @@
+"""`hpcdist mpirun --on-failure shrink` on real ranks: one rank dies, the survivors shrink and finish, status 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from launching import PROGRAMS, launch
+
+SURVIVORS = str(PROGRAMS / "survivors.py")
+
+
+HOWS = [("kill", "lost (killed or exited abruptly)"), ("raise", "failed (exit code 1)")]
+
+
+@pytest.mark.parametrize(("how", "said"), HOWS)
+def test_a_rank_that_dies_is_named_once_and_the_three_survivors_shrink_and_finish(
+    hpcdist: str, tmp_path: Path, how: str, said: str
+) -> None:
+    argv = [hpcdist, "mpirun", "--on-failure", "shrink", "-np", "4", "--oversubscribe", "--", "python", SURVIVORS]
+    result = launch([*argv, str(tmp_path), "2", how], timeout=180)
+    assert result.returncode == 0, result.stderr
+    markers = {path.name: path.read_text() for path in tmp_path.glob("rank-*")}
+    assert markers == dict.fromkeys(("rank-0.txt", "rank-1.txt", "rank-3.txt"), "3 4\n")  # 3 ranks, 0 + 1 + 3
+    named = [line for line in result.stderr.splitlines() if line.startswith("hpcdist:") and "rank 2 " in line]
+    assert len(named) == 1, result.stderr
+    assert named[0].startswith("hpcdist: rank 2 on ") and named[0].endswith(
+        f"{said}; 3 ranks carry on (--on-failure shrink)"
+    ), named[0]
+    if how == "raise":  # the rank's own traceback, and no MPI_Abort that would have ended the others
+        assert "[rank 2] RuntimeError: rank 2 fails on purpose" in result.stderr
+        assert "MPI_ABORT" not in result.stderr.upper()
+
+
+def test_under_mpich_shrink_is_refused_before_anything_starts(mpich_python: Path, tmp_path: Path) -> None:
+    argv = [str(mpich_python), "-m", "hpcdist", "mpirun", "--on-failure", "shrink", "-np", "2", "--"]
+    result = launch([*argv, "python", SURVIVORS, str(tmp_path), "1", "kill"], timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(
+        "hpcdist: error: --on-failure shrink needs Open MPI's fault tolerance (ULFM); the launcher "
+    ), result.stderr
+    assert "is MPICH's (as the files beside it say)" in result.stderr and "run Open MPI's mpirun" in result.stderr
+    assert "Traceback" not in result.stderr and list(tmp_path.iterdir()) == []  # no rank started
