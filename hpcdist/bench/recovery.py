@@ -139,8 +139,8 @@ def job_argv(row: Row, ranks: int, hpcdist: str, torchrun: str, step_log: str, c
     training += ["--batch-size", str(BATCH), "--seed", "0", "--step-log", step_log]
     resume = ["--checkpoint-dir", checkpoint_dir, "--resume"]
     if row.name == "shrink":
-        return [hpcdist, "mpirun", "-np", str(ranks), "--on-failure", "shrink", "--", hpcdist, *training,
-                "--on-failure", "shrink"]  # fmt: skip
+        # the ranks learn it from $HPCDIST_ON_FAILURE, which hpcdist mpirun sets
+        return [hpcdist, "mpirun", "-np", str(ranks), "--on-failure", "shrink", "--", hpcdist, *training]
     if row.name == "mpirun":
         return [hpcdist, "mpirun", "-np", str(ranks), "--max-restarts", "1", "--", hpcdist, *training, *resume]
     if row.name == "torchrun":
