@@ -31,7 +31,7 @@ NATIVE := HPCDIST_MPI_NATIVE=1
 NATIVE_ONLY := -m 'not python_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu bench-startup clean
+.PHONY: env lock test-latest demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster test-gpu bench-startup bench-recovery clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -164,6 +164,15 @@ bench-startup: env
 	$(BIN)/hpcdist bench startup --json --plot $(STARTUP)/startup.png >$(STARTUP)/startup.json.new
 	mv $(STARTUP)/startup.json.new $(STARTUP)/startup.json
 	$(BIN)/hpcdist bench startup --from $(STARTUP)/startup.json >$(STARTUP)/startup.txt
+
+# Recovery from a rank SIGKILLed in epoch 2 of the same DDP job, each way (in-job shrink, hpcdist mpirun's relaunch,
+# torchrun's), 3 repeats: the time from the kill to the next step completed, read from the job's step log.
+RECOVERY := docs/assets/recovery
+bench-recovery: env
+	mkdir -p $(RECOVERY)
+	$(BIN)/hpcdist bench recovery --json >$(RECOVERY)/recovery.json.new
+	mv $(RECOVERY)/recovery.json.new $(RECOVERY)/recovery.json
+	$(BIN)/hpcdist bench recovery --from $(RECOVERY)/recovery.json >$(RECOVERY)/recovery.txt
 
 # The GPU path on a real NVIDIA GPU, outside `make test` (no GPU here or in CI): nccl at one rank, CUDA tensors
 # through gloo and the mpi backend, DDP, and the benchmark. Without a GPU it says so and fails: nothing is skipped.

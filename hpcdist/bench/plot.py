@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 FORMATS = ("png", "svg", "pdf")  # what Agg and matplotlib's own vector backends write without extra packages
-_TOOLS = ("hpcdist bench", "hpcdist bench ddp", "hpcdist bench startup")
+_TOOLS = ("hpcdist bench", "hpcdist bench ddp", "hpcdist bench startup", "hpcdist bench recovery")
 _COLOURS = {"torch/mpi4py": "tab:blue", "torch/mpi": "tab:blue", "torch/gloo": "tab:orange", "torch/nccl": "tab:green"}
 _MEASURING = (*COLLECTIVE_OPTIONS, ("--timeout", "timeout"))
 

@@ -42,7 +42,7 @@ from .startup import (
 from .startup_model import CLUSTERS, REFERENCES, SCALES, fit_models, model_lines
 from .startup_probe import LAUNCH_VAR, TIMEOUT_VAR
 
-__all__ = ["document", "run_startup", "show"]
+__all__ = ["descendants", "document", "kill_tree", "machine_facts", "run_startup", "show"]
 
 TOOL = "hpcdist bench startup"
 
@@ -63,10 +63,10 @@ def run_startup(options: BenchOptions, out: IO[str] | None = None) -> int:
         raise UsageError("bench startup launches its own jobs; run it directly, not under a launcher")
     plan = startup_plan(options)
     where = _launchers(plan)
-    environment = _environment("before")
+    environment = machine_facts("before")
     signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` ends a long run early, keeping what it measured
     points, stops = _run_jobs(plan, where)
-    environment.update(_environment("after"))
+    environment.update(machine_facts("after"))
     doc = document(plan, environment, points, stops)
     show(doc, out, plan.json, plan.plot)
     return 0 if points else 1
@@ -209,7 +209,7 @@ def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, 
             try:
                 code = proc.wait(timeout)
             except (subprocess.TimeoutExpired, KeyboardInterrupt) as stopped:
-                _kill_tree(proc.pid)
+                kill_tree(proc.pid)
                 proc.wait()
                 if isinstance(stopped, KeyboardInterrupt):
                     raise
@@ -236,16 +236,16 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _kill_tree(pid: int) -> None:
+def kill_tree(pid: int) -> None:
     """SIGKILL the job's launcher and every process below it: mpirun gives each rank its own process group, and
     hpcdist mpirun gives mpirun its own session, so neither a group nor a session holds them all."""
     for _ in range(2):  # again, for a process forked while the first pass ran
-        for victim in [pid, *_descendants(pid)]:
+        for victim in [pid, *descendants(pid)]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(victim, signal.SIGKILL)
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """The processes below `pid`, from /proc's parent links."""
     children: dict[int, list[int]] = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
@@ -293,7 +293,7 @@ def _available_mb() -> float:
     return float("inf")
 
 
-def _environment(when: str) -> dict[str, Any]:
+def machine_facts(when: str) -> dict[str, Any]:
     """Where and when: the date, the OS, the cores, the memory, the versions, and the load average `when`."""
     load = {f"load_{when}": os.getloadavg()[0]}
     if when != "before":

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..bench.plan import COLLECTIVES, DTYPES, OPS, BenchOptions
+from ..bench.recovery import ROWS as RECOVERY_ROWS
 from ..bench.startup import ROWS as STARTUP_ROWS
 from ..doctor.facts import DEFAULT_TIMEOUT, STATUSES
 from ..errors import UsageError
@@ -41,9 +42,10 @@ def _add_bench(subparsers: Any) -> None:
     p.add_argument(
         "collective",
         nargs="?",
-        choices=[*COLLECTIVES, "ddp", "startup"],
-        help="the operation to time, ddp, or startup (jobs of 1 to 256 ranks started and timed on this host; run "
-        "it directly, not under a launcher); may be left out with --from",
+        choices=[*COLLECTIVES, "ddp", "startup", "recovery"],
+        help="the operation to time, ddp, startup (jobs of 1 to 256 ranks started and timed on this host), or "
+        "recovery (a DDP job that loses a rank, recovered each way; the last two run directly, not under a "
+        "launcher); may be left out with --from",
     )
     p.add_argument("-b", "--minbytes", type=Size(), help="smallest size in bytes (default: 32M)")
     p.add_argument("-e", "--maxbytes", type=Size(), help="largest size in bytes (default: 32M)")
@@ -103,14 +105,18 @@ def _add_bench(subparsers: Any) -> None:
     p.add_argument(
         "--ranks",
         metavar="N,N,...",
-        help="bench startup: the rank counts, rising (default: 1,2,4,8,16,32,64,128,256)",
+        help="bench startup: the rank counts, rising (default: 1,2,4,8,16,32,64,128,256); bench recovery: the "
+        "one rank count (default: 4)",
     )
     p.add_argument(
         "--rows",
         metavar="ROW,...",
-        help=f"bench startup: the ways of starting to time: {', '.join(STARTUP_ROWS)} (default: all)",
+        help=f"bench startup: the ways of starting to time: {', '.join(STARTUP_ROWS)}; bench recovery: the ways of "
+        f"recovering: {', '.join(RECOVERY_ROWS)} (default: all)",
     )
-    p.add_argument("--repeats", type=count, help="bench startup: jobs per row and rank count (default: 3)")
+    p.add_argument(
+        "--repeats", type=count, help="bench startup and recovery: jobs per row (and rank count) (default: 3)"
+    )
     p.add_argument(
         "--from",
         dest="source",
@@ -138,9 +144,15 @@ def bench(args: argparse.Namespace) -> int:
         if args.plot is not None:
             check_plot_file(args.plot, {})
         return run_startup(options)
+    if args.collective == "recovery":
+        from ..bench.recovery_run import run_recovery
+
+        return run_recovery(options)
     startup_only = [flag for flag in ("--ranks", "--rows", "--repeats") if getattr(args, flag[2:]) is not None]
     if startup_only:
-        raise UsageError(f"{', '.join(startup_only)} belong to `hpcdist bench startup`; drop them or name startup")
+        raise UsageError(
+            f"{', '.join(startup_only)} belong to `hpcdist bench startup` and `recovery`; drop them or name one"
+        )
     if args.plot is not None:
         check_plot_file(args.plot)  # before anything is measured
     if args.source is not None:

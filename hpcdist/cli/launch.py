@@ -189,6 +189,12 @@ def _workload_options(parser: Any) -> None:
         help="trace every rank's calls and, after training, print per rank the time in collectives and between "
         "them, how often it arrived last, and the straggler if one stands out (under an MPI launch)",
     )
+    ddp.add_argument(
+        "--step-log",
+        metavar="FILE",
+        help="rank 0 appends `epoch step world_size unix_time` to FILE after every step (what `hpcdist bench "
+        "recovery` times a recovery by)",
+    )
 
 
 def workload_options(args: argparse.Namespace) -> WorkloadOptions:
@@ -208,6 +214,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         resume=args.resume,
         stop_after_epoch=args.stop_after_epoch,
         report=args.report,
+        step_log=args.step_log,
     )
 
 

@@ -1,0 +1,45 @@
+"""`hpcdist run ddp --step-log` and `hpcdist bench recovery` for real: the step log of a 2-rank run holds each step once
+with its epoch and world size; the harness kills rank 1 at its step of epoch 2 and reads the restart in the log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from launching import launch
+
+from hpcdist.bench.recovery import BATCH, EPOCHS, KILL_EPOCH, KILL_STEP, SAMPLES
+from hpcdist.workloads import steplog
+
+
+def test_the_step_log_of_a_2_rank_run_holds_every_step_once_in_order(hpcdist: str, tmp_path: Path) -> None:
+    log = tmp_path / "steps.log"
+    training = ["run", "ddp", "--backend", "gloo", "--samples", "256", "--epochs", "2", "--step-log", str(log)]
+    result = launch([hpcdist, "mpirun", "-np", "2", "--", hpcdist, *training], timeout=180)
+    assert result.returncode == 0, result.stderr
+    steps = steplog.read(str(log))
+    assert [(s.epoch, s.step, s.world_size) for s in steps] == [(e, s, 2) for e in (1, 2) for s in range(1, 5)]
+    times = [s.time for s in steps]
+    assert times == sorted(times) and times[-1] - times[0] < 60
+
+
+def test_the_harness_kills_the_last_rank_in_epoch_2_and_times_the_restart(hpcdist: str, tmp_path: Path) -> None:
+    argv = [hpcdist, "bench", "recovery", "--ranks", "2", "--rows", "mpirun", "--repeats", "1", "--json"]
+    result = launch(argv, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["config"]["kill"] == {"rank": 1, "epoch": KILL_EPOCH, "step": KILL_STEP, "signal": "SIGKILL"}
+    [job] = doc["results"]
+    epoch, step = job["killed_after"]
+    per_epoch = SAMPLES // (BATCH * 2)
+    assert epoch == KILL_EPOCH and KILL_STEP <= step < per_epoch, job  # killed in epoch 2, before its end
+    # the relaunch resumed from epoch 1's checkpoint: it did epoch 2's steps up to the kill again, then the rest
+    assert (job["status"], job["problem"], job["redone"], job["ranks_after"]) == (0, "", step, 2), job
+    assert job["steps"] == EPOCHS * per_epoch + step
+    assert 0 < job["recovered"] < job["caught_up"] < job["total"] and 0 < job["first"] < job["total"]
+    saved = tmp_path / "recovery.json"
+    saved.write_text(result.stdout)
+    again = launch([hpcdist, "bench", "recovery", "--from", str(saved)], timeout=60)
+    assert again.returncode == 0, again.stderr
+    [row] = [line.split() for line in again.stdout.splitlines() if line.startswith("mpirun ")]
+    assert row[1] == f"{job['recovered']:.2f}" and row[-1] == "2", again.stdout
