@@ -1,4 +1,8 @@
-"""Ending the whole MPI job: the one MPI_Abort, and the excepthook that calls it on an uncaught exception."""
+"""Ending the whole MPI job: the one MPI_Abort, and the excepthook that calls it on an uncaught exception.
+
+Under `hpcdist mpirun --on-failure shrink` ($HPCDIST_ON_FAILURE=shrink) a failing rank ends itself only
+(`leave_rank`): the survivors see a process failure (Open MPI's ULFM) and carry on without it.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,14 @@ import struct
 import sys
 import termios
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
+from typing import NoReturn
 
 from . import control
+from .values import ON_FAILURE_ENV
 
-__all__ = ["abort_job", "before_abort", "install_abort_hook"]
+__all__ = ["abort_job", "before_abort", "end_failed_rank", "install_abort_hook", "leave_rank", "shrinks"]
 
 _BEFORE: list[Callable[[], None]] = []
 READ_SECONDS = 2.0  # how long a failing rank waits for its launcher to read its last output before MPI_Abort
@@ -43,6 +49,32 @@ def abort_job(code: int) -> None:
         hook()
     wait_until_read((1, 2))
     mpi.COMM_WORLD.Abort(code)
+
+
+def shrinks(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a failing rank ends itself only (--on-failure shrink), not the whole job."""
+    return environ.get(ON_FAILURE_ENV) == "shrink"
+
+
+def leave_rank(code: int) -> NoReturn:
+    """End this rank only, now: its last lines go out first, then `_exit` without MPI_Finalize or MPI_Abort.
+
+    Under Open MPI's ULFM the others then see a process failure in their next call and carry on without it; a rank
+    that finalised instead would leave them waiting for its part of their collectives.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for hook in _BEFORE:
+        hook()
+    wait_until_read((1, 2))
+    os._exit(code if 0 < code < 256 else 1)
+
+
+def end_failed_rank(code: int) -> None:
+    """A rank's program failed: end this rank only under --on-failure shrink (`leave_rank`), else the whole job."""
+    if shrinks():
+        leave_rank(code)
+    abort_job(code)
 
 
 def wait_until_read(fds: tuple[int, ...], timeout: float = READ_SECONDS) -> None:
@@ -85,14 +117,19 @@ def _unread(fd: int) -> int:
 
 
 def install_abort_hook() -> None:
-    """Make an uncaught exception abort the whole MPI job instead of hanging it in MPI_Finalize."""
+    """Make an uncaught exception abort the whole MPI job instead of hanging it in MPI_Finalize (under
+    --on-failure shrink: end this rank only)."""
     if getattr(sys.excepthook, "_hpcdist", False):
         return
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         previous(kind, value, tb)
-        abort_job(1)
+        mpi = sys.modules.get("mpi4py.MPI")
+        if shrinks() and mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            rank = mpi.COMM_WORLD.Get_rank()
+            control.emit("failed", rank, f"exit code 1 host={socket.gethostname().split('.')[0]}")
+        end_failed_rank(1)
 
     hook._hpcdist = True  # type: ignore[attr-defined]
     sys.excepthook = hook

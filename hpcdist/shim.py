@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import NoReturn
 
 from . import control
-from .abort import abort_job, before_abort
+from .abort import abort_job, before_abort, end_failed_rank, shrinks
 from .control import AFTER_PEER, peer_lost
 from .errors import RendezvousTimeout, UsageError
 from .forensics.cause import failure_words, said_finished, stamp
@@ -153,7 +153,8 @@ def bind(local_rank: int, local_world_size: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Prepare the torch variables, run the program, and abort the whole job if it fails."""
+    """Prepare the torch variables, run the program, and abort the whole job if it fails (under --on-failure shrink:
+    end this rank only)."""
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["--"]:
         words = words[1:]
@@ -195,15 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, told = _run_child(words, child_env, env.rank), ""
     if code != 0:
         host = socket.gethostname()
-        if not control.told_usage():  # a usage error told to hpcdist mpirun is the job's one message
+        # a usage error told to hpcdist mpirun is the job's one message; under shrink hpcdist mpirun names the rank
+        if not control.told_usage() and not (shrinks() and os.environ.get(control.CONTROL_ENV)):
+            ending = "leaving the job, the others carry on (--on-failure shrink)" if shrinks() else "ending the job"
             print(
-                f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}){_consequence(told)}; ending the job",
+                f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}){_consequence(told)}; {ending}",
                 file=sys.stderr,
                 flush=True,
             )
         # after=peer or in=OP: a casualty, which hpcdist mpirun names after the rank that began the failure
         control.emit("failed", env.rank, f"{_describe(code)} host={host} {told or stamp()}")
-        abort_job(code if 0 < code < 256 else 1)
+        end_failed_rank(code if 0 < code < 256 else 1)
     else:
         control.emit("done", env.rank)  # its tagger need not report it vanished
     return code

@@ -23,7 +23,7 @@ __all__ = ["COMMANDS", "add_parsers", "mpirun_options", "workload_options"]
 
 def add_parsers(sub: Any) -> None:
     """Add `env`, `mpirun` and `run` to the CLI's subparsers."""
-    from ..values import BACKENDS, STORES
+    from ..values import BACKENDS, MIN_NP_ENV, ON_FAILURE, ON_FAILURE_ENV, STORES
     from ..workloads import WORKLOADS
 
     env = sub.add_parser("env", help="show the launcher and ranks hpcdist detects in this process")
@@ -86,7 +86,17 @@ def add_parsers(sub: Any) -> None:
         type=count,
         metavar="M",
         help="with --max-restarts: after a lost host, restart with fewer ranks (as many as the slots left hold, at "
-        "least M) rather than stop",
+        "least M) rather than stop; with --on-failure shrink: the survivors carry on while at least M are left, "
+        "and below M the job ends (or restarts, with --max-restarts)",
+    )
+    mpirun.add_argument(
+        "--on-failure",
+        choices=ON_FAILURE,
+        default="end",
+        help="what a failed or lost rank (or host) does to the job: end it (default), or shrink: the survivors carry "
+        "on without it, on Open MPI's fault tolerance (ULFM: mpirun --with-ft ulfm over TCP); each rank gets "
+        f"{ON_FAILURE_ENV} and {MIN_NP_ENV}, hpcdist.init's groups are rebuilt on the survivors, and the job's status "
+        "is the survivors'",
     )
     mpirun.add_argument(
         "--heartbeat-timeout",
@@ -258,6 +268,8 @@ def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
         tail=args.tail,
         heartbeat_timeout=args.heartbeat_timeout,
         trace=args.trace,
+        on_failure=args.on_failure,
+        min_np=args.min_np,
     )
 
 
@@ -271,7 +283,7 @@ def _mpirun(args: argparse.Namespace) -> int:
     routed = not (args.dry_run or args.script or args.no_shim)  # hpcdist runs it: the ranks' lines come through us
     spec, output = spec_from_options(options, routed=routed, script=bool(args.script))
     policy = RestartPolicy(args.max_restarts, args.min_np)
-    check_policy(policy, spec.np)
+    check_policy(policy, spec.np, options.on_failure)
     if args.script and policy.max_restarts:
         raise UsageError(
             "--max-restarts is carried out by hpcdist mpirun while it runs, and --script writes a single mpirun "
@@ -308,7 +320,15 @@ def _mpirun(args: argparse.Namespace) -> int:
 
     def run(argv: list[str], token: str) -> LaunchOutcome:
         router = OutputRouter(output, spec.np, hide_banners=not shows_banners(os.environ)) if routed else None
-        return run_mpirun(argv, token, router, vanished_named=spec.family != "openmpi", heartbeat=limit)
+        return run_mpirun(
+            argv,
+            token,
+            router,
+            vanished_named=spec.family != "openmpi",
+            heartbeat=limit,
+            shrink=spec.fault_tolerance,
+            np=spec.np,
+        )
 
     return run_attempts(spec, policy, build_mpirun_argv, run)
 

@@ -67,12 +67,19 @@ class Decision:
     spec: MpirunSpec | None = None
 
 
-def check_policy(policy: RestartPolicy, np: int | None) -> None:
-    """Raise UsageError for --max-restarts/--min-np values that cannot work together with -np."""
+def check_policy(policy: RestartPolicy, np: int | None, on_failure: str = "end") -> None:
+    """Raise UsageError for --max-restarts/--min-np values that cannot work together with -np and --on-failure.
+
+    --min-np is the floor of both ways to go on without a lost rank: a restart that leaves a lost host out, and the
+    survivors' shrink (below it they end the job, which --max-restarts then starts again).
+    """
     if policy.min_np is None:
         return
-    if policy.max_restarts == 0:
-        raise UsageError("--min-np only matters when a restart leaves a lost host out; give --max-restarts N too")
+    if policy.max_restarts == 0 and on_failure != "shrink":
+        raise UsageError(
+            "--min-np only matters when the job goes on without a lost rank; give --max-restarts N (a restart leaves "
+            "a lost host out) or --on-failure shrink (the survivors carry on) too"
+        )
     if np is not None and policy.min_np > np:
         raise UsageError(f"--min-np {policy.min_np} is more than -np {np}; give --min-np at most {np}")
 

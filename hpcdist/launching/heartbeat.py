@@ -109,6 +109,27 @@ class Heartbeats:
             self.problem = self._describe(silent)
         raise HeartbeatLost(self.problem)
 
+    def fell_silent(self) -> dict[int, str]:
+        """Under --on-failure shrink, instead of `check`: the ranks silent longer than the limit (rank -> host), each
+        said once and watched no more, for the survivors carry on without them.
+
+        With the first past the limit go those that missed two beats: a host's ranks go silent together.
+        """
+        now = time.monotonic()
+        with self._lock:
+            if self.limit is None:
+                return {}
+            if now - self._checked > self.limit / 2:  # the watcher itself paused: no silence of the ranks
+                self._last = dict.fromkeys(self._last, now)
+            self._checked = now
+            if all(now - last <= self.limit for last in self._last.values()):
+                return {}
+            silent = {rank: self._hosts[rank] for rank, last in self._last.items() if now - last > self.limit / 3}
+            for rank in silent:
+                self._ended.add(rank)
+                del self._last[rank]
+            return silent
+
     def _describe(self, silent: dict[int, str]) -> str:
         """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2-3 for 30 s'.
 

@@ -14,6 +14,7 @@ from ..errors import JobEnding, LauncherStalled
 from ..ranklist import ranks_text
 from .heartbeat import Heartbeats
 from .outcome import BLAMED, LOST_HOST_STATUS, USAGE_STATUS, VANISHED, LaunchOutcome, describe_status
+from .shrink import ShrinkWatch
 
 __all__ = ["LAUNCHER_GRACE", "LostHostWatch", "MpirunWatch"]
 
@@ -136,8 +137,16 @@ class MpirunWatch:
     that may still become one is held back until it is whole (all else passes at once, progress bars too).
     """
 
-    def __init__(self, token: str = "", vanished_named: bool = False, heartbeat: float | None = None) -> None:
+    def __init__(
+        self,
+        token: str = "",
+        vanished_named: bool = False,
+        heartbeat: float | None = None,
+        shrink: bool = False,
+        np: int | None = None,
+    ) -> None:
         self.token = token
+        self.shrink = ShrinkWatch(np) if shrink else None  # --on-failure shrink: a lost rank is named, the job goes on
         self.vanished_named = vanished_named
         self.lost = LostHostWatch()
         self.heartbeats = Heartbeats(heartbeat)  # `heartbeat`: the limit in seconds (None: not watched)
@@ -209,6 +218,9 @@ class MpirunWatch:
             if fields.get("host"):
                 self.hosts.setdefault(event.rank, fields["host"])
             self._heard(event.event, event.rank, fields.get("host", ""))
+            if self.shrink is not None and event.event in ("failed", "vanished"):
+                how = self.failed.get(event.rank)
+                self._lose({event.rank: f"failed ({how})" if how else f"lost ({VANISHED})"})
             return True
         mpich = _MPICH_ABORTED.search(text)
         if mpich is not None:  # the output router leaves this line out: the failure summary names the rank
@@ -223,7 +235,24 @@ class MpirunWatch:
             self.failed.setdefault(rank, describe_status(-int(killed["sig"])) if killed else "called MPI_Abort")
             self.hosts.setdefault(rank, found["host"])
             recent.clear()
+            if self.shrink is not None:
+                self._lose({rank: f"failed ({self.failed[rank]})"})
         return False
+
+    def _lose(self, ranks: Mapping[int, str]) -> None:
+        """Under shrink: note ranks lost (rank -> how), named once each; the job goes on without them."""
+        if self.shrink is not None:
+            self.shrink.lose(ranks, self.hosts, self.world_size)
+
+    def news(self) -> list[str]:
+        """Lines to print now: under shrink, each loss as it is heard."""
+        if self.shrink is None:
+            return []
+        with self._lock:
+            for host in self.lost.hosts:  # a lost daemon: the ranks that ran on its host
+                gone = {rank: f"lost (host {host} lost)" for rank, where in self.hosts.items() if where == host}
+                self._lose(gone)
+        return self.shrink.news()
 
     def _when(self, rank: int, fields: Mapping[str, str]) -> None:
         """Note when a rank said it failed or finished (`at=`), and the call it was in (`in=`)."""
@@ -281,6 +310,12 @@ class MpirunWatch:
         to mpirun, which passes it on): the ranks that fail or vanish after that are its consequences, not named.
         """
         try:
+            if self.shrink is not None:  # a silent rank is lost, and the launcher runs on by design
+                silent = self.heartbeats.fell_silent()
+                if silent:
+                    with self._lock:
+                        self._lose(dict.fromkeys(silent, f"lost (no heartbeat for {self.heartbeats.limit or 0:g} s)"))
+                return
             self.heartbeats.check()
             with self._lock:
                 if self._first_failure is None or self.stalled:
@@ -376,6 +411,10 @@ class MpirunWatch:
                 "reachable; --heartbeat-timeout or $HPCDIST_HEARTBEAT_TIMEOUT sets the limit)"
             )
         lost = tuple(dict.fromkeys([*self.lost.hosts, *beats.lost_hosts]))
+        ended = self._ended(failed, lost)
+        if self.shrink is not None and self.shrink.finished_well(self.done, self.world_size):
+            status, problem, ended = 0, None, {}  # the survivors' status: each loss was named as it happened
+            failed = {rank: failed[rank] for rank in self.shrink.lost if rank in failed}
         with self._lock:
             return LaunchOutcome(
                 status=status,
@@ -387,7 +426,7 @@ class MpirunWatch:
                 signals=signals,
                 after_peer=frozenset(self.after_peer & failed.keys()),
                 usage=self.usage,
-                ended=self._ended(failed, lost),
+                ended=ended,
             ), problem
 
 

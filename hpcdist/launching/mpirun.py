@@ -24,6 +24,7 @@ __all__ = [
     "KEEPALIVE",
     "LAUNCHERS",
     "SHIM",
+    "ULFM",
     "AppContext",
     "HydraLauncher",
     "IntelLauncher",
@@ -47,6 +48,11 @@ _FABRIC_PROBE_BTL = "ofi"
 # measured): srun reads its --mpi from this variable.
 _SRUN_MPI = "SLURM_MPI_TYPE"
 KEEPALIVE = (("oob_tcp_keepalive_time", "2"), ("oob_tcp_keepalive_intvl", "1"), ("oob_tcp_keepalive_probes", "3"))
+# Open MPI's fault tolerance (ULFM, `--with-ft ulfm`) for --on-failure shrink, measured with Open MPI 5.0.11: over
+# shared memory (its default btl on one host) the survivors hang in their next collective after a peer is killed;
+# over TCP they get MPI_ERR_PROC_FAILED at once (docs/survivors.md, "Detecting a failure").
+ULFM = (("btl", "tcp,self"),)
+_SHARED_MEMORY_BTLS = ("sm", "vader")
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class MpirunSpec:
     launch_agent: str | None = None  # the remote shell that starts the launcher's daemons on other hosts (ssh's)
     slurm: bool = False  # ranks placed by the Slurm allocation it runs in: Hydra starts its proxies with srun
     exit_codes: bool = False  # Hydra: print every rank's exit status at the end (-print-all-exitcodes)
+    fault_tolerance: bool = False  # Open MPI's ULFM (--with-ft ulfm, ULFM's MCA settings): survivors carry on
 
 
 class Launcher:
@@ -138,7 +145,9 @@ class OpenMpiLauncher(Launcher):
             argv.append("--oversubscribe")
         if spec.as_root:
             argv.append("--allow-run-as-root")
-        for key, value in _mca_pairs(spec.mca, spec.skip_fabric_probe):
+        if spec.fault_tolerance:
+            argv += ["--with-ft", "ulfm"]
+        for key, value in _mca_pairs(spec.mca, spec.skip_fabric_probe, spec.fault_tolerance):
             argv += ["--mca", key, value]
         if spec.keepalive:
             for key, value in KEEPALIVE:
@@ -176,6 +185,11 @@ class HydraLauncher(Launcher):
 
     def command(self, spec: MpirunSpec) -> list[str]:
         """The mpiexec argv for `spec`."""
+        if spec.fault_tolerance:
+            raise UsageError(
+                f"--on-failure shrink needs Open MPI's fault tolerance (ULFM), which {self.name}'s launcher does not "
+                "start; use --mpi openmpi with Open MPI's mpirun, or drop --on-failure shrink"
+            )
         if spec.mca:
             raise UsageError(
                 f"--mca is Open MPI's; {self.name}'s settings are environment variables (MPIR_CVAR_*, FI_*, "
@@ -340,14 +354,27 @@ def _validate(spec: MpirunSpec) -> None:
             )
     if spec.launch_agent is not None and not spec.launch_agent.strip():
         raise UsageError("--launch-agent needs a command that reaches another host, e.g. --launch-agent ssh")
+    if spec.fault_tolerance:
+        for key, value in spec.mca:
+            names = [n.strip() for n in value.lstrip("^").split(",")]
+            if key == "btl" and (value.startswith("^") or any(n in _SHARED_MEMORY_BTLS for n in names)):
+                raise UsageError(
+                    f"--mca btl {value}: under --on-failure shrink the survivors hang over shared memory (measured "
+                    "with Open MPI 5.0.11), so the transports must be named and exclude sm; drop --mca btl (hpcdist "
+                    "uses tcp,self) or give a list without sm, e.g. --mca btl tcp,self"
+                )
     if not spec.bind_to.strip():
         raise UsageError("--bind-to needs a value such as none, core or socket")
     if not spec.map_by.strip():
         raise UsageError("--map-by needs a value such as slot, node or ppr:1:socket")
 
 
-def _mca_pairs(mca: tuple[tuple[str, str], ...], skip_fabric_probe: bool) -> list[tuple[str, str]]:
-    """User `--mca` pairs, with `ofi` excluded from `btl` unless the user chose the btl list."""
+def _mca_pairs(mca: tuple[tuple[str, str], ...], skip_fabric_probe: bool, ulfm: bool = False) -> list[tuple[str, str]]:
+    """User `--mca` pairs, with `ofi` excluded from `btl` unless the user chose the btl list; under `ulfm`, ULFM's
+    settings that the user did not give (a btl list of theirs was checked by `_validate`)."""
+    if ulfm:
+        given = {key for key, _ in mca}
+        return [*mca, *((key, value) for key, value in ULFM if key not in given)]
     if not skip_fabric_probe:
         return list(mca)
     if all(key != "btl" for key, _ in mca):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..values import check_count, check_seconds
+from ..values import ON_FAILURE, check_count, check_seconds
 
 __all__ = ["MpirunOptions"]
 
@@ -42,16 +42,26 @@ class MpirunOptions:
     tail: int | None = None  # None: DEFAULT_TAIL
     heartbeat_timeout: float | None = None  # None: $HPCDIST_HEARTBEAT_TIMEOUT or the default; 0: off
     trace: str | None = None  # FILE.json: rank 0 writes every rank's calls there as one Chrome trace
+    on_failure: str = "end"  # a lost rank ends the job (end), or the survivors carry on (shrink: Open MPI's ULFM)
+    min_np: int | None = None  # the fewest ranks the job may go on with: after a lost host's restart, or a shrink
 
     def __post_init__(self) -> None:
         """Refuse a value of the wrong kind, whoever made the options.
 
         Raises:
-            UsageError: -np below 1, --tail below 0, an empty --trace, a --heartbeat-timeout that is no number of
-                seconds, or a list option that is not a list of the right items.
+            UsageError: -np or --min-np below 1, --tail below 0, an empty --trace, a
+                --heartbeat-timeout that is no number of seconds, an --on-failure that is not one of ON_FAILURE, or
+                a list option that is not a list of the right items.
         """
         if self.np is not None:
             check_count(self.np, "-np", 1, "e.g. -np 4")
+        if self.min_np is not None:
+            check_count(self.min_np, "--min-np", 1, "e.g. --min-np 2")
+        if self.on_failure not in ON_FAILURE:
+            raise UsageError(
+                f"--on-failure must be one of {', '.join(ON_FAILURE)}, got {self.on_failure!r}; e.g. --on-failure "
+                "shrink (the survivors carry on when a rank dies)"
+            )
         if self.tail is not None:
             check_count(self.tail, "--tail", 0, "e.g. --tail 20")
         if self.heartbeat_timeout is not None and self.heartbeat_timeout != 0:

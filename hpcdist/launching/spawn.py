@@ -186,6 +186,8 @@ def run_mpirun(
     timeout: float | None = None,
     vanished_named: bool = False,
     heartbeat: float | None = None,
+    shrink: bool = False,
+    np: int | None = None,
 ) -> LaunchOutcome:
     """Run the mpirun command line built by hpcdist; its status is non-zero when a rank failed or a host was lost.
 
@@ -197,8 +199,10 @@ def run_mpirun(
     (ranks that tag their lines), the console shows what it selects, and each failed rank's last lines
     follow at the end. `vanished_named` (Hydra): a rank whose tagger saw it vanish is named (MpirunWatch.named).
     `heartbeat` (seconds): a rank that beat and fell silent that long ends the job (launching/heartbeat.py).
+    `shrink` (--on-failure shrink, `np` ranks): a failed or lost rank is named in one line as it is heard, the job
+    goes on, and its status is the survivors' (launching/shrink.py).
     """
-    watch = MpirunWatch(token, vanished_named, heartbeat)
+    watch = MpirunWatch(token, vanished_named, heartbeat, shrink, np)
     console = Console(watch, router)
     codes = ExitCodeWatch()  # Hydra's -print-all-exitcodes block, read beside the watch
 
@@ -208,12 +212,17 @@ def run_mpirun(
             return console.feed(stream, shown) if shown else b""
         return (console.feed(stream, shown) if shown else b"") + console.feed(stream, b"")
 
+    def check() -> None:
+        watch.check()
+        _say(watch.news())
+
     received = _Received(router)
-    code = _spawn(
-        argv, None, "the MPI launcher", feed, received, timeout, watch.check, {signal.SIGQUIT: _ask_for_stacks}
-    )
+    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, check, {signal.SIGQUIT: _ask_for_stacks})
     ends_mid_line = watch.lost.mid_line("stderr")
+    _say(watch.news())  # a loss heard as the launcher ended
     outcome, problem = watch.outcome(code, tuple(received))
+    if shrink:  # the survivors' status, not the launcher's (which is the lost rank's)
+        code = outcome.status
     interrupted = signal.SIGINT in received
     if ends_mid_line and not interrupted:  # PRRTE ends its banners with a NUL, not a newline: start ours afresh
         print(file=sys.stderr, flush=True)
@@ -222,7 +231,7 @@ def run_mpirun(
     elif not interrupted and not (router is not None and router.caller_reports):
         if code and outcome.headline():  # the rank that began it, however the launcher heard the ranks end
             print(f"hpcdist: {outcome.headline()}", file=sys.stderr, flush=True)
-        if router is not None:
+        if router is not None and (code or not shrink):  # under shrink, a loss the survivors outlived was named
             ended = summary(console.failures(code), router.options.tail, router.options.log_dir)
             print(ended, end="", file=sys.stderr, flush=True)
         if outcome.ended:  # the others the job's end reached, in one line however many
@@ -236,6 +245,12 @@ def run_mpirun(
     if problem:
         print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
     return outcome
+
+
+def _say(lines: Sequence[str]) -> None:
+    """hpcdist mpirun's own lines, on stderr as they happen."""
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
 
 
 def _ask_for_stacks(proc: subprocess.Popen[bytes]) -> None:

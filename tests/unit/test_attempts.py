@@ -158,7 +158,8 @@ def test_run_attempts_restarts_with_a_new_token_each_time_and_reports(capsys: py
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--min-np", "2"], "--min-np only matters when a restart leaves a lost host out; give --max-restarts N too"),
+    (["--min-np", "2"], "--min-np only matters when the job goes on without a lost rank; give --max-restarts N"),
+    (["--on-failure", "shrink", "--min-np", "5"], "--min-np 5 is more than -np 4; give --min-np at most 4"),
     (["--max-restarts", "1", "--min-np", "5"], "--min-np 5 is more than -np 4; give --min-np at most 4"),
     (["--max-restarts", "1", "--script", "-"], "--max-restarts is carried out by hpcdist mpirun while it runs"),
     (["--max-restarts", "-1"], "--max-restarts '-1' is not a whole number"),

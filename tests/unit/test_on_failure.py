@@ -1,0 +1,206 @@
+"""`hpcdist mpirun --on-failure shrink` without processes: the options, the argv, the ranks' variables, the watch."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpcdist.cli import build_parser, main
+from hpcdist.cli.launch import mpirun_options
+from hpcdist.errors import UsageError
+from hpcdist.launching import heartbeat
+from hpcdist.launching.monitor import LAUNCHER_GRACE, MpirunWatch
+from hpcdist.launching.mpirun import MpirunSpec, build_mpirun_argv
+from hpcdist.launching.options import MpirunOptions
+from hpcdist.launching.shrink import ShrinkWatch
+from hpcdist.launching.spec import spec_from_options
+from hpcdist.values import MIN_NP_ENV, ON_FAILURE_ENV
+
+TOKEN = "0123456789abcdef"
+PROG = ("python", "train.py")
+SHRINK = MpirunSpec(program=PROG, np=4, fault_tolerance=True)
+HEAD = ["mpirun", "-np", "4", "--bind-to", "none", "--map-by", "slot"]
+
+
+def _line(event: str, rank: int, detail: str = "") -> bytes:
+    return f"@@hpcdist:{TOKEN}:{event}:{rank}:{detail}\n".encode()
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, [*HEAD, "--with-ft", "ulfm", "--mca", "btl", "tcp,self", *PROG]),
+        (  # a transport list of the user's own without shared memory is kept; other settings come first
+            {"mca": (("pml", "ob1"), ("btl", "self,tcp")), "as_root": True},
+            [*HEAD, "--allow-run-as-root", "--with-ft", "ulfm", "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
+             *PROG],
+        ),
+        (  # the fabric probe's exclusion is moot: tcp,self names every transport used
+            {"skip_fabric_probe": False, "env": (("HPCDIST_ON_FAILURE", "shrink"),)},
+            [*HEAD, "--with-ft", "ulfm", "--mca", "btl", "tcp,self", "-x", "HPCDIST_ON_FAILURE=shrink", *PROG],
+        ),
+    ],
+)  # fmt: skip
+def test_open_mpi_gets_ulfm_over_tcp(changes: dict[str, Any], expected: list[str]) -> None:
+    assert build_mpirun_argv(dataclasses.replace(SHRINK, **changes)) == expected
+
+
+@pytest.mark.parametrize("btl", ["^ofi", "sm,self,tcp", "vader,self", "self, sm"])
+def test_a_transport_list_with_shared_memory_is_refused_under_shrink(btl: str) -> None:
+    with pytest.raises(UsageError, match=r"the survivors hang over shared memory .* --mca btl tcp,self"):
+        build_mpirun_argv(dataclasses.replace(SHRINK, mca=(("btl", btl),)))
+
+
+@pytest.mark.parametrize("family", ["mpich", "intel"])
+def test_hydra_launchers_refuse_fault_tolerance(family: str) -> None:
+    with pytest.raises(UsageError, match=r"^--on-failure shrink needs Open MPI's fault tolerance \(ULFM\)"):
+        build_mpirun_argv(dataclasses.replace(SHRINK, family=family, mpirun="mpiexec"))
+
+
+def test_the_cli_parses_on_failure_and_min_np_into_the_options() -> None:
+    args = build_parser().parse_args(["mpirun", "-np", "4", "--on-failure", "shrink", "--min-np", "2", "--", "x"])
+    assert mpirun_options(args) == MpirunOptions(program=("x",), np=4, on_failure="shrink", min_np=2)
+    assert mpirun_options(build_parser().parse_args(["mpirun", "-np", "4", "--", "x"])).on_failure == "end"
+
+
+def test_the_cli_takes_no_abbreviation_and_no_other_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mpirun", "--dry-run", "-np", "2", "--on-fail", "shrink", "--", "x"]) == 2
+    assert main(["mpirun", "--dry-run", "-np", "2", "--on-failure", "restart", "--", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown option --on-fail for `hpcdist mpirun`; options are never abbreviated" in err
+    assert "argument --on-failure: unknown value 'restart'; choose one of end, shrink" in err
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"on_failure": "restart"}, "--on-failure must be one of end, shrink, got 'restart'; e.g. --on-failure shrink"),
+        ({"on_failure": None}, "--on-failure must be one of end, shrink, got None"),
+        ({"min_np": 0}, "--min-np must be at least 1, got 0; e.g. --min-np 2"),
+        ({"min_np": True}, "--min-np must be a whole number, got True"),
+    ],
+)
+def test_the_options_refuse_what_the_cli_would(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        MpirunOptions(program=("x",), **changes)  # type: ignore[arg-type]
+    assert message in str(info.value)
+
+
+def test_every_rank_is_told_to_carry_on_and_down_to_how_few(tmp_path: Path) -> None:
+    mpirun = tmp_path / "mpirun"
+    mpirun.write_text("#!/bin/sh\n")
+    mpirun.chmod(0o755)
+    options = MpirunOptions(program=("x",), np=4, mpirun=str(mpirun), mpi="openmpi", on_failure="shrink")
+    spec, _ = spec_from_options(options, environ={})
+    assert spec.fault_tolerance
+    assert dict(spec.env)[ON_FAILURE_ENV] == "shrink" and dict(spec.env)[MIN_NP_ENV] == "1"
+    spec, _ = spec_from_options(dataclasses.replace(options, min_np=3), environ={})
+    assert dict(spec.env)[MIN_NP_ENV] == "3"
+    spec, _ = spec_from_options(dataclasses.replace(options, on_failure="end"), environ={})
+    assert not spec.fault_tolerance and ON_FAILURE_ENV not in dict(spec.env) and MIN_NP_ENV not in dict(spec.env)
+
+
+def test_the_dry_run_shows_the_ulfm_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["mpirun", "--dry-run", "--mpirun", "mpirun", "--mpi", "openmpi", "-np", "4", "--on-failure", "shrink"]
+    assert main([*argv, "--min-np", "2", "--", "python", "t.py"]) == 0
+    out = capsys.readouterr().out
+    assert " --with-ft ulfm --mca btl tcp,self -x HPCDIST_ON_FAILURE=shrink -x HPCDIST_MIN_NP=2 " in out
+
+
+@pytest.mark.parametrize(("mpi", "name"), [("mpich", "MPICH"), ("intel", "Intel MPI")])
+def test_mpich_and_intel_mpi_are_refused_saying_what_was_found_and_what_to_do(
+    capsys: pytest.CaptureFixture[str], mpi: str, name: str
+) -> None:
+    argv = ["mpirun", "--dry-run", "--mpirun", "mpiexec", "--mpi", mpi, "-np", "4", "--on-failure", "shrink"]
+    assert main([*argv, "--", "python", "t.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"hpcdist: error: --on-failure shrink needs Open MPI's fault tolerance (ULFM); the launcher mpiexec is "
+        f"{name}'s (as --mpi {mpi} says)"
+    )
+    assert "run Open MPI's mpirun" in err and "or drop --on-failure shrink" in err
+
+
+def test_min_np_alone_needs_restarts_or_shrink_and_fits_np(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["mpirun", "--dry-run", "--mpirun", "mpirun", "--mpi", "openmpi", "-np", "4"]
+    assert main([*argv, "--on-failure", "shrink", "--min-np", "3", "--", "x"]) == 0
+    assert main([*argv, "--min-np", "3", "--", "x"]) == 2
+    assert "give --max-restarts N (a restart leaves a lost host out) or --on-failure shrink" in capsys.readouterr().err
+
+
+def test_each_loss_is_one_line_and_the_count_goes_down() -> None:
+    watch = ShrinkWatch(np=4)
+    hosts = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+    watch.lose({2: "failed (killed by SIGKILL)"}, hosts)
+    watch.lose({2: "lost (killed or exited abruptly)"}, hosts)  # heard again: said once
+    assert watch.news() == ["hpcdist: rank 2 on n2 failed (killed by SIGKILL); 3 ranks carry on (--on-failure shrink)"]
+    assert watch.news() == []
+    watch.lose({3: "lost (host n2 lost)", 1: "failed (exit code 1)"}, hosts)
+    assert watch.news() == [
+        "hpcdist: rank 3 on n2 lost (host n2 lost); rank 1 on n1 failed (exit code 1); 1 rank carries on "
+        "(--on-failure shrink)"
+    ]
+    assert not watch.finished_well(set(), None)
+    assert watch.finished_well({0}, None)
+    assert not ShrinkWatch(np=4).finished_well({0, 1, 3}, None)  # rank 2 neither lost nor done
+
+
+def test_under_shrink_a_killed_rank_is_named_once_and_the_survivors_status_is_the_jobs() -> None:
+    watch = MpirunWatch(TOKEN, heartbeat=None, shrink=True, np=4)
+    for rank in range(4):
+        watch.feed("stderr", _line("ready", rank, "host=n1 world=4"))
+    watch.feed("stderr", _line("vanished", 2, "host=n1"))
+    watch.feed("stderr", b"prterun noticed that process rank 2 with PID 77 on node n1 exited on\nsignal 9 (Killed).\n")
+    assert watch.news() == [
+        "hpcdist: rank 2 on n1 lost (killed or exited abruptly); 3 ranks carry on (--on-failure shrink)"
+    ]
+    for rank in (0, 1, 3):
+        watch.feed("stderr", _line("done", rank))
+    outcome, problem = watch.outcome(137)
+    assert (outcome.status, problem, outcome.ended) == (0, None, {})
+    assert dict(outcome.failed) == {2: "killed by SIGKILL"}  # as mpirun told it, after the rank was named
+
+
+def test_under_shrink_the_job_fails_when_no_survivor_finishes_well() -> None:
+    watch = MpirunWatch(TOKEN, shrink=True, np=3)
+    watch.feed("stderr", _line("failed", 1, "exit code 3 host=n1"))
+    watch.feed("stderr", _line("failed", 0, "exit code 1 host=n1") + _line("failed", 2, "exit code 1 host=n1"))
+    assert watch.news() == [
+        "hpcdist: rank 1 on n1 failed (exit code 3); 2 ranks carry on (--on-failure shrink)",
+        "hpcdist: rank 0 on n1 failed (exit code 1); 1 rank carries on (--on-failure shrink)",
+        "hpcdist: rank 2 on n1 failed (exit code 1); no rank is left (--on-failure shrink)",
+    ]
+    assert watch.outcome(3)[0].status == 3
+
+
+def test_under_shrink_the_launcher_is_not_ended_for_running_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr("hpcdist.launching.monitor.time.monotonic", lambda: now[0])
+    watch = MpirunWatch(TOKEN, shrink=True, np=2)
+    watch.feed("stderr", _line("failed", 1, "exit code 1 host=n1"))
+    now[0] += LAUNCHER_GRACE + 1
+    watch.check()  # without shrink: LauncherStalled
+    assert watch.stalled is None
+
+
+def test_under_shrink_a_silent_host_loses_its_ranks_instead_of_ending_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(heartbeat.time, "monotonic", lambda: now[0])
+    watch = MpirunWatch(TOKEN, heartbeat=6, shrink=True, np=4)
+    for _ in range(8):
+        watch.feed("stderr", b"".join(_line("beat", r, f"host={'n2' if r > 1 else 'n1'}") for r in range(4)))
+        watch.check()
+        now[0] += 1
+    for _ in range(8):  # n2's ranks fall silent
+        watch.feed("stderr", _line("beat", 0, "host=n1") + _line("beat", 1, "host=n1"))
+        watch.check()
+        now[0] += 1
+    assert watch.news() == [
+        "hpcdist: ranks 2-3 on n2 lost (no heartbeat for 6 s); 2 ranks carry on (--on-failure shrink)"
+    ]
+    for rank in (0, 1):
+        watch.feed("stderr", _line("done", rank))
+    assert watch.outcome(0)[0].status == 0
