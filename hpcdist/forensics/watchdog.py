@@ -42,6 +42,7 @@ __all__ = [
     "each_cycle",
     "finish",
     "instrument",
+    "reporter",
     "reserve",
     "start",
     "stop",
@@ -312,16 +313,16 @@ def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
         hung.heard(comm.rank, word.recv(), sources.snapshot(LEDGER))
     for work in _CYCLES:
         work(comm)
-    late, reporter = _late(*_state["limits"]), _reporter(comm)
+    late, reports = _late(*_state["limits"]), reporter(comm)
     if shrinking and not late:
         seen["alarmed"] = None  # its call ended (or failed): a later hang alarms again
-    if late and (seen["alarmed"] is None or (shrinking and seen["alarmed"] != (late, reporter))):
-        seen["alarmed"] = (late, reporter)  # under shrink, alarmed again if the reporter failed
-        if comm.rank != reporter:
-            seen["sent"].append(comm.isend(late, dest=reporter, tag=_ALARM))
+    if late and (seen["alarmed"] is None or (shrinking and seen["alarmed"] != (late, reports))):
+        seen["alarmed"] = (late, reports)  # under shrink, alarmed again if the reporter failed
+        if comm.rank != reports:
+            seen["sent"].append(comm.isend(late, dest=reports, tag=_ALARM))
         else:
             seen["own"] = late
-    if comm.rank == reporter and time.monotonic() >= _state.get("quiet_until", 0.0):
+    if comm.rank == reports and time.monotonic() >= _state.get("quiet_until", 0.0):
         alarm = comm.improbe(source=MPI.ANY_SOURCE, tag=_ALARM)
         heard = alarm.recv() if alarm is not None else ""  # a matched alarm is received, even when this rank's own
         kind = seen.pop("own", "") or heard
@@ -336,7 +337,7 @@ def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
     return False
 
 
-def _reporter(comm: Any) -> int:
+def reporter(comm: Any) -> int:
     """The rank that reports a hang: rank 0, or under shrink the lowest rank that has not failed."""
     lost = _state.get("lost", set())
     return next(rank for rank in range(comm.size) if rank not in lost)
