@@ -365,7 +365,7 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
     why = ""
     if shrinking:
         if kind == "call":
-            ending, why = hung.verdict(ledgers, phases, missing, timeout)
+            ending, why = hung.verdict(ledgers, phases, missing, timeout, renumbered=bool(lost))
         else:
             why = "the ranks wait in start-up, where there is no group to shrink yet"
         if not ending and not why:
