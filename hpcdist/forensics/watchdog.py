@@ -42,6 +42,7 @@ __all__ = [
     "each_cycle",
     "finish",
     "instrument",
+    "rebase",
     "reporter",
     "reserve",
     "start",
@@ -281,23 +282,41 @@ def _watch(comm: Any, stopping: threading.Event) -> None:
             finishing.set()
 
 
+def rebase(comm: Any) -> None:
+    """After a recovery under --on-failure shrink: watch over the survivors' `comm` from now on (a Dup: collective
+    over it), its ranks numbered as in it; a no-op without a watchdog communicator."""
+    if "comm" in _state:
+        _state.update(comm=comm.Dup(), lost=set(), quiet_until=0.0)
+
+
 def _serve(comm: Any, stopping: threading.Event) -> None:
     """Answer ledger requests; alarm the reporter once when this rank waits too long; once finishing, await the others.
 
     Under --on-failure shrink (`hung`), a rank that failed is acknowledged and left out from then on, the lowest live
-    rank reports, a later hang alarms again, and a rank told that it never arrived ends itself.
+    rank reports, a later hang alarms again, and a rank told that it never arrived ends itself; after a recovery
+    the thread goes on over the survivors' communicator (`rebase`).
     """
     shrinking = hung.enabled()
     seen: dict[str, Any] = {"alarmed": None, "sent": [], "barrier": None}
     while not stopping.wait(_POLL):
+        if _state.get("comm", comm) is not comm:  # rebased on the survivors of a failure
+            comm, seen = _state["comm"], {"alarmed": None, "sent": [], "barrier": None}
         try:
             if _cycle(comm, seen, shrinking):
                 return
         except Exception as exc:
             if not (shrinking and hung.is_failure(exc)):
                 raise
-            _state["lost"] = hung.acknowledge(comm)
+            _acknowledge(comm)
             seen["barrier"] = None  # a finishing agreement starts again among the survivors
+
+
+def _acknowledge(comm: Any) -> None:
+    """Note the ranks of `comm` that failed (acknowledged: receives from any source work again), unless it was
+    replaced meanwhile."""
+    lost = hung.acknowledge(comm)
+    if _state.get("comm") is comm:
+        _state["lost"] = lost
 
 
 def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
@@ -421,7 +440,7 @@ def _gather(comm: Any) -> dict[int, dict[str, Any]]:
             except Exception as exc:  # the rank failed (ULFM): it is not waited for
                 if not hung.is_failure(exc):
                     raise
-                _state["lost"] = hung.acknowledge(comm)
+                _acknowledge(comm)
     answers = {comm.rank: _answer()}
 
     def answered() -> bool:
@@ -431,7 +450,7 @@ def _gather(comm: Any) -> dict[int, dict[str, Any]]:
         except Exception as exc:  # a rank failed meanwhile (ULFM): it is not waited for
             if not hung.is_failure(exc):
                 raise
-            _state["lost"] = hung.acknowledge(comm)
+            _acknowledge(comm)
             message = None
         if message is not None:
             answers[status.Get_source()] = message.recv()
