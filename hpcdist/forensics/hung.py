@@ -1,13 +1,13 @@
 """Under `--on-failure shrink`, a hung rank ends itself, so that the survivors see a process failure and shrink.
 
 The watchdog's reporter (the lowest live rank) gathers every rank's answer when a call waits past the timeout, as
-for the hang report. `verdict` names the ranks that never arrived: each is in no communication call while the others
-wait in one. The reporter sends each of them the word (`END_TAG`) with what its answer showed; the told rank's
-watchdog thread, alive even while its main thread is stuck in Python or in C that released the GIL, checks that it
-has made no call since (a rank that arrived in the meantime goes on), prints its stacks on its own stderr, tells
-`hpcdist mpirun`, and SIGKILLs its own process: ULFM reports it failed to the survivors, whose pending call then
-raises. Anything else (a rank that did not answer, one that finished or never initialised, a hang in start-up, every
-rank in a call) ends the job as without shrink.
+for the hang report. `verdict` names the ranks that never arrived: each is in no communication call while a call
+older than the timeout waits for it. The reporter sends each of them the word (`END_TAG`) with what its answer
+showed; the told rank's watchdog thread, alive even while its main thread is stuck in Python or in C that released
+the GIL, checks that it has made no call since (a rank that arrived in the meantime goes on), prints its stacks on
+its own stderr, tells `hpcdist mpirun`, and SIGKILLs its own process: ULFM reports it failed to the survivors,
+whose pending call then raises. Anything else (a rank that did not answer, one that finished or never initialised,
+a hang in start-up, every awaited rank in a call) ends the job as without shrink.
 """
 
 from __future__ import annotations
@@ -23,20 +23,14 @@ from typing import Any
 from .. import control
 from ..abort import wait_until_read
 from ..ranklist import ranks_text
-from ..values import ON_FAILURE_ENV
 from . import stacks
 from .cause import blame, stamp
 from .ledger import Phase, Record
 
-__all__ = ["END_TAG", "acknowledge", "enabled", "heard", "is_failure", "progress", "tell", "verdict"]
+__all__ = ["END_TAG", "acknowledge", "heard", "is_failure", "progress", "tell", "verdict"]
 
 _P2P = ("send", "recv", "isend", "irecv")
 END_TAG = 7305  # the reporter's word to a rank that never arrived: (its progress as answered, what the others wait in)
-
-
-def enabled(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether this rank runs under `--on-failure shrink` ($HPCDIST_ON_FAILURE)."""
-    return environ.get(ON_FAILURE_ENV, "") == "shrink"
 
 
 def is_failure(exc: BaseException) -> bool:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..abort import abort_job
+from ..abort import abort_job, shrinks
 from ..errors import WaitTimeout
 from ..ranklist import ranks_text
 from ..waits import Backoff, poll_until
@@ -296,7 +296,7 @@ def _serve(comm: Any, stopping: threading.Event) -> None:
     rank reports, a later hang alarms again, and a rank told that it never arrived ends itself; after a recovery
     the thread goes on over the survivors' communicator (`rebase`).
     """
-    shrinking = hung.enabled()
+    shrinking = shrinks()
     seen: dict[str, Any] = {"alarmed": None, "sent": [], "barrier": None}
     while not stopping.wait(_POLL):
         if _state.get("comm", comm) is not comm:  # rebased on the survivors of a failure

@@ -90,8 +90,3 @@ def test_a_told_rank_that_made_a_call_since_it_answered_goes_on(
     err = capfd.readouterr().err
     assert err.startswith("hpcdist: rank 2 hung and ends itself (--on-failure shrink): ranks 0-1,3 waited; its Python")
     assert "test_a_told_rank_that_made_a_call_since_it_answered_goes_on (" in err  # its own stack, this frame in it
-
-
-def test_shrink_mode_is_read_from_the_variable_hpcdist_mpirun_sets() -> None:
-    assert hung.enabled({"HPCDIST_ON_FAILURE": "shrink"}) and not hung.enabled({"HPCDIST_ON_FAILURE": "end"})
-    assert not hung.enabled({})
