@@ -1,8 +1,9 @@
 """MPI as the failure detector for gloo and nccl groups: a thread with a receive from any rank of the world pending.
 
 ULFM completes that receive with an error as soon as any rank of the world fails. The thread then notes the lost
-ranks (`lost`) and revokes the world, so that every survivor's next `commit` raises at once, whatever its torch
-collective did. The mpi backend needs none: its own calls return ULFM's errors.
+ranks (`lost`), revokes the world (every survivor's next `commit` raises at once) and cuts this process's gloo
+connections (`release_gloo`): a gloo call waiting on a peer cannot be aborted otherwise, and waits for its timeout.
+The mpi backend needs none: its own calls return ULFM's errors.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from mpi4py import MPI
 
 from ..mpi_backend import BACKEND_NAME
 from ..mpi_backend.lost import failed_starts, is_failure
+from ..runtime import bootstrap, sockets
 from . import ulfm
 
-__all__ = ["lost", "start", "stop"]
+__all__ = ["lost", "release_gloo", "start", "stop"]
 
 _TAG = 0x4654  # no rank ever sends on it: the receive only ends by a failure or a revoke
 _POLL = 0.02  # seconds between the thread's tests of the receive (a blocking wait would spin a core)
@@ -73,4 +75,11 @@ def _watch(comm: MPI.Intracomm, stopping: threading.Event) -> None:
             _state["lost"] = failed_starts(comm)
             with contextlib.suppress(MPI.Exception):
                 ulfm.world().Revoke()
+            release_gloo()
             return
+
+
+def release_gloo() -> None:
+    """Make every gloo call that waits on a peer return with an error: cut the connections this process's gloo
+    listeners accepted (runtime/sockets.py); each peer cuts its own, so every pair is cut from one side."""
+    sockets.cut_accepted(sockets.listening() - bootstrap.listening_before_init())

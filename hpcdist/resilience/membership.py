@@ -214,6 +214,8 @@ def _tear_down(world: MPI.Intracomm) -> None:
     store = bootstrap.mpi_store()
     if store is not None:
         store.abandon()
+    if dist.is_initialized() and str(dist.get_backend()) != mpi_backend.BACKEND_NAME:
+        detector.release_gloo()
     if dist.is_initialized():
         with contextlib.suppress(Exception):  # a group that cannot abort (gloo's) is dropped all the same
             dist.distributed_c10d._abort_process_group()

@@ -17,6 +17,7 @@ from .. import control
 from ..abort import install_abort_hook
 from ..errors import RanksLost, UsageError
 from ..values import BACKENDS, ON_FAILURE_ENV, STORES, check_seconds, parse_seconds
+from . import sockets
 from .env import LaunchEnv, torch_defaults
 from .rendezvous import Rendezvous, check_master_addr, listen, mpi_rendezvous, slurm_rendezvous, store_over
 
@@ -335,6 +336,8 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
 
     if kwargs.get("store") is not OVER_MPI:
         serve_store()
+    if os.environ.get(ON_FAILURE_ENV) == "shrink":  # gloo's listeners come after: a recovery cuts their connections
+        _state["listening"] = sockets.listening()
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
@@ -407,6 +410,11 @@ def _turn_on_nccl_recorder(backend: Any) -> None:
 def mpi_store() -> Any:
     """The store over MPI that init made for torch's default group (or the last recovery's), else None."""
     return _state.get("mpi_store")
+
+
+def listening_before_init() -> set[int]:
+    """The TCP ports this process listened on before torch's groups were made, noted under --on-failure shrink."""
+    return set(_state.get("listening", ()))
 
 
 def use_mpi_store(store: Any) -> None:

@@ -26,7 +26,7 @@ SHRINK = [
     "-x",
     "HPCDIST_ON_FAILURE=shrink",
 ]
-IDS = ["python-backend", "native-backend"]
+IDS = ["python-backend", "native-backend", "gloo"]
 VALUE = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}  # what each start rank adds to the all_reduce
 
 
@@ -48,7 +48,7 @@ def expect_steps(record: dict[str, Any], worlds: list[list[int]], switches: list
 
 
 # ids without the word "mpi": pytest-mpi would skip such a test outside `--with-mpi` (this one runs mpirun itself)
-@pytest.mark.parametrize(("backend", "native"), [("mpi", "0"), ("mpi", "1")], ids=IDS)
+@pytest.mark.parametrize(("backend", "native"), [("mpi", "0"), ("mpi", "1"), ("gloo", "0")], ids=IDS)
 def test_one_killed_rank(backend: str, native: str, tmp_path: Path) -> None:
     records = run(backend, "one", tmp_path, native)
     assert sorted(records) == [0, 1, 3]
@@ -67,7 +67,7 @@ def test_one_killed_rank(backend: str, native: str, tmp_path: Path) -> None:
         assert record["subsums"] == ([[[0, 2], 5.0]] if start in (0, 3) else [])
 
 
-@pytest.mark.parametrize("backend", ["mpi"], ids=["python-backend"])
+@pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["python-backend", "gloo"])
 def test_two_failures_one_after_the_other(backend: str, tmp_path: Path) -> None:
     records = run(backend, "two", tmp_path)
     assert sorted(records) == [0, 3]
@@ -80,7 +80,7 @@ def test_two_failures_one_after_the_other(backend: str, tmp_path: Path) -> None:
         assert record["subsums"] == [[[0, 2], 5.0], [[0, 1], 5.0]]
 
 
-@pytest.mark.parametrize("backend", ["mpi"], ids=["python-backend"])
+@pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["python-backend", "gloo"])
 def test_a_failure_during_the_recovery(backend: str, tmp_path: Path) -> None:
     records = run(backend, "during", tmp_path)  # rank 2 dies; rank 3 dies as soon as it hears of it
     assert sorted(records) == [0, 1]
