@@ -30,9 +30,10 @@ IDS = ["python-backend", "native-backend", "gloo"]
 VALUE = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}  # what each start rank adds to the all_reduce
 
 
-def run(backend: str, scenario: str, tmp_path: Path, native: str = "0") -> dict[int, dict[str, Any]]:
+def run(backend: str, scenario: str, tmp_path: Path, native: str = "0", min_np: int = 1) -> dict[int, dict[str, Any]]:
     """Run the program; each survivor's record by its start rank."""
-    argv = [*SHRINK, "-x", f"HPCDIST_MPI_NATIVE={native}", str(BIN / "python"), str(PROGRAMS / "shrink_kill.py")]
+    argv = [*SHRINK, "-x", f"HPCDIST_MPI_NATIVE={native}", "-x", f"HPCDIST_MIN_NP={min_np}", str(BIN / "python")]
+    argv.append(str(PROGRAMS / "shrink_kill.py"))
     result = launch([*argv, backend, scenario, str(tmp_path)], timeout=150)
     records = {int(path.stem[4:]): json.loads(path.read_text()) for path in tmp_path.glob("rank*.json")}
     assert records, f"no survivor finished:\n{result.stdout}\n{result.stderr[-3000:]}"
@@ -91,3 +92,12 @@ def test_a_failure_during_the_recovery(backend: str, tmp_path: Path) -> None:
         assert record["recoveries"][0][1] == 4
         assert record["recoveries"][-1][2:4] == [2, start]
         assert record["subsums"][-1:] == ([[[0], 1.0]] if start == 0 else [])
+
+
+def test_fewer_survivors_than_min_np(tmp_path: Path) -> None:
+    records = run("mpi", "one", tmp_path, min_np=4)
+    assert sorted(records) == [0, 1, 3]
+    for record in records.values():
+        ranks, text = record["too_few"]
+        assert ranks == [2]
+        assert "rank 2 on " in text and "3 ranks are left, fewer than --min-np 4" in text, text

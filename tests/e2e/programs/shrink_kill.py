@@ -1,7 +1,8 @@
 """Ranks SIGKILL themselves mid-loop; the survivors recover (--on-failure shrink) and go on to step 8.
 
 argv: backend (mpi, gloo), scenario (one, two, during), output directory. Each survivor writes rank<start>.json:
-its committed steps with the world size and the all_reduce's sum, each recovery, and the error each failure raised.
+its committed steps with the world size and the all_reduce's sum, each recovery, and the error each failure raised
+(or, below $HPCDIST_MIN_NP, the TooFewRanks it met).
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ with hpcdist.init(backend):
             errors.append([type(exc).__name__, isinstance(exc, hpcdist.RanksLost), str(exc)])
             if scenario == "during" and me == 3 and len(errors) == 1:
                 os.kill(os.getpid(), 9)  # dies while the others recover
-            recovery = membership.recover(exc)
+            try:
+                recovery = membership.recover(exc)
+            except hpcdist.TooFewRanks as few:  # below $HPCDIST_MIN_NP: this survivor says so and ends
+                (out / f"rank{me}.json").write_text(json.dumps({"too_few": [list(few.ranks), str(few)]}))
+                os._exit(3)
             recoveries.append([list(recovery.lost), recovery.before, recovery.after, recovery.rank, recovery.seconds])
             if recovery.rank == 0:
                 print(recovery.line(step), flush=True)
