@@ -13,6 +13,6 @@
 - `timeline`: aligns the ranks' clocks over MPI, keeps every call and `hpcdist.region`, writes the trace file;
 - `timeplot`: draws a trace file with matplotlib (`hpcdist trace FILE --plot`).
 
-May import: errors, waits, abort, control, and launching.spawn (to run py-spy). Never the runtime, the CLI or torch
-at import time.
+May import: errors, values, waits, abort, control, and launching.spawn (to run py-spy). Never the runtime, the CLI
+or torch at import time.
 """

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import Any
 from ..abort import abort_job
 from ..errors import WaitTimeout
 from ..ranklist import ranks_text
+from ..values import ON_FAILURE_ENV
 from ..waits import Backoff, poll_until
 from . import frdump, pyspy, sources, stacks
 from .answers import MAX_ANSWER, bounded
@@ -40,6 +42,7 @@ __all__ = [
     "each_cycle",
     "finish",
     "instrument",
+    "rebase",
     "reserve",
     "start",
     "stop",
@@ -268,6 +271,22 @@ def stop(wait: float | None = None) -> None:
     _state.pop("finishing", None)
 
 
+def rebase(comm: Any) -> None:
+    """After a recovery under --on-failure shrink: answer and watch over the survivors' `comm` (collective: a Dup)."""
+    if "comm" in _state:
+        _state["comm"] = comm.Dup()
+
+
+def _survivable(error: Exception) -> bool:
+    """Whether the thread outlives `error`: ranks died (ULFM's error classes) under --on-failure shrink, and the
+    survivors will rebase it on their communicator."""
+    from mpi4py import MPI
+
+    kinds = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
+    shrink = os.environ.get(ON_FAILURE_ENV) == "shrink"
+    return shrink and isinstance(error, MPI.Exception) and error.Get_error_class() in kinds
+
+
 def _watch(comm: Any, stopping: threading.Event) -> None:
     """The watchdog thread; it lets a finishing main thread go on if it ends for any reason."""
     try:
@@ -279,34 +298,49 @@ def _watch(comm: Any, stopping: threading.Event) -> None:
 
 
 def _serve(comm: Any, stopping: threading.Event) -> None:
-    """Answer ledger requests; alarm rank 0 once when this rank waits too long; once finishing, await the others."""
+    """Answer ledger requests; alarm rank 0 once when this rank waits too long; once finishing, await the others.
+
+    Under --on-failure shrink, an error because ranks died pauses it until the survivors `rebase` it.
+    """
     from mpi4py import MPI
 
-    alarmed, sent, barrier = "", [], None
+    alarmed, barrier, broken = "", None, False
+    sent: list[Any] = []
     while not stopping.wait(_POLL):
-        status = _status()
-        message = comm.improbe(source=MPI.ANY_SOURCE, tag=_ASK, status=status)
-        if message is not None:
-            message.recv()
-            comm.send(_answer(), dest=status.Get_source(), tag=_ANSWER)
-        for work in _CYCLES:
-            work(comm)
-        late = _late(*_state["limits"])
-        if not alarmed and late:
-            alarmed = late
-            if comm.rank != 0:
-                sent.append(comm.isend(late, dest=0, tag=_ALARM))
-        if comm.rank == 0:
-            alarm = comm.improbe(source=MPI.ANY_SOURCE, tag=_ALARM)
-            kind = alarmed or (alarm.recv() if alarm is not None else "")
-            if kind:
-                _report_and_abort(comm, kind)
+        if _state.get("comm", comm) is not comm:  # rebased on the survivors of a failure
+            comm, alarmed, sent, barrier, broken = _state["comm"], "", [], None, False
+        if broken:  # until the survivors rebase it; a finishing rank goes on without it
+            if "finishing" in _state:
                 return
-        if "finishing" in _state:
-            if barrier is None:
-                barrier = comm.Ibarrier()
-            elif barrier.Test():
-                return
+            continue
+        try:
+            status = _status()
+            message = comm.improbe(source=MPI.ANY_SOURCE, tag=_ASK, status=status)
+            if message is not None:
+                message.recv()
+                comm.send(_answer(), dest=status.Get_source(), tag=_ANSWER)
+            for work in _CYCLES:
+                work(comm)
+            late = _late(*_state["limits"])
+            if not alarmed and late:
+                alarmed = late
+                if comm.rank != 0:
+                    sent.append(comm.isend(late, dest=0, tag=_ALARM))
+            if comm.rank == 0:
+                alarm = comm.improbe(source=MPI.ANY_SOURCE, tag=_ALARM)
+                kind = alarmed or (alarm.recv() if alarm is not None else "")
+                if kind:
+                    _report_and_abort(comm, kind)
+                    return
+            if "finishing" in _state:
+                if barrier is None:
+                    barrier = comm.Ibarrier()
+                elif barrier.Test():
+                    return
+        except MPI.Exception as exc:
+            if not _survivable(exc):
+                raise
+            broken = True
 
 
 def _late(timeout: float, init_timeout: float) -> str:
