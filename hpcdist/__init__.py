@@ -31,6 +31,7 @@ __all__ = [
     "RendezvousTimeout",
     "Session",
     "StopAtStepBoundary",
+    "Survivors",
     "TooFewRanks",
     "UsageError",
     "WaitTimeout",
@@ -54,6 +55,7 @@ _LAZY = {
     "LaunchEnv": "runtime.env",
     "Preempted": "workloads.preemption",
     "StopAtStepBoundary": "workloads.preemption",
+    "Survivors": "resilience.loop",
     "restart_count": "workloads.preemption",
     "map": "workloads.taskmap",
     "launch": "calling.pyfunc",
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     from .calling.pyfunc import launch
     from .forensics.timeline import region
     from .jobs.submit import Job, submit
+    from .resilience.loop import Survivors
     from .runtime.bootstrap import Session, init, shutdown
     from .runtime.env import LaunchEnv
     from .workloads.preemption import Preempted, StopAtStepBoundary, restart_count

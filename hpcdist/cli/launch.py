@@ -145,6 +145,7 @@ def _workload_options(parser: Any) -> None:
 
     Counts are checked here as WorkloadOptions checks them (workload_options), which a Python caller builds too.
     """
+    from ..values import ON_FAILURE
     from ..workloads import MAX_SEED
 
     ddp = parser.add_argument_group("ddp", "options of the ddp workload")
@@ -179,6 +180,12 @@ def _workload_options(parser: Any) -> None:
         help="trace every rank's calls and, after training, print per rank the time in collectives and between "
         "them, how often it arrived last, and the straggler if one stands out (under an MPI launch)",
     )
+    ddp.add_argument(
+        "--on-failure",
+        choices=ON_FAILURE,
+        help="end: a lost rank ends the job; shrink: the survivors carry on from the last step they all finished "
+        "(under `hpcdist mpirun --on-failure shrink`) (default: $HPCDIST_ON_FAILURE, which that sets, or end)",
+    )
 
 
 def workload_options(args: argparse.Namespace) -> WorkloadOptions:
@@ -187,6 +194,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
     Raises:
         UsageError: a value the workloads refuse (see WorkloadOptions).
     """
+    from ..values import ON_FAILURE_ENV
     from ..workloads import WorkloadOptions
 
     return WorkloadOptions(
@@ -198,6 +206,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         resume=args.resume,
         stop_after_epoch=args.stop_after_epoch,
         report=args.report,
+        on_failure=args.on_failure or os.environ.get(ON_FAILURE_ENV) or "end",
     )
 
 
