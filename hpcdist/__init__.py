@@ -4,7 +4,17 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ._version import __version__
-from .errors import JobFailed, LaunchTimeout, MapTimeout, RankFailed, RendezvousTimeout, UsageError, WaitTimeout
+from .errors import (
+    JobFailed,
+    LaunchTimeout,
+    MapTimeout,
+    RankFailed,
+    RanksLost,
+    RendezvousTimeout,
+    TooFewRanks,
+    UsageError,
+    WaitTimeout,
+)
 from .values import ARRAY_TASK, RANK
 
 __all__ = [
@@ -17,9 +27,12 @@ __all__ = [
     "MapTimeout",
     "Preempted",
     "RankFailed",
+    "RanksLost",
     "RendezvousTimeout",
     "Session",
     "StopAtStepBoundary",
+    "Survivors",
+    "TooFewRanks",
     "UsageError",
     "WaitTimeout",
     "__version__",
@@ -42,6 +55,7 @@ _LAZY = {
     "LaunchEnv": "runtime.env",
     "Preempted": "workloads.preemption",
     "StopAtStepBoundary": "workloads.preemption",
+    "Survivors": "resilience.loop",
     "restart_count": "workloads.preemption",
     "map": "workloads.taskmap",
     "launch": "calling.pyfunc",
@@ -54,6 +68,7 @@ if TYPE_CHECKING:
     from .calling.pyfunc import launch
     from .forensics.timeline import region
     from .jobs.submit import Job, submit
+    from .resilience.loop import Survivors
     from .runtime.bootstrap import Session, init, shutdown
     from .runtime.env import LaunchEnv
     from .workloads.preemption import Preempted, StopAtStepBoundary, restart_count

@@ -9,6 +9,7 @@ launches the jobs and kills the rank.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -159,6 +160,7 @@ class Outcome:
     total: float  # launch to exit
     first: float | None  # launch -> the first step completed (start-up: launch, import, rendezvous, one step)
     steps: int  # lines in the step log
+    step: float | None  # the median time between two steps in a row (same epoch and world size), in seconds
     killed_after: tuple[int, int] | None  # (epoch, step) rank 0 had logged last when the rank was killed
     recovered: float | None  # kill -> the first step of the recovered job completed
     caught_up: float | None  # kill -> a step past the killed-after step completed (work redone included)
@@ -186,7 +188,13 @@ def outcome(
     than the line before's, or an (epoch, step) not after it (a restart goes back to its checkpoint).
     """
     last = steps[-1].world_size if steps else None
-    job = (row, repeat, status, total, steps[0].time - launched if steps else None, len(steps))
+    gaps = [
+        b.time - a.time
+        for a, b in itertools.pairwise(steps)
+        if (b.epoch, b.step - 1, b.world_size) == (a.epoch, a.step, a.world_size)
+    ]
+    pace = statistics.median(gaps) if gaps else None
+    job = (row, repeat, status, total, steps[0].time - launched if steps else None, len(steps), pace)
     if kill_time is None:
         return Outcome(*job, None, None, None, None, last)
     before = [s for s in steps if s.time <= kill_time]
@@ -217,7 +225,7 @@ def outcome(
 def table_lines(rows: Sequence[str], outcomes: Sequence[Outcome]) -> list[str]:
     """The table: per row the median (min to max) of each time over its repeats, then how the rows compare."""
     head = f"{'row':<9} {'death -> next step':>22} {'death -> past the kill':>22} {'redone':>7}"
-    head += f" {'launch -> 1st step':>20} {'job':>20} {'ranks':>6}"
+    head += f" {'launch -> 1st step':>20} {'job':>20} {'ms/step':>8} {'ranks':>6}"
     lines = [head, "-" * len(head)]
     medians: dict[str, float] = {}
     for name in rows:
@@ -229,12 +237,13 @@ def table_lines(rows: Sequence[str], outcomes: Sequence[Outcome]) -> list[str]:
         if recovered:
             medians[name] = statistics.median(recovered)
         redone = [o.redone for o in mine if o.redone is not None]
+        per = [o.step for o in mine if o.step is not None]
         after = sorted({o.ranks_after for o in mine if o.ranks_after is not None})
         lines.append(
             f"{name:<9} {_spread(recovered):>22} {_spread([o.caught_up for o in mine if o.caught_up is not None]):>22} "
             f"{(str(int(statistics.median(redone))) if redone else '-'):>7} "
             f"{_spread([o.first for o in mine if o.first is not None]):>20} {_spread([o.total for o in mine]):>20} "
-            f"{','.join(map(str, after)) or '-':>6}"
+            f"{(f'{statistics.median(per) * 1000:.1f}' if per else '-'):>8} {','.join(map(str, after)) or '-':>6}"
         )
         lines += [f"{'':<9} repeat {o.repeat + 1}: {o.problem} (exit status {o.status})" for o in mine if o.problem]
     if "shrink" in medians:

@@ -155,6 +155,7 @@ def _workload_options(parser: Any) -> None:
 
     Counts are checked here as WorkloadOptions checks them (workload_options), which a Python caller builds too.
     """
+    from ..values import ON_FAILURE
     from ..workloads import MAX_SEED
 
     ddp = parser.add_argument_group("ddp", "options of the ddp workload")
@@ -195,6 +196,12 @@ def _workload_options(parser: Any) -> None:
         help="rank 0 appends `epoch step world_size unix_time` to FILE after every step (what `hpcdist bench "
         "recovery` times a recovery by)",
     )
+    ddp.add_argument(
+        "--on-failure",
+        choices=ON_FAILURE,
+        help="end: a lost rank ends the job; shrink: the survivors carry on from the last step they all finished "
+        "(under `hpcdist mpirun --on-failure shrink`) (default: $HPCDIST_ON_FAILURE, which that sets, or end)",
+    )
 
 
 def workload_options(args: argparse.Namespace) -> WorkloadOptions:
@@ -203,6 +210,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
     Raises:
         UsageError: a value the workloads refuse (see WorkloadOptions).
     """
+    from ..values import ON_FAILURE_ENV
     from ..workloads import WorkloadOptions
 
     return WorkloadOptions(
@@ -215,6 +223,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         stop_after_epoch=args.stop_after_epoch,
         report=args.report,
         step_log=args.step_log,
+        on_failure=args.on_failure or os.environ.get(ON_FAILURE_ENV) or "end",
     )
 
 

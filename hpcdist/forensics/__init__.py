@@ -7,12 +7,13 @@
 - `stacks`: a rank's Python stacks through faulthandler, and every rank's grouped into one report (pure but the dump);
 - `collect`: every rank's stacks printed on a hang (a part of the watchdog's answer), on SIGUSR2 and on a failure;
 - `cause`: what an ending rank tells hpcdist mpirun (in which call it failed, that it finished, whom a hang blames);
+- `hung`: under --on-failure shrink, the ranks that never arrived end themselves, so that the survivors shrink;
 - `pyspy`: with py-spy installed, the stacks of a rank on this host that could not answer (it holds the GIL).
 - `chrome`: the merged timeline as a Chrome-trace document and back (pure);
 - `stragglers`: per rank, time in collectives and how often it arrived last; the straggler rule (pure);
 - `timeline`: aligns the ranks' clocks over MPI, keeps every call and `hpcdist.region`, writes the trace file;
 - `timeplot`: draws a trace file with matplotlib (`hpcdist trace FILE --plot`).
 
-May import: errors, waits, abort, control, and launching.spawn (to run py-spy). Never the runtime, the CLI or torch
-at import time.
+May import: errors, values, waits, abort, control, ranklist, and launching.spawn (to run py-spy). Never the runtime,
+the CLI or torch at import time.
 """

@@ -3,8 +3,9 @@
 `install` runs on every rank where the watchdog may run (the shim before the program, `hpcdist.init`): each
 answer to the watchdog's gather then carries the rank's stacks, and SIGUSR2 has faulthandler dump every thread
 into a pipe, from the signal handler itself, GIL or not. The watchdog thread reads that pipe each cycle and sends
-the dump to rank 0, which waits a moment for the other ranks' dumps (mpirun passes the signal to all), asks those
-that sent none (one rank was signalled), prints the report, and the job goes on.
+the dump to rank 0 (under --on-failure shrink, the lowest rank alive), which waits a moment for the other ranks'
+dumps (mpirun passes the signal to all), asks those that sent none (one rank was signalled), prints the report,
+and the job goes on.
 """
 
 from __future__ import annotations
@@ -78,16 +79,16 @@ def _world_size() -> int:
 
 
 def _cycle(comm: Any) -> None:
-    """Watchdog thread: pass a complete SIGUSR2 dump on to rank 0; rank 0 collects them and prints the report."""
-    stack = _complete_dump()
+    """Watchdog thread: pass a complete SIGUSR2 dump on to the reporter (rank 0), which collects them and prints."""
+    stack, reporter = _complete_dump(), watchdog.reporter(comm)
     if stack is not None:
         dump = {"phase": watchdog.LEDGER.state(), "stacks": stack}  # as an answer is: a finished rank is named
-        if comm.rank == 0:
-            _arrived(0, dump)
+        if comm.rank == reporter:
+            _arrived(reporter, dump)
         else:
-            _state["sent"].append(comm.isend(dump, dest=0, tag=_TAG))  # kept until it completes
+            _state["sent"].append(comm.isend(dump, dest=reporter, tag=_TAG))  # kept until it completes
             _state["sent"] = [request for request in _state["sent"] if not request.Test()]
-    if comm.rank != 0:
+    if comm.rank != reporter:
         return
     from mpi4py import MPI
 

@@ -1,17 +1,18 @@
 """Under `--on-failure shrink`, a hung rank ends itself, so that the survivors see a process failure and shrink.
 
 The watchdog's reporter (the lowest live rank) gathers every rank's answer when a call waits past the timeout, as
-for the hang report. `verdict` names the ranks that never arrived: each is in no communication call while the others
-wait in one. The reporter sends each of them the word (`END_TAG`) with what its answer showed; the told rank's
-watchdog thread, alive even while its main thread is stuck in Python or in C that released the GIL, checks that it
-has made no call since (a rank that arrived in the meantime goes on), prints its stacks on its own stderr, tells
-`hpcdist mpirun`, and SIGKILLs its own process: ULFM reports it failed to the survivors, whose pending call then
-raises. Anything else (a rank that did not answer, one that finished or never initialised, a hang in start-up, every
-rank in a call) ends the job as without shrink.
+for the hang report. `verdict` names the ranks that never arrived: each is in no communication call while a call
+older than the timeout waits for it. The reporter sends each of them the word (`END_TAG`) with what its answer
+showed; the told rank's watchdog thread, alive even while its main thread is stuck in Python or in C that released
+the GIL, checks that it has made no call since (a rank that arrived in the meantime goes on), prints its stacks on
+its own stderr, tells `hpcdist mpirun`, and SIGKILLs its own process: ULFM reports it failed to the survivors,
+whose pending call then raises. Anything else (a rank that did not answer, one that finished or never initialised,
+a hang in start-up, every awaited rank in a call) ends the job as without shrink.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -22,19 +23,14 @@ from typing import Any
 from .. import control
 from ..abort import wait_until_read
 from ..ranklist import ranks_text
-from ..values import ON_FAILURE_ENV
 from . import stacks
 from .cause import blame, stamp
 from .ledger import Phase, Record
 
-__all__ = ["END_TAG", "acknowledge", "enabled", "heard", "is_failure", "progress", "tell", "verdict"]
+__all__ = ["END_TAG", "acknowledge", "heard", "is_failure", "progress", "tell", "verdict"]
 
+_P2P = ("send", "recv", "isend", "irecv")
 END_TAG = 7305  # the reporter's word to a rank that never arrived: (its progress as answered, what the others wait in)
-
-
-def enabled(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether this rank runs under `--on-failure shrink` ($HPCDIST_ON_FAILURE)."""
-    return environ.get(ON_FAILURE_ENV, "") == "shrink"
 
 
 def is_failure(exc: BaseException) -> bool:
@@ -66,32 +62,68 @@ def progress(rows: Sequence[Record]) -> tuple[Any, ...]:
 
 
 def verdict(
-    ledgers: Mapping[int, list[Record]], phases: Mapping[int, Phase], missing: Sequence[int], timeout: float
+    ledgers: Mapping[int, list[Record]],
+    phases: Mapping[int, Phase],
+    missing: Sequence[int],
+    timeout: float,
+    renumbered: bool = False,
 ) -> tuple[list[int], str]:
     """The ranks to end, with what the others wait in; or none, and why the job ends instead ('' if nothing waits).
 
-    A rank is ended only while every other answered and waits in a communication call, one of them for longer than
-    `timeout`: a rank that is merely slower arrives before that, and a late answer is checked again by `heard`.
+    Only a rank that a call older than `timeout` waits for is ended (a collective's members, a send's or a receive's
+    peer), and only while it is in no communication call: a rank that is merely slower arrives before that, one
+    that computes while it is not awaited is left alone, and a late answer is checked again by `heard`.
+    `renumbered`: ranks were lost before, so a subgroup's ranks (numbered in the current default group) cannot be
+    told apart from the job's start ranks, and a wait in a subgroup names no rank to end.
     """
     waiting, blamed = blame(ledgers, phases)
-    ages = [rec.age for rows in ledgers.values() for rec in (Record(*row) for row in rows) if not rec.done]
-    if not ages or max(ages) <= timeout:
+    late = {rank: rec for rank, rows in ledgers.items() for rec in _pending(rows) if rec.age > timeout}
+    if not late:
         return [], ""  # an alarm from a call that has ended since: nothing to do
-    if missing:
-        return [], f"{ranks_text(list(missing))} did not answer (stuck in C code that holds the GIL), so cannot be told"
-    if blamed["finished"] or blamed["uninit"]:
-        ranks = sorted(blamed["finished"] + blamed["uninit"])
-        return [], f"{ranks_text(ranks)} finished or never initialised: the others' call cannot complete on survivors"
-    if not blamed["idle"]:
-        return [], "every rank is in a communication call: no rank failed to arrive"
     if "init_process_group" in waiting.values():
         return [], "ranks wait in init_process_group: there is no group to shrink yet"
-    others = sorted(waiting)
-    first = next(rec for rec in (Record(*row) for row in ledgers[others[0]]) if not rec.done)
-    return blamed["idle"], (
-        f"{ranks_text(others)} waited up to {max(ages):.1f} s in {first.label()}, past the {timeout:g} s timeout "
-        "(HPCDIST_TIMEOUT), while it was in no communication call"
+    absent = set(missing) | set(blamed["finished"]) | set(blamed["uninit"])
+    everyone = sorted(set(ledgers) | set(missing))
+    awaited = {rank: _awaited(rec, everyone, renumbered) for rank, rec in late.items()}
+    gone = sorted(absent & {peer for peers in awaited.values() for peer in peers})
+    if gone:
+        silent = sorted(set(gone) & set(missing))
+        if silent:
+            return [], f"{ranks_text(silent)} did not answer (stuck in C code that holds the GIL), so cannot be told"
+        return [], f"{ranks_text(gone)} finished or never initialised: the others' call cannot complete"
+    ending = sorted({peer for peers in awaited.values() for peer in peers} & set(blamed["idle"]))
+    if not ending and not any(awaited.values()):
+        return [], "the late calls wait for no rank known by number (from any source, or a subgroup since a shrink)"
+    if not ending:
+        return [], "every rank the late calls wait for is in a communication call: no rank failed to arrive"
+    calls = {rank: rec for rank, rows in ledgers.items() for rec in _pending(rows)}  # the late ones and the others
+    others = [rank for rank, rec in sorted(calls.items()) if set(_awaited(rec, everyone, renumbered)) & set(ending)]
+    first = calls[others[0]]
+    return ending, (
+        f"{ranks_text(others)} waited up to {max(calls[rank].age for rank in others):.1f} s in {first.label()}, past "
+        f"the {timeout:g} s timeout (HPCDIST_TIMEOUT), while it was in no communication call"
     )
+
+
+def _pending(rows: Sequence[Record]) -> list[Record]:
+    """The rank's oldest call still in flight, as a list of at most one record."""
+    return next(([rec] for rec in (Record(*row) for row in rows) if not rec.done), [])
+
+
+def _awaited(call: Record, ranks: Sequence[int], renumbered: bool) -> list[int]:
+    """The ranks a call in flight waits for: a send's or a receive's peer, a collective's group; [] when unknown."""
+    if call.op in _P2P:
+        number = call.peer.partition("=")[2]
+        return [int(number)] if number.isdigit() else []  # from any source: whoever it waits for is unknown
+    if call.group == "world":
+        return list(ranks)
+    if renumbered:
+        return []
+    try:
+        members = json.loads(call.group)
+    except ValueError:
+        return []
+    return [rank for rank in members if isinstance(rank, int)]
 
 
 def tell(comm: Any, ranks: Sequence[int], ledgers: Mapping[int, list[Record]], why: str) -> list[Any]:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..abort import abort_job
+from ..abort import abort_job, shrinks
 from ..errors import WaitTimeout
 from ..ranklist import ranks_text
 from ..waits import Backoff, poll_until
@@ -42,6 +42,8 @@ __all__ = [
     "each_cycle",
     "finish",
     "instrument",
+    "rebase",
+    "reporter",
     "reserve",
     "start",
     "stop",
@@ -280,23 +282,41 @@ def _watch(comm: Any, stopping: threading.Event) -> None:
             finishing.set()
 
 
+def rebase(comm: Any) -> None:
+    """After a recovery under --on-failure shrink: watch over the survivors' `comm` from now on (a Dup: collective
+    over it), its ranks numbered as in it; a no-op without a watchdog communicator."""
+    if "comm" in _state:
+        _state.update(comm=comm.Dup(), lost=set(), quiet_until=0.0)
+
+
 def _serve(comm: Any, stopping: threading.Event) -> None:
     """Answer ledger requests; alarm the reporter once when this rank waits too long; once finishing, await the others.
 
     Under --on-failure shrink (`hung`), a rank that failed is acknowledged and left out from then on, the lowest live
-    rank reports, a later hang alarms again, and a rank told that it never arrived ends itself.
+    rank reports, a later hang alarms again, and a rank told that it never arrived ends itself; after a recovery
+    the thread goes on over the survivors' communicator (`rebase`).
     """
-    shrinking = hung.enabled()
+    shrinking = shrinks()
     seen: dict[str, Any] = {"alarmed": None, "sent": [], "barrier": None}
     while not stopping.wait(_POLL):
+        if _state.get("comm", comm) is not comm:  # rebased on the survivors of a failure
+            comm, seen = _state["comm"], {"alarmed": None, "sent": [], "barrier": None}
         try:
             if _cycle(comm, seen, shrinking):
                 return
         except Exception as exc:
             if not (shrinking and hung.is_failure(exc)):
                 raise
-            _state["lost"] = hung.acknowledge(comm)
+            _acknowledge(comm)
             seen["barrier"] = None  # a finishing agreement starts again among the survivors
+
+
+def _acknowledge(comm: Any) -> None:
+    """Note the ranks of `comm` that failed (acknowledged: receives from any source work again), unless it was
+    replaced meanwhile."""
+    lost = hung.acknowledge(comm)
+    if _state.get("comm") is comm:
+        _state["lost"] = lost
 
 
 def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
@@ -312,16 +332,16 @@ def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
         hung.heard(comm.rank, word.recv(), sources.snapshot(LEDGER))
     for work in _CYCLES:
         work(comm)
-    late, reporter = _late(*_state["limits"]), _reporter(comm)
+    late, reports = _late(*_state["limits"]), reporter(comm)
     if shrinking and not late:
         seen["alarmed"] = None  # its call ended (or failed): a later hang alarms again
-    if late and (seen["alarmed"] is None or (shrinking and seen["alarmed"] != (late, reporter))):
-        seen["alarmed"] = (late, reporter)  # under shrink, alarmed again if the reporter failed
-        if comm.rank != reporter:
-            seen["sent"].append(comm.isend(late, dest=reporter, tag=_ALARM))
+    if late and (seen["alarmed"] is None or (shrinking and seen["alarmed"] != (late, reports))):
+        seen["alarmed"] = (late, reports)  # under shrink, alarmed again if the reporter failed
+        if comm.rank != reports:
+            seen["sent"].append(comm.isend(late, dest=reports, tag=_ALARM))
         else:
             seen["own"] = late
-    if comm.rank == reporter and time.monotonic() >= _state.get("quiet_until", 0.0):
+    if comm.rank == reports and time.monotonic() >= _state.get("quiet_until", 0.0):
         alarm = comm.improbe(source=MPI.ANY_SOURCE, tag=_ALARM)
         heard = alarm.recv() if alarm is not None else ""  # a matched alarm is received, even when this rank's own
         kind = seen.pop("own", "") or heard
@@ -336,7 +356,7 @@ def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
     return False
 
 
-def _reporter(comm: Any) -> int:
+def reporter(comm: Any) -> int:
     """The rank that reports a hang: rank 0, or under shrink the lowest rank that has not failed."""
     lost = _state.get("lost", set())
     return next(rank for rank in range(comm.size) if rank not in lost)
@@ -364,7 +384,7 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
     why = ""
     if shrinking:
         if kind == "call":
-            ending, why = hung.verdict(ledgers, phases, missing, timeout)
+            ending, why = hung.verdict(ledgers, phases, missing, timeout, renumbered=bool(lost))
         else:
             why = "the ranks wait in start-up, where there is no group to shrink yet"
         if not ending and not why:
@@ -420,7 +440,7 @@ def _gather(comm: Any) -> dict[int, dict[str, Any]]:
             except Exception as exc:  # the rank failed (ULFM): it is not waited for
                 if not hung.is_failure(exc):
                     raise
-                _state["lost"] = hung.acknowledge(comm)
+                _acknowledge(comm)
     answers = {comm.rank: _answer()}
 
     def answered() -> bool:
@@ -430,7 +450,7 @@ def _gather(comm: Any) -> dict[int, dict[str, Any]]:
         except Exception as exc:  # a rank failed meanwhile (ULFM): it is not waited for
             if not hung.is_failure(exc):
                 raise
-            _state["lost"] = hung.acknowledge(comm)
+            _acknowledge(comm)
             message = None
         if message is not None:
             answers[status.Get_source()] = message.recv()

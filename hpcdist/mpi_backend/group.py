@@ -8,8 +8,10 @@ Work (or completing it on the spot), and the bookkeeping that makes sure no erro
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,6 +23,7 @@ from . import record
 from .collectives import CollectiveOps
 from .dtypes import Plan, reduction_plan
 from .errors import CollectiveError
+from .lost import failure
 from .movement import DataMovementOps
 from .options import timeout_of
 from .p2p import PointToPointOps
@@ -165,6 +168,11 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
             record.ended(call)
         return DONE
 
+    def _failure(self, name: str, error: BaseException) -> CollectiveError:
+        """The error `name` raises for an MPI `error`: RanksLostError (the peers released) when ranks died."""
+        text = f"{self._who()}: {name} on {self._desc} failed"
+        return failure(text, error, f"{name} #{self._gseq} on {self._ledger_name}", (self._comm, self._ring_comm))
+
     def _check(self) -> None:
         """Before each operation: settle older async works; raise an error nobody has seen yet."""
         if self._closed:
@@ -272,6 +280,44 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
 
     def _set_sequence_number_for_group(self) -> None:
         pass
+
+
+def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method`, raising an MPI error met while issuing the operation as the group's error (`_failure`)."""
+
+    @functools.wraps(method)
+    def call(self: MPIProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except MPI.Exception as exc:
+            raise self._failure(method.__name__, exc) from exc
+
+    return call
+
+
+for _name in (
+    "allreduce",
+    "allreduce_coalesced",
+    "reduce",
+    "broadcast",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_single_coalesced",
+    "barrier",
+    "monitored_barrier",
+    "allgather",
+    "allgather_coalesced",
+    "all_gather_single",
+    "all_gather_single_coalesced",
+    "gather",
+    "scatter",
+    "all_to_all_single",
+    "alltoall",
+    "send",
+    "recv",
+    "recv_anysource",
+):
+    setattr(MPIProcessGroup, _name, _translating(getattr(MPIProcessGroup, _name)))
 
 
 def _wait_all(works: list[MPIWork]) -> Any:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..values import check_count
+from ..values import ON_FAILURE, check_count
 
 __all__ = ["MAX_SEED", "WORKLOADS", "WorkloadOptions", "load"]
 
@@ -49,13 +49,15 @@ class WorkloadOptions:
     stop_after_epoch: int | None = None  # stop after this epoch is checkpointed, as if killed (for tests)
     report: bool = False  # trace the training; rank 0 prints the straggler table after it
     step_log: str | None = None  # rank 0 appends `epoch step world_size unix_time` per completed step (steplog)
+    on_failure: str = "end"  # "shrink": the survivors of a lost rank carry on from memory (ULFM; ddp only)
 
     def __post_init__(self) -> None:
         """Refuse what training would refuse, before anything starts.
 
         Raises:
             UsageError: a count below 1, a seed out of torch's range, a checkpoint directory that is a file, or
-                --resume without --checkpoint-dir.
+                --resume without --checkpoint-dir, an unknown --on-failure, or --on-failure shrink with an option
+                it does not take.
         """
         for name in ("epochs", "batch_size", "samples"):
             check_count(getattr(self, name), f"--{name.replace('_', '-')}", 1, f"e.g. --{name.replace('_', '-')} 8")
@@ -66,6 +68,7 @@ class WorkloadOptions:
             _check_directory(self.checkpoint_dir)
         elif self.resume:
             raise UsageError("--resume needs --checkpoint-dir DIR (the directory holding ddp.pt)")
+        _check_on_failure(self)
 
 
 def load(name: str) -> Callable[[Any, WorkloadOptions | None], str | None]:
@@ -90,3 +93,23 @@ def _check_directory(text: str) -> None:
         raise UsageError(
             f"--checkpoint-dir {text!r}: {path!r} is a file, not a directory; give a directory (made if missing)"
         )
+
+
+def _check_on_failure(options: WorkloadOptions) -> None:
+    """--on-failure is end or shrink; shrink resumes from the survivors' memory, so takes no checkpoint options."""
+    if options.on_failure not in ON_FAILURE:
+        raise UsageError(f"--on-failure {options.on_failure!r}: choose one of {', '.join(ON_FAILURE)}")
+    if options.on_failure != "shrink":
+        return
+    taken = {
+        "--checkpoint-dir": options.checkpoint_dir is not None,
+        "--resume": options.resume,
+        "--stop-after-epoch": options.stop_after_epoch is not None,
+        "--report": options.report,
+    }
+    for flag, given in taken.items():
+        if given:
+            raise UsageError(
+                f"--on-failure shrink does not take {flag}: the survivors carry on from memory, without "
+                f"checkpoints; leave out {flag}, or use --on-failure end"
+            )

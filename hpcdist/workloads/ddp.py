@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from ..errors import UsageError
 from ..forensics.timeline import region, reporting
 from ..runtime.bootstrap import Session, forensics_enabled
-from . import WorkloadOptions, checkpoint, steplog
+from . import WorkloadOptions, checkpoint, shrinking, steplog
 from .preemption import Preempted, StopAtStepBoundary
 
 __all__ = [
@@ -93,7 +93,14 @@ def run(session: Session, options: WorkloadOptions | None = None) -> str | None:
     """`hpcdist run ddp`: train, then check that the parameters are identical on all ranks.
 
     With `options.report`, every rank's calls are traced and rank 0 prints the straggler table after training.
+    With `options.on_failure` "shrink", the survivors of a lost rank carry on (`shrinking`) and are compared.
     """
+    if options is not None and options.on_failure == "shrink":  # the survivors of a lost rank carry on
+        opts, device = options, torch.device(session.device)
+        module = build_model(opts.seed).to(device)
+        optimizer = torch.optim.Adam(module.parameters(), lr=LEARNING_RATE)
+        dataset = make_dataset(opts.samples, opts.seed)
+        return check_identical(shrinking.train(session, opts, module, optimizer, dataset), session)
     if options is None or not options.report:
         return check_identical(train(session, options), session)
     with reporting(forensics_enabled(session.env), session.timeout):
@@ -369,12 +376,11 @@ def check_identical(module: nn.Module, session: Session) -> str | None:
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
     differ = int((low != high).sum().item())
     digest = parameters_digest(module)
+    rank, size = dist.get_rank(), dist.get_world_size()  # the session's, or fewer after a shrink
     if differ:
-        print(f"rank {session.rank}: parameters sha256 {digest} DIFFER across ranks")
-        return (
-            f"rank {session.rank}: {differ} of {flat.numel()} parameters differ across the {session.world_size} ranks"
-        )
-    print(f"rank {session.rank}: parameters sha256 {digest} identical on all {session.world_size} ranks")
+        print(f"rank {rank}: parameters sha256 {digest} DIFFER across ranks")
+        return f"rank {rank}: {differ} of {flat.numel()} parameters differ across the {size} ranks"
+    print(f"rank {rank}: parameters sha256 {digest} identical on all {size} ranks")
     return None
 
 

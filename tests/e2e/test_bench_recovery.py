@@ -43,3 +43,15 @@ def test_the_harness_kills_the_last_rank_in_epoch_2_and_times_the_restart(hpcdis
     assert again.returncode == 0, again.stderr
     [row] = [line.split() for line in again.stdout.splitlines() if line.startswith("mpirun ")]
     assert row[1] == f"{job['recovered']:.2f}" and row[-1] == "2", again.stdout
+
+
+def test_the_harness_times_a_shrink_to_the_first_step_on_the_survivor(hpcdist: str) -> None:
+    argv = [hpcdist, "bench", "recovery", "--ranks", "2", "--rows", "shrink", "--repeats", "1", "--json"]
+    result = launch(argv, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [job] = json.loads(result.stdout)["results"]
+    epoch, step = job["killed_after"]
+    assert epoch == KILL_EPOCH and step >= KILL_STEP, job
+    # rank 0 carried on alone from the last committed step: nothing done twice, the next step is already past the kill
+    assert (job["status"], job["problem"], job["redone"], job["ranks_after"]) == (0, "", 0, 1), job
+    assert 0 < job["recovered"] == job["caught_up"] < job["total"]

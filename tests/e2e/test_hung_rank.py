@@ -4,56 +4,39 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launching import BIN, PROGRAMS, launch
-
-# What --on-failure shrink starts Open MPI with: ULFM, and TCP between the ranks (with shared memory they hang).
-ULFM = [str(BIN / "mpirun"), "--oversubscribe", "--bind-to", "none", "--with-ft", "ulfm", "--mca", "btl", "tcp,self"]
+from launching import PROGRAMS, Result, launch
 
 
-def _run(out: Path, sleep: str) -> tuple[dict[str, str], str]:
-    """hung_rank.py on 4 ranks, rank 2 sleeping `sleep` seconds before the second all_reduce: each rank's outcome."""
-    exports = {
-        "HPCDIST_ON_FAILURE": "shrink",
-        "HPCDIST_TIMEOUT": "5",
-        "OUT": str(out),
-        "BACKEND": "mpi",
-        "SLEEP": sleep,
-    }
-    argv = [
-        *ULFM,
-        "-np",
-        "4",
-        *(arg for name in exports for arg in ("-x", name)),
-        str(BIN / "python"),
-        str(PROGRAMS / "hung_rank.py"),
-    ]
-    result = launch(argv, timeout=240, **exports)
-    return {path.stem: path.read_text().strip() for path in out.glob("rank*.txt")}, result.stderr
+def _shrink(hpcdist: str, program: str, out: Path, **env: str) -> tuple[list[str], Result]:
+    """`program` on 4 ranks under `hpcdist mpirun --on-failure shrink`: the files the ranks wrote, and the launch."""
+    argv = [hpcdist, "mpirun", "--on-failure", "shrink", "-np", "4", "--", "python", str(PROGRAMS / program)]
+    result = launch(argv, timeout=240, OUT=str(out), **env)
+    return sorted(path.name for path in out.iterdir()), result
 
 
-def test_a_rank_stuck_in_python_ends_itself_and_the_others_call_raises(tmp_path: Path) -> None:
-    outcomes, stderr = _run(tmp_path, "3600")
-    assert outcomes == {"rank0": "raised DistBackendError", "rank1": "raised DistBackendError",
-                        "rank3": "raised DistBackendError"}, stderr  # fmt: skip
-    assert "hpcdist: rank 2 never arrived and ends itself (--on-failure shrink)" in stderr
+def test_a_rank_stuck_in_python_ends_itself_and_the_others_call_raises(hpcdist: str, tmp_path: Path) -> None:
+    _, result = _shrink(hpcdist, "hung_rank.py", tmp_path, HPCDIST_TIMEOUT="5", BACKEND="mpi", SLEEP="3600")
+    outcomes = {path.stem: path.read_text().strip() for path in tmp_path.iterdir()}
+    assert outcomes == {f"rank{rank}": "raised DistBackendError" for rank in (0, 1, 3)}, result.stderr
+    assert "hpcdist: rank 2 never arrived and ends itself (--on-failure shrink)" in result.stderr
     said = "hpcdist: rank 2 hung and ends itself (--on-failure shrink): ranks 0-1,3 waited up to "
-    assert said in stderr and "in all_reduce #2, past the 5 s timeout (HPCDIST_TIMEOUT)" in stderr, stderr
-    assert "    <module> (" + str(PROGRAMS / "hung_rank.py") + ":" in stderr  # its stack, where it sleeps
-    assert "MPI_ERR_PROC_FAILED" in stderr  # the survivors' call failed as for a rank that died
+    assert said in result.stderr and "in all_reduce #2, past the 5 s timeout (HPCDIST_TIMEOUT)" in result.stderr
+    assert f"    <module> ({PROGRAMS / 'hung_rank.py'}:" in result.stderr  # its stack, where it sleeps
+    assert "failed (hung, ended by the watchdog); 3 ranks carry on (--on-failure shrink)" in result.stderr
+    assert "MPI_ERR_PROC_FAILED" in result.stderr  # the survivors' call failed as for a rank that died
 
 
-def test_a_rank_slower_than_the_others_but_within_the_timeout_is_not_ended(tmp_path: Path) -> None:
-    outcomes, stderr = _run(tmp_path, "2")
-    assert outcomes == {f"rank{rank}": "sum 4" for rank in range(4)}, stderr
-    assert "hpcdist: a communication call exceeded" not in stderr
+def test_a_rank_slower_than_the_others_but_within_the_timeout_is_not_ended(hpcdist: str, tmp_path: Path) -> None:
+    _, result = _shrink(hpcdist, "hung_rank.py", tmp_path, HPCDIST_TIMEOUT="5", BACKEND="mpi", SLEEP="2")
+    outcomes = {path.stem: path.read_text().strip() for path in tmp_path.iterdir()}
+    assert outcomes == {f"rank{rank}": "sum 4" for rank in range(4)}, result.stderr
+    assert "hpcdist: a communication call exceeded" not in result.stderr
+    assert result.returncode == 0
 
 
-def test_the_watchdog_carries_on_past_a_failed_rank_and_the_survivors_finish(tmp_path: Path) -> None:
+def test_the_watchdog_carries_on_past_a_failed_rank_and_the_survivors_finish(hpcdist: str, tmp_path: Path) -> None:
     # under the shim each rank's watchdog answers from the start, and a finished rank waits there for the others
-    shim = [str(BIN / "python"), "-m", "hpcdist.shim", "--", "python", str(PROGRAMS / "exits_one.py")]
-    exports = {"HPCDIST_ON_FAILURE": "shrink", "OUT": str(tmp_path)}
-    argv = [*ULFM, "-np", "4", *(arg for name in exports for arg in ("-x", name)), *shim]
-    result = launch(argv, timeout=120, **exports)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["rank0.txt", "rank1.txt", "rank3.txt"], result.stderr
+    written, result = _shrink(hpcdist, "exits_one.py", tmp_path)
+    assert written == ["rank0.txt", "rank1.txt", "rank3.txt"], result.stderr
     assert "Traceback" not in result.stderr, result.stderr  # the watchdog thread acknowledged the failure
-    assert result.seconds < 60  # not a wait in MPI_Finalize
+    assert result.returncode == 0 and result.seconds < 60  # the survivors' status; no wait in MPI_Finalize

@@ -20,6 +20,7 @@ def test_a_restart_is_timed_to_its_first_step_and_its_redone_steps_are_counted()
     result = outcome("mpirun", 0, 0, 4.0, 30.0, steps, kill_time=13.25)  # step 2 3 completed after the kill: not new
     assert (result.killed_after, result.recovered, result.caught_up, result.redone) == ((2, 2), 6.75, 8.75, 2)
     assert (result.first, result.steps, result.ranks_after, result.problem) == (6.0, 9, 4, "")
+    assert result.step == 1.0  # the median of 1, 1, 0.5, 1, 1, 1 (the restart's gap is no step's)
 
 
 def test_a_shrink_is_timed_to_the_first_step_on_fewer_ranks() -> None:

@@ -31,6 +31,23 @@ def test_the_rank_in_no_call_while_the_others_wait_past_the_timeout_is_ended() -
     )
 
 
+def _call(op: str, peer: str, group: str, age: float) -> list[Record]:
+    return [DONE, Record(2, op, peer, (1,), "float32", group, 0 if peer else 2, age, False)]
+
+
+def test_only_the_ranks_a_late_call_waits_for_are_ended_not_those_computing_meanwhile() -> None:
+    ledgers = {0: _call("recv", "src=1", "world", 6.0), 1: [DONE], 2: [DONE], 3: [DONE]}
+    assert hung.verdict(ledgers, _phases(0, 1, 2, 3), [], 5.0)[0] == [1]
+    ledgers = {0: _call("all_reduce", "", "[0, 1, 2]", 6.0), 1: _call("all_reduce", "", "[0, 1, 2]", 6.0), 2: [DONE],
+               3: [DONE]}  # fmt: skip
+    ending, why = hung.verdict(ledgers, _phases(0, 1, 2, 3), [], 5.0)
+    assert ending == [2] and why.startswith("ranks 0-1 waited up to 6.0 s in all_reduce #2")
+    ending, why = hung.verdict(ledgers, _phases(0, 1, 2, 3), [], 5.0, renumbered=True)  # ranks of a shrunk group
+    assert ending == [] and why.startswith("the late calls wait for no rank known by number")
+    ending, why = hung.verdict({0: _call("recv", "src=any", "world", 6.0), 1: [DONE]}, _phases(0, 1), [], 5.0)
+    assert ending == [] and why.startswith("the late calls wait for no rank known by number")
+
+
 def test_a_rank_that_is_only_slower_than_the_others_within_the_timeout_is_left_alone() -> None:
     ledgers = {0: _waiting(4.9), 1: [DONE]}  # an alarm from a call that has ended since, or a rank still on time
     assert hung.verdict(ledgers, _phases(0, 1), [], 5.0) == ([], "")
@@ -41,7 +58,12 @@ def test_a_rank_that_is_only_slower_than_the_others_within_the_timeout_is_left_a
     [
         ({0: _waiting(6), 1: [DONE]}, _phases(0, 1), [2], "rank 2 did not answer (stuck in C code that holds the GIL)"),
         ({0: _waiting(6), 1: [DONE]}, {**_phases(0), 1: Phase(FINISHED, 1.0)}, [], "rank 1 finished or never"),
-        ({0: _waiting(6), 1: _waiting(6)}, _phases(0, 1), [], "every rank is in a communication call"),
+        (
+            {0: _waiting(6), 1: _waiting(6)},
+            _phases(0, 1),
+            [],
+            "every rank the late calls wait for is in a communication call",
+        ),
     ],
 )
 def test_a_hang_that_no_rank_ending_itself_resolves_ends_the_job(
@@ -68,8 +90,3 @@ def test_a_told_rank_that_made_a_call_since_it_answered_goes_on(
     err = capfd.readouterr().err
     assert err.startswith("hpcdist: rank 2 hung and ends itself (--on-failure shrink): ranks 0-1,3 waited; its Python")
     assert "test_a_told_rank_that_made_a_call_since_it_answered_goes_on (" in err  # its own stack, this frame in it
-
-
-def test_shrink_mode_is_read_from_the_variable_hpcdist_mpirun_sets() -> None:
-    assert hung.enabled({"HPCDIST_ON_FAILURE": "shrink"}) and not hung.enabled({"HPCDIST_ON_FAILURE": "end"})
-    assert not hung.enabled({})

@@ -37,6 +37,14 @@ def test_the_cli_parses_into_the_options_a_python_caller_builds() -> None:
     )
 
 
+def test_on_failure_follows_the_launch_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCDIST_ON_FAILURE", "shrink")  # what `hpcdist mpirun --on-failure shrink` sets
+    assert workload_options(build_parser().parse_args(["run", "ddp"])).on_failure == "shrink"
+    assert workload_options(build_parser().parse_args(["run", "ddp", "--on-failure", "end"])).on_failure == "end"
+    monkeypatch.delenv("HPCDIST_ON_FAILURE")
+    assert workload_options(build_parser().parse_args(["run", "ddp"])).on_failure == "end"
+
+
 def test_the_dry_run_prints_the_command_the_options_build(capsys: pytest.CaptureFixture[str]) -> None:
     spec, _ = spec_from_options(BUILT)  # the environment the CLI reads too
     assert main(["mpirun", *ARGV, "--dry-run", "--", "python", "t.py"]) == 0
@@ -75,6 +83,8 @@ def test_mpirun_options_refuse_a_wrong_value_when_made(fields: dict[str, object]
         ({"seed": MAX_SEED + 1}, f"--seed must be at most {MAX_SEED}"),
         ({"stop_after_epoch": 0}, "--stop-after-epoch must be at least 1, got 0"),
         ({"resume": True}, "--resume needs --checkpoint-dir DIR"),
+        ({"on_failure": "retry"}, "--on-failure 'retry': choose one of end, shrink"),
+        ({"on_failure": "shrink", "checkpoint_dir": "d"}, "--on-failure shrink does not take --checkpoint-dir"),
     ],
 )
 def test_workload_options_refuse_a_wrong_value_when_made(fields: dict[str, object], message: str) -> None:
@@ -95,6 +105,7 @@ def test_a_checkpoint_dir_under_a_file_is_refused(tmp_path: Path) -> None:
     [
         (["run", "ddp", "--resume"], "hpcdist: error: --resume needs --checkpoint-dir DIR"),
         (["run", "ddp", "--epochs", "0"], "hpcdist: error: --epochs must be at least 1, got 0"),
+        (["run", "ddp", "--on-failure", "shrink", "--report"], "hpcdist: error: --on-failure shrink does not take"),
         (["mpirun", "-np", "2", "--heartbeat-timeout", "nan", "--dry-run", "--", "true"], "'nan' is not"),
     ],
 )

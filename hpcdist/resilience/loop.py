@@ -1,0 +1,223 @@
+"""`hpcdist.Survivors`: a training loop whose survivors carry on from memory when ranks die (ULFM).
+
+It holds the model (wrapped in DDP as `loop.model`), the optimizer and the data set. Each step's samples come
+from the epoch's order (`sharding`), split over the ranks there are now; leaving `with loop.step():` the ranks
+agree that every one of them finished the step (`membership.commit`) before any of them steps the optimizer, so
+the parameters and the optimizer's state after the last committed step are the same on every survivor. When a rank
+is lost inside a step or in the agreement, the survivors shrink (`membership.recover`), wrap the same module in a
+new DDP over the new default group, and redo the step with the samples it had, shared among themselves; rank 0
+prints one line per failure. Outside `--on-failure shrink` the same loop trains as plain DDP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import default_collate
+
+from ..errors import RanksLost, UsageError, WaitTimeout
+from ..mpi_backend.lost import failed_starts
+from ..values import check_count
+from ..waits import poll_until
+from . import detector, ulfm
+from .membership import Recovery, commit, recover
+from .sharding import epoch_order, share, step_size
+
+__all__ = ["Survivors"]
+
+_DETECTION = 10.0  # seconds a torch error waits for MPI to report the failure behind it (ULFM over tcp: milliseconds)
+
+
+class Indexable(Protocol):
+    """A map-style data set: `len(dataset)` samples, `dataset[i]` for each (a torch Dataset with __len__)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Any: ...
+
+
+class Survivors:
+    """Model, optimizer and data set, trained so that when ranks die the others carry on from the last committed step.
+
+    ```python
+    loop = hpcdist.Survivors(model, optimizer, dataset, batch_size=32, seed=0)
+    for epoch in loop.epochs(3):
+        for x, y in loop.batches():
+            with loop.step():
+                loss_fn(loop.model(x), y).backward()
+    ```
+    `dataset` is indexable (`dataset[i]`, `len(dataset)`); a batch is `collate([dataset[i] for i in indices])`.
+    Keyword arguments beyond these are DistributedDataParallel's.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        dataset: Indexable,
+        *,
+        batch_size: int,
+        seed: int = 0,
+        collate: Callable[[list[Any]], Any] = default_collate,
+        **ddp_options: Any,
+    ) -> None:
+        check_count(batch_size, "batch_size", 1, "e.g. batch_size=32")
+        self.module, self.optimizer, self.dataset = model, optimizer, dataset
+        self.batch_size, self.seed = batch_size, seed
+        self.recoveries: list[Recovery] = []  # one per failure survived, in order
+        self.epoch = 0  # the current epoch, counted from 0
+        self.epoch_step = 0  # steps committed in this epoch
+        self.steps = 0  # steps committed since the start
+        self.committed = False  # whether the last `with loop.step():` was committed (False: it is redone)
+        self.indices: list[int] = []  # the data set's indices in this rank's current batch
+        self._collate, self._ddp_options = collate, ddp_options
+        self._shrink = ulfm.shrink_mode()
+        self._order: list[int] = []
+        self._cursor = 0  # samples of the epoch's order consumed by committed steps: the same on every survivor
+        self._taking: int | None = None  # samples the current step takes, until it is committed or redone
+        self.model = self._wrap()
+        if self._shrink:
+            detector.start()  # for gloo and nccl, MPI watches for failures (collective, once)
+
+    @property
+    def rank(self) -> int:
+        """This rank's rank now (it changes when ranks before it are lost)."""
+        return dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks now."""
+        return dist.get_world_size()
+
+    def epochs(self, count: int, start: int = 0) -> Iterator[int]:
+        """The epochs start..count-1; each begins at the first sample of its order, drawn from (seed, epoch)."""
+        for epoch in range(start, count):
+            self.epoch, self.epoch_step, self._cursor = epoch, 0, 0
+            self._order = epoch_order(len(self.dataset), self.seed, epoch)
+            yield epoch
+
+    def batches(self) -> Iterator[Any]:
+        """This rank's batch of each step of the epoch, shared from the cursor among the ranks there are now.
+
+        A step that was not committed (a rank was lost) gives this rank its share of the same samples again.
+
+        Raises:
+            UsageError: a batch was not trained inside `with loop.step():`, or the data set has fewer samples
+                than there are ranks.
+        """
+        while self._cursor < len(self._order):
+            world, rank = self.world_size, self.rank
+            size = step_size(len(self._order) - self._cursor, world, self.batch_size)
+            self.indices = [self._order[p] for p in share(self._cursor, size, world, rank)]
+            self._taking = size
+            yield self._collate([self.dataset[i] for i in self.indices])
+            if self._taking is not None:
+                raise UsageError(
+                    "a batch of Survivors.batches() was used without `with loop.step():`; train each batch inside "
+                    "`with loop.step():` (it commits the step, then steps the optimizer)"
+                )
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Forward and backward go inside; leaving it, the ranks commit the step, then step the optimizer.
+
+        If a rank is lost inside or in the commit, no survivor steps the optimizer: they recover, re-wrap DDP,
+        and the same samples come again from `batches()`, shared among the survivors (`loop.committed` is False).
+
+        Raises:
+            TooFewRanks: the survivors would be fewer than --min-np.
+            UsageError: outside a batch of `batches()`.
+        """
+        if self._taking is None:
+            raise UsageError("loop.step() outside a batch: use it inside `for batch in loop.batches():`")
+        self.committed = False
+        try:
+            yield
+            if self._shrink:
+                commit()
+        except Exception as error:
+            if not (self._shrink and _lost(error)):
+                raise
+            self._taking = None  # batches() gives this step's samples again, shared among the survivors
+            self._recover(error)
+            return
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._cursor += self._taking
+        self._taking = None
+        self.epoch_step += 1
+        self.steps += 1
+        self.committed = True
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum `tensor` over the ranks there are, in place; a rank lost meanwhile: recover, sum over the survivors.
+
+        Raises:
+            TooFewRanks: the survivors would be fewer than --min-np.
+        """
+        while True:
+            summed = tensor.clone()
+            try:
+                dist.all_reduce(summed)
+                if self._shrink:
+                    commit()
+            except Exception as error:
+                if not (self._shrink and _lost(error)):
+                    raise
+                self._recover(error)
+                continue
+            return tensor.copy_(summed)
+
+    def _wrap(self) -> DistributedDataParallel:
+        """The module in a DDP over the current default group (its device's index for CUDA)."""
+        device = next(self.module.parameters()).device
+        ids = [device.index] if device.type == "cuda" else None
+        return DistributedDataParallel(self.module, device_ids=ids, **self._ddp_options)
+
+    def _recover(self, error: BaseException) -> None:
+        """Shrink to the survivors, drop the failed step's gradients, wrap the module in a new DDP; say it on rank 0.
+
+        A rank lost while the new DDP is made (it broadcasts rank 0's parameters) is one more failure: recover again.
+        """
+        del self.model  # its reducer's hooks on the module's parameters go with it
+        while True:
+            recovery = recover(error)
+            self.recoveries.append(recovery)
+            if recovery.rank == 0:
+                print(recovery.line(self.steps + 1), flush=True)  # the step they redo, counted from 1
+            self.optimizer.zero_grad(set_to_none=True)
+            try:
+                self.model = self._wrap()
+                return
+            except Exception as again:
+                if not _lost(again):
+                    raise
+                error = again
+
+
+def _lost(error: BaseException) -> bool:
+    """Whether `error` came of lost ranks: hpcdist's RanksLost, or a torch error (gloo's closed connection, a group
+    aborted) while MPI reports a failure within _DETECTION seconds; any other error is the program's own."""
+    if isinstance(error, RanksLost):
+        return True
+    if not isinstance(error, RuntimeError):  # torch's DistError is one
+        return False
+    try:
+        poll_until(_failure_seen, time.monotonic() + _DETECTION, lambda: "no failure reported")
+    except WaitTimeout:
+        return False
+    return True
+
+
+def _failure_seen() -> bool:
+    """Whether MPI reported a failure: the detector saw a rank fail, a rank revoked the world, or this rank knows
+    of a failed one (the mpi backend's error, which torch passes on as its own DistBackendError)."""
+    world = ulfm.world()
+    return bool(detector.lost()) or world.Is_revoked() or bool(failed_starts(world))
