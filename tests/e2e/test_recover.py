@@ -57,7 +57,8 @@ def test_one_killed_rank(backend: str, native: str, tmp_path: Path) -> None:
         expect_steps(record, [[0, 1, 2, 3], [0, 1, 3]], [3])
         ((lost, before, after, rank, _),) = record["recoveries"]
         assert (lost, before, after, rank) == ([2], 4, 3, {0: 0, 1: 1, 3: 2}[start])
-        kind, is_lost, text = record["errors"][0]  # what the survivor's collective raised
+        kind, is_lost, text, lost = record["errors"][0]  # what the survivor's collective raised; who failed
+        assert lost == [2]
         if native == "1":  # the compiled backend raises torch's DistBackendError, naming the lost rank
             assert (kind, is_lost) == ("DistBackendError", False) and "rank 2 was lost" in text, text
         elif backend == "mpi":
@@ -82,8 +83,10 @@ def test_two_failures_one_after_the_other(backend: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["python-backend", "gloo"])
-def test_a_failure_during_the_recovery(backend: str, tmp_path: Path) -> None:
-    records = run(backend, "during", tmp_path)  # rank 2 dies; rank 3 dies as soon as it hears of it
+@pytest.mark.parametrize("scenario", ["during", "rebuild"])
+def test_a_failure_during_the_recovery(backend: str, scenario: str, tmp_path: Path) -> None:
+    # rank 2 dies; rank 3 dies as soon as it hears of it (during), or once the world is shrunk (rebuild)
+    records = run(backend, scenario, tmp_path)
     assert sorted(records) == [0, 1]
     for start, record in records.items():
         expect_steps(record, [[0, 1, 2, 3], [0, 1]], [3])
