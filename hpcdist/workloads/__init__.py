@@ -1,7 +1,7 @@
 """Workloads run as `hpcdist run NAME`: each checks its own result and returns a problem or None.
 
-Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`), atomic checkpoints (`checkpoint`) and
-stopping at a step boundary on preemption (`preemption`).
+Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`), atomic checkpoints (`checkpoint`),
+stopping at a step boundary on preemption (`preemption`) and the per-step log that recovery is timed by (`steplog`).
 May import: errors, values, waits, control, runtime, forensics (regions, --report). Never the CLI.
 Listing the workloads never imports torch.
 """
@@ -49,6 +49,7 @@ class WorkloadOptions:
     stop_after_epoch: int | None = None  # stop after this epoch is checkpointed, as if killed (for tests)
     report: bool = False  # trace the training; rank 0 prints the straggler table after it
     on_failure: str = "end"  # "shrink": the survivors of a lost rank carry on from memory (ULFM; ddp only)
+    step_log: str | None = None  # rank 0 appends `epoch step world_size unix_time` per completed step (steplog)
 
     def __post_init__(self) -> None:
         """Refuse what training would refuse, before anything starts.

@@ -16,11 +16,13 @@ boundary (a flag is all-reduced every CHECK_EVERY steps); rank 0 then writes a m
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -33,7 +35,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from ..errors import UsageError
 from ..forensics.timeline import region, reporting
 from ..runtime.bootstrap import Session, forensics_enabled
-from . import WorkloadOptions, checkpoint, shrinking
+from . import WorkloadOptions, checkpoint, shrinking, steplog
 from .preemption import Preempted, StopAtStepBoundary
 
 __all__ = [
@@ -147,7 +149,8 @@ def train(session: Session, options: WorkloadOptions | None = None) -> nn.Module
         for epoch in range(done, opts.epochs):
             sampler.set_epoch(epoch)
             label = f"epoch {epoch + 1}/{opts.epochs}"
-            result = _train_epoch(model, loader, optimizer, device, bar, label, step, partial, preemption)
+            logged = functools.partial(steplog.record, opts.step_log, rank, size, epoch + 1)
+            result = _train_epoch(model, loader, optimizer, device, bar, label, step, partial, preemption, logged)
             step, partial = 0, None
             if isinstance(result, _Stop):
                 _stop(session, module, optimizer, config, losses, path, epoch, result, preemption)
@@ -241,11 +244,13 @@ def _train_epoch(
     skip: int = 0,
     partial: tuple[Any, torch.Tensor] | None = None,
     preemption: StopAtStepBoundary | None = None,
+    logged: Callable[[int], None] | None = None,
 ) -> tuple[float, float, int] | _Stop:
     """One pass over this rank's share: (mean loss over all ranks, seconds, samples over all ranks).
 
     `skip` batches done before a mid-epoch checkpoint are passed over; `partial` is that checkpoint's
     (RNG state, loss totals) for this rank. A _Stop is returned when the ranks agree to stop early.
+    `logged(step)` is called after each optimizer step (the --step-log line).
     """
     model.train()
     start = time.perf_counter()
@@ -282,6 +287,8 @@ def _train_epoch(
             loss.backward()
         with region("optimizer"):
             optimizer.step()
+        if logged is not None:
+            logged(step)
         totals[0] += loss.detach().double() * len(x)
         totals[1] += len(x)
         if progress is not None:
