@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from launching import BIN, PROGRAMS, ROOT
 
+from hpcdist.resilience.sharding import steps_left
+from hpcdist.workloads.steplog import read
+
 NP, SAMPLES, EPOCHS = 4, 480, 3
 PARAMETERS = re.compile(r"^start rank (\d): rank (\d) of (\d): parameters ([0-9a-f]{64})$", re.M)
 RECOVERY = re.compile(r"^hpcdist: .* lost\b.*$", re.M)
@@ -89,6 +92,14 @@ def test_a_rank_killed_in_epoch_2_the_three_survivors_finish_every_sample_seen_o
     _, stdout, stderr = _train(tmp_path, [(2, 1, 5)], backend)
     _check(tmp_path, stdout, stderr, {0, 1, 3}, failures=1)
     # epoch 1 has 15 steps of 32 samples; steps 1-5 of epoch 2 were committed by 4 ranks: step 21 is redone by 3
+    steps = read(str(tmp_path / "steps.log"))  # one line per committed step, rank 0's
+    for epoch in (1, 2, 3):
+        mine = [step for step in steps if step.epoch == epoch]
+        assert [step.step for step in mine] == list(range(1, len(mine) + 1))
+    assert {step.world_size for step in steps if step.epoch == 1} == {4} and len(steps) > 32
+    before = sum(1 for step in steps if step.epoch == 2 and step.world_size == 4)
+    assert len([step for step in steps if step.epoch == 2]) == before + steps_left(1024 - 32 * before, 3, 8)
+    assert {step.world_size for step in steps if step.epoch == 3} == {3}
     assert re.search(r"^hpcdist: rank 2 on \S+ lost \(.*\); 3 of 4 ranks carry on from step 21 \(", stdout, re.M)
 
 
@@ -146,6 +157,8 @@ def test_hpcdist_run_ddp_shrink_a_rank_sigkilled_in_epoch_2_the_survivors_finish
         "1024",
         "--batch-size",
         "8",
+        "--step-log",
+        str(tmp_path / "steps.log"),
     ]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "SURVIVORS_TEST": marker}
     with open(log, "w") as out, subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT) as job:
