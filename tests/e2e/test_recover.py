@@ -82,8 +82,10 @@ def test_two_failures_one_after_the_other(backend: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["python-backend", "gloo"])
-def test_a_failure_during_the_recovery(backend: str, tmp_path: Path) -> None:
-    records = run(backend, "during", tmp_path)  # rank 2 dies; rank 3 dies as soon as it hears of it
+@pytest.mark.parametrize("scenario", ["during", "rebuild"])
+def test_a_failure_during_the_recovery(backend: str, scenario: str, tmp_path: Path) -> None:
+    # rank 2 dies; rank 3 dies as soon as it hears of it (during), or once the world is shrunk (rebuild)
+    records = run(backend, scenario, tmp_path)
     assert sorted(records) == [0, 1]
     for start, record in records.items():
         expect_steps(record, [[0, 1, 2, 3], [0, 1]], [3])

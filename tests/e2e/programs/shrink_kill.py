@@ -1,8 +1,8 @@
 """Ranks SIGKILL themselves mid-loop; the survivors recover (--on-failure shrink) and go on to step 8.
 
-argv: backend (mpi, gloo), scenario (one, two, during), output directory. Each survivor writes rank<start>.json:
-its committed steps with the world size and the all_reduce's sum, each recovery, and the error each failure raised
-(or, below $HPCDIST_MIN_NP, the TooFewRanks it met).
+argv: backend (mpi, gloo), scenario (one, two, during, rebuild), output directory. Each survivor writes
+rank<start>.json: its committed steps with the world size and the all_reduce's sum, each recovery, and the error each
+failure raised (or, below $HPCDIST_MIN_NP, the TooFewRanks it met).
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ DEATHS = {  # scenario -> {start rank: the step at which it kills itself}
     "one": {2: 3},
     "two": {2: 2, 1: 5},
     "during": {2: 3},
+    "rebuild": {2: 3},
 }
 backend, scenario, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 with hpcdist.init(backend):
     me = dist.get_rank()  # the rank at start
     sub = dist.new_group([0, 2, 3])  # rebuilt over its survivors at each recovery
+    if scenario == "rebuild" and me == 3:  # dies in the recovery, once the world is shrunk, as the groups are rebuilt
+        membership._rebuild = lambda *_: os.kill(os.getpid(), 9)  # type: ignore[assignment]
     steps, recoveries, errors, subsums = [], [], [], []
     step = 0
     while step < STEPS:
