@@ -282,42 +282,42 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         pass
 
 
-def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
-    """`method`, raising an MPI error met while issuing the operation as the group's error (`_failure`)."""
+def _translating(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`method`, raising an MPI error met while issuing the operation as the group's error (`_failure`) for `name`."""
 
     @functools.wraps(method)
     def call(self: MPIProcessGroup, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except MPI.Exception as exc:
-            raise self._failure(method.__name__, exc) from exc
+            raise self._failure(name, exc) from exc
 
     return call
 
 
-for _name in (
-    "allreduce",
-    "allreduce_coalesced",
-    "reduce",
-    "broadcast",
-    "reduce_scatter",
-    "reduce_scatter_single",
-    "reduce_scatter_single_coalesced",
-    "barrier",
-    "monitored_barrier",
-    "allgather",
-    "allgather_coalesced",
-    "all_gather_single",
-    "all_gather_single_coalesced",
-    "gather",
-    "scatter",
-    "all_to_all_single",
-    "alltoall",
-    "send",
-    "recv",
-    "recv_anysource",
-):
-    setattr(MPIProcessGroup, _name, _translating(getattr(MPIProcessGroup, _name)))
+for _method, _name in {  # each operation, as its errors and the ledger name it
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce_coalesced",
+    "reduce": "reduce",
+    "broadcast": "broadcast",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter_tensor",
+    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
+    "barrier": "barrier",
+    "monitored_barrier": "monitored_barrier",
+    "allgather": "all_gather",
+    "allgather_coalesced": "all_gather_coalesced",
+    "all_gather_single": "all_gather_into_tensor",
+    "all_gather_single_coalesced": "all_gather_into_tensor_coalesced",
+    "gather": "gather",
+    "scatter": "scatter",
+    "all_to_all_single": "all_to_all_single",
+    "alltoall": "all_to_all",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv",
+}.items():
+    setattr(MPIProcessGroup, _method, _translating(getattr(MPIProcessGroup, _method), _name))
 
 
 def _wait_all(works: list[MPIWork]) -> Any:

@@ -36,8 +36,9 @@ from ..runtime import bootstrap
 from ..runtime.mpistore import MPIStore
 from . import detector, ulfm
 
-__all__ = ["Recovery", "commit", "recover"]
+__all__ = ["Recovery", "commit", "failure_of", "recover"]
 
+_LEARN = 1.0  # seconds a survivor waits to learn which ranks failed, when a collective raised
 _ATTEMPTS = 5  # recoveries in a row (each after a failure during the last) before the job gives up
 _state: dict[str, Any] = {}  # "backend": the default group's backend, kept across a recovery that failed midway
 
@@ -85,6 +86,24 @@ def commit(done: bool = True) -> None:
         raise _lost(comm, "commit", exc) from exc
     if not flag:
         raise RanksLost((), during="commit", why="a rank did not complete its step (commit(done=False)): no rank steps")
+
+
+def failure_of(error: BaseException) -> RanksLost | None:
+    """The RanksLost behind a collective's `error` on any backend (gloo's own say only that a peer closed), or None
+    when no rank of the world failed: then `error` is the program's own. Waits up to `_LEARN` s to hear of a failure.
+    """
+    if isinstance(error, RanksLost):
+        return error
+    comm = ulfm.world()
+    deadline = time.monotonic() + _LEARN
+    while True:
+        with contextlib.suppress(MPI.Exception):
+            ranks = sorted(set(failed_starts(comm)) | set(detector.lost()))
+            if ranks:
+                return RanksLost(ranks, hosts(), "", why=f"{lost_text(ranks, hosts())}: {error}")
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
 
 
 def recover(error: BaseException | None = None) -> Recovery:

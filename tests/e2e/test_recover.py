@@ -57,7 +57,8 @@ def test_one_killed_rank(backend: str, native: str, tmp_path: Path) -> None:
         expect_steps(record, [[0, 1, 2, 3], [0, 1, 3]], [3])
         ((lost, before, after, rank, _),) = record["recoveries"]
         assert (lost, before, after, rank) == ([2], 4, 3, {0: 0, 1: 1, 3: 2}[start])
-        kind, is_lost, text = record["errors"][0]  # what the survivor's collective raised
+        kind, is_lost, text, lost = record["errors"][0]  # what the survivor's collective raised; who failed
+        assert lost == [2]
         if native == "1":  # the compiled backend raises torch's DistBackendError, naming the lost rank
             assert (kind, is_lost) == ("DistBackendError", False) and "rank 2 was lost" in text, text
         elif backend == "mpi":

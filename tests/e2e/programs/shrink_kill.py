@@ -43,7 +43,8 @@ with hpcdist.init(backend):
             steps.append([step, dist.get_world_size(), total.item()])
             step += 1
         except (hpcdist.RanksLost, RuntimeError) as exc:  # gloo raises a plain RuntimeError
-            errors.append([type(exc).__name__, isinstance(exc, hpcdist.RanksLost), str(exc)])
+            lost = membership.failure_of(exc)  # what gloo's error hides
+            errors.append([type(exc).__name__, isinstance(exc, hpcdist.RanksLost), str(exc), lost and list(lost.ranks)])
             if scenario == "during" and me == 3 and len(errors) == 1:
                 os.kill(os.getpid(), 9)  # dies while the others recover
             try:
