@@ -56,7 +56,7 @@ def train(
             if loop.committed:
                 totals[0] += loss.detach().double() * len(x)
                 totals[1] += len(x)
-                _logged_step(opts, loop)
+                steplog.record(opts.step_log, loop.rank, loop.world_size, loop.epoch + 1, loop.epoch_step)
         loop.all_reduce(totals)
         seconds = time.perf_counter() - start
         _say(
@@ -65,11 +65,6 @@ def train(
             f"samples/s {totals[1].item() / seconds:.0f}, {loop.world_size} ranks",
         )
     return module
-
-
-def _logged_step(opts: WorkloadOptions, loop: Survivors) -> None:
-    """The --step-log line of a committed step (rank 0 appends `epoch step world_size unix_time`)."""
-    steplog.record(opts.step_log, loop.rank, loop.world_size, loop.epoch + 1, loop.epoch_step)
 
 
 def _say(loop: Survivors, line: str) -> None:

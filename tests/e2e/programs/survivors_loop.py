@@ -1,0 +1,74 @@
+"""A user's script trained through hpcdist.Survivors; ranks named in $VICTIMS stop mid-step for the test to kill.
+
+Usage: survivors_loop.py OUT_DIR BACKEND. $VICTIMS is `RANK:EPOCH:STEP,...` (start ranks; epochs and steps counted
+from 0): that rank, about to train that step, writes OUT_DIR/victim-RANK.pid and sleeps there, inside the step, until
+the test SIGKILLs it. A survivor that meets TooFewRanks prints it and exits. Every rank appends `epoch index` to
+OUT_DIR/seen-RANK.txt for each sample of every committed step; rank 0 prints each epoch's loss; at the end every
+survivor prints its parameters' digest and the world size.
+"""
+
+import contextlib
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import TensorDataset
+
+import hpcdist
+
+SAMPLES, BATCH, EPOCHS = 480, 8, 3
+
+out = Path(sys.argv[1])
+start_rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+pauses = {
+    (int(epoch), int(step))
+    for rank, epoch, step in (victim.split(":") for victim in os.environ.get("VICTIMS", "").split(",") if victim)
+    if int(rank) == start_rank
+}
+
+
+@contextlib.contextmanager
+def report_too_few() -> Iterator[None]:
+    """Say that the survivors are too few, and end this rank with status 3."""
+    try:
+        yield
+    except hpcdist.TooFewRanks as error:
+        print(f"start rank {start_rank}: {error}", flush=True)
+        os._exit(3)
+
+
+with hpcdist.init(sys.argv[2]):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(SAMPLES, 8, generator=generator)
+    y = x @ torch.randn(8, 1, generator=generator) + 0.01 * torch.randn(SAMPLES, 1, generator=generator)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loop = hpcdist.Survivors(model, optimizer, TensorDataset(x, y), batch_size=BATCH, seed=1)
+    with open(out / f"seen-{start_rank}.txt", "a") as seen, report_too_few():
+        for epoch in loop.epochs(EPOCHS):
+            totals = torch.zeros(2, dtype=torch.float64)
+            for xb, yb in loop.batches():
+                with loop.step():
+                    if (epoch, loop.epoch_step) in pauses:
+                        (out / "pid.tmp").write_text(str(os.getpid()))
+                        (out / "pid.tmp").rename(out / f"victim-{start_rank}.pid")
+                        time.sleep(300)
+                    loss = torch.nn.functional.mse_loss(loop.model(xb), yb)
+                    loss.backward()
+                if loop.committed:
+                    seen.write("".join(f"{epoch} {index}\n" for index in loop.indices))
+                    seen.flush()
+                    totals += torch.tensor([loss.item() * len(xb), len(xb)], dtype=torch.float64)
+            loop.all_reduce(totals)
+            if loop.rank == 0:
+                print(f"epoch {epoch} loss {(totals[0] / totals[1]).item():.6f}", flush=True)
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+    print(f"start rank {start_rank}: rank {loop.rank} of {loop.world_size}: parameters {digest}", flush=True)
+    dist.barrier()

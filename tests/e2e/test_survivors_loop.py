@@ -1,0 +1,185 @@
+"""hpcdist.Survivors on real ranks: ranks SIGKILLed mid-training, the survivors carry on from memory and finish."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from launching import BIN, PROGRAMS, ROOT
+
+from hpcdist.resilience.sharding import steps_left
+from hpcdist.workloads.steplog import read
+
+NP, SAMPLES, EPOCHS = 4, 480, 3
+PARAMETERS = re.compile(r"^start rank (\d): rank (\d) of (\d): parameters ([0-9a-f]{64})$", re.M)
+RECOVERY = re.compile(r"^hpcdist: .* lost\b.*$", re.M)
+
+
+def _train(out: Path, victims: list[tuple[int, int, int]], backend: str, **extra: str) -> tuple[int, str, str]:
+    """Run the program on NP ranks under ULFM; SIGKILL each victim once it waits at its step; (status, out, err)."""
+    argv = [
+        str(BIN / "mpirun"),
+        "--with-ft",
+        "ulfm",
+        "--mca",
+        "btl",
+        "tcp,self",
+        "--oversubscribe",
+        "-np",
+        str(NP),
+        "-x",
+        "HPCDIST_ON_FAILURE=shrink",
+        "-x",
+        "VICTIMS",
+        *(arg for name in extra for arg in ("-x", name)),
+        str(BIN / "python"),
+        str(PROGRAMS / "survivors_loop.py"),
+        str(out),
+        backend,
+    ]
+    env = {
+        **os.environ,
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "VICTIMS": ",".join(f"{rank}:{epoch}:{step}" for rank, epoch, step in victims),
+        **extra,
+    }
+    with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as job:
+        try:
+            for rank, epoch, step in victims:
+                pid = out / f"victim-{rank}.pid"
+                deadline = time.monotonic() + 180
+                while not pid.exists():
+                    assert job.poll() is None, f"the job ended before rank {rank} reached epoch {epoch} step {step}"
+                    assert time.monotonic() < deadline, f"rank {rank} never reached epoch {epoch} step {step}"
+                    time.sleep(0.05)
+                os.kill(int(pid.read_text()), signal.SIGKILL)
+            stdout, stderr = job.communicate(timeout=180)
+        finally:
+            job.kill()
+    return job.returncode, stdout, stderr
+
+
+def _check(out: Path, stdout: str, stderr: str, survivors: set[int], failures: int) -> None:
+    """The survivors finished with identical parameters, the loss went down, every sample seen once per epoch."""
+    finished = PARAMETERS.findall(stdout)
+    assert {int(start) for start, _, _, _ in finished} == survivors, stdout + stderr
+    assert {(int(size), digest) for _, _, size, digest in finished} == {(len(survivors), finished[0][3])}
+    assert sorted(int(rank) for _, rank, _, _ in finished) == list(range(len(survivors)))
+    losses = [float(loss) for loss in re.findall(r"^epoch \d loss (\d+\.\d+)$", stdout, re.M)]
+    assert len(losses) == EPOCHS and losses[0] > losses[1] > losses[2], stdout
+    assert len(RECOVERY.findall(stdout)) == failures, stdout
+    seen = Counter(
+        tuple(map(int, line.split()))
+        for rank in range(NP)
+        for line in (out / f"seen-{rank}.txt").read_text().split("\n")
+        if line
+    )
+    assert set(seen.values()) == {1}
+    assert sorted(seen) == [(epoch, index) for epoch in range(EPOCHS) for index in range(SAMPLES)]
+
+
+@pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["on-mpi", "on-gloo"])  # an id "mpi" is pytest-mpi's mark
+def test_a_rank_killed_in_epoch_2_the_three_survivors_finish_every_sample_seen_once(
+    tmp_path: Path, backend: str
+) -> None:
+    _, stdout, stderr = _train(tmp_path, [(2, 1, 5)], backend)
+    _check(tmp_path, stdout, stderr, {0, 1, 3}, failures=1)
+    # epoch 1 has 15 steps of 32 samples; steps 1-5 of epoch 2 were committed by 4 ranks: step 21 is redone by 3
+    assert re.search(r"^hpcdist: rank 2 on \S+ lost \(.*\); 3 of 4 ranks carry on from step 21 \(", stdout, re.M)
+
+
+def test_two_failures_one_after_the_other_the_two_survivors_finish(tmp_path: Path) -> None:
+    _, stdout, stderr = _train(tmp_path, [(1, 1, 3), (3, 1, 9)], "mpi")
+    _check(tmp_path, stdout, stderr, {0, 2}, failures=2)
+    assert re.search(r"^hpcdist: rank 3 on \S+ lost \(.*\); 2 of 3 ranks carry on from step 25 \(", stdout, re.M)
+
+
+def test_below_min_np_too_few_ranks_ends_the_job_and_no_rank_trains_on(tmp_path: Path) -> None:
+    _, stdout, stderr = _train(tmp_path, [(2, 1, 5)], "mpi", HPCDIST_MIN_NP="4")
+    said = dict(re.findall(r"^start rank (\d): (.*)$", stdout, re.M))
+    assert sorted(said) == ["0", "1", "3"], stdout + stderr
+    assert re.fullmatch(
+        r"rank 2 on \S+ was lost \(process failed\).*: 3 ranks are left, fewer than --min-np 4; the job ends", said["0"]
+    )
+    assert not PARAMETERS.findall(stdout) and "epoch 1 loss" not in stdout
+
+
+def _rank_pid(marker: str, rank: int) -> int | None:
+    """The pid of the rank process started with $SURVIVORS_TEST=marker and OMPI_COMM_WORLD_RANK=rank, if running."""
+    wanted = {f"SURVIVORS_TEST={marker}".encode(), f"OMPI_COMM_WORLD_RANK={rank}".encode()}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and wanted <= set((entry / "environ").read_bytes().split(b"\0")):
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def test_hpcdist_run_ddp_shrink_a_rank_sigkilled_in_epoch_2_the_survivors_finish(tmp_path: Path) -> None:
+    """`hpcdist run ddp --on-failure shrink` on 4 ranks; SIGKILL from outside to rank 2 as epoch 2 begins."""
+    marker, log = str(tmp_path), tmp_path / "out.txt"
+    argv = [
+        str(BIN / "mpirun"),
+        "--with-ft",
+        "ulfm",
+        "--mca",
+        "btl",
+        "tcp,self",
+        "--oversubscribe",
+        "-np",
+        str(NP),
+        "-x",
+        "HPCDIST_ON_FAILURE=shrink",
+        "-x",
+        "SURVIVORS_TEST",
+        str(BIN / "hpcdist"),
+        "run",
+        "ddp",
+        "--backend",
+        "mpi",
+        "--samples",
+        "1024",
+        "--batch-size",
+        "8",
+        "--step-log",
+        str(tmp_path / "steps.log"),
+    ]
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "SURVIVORS_TEST": marker}
+    with open(log, "w") as out, subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT) as job:
+        try:
+            deadline = time.monotonic() + 180
+            while "rank 0: epoch 1/3 loss" not in log.read_text():
+                assert job.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.02)
+            victim = _rank_pid(marker, 2)
+            assert victim is not None
+            os.kill(victim, signal.SIGKILL)
+            job.wait(timeout=180)
+        finally:
+            job.kill()
+    text = log.read_text()
+    digests = re.findall(r"^rank (\d): parameters sha256 ([0-9a-f]{64}) identical on all 3 ranks$", text, re.M)
+    assert sorted(int(rank) for rank, _ in digests) == [0, 1, 2] and len({d for _, d in digests}) == 1, text
+    losses = re.findall(r"^rank 0: epoch (\d)/3 loss (\d+\.\d+) samples/s \d+, (\d) ranks$", text, re.M)
+    assert [(epoch, size) for epoch, _, size in losses] == [("1", "4"), ("2", "3"), ("3", "3")], text
+    assert float(losses[0][1]) > float(losses[1][1]) > float(losses[2][1]), text
+    assert len(RECOVERY.findall(text)) == 1, text
+    steps = read(str(tmp_path / "steps.log"))  # one line per committed step, rank 0's
+    for epoch in (1, 2, 3):
+        mine = [step for step in steps if step.epoch == epoch]
+        assert [step.step for step in mine] == list(range(1, len(mine) + 1))
+    assert {step.world_size for step in steps if step.epoch == 1} == {4} and len(steps) > 32
+    before = sum(1 for step in steps if step.epoch == 2 and step.world_size == 4)
+    assert len([step for step in steps if step.epoch == 2]) == before + steps_left(1024 - 32 * before, 3, 8)
+    assert {step.world_size for step in steps if step.epoch == 3} == {3}
+    assert re.search(
+        r"^hpcdist: rank 2 on \S+ lost \(.*\); 3 of 4 ranks carry on from step \d+ \(recovered in ", text, re.M
+    )
