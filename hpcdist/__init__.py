@@ -4,7 +4,17 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ._version import __version__
-from .errors import JobFailed, LaunchTimeout, MapTimeout, RankFailed, RendezvousTimeout, UsageError, WaitTimeout
+from .errors import (
+    JobFailed,
+    LaunchTimeout,
+    MapTimeout,
+    RankFailed,
+    RanksLost,
+    RendezvousTimeout,
+    TooFewRanks,
+    UsageError,
+    WaitTimeout,
+)
 from .values import ARRAY_TASK, RANK
 
 __all__ = [
@@ -17,9 +27,11 @@ __all__ = [
     "MapTimeout",
     "Preempted",
     "RankFailed",
+    "RanksLost",
     "RendezvousTimeout",
     "Session",
     "StopAtStepBoundary",
+    "TooFewRanks",
     "UsageError",
     "WaitTimeout",
     "__version__",

@@ -1,4 +1,10 @@
-"""hpcdist's exceptions: one for user mistakes, and one hierarchy for waits that ran out of time."""
+"""hpcdist's exceptions: one for user mistakes, one hierarchy for waits that ran out of time, one for lost ranks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .ranklist import by_host
 
 __all__ = [
     "HeartbeatLost",
@@ -8,9 +14,12 @@ __all__ = [
     "LauncherStalled",
     "MapTimeout",
     "RankFailed",
+    "RanksLost",
     "RendezvousTimeout",
+    "TooFewRanks",
     "UsageError",
     "WaitTimeout",
+    "lost_text",
 ]
 
 
@@ -80,3 +89,32 @@ class JobFailed(Exception):
     def __init__(self, job_id: str, state: str, message: str) -> None:
         self.job_id, self.state = job_id, state
         super().__init__(message)
+
+
+class RanksLost(Exception):
+    """Ranks of the job died (MPI reported their process failed, ULFM): which, where, and in which call it was seen.
+
+    `ranks` are numbered as at the job's start, `hosts` maps them to their host where known, `during` names the call
+    (`all_reduce #57 on world`, `step 120`). Under `--on-failure shrink` the survivors call
+    `hpcdist.resilience.membership.recover()` and carry on.
+    """
+
+    def __init__(
+        self, ranks: Iterable[int], hosts: Mapping[int, str] | None = None, during: str = "", why: str = ""
+    ) -> None:
+        self.ranks = tuple(sorted(set(ranks)))
+        self.hosts = {rank: host for rank, host in (hosts or {}).items() if rank in self.ranks}
+        self.during = during
+        super().__init__(why or lost_text(self.ranks, self.hosts, during))
+
+
+class TooFewRanks(RanksLost):
+    """The survivors of a failure would be fewer than --min-np ($HPCDIST_MIN_NP): the job ends (or restarts)."""
+
+
+def lost_text(ranks: Iterable[int], hosts: Mapping[int, str], during: str = "") -> str:
+    """`ranks 2-3 on n2 were lost (process failed) during all_reduce #57`."""
+    listed = sorted(set(ranks))
+    verb = "was" if len(listed) == 1 else "were"
+    where = f" during {during}" if during else ""
+    return f"{by_host(listed, hosts)} {verb} lost (process failed){where}"

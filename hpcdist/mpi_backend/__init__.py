@@ -14,20 +14,29 @@ default where it builds) runs the hot collectives on MPI's blocking calls from C
 to the Python one (MPIProcessGroup, the reference, and all there is with HPCDIST_MPI_NATIVE=0).
 Both record every call for hang forensics once the runtime turns it on (`record.py`).
 
-May import: errors, waits, abort, torch and mpi4py. Never the runtime, launching, jobs or the CLI.
+Under --on-failure shrink (ULFM) an operation that fails because ranks died raises `RanksLostError` (a
+CollectiveError and an hpcdist.RanksLost) naming them (lost.py); a recovery revokes every communicator made here
+(`revoke_all`) and hands the survivors' communicator to `set_parent`, on which the next groups are made.
+
+May import: errors, values, waits, abort, torch and mpi4py. Never the runtime, launching, jobs or the CLI.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import weakref
 from typing import Any
 
 import torch.distributed as dist
 from mpi4py import MPI
 
+from ..values import ON_FAILURE_ENV
 from .crowding import node_crowded
 from .dtypes import reduction_plan
 from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
 from .group import BACKEND_NAME, DEVICES, MPIProcessGroup
+from .lost import RanksLostError, gather_hosts
 from .ring import ring_min_bytes
 from .work import MPIWork
 
@@ -38,15 +47,20 @@ __all__ = [
     "MPIProcessGroup",
     "MPIWork",
     "NativeUnavailable",
+    "RanksLostError",
     "crowded",
     "native_active",
+    "parent",
     "reduction_plan",
     "register",
+    "revoke_all",
+    "set_parent",
 ]
 
 _GROUP_TAG = 0x4D50  # tag for MPI_Comm_create_group; creations are issued in the same order everywhere
 _world: dict[str, Any] = {}  # the duplicate of COMM_WORLD, and whether this rank's node is crowded
 _crowded: dict[tuple[int, ...], bool] = {}  # each group's decision (crowding.py), by its global ranks
+_groups: weakref.WeakSet[MPIProcessGroup] = weakref.WeakSet()  # every Python group made (the compiled ones' too)
 
 
 def register() -> None:
@@ -76,15 +90,39 @@ def crowded(group: Any = None) -> bool:
     return _crowded[ranks]
 
 
-def _parent() -> MPI.Intracomm:
-    """A private duplicate of COMM_WORLD (errors raise) that subgroups are carved from; made (collectively, with
-    the exchange that tells whether this rank's node is crowded) at this process's first group."""
+def parent() -> MPI.Intracomm:
+    """The communicator groups are made on: a private duplicate of COMM_WORLD (errors returned), made (collectively,
+    with the exchange that tells whether this rank's node is crowded) at this process's first group or call here;
+    after a recovery under --on-failure shrink, the survivors' communicator (`set_parent`)."""
     comm = _world.get("comm")
     if comm is None:
         comm = _world["comm"] = MPI.COMM_WORLD.Dup()
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         _world["crowded"] = node_crowded(comm)
+        if os.environ.get(ON_FAILURE_ENV) == "shrink":
+            gather_hosts(comm)  # so that lost ranks are named with their hosts
     return comm
+
+
+def set_parent(comm: MPI.Intracomm) -> None:
+    """Make the next groups (the default group's included) on `comm`: the survivors of a failure, errors returned."""
+    parent()
+    comm.Set_errhandler(MPI.ERRORS_RETURN)
+    _world["comm"] = comm
+    _crowded.clear()
+
+
+def revoke_all() -> None:
+    """Revoke (ULFM) the parent and every communicator of every group made here, so no call on them waits any more;
+    each group is aborted (its pending operations abandoned)."""
+    comms = [_world["comm"]] if "comm" in _world else []
+    for group in list(_groups):
+        comms += [group._comm, group._ring_comm]
+        group.abort()
+    for comm in comms:
+        if comm != MPI.COMM_NULL:
+            with contextlib.suppress(MPI.Exception):  # freed already, or revoked by another rank
+                comm.Revoke()
 
 
 def _create(options: Any, backend_options: Any = None) -> Any:
@@ -92,29 +130,29 @@ def _create(options: Any, backend_options: Any = None) -> Any:
 
     The compiled backend over it when it is available (native.py), else the Python group itself.
     """
-    parent = _parent()
+    base = parent()
     ranks = list(options.global_ranks_in_group)
     timeout = options.timeout.total_seconds()
     name = str(ranks)  # the group as the ledger names it (as hang forensics name torch's subgroups)
     if not ranks:  # the default group: torch's ranks must be MPI's
-        if (options.group_size, options.group_rank) != (parent.size, parent.rank):
+        if (options.group_size, options.group_rank) != (base.size, base.rank):
             raise ValueError(
                 f"the mpi4py backend takes ranks from MPI, but torch was given rank {options.group_rank} of "
-                f"{options.group_size} while MPI.COMM_WORLD says rank {parent.rank} of {parent.size}; start the "
+                f"{options.group_size} while MPI.COMM_WORLD says rank {base.rank} of {base.size}; start the "
                 "job with mpirun/mpiexec (or srun with PMI) and pass rank=MPI.COMM_WORLD.rank, "
                 "world_size=MPI.COMM_WORLD.size"
             )
-        ranks = list(range(parent.size))
+        ranks = list(range(base.size))
         name = "world"
-        comm = parent.Dup()
+        comm = base.Dup()
     else:
-        if dist.is_initialized() and dist.get_world_size() != parent.size:
+        if dist.is_initialized() and dist.get_world_size() != base.size:
             raise ValueError(
                 f"an mpi4py subgroup needs torch's global ranks to be MPI's, but the default group has "
-                f"{dist.get_world_size()} ranks and MPI.COMM_WORLD {parent.size}"
+                f"{dist.get_world_size()} ranks and MPI.COMM_WORLD {base.size}"
             )
-        group = parent.Get_group().Incl(ranks)
-        comm = parent.Create_group(group, _GROUP_TAG)  # collective over the members only
+        group = base.Get_group().Incl(ranks)
+        comm = base.Create_group(group, _GROUP_TAG)  # collective over the members only
         group.Free()
     comm.Set_errhandler(MPI.ERRORS_RETURN)
     if comm.rank != options.group_rank:
@@ -122,6 +160,7 @@ def _create(options: Any, backend_options: Any = None) -> Any:
             f"MPI rank {comm.rank} in the new communicator differs from torch's group rank {options.group_rank}"
         )
     reference = MPIProcessGroup(comm, ranks, timeout, name)
+    _groups.add(reference)
     from . import native  # not at import: `python -m hpcdist.mpi_backend.native` runs it as __main__
 
     compiled = native.load()

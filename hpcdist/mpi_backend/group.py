@@ -8,8 +8,10 @@ Work (or completing it on the spot), and the bookkeeping that makes sure no erro
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,6 +23,7 @@ from . import record
 from .collectives import CollectiveOps
 from .dtypes import Plan, reduction_plan
 from .errors import CollectiveError
+from .lost import failure
 from .movement import DataMovementOps
 from .options import timeout_of
 from .p2p import PointToPointOps
@@ -165,6 +168,11 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
             record.ended(call)
         return DONE
 
+    def _failure(self, name: str, error: BaseException) -> CollectiveError:
+        """The error `name` raises for an MPI `error`: RanksLostError (the peers released) when ranks died."""
+        text = f"{self._who()}: {name} on {self._desc} failed"
+        return failure(text, error, f"{name} #{self._gseq} on {self._ledger_name}", (self._comm, self._ring_comm))
+
     def _check(self) -> None:
         """Before each operation: settle older async works; raise an error nobody has seen yet."""
         if self._closed:
@@ -272,6 +280,44 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
 
     def _set_sequence_number_for_group(self) -> None:
         pass
+
+
+def _translating(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`method`, raising an MPI error met while issuing the operation as the group's error (`_failure`) for `name`."""
+
+    @functools.wraps(method)
+    def call(self: MPIProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except MPI.Exception as exc:
+            raise self._failure(name, exc) from exc
+
+    return call
+
+
+for _method, _name in {  # each operation, as its errors and the ledger name it
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce_coalesced",
+    "reduce": "reduce",
+    "broadcast": "broadcast",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter_tensor",
+    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
+    "barrier": "barrier",
+    "monitored_barrier": "monitored_barrier",
+    "allgather": "all_gather",
+    "allgather_coalesced": "all_gather_coalesced",
+    "all_gather_single": "all_gather_into_tensor",
+    "all_gather_single_coalesced": "all_gather_into_tensor_coalesced",
+    "gather": "gather",
+    "scatter": "scatter",
+    "all_to_all_single": "all_to_all_single",
+    "alltoall": "all_to_all",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv",
+}.items():
+    setattr(MPIProcessGroup, _method, _translating(getattr(MPIProcessGroup, _method), _name))
 
 
 def _wait_all(works: list[MPIWork]) -> Any:

@@ -24,6 +24,9 @@
 #include <pybind11/chrono.h>
 
 #include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's extensions: ULFM's MPIX_Comm_revoke and MPIX_Comm_get_failed
+#endif
 #include <sched.h>
 
 #include <algorithm>
@@ -841,7 +844,38 @@ class NativeBackend : public c10d::Backend {
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
     MPI_Error_string(code, text, &length);
-    C10_THROW_ERROR(DistBackendError, who_ + ": " + name + " on " + desc_ + " failed: " + std::string(text, length));
+    const std::string said = lost(code), error(text, length);
+    C10_THROW_ERROR(DistBackendError, who_ + ": " + name + " on " + desc_ + " failed: " +
+                                          (said.empty() ? error : said + " (" + error + ")"));
+  }
+
+  // For ULFM's error classes (Open MPI under --with-ft ulfm): which ranks were lost, as at the job's start, and the
+  // communicator revoked so that the peers still in the same call return too. Else nothing.
+  std::string lost(int code) const {
+#if defined(OMPI_HAVE_MPI_EXT_FTMPI) && defined(MPI_ERR_PROC_FAILED)
+    int kind = MPI_SUCCESS;
+    MPI_Error_class(code, &kind);
+    if (kind != MPI_ERR_PROC_FAILED && kind != MPI_ERR_PROC_FAILED_PENDING && kind != MPI_ERR_REVOKED) return "";
+    MPI_Group failed, world;
+    int count = 0;
+    std::string ranks;
+    if (MPIX_Comm_get_failed(comm_, &failed) == MPI_SUCCESS) {
+      MPI_Group_size(failed, &count);
+      std::vector<int> in(count), out(count);
+      for (int i = 0; i < count; ++i) in[i] = i;
+      MPI_Comm_group(MPI_COMM_WORLD, &world);
+      MPI_Group_translate_ranks(failed, count, in.data(), world, out.data());
+      for (int rank : out) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank);
+      MPI_Group_free(&world);
+      MPI_Group_free(&failed);
+    }
+    MPIX_Comm_revoke(comm_);
+    if (count == 0) return "another rank revoked the communicator after ranks were lost";
+    return (count == 1 ? "rank " + ranks + " was" : "ranks " + ranks + " were") + " lost (process failed)";
+#else
+    (void)code;
+    return "";
+#endif
   }
 
   // The Python group records the call in the ledger itself, numbered among this group's collectives.

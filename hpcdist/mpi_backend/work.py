@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from ..waits import Backoff, as_seconds, poll_until
 from . import record
-from .errors import CollectiveError, CollectiveTimeout
+from .errors import CollectiveTimeout
 from .progress import PROGRESS
 
 __all__ = ["DONE", "MPIWork"]
@@ -87,7 +87,7 @@ class MPIWork(dist._Work):
             if self._finish is not None:
                 self._finish()
         except Exception as exc:  # noqa: BLE001 - MPI errors, truncation, a failed finishing step
-            self._fail(CollectiveError(f"{self._group._who()}: {self._name} on {self._group._desc} failed: {exc}"))
+            self._fail(self._group._failure(self._name, exc))
             return True
         self._done = True
         self._keep = None

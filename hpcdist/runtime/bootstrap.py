@@ -15,8 +15,9 @@ from typing import Any
 
 from .. import control
 from ..abort import install_abort_hook
-from ..errors import UsageError
-from ..values import BACKENDS, STORES, check_seconds, parse_seconds
+from ..errors import RanksLost, UsageError
+from ..values import BACKENDS, ON_FAILURE_ENV, STORES, check_seconds, parse_seconds
+from . import sockets
 from .env import LaunchEnv, torch_defaults
 from .rendezvous import Rendezvous, check_master_addr, listen, mpi_rendezvous, slurm_rendezvous, store_over
 
@@ -335,12 +336,15 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
 
     if kwargs.get("store") is not OVER_MPI:
         serve_store()
+    if os.environ.get(ON_FAILURE_ENV) == "shrink":  # gloo's listeners come after: a recovery cuts their connections
+        _state["listening"] = sockets.listening()
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
     if not forensics:
         _make_store(kwargs)
         init(backend, **kwargs)
+        _revocable_world()
         say_ready(dist.get_rank(), dist.get_world_size())
         return
     from ..forensics import collect, ledger, sources, watchdog
@@ -353,6 +357,7 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     _make_store(kwargs)  # in the ledger's init phase: the watchdog names a rank that never comes to make it
     init(backend, **kwargs)
     watchdog.LEDGER.enter(ledger.INITIALISED)
+    _revocable_world()
     if dist.get_backend() == "mpi4py":  # hpcdist's mpi backend records every call itself
         from ..mpi_backend import BACKEND_NAME, record
 
@@ -361,6 +366,15 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     say_ready(dist.get_rank(), dist.get_world_size())
     if watchdog.start(seconds, startup_timeout(seconds)):
         _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
+
+
+def _revocable_world() -> None:
+    """Under --on-failure shrink, the communicator that survivors shrink (ULFM), made now, every rank alike: the mpi
+    backend's parent, which its own groups have made already."""
+    if os.environ.get(ON_FAILURE_ENV) == "shrink" and "mpi4py" in sys.modules:
+        from ..mpi_backend import parent
+
+        parent()
 
 
 def _make_store(kwargs: dict[str, Any]) -> None:
@@ -393,10 +407,26 @@ def _turn_on_nccl_recorder(backend: Any) -> None:
     os.environ.update(frdump.nccl_environ(os.environ, directory))
 
 
+def mpi_store() -> Any:
+    """The store over MPI that init made for torch's default group (or the last recovery's), else None."""
+    return _state.get("mpi_store")
+
+
+def listening_before_init() -> set[int]:
+    """The TCP ports this process listened on before torch's groups were made, noted under --on-failure shrink."""
+    return set(_state.get("listening", ()))
+
+
+def use_mpi_store(store: Any) -> None:
+    """Make `store` (over the survivors' communicator, after a recovery) the one that shutdown closes."""
+    _state["mpi_store"] = store
+
+
 def stacks_on_failure(rank: int, error: BaseException) -> None:
     """A rank's program raised on its own (not Ctrl-C, not a peer gone): print the others' stacks, with forensics."""
     collect = sys.modules.get("hpcdist.forensics.collect")  # loaded where forensics run
-    if collect is not None and not isinstance(error, KeyboardInterrupt) and not control.peer_lost(str(error)):
+    ours = not isinstance(error, (KeyboardInterrupt, RanksLost)) and not control.peer_lost(str(error))
+    if collect is not None and ours:
         collect.on_failure(rank)
 
 

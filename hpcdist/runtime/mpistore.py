@@ -91,13 +91,17 @@ class _Server:
         while True:
             busy = False
             status = MPI.Status()
-            message = self.comm.improbe(MPI.ANY_SOURCE, _REQUEST, status)
-            while message is not None:
-                op, tag, args, seconds = message.recv()
-                source = status.Get_source()
-                self.safely(op, args, seconds, source, self._remote(source, tag))
-                busy = True
+            try:
                 message = self.comm.improbe(MPI.ANY_SOURCE, _REQUEST, status)
+                while message is not None:
+                    op, tag, args, seconds = message.recv()
+                    source = status.Get_source()
+                    self.safely(op, args, seconds, source, self._remote(source, tag))
+                    busy = True
+                    message = self.comm.improbe(MPI.ANY_SOURCE, _REQUEST, status)
+            except MPI.Exception as exc:  # ranks died (ULFM, under --on-failure shrink): no more requests come
+                self.refuse(f"the MPI store on rank 0 stopped: {exc}")
+                return
             self.expire()
             self.sends = [request for request in self.sends if not request.Test()]
             pause = _IDLE.tmin if busy else min(_IDLE.tmax, pause * 2)
@@ -209,6 +213,20 @@ class _Server:
                 "on rank 0, and no rank set them (a rank gone or late, or raise the timeout)",
             )
 
+    def refuse(self, why: str) -> None:
+        """Answer every held request with `why`, and the answers on their way a moment to leave."""
+        for waiters in self.waiting.values():
+            for waiter in waiters:
+                if not waiter.done:
+                    waiter.done = True
+                    with contextlib.suppress(MPI.Exception):
+                        waiter.answer(False, why)
+        self.waiting.clear()
+        deadline = time.monotonic() + 0.5
+        with contextlib.suppress(MPI.Exception):
+            while self.sends and time.monotonic() < deadline:
+                self.sends = [request for request in self.sends if not request.Test()]
+
     def stop(self, seconds: float) -> None:
         """Stop the thread (it finishes the request in hand), giving the answers on their way `seconds` to leave."""
         self.local.put((_STOP,))
@@ -316,6 +334,10 @@ class MPIStore(dist.Store):
         with contextlib.suppress(WaitTimeout):  # a rank that never closes must not hold this one: stop all the same
             _poll(self._comm.Ibarrier(), limit, str)
         self._stop(min(limit, 5.0))
+
+    def abandon(self) -> None:
+        """Stop serving at once, not collectively: ranks died (ULFM), and the survivors make a new store."""
+        self._stop(0.5)
 
     def _at_exit(self) -> None:
         """Before mpi4py finalizes MPI: stop the server thread, if close did not."""

@@ -1,0 +1,74 @@
+"""Operations that fail because ranks died (ULFM's error classes): which ranks, on which hosts, and the error to raise.
+
+Ranks are named as at the job's start: MPI.COMM_WORLD's ranks, whatever communicator the group now runs on. Hosts
+are known under --on-failure shrink, where the first group's parent gathers every rank's host name (`gather_hosts`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+
+from mpi4py import MPI
+
+from ..errors import RanksLost, lost_text
+from .errors import CollectiveError
+
+__all__ = ["FAILURE_CLASSES", "RanksLostError", "failed_starts", "failure", "gather_hosts", "hosts", "is_failure"]
+
+FAILURE_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
+_hosts: dict[int, str] = {}  # start rank -> host name
+_LEARN = 1.0  # seconds a process whose communicator a peer revoked waits to learn which ranks failed
+
+
+class RanksLostError(CollectiveError, RanksLost):
+    """An MPI operation failed because ranks of its group died (ULFM): a CollectiveError that is also RanksLost."""
+
+    def __init__(self, text: str, ranks: list[int], hosts: dict[int, str], during: str) -> None:
+        RanksLost.__init__(self, ranks, hosts, during, why=text)
+
+
+def is_failure(error: BaseException | None) -> bool:
+    """Whether `error` is an MPI error of ULFM's classes: a process failed, one pending, a communicator revoked."""
+    return isinstance(error, MPI.Exception) and error.Get_error_class() in FAILURE_CLASSES
+
+
+def gather_hosts(comm: MPI.Intracomm) -> None:
+    """Learn every rank's host (collective over `comm`, which must be COMM_WORLD's ranks in order)."""
+    _hosts.update(enumerate(comm.allgather(socket.gethostname())))
+
+
+def hosts() -> dict[int, str]:
+    """Each start rank's host, where `gather_hosts` learnt it."""
+    return dict(_hosts)
+
+
+def failed_starts(comm: MPI.Comm) -> list[int]:
+    """The start ranks of the members of `comm` this process knows to have failed (acknowledging none)."""
+    group, world = comm.Get_failed(), MPI.COMM_WORLD.Get_group()
+    try:
+        return sorted(MPI.Group.Translate_ranks(group, list(range(group.size)), world)) if group.size else []
+    finally:
+        group.Free()
+        world.Free()
+
+
+def failure(text: str, error: BaseException, during: str, comms: tuple[MPI.Comm, ...]) -> CollectiveError:
+    """The error an operation raises for `error`: RanksLostError naming the lost ranks for ULFM's error classes (and
+    `comms` revoked, so the peers still in the same call return too), else a plain CollectiveError."""
+    if not is_failure(error):
+        return CollectiveError(f"{text}: {error}")
+    ranks = failed_starts(comms[0])
+    deadline = time.monotonic() + _LEARN
+    while not ranks and time.monotonic() < deadline:  # revoked by a peer: this process hears of the failure soon
+        time.sleep(0.01)
+        ranks = failed_starts(comms[0])
+    for comm in comms:
+        with contextlib.suppress(MPI.Exception):
+            comm.Revoke()
+    if ranks:
+        said = lost_text(ranks, _hosts, during)
+    else:
+        said = f"another rank revoked the communicator after ranks were lost, during {during}"
+    return RanksLostError(f"{text}: {said} ({error})", ranks, _hosts, during)

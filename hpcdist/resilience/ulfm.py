@@ -1,0 +1,71 @@
+"""The revocable communicator torch's groups run on under --on-failure shrink (ULFM), and who its ranks were at start.
+
+It is the mpi backend's parent communicator: at the start a Dup of COMM_WORLD (errors returned), made collectively
+by `hpcdist.init`; each recovery replaces it with the survivors' shrunk communicator (`replace`). Ranks are named
+in errors as at the job's start (COMM_WORLD's ranks): `start_rank` maps a current rank back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from mpi4py import MPI
+
+from .. import mpi_backend
+from ..errors import UsageError
+from ..values import MIN_NP_ENV, ON_FAILURE_ENV
+
+__all__ = ["min_np", "replace", "shrink_mode", "start_rank", "unavailable", "world"]
+
+_FT_ENABLE = "OMPI_MCA_" + "mpi_ft_enable"  # what `mpirun --with-ft ulfm` sets in every rank (Open MPI 5)
+
+
+def shrink_mode(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the job runs under --on-failure shrink ($HPCDIST_ON_FAILURE), so the survivors of a failure go on."""
+    return environ.get(ON_FAILURE_ENV, "end") == "shrink"
+
+
+def min_np(environ: Mapping[str, str] = os.environ) -> int:
+    """The fewest ranks the survivors may carry on with ($HPCDIST_MIN_NP; 1 when unset).
+
+    Raises:
+        UsageError: the variable is not a positive whole number.
+    """
+    text = environ.get(MIN_NP_ENV, "").strip() or "1"
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"${MIN_NP_ENV}={text!r} is not a positive whole number; unset it or give a rank count")
+    return int(text)
+
+
+def unavailable() -> str | None:
+    """Why ULFM cannot run in this process (not Open MPI, not started with --with-ft ulfm, an old mpi4py), or None."""
+    library = MPI.Get_library_version().splitlines()[0].strip()
+    if "Open MPI" not in library:
+        return f"ULFM (MPI's fault tolerance) needs Open MPI 5 here, and this process runs {library}"
+    if not all(hasattr(MPI.Comm, name) for name in ("Revoke", "Shrink", "Agree", "Get_failed", "Ack_failed")):
+        return "this mpi4py lacks Comm.Revoke/Shrink/Agree/Get_failed/Ack_failed: install mpi4py 4 or later"
+    if os.environ.get(_FT_ENABLE, "").lower() not in ("1", "true", "yes", "enabled"):
+        return "Open MPI was not started with its fault tolerance: run under `mpirun --with-ft ulfm`"
+    return None
+
+
+def world() -> MPI.Intracomm:
+    """The current revocable communicator (errors returned) that torch's groups run on: at the start a Dup of
+    COMM_WORLD (collective on its first call; hpcdist.init makes it under shrink mode), then the survivors'."""
+    return mpi_backend.parent()
+
+
+def start_rank(rank: int) -> int:
+    """The rank at the job's start (COMM_WORLD's) of the process that is `rank` in the current world."""
+    group, start = world().Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        return int(MPI.Group.Translate_ranks(group, [rank], start)[0])
+    finally:
+        group.Free()
+        start.Free()
+
+
+def replace(comm: MPI.Intracomm) -> None:
+    """Make `comm` (the survivors, errors returned) the world: the next groups are made on it."""
+    mpi_backend.set_parent(comm)

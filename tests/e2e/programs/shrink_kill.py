@@ -1,0 +1,65 @@
+"""Ranks SIGKILL themselves mid-loop; the survivors recover (--on-failure shrink) and go on to step 8.
+
+argv: backend (mpi, gloo), scenario (one, two, during, rebuild), output directory. Each survivor writes
+rank<start>.json: its committed steps with the world size and the all_reduce's sum, each recovery, and the error each
+failure raised (or, below $HPCDIST_MIN_NP, the TooFewRanks it met).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import hpcdist
+from hpcdist.resilience import membership
+
+STEPS = 8
+DEATHS = {  # scenario -> {start rank: the step at which it kills itself}
+    "one": {2: 3},
+    "two": {2: 2, 1: 5},
+    "during": {2: 3},
+    "rebuild": {2: 3},
+}
+backend, scenario, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+with hpcdist.init(backend):
+    me = dist.get_rank()  # the rank at start
+    sub = dist.new_group([0, 2, 3])  # rebuilt over its survivors at each recovery
+    if scenario == "rebuild" and me == 3:  # dies in the recovery, once the world is shrunk, as the groups are rebuilt
+        membership._rebuild = lambda *_: os.kill(os.getpid(), 9)  # type: ignore[assignment]
+    steps, recoveries, errors, subsums = [], [], [], []
+    step = 0
+    while step < STEPS:
+        if DEATHS[scenario].get(me) == step:
+            os.kill(os.getpid(), 9)
+        try:
+            total = torch.tensor([float(me + 1)])
+            dist.all_reduce(total)
+            membership.commit()
+            steps.append([step, dist.get_world_size(), total.item()])
+            step += 1
+        except (hpcdist.RanksLost, RuntimeError) as exc:  # gloo raises a plain RuntimeError
+            lost = membership.failure_of(exc)  # what gloo's error hides
+            errors.append([type(exc).__name__, isinstance(exc, hpcdist.RanksLost), str(exc), lost and list(lost.ranks)])
+            if scenario == "during" and me == 3 and len(errors) == 1:
+                os.kill(os.getpid(), 9)  # dies while the others recover
+            try:
+                recovery = membership.recover(exc)
+            except hpcdist.TooFewRanks as few:  # below $HPCDIST_MIN_NP: this survivor says so and ends
+                (out / f"rank{me}.json").write_text(json.dumps({"too_few": [list(few.ranks), str(few)]}))
+                os._exit(3)
+            recoveries.append([list(recovery.lost), recovery.before, recovery.after, recovery.rank, recovery.seconds])
+            if recovery.rank == 0:
+                print(recovery.line(step), flush=True)
+            sub = recovery.groups.get(sub, dist.GroupMember.NON_GROUP_MEMBER)
+            if sub != dist.GroupMember.NON_GROUP_MEMBER:
+                part = torch.tensor([float(me + 1)])
+                dist.all_reduce(part, group=sub)
+                subsums.append([dist.get_process_group_ranks(sub), part.item()])
+    (out / f"rank{me}.json").write_text(
+        json.dumps({"steps": steps, "recoveries": recoveries, "errors": errors, "subsums": subsums})
+    )

@@ -1,0 +1,106 @@
+"""Survivors carry on (ULFM, --on-failure shrink): ranks SIGKILL themselves mid-loop, the others recover and go on.
+
+Four ranks under Open MPI's `mpirun --with-ft ulfm --mca btl tcp,self`; the program is programs/shrink_kill.py.
+Each survivor writes its committed steps (world size, all_reduce's sum), its recoveries and the errors it met.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launching import BIN, PROGRAMS, launch
+
+SHRINK = [
+    str(BIN / "mpirun"),
+    "--oversubscribe",
+    "--with-ft",
+    "ulfm",
+    "--mca",
+    "btl",
+    "tcp,self",
+    "-np",
+    "4",
+    "-x",
+    "HPCDIST_ON_FAILURE=shrink",
+]
+IDS = ["python-backend", "native-backend", "gloo"]
+VALUE = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}  # what each start rank adds to the all_reduce
+
+
+def run(backend: str, scenario: str, tmp_path: Path, native: str = "0", min_np: int = 1) -> dict[int, dict[str, Any]]:
+    """Run the program; each survivor's record by its start rank."""
+    argv = [*SHRINK, "-x", f"HPCDIST_MPI_NATIVE={native}", "-x", f"HPCDIST_MIN_NP={min_np}", str(BIN / "python")]
+    argv.append(str(PROGRAMS / "shrink_kill.py"))
+    result = launch([*argv, backend, scenario, str(tmp_path)], timeout=150)
+    records = {int(path.stem[4:]): json.loads(path.read_text()) for path in tmp_path.glob("rank*.json")}
+    assert records, f"no survivor finished:\n{result.stdout}\n{result.stderr[-3000:]}"
+    return records
+
+
+def expect_steps(record: dict[str, Any], worlds: list[list[int]], switches: list[int]) -> None:
+    """Steps 0-7 committed once each; from each switch on, the world and the sum of its survivors' values."""
+    assert [step for step, _, _ in record["steps"]] == list(range(8))
+    for step, size, total in record["steps"]:
+        world = worlds[sum(step >= at for at in switches)]
+        assert (size, total) == (len(world), sum(VALUE[rank] for rank in world))
+
+
+# ids without the word "mpi": pytest-mpi would skip such a test outside `--with-mpi` (this one runs mpirun itself)
+@pytest.mark.parametrize(("backend", "native"), [("mpi", "0"), ("mpi", "1"), ("gloo", "0")], ids=IDS)
+def test_one_killed_rank(backend: str, native: str, tmp_path: Path) -> None:
+    records = run(backend, "one", tmp_path, native)
+    assert sorted(records) == [0, 1, 3]
+    for start, record in records.items():
+        expect_steps(record, [[0, 1, 2, 3], [0, 1, 3]], [3])
+        ((lost, before, after, rank, _),) = record["recoveries"]
+        assert (lost, before, after, rank) == ([2], 4, 3, {0: 0, 1: 1, 3: 2}[start])
+        kind, is_lost, text, lost = record["errors"][0]  # what the survivor's collective raised; who failed
+        assert lost == [2]
+        if native == "1":  # the compiled backend raises torch's DistBackendError, naming the lost rank
+            assert (kind, is_lost) == ("DistBackendError", False) and "rank 2 was lost" in text, text
+        elif backend == "mpi":
+            assert (kind, is_lost) == ("RanksLostError", True) and "rank 2 on " in text and " lost " in text, text
+        else:  # gloo says a peer closed its connection
+            assert kind == "RuntimeError", text
+        # the subgroup [0, 2, 3] rebuilt over its survivors, now ranks 0 and 2
+        assert record["subsums"] == ([[[0, 2], 5.0]] if start in (0, 3) else [])
+
+
+@pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["python-backend", "gloo"])
+def test_two_failures_one_after_the_other(backend: str, tmp_path: Path) -> None:
+    records = run(backend, "two", tmp_path)
+    assert sorted(records) == [0, 3]
+    for start, record in records.items():
+        expect_steps(record, [[0, 1, 2, 3], [0, 1, 3], [0, 3]], [2, 5])
+        assert [recovery[:4] for recovery in record["recoveries"]] == [
+            [[2], 4, 3, {0: 0, 3: 2}[start]],
+            [[1], 3, 2, {0: 0, 3: 1}[start]],
+        ]
+        assert record["subsums"] == [[[0, 2], 5.0], [[0, 1], 5.0]]
+
+
+@pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["python-backend", "gloo"])
+@pytest.mark.parametrize("scenario", ["during", "rebuild"])
+def test_a_failure_during_the_recovery(backend: str, scenario: str, tmp_path: Path) -> None:
+    # rank 2 dies; rank 3 dies as soon as it hears of it (during), or once the world is shrunk (rebuild)
+    records = run(backend, scenario, tmp_path)
+    assert sorted(records) == [0, 1]
+    for start, record in records.items():
+        expect_steps(record, [[0, 1, 2, 3], [0, 1]], [3])
+        lost = sorted({rank for recovery in record["recoveries"] for rank in recovery[0]})
+        assert lost == [2, 3]
+        assert record["recoveries"][0][1] == 4
+        assert record["recoveries"][-1][2:4] == [2, start]
+        assert record["subsums"][-1:] == ([[[0], 1.0]] if start == 0 else [])
+
+
+def test_fewer_survivors_than_min_np(tmp_path: Path) -> None:
+    records = run("mpi", "one", tmp_path, min_np=4)
+    assert sorted(records) == [0, 1, 3]
+    for record in records.values():
+        ranks, text = record["too_few"]
+        assert ranks == [2]
+        assert "rank 2 on " in text and "3 ranks are left, fewer than --min-np 4" in text, text
