@@ -202,12 +202,6 @@ def _workload_options(parser: Any) -> None:
         help="end: a lost rank ends the job; shrink: the survivors carry on from the last step they all finished "
         "(under `hpcdist mpirun --on-failure shrink`) (default: $HPCDIST_ON_FAILURE, which that sets, or end)",
     )
-    ddp.add_argument(
-        "--step-log",
-        metavar="FILE",
-        help="rank 0 appends `epoch step world_size unix_time` to FILE after every step (what `hpcdist bench "
-        "recovery` times a recovery by)",
-    )
 
 
 def workload_options(args: argparse.Namespace) -> WorkloadOptions:
@@ -230,7 +224,6 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         report=args.report,
         step_log=args.step_log,
         on_failure=args.on_failure or os.environ.get(ON_FAILURE_ENV) or "end",
-        step_log=args.step_log,
     )
 
 

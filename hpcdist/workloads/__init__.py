@@ -50,7 +50,6 @@ class WorkloadOptions:
     report: bool = False  # trace the training; rank 0 prints the straggler table after it
     step_log: str | None = None  # rank 0 appends `epoch step world_size unix_time` per completed step (steplog)
     on_failure: str = "end"  # "shrink": the survivors of a lost rank carry on from memory (ULFM; ddp only)
-    step_log: str | None = None  # rank 0 appends `epoch step world_size unix_time` per completed step (steplog)
 
     def __post_init__(self) -> None:
         """Refuse what training would refuse, before anything starts.
