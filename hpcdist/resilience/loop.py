@@ -12,7 +12,6 @@ prints one line per failure. Outside `--on-failure shrink` the same loop trains 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -22,17 +21,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import default_collate
 
-from ..errors import RanksLost, UsageError, WaitTimeout
-from ..mpi_backend.lost import failed_starts
+from ..errors import RanksLost, UsageError
 from ..values import check_count
-from ..waits import poll_until
 from . import detector, ulfm
-from .membership import Recovery, commit, recover
+from .membership import Recovery, commit, failure_of, recover
 from .sharding import epoch_order, share, step_size
 
 __all__ = ["Survivors"]
-
-_DETECTION = 10.0  # seconds a torch error waits for MPI to report the failure behind it (ULFM over tcp: milliseconds)
 
 
 class Indexable(Protocol):
@@ -143,10 +138,11 @@ class Survivors:
             if self._shrink:
                 commit()
         except Exception as error:
-            if not (self._shrink and _lost(error)):
+            lost = _lost(error) if self._shrink else None
+            if lost is None:
                 raise
             self._taking = None  # batches() gives this step's samples again, shared among the survivors
-            self._recover(error)
+            self._recover(lost)
             return
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -169,9 +165,10 @@ class Survivors:
                 if self._shrink:
                     commit()
             except Exception as error:
-                if not (self._shrink and _lost(error)):
+                lost = _lost(error) if self._shrink else None
+                if lost is None:
                     raise
-                self._recover(error)
+                self._recover(lost)
                 continue
             return tensor.copy_(summed)
 
@@ -197,27 +194,15 @@ class Survivors:
                 self.model = self._wrap()
                 return
             except Exception as again:
-                if not _lost(again):
+                lost = _lost(again)
+                if lost is None:
                     raise
-                error = again
+                error = lost
 
 
-def _lost(error: BaseException) -> bool:
-    """Whether `error` came of lost ranks: hpcdist's RanksLost, or a torch error (gloo's closed connection, a group
-    aborted) while MPI reports a failure within _DETECTION seconds; any other error is the program's own."""
-    if isinstance(error, RanksLost):
-        return True
-    if not isinstance(error, RuntimeError):  # torch's DistError is one
-        return False
-    try:
-        poll_until(_failure_seen, time.monotonic() + _DETECTION, lambda: "no failure reported")
-    except WaitTimeout:
-        return False
-    return True
-
-
-def _failure_seen() -> bool:
-    """Whether MPI reported a failure: the detector saw a rank fail, a rank revoked the world, or this rank knows
-    of a failed one (the mpi backend's error, which torch passes on as its own DistBackendError)."""
-    world = ulfm.world()
-    return bool(detector.lost()) or world.Is_revoked() or bool(failed_starts(world))
+def _lost(error: BaseException) -> RanksLost | None:
+    """The RanksLost behind `error` (hpcdist's own, or a torch collective's error while MPI reports a failure), or
+    None: then `error` is the program's own (an error that no collective raises is never waited on)."""
+    if not isinstance(error, (RanksLost, RuntimeError)):  # torch's DistError is a RuntimeError
+        return None
+    return failure_of(error)
