@@ -78,10 +78,16 @@ def enable_flight_recorder() -> None:
         os.environ.setdefault(FR_BUFFER, _FR_SIZE)
 
 
-def oldest_pending() -> float | None:
-    """When the oldest call in flight that a source knows started (monotonic seconds), or None: polled, so cheap."""
+def oldest_pending(since: float = 0.0) -> float | None:
+    """When the oldest call in flight that a source knows started (monotonic seconds), or None: polled, so cheap.
+
+    Calls that started before `since` are left out (a recovery voided them: a failed call may stay in flight in a
+    backend's record); the sources' rows are read then, which costs more.
+    """
     starts = [start for _, oldest, _ in _SOURCES.values() if (start := oldest()) is not None]
-    starts += [row[0] for row in _flight_recorder(active=True) if not row[7]]
+    if starts and min(starts) < since:
+        starts = [raw[6] for calls, _, _ in _SOURCES.values() for raw in calls() if raw[6] >= since and not raw[7]]
+    starts += [row[0] for row in _flight_recorder(active=True) if not row[7] and row[0] >= since]
     return min(starts) if starts else None
 
 

@@ -196,7 +196,9 @@ def ask_all() -> dict[int, dict[str, Any]] | None:
 
 def _answer() -> dict[str, Any]:
     """What this rank tells the rank that asks: its phase, its ledger, and every contributed part."""
-    answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": sources.snapshot(LEDGER)}
+    rows, void = sources.snapshot(LEDGER), time.monotonic() - _state.get("since", 0.0)
+    rows = [row._replace(done=True) if row.age > void and not row.done else row for row in rows]  # before a rebase
+    answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": rows}
     for name, part in _PARTS.items():
         answer[name] = part()
     return bounded(answer)
@@ -284,9 +286,12 @@ def _watch(comm: Any, stopping: threading.Event) -> None:
 
 def rebase(comm: Any) -> None:
     """After a recovery under --on-failure shrink: watch over the survivors' `comm` from now on (a Dup: collective
-    over it), its ranks numbered as in it; a no-op without a watchdog communicator."""
+    over it), its ranks numbered as in it, calls still in flight from before void; a no-op without a watchdog."""
     if "comm" in _state:
-        _state.update(comm=comm.Dup(), lost=set(), quiet_until=0.0)
+        for entry in list(LEDGER.entries):
+            if not entry.done:
+                entry.finish()  # the call that failed: the recovery voided it
+        _state.update(comm=comm.Dup(), lost=set(), quiet_until=0.0, since=time.monotonic())
 
 
 def _serve(comm: Any, stopping: threading.Event) -> None:
@@ -364,7 +369,7 @@ def reporter(comm: Any) -> int:
 
 def _late(timeout: float, init_timeout: float) -> str:
     """Why this rank waits too long: 'call' (a pending call), 'init' (init_process_group), or '' if it does not."""
-    now, pending, below = time.monotonic(), LEDGER.pending(), sources.oldest_pending()
+    now, pending, below = time.monotonic(), LEDGER.pending(), sources.oldest_pending(_state.get("since", 0.0))
     if pending is not None or below is not None:
         oldest = min(pending.started if pending is not None else now, below if below is not None else now)
         return "call" if now - oldest > timeout else ""

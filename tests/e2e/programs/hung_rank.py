@@ -1,8 +1,7 @@
 """Under --on-failure shrink, rank 2 sleeps SLEEP seconds in Python before the second all_reduce; every rank writes
-OUT/rank<N>.txt with what its second all_reduce did (`raised <type>` or `sum <value>`)."""
+OUT/rank<N>.txt with what its second all_reduce did (`sum 4`, or `raised <type>; sum 3` after the recovery)."""
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 import hpcdist
+from hpcdist.resilience import membership
 
 with hpcdist.init(os.environ.get("BACKEND", "gloo")) as session:
     out = Path(os.environ["OUT"], f"rank{session.rank}.txt")
@@ -18,10 +18,14 @@ with hpcdist.init(os.environ.get("BACKEND", "gloo")) as session:
     if session.rank == 2:
         time.sleep(float(os.environ["SLEEP"]))
     tensor.fill_(1)
+    raised = ""
     try:
         dist.all_reduce(tensor)
-        out.write_text(f"sum {tensor.item():g}\n")
-    except RuntimeError as exc:  # the hung rank ended: the survivors' call fails (DistBackendError)
-        out.write_text(f"raised {type(exc).__name__}\n")
-        print(f"rank {session.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        os._exit(0)  # nothing to recover with yet: leave without the group's teardown
+    except (hpcdist.RanksLost, RuntimeError) as exc:  # the hung rank ended itself: the survivors shrink
+        raised = f"raised {type(exc).__name__}; "
+        recovery = membership.recover(exc)
+        if recovery.rank == 0:
+            print(recovery.line(), flush=True)
+        tensor.fill_(1)
+        dist.all_reduce(tensor)
+    out.write_text(f"{raised}sum {tensor.item():g}\n")
