@@ -1,4 +1,5 @@
-"""Ending the whole MPI job: the one MPI_Abort, and the excepthook that calls it on an uncaught exception.
+"""Ending the whole MPI job: the one MPI_Abort, and the excepthook that calls it on an uncaught exception; and
+ending a rank's own MPI threads before MPI_Finalize (`before_finalize`).
 
 Under `hpcdist mpirun --on-failure shrink` ($HPCDIST_ON_FAILURE=shrink) a failing rank ends itself only
 (`leave_rank`): the survivors see a process failure (Open MPI's ULFM) and carry on without it.
@@ -21,7 +22,15 @@ from typing import NoReturn
 from . import control
 from .values import ON_FAILURE_ENV
 
-__all__ = ["abort_job", "before_abort", "end_failed_rank", "install_abort_hook", "leave_rank", "shrinks"]
+__all__ = [
+    "abort_job",
+    "before_abort",
+    "before_finalize",
+    "end_failed_rank",
+    "install_abort_hook",
+    "leave_rank",
+    "shrinks",
+]
 
 _BEFORE: list[Callable[[], None]] = []
 READ_SECONDS = 2.0  # how long a failing rank waits for its launcher to read its last output before MPI_Abort
@@ -31,6 +40,18 @@ def before_abort(hook: Callable[[], None]) -> None:
     """Have `abort_job` call `hook` before MPI_Abort: the shim's, to let its tagger write the rank's last lines."""
     if hook not in _BEFORE:
         _BEFORE.append(hook)
+
+
+def before_finalize(stop: Callable[[], None]) -> None:
+    """Have MPI_Finalize call `stop` first, whoever calls it (the program itself, or mpi4py at exit): a thread that
+    makes MPI calls stops there, before any call of its could come after MPI_Finalize (which aborts the rank).
+
+    MPI_Finalize deletes COMM_SELF's attributes before anything else; `stop` is the delete callback of one.
+    """
+    from mpi4py import MPI
+
+    keyval = MPI.Comm.Create_keyval(delete_fn=lambda *_: stop())
+    MPI.COMM_SELF.Set_attr(keyval, True)
 
 
 def abort_job(code: int) -> None:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..abort import abort_job, shrinks
+from ..abort import abort_job, before_finalize, shrinks
 from ..errors import WaitTimeout
 from ..ranklist import ranks_text
 from ..waits import Backoff, poll_until
@@ -216,10 +216,7 @@ def reserve(timeout: float, init_timeout: float) -> bool:
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             return False
         _state["comm"] = MPI.COMM_WORLD.Dup()
-        # MPI_Finalize first deletes COMM_SELF's attributes: the thread stops there, before any MPI call of its
-        # could come after the program's own MPI.Finalize()
-        keyval = MPI.Comm.Create_keyval(delete_fn=lambda *_: stop(_FINALIZE_WAIT))
-        MPI.COMM_SELF.Set_attr(keyval, True)
+        before_finalize(lambda: stop(_FINALIZE_WAIT))  # the thread stops before the program's own MPI.Finalize()
     _state["limits"] = (timeout, init_timeout)
     return True
 

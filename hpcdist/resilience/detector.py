@@ -15,6 +15,7 @@ from typing import Any
 import torch.distributed as dist
 from mpi4py import MPI
 
+from ..abort import before_finalize
 from ..mpi_backend import BACKEND_NAME
 from ..mpi_backend.lost import failed_starts, is_failure
 from ..runtime import bootstrap, sockets
@@ -24,7 +25,9 @@ __all__ = ["lost", "release_gloo", "start", "stop"]
 
 _TAG = 0x4654  # no rank ever sends on it: the receive only ends by a failure or a revoke
 _POLL = 0.02  # seconds between the thread's tests of the receive (a blocking wait would spin a core)
-_state: dict[str, Any] = {}  # "thread", "comm", "stopping"; "lost": start ranks seen failing
+_state: dict[
+    str, Any
+] = {}  # "thread", "comm", "stopping"; "lost": start ranks seen failing; "hooked": stop at finalize
 
 
 def start() -> None:
@@ -42,6 +45,9 @@ def start() -> None:
         target=_watch, args=(comm, stopping), name="hpcdist-failure-detector", daemon=True
     )
     thread.start()
+    if not _state.get("hooked"):
+        _state["hooked"] = True
+        before_finalize(stop)  # its Test() must not come after MPI_Finalize
 
 
 def stop() -> None:

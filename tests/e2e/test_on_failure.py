@@ -41,3 +41,13 @@ def test_under_mpich_shrink_is_refused_before_anything_starts(mpich_python: Path
     ), result.stderr
     assert "is MPICH's (as the files beside it say)" in result.stderr and "run Open MPI's mpirun" in result.stderr
     assert "Traceback" not in result.stderr and list(tmp_path.iterdir()) == []  # no rank started
+
+
+def test_ddp_on_gloo_that_loses_no_rank_ends_cleanly_under_shrink(hpcdist: str) -> None:
+    """No failure: the survivors' loop trains on gloo and every thread hpcdist started over MPI (the failure detector,
+    the watchdog) stops before MPI_Finalize, so Open MPI reports no call after it."""
+    training = [hpcdist, "run", "ddp", "--backend", "gloo", "--epochs", "1", "--samples", "256"]
+    result = launch([hpcdist, "mpirun", "--on-failure", "shrink", "-np", "2", "--", *training], timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "identical on all 2 ranks" in result.stdout, result.stdout
+    assert "MPI_FINALIZE" not in result.stdout + result.stderr, result.stdout + result.stderr

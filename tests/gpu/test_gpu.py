@@ -101,3 +101,12 @@ def test_nccl_takes_its_unique_id_over_the_mpi_store(hpcdist: str) -> None:
         [hpcdist, "mpirun", "-np", "1", "--", hpcdist, "run", "allreduce", "--backend", "nccl", "--store", "mpi"]
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_ddp_on_nccl_trains_through_the_survivors_loop(hpcdist: str) -> None:
+    """`hpcdist run ddp` under `hpcdist mpirun --on-failure shrink` on nccl: the shrinkable loop (an agreement over MPI
+    after every step, DDP on the GPU) trains and the parameter check passes; one GPU allows no second rank to lose."""
+    training = [hpcdist, "run", "ddp", "--backend", "nccl", "--epochs", "2"]
+    done = launch([hpcdist, "mpirun", "--on-failure", "shrink", "-np", "1", "--", *training])
+    assert done.returncode == 0, done.stderr
+    assert "epoch 2/2 loss" in done.stdout + done.stderr, done.stdout
