@@ -24,6 +24,7 @@ __all__ = [
     "byte_counts",
     "check_counts",
     "parse_backends",
+    "parse_rows",
     "parse_size",
     "plan_from_options",
     "round_sizes",
@@ -307,6 +308,17 @@ def plan_from_options(args: BenchOptions) -> BenchPlan:
         args.trace_cost,
         args.without_ledger,
     )
+
+
+def parse_rows(text: str, known: Iterable[str]) -> tuple[str, ...]:
+    """`--rows a,b` -> the named rows, each one of `known`, none twice."""
+    names, known = tuple(name.strip() for name in text.split(",")), tuple(known)
+    for name in names:
+        if name not in known:
+            raise UsageError(f"--rows {text}: unknown row {name!r}; give one or more of {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--rows {text} names a row twice; give each row once")
+    return names
 
 
 def check_counts(counts: Iterable[tuple[str, int, int]]) -> None:

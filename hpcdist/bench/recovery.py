@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..workloads.steplog import LoggedStep
-from .plan import COLLECTIVE_OPTIONS, BenchOptions, check_counts
+from .plan import COLLECTIVE_OPTIONS, BenchOptions, check_counts, parse_rows
 
 __all__ = [
     "EPOCHS",
@@ -116,22 +116,11 @@ def recovery_plan(options: BenchOptions) -> RecoveryPlan:
                 "killed, the others recover), e.g. --ranks 4"
             )
         ranks = int(options.ranks)
-    rows = tuple(ROWS) if options.rows is None else _parse_rows(options.rows)
+    rows = tuple(ROWS) if options.rows is None else parse_rows(options.rows, ROWS)
     repeats = 3 if options.repeats is None else options.repeats
     check_counts((("--repeats", repeats, 1),))
     timeout = 300.0 if options.timeout is None else options.timeout
     return RecoveryPlan(ranks, rows, repeats, timeout, options.json)
-
-
-def _parse_rows(text: str) -> tuple[str, ...]:
-    """`--rows shrink,mpirun` -> the named rows, known, none twice."""
-    names = tuple(name.strip() for name in text.split(","))
-    for name in names:
-        if name not in ROWS:
-            raise UsageError(f"--rows {text}: unknown row {name!r}; give one or more of {', '.join(ROWS)}")
-    if len(set(names)) != len(names):
-        raise UsageError(f"--rows {text} names a row twice; give each row once")
-    return names
 
 
 def job_argv(row: Row, ranks: int, hpcdist: str, torchrun: str, step_log: str, checkpoint_dir: str) -> list[str]:

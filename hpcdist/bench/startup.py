@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .plan import COLLECTIVE_OPTIONS, BenchOptions, check_counts
+from .plan import COLLECTIVE_OPTIONS, BenchOptions, check_counts, parse_rows
 
 __all__ = [
     "DEFAULT_RANKS",
@@ -91,17 +91,6 @@ def parse_ranks(text: str) -> tuple[int, ...]:
     return ranks
 
 
-def _parse_rows(text: str) -> tuple[str, ...]:
-    """`--rows hpcdist,mpirun` -> the named rows, known, none twice."""
-    names = tuple(name.strip() for name in text.split(","))
-    for name in names:
-        if name not in ROWS:
-            raise UsageError(f"--rows {text}: unknown row {name!r}; give one or more of {', '.join(ROWS)}")
-    if len(set(names)) != len(names):
-        raise UsageError(f"--rows {text} names a row twice; give each row once")
-    return names
-
-
 # the options of the other modes, which bench startup refuses rather than ignores
 _FOREIGN = COLLECTIVE_OPTIONS
 
@@ -117,7 +106,7 @@ def startup_plan(options: BenchOptions) -> StartupPlan:
             "(it takes --ranks, --rows, --repeats, --timeout, --json and --plot)"
         )
     ranks = DEFAULT_RANKS if options.ranks is None else parse_ranks(options.ranks)
-    rows = tuple(ROWS) if options.rows is None else _parse_rows(options.rows)
+    rows = tuple(ROWS) if options.rows is None else parse_rows(options.rows, ROWS)
     repeats = 3 if options.repeats is None else options.repeats
     check_counts((("--repeats", repeats, 1),))
     timeout = 300.0 if options.timeout is None else options.timeout
