@@ -19,7 +19,7 @@ from hpcdist.workloads.steplog import read
 NP, SAMPLES, EPOCHS = 4, 480, 3
 DDP_SAMPLES = 16384  # 512 steps an epoch at 4 ranks of 8: the kill lands within epoch 2, however fast the steps
 PARAMETERS = re.compile(r"^start rank (\d): rank (\d) of (\d): parameters ([0-9a-f]{64})$", re.M)
-RECOVERY = re.compile(r"^hpcdist: .* lost\b.*$", re.M)
+RECOVERY = re.compile(r"^hpcdist: .* lost \(.*\); \d of \d ranks carry on from step .*$", re.M)  # the loop's, rank 0
 LAUNCHER_LOST = re.compile(r"^hpcdist: rank (\d) on \S+ lost \(killed or exited abruptly\); \d ranks carry on ", re.M)
 
 
@@ -157,25 +157,18 @@ def _rank_pid(marker: str, rank: int) -> int | None:
 
 
 def test_hpcdist_run_ddp_shrink_a_rank_sigkilled_in_epoch_2_the_survivors_finish(tmp_path: Path) -> None:
-    """`hpcdist run ddp --on-failure shrink` on 4 ranks; SIGKILL from outside to rank 2 once epoch 2 has begun."""
+    """`hpcdist mpirun --on-failure shrink -np 4 -- hpcdist run ddp --on-failure shrink`; SIGKILL from outside to
+    rank 2 once epoch 2 has begun: the launcher names it once and ends with the survivors' status, 0."""
     marker, log = str(tmp_path), tmp_path / "out.txt"
-    argv = [
-        str(BIN / "mpirun"),
-        "--with-ft",
-        "ulfm",
-        "--mca",
-        "btl",
-        "tcp,self",
-        "--oversubscribe",
-        "-np",
-        str(NP),
-        "-x",
-        "HPCDIST_ON_FAILURE=shrink",
-        "-x",
+    argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", "--oversubscribe", "-np", str(NP), "-x"]
+    argv += [
         "SURVIVORS_TEST",
+        "--",
         str(BIN / "hpcdist"),
         "run",
         "ddp",
+        "--on-failure",
+        "shrink",
         "--backend",
         "mpi",
         "--samples",
@@ -216,3 +209,5 @@ def test_hpcdist_run_ddp_shrink_a_rank_sigkilled_in_epoch_2_the_survivors_finish
     assert re.search(
         r"^hpcdist: rank 2 on \S+ lost \(.*\); 3 of 4 ranks carry on from step \d+ \(recovered in ", text, re.M
     )
+    assert LAUNCHER_LOST.findall(text) == ["2"], text
+    assert job.returncode == 0, text
