@@ -331,7 +331,9 @@ class MPIStore(dist.Store):
         if self._closed:
             return
         limit = seconds
-        with contextlib.suppress(WaitTimeout):  # a rank that never closes must not hold this one: stop all the same
+        # A rank that never closes, or one lost under --on-failure shrink (MPI_ERR_PROC_FAILED), must not hold this
+        # one: stop all the same.
+        with contextlib.suppress(WaitTimeout, MPI.Exception):
             _poll(self._comm.Ibarrier(), limit, str)
         self._stop(min(limit, 5.0))
 

@@ -19,7 +19,8 @@ from hpcdist.workloads.steplog import read
 NP, SAMPLES, EPOCHS = 4, 480, 3
 DDP_SAMPLES = 16384  # 512 steps an epoch at 4 ranks of 8: the kill lands within epoch 2, however fast the steps
 PARAMETERS = re.compile(r"^start rank (\d): rank (\d) of (\d): parameters ([0-9a-f]{64})$", re.M)
-RECOVERY = re.compile(r"^hpcdist: .* lost\b.*$", re.M)
+RECOVERY = re.compile(r"^hpcdist: .* lost \(.*\); \d of \d ranks carry on from step .*$", re.M)  # the loop's, rank 0
+LAUNCHER_LOST = re.compile(r"^hpcdist: rank (\d) on \S+ lost \(killed or exited abruptly\); \d ranks carry on ", re.M)
 
 
 def _train(out: Path, victims: list[tuple[int, int, int]], backend: str, **extra: str) -> tuple[int, str, str]:
@@ -112,6 +113,32 @@ def test_below_min_np_too_few_ranks_ends_the_job_and_no_rank_trains_on(tmp_path:
     assert not PARAMETERS.findall(stdout) and "epoch 1 loss" not in stdout
 
 
+def test_a_rank_killed_after_training_as_the_others_shut_down_the_survivors_end_well(tmp_path: Path) -> None:
+    """Rank 2 SIGKILLed after the final barrier: the others' shutdown (store, groups, watchdog, MPI_Finalize) carries
+    on without it under `hpcdist mpirun --on-failure shrink`, which names it once and ends with status 0."""
+    argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", "--oversubscribe", "-np", str(NP), "-x"]
+    argv += ["VICTIMS", "--", str(BIN / "python"), str(PROGRAMS / "survivors_loop.py"), str(tmp_path), "mpi"]
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "VICTIMS": "2:3:0"}
+    with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as job:
+        try:
+            pid, deadline = tmp_path / "victim-2.pid", time.monotonic() + 180
+            while not pid.exists():
+                assert job.poll() is None, "the job ended before rank 2 passed the final barrier"
+                assert time.monotonic() < deadline, "rank 2 never passed the final barrier"
+                time.sleep(0.05)
+            time.sleep(0.5)  # the others are in their shutdown, waiting for rank 2
+            os.kill(int(pid.read_text()), signal.SIGKILL)
+            text, _ = job.communicate(timeout=180)
+        finally:
+            job.kill()
+    finished = PARAMETERS.findall(text)
+    assert sorted(int(start) for start, _, _, _ in finished) == [0, 1, 2, 3], text  # rank 2 had finished training
+    assert {(size, digest) for _, _, size, digest in finished} == {("4", finished[0][3])}, text
+    assert LAUNCHER_LOST.findall(text) == ["2"], text
+    assert "internal error" not in text and "MPI_Abort" not in text and " failed " not in text, text
+    assert job.returncode == 0, text
+
+
 def _lines(path: Path) -> list[str]:
     """The file's lines, none while it does not exist."""
     return path.read_text().splitlines() if path.exists() else []
@@ -130,25 +157,18 @@ def _rank_pid(marker: str, rank: int) -> int | None:
 
 
 def test_hpcdist_run_ddp_shrink_a_rank_sigkilled_in_epoch_2_the_survivors_finish(tmp_path: Path) -> None:
-    """`hpcdist run ddp --on-failure shrink` on 4 ranks; SIGKILL from outside to rank 2 once epoch 2 has begun."""
+    """`hpcdist mpirun --on-failure shrink -np 4 -- hpcdist run ddp --on-failure shrink`; SIGKILL from outside to
+    rank 2 once epoch 2 has begun: the launcher names it once and ends with the survivors' status, 0."""
     marker, log = str(tmp_path), tmp_path / "out.txt"
-    argv = [
-        str(BIN / "mpirun"),
-        "--with-ft",
-        "ulfm",
-        "--mca",
-        "btl",
-        "tcp,self",
-        "--oversubscribe",
-        "-np",
-        str(NP),
-        "-x",
-        "HPCDIST_ON_FAILURE=shrink",
-        "-x",
+    argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", "--oversubscribe", "-np", str(NP), "-x"]
+    argv += [
         "SURVIVORS_TEST",
+        "--",
         str(BIN / "hpcdist"),
         "run",
         "ddp",
+        "--on-failure",
+        "shrink",
         "--backend",
         "mpi",
         "--samples",
@@ -189,3 +209,5 @@ def test_hpcdist_run_ddp_shrink_a_rank_sigkilled_in_epoch_2_the_survivors_finish
     assert re.search(
         r"^hpcdist: rank 2 on \S+ lost \(.*\); 3 of 4 ranks carry on from step \d+ \(recovered in ", text, re.M
     )
+    assert LAUNCHER_LOST.findall(text) == ["2"], text
+    assert job.returncode == 0, text

@@ -2,9 +2,10 @@
 
 Usage: survivors_loop.py OUT_DIR BACKEND. $VICTIMS is `RANK:EPOCH:STEP,...` (start ranks; epochs and steps counted
 from 0): that rank, about to train that step, writes OUT_DIR/victim-RANK.pid and sleeps there, inside the step, until
-the test SIGKILLs it. A survivor that meets TooFewRanks prints it and exits. Every rank appends `epoch index` to
-OUT_DIR/seen-RANK.txt for each sample of every committed step; rank 0 prints each epoch's loss; at the end every
-survivor prints its parameters' digest and the world size.
+the test SIGKILLs it; epoch 3 (past the last) stops it after the final barrier, as the others shut down. A survivor
+that meets TooFewRanks prints it and exits. Every rank appends `epoch index` to OUT_DIR/seen-RANK.txt for each sample
+of every committed step; rank 0 prints each epoch's loss; at the end every survivor prints its parameters' digest and
+the world size.
 """
 
 import contextlib
@@ -32,6 +33,13 @@ pauses = {
 }
 
 
+def pause_for_the_kill() -> None:
+    """Write OUT_DIR/victim-RANK.pid and sleep until the test SIGKILLs this rank."""
+    (out / "pid.tmp").write_text(str(os.getpid()))
+    (out / "pid.tmp").rename(out / f"victim-{start_rank}.pid")
+    time.sleep(300)
+
+
 @contextlib.contextmanager
 def report_too_few() -> Iterator[None]:
     """Say that the survivors are too few, and end this rank with status 3."""
@@ -56,9 +64,7 @@ with hpcdist.init(sys.argv[2]):
             for xb, yb in loop.batches():
                 with loop.step():
                     if (epoch, loop.epoch_step) in pauses:
-                        (out / "pid.tmp").write_text(str(os.getpid()))
-                        (out / "pid.tmp").rename(out / f"victim-{start_rank}.pid")
-                        time.sleep(300)
+                        pause_for_the_kill()
                     loss = torch.nn.functional.mse_loss(loop.model(xb), yb)
                     loss.backward()
                 if loop.committed:
@@ -72,3 +78,5 @@ with hpcdist.init(sys.argv[2]):
     digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
     print(f"start rank {start_rank}: rank {loop.rank} of {loop.world_size}: parameters {digest}", flush=True)
     dist.barrier()
+    if (EPOCHS, 0) in pauses:
+        pause_for_the_kill()
