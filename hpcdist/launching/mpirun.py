@@ -50,8 +50,11 @@ _SRUN_MPI = "SLURM_MPI_TYPE"
 KEEPALIVE = (("oob_tcp_keepalive_time", "2"), ("oob_tcp_keepalive_intvl", "1"), ("oob_tcp_keepalive_probes", "3"))
 # Open MPI's fault tolerance (ULFM, `--with-ft ulfm`) for --on-failure shrink, measured with Open MPI 5.0.11: over
 # shared memory (its default btl on one host) the survivors hang in their next collective after a peer is killed;
-# over TCP they get MPI_ERR_PROC_FAILED at once (docs/survivors.md, "Detecting a failure").
-ULFM = (("btl", "tcp,self"),)
+# over TCP they get MPI_ERR_PROC_FAILED at once (docs/survivors.md, "Detecting a failure"). And the agreement
+# (MPI_Comm_agree) by Early Returning Consensus: the wheel's default for coll_ftagree_agreement reads 0 (an Allreduce,
+# not fault tolerant) or garbage (open-mpi/ompi#13915), and the survivors' commit then came out 0 for all-ones now and
+# then, with no rank failed, or hung.
+ULFM = (("btl", "tcp,self"), ("coll_ftagree_agreement", "1"))
 _SHARED_MEMORY_BTLS = ("sm", "vader")
 
 

@@ -29,18 +29,22 @@ def _line(event: str, rank: int, detail: str = "") -> bytes:
     return f"@@hpcdist:{TOKEN}:{event}:{rank}:{detail}\n".encode()
 
 
+AGREE = ["--mca", "coll_ftagree_agreement", "1"]  # the agreement by Early Returning Consensus
+
+
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({}, [*HEAD, "--with-ft", "ulfm", "--mca", "btl", "tcp,self", *PROG]),
+        ({}, [*HEAD, "--with-ft", "ulfm", "--mca", "btl", "tcp,self", *AGREE, *PROG]),
         (  # a transport list of the user's own without shared memory is kept; other settings come first
             {"mca": (("pml", "ob1"), ("btl", "self,tcp")), "as_root": True},
             [*HEAD, "--allow-run-as-root", "--with-ft", "ulfm", "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
-             *PROG],
+             *AGREE, *PROG],
         ),
         (  # the fabric probe's exclusion is moot: tcp,self names every transport used
             {"skip_fabric_probe": False, "env": (("HPCDIST_ON_FAILURE", "shrink"),)},
-            [*HEAD, "--with-ft", "ulfm", "--mca", "btl", "tcp,self", "-x", "HPCDIST_ON_FAILURE=shrink", *PROG],
+            [*HEAD, "--with-ft", "ulfm", "--mca", "btl", "tcp,self", *AGREE, "-x", "HPCDIST_ON_FAILURE=shrink",
+             *PROG],
         ),
     ],
 )  # fmt: skip
@@ -107,7 +111,8 @@ def test_the_dry_run_shows_the_ulfm_launch(capsys: pytest.CaptureFixture[str]) -
     argv = ["mpirun", "--dry-run", "--mpirun", "mpirun", "--mpi", "openmpi", "-np", "4", "--on-failure", "shrink"]
     assert main([*argv, "--min-np", "2", "--", "python", "t.py"]) == 0
     out = capsys.readouterr().out
-    assert " --with-ft ulfm --mca btl tcp,self -x " in out  # then the forwarded variables (the test's own first)
+    # then the forwarded variables (the test's own first)
+    assert " --with-ft ulfm --mca btl tcp,self --mca coll_ftagree_agreement 1 -x " in out
     assert " -x HPCDIST_ON_FAILURE=shrink -x HPCDIST_MIN_NP=2 " in out
 
 
