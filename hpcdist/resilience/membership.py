@@ -38,6 +38,11 @@ from . import detector, ulfm
 
 __all__ = ["Recovery", "commit", "failure_of", "recover"]
 
+# commit's agreement: bit _DONE, the rank finished its step; bit _LIVE, set by every rank, so a result without it is
+# an agreement that came out wrong (Open MPI 5.0.11's returned 0 for all-ones now and then, with no rank failed, while
+# the training's other threads used MPI): every rank sees the same result, and all of them agree again
+_DONE, _LIVE, _AGREE_TRIES = 1, 2, 3
+
 _LEARN = 1.0  # seconds a survivor waits to learn which ranks failed, when a collective raised
 _ATTEMPTS = 5  # recoveries in a row (each after a failure during the last) before the job gives up
 _state: dict[str, Any] = {}  # "backend": the default group's backend, kept across a recovery that failed midway
@@ -78,13 +83,18 @@ def commit(done: bool = True) -> None:
     """
     comm = ulfm.world()
     detector.start()
-    try:
-        flag = comm.Agree(1 if done else 0)
-    except MPI.Exception as exc:
-        if not is_failure(exc):
-            raise
-        raise _lost(comm, "commit", exc) from exc
-    if not flag:
+    for _ in range(_AGREE_TRIES):
+        try:
+            flag = comm.Agree(_LIVE | (_DONE if done else 0))
+        except MPI.Exception as exc:
+            if not is_failure(exc):
+                raise
+            raise _lost(comm, "commit", exc) from exc
+        if flag & _LIVE:  # every rank sets it: an agreement without it came out wrong, and all ranks try again
+            break
+    else:
+        raise RanksLost((), during="commit", why=f"the ranks' agreement came out wrong {_AGREE_TRIES} times in a row")
+    if not flag & _DONE:
         raise RanksLost((), during="commit", why="a rank did not complete its step (commit(done=False)): no rank steps")
 
 
