@@ -38,9 +38,9 @@ from . import detector, ulfm
 
 __all__ = ["Recovery", "commit", "failure_of", "recover"]
 
-# commit's agreement: bit _DONE, the rank finished its step; bit _LIVE, set by every rank, so a result without it is
-# an agreement that came out wrong (Open MPI 5.0.11's returned 0 for all-ones now and then, with no rank failed, while
-# the training's other threads used MPI): every rank sees the same result, and all of them agree again
+# commit's agreement: bit _DONE, the rank finished its step; bit _LIVE, set by every rank, so a result without it came
+# out wrong: Open MPI 5.0.11's agreement (Early Returning Consensus) on a shrunk communicator returned 0 for all-ones
+# on every survivor alike, about once in some hundreds of steps, with no rank failed. All of them then agree again.
 _DONE, _LIVE, _AGREE_TRIES = 1, 2, 3
 
 _LEARN = 1.0  # seconds a survivor waits to learn which ranks failed, when a collective raised
