@@ -48,10 +48,9 @@ def before_finalize(stop: Callable[[], None]) -> None:
 
     MPI_Finalize deletes COMM_SELF's attributes before anything else; `stop` is the delete callback of one.
     """
-    from mpi4py import MPI
-
-    keyval = MPI.Comm.Create_keyval(delete_fn=lambda *_: stop())
-    MPI.COMM_SELF.Set_attr(keyval, True)
+    mpi = sys.modules["mpi4py.MPI"]  # loaded by the caller, whose thread makes MPI calls (a leaf imports no mpi4py)
+    keyval = mpi.Comm.Create_keyval(delete_fn=lambda *_: stop())
+    mpi.COMM_SELF.Set_attr(keyval, True)
 
 
 def abort_job(code: int) -> None:
