@@ -11,31 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launching import BIN, PROGRAMS, launch
+from launching import BIN, PROGRAMS, ULFM_MPIRUN, launch
 
-SHRINK = [
-    str(BIN / "mpirun"),
-    "--oversubscribe",
-    "--with-ft",
-    "ulfm",
-    "--mca",
-    "btl",
-    "tcp,self",
-    "--mca",
-    "coll_ftagree_agreement",
-    "1",
-    "-np",
-    "4",
-    "-x",
-    "HPCDIST_ON_FAILURE=shrink",
-]
 IDS = ["python-backend", "native-backend", "gloo"]
 VALUE = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}  # what each start rank adds to the all_reduce
 
 
 def run(backend: str, scenario: str, tmp_path: Path, native: str = "0", min_np: int = 1) -> dict[int, dict[str, Any]]:
     """Run the program; each survivor's record by its start rank."""
-    argv = [*SHRINK, "-x", f"HPCDIST_MPI_NATIVE={native}", "-x", f"HPCDIST_MIN_NP={min_np}", str(BIN / "python")]
+    argv = [*ULFM_MPIRUN, "-x", f"HPCDIST_MPI_NATIVE={native}", "-x", f"HPCDIST_MIN_NP={min_np}", str(BIN / "python")]
     argv.append(str(PROGRAMS / "shrink_kill.py"))
     result = launch([*argv, backend, scenario, str(tmp_path)], timeout=150)
     records = {int(path.stem[4:]): json.loads(path.read_text()) for path in tmp_path.glob("rank*.json")}

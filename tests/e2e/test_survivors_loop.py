@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from launching import BIN, PROGRAMS, ROOT
+from launching import BIN, PROGRAMS, ROOT, ULFM_MPIRUN
 
 from hpcdist.resilience.sharding import steps_left
 from hpcdist.workloads.steplog import read
@@ -26,20 +26,7 @@ LAUNCHER_LOST = re.compile(r"^hpcdist: rank (\d) on \S+ lost \(killed or exited 
 def _train(out: Path, victims: list[tuple[int, int, int]], backend: str, **extra: str) -> tuple[int, str, str]:
     """Run the program on NP ranks under ULFM; SIGKILL each victim once it waits at its step; (status, out, err)."""
     argv = [
-        str(BIN / "mpirun"),
-        "--with-ft",
-        "ulfm",
-        "--mca",
-        "btl",
-        "tcp,self",
-        "--mca",
-        "coll_ftagree_agreement",
-        "1",
-        "--oversubscribe",
-        "-np",
-        str(NP),
-        "-x",
-        "HPCDIST_ON_FAILURE=shrink",
+        *ULFM_MPIRUN,
         "-x",
         "VICTIMS",
         *(arg for name in extra for arg in ("-x", name)),
