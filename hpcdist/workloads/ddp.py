@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from ..errors import UsageError
 from ..forensics.timeline import region, reporting
 from ..runtime.bootstrap import Session, forensics_enabled
-from . import WorkloadOptions, checkpoint, shrinking, steplog
+from . import WorkloadOptions, checkpoint, steplog
 from .preemption import Preempted, StopAtStepBoundary
 
 __all__ = [
@@ -100,6 +100,8 @@ def run(session: Session, options: WorkloadOptions | None = None) -> str | None:
         module = build_model(opts.seed).to(device)
         optimizer = torch.optim.Adam(module.parameters(), lr=LEARNING_RATE)
         dataset = make_dataset(opts.samples, opts.seed)
+        from . import shrinking  # not at import: it loads mpi4py.MPI, which MPI_Inits a torchrun or srun worker
+
         return check_identical(shrinking.train(session, opts, module, optimizer, dataset), session)
     if options is None or not options.report:
         return check_identical(train(session, options), session)

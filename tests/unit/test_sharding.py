@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from hpcdist.errors import UsageError
@@ -70,3 +73,11 @@ def test_the_last_step_takes_a_remainder_too_small_for_another_step() -> None:
 def test_fewer_samples_than_ranks_is_a_clear_error() -> None:
     with pytest.raises(UsageError, match="3 samples for 4 ranks: every rank needs at least one sample per step"):
         step_size(3, 4, 32)
+
+
+def test_the_ddp_workload_loads_no_mpi_unless_it_shrinks() -> None:
+    """Importing the ddp workload must not load mpi4py.MPI (it MPI_Inits a torchrun or srun worker, which then waits
+    for PMIx peers that never come): only its --on-failure shrink path, which runs under mpirun, loads it."""
+    code = "import sys, hpcdist.workloads.ddp; print('mpi4py.MPI' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "False", done.stderr
