@@ -1,5 +1,5 @@
-"""Suite-wide rule: under CI=true a skipped test is a failure, never a pass; the MPICH / Intel MPI venvs; and the
-oldest and newest cloudpickle that hpcdist supports."""
+"""Suite-wide rules: under CI=true a skipped test is a failure, never a pass; no killed mpirun's session directory is
+left for the next test's; the MPICH / Intel MPI venvs; and the oldest and newest cloudpickle that hpcdist supports."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from mpi_venv import MPICH_LOCK, overlay
+
+from hpcdist.launching.sessions import clear_stale_sessions
 
 _skipped: list[str] = []
 
@@ -26,6 +28,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.environ.get("CI", "").lower() == "true" and _skipped:
         print("\nCI=true: skipped tests count as failures here:\n  " + "\n  ".join(_skipped))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_mpi_sessions() -> None:
+    """No test's mpirun can be given the pid of a killed one whose session directory is still there."""
+    clear_stale_sessions()
 
 
 def _overlay_or_skip(factory: pytest.TempPathFactory, install: tuple[str, ...], ready: str) -> Path:

@@ -6,6 +6,7 @@
 - `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
 - `monitor`: reads mpirun's output for lost hosts, ranks' control lines and failures, and says when the job must end
   (a rank silent, or the launcher still running after a rank failed) (pure);
+- `sessions`: Open MPI's session directories that killed launchers left, removed before a launch;
 - `exitcodes`: Hydra's `-print-all-exitcodes` block, read beside the monitor (pure);
 - `heartbeat`: hpcdist's own heartbeat: its limit, and the watch of ranks that fell silent (pure);
 - `attempts`: `hpcdist mpirun --max-restarts`: when to restart, on which hosts, and the attempts' summary;

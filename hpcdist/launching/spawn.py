@@ -19,6 +19,7 @@ from .exitcodes import ExitCodeWatch, describe_exit_codes
 from .monitor import MpirunWatch
 from .outcome import LaunchOutcome
 from .output import Console, OutputRouter, summary
+from .sessions import clear_stale_sessions
 
 __all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
@@ -217,6 +218,7 @@ def run_mpirun(
         _say(watch.news())
 
     received = _Received(router)
+    clear_stale_sessions()  # else a launcher given a killed one's pid cannot start
     code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, check, {signal.SIGQUIT: _ask_for_stacks})
     ends_mid_line = watch.lost.mid_line("stderr")
     _say(watch.news())  # a loss heard as the launcher ended

@@ -1,0 +1,57 @@
+"""Open MPI's session directories: those that killed launchers left behind are removed before a launch.
+
+Open MPI's mpirun keeps its PMIx rendezvous files in `$TMPDIR/ompi.<its pid>` and removes that directory as it
+exits; a launcher that was killed (SIGKILL, a lost node, an out-of-memory kill) leaves it. When a later mpirun
+is given the same pid, PMIx 5.0 (in Open MPI 5.0.x) refuses to overwrite the old rendezvous file and mpirun ends
+at once with "The PMIx server's listener thread failed to start" and status 213. Where pids wrap at 32768 that
+happens within hours on a busy node.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["clear_stale_sessions"]
+
+_SESSION = re.compile(r"ompi\.(\d+)")
+
+
+def clear_stale_sessions(tmpdir: str | None = None) -> list[Path]:
+    """Remove this user's `ompi.<pid>` directories in `tmpdir` (Open MPI's: $TMPDIR, else /tmp) whose process has
+    ended; return those removed. A directory of a running process, or of another user, is left alone."""
+    base = Path(tmpdir or tempfile.gettempdir())
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        match = _SESSION.fullmatch(name)
+        if match is None or _running(int(match.group(1))):
+            continue
+        path = base / name
+        try:
+            if path.lstat().st_uid != os.getuid() or not path.is_dir() or path.is_symlink():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process `pid` exists (of any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, OSError):  # no such pid can exist
+        return False
+    return True

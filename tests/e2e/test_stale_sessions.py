@@ -1,0 +1,47 @@
+"""A killed mpirun's session directory: it stops a later mpirun given the same pid, and hpcdist mpirun removes it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from launching import BIN, launch
+
+
+def _killed_launchers_directory() -> Path:
+    """Start a real mpirun, SIGKILL it once its PMIx rendezvous file exists; the directory it left behind."""
+    proc = subprocess.Popen(
+        [str(BIN / "mpirun"), "--oversubscribe", "-np", "1", "sleep", "60"],
+        env={**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"},
+        start_new_session=True,
+    )
+    session = Path(tempfile.gettempdir()) / f"ompi.{proc.pid}"
+    deadline = time.monotonic() + 60
+    while not list(session.glob("pmix.*.tool*")):
+        assert time.monotonic() < deadline and proc.poll() is None, "mpirun wrote no rendezvous file in 60 s"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert session.is_dir()
+    return session
+
+
+def test_a_killed_launchers_directory_stops_the_next_with_its_pid_and_hpcdist_clears_it(hpcdist: str) -> None:
+    left = _killed_launchers_directory()
+    try:
+        # the same directory under the pid of the mpirun that bash becomes: that mpirun cannot start
+        reused = launch(["bash", "-c", f'cp -r {left} "${{TMPDIR:-/tmp}}/ompi.$$" && exec {BIN / "mpirun"} -np 1 true'])
+        assert reused.returncode != 0, reused.stderr
+        assert "listener thread failed to start" in reused.stderr, reused.stderr
+
+        result = launch([hpcdist, "mpirun", "-np", "2", "--", sys.executable, "-c", "pass"], timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert not left.exists()
+    finally:
+        shutil.rmtree(left, ignore_errors=True)
