@@ -59,6 +59,10 @@ _SHIM_ENDING = re.compile(rb"hpcdist: rank [0-9]+ on \S+ failed \(.*; ending the
 # (measured 2026-11-26 with Open MPI 5.0.11 on two namespace hosts: a rank sleeping while rank 0 called MPI_Abort)
 _FATAL_START = re.compile(rb"\*\*\* An error occurred in ")
 _FATAL_LINE = re.compile(rb"\*\*\* ")
+# Open MPI's event library, in a survivor whose peer was killed (--on-failure shrink), adding an event on the closed
+# socket: [warn] Epoll ADD(4) on fd 19 failed. Old events were 0; …: Bad file descriptor (measured 2026-11-26 with
+# Open MPI 5.0.11: rank 0, 9 jobs of 40 on 2 loaded cores); it changes nothing, and the rank's log keeps it
+_EVENT_BAD_FD = re.compile(rb"\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\..*: Bad file descriptor\s*")
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,8 @@ class OutputRouter:
         kept = self._ranks.setdefault(rank, _Rank(host))
         kept.host = host
         if self.hide_banners and _MPICH_ABORT.match(rest):  # not in its tail either: the summary names the rank
+            return b""
+        if self.hide_banners and _EVENT_BAD_FD.fullmatch(rest):
             return b""
         if self.ending and _SHIM_ENDING.fullmatch(rest):  # said for all such ranks in one line (and in their logs)
             return b""

@@ -139,3 +139,18 @@ def test_a_peers_fatal_error_report_after_a_failure_is_left_out_but_a_first_fail
     shown += b"".join(after.feed("stderr", b"[n2:3:%d] " % n + line) for n, line in enumerate(report))
     shown += after.feed("stderr", b"[n2:3:9] its next line\n")
     assert shown == b"rank 0 says why\nits next line\n"
+
+
+@pytest.mark.parametrize("hide", [True, False])
+def test_open_mpis_event_warning_about_a_lost_peers_socket_is_left_out_unless_debugging(hide: bool) -> None:
+    """A survivor's `[warn] Epoll ADD(4) on fd 19 failed …: Bad file descriptor` is shown under HPCDIST_DEBUG only;
+    a rank's own line that starts the same way is always shown."""
+    warning = (
+        b"[warn] Epoll ADD(4) on fd 19 failed. Old events were 0; read change was 0 (none); write change was 1 (add);"
+        b" close change was 0 (none): Bad file descriptor\n"
+    )
+    own = b"[warn] Epoll ADD(4) on fd 19 failed. the loss is nan\n"
+    router = OutputRouter(OutputOptions(tag=False), 4, hide_banners=hide)
+    console = Console(MpirunWatch(TOKEN, shrink=True, np=4), router)
+    shown = b"".join(console.feed("stderr", b"[n1:0:%d] " % n + line) for n, line in enumerate([warning, own]))
+    assert shown == (own if hide else warning + own)
