@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..launching.families import FAMILIES, detect_family, family_from_version, resolve_family
 from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
 from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
+from ..launching.sessions import clear_stale_sessions
 from ..launching.spawn import capture
 from ..placement.topology import TOPOLOGY_VAR, load_topology
 from ..runtime.env import AGENT_VARIABLES, LaunchEnv
@@ -207,6 +208,8 @@ def gather_facts(
     # Open MPI misreads `host:N` lines, CRLF, a BOM, and Hydra Open MPI's `slots=N`: pass the hosts as -H / -hosts
     given = None if as_hosts or family not in (None, "openmpi") else hostfile
     world = hosts_probe = rendezvous = None
+    if mpirun:  # else a probe's launcher given a killed one's pid cannot start
+        clear_stale_sessions()
     if mpirun and can_launch:
         world = _probe(_launch(family, _spec(mpirun, 2, [sys.executable, "-c", _WORLD_PROBE])), timeout)
     if mpirun and hosts and all(resolved.values()):

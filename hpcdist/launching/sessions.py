@@ -1,10 +1,11 @@
 """Open MPI's session directories: those that killed launchers left behind are removed before a launch.
 
-Open MPI's mpirun keeps its PMIx rendezvous files in `$TMPDIR/ompi.<its pid>` and removes that directory as it
-exits; a launcher that was killed (SIGKILL, a lost node, an out-of-memory kill) leaves it. When a later mpirun
-is given the same pid, PMIx 5.0 (in Open MPI 5.0.x) refuses to overwrite the old rendezvous file and mpirun ends
-at once with "The PMIx server's listener thread failed to start" and status 213. Where pids wrap at 32768 that
-happens within hours on a busy node.
+Open MPI's mpirun keeps its PMIx rendezvous files in `$TMPDIR/ompi.<its pid>`, and its daemon on each other host in
+`prted.<its pid>`; each removes its directory as it exits. One that was killed (SIGKILL, a lost host, an
+out-of-memory kill) leaves it. When a later mpirun or daemon is given the same pid, PMIx 5.0 (in Open MPI 5.0.x)
+refuses to overwrite the old rendezvous file, and that launcher or daemon ends at once ("The PMIx server's listener
+thread failed to start", status 213). Where pids wrap at 32768 that happens within hours on a busy node. Only this
+host's directories are reached: a daemon's on another host is not.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from pathlib import Path
 
 __all__ = ["clear_stale_sessions"]
 
-_SESSION = re.compile(r"ompi\.(\d+)")
+_SESSION = re.compile(r"(?:ompi|prted)\.(\d+)")
 
 
 def clear_stale_sessions(tmpdir: str | None = None) -> list[Path]:
-    """Remove this user's `ompi.<pid>` directories in `tmpdir` (Open MPI's: $TMPDIR, else /tmp) whose process has
-    ended; return those removed. A directory of a running process, or of another user, is left alone."""
+    """Remove this user's `ompi.<pid>` and `prted.<pid>` directories in `tmpdir` (Open MPI's: $TMPDIR, else /tmp)
+    whose process has ended; return those removed. A directory of a running process, or of another user, is kept."""
     base = Path(tmpdir or tempfile.gettempdir())
     try:
         names = os.listdir(base)
@@ -45,7 +46,7 @@ def clear_stale_sessions(tmpdir: str | None = None) -> list[Path]:
 
 
 def _running(pid: int) -> bool:
-    """Whether a process `pid` exists (of any user)."""
+    """Whether a process `pid` exists (of any user) and is not a zombie (killed, not yet reaped: it cleans nothing)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -54,4 +55,8 @@ def _running(pid: int) -> bool:
         return True
     except (OverflowError, OSError):  # no such pid can exist
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:  # no /proc (not Linux), or it ended just now
+        return True
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -153,7 +154,7 @@ def test_a_lost_host_among_four_ends_the_job_non_zero_and_names_it(cluster: Host
 
 def test_a_restart_leaves_the_lost_host_out_and_runs_with_fewer_ranks(cluster: Hosts, tmp_path: Path) -> None:
     """--max-restarts 1 --min-np 2: n3 of four hosts dies while 8 ranks run; attempt 2 runs 6 ranks on the three
-    hosts left and succeeds."""
+    hosts left and succeeds, having removed the dead daemon's session directory."""
     script = (
         'touch "$HPCDIST_MARKER_DIR/ready$RANK-$HPCDIST_RESTART_COUNT" && '
         '[ "$HPCDIST_RESTART_COUNT" = 1 ] || exec sleep 600'
@@ -161,10 +162,14 @@ def test_a_restart_leaves_the_lost_host_out_and_runs_with_fewer_ranks(cluster: H
     args = ["--max-restarts", "1", "--min-np", "2", "--", "sh", "-c", script]
     launch = cluster.launch(args, tmp_path, slots=FOUR_BY_TWO)
     launch.wait_for_markers(tmp_path, "ready*-0", 8, 180)
+    # the killed daemon's session directory, which would stop a later daemon given its pid (launching/sessions.py)
+    left = [path for pid in cluster.pids("n3") if (path := Path(tempfile.gettempdir()) / f"prted.{pid}").is_dir()]
+    assert len(left) == 1, cluster.pids("n3")
     cluster.kill("n3")
     result = launch.wait(120)
     print(f"\n--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}", file=sys.stderr)
     assert result.returncode == 0, result.stderr
+    assert not left[0].exists()  # removed by attempt 2's start
     assert sorted(p.name for p in tmp_path.glob("ready*")) == sorted(
         [*(f"ready{r}-0" for r in range(8)), *(f"ready{r}-1" for r in range(6))]
     )
@@ -196,7 +201,7 @@ def test_the_doctor_checks_the_rendezvous_address_a_job_uses(cluster: Hosts, tmp
     result = cluster.launch(["doctor", "--hostfile", str(cluster.hostfile), "--json"], doctor, doctor=True).wait(240)
     checks = json.loads(result.stdout)["checks"]
     rendezvous = [c for c in checks if c["area"] == "rendezvous"]
-    assert [c["status"] for c in rendezvous] == ["pass"], rendezvous
+    assert [c["status"] for c in rendezvous] == ["pass"], checks
     assert f"rank 0's rendezvous at {ADDRESSES['n1']}:" in rendezvous[0]["detail"], rendezvous
 
 

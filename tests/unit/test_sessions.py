@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from hpcdist.launching.sessions import clear_stale_sessions
@@ -24,16 +25,16 @@ def _session(base: Path, name: str) -> Path:
     return path
 
 
-def test_an_ended_launchers_directory_is_removed(tmp_path: Path) -> None:
-    stale = _session(tmp_path, f"ompi.{_ended_pid()}")
-    assert clear_stale_sessions(str(tmp_path)) == [stale]
-    assert not stale.exists()
+def test_an_ended_launchers_and_daemons_directories_are_removed(tmp_path: Path) -> None:
+    stale = {_session(tmp_path, f"ompi.{_ended_pid()}"), _session(tmp_path, f"prted.{_ended_pid()}")}
+    assert set(clear_stale_sessions(str(tmp_path))) == stale
+    assert not any(path.exists() for path in stale)
 
 
 def test_a_running_launchers_directory_is_kept(tmp_path: Path) -> None:
-    live = _session(tmp_path, f"ompi.{os.getpid()}")
+    live = [_session(tmp_path, f"{name}.{os.getpid()}") for name in ("ompi", "prted")]
     assert clear_stale_sessions(str(tmp_path)) == []
-    assert (live / f"pmix.vm.tool.{os.getpid()}").exists()
+    assert all((path / f"pmix.vm.tool.{os.getpid()}").exists() for path in live)
 
 
 def test_another_users_directory_is_kept(tmp_path: Path) -> None:
@@ -48,10 +49,22 @@ def test_only_session_directories_are_touched(tmp_path: Path) -> None:
     target = _session(tmp_path, "elsewhere.1")
     (tmp_path / f"ompi.{pid}").symlink_to(target)
     (tmp_path / f"ompi.{pid + 1}").write_text("a file")
-    others = [_session(tmp_path, name) for name in (f"ompi.{pid}x", f"prte.{pid}", "ompi.")]
+    others = [_session(tmp_path, name) for name in (f"ompi.{pid}x", f"prte.{pid}", "ompi.", f"ompi.vm.{pid}")]
     assert clear_stale_sessions(str(tmp_path)) == []
     assert all(path.exists() for path in [target, tmp_path / f"ompi.{pid + 1}", *others])
 
 
 def test_a_missing_tmpdir_removes_nothing(tmp_path: Path) -> None:
     assert clear_stale_sessions(str(tmp_path / "absent")) == []
+
+
+def test_a_killed_launcher_not_yet_reaped_counts_as_ended(tmp_path: Path) -> None:
+    zombie = subprocess.Popen(["sleep", "600"])
+    zombie.kill()
+    try:
+        while Path(f"/proc/{zombie.pid}/stat").read_bytes().rsplit(b")", 1)[1][1:2] != b"Z":
+            time.sleep(0.01)
+        stale = _session(tmp_path, f"prted.{zombie.pid}")
+        assert clear_stale_sessions(str(tmp_path)) == [stale]
+    finally:
+        zombie.wait()
