@@ -14,6 +14,6 @@
 - `timeline`: aligns the ranks' clocks over MPI, keeps every call and `hpcdist.region`, writes the trace file;
 - `timeplot`: draws a trace file with matplotlib (`hpcdist trace FILE --plot`).
 
-May import: errors, values, waits, abort, control, ranklist, and launching.spawn (to run py-spy). Never the runtime,
-the CLI or torch at import time.
+May import: errors, values, waits, abort, control, ranklist, commcall (the record of one call, which the mpi backend
+shares), and launching.spawn (to run py-spy). Never the runtime, the CLI or torch at import time.
 """

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import control
-from .ledger import FINISHED, INITIALISING, RUNNING, Phase, Record
+from ..commcall import Call
+from .ledger import FINISHED, INITIALISING, RUNNING, Phase
 
 __all__ = ["blame", "failure_words", "said_finished", "stamp", "tell_hang"]
 
@@ -45,7 +46,7 @@ def _failed_call(exc: BaseException | None) -> str:
     while tb is not None:
         frame = tb.tb_frame
         if frame.f_code in wrappers:
-            entry: Any = frame.f_locals.get("entry")  # the ledger's Entry for the call, in the recording frame
+            entry: Any = frame.f_locals.get("entry")  # the ledger's Call for the call, in the recording frame
             op = getattr(entry, "op", "") or str(frame.f_locals.get("name") or frame.f_code.co_name)
             seq = getattr(entry, "seq", None)
             if seq is not None:
@@ -70,7 +71,7 @@ def _wrapper_codes() -> set[Any]:
 
 
 def blame(
-    ledgers: Mapping[int, list[Record]], phases: Mapping[int, Phase]
+    ledgers: Mapping[int, list[Call]], phases: Mapping[int, Phase]
 ) -> tuple[dict[int, str], dict[str, list[int]]]:
     """The ranks that wait in a call (rank -> `all_reduce#2`, or `init_process_group`), and those blamed by kind.
 
@@ -79,8 +80,8 @@ def blame(
     """
     waiting: dict[int, str] = {}
     blamed: dict[str, list[int]] = {"finished": [], "idle": [], "uninit": []}
-    for who, rows in sorted(ledgers.items()):
-        pending = next((r for r in (Record(*row) for row in rows) if not r.done), None)
+    for who, calls in sorted(ledgers.items()):
+        pending = next((call for call in calls if not call.done), None)
         phase = Phase(*phases[who]).name if who in phases else ""
         if pending is not None:
             waiting[who] = f"{pending.op}#{pending.seq}"
@@ -95,7 +96,7 @@ def blame(
     return waiting, blamed
 
 
-def tell_hang(rank: int, ledgers: Mapping[int, list[Record]], phases: Mapping[int, Phase]) -> None:
+def tell_hang(rank: int, ledgers: Mapping[int, list[Call]], phases: Mapping[int, Phase]) -> None:
     """The hang report's verdict for `hpcdist mpirun`: the ranks it blames, those that waited, and in what.
 
     `finished=1 idle=4 uninit=5 waiting=0,2,3 in=all_reduce#2 at=<seconds>` (see `blame`).

@@ -3,34 +3,22 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Call", "RankTrace", "Trace", "aligned_calls", "build_document", "load_trace", "parse_document"]
+from ..commcall import Call
+
+__all__ = ["RankTrace", "Trace", "build_document", "load_trace", "parse_document"]
 
 _CALLS, _REGIONS = 0, 1  # the thread ids of a rank's two tracks: its communication calls and its marked regions
 _NO_END = " (end not recorded)"
 
 
 @dataclass(frozen=True)
-class Call:
-    """One communication call on the aligned clock (seconds since the trace's origin); `end` None when not known."""
-
-    seq: int
-    op: str
-    peer: str
-    shape: tuple[int, ...]
-    dtype: str
-    group: str
-    gseq: int  # the how-many-th collective on its group (0 for point-to-point)
-    start: float
-    end: float | None
-
-
-@dataclass(frozen=True)
 class RankTrace:
-    """One rank's calls and regions (name, start, end) on the aligned clock, with its host and clock bound."""
+    """One rank's calls and regions (name, start, end) on the aligned clock (seconds since the trace's origin), with
+    its host and clock bound."""
 
     rank: int
     host: str
@@ -95,7 +83,7 @@ def _call_event(pid: int, call: Call) -> dict[str, Any]:
     args = {"seq": call.seq, "peer": call.peer, "shape": list(call.shape), "dtype": call.dtype, "group": call.group}
     args["gseq"] = call.gseq
     cat = "collective" if call.gseq else "p2p"
-    if call.end is None:
+    if call.ended is None:
         return {
             "ph": "i",
             "s": "t",
@@ -103,7 +91,7 @@ def _call_event(pid: int, call: Call) -> dict[str, Any]:
             "name": call.op + _NO_END,
             "pid": pid,
             "tid": _CALLS,
-            "ts": round(call.start * 1e6, 3),
+            "ts": round(call.started * 1e6, 3),
             "args": args,
         }
     return {
@@ -112,7 +100,7 @@ def _call_event(pid: int, call: Call) -> dict[str, Any]:
         "name": call.op,
         "pid": pid,
         "tid": _CALLS,
-        **_span(call.start, call.end),
+        **_span(call.started, call.ended),
         "args": args,
     }
 
@@ -143,9 +131,9 @@ def _parse(events: Iterable[Mapping[str, Any]], ranks: Mapping[str, Mapping[str,
         elif e["ph"] in ("X", "i") and e["tid"] == _CALLS:
             a, start = e["args"], e["ts"] / 1e6
             end = start + e["dur"] / 1e6 if e["ph"] == "X" else None
-            op = e["name"].removesuffix(_NO_END)
+            op, shape = e["name"].removesuffix(_NO_END), tuple(a["shape"])
             calls[e["pid"]].append(
-                Call(a["seq"], op, a["peer"], tuple(a["shape"]), a["dtype"], a["group"], a["gseq"], start, end)
+                Call(op, a["peer"], shape, a["dtype"], a["group"], a["gseq"], start, end, end is not None, seq=a["seq"])
             )
     return Trace(
         tuple(
@@ -176,22 +164,3 @@ def load_trace(path: str) -> Trace:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not JSON ({exc}); give a file written by hpcdist mpirun --trace") from None
     return parse_document(doc, path)
-
-
-def aligned_calls(rows: Sequence[Sequence[Any]], offset: float, origin: float) -> tuple[Call, ...]:
-    """Calls from a rank's gathered rows (seq, op, peer, shape, dtype, group, gseq, started, ended or 0.0),
-    moved onto rank 0's clock by `offset` and measured from `origin` (rank 0's clock)."""
-    return tuple(
-        Call(
-            seq,
-            op,
-            peer,
-            tuple(shape),
-            dtype,
-            group,
-            gseq,
-            started + offset - origin,
-            ended + offset - origin if ended else None,
-        )
-        for seq, op, peer, shape, dtype, group, gseq, started, ended in rows
-    )

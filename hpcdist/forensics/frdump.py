@@ -21,11 +21,11 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from ..commcall import Call
 from ..control import RUN_ID_ENV
-from .ledger import Record
 
 __all__ = [
     "DIR_ENV",
@@ -123,9 +123,9 @@ def command(directory: str, incomplete: bool = False) -> str:
     return shlex.join(words)
 
 
-def _records(rows: Iterable[Sequence[Any]]) -> list[Record]:
-    """A rank's ledger rows as records, oldest first."""
-    return sorted((Record(*row) for row in rows), key=lambda record: record.seq)
+def _records(calls: Iterable[Call]) -> list[Call]:
+    """A rank's ledger, oldest first."""
+    return sorted(calls, key=lambda call: call.seq)
 
 
 class _Group(NamedTuple):
@@ -139,7 +139,7 @@ class _Group(NamedTuple):
 _Key = str | tuple[str, int, int]  # a ledger group, or a (group, sender, receiver) channel of sends and receives
 
 
-def _channel(rank: int, record: Record) -> tuple[str, int, int] | None:
+def _channel(rank: int, record: Call) -> tuple[str, int, int] | None:
     """The (group, sender, receiver) channel of rank `rank`'s send or recv; None for a receive from any source."""
     peer = record.peer.partition("=")[2]
     if not peer.isdigit():
@@ -147,7 +147,7 @@ def _channel(rank: int, record: Record) -> tuple[str, int, int] | None:
     return (record.group, rank, int(peer)) if _TYPES[record.op] == "send" else (record.group, int(peer), rank)
 
 
-def _groups(ledgers: Mapping[int, list[Record]], world_size: int) -> dict[_Key, _Group]:
+def _groups(ledgers: Mapping[int, list[Call]], world_size: int) -> dict[_Key, _Group]:
     """Every group in the ledgers, world first ("0"), then subgroups, then one group per channel of sends.
 
     torchfrtrace expects every member of a call's group to make the call, so each send and its receive go in a
@@ -170,7 +170,7 @@ def _groups(ledgers: Mapping[int, list[Record]], world_size: int) -> dict[_Key, 
     return groups
 
 
-def _first_kept(ledgers: Mapping[int, list[Record]]) -> dict[str, int]:
+def _first_kept(ledgers: Mapping[int, list[Call]]) -> dict[str, int]:
     """Per group, the first collective that every rank that recorded one in it still has (ring buffers drop calls)."""
     first: dict[str, int] = {}
     for records in ledgers.values():
@@ -200,7 +200,7 @@ def _sizes(kind: str, shape: list[int], size: int) -> tuple[list[list[int]], lis
 
 
 def _dump(
-    records: list[Record],
+    records: list[Call],
     rank: int,
     library: str,
     clock_ns: int,

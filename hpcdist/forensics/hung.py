@@ -22,10 +22,11 @@ from typing import Any
 
 from .. import control
 from ..abort import wait_until_read
+from ..commcall import Call
 from ..ranklist import ranks_text
 from . import stacks
 from .cause import blame, stamp
-from .ledger import Phase, Record
+from .ledger import Phase
 
 __all__ = ["END_TAG", "acknowledge", "heard", "is_failure", "progress", "tell", "verdict"]
 
@@ -53,16 +54,16 @@ def acknowledge(comm: Any) -> set[int]:
         group.Free()
 
 
-def progress(rows: Sequence[Record]) -> tuple[Any, ...]:
+def progress(calls: Sequence[Call]) -> tuple[Any, ...]:
     """What changes when a rank makes a call: its last recorded call as it stands (a trimmed answer keeps it)."""
-    if not rows:
+    if not calls:
         return ()
-    last = Record(*rows[-1])
+    last = calls[-1]
     return (last.seq, last.op, last.peer, last.group, last.gseq, last.done)
 
 
 def verdict(
-    ledgers: Mapping[int, list[Record]],
+    ledgers: Mapping[int, list[Call]],
     phases: Mapping[int, Phase],
     missing: Sequence[int],
     timeout: float,
@@ -105,12 +106,12 @@ def verdict(
     )
 
 
-def _pending(rows: Sequence[Record]) -> list[Record]:
-    """The rank's oldest call still in flight, as a list of at most one record."""
-    return next(([rec] for rec in (Record(*row) for row in rows) if not rec.done), [])
+def _pending(calls: Sequence[Call]) -> list[Call]:
+    """The rank's oldest call still in flight, as a list of at most one call."""
+    return next(([call] for call in calls if not call.done), [])
 
 
-def _awaited(call: Record, ranks: Sequence[int], renumbered: bool) -> list[int]:
+def _awaited(call: Call, ranks: Sequence[int], renumbered: bool) -> list[int]:
     """The ranks a call in flight waits for: a send's or a receive's peer, a collective's group; [] when unknown."""
     if call.op in _P2P:
         number = call.peer.partition("=")[2]
@@ -126,15 +127,15 @@ def _awaited(call: Record, ranks: Sequence[int], renumbered: bool) -> list[int]:
     return [rank for rank in members if isinstance(rank, int)]
 
 
-def tell(comm: Any, ranks: Sequence[int], ledgers: Mapping[int, list[Record]], why: str) -> list[Any]:
+def tell(comm: Any, ranks: Sequence[int], ledgers: Mapping[int, list[Call]], why: str) -> list[Any]:
     """Send each rank to end the word, with its progress as it answered; the requests (keep them until they end)."""
     return [comm.isend((progress(ledgers[rank]), why), dest=rank, tag=END_TAG) for rank in ranks if rank != comm.rank]
 
 
-def heard(rank: int, word: tuple[tuple[Any, ...], str], rows: Sequence[Record]) -> None:
+def heard(rank: int, word: tuple[tuple[Any, ...], str], calls: Sequence[Call]) -> None:
     """On the told rank's watchdog thread: end this process, unless it made a call since it answered."""
     answered, why = word
-    if progress(rows) != answered or any(not Record(*row).done for row in rows):
+    if progress(calls) != answered or any(not call.done for call in calls):
         print(f"hpcdist: rank {rank} arrived after the hang verdict, so it goes on", file=sys.stderr, flush=True)
         return
     headline = f"hpcdist: rank {rank} hung and ends itself (--on-failure shrink): {why}; its Python stacks:"

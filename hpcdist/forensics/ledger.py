@@ -7,8 +7,9 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from ..commcall import Call
 from ..ranklist import ranks_text
 
 __all__ = [
@@ -17,60 +18,23 @@ __all__ = [
     "INITIALISING",
     "LISTED",
     "RUNNING",
-    "Entry",
     "Ledger",
     "Phase",
-    "Record",
     "describe_hang",
-    "dtype_name",
     "first_divergence",
+    "sent",
 ]
 
 _P2P_RECV = ("recv", "irecv")
 _P2P_SEND = ("send", "isend")
 _P2P = _P2P_RECV + _P2P_SEND
 _monotonic = time.monotonic
-# c10's names of dtypes (the compiled mpi backend's and Flight Recorder's) as torch spells them
-_C10_DTYPES = {
-    "Float": "float32",
-    "Double": "float64",
-    "Half": "float16",
-    "BFloat16": "bfloat16",
-    "Byte": "uint8",
-    "Char": "int8",
-    "Short": "int16",
-    "Int": "int32",
-    "Long": "int64",
-    "Bool": "bool",
-}
-
 # Where a rank's program is, as far as torch.distributed goes (the shim and init_process_group say so).
 RUNNING = "running"  # its program runs but has not called init_process_group
 INITIALISING = "initialising"  # waiting in init_process_group for the other ranks
 INITIALISED = "initialised"
 FINISHED = "finished"  # its program has ended; the shim waits for the other ranks'
 LISTED = 16  # ranks the hang report lists one by one; past that, ranks in the same state share a line
-
-
-@dataclass(slots=True)
-class Entry:
-    """One live communication call: sequence number, operation, peer or root, shape, dtype, group."""
-
-    seq: int
-    op: str
-    peer: str  # "src=0", "dst=2", "root=0" or ""
-    shape: tuple[int, ...]
-    dtype: object  # a name, or a torch.dtype as the call passed it (named only when sent: it costs per call)
-    group: str
-    gseq: int  # the how-many-th collective on its group (0 for point-to-point): aligns ranks' ledgers
-    started: float
-    done: bool = False
-    ended: float = 0.0  # when it finished (time.monotonic()); 0.0 while it runs, or when its end is not known
-
-    def finish(self) -> None:
-        """Mark the call finished, now (every recorder ends a call through this)."""
-        self.done = True
-        self.ended = _monotonic()
 
 
 class Phase(NamedTuple):
@@ -80,41 +44,13 @@ class Phase(NamedTuple):
     age: float
 
 
-class Record(NamedTuple):
-    """An entry as sent to another rank: its age in seconds instead of a clock reading, and who issued it if not a
-    dist.* call (e.g. autograd's backward pass)."""
-
-    seq: int
-    op: str
-    peer: str
-    shape: tuple[int, ...]
-    dtype: str
-    group: str
-    gseq: int
-    age: float
-    done: bool
-    note: str = ""
-
-    def label(self) -> str:
-        """`recv(src=0) #17`, as the hang report names a call."""
-        return f"{self.op}({self.peer}) #{self.seq}" if self.peer else f"{self.op} #{self.seq}"
-
-    def waiting(self) -> str:
-        """The label, and who issued the call when a note says: what a rank waits in."""
-        return f"{self.label()} ({self.note})" if self.note else self.label()
-
-    def signature(self) -> tuple[str, str, tuple[int, ...], str, str]:
-        """What must match across ranks for a collective: operation, root, shape, dtype, group."""
-        return (self.op, self.peer, self.shape, self.dtype, self.group)
-
-
 @dataclass
 class Ledger:
     """The last `size` communication calls of this rank (a ring buffer; cheap to append to)."""
 
     size: int = 256
     seq: int = 0
-    entries: deque[Entry] = field(default_factory=deque)
+    entries: deque[Call] = field(default_factory=deque)
     collectives: dict[str, int] = field(default_factory=dict)
     phase: str = RUNNING
     since: float = field(default_factory=time.monotonic)
@@ -130,17 +66,17 @@ class Ledger:
     def __post_init__(self) -> None:
         self.entries = deque(self.entries, maxlen=self.size)  # the ring buffer drops the oldest call itself
 
-    def start(self, op: str, peer: str, shape: tuple[int, ...], dtype: object, group: str) -> Entry:
-        """Record a call as it begins (about a microsecond: it runs on every call)."""
+    def start(self, op: str, peer: str, shape: tuple[int, ...], dtype: object, group: str) -> Call:
+        """Record a call as it begins (about a microsecond: it runs on every call); the dtype is named when sent."""
         self.seq += 1
         gseq = 0
         if op not in _P2P:
             gseq = self.collectives[group] = self.collectives.get(group, 0) + 1
-        entry = Entry(self.seq, op, peer, shape, dtype, group, gseq, _monotonic())
+        entry = Call(op, peer, shape, dtype, group, gseq, _monotonic(), None, False, False, self.seq)
         self.entries.append(entry)
         return entry
 
-    def keep(self, trace: deque[Entry] | None) -> None:
+    def keep(self, trace: deque[Call] | None) -> None:
         """Also append every new call to `trace` (a bounded deque: it keeps the latest), or stop when None.
 
         Gives this ledger alone a recording `start`, so a ledger that never traces pays nothing per call.
@@ -149,33 +85,39 @@ class Ledger:
         if trace is not None:
             plain, append = type(self).start, trace.append
 
-            def start(op: str, peer: str, shape: tuple[int, ...], dtype: object, group: str) -> Entry:
+            def start(op: str, peer: str, shape: tuple[int, ...], dtype: object, group: str) -> Call:
                 entry = plain(self, op, peer, shape, dtype, group)  # (start's own parameters, passed on as they are)
                 append(entry)
                 return entry
 
             self.__dict__["start"] = start
 
-    def pending(self) -> Entry | None:
+    def pending(self) -> Call | None:
         """The oldest call that has not finished, if any."""
         return next((e for e in list(self.entries) if not e.done), None)  # a copy: the main thread appends
 
-    def snapshot(self) -> list[Record]:
-        """The entries as records, to send to another rank."""
-        now = time.monotonic()
-        return [
-            Record(e.seq, e.op, e.peer, tuple(e.shape), dtype_name(e.dtype), e.group, e.gseq, now - e.started, e.done)
-            for e in list(self.entries)
-        ]
+    def snapshot(self) -> list[Call]:
+        """The entries as a rank's answer sends them (`sent`)."""
+        return sent([e.copy() for e in list(self.entries)], time.monotonic())  # a copy: the main thread appends
 
 
-def dtype_name(dtype: object) -> str:
-    """`float32` for torch.float32, for c10's `Float`, or for the name itself."""
-    name = str(dtype).removeprefix("torch.")
-    return _C10_DTYPES.get(name, name)
+def sent(calls: list[Call], now: float) -> list[Call]:
+    """`calls` (copies, changed in place) as a rank's answer sends them: times relative to `now` (each call's `age`
+    is how long before the answer it started), whether each ended but not when (the report needs no more), and equal
+    names and shapes one object each (pickled once, then referred to: the reporter takes N answers)."""
+    shared: dict[object, Any] = {}
+    for call in calls:
+        call.started -= now
+        call.ended = None
+        call.op = shared.setdefault(call.op, call.op)
+        call.peer = shared.setdefault(call.peer, call.peer)
+        call.shape = shared.setdefault(call.shape, call.shape)
+        call.dtype = shared.setdefault(call.dtype, call.dtype)
+        call.group = shared.setdefault(call.group, call.group)
+    return calls
 
 
-def first_divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phase] | None = None) -> str | None:
+def first_divergence(ledgers: dict[int, list[Call]], phases: Mapping[int, Phase] | None = None) -> str | None:
     """The first place where ranks' calls disagree, in words; None if their calls are consistent.
 
     `phases` (each rank's Phase; INITIALISED when absent) names ranks that never initialised or whose
@@ -184,9 +126,9 @@ def first_divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phas
     return _divergence(ledgers, phases or {})[0]
 
 
-def _divergence(ledgers: dict[int, list[Record]], phases: Mapping[int, Phase]) -> tuple[str | None, str]:
+def _divergence(ledgers: dict[int, list[Call]], phases: Mapping[int, Phase]) -> tuple[str | None, str]:
     """The first divergence in words and the advice that fits it ("" when there is none)."""
-    entries = {rank: [Record(*row) for row in rows] for rank, rows in sorted(ledgers.items())}
+    entries = dict(sorted(ledgers.items()))
     waiting = {rank: next((e for e in rows if not e.done), None) for rank, rows in entries.items()}
     for rank, entry in waiting.items():
         if entry is None or entry.op not in _P2P or not entry.peer[4:].isdigit():
@@ -258,7 +200,7 @@ def _elsewhere(ranks: list[int], phases: Mapping[int, Phase]) -> tuple[str, str]
     return f"{who} {'is' if one else 'are'} not in any communication call ({where})", advice
 
 
-def _mismatch(calls: dict[int, Record]) -> str | None:
+def _mismatch(calls: dict[int, Call]) -> str | None:
     """'rank 1 is in X while ranks 0,2-3 are in Y' when the i-th collective differs, else None."""
     by_signature: dict[tuple, list[int]] = {}
     for rank, call in calls.items():
@@ -272,14 +214,13 @@ def _mismatch(calls: dict[int, Record]) -> str | None:
     return parts[0] + " while " + "; ".join(parts[1:])
 
 
-def _detail(entry: Record) -> str:
+def _detail(entry: Call) -> str:
     """A call with its shape and dtype, for a collective mismatch."""
     return f"{entry.label()} shape={list(entry.shape)} dtype={entry.dtype} on group {entry.group}"
 
 
-def _state(rows: list[Record], phase: Phase | None) -> tuple[str, float | None, str]:
+def _state(entries: list[Call], phase: Phase | None) -> tuple[str, float | None, str]:
     """What one rank was doing, as (text before its age, the age in seconds or None, text after it)."""
-    entries = [Record(*row) for row in rows]
     pending = next((e for e in entries if not e.done), None)
     last = f"last call {entries[-1].label()}" if entries else "no communication call"
     phase = Phase(*phase) if phase is not None else Phase(INITIALISED, 0.0)
@@ -294,9 +235,7 @@ def _state(rows: list[Record], phase: Phase | None) -> tuple[str, float | None, 
     return f"not communicating; last call {entries[-1].label() if entries else 'none'}", None, ""
 
 
-def describe_hang(
-    ledgers: dict[int, list[Record]], missing: list[int], phases: Mapping[int, Phase] | None = None
-) -> str:
+def describe_hang(ledgers: dict[int, list[Call]], missing: list[int], phases: Mapping[int, Phase] | None = None) -> str:
     """The full report: each rank's pending call or phase, the first divergence, and ranks that did not answer.
 
     Past LISTED ranks, ranks in the same state share a line (`ranks 0,2-9999: waiting in all_reduce #2 … for

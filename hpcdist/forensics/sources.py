@@ -13,9 +13,10 @@ import pickle
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from operator import attrgetter
 
-from .ledger import Ledger, Record, dtype_name
+from ..commcall import Call, dtype_name
+from .ledger import Ledger, sent
 
 __all__ = ["FR_BUFFER", "covers", "enable_flight_recorder", "keep", "oldest_pending", "register", "snapshot", "timed"]
 
@@ -33,18 +34,20 @@ _FR_OPS = {
     "alltoall": "all_to_all",
 }
 
-# backend name -> (its calls as raw rows, the start of its oldest call that someone waits on, keep the last N calls)
-_SOURCES: dict[str, tuple[Callable[[], list[tuple[Any, ...]]], Callable[[], float | None], Callable[[int], None]]] = {}
+_STARTED = attrgetter("started")
+# backend name -> (its calls, the start of its oldest call that someone waits on, keep the last N calls)
+_SOURCES: dict[str, tuple[Callable[[], list[Call]], Callable[[], float | None], Callable[[int], None]]] = {}
 
 
 def register(
     backend: str,
-    calls: Callable[[], list[tuple[Any, ...]]],
+    calls: Callable[[], list[Call]],
     oldest: Callable[[], float | None],
     keep: Callable[[int], None],
 ) -> None:
-    """A backend that records its own calls: `calls()` lists them (see `_row`), `oldest()` says when the oldest
-    one still waited on started (monotonic seconds) or None, `keep(n)` has it keep its last n calls."""
+    """A backend that records its own calls: `calls()` lists them (copies, oldest first, dtypes named), `oldest()`
+    says when the oldest one still waited on started (monotonic seconds) or None, `keep(n)` has it keep its last n
+    calls."""
     _SOURCES[backend] = (calls, oldest, keep)
 
 
@@ -54,16 +57,14 @@ def keep(size: int) -> None:
         keep_calls(size)
 
 
-def timed(since: float, own: list[tuple[str, str, float]]) -> list[tuple[Any, ...]]:
-    """The calls recorded below dist.* that started after `since`, as (op, peer, shape, dtype, group, gseq, started,
-    ended or 0.0), for the trace; a Flight Recorder call that repeats one of `own` (op, group, start) is left out,
-    and torch's recorder times no call's end, so its calls have none."""
-    rows = [raw[:8] for calls, _, _ in _SOURCES.values() for raw in calls() if raw[6] >= since]
-    mine = [[started, op, "", (), "", group, 0, True, ""] for op, group, started in own]
-    for fr in _unmatched(mine, [row for row in _flight_recorder(active=False) if row[0] >= since]):
-        started, op, peer, shape, dtype, group, gseq = fr[:7]
-        rows.append((op, peer, shape, dtype, group, gseq, started, 0.0))
-    return rows
+def timed(since: float, own: list[Call]) -> list[Call]:
+    """The calls recorded below dist.* that started after `since`, for the trace; a Flight Recorder call that repeats
+    one of `own` (the dist.* calls; left as they are) is left out, and torch's recorder times no call's end."""
+    calls = [call for listed, _, _ in _SOURCES.values() for call in listed() if call.started >= since]
+    recorded = [call for call in _flight_recorder(active=False) if call.started >= since]
+    if recorded:
+        calls += _unmatched([call.copy() for call in own], recorded)
+    return calls
 
 
 def covers(backend: str) -> bool:
@@ -86,71 +87,54 @@ def oldest_pending(since: float = 0.0) -> float | None:
     """
     starts = [start for _, oldest, _ in _SOURCES.values() if (start := oldest()) is not None]
     if starts and min(starts) < since:
-        starts = [raw[6] for calls, _, _ in _SOURCES.values() for raw in calls() if raw[6] >= since and not raw[7]]
-    starts += [row[0] for row in _flight_recorder(active=True) if not row[7] and row[0] >= since]
+        starts = [c.started for calls, _, _ in _SOURCES.values() for c in calls() if c.started >= since and not c.done]
+    starts += [c.started for c in _flight_recorder(active=True) if not c.done and c.started >= since]
     return min(starts) if starts else None
 
 
-def snapshot(ledger: Ledger) -> list[Record]:
-    """The ledger's entries and every source's calls as one list of records, oldest first, each call once.
+def snapshot(ledger: Ledger) -> list[Call]:
+    """The ledger's entries and every source's calls as a rank's answer sends them (`ledger.sent`), oldest first,
+    each call once.
 
     Numbered on from the ledger's own numbering, so that a rank without other sources keeps its numbers.
     """
-    extra = [row for calls, _, _ in _SOURCES.values() for row in calls()]
+    extra = [call for calls, _, _ in _SOURCES.values() for call in calls()]
     recorded = _flight_recorder(active=False)
     if not extra and not recorded:
         return ledger.snapshot()
-    own = list(ledger.entries)
-    rows: list[list[Any]] = [
-        [e.started, e.op, e.peer, tuple(e.shape), dtype_name(e.dtype), e.group, e.gseq, e.done, ""] for e in own
-    ]
-    rows += _unmatched(rows, recorded)
-    rows += [_row(*raw) for raw in extra]
-    rows.sort(key=lambda row: row[0])
-    now, first = time.monotonic(), ledger.seq - len(own)
-    return [
-        Record(first + i, op, peer, shape, dtype, group, gseq, now - started, done, note)
-        for i, (started, op, peer, shape, dtype, group, gseq, done, note) in enumerate(rows, 1)
-    ]
+    own = [entry.copy() for entry in list(ledger.entries)]  # a copy: the main thread appends
+    calls = own + _unmatched(own, recorded) + extra
+    calls.sort(key=_STARTED)
+    for seq, call in enumerate(calls, ledger.seq - len(own) + 1):
+        call.seq = seq
+    return sent(calls, time.monotonic())
 
 
-def _row(
-    op: str, peer: str, shape: tuple[int, ...], dtype: str, group: str, gseq: int, started: float, ended: float,
-    backward: bool,
-) -> list[Any]:  # fmt: skip
-    """A source's call, (op, peer, shape, dtype, group, gseq, started, ended or 0.0, backward), as a ledger row."""
-    return [started, op, peer, tuple(shape), dtype_name(dtype), group, gseq, bool(ended), _note(op, backward)]
-
-
-def _note(op: str, backward: bool) -> str:
-    """Who issued a call that no dist.* call made, when known."""
-    if not backward:
-        return ""
-    if op == "all_reduce":
-        return "issued by autograd's backward pass: DDP's gradient all-reduce"
-    return "issued by autograd's backward pass"
-
-
-def _unmatched(rows: list[list[Any]], recorded: list[list[Any]]) -> list[list[Any]]:
-    """The Flight Recorder rows that repeat no dist.* call of `rows`; a repeated one lends that row its group
-    number, its completion and its note (rows updated in place)."""
+def _unmatched(own: list[Call], recorded: list[Call]) -> list[Call]:
+    """The Flight Recorder calls that repeat no dist.* call of `own`; a repeated one lends that call its group
+    number, its completion and whether autograd's backward pass issued it (`own` updated in place)."""
     taken: set[int] = set()
     extra = []
-    for fr in sorted(recorded, key=lambda row: row[0]):
-        for i, row in enumerate(rows):
-            if i not in taken and row[1] == fr[1] and row[5] == fr[5] and 0 <= fr[0] - row[0] + 0.01 < _MATCH_WINDOW:
+    for fr in sorted(recorded, key=_STARTED):
+        for i, call in enumerate(own):
+            if (
+                i not in taken
+                and call.op == fr.op
+                and call.group == fr.group
+                and 0 <= fr.started - call.started + 0.01 < _MATCH_WINDOW
+            ):
                 taken.add(i)
-                row[6] = fr[6] or row[6]
-                row[7] = row[7] and fr[7]
-                row[8] = fr[8]
+                call.gseq = fr.gseq or call.gseq
+                call.done = call.done and fr.done
+                call.backward = fr.backward
                 break
         else:
             extra.append(fr)
     return extra
 
 
-def _flight_recorder(active: bool) -> list[list[Any]]:
-    """torch's Flight Recorder entries as ledger rows (only those in flight when `active`); [] when it is off.
+def _flight_recorder(active: bool) -> list[Call]:
+    """torch's Flight Recorder entries as calls (only those in flight when `active`); [] when it is off.
 
     Its stack traces are not asked for (their first dump took 2-7 s here): a call still in flight while a thread
     of this process is in autograd's backward pass is taken as issued by it (DDP's all-reduces are; it waits
@@ -164,7 +148,7 @@ def _flight_recorder(active: bool) -> list[list[Any]]:
     backward = False if active else _in_backward()
     names = {name: str(config.get("ranks", "")) for name, config in dump.get("pg_config", {}).items()}
     offset = time.monotonic() - time.time_ns() / 1e9  # the recorder's clock is the wall clock
-    rows = []
+    calls = []
     for entry in dump.get("entries", []):
         name, desc = entry["process_group"]
         group = "world" if desc == "default_pg" else _ranks_name(names.get(name, name))
@@ -173,9 +157,10 @@ def _flight_recorder(active: bool) -> list[list[Any]]:
         sizes, dtypes = entry.get("input_sizes") or [[]], entry.get("input_dtypes") or [""]
         gseq = 0 if entry.get("is_p2p") else entry["collective_seq_id"]
         started = entry["time_created_ns"] / 1e9 + offset
-        retired = entry["retired"]
-        rows.append(_row(op, "", tuple(sizes[0]), dtypes[0], group, gseq, started, retired, backward and not retired))
-    return rows
+        retired = bool(entry["retired"])
+        shape, dtype = tuple(sizes[0]), dtype_name(dtypes[0])
+        calls.append(Call(op, "", shape, dtype, group, gseq, started, None, retired, backward and not retired))
+    return calls
 
 
 def _in_backward() -> bool:

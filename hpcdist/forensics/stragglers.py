@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .chrome import Call, Trace
+from ..commcall import Call
+from .chrome import Trace
 
 __all__ = ["MIN_COMPARED", "MIN_LATENESS", "STRAGGLER_SHARE", "RankRow", "Summary", "format_summary", "summarize"]
 
@@ -57,8 +58,8 @@ def summarize(trace: Trace) -> Summary:
         for call in rank.calls:
             if call.gseq:
                 by_key.setdefault((call.group, call.gseq), {})[rank.rank] = call
-            gaps[rank.rank, call.seq] = None if previous is None else call.start - previous
-            previous = call.end if call.end is not None else call.start
+            gaps[rank.rank, call.seq] = None if previous is None else call.started - previous
+            previous = call.ended if call.ended is not None else call.started
     compared = dict.fromkeys(members, 0)
     last = dict.fromkeys(members, 0)
     late = dict.fromkeys(members, 0.0)
@@ -66,14 +67,14 @@ def summarize(trace: Trace) -> Summary:
         expected = members if group == "world" else json.loads(group)
         if len(calls) < 2 or sorted(calls) != sorted(expected):
             continue  # a collective some member's buffer no longer holds (or never recorded) is not compared
-        order = sorted(calls, key=lambda r: calls[r].start)
+        order = sorted(calls, key=lambda r: calls[r].started)
         for member in order:
             compared[member] += 1
         latest, gap = order[-1], gaps[order[-1], calls[order[-1]].seq]
         others = [gaps[r, calls[r].seq] for r in order[:-1]]
         if gap is None or None in others or gap > max(g for g in others if g is not None):
             last[latest] += 1
-            late[latest] += calls[latest].start - calls[order[-2]].start
+            late[latest] += calls[latest].started - calls[order[-2]].started
     rows = tuple(_row(rank.rank, rank.host, rank.calls, compared, last, late) for rank in trace.ranks)
     floor = max(2 * trace.residual, MIN_LATENESS)
     named = [
@@ -94,8 +95,8 @@ def _row(
 ) -> RankRow:
     """A rank's row from its collectives and the counts over all ranks."""
     collectives = [c for c in calls if c.gseq]
-    inside = sum(c.end - c.start for c in collectives if c.end is not None)
-    span = max((c.end or c.start) for c in collectives) - collectives[0].start if collectives else 0.0
+    inside = sum(c.ended - c.started for c in collectives if c.ended is not None)
+    span = max((c.ended or c.started) for c in collectives) - collectives[0].started if collectives else 0.0
     mean = late[rank] / last[rank] if last[rank] else 0.0
     return RankRow(rank, host, len(collectives), inside, max(span - inside, 0.0), compared[rank], last[rank], mean)
 

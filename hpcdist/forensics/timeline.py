@@ -18,10 +18,11 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from ..commcall import Call
 from ..errors import UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from . import sources
-from .chrome import RankTrace, Trace, aligned_calls, build_document
+from .chrome import RankTrace, Trace, build_document
 from .stragglers import format_summary, summarize
 from .watchdog import LEDGER
 
@@ -49,7 +50,7 @@ def begin(seconds: float) -> None:
 
     comm = MPI.COMM_WORLD.Dup()
     offset, residual, origin = _align(comm, seconds)
-    calls: deque[Any] = deque(maxlen=LIMIT)
+    calls: deque[Call] = deque(maxlen=LIMIT)
     _regions = deque(maxlen=LIMIT)
     _state.update(comm=comm, offset=offset, residual=residual, origin=origin, calls=calls, seconds=seconds)
     _state.update(first=LEDGER.seq + 1, rank=comm.rank, began=time.monotonic())
@@ -129,21 +130,19 @@ def _receive(comm: Any, source: int, tag: int, seconds: float, what: str, spin: 
 
 def _payload() -> dict[str, Any]:
     """This rank's buffers as plain values on its own clock."""
-    calls: deque[Any] = _state["calls"]
-    kept = list(calls)
-    dropped = kept[0].seq - _state["first"] if kept and len(kept) == calls.maxlen else 0
-    rows = [
-        (e.op, e.peer, tuple(e.shape), str(e.dtype).removeprefix("torch."), e.group, e.gseq, e.started, e.ended)
-        for e in kept
-    ]
-    rows += sources.timed(_state["began"], [(e.op, e.group, e.started) for e in kept])  # DDP's among them
-    rows.sort(key=lambda row: row[6])
+    kept: deque[Call] = _state["calls"]
+    own = [call.copy() for call in list(kept)]  # a copy: the main thread appends
+    dropped = own[0].seq - _state["first"] if own and len(own) == kept.maxlen else 0
+    calls = own + sources.timed(_state["began"], own)  # DDP's among them
+    calls.sort(key=lambda call: call.started)
+    for seq, call in enumerate(calls, 1):
+        call.seq = seq
     regions = list(_regions or ())
     return {
         "host": socket.gethostname().split(".")[0],
         "offset": _state["offset"],
         "residual": _state["residual"],
-        "calls": [(seq, *row) for seq, row in enumerate(rows, 1)],
+        "calls": calls,
         "regions": regions,
         "dropped": max(dropped, 0),
     }
@@ -174,7 +173,7 @@ def collect() -> Trace | None:
                 rank,
                 p["host"],
                 p["residual"],
-                aligned_calls(p["calls"], p["offset"], origin),
+                tuple(call.moved(p["offset"] - origin) for call in p["calls"]),  # onto rank 0's clock, from `origin`
                 tuple((name, a + p["offset"] - origin, b + p["offset"] - origin) for name, a, b in p["regions"]),
                 p["dropped"],
             )

@@ -43,16 +43,19 @@ def draw_trace(trace: Trace, path: str, title: str) -> None:
 
     ops = sorted({c.op for r in trace.ranks for c in r.calls})
     colour = {op: _COLOURS[i % len(_COLOURS)] for i, op in enumerate(ops)}
-    t0 = min([c.start for r in trace.ranks for c in r.calls] + [a for r in trace.ranks for _, a, _ in r.regions] or [0])
+    starts = [c.started for r in trace.ranks for c in r.calls] + [a for r in trace.ranks for _, a, _ in r.regions]
+    t0 = min(starts or [0])
     figure, axes = plt.subplots(figsize=(12, 1.0 + 0.8 * len(trace.ranks)), layout="constrained")
     for row, rank in enumerate(trace.ranks):
         y = len(trace.ranks) - 1 - row  # rank 0 on top, as Perfetto lists the tracks
         for op in ops:
             spans = [
-                ((c.start - t0) * 1e3, (c.end - c.start) * 1e3) for c in rank.calls if c.op == op and c.end is not None
+                ((c.started - t0) * 1e3, (c.ended - c.started) * 1e3)
+                for c in rank.calls
+                if c.op == op and c.ended is not None
             ]
             axes.broken_barh(spans, (y - 0.05, 0.4), facecolors=colour[op], edgecolor=colour[op], linewidth=0.3)
-            marks = [(c.start - t0) * 1e3 for c in rank.calls if c.op == op and c.end is None]
+            marks = [(c.started - t0) * 1e3 for c in rank.calls if c.op == op and c.ended is None]
             axes.plot(marks, [y + 0.15] * len(marks), "|", color=colour[op], markersize=12)
         regions = [((a - t0) * 1e3, (b - a) * 1e3) for _, a, b in rank.regions]
         axes.broken_barh(regions, (y - 0.4, 0.3), facecolors="0.85", edgecolor="0.4", linewidth=0.5)

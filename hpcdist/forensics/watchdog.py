@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..abort import abort_job, before_finalize, shrinks
+from ..commcall import Call
 from ..errors import WaitTimeout
 from ..ranklist import ranks_text
 from ..waits import Backoff, poll_until
@@ -168,7 +169,7 @@ def _name_group(group: Any, dist: Any) -> tuple[Any, str, bool]:
 
 def add_source(
     backend: str,
-    calls: Callable[[], list[tuple]],
+    calls: Callable[[], list[Call]],
     oldest: Callable[[], float | None],
     keep: Callable[[int], None],
 ) -> None:
@@ -196,9 +197,11 @@ def ask_all() -> dict[int, dict[str, Any]] | None:
 
 def _answer() -> dict[str, Any]:
     """What this rank tells the rank that asks: its phase, its ledger, and every contributed part."""
-    rows, void = sources.snapshot(LEDGER), time.monotonic() - _state.get("since", 0.0)
-    rows = [row._replace(done=True) if row.age > void and not row.done else row for row in rows]  # before a rebase
-    answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": rows}
+    calls, void = sources.snapshot(LEDGER), time.monotonic() - _state.get("since", 0.0)
+    for call in calls:
+        if call.age > void:  # it started before a rebase: the recovery voided it
+            call.done = True
+    answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": calls}
     for name, part in _PARTS.items():
         answer[name] = part()
     return bounded(answer)

@@ -18,7 +18,7 @@ Under --on-failure shrink (ULFM) an operation that fails because ranks died rais
 CollectiveError and an hpcdist.RanksLost) naming them (lost.py); a recovery revokes every communicator made here
 (`revoke_all`) and hands the survivors' communicator to `set_parent`, on which the next groups are made.
 
-May import: errors, values, waits, abort, torch and mpi4py. Never the runtime, launching, jobs or the CLI.
+May import: errors, values, waits, abort, commcall, torch and mpi4py. Never the runtime, launching, jobs or the CLI.
 """
 
 from __future__ import annotations

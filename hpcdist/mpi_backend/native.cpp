@@ -11,7 +11,7 @@
 // call is its non-blocking twin, waited on with sched_yield (`call`). A blocking call cannot time out in MPI:
 // `overdue()` names the calls past their group's timeout, and the Python watchdog (native.py) ends the job
 // with that text, as NCCL's watchdog does. Every call also goes into a fixed ring of `Call`s (`record`), written
-// without Python objects, that hang forensics read as tuples (`ledger()`).
+// without Python objects, that hang forensics read as hpcdist.commcall.Call objects (`ledger()`).
 #include <torch/extension.h>
 #include <torch/version.h>
 #include <torch/csrc/autograd/graph_task.h>
@@ -232,9 +232,15 @@ void finished(uint64_t id) {
   if (c.stamp.load(std::memory_order_acquire) == 2 * id + 2) c.end_ns.store(now_ns(), std::memory_order_release);
 }
 
-// The ring's calls, oldest first: (op, root, shape, dtype, group, gseq, start, end, backward), the dtype as c10
-// names it ("Float"), times in seconds of CLOCK_MONOTONIC (end 0: in flight). Slots being written are left out.
-std::vector<py::tuple> ledger() {
+// The fields of each call `ledger` exports, in the order it passes them to the Python type it is given
+// (hpcdist.commcall.Call: its first fields are these, as a test checks): op, root ("root=N" or ""), shape, dtype as
+// c10 names it ("Float"), group name, gseq, start and end in seconds of CLOCK_MONOTONIC (end None: in flight),
+// done, backward.
+constexpr const char* kCallFields[] = {"op",   "peer",    "shape", "dtype", "group",
+                                       "gseq", "started", "ended", "done",  "backward"};
+
+// The ring's calls, oldest first, each made by `call_type(*fields)`. Slots being written are left out.
+std::vector<py::object> ledger(const py::object& call_type) {
   struct Copy {
     const char* op;
     const char* dtype;
@@ -259,15 +265,23 @@ std::vector<py::tuple> ledger() {
     std::lock_guard<std::mutex> lock(names_mutex);
     names = group_names;
   }
-  std::vector<py::tuple> out;
+  std::vector<py::object> out;
   for (const Copy& c : copies) {
     py::tuple shape(std::min(c.ndim, kDims));
     for (int i = 0; i < std::min(c.ndim, kDims); ++i) shape[i] = c.shape[i];
     const std::string peer = c.peer < 0 ? "" : "root=" + std::to_string(c.peer);
-    out.push_back(py::make_tuple(c.op, peer, shape, c.dtype, names.at(c.group), c.gseq, c.start_ns / 1e9,
-                                 c.end_ns / 1e9, c.backward));
+    const py::object end = c.end_ns ? py::object(py::float_(c.end_ns / 1e9)) : py::object(py::none());
+    // in kCallFields' order
+    out.push_back(call_type(c.op, peer, shape, c.dtype, names.at(c.group), c.gseq, c.start_ns / 1e9, end,
+                            c.end_ns != 0, c.backward));
   }
   return out;
+}
+
+py::tuple call_fields() {
+  py::tuple names(std::size(kCallFields));
+  for (size_t i = 0; i < std::size(kCallFields); ++i) names[i] = kCallFields[i];
+  return names;
 }
 
 // Record calls (or not), keeping the last `size` of them: a different size takes a fresh ring, which the trace
@@ -1046,7 +1060,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "hpcdist's compiled mpi backend (see hpcdist/mpi_backend/native.py)";
   m.def("make_group", &make_group, "A process group over an MPI communicator, with the Python group for the rest");
   m.def("overdue", &overdue, "The calls of every group past their timeout, as the watchdog reports them");
-  m.def("ledger", &ledger, "The last calls of every group, oldest first, as tuples for hang forensics");
+  m.def("ledger", &ledger, "The last calls of every group, oldest first, each made by call_type(*CALL_FIELDS' values)",
+        py::arg("call_type"));
+  m.attr("CALL_FIELDS") = call_fields();
   m.def("set_ledger", &set_ledger, "Record calls in the ledger's ring (True) or not (False, the default), keeping "
         "the last `size` (0: as many as now)", py::arg("on"), py::arg("size") = 0);
   m.def("oldest_pending", &oldest_pending, "The start (monotonic seconds) of the oldest call in flight, or 0");

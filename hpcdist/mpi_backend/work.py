@@ -62,7 +62,7 @@ class MPIWork(dist._Work):
         self._observed = False
         self._future: torch.futures.Future | None = None
         self._event: threading.Event | None = None  # set when the progress thread owns this work
-        self._call: list[Any] | None = None  # its entry in the ledger (record.py), when recorded
+        self._call: record.Issued | None = None  # its Call in the ledger (record.py), when recorded
 
     # -- progress -------------------------------------------------------------------------------
     def _poll(self) -> bool:

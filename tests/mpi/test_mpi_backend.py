@@ -19,6 +19,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from hpcdist.commcall import FIELDS, Call
+
 pytestmark = pytest.mark.mpi
 
 DTYPES = [
@@ -352,24 +354,26 @@ def test_the_ledger_records_every_call_once_object_collectives_and_subgroups_inc
             dist.all_reduce(t, group=sub)
     finally:
         record.enable(False)
-    calls = [c for c in record.calls() if c[6] >= since]
+    calls = [c for c in record.calls() if c.started >= since]
+    assert all(type(c) is Call for c in calls)  # whichever implementation recorded it
     name = str(list(range(n)))
-    mine = [(op, peer, dtype, group) for op, peer, _, dtype, group, *_ in calls]
     want = [("all_gather", "", "int64", name), ("all_gather", "", "uint8", name)]
     want += [("broadcast", "root=0", "int64", name), ("broadcast", "root=0", "uint8", name)]
     want += [("all_reduce", "", "float32", name)] * 2
     want += [("all_reduce", "", "float32", str(list(range(0, n, 2))))] if r % 2 == 0 else []
-    assert [(op, peer, record_dtype(dtype), group) for op, peer, dtype, group in mine] == want
-    gseqs = [c[5] for c in calls[:6]]  # the first six are on g (at one rank the subgroup has g's name too)
+    assert [(c.op, c.peer, c.dtype, c.group) for c in calls] == want  # dtypes as torch names them
+    gseqs = [c.gseq for c in calls[:6]]  # the first six are on g (at one rank the subgroup has g's name too)
     assert gseqs == list(range(gseqs[0], gseqs[0] + 6))  # one count per group, whichever implementation ran it
-    assert all(c[7] >= c[6] > 0 for c in calls)  # every call finished
+    assert all(c.done and c.ended is not None and c.ended >= c.started > 0 for c in calls)  # every call finished
 
 
-def record_dtype(name: str) -> str:
-    """A dtype as the Python group (`float32`) or the compiled one (`Float`) names it, as torch spells it."""
-    from hpcdist.forensics.ledger import dtype_name
+def test_the_compiled_ring_names_its_fields_in_the_record_types_order(world) -> None:
+    from hpcdist.mpi_backend import native
 
-    return dtype_name(name)
+    module = native.loaded()
+    if module is None:
+        pytest.skip("the compiled backend is not loaded in this job (HPCDIST_MPI_NATIVE=0, or it did not build)")
+    assert FIELDS[: len(module.CALL_FIELDS)] == module.CALL_FIELDS
 
 
 def test_new_subgroups(world) -> None:

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+from hpcdist.commcall import Call
 from hpcdist.forensics import frdump
-from hpcdist.forensics.ledger import Ledger, Record
+from hpcdist.forensics.ledger import Ledger
 
 WORLD_AR = ("all_reduce", "", "world")
 
 
-def _ledger(*calls: tuple[str, str, str], pending_last: bool = True, start: int = 0) -> list[Record]:
+def _ledger(*calls: tuple[str, str, str], pending_last: bool = True, start: int = 0) -> list[Call]:
     """A rank's ledger from (op, peer, group) calls, the last one still waiting; `start` calls before them dropped."""
     ledger = Ledger()
     for _ in range(start):
@@ -31,7 +32,7 @@ def _ledger(*calls: tuple[str, str, str], pending_last: bool = True, start: int 
     return ledger.snapshot()
 
 
-def _answers(ledgers: dict[int, list[Record]], backend: str = "gloo") -> dict[int, dict]:
+def _answers(ledgers: dict[int, list[Call]], backend: str = "gloo") -> dict[int, dict]:
     return {
         rank: {"ledger": rows, frdump.PART: {"backend": backend, "clock_ns": 10**18}} for rank, rows in ledgers.items()
     }
@@ -78,7 +79,7 @@ def test_a_rank_missing_from_a_collective_is_named(tmp_path: Path, caplog: pytes
     assert "collective state: started\n" in text
 
 
-def _mismatch() -> dict[int, list[Record]]:
+def _mismatch() -> dict[int, list[Call]]:
     """Rank 1 broadcasts where ranks 0, 2 and 3 all_reduce."""
     agree = {rank: _ledger(WORLD_AR, WORLD_AR) for rank in (0, 2, 3)}
     return agree | {1: _ledger(WORLD_AR, ("broadcast", "root=1", "world"))}
@@ -212,7 +213,7 @@ def test_the_mpi_backend_is_named_gloo_as_torchfrtrace_knows_no_mpi_and_nccl_kee
 
 
 def test_times_come_from_the_ranks_clock_less_each_calls_age() -> None:
-    rows = [Record(1, "all_reduce", "", (4,), "float32", "world", 1, 2.5, True)]
+    rows = [Call("all_reduce", "", (4,), "float32", "world", 1, -2.5, None, True, False, 1)]  # as an answer sends it
     entry = pickle.loads(frdump.dumps(_answers({0: rows}), 1, 5.0, 0)[0])["entries"][0]
     assert entry["time_created_ns"] == 10**18 - 2_500_000_000
     assert (entry["state"], entry["retired"], entry["timeout_ms"]) == ("completed", True, 5000)

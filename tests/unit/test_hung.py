@@ -7,14 +7,21 @@ import signal
 
 import pytest
 
+from hpcdist.commcall import Call
 from hpcdist.forensics import hung
-from hpcdist.forensics.ledger import FINISHED, INITIALISED, Phase, Record
-
-DONE = Record(1, "all_reduce", "", (1,), "float32", "world", 1, 9.0, True)
+from hpcdist.forensics.ledger import FINISHED, INITIALISED, Phase
 
 
-def _waiting(age: float) -> list[Record]:
-    return [DONE, Record(2, "all_reduce", "", (1,), "float32", "world", 2, age, False)]
+def _sent(seq: int, op: str, peer: str, group: str, gseq: int, age: float, done: bool) -> Call:
+    """A call as a rank's answer sends it: started `age` seconds before the answer."""
+    return Call(op, peer, (1,), "float32", group, gseq, -age, None, done, False, seq)
+
+
+DONE = _sent(1, "all_reduce", "", "world", 1, 9.0, True)
+
+
+def _waiting(age: float) -> list[Call]:
+    return [DONE, _sent(2, "all_reduce", "", "world", 2, age, False)]
 
 
 def _phases(*ranks: int, name: str = INITIALISED) -> dict[int, Phase]:
@@ -31,8 +38,8 @@ def test_the_rank_in_no_call_while_the_others_wait_past_the_timeout_is_ended() -
     )
 
 
-def _call(op: str, peer: str, group: str, age: float) -> list[Record]:
-    return [DONE, Record(2, op, peer, (1,), "float32", group, 0 if peer else 2, age, False)]
+def _call(op: str, peer: str, group: str, age: float) -> list[Call]:
+    return [DONE, _sent(2, op, peer, group, 0 if peer else 2, age, False)]
 
 
 def test_only_the_ranks_a_late_call_waits_for_are_ended_not_those_computing_meanwhile() -> None:
@@ -67,7 +74,7 @@ def test_a_rank_that_is_only_slower_than_the_others_within_the_timeout_is_left_a
     ],
 )
 def test_a_hang_that_no_rank_ending_itself_resolves_ends_the_job(
-    ledgers: dict[int, list[Record]], phases: dict[int, Phase], missing: list[int], why: str
+    ledgers: dict[int, list[Call]], phases: dict[int, Phase], missing: list[int], why: str
 ) -> None:
     ending, said = hung.verdict(ledgers, phases, missing, 5.0)
     assert ending == [] and said.startswith(why)
@@ -80,9 +87,7 @@ def test_a_told_rank_that_made_a_call_since_it_answered_goes_on(
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append((pid, sig)))  # this test's own process stays
     answered = hung.progress([DONE])
     hung.heard(2, (answered, "why"), _waiting(0.1))  # it arrived in all_reduce #2 after its answer
-    hung.heard(
-        2, (answered, "why"), [*_waiting(0.1)[:1], Record(2, "all_reduce", "", (1,), "float32", "world", 2, 0.1, True)]
-    )
+    hung.heard(2, (answered, "why"), [*_waiting(0.1)[:1], _sent(2, "all_reduce", "", "world", 2, 0.1, True)])
     assert killed == []
     assert capfd.readouterr().err.count("hpcdist: rank 2 arrived after the hang verdict, so it goes on") == 2
     hung.heard(2, (answered, "ranks 0-1,3 waited"), [DONE])  # still where it answered from

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from hpcdist.commcall import Call
 from hpcdist.forensics import sources
 from hpcdist.forensics.ledger import (
     FINISHED,
@@ -12,13 +13,12 @@ from hpcdist.forensics.ledger import (
     RUNNING,
     Ledger,
     Phase,
-    Record,
     describe_hang,
     first_divergence,
 )
 
 
-def _ledger(*calls: tuple[str, str, str], pending_last: bool = True) -> list[Record]:
+def _ledger(*calls: tuple[str, str, str], pending_last: bool = True) -> list[Call]:
     """A rank's ledger from (op, peer, group) calls; the last one still waiting unless told otherwise."""
     ledger = Ledger()
     entries = [ledger.start(op, peer, (4,), "float32", group) for op, peer, group in calls]
@@ -101,7 +101,7 @@ def test_a_receiver_whose_sender_finished_is_named() -> None:
 
 
 def test_a_rank_that_never_initialised_is_named_against_those_waiting_in_init() -> None:
-    ledgers: dict[int, list[Record]] = {0: [], 1: [], 2: [], 3: []}
+    ledgers: dict[int, list[Call]] = {0: [], 1: [], 2: [], 3: []}
     phases = {
         0: Phase(INITIALISING, 61.0),
         1: Phase(RUNNING, 62.0),
@@ -145,8 +145,8 @@ def test_the_advice_fits_the_case() -> None:
 def test_a_call_issued_during_backward_is_named_as_such() -> None:
     ledger = Ledger()
     ledger.start("barrier", "", (), "", "world").done = True
-    sources.register("test", lambda: [("all_reduce", "", (6,), "Float", "world", 2, time.monotonic(), 0.0, True)],
-                     lambda: None, lambda size: None)  # fmt: skip
+    backend = Call("all_reduce", "", (6,), "float32", "world", 2, time.monotonic(), None, False, True)
+    sources.register("test", lambda: [backend.copy()], lambda: None, lambda size: None)
     try:
         records = sources.snapshot(ledger)
     finally:
@@ -163,34 +163,31 @@ def test_a_call_issued_during_backward_is_named_as_such() -> None:
 
 
 def test_a_flight_recorder_entry_that_repeats_a_dist_call_is_dropped_and_lends_it_its_state() -> None:
-    mine = [[10.0, "all_reduce", "", (4,), "float32", "world", 1, True, ""]]
+    mine = [Call("all_reduce", "", (4,), "float32", "world", 1, 10.0, 10.5, True, False, 1)]
     recorded = [
-        [10.001, "all_reduce", "", (4,), "float32", "world", 7, False, ""],  # the same call, still in flight
-        [10.002, "all_reduce", "", (9,), "float32", "world", 8, False, "issued by autograd's backward pass"],
+        Call("all_reduce", "", (4,), "float32", "world", 7, 10.001, None, False, False),  # the same call, in flight
+        Call("all_reduce", "", (9,), "float32", "world", 8, 10.002, None, False, True),
     ]
     extra = sources._unmatched(mine, recorded)
     assert extra == recorded[1:]
-    assert mine == [[10.0, "all_reduce", "", (4,), "float32", "world", 7, False, ""]]
+    assert mine == [Call("all_reduce", "", (4,), "float32", "world", 7, 10.0, 10.5, False, False, 1)]
 
 
 def test_the_trace_takes_a_backends_calls_since_it_began_with_their_ends() -> None:
     kept: list[int] = []
-    rows = [
-        ("broadcast", "root=0", (4,), "Float", "world", 1, 10.0, 10.5, False),
-        ("all_reduce", "", (6,), "Float", "world", 2, 20.0, 20.25, True),
-        ("all_reduce", "", (6,), "Float", "world", 3, 30.0, 0.0, True),
+    calls = [
+        Call("broadcast", "root=0", (4,), "float32", "world", 1, 10.0, 10.5, True, False),
+        Call("all_reduce", "", (6,), "float32", "world", 2, 20.0, 20.25, True, True),
+        Call("all_reduce", "", (6,), "float32", "world", 3, 30.0, None, False, True),
     ]
-    sources.register("test", lambda: rows, lambda: None, kept.append)
+    sources.register("test", lambda: calls, lambda: None, kept.append)
     try:
         sources.keep(1000)
         timed = sources.timed(15.0, [])
     finally:
         sources._SOURCES.pop("test")
     assert kept == [1000]
-    assert timed == [
-        ("all_reduce", "", (6,), "Float", "world", 2, 20.0, 20.25),
-        ("all_reduce", "", (6,), "Float", "world", 3, 30.0, 0.0),
-    ]
+    assert timed == calls[1:]
 
 
 def test_at_ten_thousand_ranks_the_report_is_a_few_lines_ranks_in_one_state_sharing_one() -> None:
