@@ -15,6 +15,7 @@ import time
 from typing import IO, Any
 
 from ..errors import UsageError
+from ..proctree import descendants
 from ..workloads import steplog
 from .plan import BenchOptions
 from .recovery import (
@@ -32,7 +33,7 @@ from .recovery import (
     recovery_plan,
     table_lines,
 )
-from .startup_run import descendants, kill_tree, machine_facts
+from .startup_run import kill_tree, machine_facts
 
 __all__ = ["TOOL", "report_lines", "run_recovery"]
 

@@ -20,6 +20,7 @@ import time
 from importlib import metadata
 from typing import IO, Any
 
+from .. import proctree
 from ..errors import UsageError
 from ..launching.mpirun import locate_mpirun
 from .plan import BenchOptions
@@ -42,7 +43,7 @@ from .startup import (
 from .startup_model import CLUSTERS, REFERENCES, SCALES, fit_models, model_lines
 from .startup_probe import LAUNCH_VAR, TIMEOUT_VAR
 
-__all__ = ["descendants", "document", "kill_tree", "machine_facts", "run_startup", "show"]
+__all__ = ["document", "kill_tree", "machine_facts", "run_startup", "show"]
 
 TOOL = "hpcdist bench startup"
 
@@ -240,27 +241,9 @@ def kill_tree(pid: int) -> None:
     """SIGKILL the job's launcher and every process below it: mpirun gives each rank its own process group, and
     hpcdist mpirun gives mpirun its own session, so neither a group nor a session holds them all."""
     for _ in range(2):  # again, for a process forked while the first pass ran
-        for victim in [pid, *descendants(pid)]:
+        for victim in [pid, *proctree.descendants(pid)]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(victim, signal.SIGKILL)
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes below `pid`, from /proc's parent links."""
-    children: dict[int, list[int]] = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat, encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
 
 
 def _machine_busy() -> float:

@@ -13,6 +13,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 
+from .. import proctree
 from .stacks import Stacks, frame, normalised
 
 __all__ = ["fill", "parse", "spy"]
@@ -62,17 +63,14 @@ def parse(text: str) -> Stacks:
 
 def _siblings_by_rank() -> dict[int, int]:
     """rank -> pid of this process's siblings that an MPI launcher started (their rank from their environment)."""
-    parent, found = os.getppid(), {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
+    found = {}
+    for sibling in proctree.children().get(os.getppid(), []):
         try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                if int(handle.read().rsplit(b")", 1)[1].split()[1]) != parent:
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as handle:
+            with open(f"/proc/{sibling}/environ", "rb") as handle:
                 environ = dict(item.partition(b"=")[::2] for item in handle.read().split(b"\0"))
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
         rank = next((environ[name] for name in _RANK_VARIABLES if name in environ), b"")
         if rank.isdigit():
-            found[int(rank)] = int(entry)
+            found[int(rank)] = sibling
     return found

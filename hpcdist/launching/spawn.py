@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
+from .. import proctree
 from ..errors import JobEnding, UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from .exitcodes import ExitCodeWatch, describe_exit_codes
@@ -277,19 +278,11 @@ def _ask_for_stacks(proc: subprocess.Popen[bytes]) -> None:
 
 def _descendants(pid: int, marker: bytes) -> list[int]:
     """The processes under `pid` on this host whose command line holds `marker` (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                parent = int(handle.read().rsplit(b")", 1)[1].split()[1])  # the name in parentheses may hold spaces
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            todo.append(child)
-            with contextlib.suppress(OSError), open(f"/proc/{child}/cmdline", "rb") as handle:
-                if marker in handle.read():
-                    found.append(child)
+    found = []
+    for child in proctree.descendants(pid):
+        with contextlib.suppress(OSError), open(f"/proc/{child}/cmdline", "rb") as handle:
+            if marker in handle.read():
+                found.append(child)
     return found
 
 
