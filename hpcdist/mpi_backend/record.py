@@ -69,13 +69,16 @@ def start(op: str, peer: str, tensors: Any, group: str, gseq: int, watched: bool
     tensor = tensors[0] if tensors else None
     if type(tensor) is list:
         tensor = tensor[0] if tensor else None
-    shape, dtype = (tensor.shape, tensor.dtype) if type(tensor) is _Tensor or isinstance(tensor, _Tensor) else ((), "")
-    # Made field by field, which costs less than __init__ on this path, every call's (test_record checks the fields).
+    # Made field by field, which costs less than __init__ on this path, every call's (test_commcall checks them all).
     call = _new(Issued)
     call.op = op
     call.peer = peer
-    call.shape = shape
-    call.dtype = dtype
+    if type(tensor) is _Tensor or isinstance(tensor, _Tensor):
+        call.shape = tensor.shape
+        call.dtype = tensor.dtype
+    else:
+        call.shape = ()
+        call.dtype = ""
     call.group = group
     call.gseq = gseq
     call.started = _monotonic()
