@@ -40,6 +40,17 @@ def test_the_python_groups_record_sets_every_field_and_leaves_as_a_plain_call() 
     assert type(mine[0]) is Call and call.ended is not None and call.ended >= call.started
 
 
+def test_the_ledger_records_every_field_of_a_call() -> None:
+    ledger = Ledger()
+    ledger.start("barrier", "", (), "", "world")
+    entry = ledger.start("send", "dst=1", (2,), torch.int64, "[0, 1]")
+    assert [getattr(entry, name) for name in FIELDS] == [
+        "send", "dst=1", (2,), torch.int64, "[0, 1]", 0, entry.started, None, False, False, 2
+    ]  # fmt: skip
+    entry.finish()
+    assert entry.done and entry.ended is not None and entry.ended >= entry.started
+
+
 def test_a_ledger_of_256_calls_travels_in_fewer_bytes_than_its_former_records_did() -> None:
     ledger = Ledger(size=256)
     for i in range(256):
