@@ -14,6 +14,6 @@
 - `timeline`: aligns the ranks' clocks over MPI, keeps every call and `hpcdist.region`, writes the trace file;
 - `timeplot`: draws a trace file with matplotlib (`hpcdist trace FILE --plot`).
 
-May import: errors, values, waits, abort, control, ranklist, and launching.spawn (to run py-spy). Never the runtime,
-the CLI or torch at import time.
+May import: the leaves (errors, values, waits, abort, contract, settings, ranklist) and rank.child (to run py-spy).
+Never the runtime, the supervisor (launching), the CLI, or torch at import time.
 """

@@ -13,6 +13,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 
+from ..rank.child import capture
 from .stacks import Stacks, frame, normalised
 
 __all__ = ["fill", "parse", "spy"]
@@ -35,8 +36,6 @@ def spy(ranks: Sequence[int]) -> dict[int, Stacks]:
     tool = beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
     if tool is None or not ranks:
         return {}
-    from ..launching.spawn import capture
-
     pids = _siblings_by_rank()
     found = {}
     for rank in ranks:
