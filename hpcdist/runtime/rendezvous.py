@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from ..errors import RendezvousTimeout, UsageError
+from ..settings import TIMEOUT
 from ..waits import Backoff, poll_until
 from .env import RUN_ID_PREFIX, AgentFacts, LaunchEnv
 from .netif import Interface, host_address, interfaces, resolve
@@ -515,7 +516,7 @@ def _wait(comm: Any, request: Any, timeout: float, what: str, meanwhile: Callabl
         lambda: (
             f"rank {comm.rank} of {comm.size} on {socket.gethostname()} waited {timeout:g} s for {what} "
             "during hpcdist rendezvous; a rank may have died or hung before reaching it "
-            "(raise HPCDIST_TIMEOUT if start-up is just slow)"
+            f"(raise {TIMEOUT.name} if start-up is just slow)"
         ),
         backoff=Backoff(1e-5, 0.01),
         error=RendezvousTimeout,
