@@ -1,8 +1,9 @@
-"""The user's settings and the launcher's contract as the rank reads them: one typed reader each, one home each."""
+"""The user's settings, the launcher's contract as a rank reads it, and the rank side's one home for each small idea."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import re
 import socket
@@ -41,7 +42,11 @@ NOT_YET = {
 def _literals(path: Path) -> list[str]:
     """Every string constant of a module (docstrings and f-strings' parts included) that holds `HPCDIST_`."""
     tree = ast.parse(path.read_text(), str(path))
-    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and "HPCDIST_" in str(n.value)]
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and "HPCDIST_" in n.value
+    ]
 
 
 def test_hpcdist_s_variables_are_spelled_out_only_in_the_contract_and_the_settings() -> None:
@@ -103,12 +108,12 @@ def test_a_setting_of_the_wrong_kind_is_a_usage_error_naming_it(read, environ: d
 
 
 def test_the_settings_page_lists_every_setting_and_the_contract_s_variables() -> None:
-    sys.path.insert(0, str(PACKAGE.parent / "docs" / "hooks"))
-    try:
-        import settings_reference
-    finally:
-        sys.path.pop(0)
-    page = settings_reference.render()
+    hook = PACKAGE.parent / "docs" / "hooks" / "settings_reference.py"
+    spec = importlib.util.spec_from_file_location("settings_reference", hook)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = module.render()
     assert all(f"| `{s.name}` |" in page for s in settings.SETTINGS)
     assert all(f"`{name}`" in page for name in RankContract.VARIABLES.values())
 
@@ -142,4 +147,16 @@ def test_a_rank_of_another_hpcdist_refuses_to_start_and_tells_its_launcher(tmp_p
     assert told.message.startswith(
         f"rank 0 on {socket.gethostname()}: the launcher runs hpcdist 9.9.9 but this rank has hpcdist "
         f"{hpcdist.__version__}; install hpcdist 9.9.9"
+    )
+
+
+def test_a_world_mpi_does_not_share_is_refused_with_one_message_naming_both() -> None:
+    from hpcdist.errors import check_same_world
+
+    check_same_world("the slurm launch", (3, 4), (3, 4))
+    with pytest.raises(UsageError) as raised:
+        check_same_world("the slurm launch", (3, 4), (0, 1))
+    assert str(raised.value).startswith(
+        "the slurm launch says this process is rank 3 of 4 but MPI says rank 0 of 1: mpi4py's MPI is not the one "
+        "that started the job (srun --mpi=pmi2 with Open MPI 5 starts every task alone in a world of 1"
     )
