@@ -96,7 +96,8 @@ test: lint docs test-unit test-docs test-mpi test-torch-suite test-e2e test-host
 
 # The documentation site (mkdocs.yml, docs/): MkDocs with Material, strict, so a broken link, a page missing from
 # the nav or a docstring mkdocstrings cannot read fails the build. The API reference comes from the docstrings, the
-# CLI reference from hpcdist's own parser (docs/hooks/cli_reference.py). The site goes to site/ (ignored by git).
+# CLI reference from hpcdist's own parser (docs/hooks/cli_reference.py), the settings reference from hpcdist.settings
+# (docs/hooks/settings_reference.py). The site goes to site/ (ignored by git).
 docs: env
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
@@ -110,7 +111,7 @@ lint: env
 	$(BIN)/ruff check hpcdist tests docs/hooks
 	$(BIN)/ruff format --check hpcdist tests docs/hooks
 	$(BIN)/mypy
-	$(BIN)/mypy $(wildcard tests/*.py) docs/hooks/cli_reference.py
+	$(BIN)/mypy $(wildcard tests/*.py) docs/hooks/cli_reference.py docs/hooks/settings_reference.py
 	for dir in $(MYPY_TEST_DIRS); do $(BIN)/mypy $$dir || exit 1; done
 	$(BIN)/lint-imports
 

@@ -1,7 +1,7 @@
 """Ending the whole MPI job: the one MPI_Abort, and the excepthook that calls it on an uncaught exception; and
 ending a rank's own MPI threads before MPI_Finalize (`before_finalize`).
 
-Under `hpcdist mpirun --on-failure shrink` ($HPCDIST_ON_FAILURE=shrink) a failing rank ends itself only
+Under `hpcdist mpirun --on-failure shrink` (the contract's `shrinks`) a failing rank ends itself only
 (`leave_rank`): the survivors see a process failure (Open MPI's ULFM) and carry on without it.
 """
 
@@ -15,12 +15,12 @@ import struct
 import sys
 import termios
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import NoReturn
 
-from . import control
-from .values import ON_FAILURE_ENV
+from .contract import Failed, RankContract
 
 __all__ = [
     "abort_job",
@@ -29,17 +29,36 @@ __all__ = [
     "end_failed_rank",
     "install_abort_hook",
     "leave_rank",
-    "shrinks",
+    "speak_under",
 ]
 
-_BEFORE: list[Callable[[], None]] = []
 READ_SECONDS = 2.0  # how long a failing rank waits for its launcher to read its last output before MPI_Abort
+
+
+@dataclass
+class _Ending:
+    """How this process ends the job: the contract it tells its launcher under, and what must run before it ends.
+
+    One per process (`_ENDING`): MPI_Abort ends every rank whoever calls it (an uncaught exception's hook, the hang
+    watchdog's thread, the mpi backend's, a test's deadline), and none of those can be handed the contract.
+    """
+
+    contract: RankContract = field(default_factory=RankContract)
+    hooks: list[Callable[[], None]] = field(default_factory=list)
+
+
+_ENDING = _Ending()
+
+
+def speak_under(contract: RankContract) -> None:
+    """Have this process's ending tell the launcher of `contract` how the rank ended (the shim's, or init's)."""
+    _ENDING.contract = contract
 
 
 def before_abort(hook: Callable[[], None]) -> None:
     """Have `abort_job` call `hook` before MPI_Abort: the shim's, to let its tagger write the rank's last lines."""
-    if hook not in _BEFORE:
-        _BEFORE.append(hook)
+    if hook not in _ENDING.hooks:
+        _ENDING.hooks.append(hook)
 
 
 def before_finalize(stop: Callable[[], None]) -> None:
@@ -64,16 +83,11 @@ def abort_job(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     rank = mpi.COMM_WORLD.Get_rank()  # hpcdist mpirun learns how this rank ended (the first word about it wins)
-    control.emit("failed", rank, f"called MPI_Abort host={socket.gethostname().split('.')[0]}")
-    for hook in _BEFORE:
+    _ENDING.contract.tell(Failed(rank, how="called MPI_Abort", host=socket.gethostname().split(".")[0]))
+    for hook in _ENDING.hooks:
         hook()
     wait_until_read((1, 2))
     mpi.COMM_WORLD.Abort(code)
-
-
-def shrinks(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether a failing rank ends itself only (--on-failure shrink), not the whole job."""
-    return environ.get(ON_FAILURE_ENV) == "shrink"
 
 
 def leave_rank(code: int) -> NoReturn:
@@ -84,15 +98,15 @@ def leave_rank(code: int) -> NoReturn:
     """
     sys.stdout.flush()
     sys.stderr.flush()
-    for hook in _BEFORE:
+    for hook in _ENDING.hooks:
         hook()
     wait_until_read((1, 2))
     os._exit(code if 0 < code < 256 else 1)
 
 
-def end_failed_rank(code: int) -> None:
+def end_failed_rank(contract: RankContract, code: int) -> None:
     """A rank's program failed: end this rank only under --on-failure shrink (`leave_rank`), else the whole job."""
-    if shrinks():
+    if contract.shrinks:
         leave_rank(code)
     abort_job(code)
 
@@ -136,9 +150,10 @@ def _unread(fd: int) -> int:
         return 0
 
 
-def install_abort_hook() -> None:
+def install_abort_hook(contract: RankContract) -> None:
     """Make an uncaught exception abort the whole MPI job instead of hanging it in MPI_Finalize (under
-    --on-failure shrink: end this rank only)."""
+    --on-failure shrink, which `contract` says: end this rank only)."""
+    speak_under(contract)
     if getattr(sys.excepthook, "_hpcdist", False):
         return
     previous = sys.excepthook
@@ -146,10 +161,10 @@ def install_abort_hook() -> None:
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         previous(kind, value, tb)
         mpi = sys.modules.get("mpi4py.MPI")
-        if shrinks() and mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        if contract.shrinks and mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
             rank = mpi.COMM_WORLD.Get_rank()
-            control.emit("failed", rank, f"exit code 1 host={socket.gethostname().split('.')[0]}")
-        end_failed_rank(1)
+            contract.tell(Failed(rank, how="exit code 1", host=socket.gethostname().split(".")[0]))
+        end_failed_rank(contract, 1)
 
     hook._hpcdist = True  # type: ignore[attr-defined]
     sys.excepthook = hook

@@ -84,7 +84,7 @@ class RankContract:
     ranks: str | None = None  # only these ranks' lines reach the console (e.g. 0,3 or 0-3,7)
     output_rate: float | None = None  # bytes a second a rank's tagger forwards (0: all; None: no limit given)
     bind: str = "none"  # auto: the rank binds itself to its share of the node (placement.binding)
-    progress: bool = False  # the launcher's output is a terminal: ranks may draw progress bars
+    progress: bool | None = None  # ranks draw progress bars (True) or not (False); None: as their stdout is a terminal
 
     VARIABLES: ClassVar[Mapping[str, str]] = {
         "version": "HPCDIST_VERSION",
@@ -118,7 +118,7 @@ class RankContract:
             if value == spec.default:
                 continue
             name = self.VARIABLES[spec.name]
-            out[name] = "1" if value is True else f"{value:g}" if isinstance(value, float) else str(value)
+            out[name] = _text(value)
         if self.restart_count is not None:
             out[RESTART_VARS[1]] = str(self.restart_count)
         return out
@@ -153,6 +153,11 @@ class RankContract:
             raise UsageError(
                 f"{self.variable('tag')}={self.tag!r}: set it to 1 (prefix each line with [host:rank]) or 0"
             )
+        if self.min_np < 1:
+            raise UsageError(
+                f"{self.variable('min_np')}={self.min_np!r} is not a positive whole number; unset it or give a rank "
+                "count (hpcdist mpirun --min-np sets it)"
+            )
         if self.bind not in ("auto", "none"):
             raise UsageError(f"{self.variable('bind')}={self.bind!r}: set it to auto or none (hpcdist mpirun --bind)")
         if self.token is not None and not _TOKEN.match(self.token):
@@ -179,6 +184,13 @@ class RankContract:
             os.write(2, encode(event, self.token).encode(errors="replace"))
 
 
+def _text(value: object) -> str:
+    """A field's value as its variable holds it: a flag as 1 or 0, a number of seconds without needless digits."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _read(raw: str, kind: object, name: str) -> object:
     """`raw`, the value of variable `name`, as a field of type `kind`.
 
@@ -187,7 +199,7 @@ def _read(raw: str, kind: object, name: str) -> object:
     """
     if kind in (str, str | None):
         return raw
-    if kind is bool:
+    if kind in (bool, bool | None):
         if raw not in ("0", "1"):
             raise UsageError(f"{name}={raw!r}: set it to 1 or 0")
         return raw == "1"

@@ -1,32 +1,30 @@
-"""Control lines: what a rank tells `hpcdist mpirun` in band, through mpirun's own output forwarding.
+"""The supervisor's older reading of the ranks' events, kept for the launching modules that still use it.
 
-`hpcdist mpirun` exports a fresh random token per launch in HPCDIST_CONTROL. A rank then writes
-`@@hpcdist:<token>:<event>:<rank>:<detail>` as one line on its stderr; the launcher recognises the line
-anywhere in mpirun's output (a tag before it does not matter), acts on it, and never shows it. Without
-the variable (a generated script, a plain mpirun) nothing is written.
-
-Events: `ready` (this rank's process group is initialised), `failed` (detail: how the program ended, `host=NAME`,
-`after=peer` when its error said that a peer's connection dropped: a peer went first, `in=OP#SEQ` when the error came
-out of a communication call, `at=` the rank's wall clock), `finished` (the program ended well; the rank waits for the
-others), `hang` (the hang report's verdict: the ranks it blames and those that waited, forensics/cause.py), `done`
-(every rank's program ended well), `vanished` (from the rank's tagger: the rank ended without `done` or `failed`),
-`beat` (from the rank's tagger every BEAT_ENV seconds while the rank runs: launching/heartbeat.py), `usage` (detail: a
-usage error's message, percent-quoted onto one line, which the launcher says once for the job however many ranks tell
-it).
-Each attempt of `hpcdist mpirun --max-restarts` (and of a generated script's restart loop) also exports its
-index, 0 first, in RESTART_VARS: hpcdist's name and torchrun's; and the maximum in MAX_RESTARTS_ENV. Every
-attempt of one `hpcdist mpirun` exports the same RUN_ID_ENV, which the ranks give as TORCHELASTIC_RUN_ID.
+The contract (`hpcdist.contract`) is the one definition of what the launcher hands a rank and of the events a rank
+sends back; these names are read from it. `parse_control` reads an event line through `contract.parse_event` and
+gives it back as a kind, a rank and the words the supervisor's watch reads (`host=`, `world=`, `at=`, `in=`,
+`after=peer`, how a rank ended; a usage error's message percent-quoted, which `parse_usage` unquotes).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import secrets
-from collections.abc import Mapping
 from typing import NamedTuple
 from urllib.parse import quote, unquote
+
+from .contract import (
+    RESTART_VARS,
+    Beat,
+    Event,
+    Failed,
+    Finished,
+    Hang,
+    RankContract,
+    Ready,
+    Usage,
+    Vanished,
+    new_token,
+    parse_event,
+)
 
 __all__ = [
     "AFTER_PEER",
@@ -37,85 +35,55 @@ __all__ = [
     "RUN_ID_ENV",
     "TRACE_ENV",
     "ControlEvent",
-    "emit",
     "new_token",
     "parse_control",
     "parse_usage",
-    "peer_lost",
-    "tell_usage",
-    "told_usage",
 ]
 
-CONTROL_ENV = "HPCDIST_CONTROL"
-BEAT_ENV = "HPCDIST_HEARTBEAT"  # seconds between a rank's `beat` lines; set by hpcdist mpirun, unset: no beats
-RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # hpcdist's first, then torchrun's
-MAX_RESTARTS_ENV = "HPCDIST_MAX_RESTARTS"  # --max-restarts; unset: 0 (the ranks give it as TORCHELASTIC_MAX_RESTARTS)
-TRACE_ENV = "HPCDIST_TRACE"  # hpcdist mpirun --trace FILE: the absolute path rank 0 writes the merged timeline to
-RUN_ID_ENV = "HPCDIST_RUN_ID"  # one id for all attempts of one hpcdist mpirun launch
-_told: list[str] = []  # the usage error this process told its launcher, if any
-# What a rank's error says when it failed because a peer went first: gloo's `[…/gloo/transport/tcp/pair.cc:553]
-# Connection closed by peer [127.0.0.1]:64672` (or `Connection reset by peer`), NCCL's `remote process exited or
-# there was a network error`, a send's `Broken pipe`. A rank's `failed` line then carries `after=peer` (the shim's
-# `peer_lost`); one whose error came out of a communication call carries `in=OP#SEQ` (forensics/cause.py).
-_PEER_LOST = re.compile(
-    r"[Cc]onnection (?:reset|closed) by peer|remote process exited or there was a network error|Broken pipe"
-)
+CONTROL_ENV = RankContract.variable("token")
+BEAT_ENV = RankContract.variable("beat_interval")
+MAX_RESTARTS_ENV = RankContract.variable("max_restarts")
+TRACE_ENV = RankContract.variable("trace")
+RUN_ID_ENV = RankContract.variable("run_id")
 AFTER_PEER = "after=peer"
-_LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<event>[a-z]+):(?P<rank>[0-9]+):(?P<detail>[^\n]*)")
 
 
 class ControlEvent(NamedTuple):
-    """One control line: what happened, on which rank, and a free-text detail."""
+    """One event line: what happened, on which rank, and its fields as words."""
 
     event: str
     rank: int
     detail: str
 
 
-def new_token() -> str:
-    """A fresh token for one launch, so that no program output can pass for a control line by chance."""
-    return secrets.token_hex(8)
-
-
 def parse_control(line: str, token: str) -> ControlEvent | None:
-    """The control event in `line` when it carries this launch's `token`, else None."""
-    match = _LINE.search(line)
-    if match is None or match["token"] != token:
-        return None
-    return ControlEvent(match["event"], int(match["rank"]), match["detail"].rstrip("\r\0"))
-
-
-def emit(event: str, rank: int, detail: str = "", environ: Mapping[str, str] = os.environ) -> None:
-    """Write a control line on fd 2 when this rank was started by `hpcdist mpirun`; do nothing otherwise."""
-    token = environ.get(CONTROL_ENV, "")
-    if not re.fullmatch(r"[0-9a-f]{16}", token):
-        return
-    line = f"@@hpcdist:{token}:{event}:{rank}:{' '.join(detail.split())}\n"
-    with contextlib.suppress(OSError):  # stderr closed: the launcher will not hear this rank (reported not ready)
-        os.write(2, line.encode(errors="replace"))
-
-
-def peer_lost(error: str) -> bool:
-    """Whether a rank's error text says that it failed because a peer's connection went (the peer failed first)."""
-    return bool(_PEER_LOST.search(error))
-
-
-def tell_usage(message: str, rank: int | None = None, environ: Mapping[str, str] = os.environ) -> bool:
-    """Hand a usage error to `hpcdist mpirun`, which says it once for the job; False when this process is no rank of
-    one (then the caller prints it). `rank`: this rank (default: $RANK, which the shim sets)."""
-    given = str(rank) if rank is not None else environ.get("RANK", "")
-    if not given.isdigit() or not re.fullmatch(r"[0-9a-f]{16}", environ.get(CONTROL_ENV, "")):
-        return False
-    emit("usage", int(given), quote(message), environ)  # its lines and spaces kept: parse_usage gives them back
-    _told.append(message)
-    return True
+    """The event in `line` when it carries this launch's `token`, else None."""
+    event = parse_event(line, token)
+    return None if event is None else ControlEvent(event.kind, event.rank, _words(event))
 
 
 def parse_usage(detail: str) -> str:
-    """The message of a `usage` event's detail, as the rank had it (tell_usage quoted it onto one line)."""
+    """The message of a `usage` event's detail, as the rank had it."""
     return unquote(detail)
 
 
-def told_usage() -> bool:
-    """Whether this process told its launcher a usage error (the launcher says it; the rank adds nothing)."""
-    return bool(_told)
+def _words(event: Event) -> str:
+    """An event's fields as the watch's words."""
+    words: list[str] = []
+    if isinstance(event, Usage):
+        return quote(event.message)
+    if isinstance(event, Failed):
+        words += [event.how] if event.how else []
+        words += [AFTER_PEER] if event.after_peer else []
+        words += [f"in={event.call}"] if event.call else []
+    if isinstance(event, (Ready, Failed, Vanished, Beat)) and event.host:
+        words.append(f"host={event.host}")
+    if isinstance(event, Ready) and event.world is not None:
+        words.append(f"world={event.world}")
+    if isinstance(event, Hang):
+        kinds = {"finished": event.finished, "idle": event.idle, "uninit": event.uninit, "waiting": event.waiting}
+        words += [f"{kind}={','.join(map(str, ranks))}" for kind, ranks in kinds.items() if ranks]
+        words += [f"in={event.call}"] if event.call else []
+    if isinstance(event, (Failed, Finished, Hang)) and event.at is not None:
+        words.append(f"at={event.at:.3f}")
+    return " ".join(words)

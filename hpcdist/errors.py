@@ -19,6 +19,7 @@ __all__ = [
     "TooFewRanks",
     "UsageError",
     "WaitTimeout",
+    "check_same_world",
     "lost_text",
 ]
 
@@ -109,7 +110,7 @@ class RanksLost(Exception):
 
 
 class TooFewRanks(RanksLost):
-    """The survivors of a failure would be fewer than --min-np ($HPCDIST_MIN_NP): the job ends (or restarts)."""
+    """The survivors of a failure would be fewer than --min-np: the job ends (or restarts)."""
 
 
 def lost_text(ranks: Iterable[int], hosts: Mapping[int, str], during: str = "") -> str:
@@ -118,3 +119,20 @@ def lost_text(ranks: Iterable[int], hosts: Mapping[int, str], during: str = "") 
     verb = "was" if len(listed) == 1 else "were"
     where = f" during {during}" if during else ""
     return f"{by_host(listed, hosts)} {verb} lost (process failed){where}"
+
+
+def check_same_world(who: str, said: tuple[int, int], mpi: tuple[int, int]) -> None:
+    """Refuse a process whose MPI world is not the launch's: `who` (`the slurm launch`, `torch`) says it is rank
+    `said[0]` of `said[1]`, MPI.COMM_WORLD that it is `mpi[0]` of `mpi[1]`.
+
+    Raises:
+        UsageError: they differ: mpi4py's MPI is not the one that started the job.
+    """
+    if said == mpi:
+        return
+    raise UsageError(
+        f"{who} says this process is rank {said[0]} of {said[1]} but MPI says rank {mpi[0]} of {mpi[1]}: mpi4py's "
+        "MPI is not the one that started the job (srun --mpi=pmi2 with Open MPI 5 starts every task alone in a world "
+        "of 1; torchrun starts no MPI job); launch with hpcdist mpirun, the mpirun of the MPI mpi4py was built with, "
+        "or srun --mpi=pmix"
+    )

@@ -8,6 +8,7 @@ child process that connects to rank 0's rendezvous store as a client and must no
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import math
 import os
 import runpy
@@ -15,27 +16,28 @@ import shutil
 import signal
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NoReturn
 
-from . import control
-from .abort import abort_job, before_abort, end_failed_rank, shrinks
-from .control import AFTER_PEER, peer_lost
+from .abort import abort_job, before_abort, end_failed_rank, speak_under
+from .contract import Done, Failed, RankContract, check_version
 from .errors import RendezvousTimeout, UsageError
-from .forensics.cause import failure_words, said_finished, stamp
-from .launching.outcome import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
-from .launching.program import PythonTarget, is_python, parse_python_argv
-from .placement.binding import BIND_VAR, binding_env, check_bind, plan_binding
+from .forensics.cause import failed_call, peer_lost, said_finished
+from .placement.binding import binding_env, plan_binding
 from .placement.topology import load_topology
-from .rank.tagger import drain as drain_tagger
+from .program import PythonTarget, is_python, parse_python_argv
+from .rank.child import run_child
 from .rank.tagger import leave_time_to_peers
 from .rank.tagger import start as start_tagger
 from .runtime.adopt import adopt, finish
 from .runtime.bootstrap import job_timeout, prepare, say_ready, serve_store, stacks_on_failure
 from .runtime.env import LaunchEnv
 from .runtime.pmi import finalize as pmi_finalize
+from .runtime.process import RankProcess, current, existing
+from .status import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 
 __all__ = ["FINALIZE_SECONDS", "bind", "format_failure", "main", "python_target"]
 
@@ -70,11 +72,11 @@ def format_failure(rank: int, exc: BaseException) -> str:
     return "\n".join(f"[rank {rank}] {line}" for line in lines)
 
 
-def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, str]:
-    """Run the program as `__main__` here; its ending as an exit code, and the words that tell how it failed.
+def _run_in_process(process: RankProcess, target: PythonTarget, rank: int) -> tuple[int, Failed | None]:
+    """Run the program as `__main__` here; its ending as an exit code, and how it failed when it raised.
 
-    The words (for the `failed` control line): `after=peer` when its error said a peer had gone, `in=OP#SEQ` when
-    the error came out of a communication call, `at=` when (forensics/cause.py); "" when it did not raise.
+    The `Failed` event says whether its error said a peer had gone (`after_peer`), the communication call the error
+    came out of (`call`), and when (`at`; forensics/cause.py); None when it did not raise (its `how` is the shim's).
     """
     if target.kind == "path":
         sys.argv = [target.what, *target.args]
@@ -89,17 +91,17 @@ def _run_in_process(target: PythonTarget, rank: int) -> tuple[int, str]:
         else:
             runpy.run_path(target.what, run_name="__main__")
     except SystemExit as exc:
-        return _exit_code(exc.code), ""
+        return _exit_code(exc.code), None
     except UsageError as exc:  # e.g. init_process_group("nccl") without GPUs: a mistake, not a crash
-        _usage_error(rank, str(exc))
-        return 2, ""
+        _usage_error(process, rank, str(exc))
+        return 2, None
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
-        words = f"{AFTER_PEER} {failure_words(exc)}" if peer_lost(str(exc)) else failure_words(exc)
-        if not shrinks():  # the others' stacks, while they still wait where this rank left them (under shrink: on)
+        how = Failed(rank, after_peer=peer_lost(str(exc)), call=failed_call(exc), at=time.time())
+        if not process.contract.shrinks:  # the others' stacks, while they still wait where this rank left them
             stacks_on_failure(rank, exc)
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)  # last
-        return 1, words
-    return 0, ""
+        return 1, how
+    return 0, None
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
@@ -119,37 +121,35 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _run_child(words: Sequence[str], env: dict[str, str], rank: int) -> int:
+def _run_child(process: RankProcess, words: Sequence[str], env: dict[str, str], rank: int) -> int:
     """Run a non-Python program as a child; one that cannot start is this rank's usage error (status 2)."""
-    from .launching.spawn import run_child
-
     try:
         return run_child(words, env)
     except UsageError as exc:
-        _usage_error(rank, str(exc), where=True)  # the program may be missing on one host only
+        _usage_error(process, rank, str(exc), where=True)  # the program may be missing on one host only
         abort_job(2)
         return 2
 
 
-def _usage_error(rank: int | str, message: str, where: bool = False) -> None:
+def _usage_error(process: RankProcess | None, rank: int | str, message: str, where: bool = False) -> None:
     """A usage error on this rank: told to hpcdist mpirun, which says it once for the job, else printed here.
 
     `where`: the message depends on the rank's place, so the one told names the rank and its host too.
     """
     place = f"rank {rank} on {socket.gethostname()}: "
-    if not (isinstance(rank, int) and control.tell_usage(f"{place if where else ''}{message}", rank)):
+    if process is None or not process.tell_usage(f"{place if where else ''}{message}"):
         print(f"hpcdist: error: {place}{message}", file=sys.stderr, flush=True)
 
 
-def bind(local_rank: int, local_world_size: int) -> None:
-    """$HPCDIST_BIND=auto: pin this process to its share of the node's cores, and set OMP_NUM_THREADS and NCCL's NIC.
+def bind(contract: RankContract, local_rank: int, local_world_size: int) -> None:
+    """Under --bind auto (the contract's `bind`): pin this process to its share of the node's cores, and set
+    OMP_NUM_THREADS and NCCL's NIC.
 
     Runs before MPI or torch start any thread, so that every thread (and child) inherits the CPU set. Each local
-    rank plans the whole node from the same facts (sysfs or $HPCDIST_TOPOLOGY, and the CPUs the launcher left it)
-    and takes its own share, so the shares are disjoint without any exchange between the ranks.
+    rank plans the whole node from the same facts (sysfs or the TOPOLOGY setting's file, and the CPUs the launcher
+    left it) and takes its own share, so the shares are disjoint without any exchange between the ranks.
     """
-    mode = os.environ.get(BIND_VAR, "none")
-    if check_bind(mode, "none", f"${BIND_VAR}") == "none":
+    if contract.bind == "none":
         return
     topology = load_topology(os.environ, os.sched_getaffinity(0))
     share = plan_binding(topology, local_world_size, os.environ)[local_rank]
@@ -158,70 +158,82 @@ def bind(local_rank: int, local_world_size: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Prepare the torch variables, run the program, and abort the whole job if it fails (under --on-failure shrink:
-    end this rank only)."""
+    """Read the launcher's contract, prepare the torch variables, run the program, and abort the whole job if it fails
+    (under --on-failure shrink: end this rank only)."""
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["--"]:
         words = words[1:]
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # ranks' lines arrive whole
+    host = socket.gethostname()
     rank = "?"
+    process: RankProcess | None = None
     try:
-        target = python_target(words)
+        process = current(os.environ)  # the launcher's contract, read once for this process
+        speak_under(process.contract)
         env = LaunchEnv.from_environ(os.environ)
-        rank = str(env.rank)
-        if start_tagger(env.rank, env.world_size, socket.gethostname().split(".")[0]):  # before the program loads
-            before_abort(drain_tagger)  # under Hydra, MPI_Abort also ends the tagger: its last lines go out first
+        rank, process.rank = str(env.rank), env.rank
+        check_version(
+            process.contract, "this rank"
+        )  # first: a rank of another hpcdist stops here (said with its place)
+        target = python_target(words)
+        tagger = start_tagger(process.contract, env.rank, env.world_size, host.split(".")[0])  # before the program
+        if tagger is not None:
+            before_abort(tagger.drain)  # under Hydra, MPI_Abort also ends the tagger: its last lines go out first
             if env.launcher == "mpich":  # Hydra's MPI_Abort silences a peer killed a moment ago: let it be named
                 before_abort(leave_time_to_peers)
-        bind(env.local_rank, env.local_world_size)
+        bind(process.contract, env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
-        env = prepare(seconds, env)[0]  # the rendezvous itself is not kept: the store over MPI may replace it
+        env = prepare(process, seconds, env)[0]  # the rendezvous itself is not kept: the store over MPI may replace it
     except (UsageError, RendezvousTimeout) as exc:
-        _usage_error(int(rank) if rank.isdigit() and isinstance(exc, UsageError) else rank, str(exc), where=True)
-        if rank.isdigit():
-            control.emit("failed", int(rank), "exit code 2")
+        _usage_error(process if isinstance(exc, UsageError) else None, rank, str(exc), where=True)
+        if process is not None and rank.isdigit():
+            process.contract.tell(Failed(int(rank), how="exit code 2"))
         abort_job(2)
         return 2
+    contract = process.contract
     if target is not None:
-        adopt(env, seconds)  # the program's own init_process_group gets hpcdist.init's protection
-        code, told = _run_in_process(target, env.rank)
+        adopted = adopt(process, env, seconds)  # the program's own init_process_group gets hpcdist.init's protection
+        code, failed = _run_in_process(process, target, env.rank)
         if code == 0:
-            said_finished(env.rank)  # hpcdist mpirun names it if the others then fail waiting for it
-            finish()  # wait for the other ranks, so that their hang report can name this rank as finished
+            said_finished(contract, env.rank)  # hpcdist mpirun names it if the others then fail waiting for it
+            finish(adopted)  # wait for the other ranks, so that their hang report can name this rank as finished
     else:
-        serve_store()  # on rank 0: the child's ranks connect to the store as clients
+        serve_store(process)  # on rank 0: the child's ranks connect to the store as clients
         child_env = dict(os.environ)  # TORCHELASTIC_USE_AGENT_STORE=True: rank 0's shim serves the store
-        if os.environ.get(control.TRACE_ENV) and env.rank == 0:
+        if contract.trace and env.rank == 0:
             print(
                 f"hpcdist: no trace will be written: --trace records Python programs, and {words[0]} is not one",
                 file=sys.stderr,
                 flush=True,
             )
-        say_ready(env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
-        code, told = _run_child(words, child_env, env.rank), ""
+        say_ready(contract, env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
+        code, failed = _run_child(process, words, child_env, env.rank), None
     if code != 0:
-        host = socket.gethostname()
         # a usage error told to hpcdist mpirun is the job's one message; under shrink hpcdist mpirun names the rank
-        if not control.told_usage() and not (shrinks() and os.environ.get(control.CONTROL_ENV)):
-            ending = "leaving the job, the others carry on (--on-failure shrink)" if shrinks() else "ending the job"
+        if process.told is None and not (contract.shrinks and contract.routed):
+            ending = (
+                "leaving the job, the others carry on (--on-failure shrink)" if contract.shrinks else "ending the job"
+            )
             print(
-                f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}){_consequence(told)}; {ending}",
+                f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}){_consequence(failed)}; {ending}",
                 file=sys.stderr,
                 flush=True,
             )
-        # after=peer or in=OP: a casualty, which hpcdist mpirun names after the rank that began the failure
-        control.emit("failed", env.rank, f"{_describe(code)} host={host} {told or stamp()}")
-        end_failed_rank(code if 0 < code < 256 else 1)
+        # after a peer or in a call: a casualty, which hpcdist mpirun names after the rank that began the failure
+        how = failed or Failed(env.rank, at=time.time())
+        contract.tell(dataclasses.replace(how, how=_describe(code), host=host))
+        end_failed_rank(contract, code if 0 < code < 256 else 1)
     else:
-        control.emit("done", env.rank)  # its tagger need not report it vanished
+        contract.tell(Done(env.rank))  # its tagger need not report it vanished
     return code
 
 
-def _consequence(words: str) -> str:
-    """' in all_reduce #2, after a peer had gone' from a failure's words; '' for a failure of the rank's own."""
-    fields = dict(word.partition("=")[::2] for word in words.split())
-    call = f" in {fields['in'].replace('#', ' #')}" if fields.get("in") else ""
-    return f"{call}{', after a peer had gone' if AFTER_PEER in words.split() else ''}"
+def _consequence(failed: Failed | None) -> str:
+    """' in all_reduce #2, after a peer had gone' from how the program failed; '' for a failure of the rank's own."""
+    if failed is None:
+        return ""
+    call = f" in {failed.call.replace('#', ' #')}" if failed.call else ""
+    return f"{call}{', after a peer had gone' if failed.after_peer else ''}"
 
 
 def _leave(code: int) -> NoReturn:
@@ -234,9 +246,10 @@ def _leave(code: int) -> NoReturn:
     """
     atexit._run_exitfuncs()
     mpi = sys.modules.get("mpi4py.MPI")
+    process = existing()
     if mpi is not None and mpi.Is_initialized():
         if not mpi.Is_finalized():
-            if shrinks():
+            if process is not None and process.contract.shrinks:
                 _bound_finalize()
             mpi.Finalize()
         pmi_finalize(mpi.Get_library_version())

@@ -13,7 +13,8 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import UsageError
-from ..runtime.bootstrap import Session, choose_backend
+from ..runtime.backends import choose_backend
+from ..runtime.bootstrap import Session
 
 __all__ = ["BackendGroup", "backend_groups", "fake_group"]
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
+from ..settings import FORENSICS
 from .fmt import FLOOR, REFERENCE
 from .groups import BackendGroup, fake_group
 from .plan import BenchPlan, Counts
@@ -67,7 +68,7 @@ class TorchImpl:
         if ledger is not None and not getattr(dist.all_reduce, "_hpcdist_ledger", False):
             raise UsageError(
                 "--without-ledger compares hang forensics' ledger on and off, but it is off here (not under an MPI "
-                "launch, or HPCDIST_FORENSICS=0); run under `hpcdist mpirun` or drop --without-ledger"
+                f"launch, or {FORENSICS.name}=0); run under `hpcdist mpirun` or drop --without-ledger"
             )
         self.dtype = getattr(torch, plan.dtype)
         names = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}

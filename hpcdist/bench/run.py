@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
+from ..settings import FORENSICS
 from .describe import describe, device_line
 from .fmt import Comparison, Result, compare, footer_lines, format_row, header_lines, json_row
 from .impl import Implementation
@@ -177,7 +178,7 @@ def _begin_tracing(session: Session) -> None:
     if not forensics_enabled(session.env):
         raise UsageError(
             "--trace-cost times the recording of hang forensics, which run under an MPI launch unless "
-            "HPCDIST_FORENSICS=0; run it under hpcdist mpirun without HPCDIST_FORENSICS=0"
+            f"{FORENSICS.name}=0; run it under hpcdist mpirun without {FORENSICS.name}=0"
         )
     timeline.begin(session.timeout)
 

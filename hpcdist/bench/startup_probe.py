@@ -1,8 +1,9 @@
 """The program each rank of a `hpcdist bench startup` job runs, by path: it stamps its phases and writes them down.
 
-`python startup_probe.py MODE DIR`: MODE `pass` does nothing else, `mpi` imports mpi4py's MPI (MPI_Init), `torch`
-runs `init_process_group("gloo")` from the environment (env://) and one barrier. Each phase is stamped in seconds
-since $HPCDIST_BENCH_LAUNCH (the wall clock when the job was launched), and the rank writes DIR/rank-R.json with
+`python startup_probe.py MODE DIR TIMEOUT LAUNCH`: MODE `pass` does nothing else, `mpi` imports mpi4py's MPI
+(MPI_Init), `torch` runs `init_process_group("gloo")` from the environment (env://, waiting at most TIMEOUT seconds)
+and one barrier. Each phase is stamped in seconds since LAUNCH (the wall clock when the job was launched, which the
+benchmark adds to the command line as it starts it), and the rank writes DIR/rank-R.json with
 them, its CPU seconds (user + system) and its peak resident memory. It imports nothing of hpcdist, so under plain
 mpirun it costs what a plain script costs.
 """
@@ -15,10 +16,8 @@ import resource
 import sys
 import time
 
-__all__ = ["LAUNCH_VAR", "TIMEOUT_VAR", "main"]
+__all__ = ["main"]
 
-LAUNCH_VAR = "HPCDIST_BENCH_LAUNCH"
-TIMEOUT_VAR = "HPCDIST_BENCH_JOB_TIMEOUT"  # seconds init_process_group may wait
 _RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 _SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
@@ -31,8 +30,8 @@ def _first(names: tuple[str, ...]) -> str:
 def main(argv: list[str]) -> int:
     """Run MODE's phases and write this rank's record into DIR."""
     start = time.time()
-    mode, folder = argv
-    launch = float(os.environ[LAUNCH_VAR])
+    mode, folder, timeout, when = argv
+    launch = float(when)
     phases = {"start": start - launch}
     rank, size = int(_first(_RANK_VARS)), int(_first(_SIZE_VARS))
     if mode == "mpi":
@@ -48,7 +47,7 @@ def main(argv: list[str]) -> int:
         import torch.distributed as dist
 
         phases["torch"] = time.time() - launch
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_VAR, "600"))))
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(timeout)))
         phases["init"] = time.time() - launch
         dist.barrier()
         phases["barrier"] = time.time() - launch

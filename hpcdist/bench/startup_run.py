@@ -41,7 +41,6 @@ from .startup import (
     table_lines,
 )
 from .startup_model import CLUSTERS, REFERENCES, SCALES, fit_models, model_lines
-from .startup_probe import LAUNCH_VAR, TIMEOUT_VAR
 
 __all__ = ["document", "kill_tree", "machine_facts", "run_startup", "show"]
 
@@ -195,17 +194,21 @@ def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, 
     row = ROWS[job.row]
     folder = tempfile.mkdtemp(prefix="hpcdist-startup-")
     try:
-        env = dict(os.environ, **{TIMEOUT_VAR: str(timeout)})
+        env = dict(os.environ)
         if job.row == "mpirun-gloo":
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-        argv = job_argv(row, job.ranks, where, folder)
+        argv = [*job_argv(row, job.ranks, where, folder), f"{timeout:g}"]  # the probe's last words: its timeout,
         log_path = os.path.join(folder, "output.log")
         with open(log_path, "w+b") as log:
             before, busy = resource.getrusage(resource.RUSAGE_CHILDREN), _machine_busy()
             start = time.perf_counter()
-            env[LAUNCH_VAR] = repr(time.time())
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
+            proc = subprocess.Popen(  # and the wall clock at the launch
+                [*argv, repr(time.time())],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
             )
             try:
                 code = proc.wait(timeout)

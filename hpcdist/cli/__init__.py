@@ -15,15 +15,15 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from .. import control
+from .. import settings
 from .._version import __version__
 from ..errors import UsageError, WaitTimeout
 from .types import Checked
 
-__all__ = ["DEBUG_VAR", "INTERNAL_ERROR", "build_parser", "main", "other_spellings"]
+__all__ = ["INTERNAL_ERROR", "build_parser", "main", "other_spellings"]
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): hpcdist itself failed; 2 stays the user's mistake
-DEBUG_VAR = "HPCDIST_DEBUG"  # set (not 0) to print the traceback of an internal error
+_DEBUG = settings.DEBUG.name  # set (not 0) to print the traceback of an internal error
 
 
 class _Parser(argparse.ArgumentParser):
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {**launch.COMMANDS, **generate.COMMANDS, **diagnose.COMMANDS, **follow.COMMANDS, **trace.COMMANDS}
         return commands[args.command](args)
     except UsageError as exc:
-        if not control.tell_usage(str(exc)):  # a rank of hpcdist mpirun: the launcher says it once for the job
+        if not _told(str(exc)):  # a rank of hpcdist mpirun: the launcher says it once for the job
             print(f"hpcdist: error: {exc}", file=sys.stderr)
         return 2
     except WaitTimeout as exc:  # the message says who waited for what; the other ranks may be waiting too
@@ -177,6 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _internal_error(exc)
 
 
+def _told(message: str) -> bool:
+    """Whether this command runs as a rank of `hpcdist mpirun` (in the shim's process) and told it `message`."""
+    from ..runtime.process import existing
+
+    process = existing()  # made by the shim (or hpcdist.init) only: a plain command reads no contract
+    return process is not None and process.tell_usage(message)
+
+
 def _distributed_failure(exc: Exception) -> bool:
     """Whether torch.distributed raised it: a failure of the job, not a bug in hpcdist.
 
@@ -191,14 +199,14 @@ def _distributed_failure(exc: Exception) -> bool:
 
 
 def _internal_error(exc: Exception) -> int:
-    """Say that hpcdist failed and how to report it; the traceback only when $HPCDIST_DEBUG is set."""
-    debug = os.environ.get(DEBUG_VAR, "0") not in ("", "0")
+    """Say that hpcdist failed and how to report it; the traceback only when the DEBUG setting is on."""
+    debug = settings.debug(os.environ)
     if debug:
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     print(
         f"hpcdist: internal error: {type(exc).__name__}: {exc}\n"
         f"hpcdist: this is a bug in hpcdist {__version__}, not a mistake of yours; please report it to hpcdist's "
-        f"maintainers with the command you ran and {'this' if debug else f'the traceback {DEBUG_VAR}=1 prints'}",
+        f"maintainers with the command you ran and {'this' if debug else f'the traceback {_DEBUG}=1 prints'}",
         file=sys.stderr,
     )
     return _end_job(INTERNAL_ERROR)

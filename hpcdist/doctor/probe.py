@@ -261,8 +261,9 @@ def rendezvous_probe(timeout: float = 10.0) -> None:
     on rank 0 instead of torch's store; each rank prints whether it reached it, rank 0 how many connected."""
     from mpi4py import MPI
 
+    from ..runtime.addresses import probe
     from ..runtime.env import LaunchEnv
-    from ..runtime.rendezvous import Rendezvous, offer_rendezvous, probe
+    from ..runtime.rendezvous import Rendezvous, offer_rendezvous
 
     def say(line: str) -> None:  # one write(2) per line: the ranks share mpirun's stdout pipe
         os.write(1, (line + "\n").encode())

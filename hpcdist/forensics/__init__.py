@@ -1,7 +1,8 @@
 """Hang forensics: each rank's ledger of communication calls, and the watchdog that reports the first divergence.
 
 - `ledger`: the ledger and the divergence analysis (pure);
-- `watchdog`: records torch.distributed calls, gathers every ledger over MPI at a timeout, ends the job;
+- `recording`: this rank's ledger (`LEDGER`) and the wrappers that record torch.distributed's calls in it;
+- `watchdog`: gathers every ledger over MPI at a timeout, reports the hang, ends the job;
 - `sources`: calls recorded below dist.* (a backend's own records, torch's Flight Recorder), merged into the ledger;
 - `frdump`: every rank's calls as Flight Recorder dumps for torch's `torchfrtrace`, and where they go;
 - `stacks`: a rank's Python stacks through faulthandler, and every rank's grouped into one report (pure but the dump);
@@ -14,6 +15,7 @@
 - `timeline`: aligns the ranks' clocks over MPI, keeps every call and `hpcdist.region`, writes the trace file;
 - `timeplot`: draws a trace file with matplotlib (`hpcdist trace FILE --plot`).
 
-May import: errors, values, waits, abort, control, ranklist, commcall (the record of one call, which the mpi backend
-shares), and launching.spawn (to run py-spy). Never the runtime, the CLI or torch at import time.
+May import: the leaves (errors, values, waits, abort, contract, settings, ranklist, proctree, and commcall: the record
+of one call, which the mpi backend shares) and rank.child (to run py-spy). Never the runtime, the supervisor
+(launching), the CLI, or torch at import time.
 """

@@ -1,44 +1,46 @@
 """What a rank tells `hpcdist mpirun` about its ending, so the launcher names the rank that began a failure first.
 
 A rank whose peer went fails too: gloo's `Connection closed by peer`, or a communication call that errs. Its
-`failed` control line says so: `after=peer` (its error says a peer's connection dropped) and `in=OP#SEQ` (the error
-came out of a communication call: the ledger's call whose wrapper it passed through, or its pending call). A rank
-whose program ended well says `finished` before it waits for the others; the hang report says which ranks it
-blames (`hang`). Every such line carries `at=` (the rank's wall clock, seconds) for the launcher to order them.
-Only ever called once a rank is ending: nothing here runs per call.
+`Failed` event says so: `after_peer` (its error says a peer's connection dropped: `peer_lost`) and `call` (the error
+came out of a communication call: the ledger's call whose wrapper it passed through, or its pending call:
+`failed_call`). A rank whose program ended well says `Finished` before it waits for the others; the hang report
+says which ranks it blames (`Hang`). Each carries `at` (the rank's wall clock, seconds) for the launcher to order
+them. Only ever called once a rank is ending: nothing here runs per call.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from .. import control
 from ..commcall import Call
+from ..contract import Finished, Hang, RankContract
 from .ledger import FINISHED, INITIALISING, RUNNING, Phase
 
-__all__ = ["blame", "failure_words", "said_finished", "stamp", "tell_hang"]
+__all__ = ["blame", "failed_call", "peer_lost", "said_finished", "tell_hang"]
+
+# What a rank's error says when it failed because a peer went first: gloo's `[…/gloo/transport/tcp/pair.cc:553]
+# Connection closed by peer [127.0.0.1]:64672` (or `Connection reset by peer`), NCCL's `remote process exited or
+# there was a network error`, a send's `Broken pipe`.
+_PEER_LOST = re.compile(
+    r"[Cc]onnection (?:reset|closed) by peer|remote process exited or there was a network error|Broken pipe"
+)
 
 
-def failure_words(exc: BaseException | None) -> str:
-    """`in=all_reduce#2 at=<seconds>` for a failure: the communication call it came out of (if any), and when."""
-    call = _failed_call(exc)
-    return f"in={call} {stamp()}" if call else stamp()
+def peer_lost(error: str) -> bool:
+    """Whether a rank's error text says that it failed because a peer's connection went (the peer failed first)."""
+    return bool(_PEER_LOST.search(error))
 
 
-def stamp() -> str:
-    """`at=<seconds>`: when, by this rank's wall clock (hosts' clocks agree to NTP's precision)."""
-    return f"at={time.time():.3f}"
-
-
-def said_finished(rank: int) -> None:
+def said_finished(contract: RankContract, rank: int) -> None:
     """Tell `hpcdist mpirun` that this rank's program ended well and it now waits for the others."""
-    control.emit("finished", rank, stamp())
+    contract.tell(Finished(rank, at=time.time()))
 
 
-def _failed_call(exc: BaseException | None) -> str:
+def failed_call(exc: BaseException | None) -> str:
     """`all_reduce#2`: the recorded call an exception passed through, else the ledger's pending call, else ''."""
     wrappers = _wrapper_codes()
     called = ""  # a wrapper's call that recorded no entry (its backend records its own calls)
@@ -55,8 +57,10 @@ def _failed_call(exc: BaseException | None) -> str:
         tb = tb.tb_next
     if called:
         return called
-    watchdog = sys.modules.get(f"{__package__}.watchdog")  # not loaded: no call was recorded (and no import cycle)
-    pending = None if watchdog is None else watchdog.LEDGER.pending()  # a call torch issued (DDP), its error elsewhere
+    recording = sys.modules.get(f"{__package__}.recording")  # not loaded: no call was recorded (and no import cycle)
+    pending = (
+        None if recording is None else recording.LEDGER.pending()
+    )  # a call torch issued (DDP), its error elsewhere
     return "" if pending is None else f"{pending.op}#{pending.seq}"
 
 
@@ -96,13 +100,19 @@ def blame(
     return waiting, blamed
 
 
-def tell_hang(rank: int, ledgers: Mapping[int, list[Call]], phases: Mapping[int, Phase]) -> None:
-    """The hang report's verdict for `hpcdist mpirun`: the ranks it blames, those that waited, and in what.
-
-    `finished=1 idle=4 uninit=5 waiting=0,2,3 in=all_reduce#2 at=<seconds>` (see `blame`).
-    """
+def tell_hang(
+    contract: RankContract, rank: int, ledgers: Mapping[int, list[Call]], phases: Mapping[int, Phase]
+) -> None:
+    """The hang report's verdict for `hpcdist mpirun`: the ranks it blames, those that waited, and in what (`blame`)."""
     waiting, blamed = blame(ledgers, phases)
-    words = [f"{kind}={','.join(map(str, ranks))}" for kind, ranks in blamed.items() if ranks]
-    if waiting:
-        words.append(f"waiting={','.join(map(str, waiting))} in={waiting[min(waiting)]}")
-    control.emit("hang", rank, " ".join([*words, stamp()]))
+    contract.tell(
+        Hang(
+            rank,
+            finished=tuple(blamed["finished"]),
+            idle=tuple(blamed["idle"]),
+            uninit=tuple(blamed["uninit"]),
+            waiting=tuple(waiting),
+            call=waiting[min(waiting)] if waiting else "",
+            at=time.time(),
+        )
+    )

@@ -17,9 +17,11 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import pyspy, stacks, watchdog
+from .recording import LEDGER
 
 __all__ = ["SIGNAL", "install", "on_failure"]
 
@@ -28,7 +30,26 @@ _TAG = 7304  # a rank's signalled dump, sent to rank 0
 _SETTLE = 1.0  # rank 0 waits this long after the first dump for the others' (mpirun passes the signal on to all)
 _QUIET = 2.0  # dumps arriving this soon after a report belong to it (a rank asked before its own dump was read)
 _PIPE_SIZE = 1 << 20  # faulthandler's dump of 100 threads of 100 frames fits; a fuller pipe truncates the dump
-_state: dict[str, Any] = {}
+
+
+@dataclass
+class _Collector:
+    """The pipe SIGUSR2's dump goes through, what of it was read, and on the reporter the dumps that arrived.
+
+    One per process (`_COLLECTOR`): faulthandler's signal handler writes into its pipe.
+    """
+
+    pipe: int | None = None  # its reading end, once installed
+    write: int | None = None  # its writing end, faulthandler's
+    read: bytes = b""  # a dump read in part
+    dumps: dict[int, dict[str, Any]] = field(default_factory=dict)  # on the reporter: rank -> its signalled dump
+    first: float = 0.0  # when the first of them arrived (0: none yet)
+    quiet_until: float = 0.0  # dumps before this (monotonic) time belong to the report just printed
+    sent: list[Any] = field(default_factory=list)  # this rank's dumps on their way to the reporter
+    failed: bool = False  # this rank's program failed and its report was printed
+
+
+_COLLECTOR = _Collector()
 
 
 def install() -> None:
@@ -36,7 +57,7 @@ def install() -> None:
 
     SIGUSR2 is left to a handler the program installed before; one installed later replaces the dump.
     """
-    if "pipe" in _state:
+    if _COLLECTOR.pipe is not None:
         return
     watchdog.contribute("stacks", stacks.own)
     read, write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the handler never blocks, even on the reading thread
@@ -44,7 +65,7 @@ def install() -> None:
         fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
     if signal.getsignal(SIGNAL) == signal.SIG_DFL:  # a program's own SIGUSR2 handler (Slurm's --signal) stays
         faulthandler.register(SIGNAL, file=write, all_threads=True, chain=False)
-    _state.update(pipe=read, write=write, read=b"", dumps={}, first=0.0, quiet_until=0.0, sent=[])
+    _COLLECTOR.pipe, _COLLECTOR.write = read, write
     watchdog.each_cycle(_cycle)
 
 
@@ -54,9 +75,9 @@ def on_failure(rank: int) -> None:
     Nothing when no other rank still runs its program, or without a watchdog communicator (forensics off, or not
     under an MPI launch); only once.
     """
-    if "pipe" not in _state or _state.get("failed"):
+    if _COLLECTOR.pipe is None or _COLLECTOR.failed:
         return
-    _state["failed"] = True
+    _COLLECTOR.failed = True
     answers = watchdog.ask_all()
     if answers is None:
         return
@@ -82,12 +103,12 @@ def _cycle(comm: Any) -> None:
     """Watchdog thread: pass a complete SIGUSR2 dump on to the reporter (rank 0), which collects them and prints."""
     stack, reporter = _complete_dump(), watchdog.reporter(comm)
     if stack is not None:
-        dump = {"phase": watchdog.LEDGER.state(), "stacks": stack}  # as an answer is: a finished rank is named
+        dump = {"phase": LEDGER.state(), "stacks": stack}  # as an answer is: a finished rank is named
         if comm.rank == reporter:
             _arrived(reporter, dump)
         else:
-            _state["sent"].append(comm.isend(dump, dest=reporter, tag=_TAG))  # kept until it completes
-            _state["sent"] = [request for request in _state["sent"] if not request.Test()]
+            _COLLECTOR.sent.append(comm.isend(dump, dest=reporter, tag=_TAG))  # kept until it completes
+            _COLLECTOR.sent = [request for request in _COLLECTOR.sent if not request.Test()]
     if comm.rank != reporter:
         return
     from mpi4py import MPI
@@ -95,38 +116,39 @@ def _cycle(comm: Any) -> None:
     status = MPI.Status()
     while (message := comm.improbe(source=MPI.ANY_SOURCE, tag=_TAG, status=status)) is not None:
         _arrived(status.Get_source(), message.recv())
-    first = _state["first"]
-    if first and (len(_state["dumps"]) == comm.size or time.monotonic() - first > _SETTLE):
+    first = _COLLECTOR.first
+    if first and (len(_COLLECTOR.dumps) == comm.size or time.monotonic() - first > _SETTLE):
         _print_signalled(comm.size)
 
 
 def _complete_dump() -> stacks.Stacks | None:
     """The dump read from the pipe once a cycle brought nothing more (the handler writes it all at once)."""
     chunks = []
+    pipe = _COLLECTOR.pipe
     with contextlib.suppress(BlockingIOError):
-        while chunk := os.read(_state["pipe"], 1 << 16):
+        while pipe is not None and (chunk := os.read(pipe, 1 << 16)):
             chunks.append(chunk)
     if chunks:
-        _state["read"] += b"".join(chunks)
+        _COLLECTOR.read += b"".join(chunks)
         return None
-    if not _state["read"]:
+    if not _COLLECTOR.read:
         return None
-    text, _state["read"] = _state["read"].decode(errors="replace"), b""
+    text, _COLLECTOR.read = _COLLECTOR.read.decode(errors="replace"), b""
     return stacks.parse(text, stacks.thread_names())
 
 
 def _arrived(rank: int, dump: dict[str, Any]) -> None:
     """Rank 0: note a rank's signalled dump, unless it belongs to the report just printed."""
     now = time.monotonic()
-    if now < _state["quiet_until"]:
+    if now < _COLLECTOR.quiet_until:
         return
-    _state["dumps"][rank] = dump
-    _state["first"] = _state["first"] or now
+    _COLLECTOR.dumps[rank] = dump
+    _COLLECTOR.first = _COLLECTOR.first or now
 
 
 def _print_signalled(size: int) -> None:
     """Rank 0: ask the ranks that sent no dump for their stacks, print every rank's, and start afresh."""
-    dumps: dict[int, dict[str, Any]] = _state["dumps"]
+    dumps = _COLLECTOR.dumps
     if len(dumps) < size:
         asked = watchdog.ask_all() or {}
         dumps.update({rank: answer for rank, answer in asked.items() if rank not in dumps})
@@ -134,4 +156,4 @@ def _print_signalled(size: int) -> None:
     missing = pyspy.fill(found, [rank for rank in range(size) if rank not in found and rank not in finished])
     headline = f"hpcdist: {SIGNAL.name}: every rank's Python stacks (most recent call first; identical stacks merged):"
     print(stacks.report(found, missing, headline, finished), file=sys.stderr, flush=True)
-    _state.update(dumps={}, first=0.0, quiet_until=time.monotonic() + _QUIET)
+    _COLLECTOR.dumps, _COLLECTOR.first, _COLLECTOR.quiet_until = {}, 0.0, time.monotonic() + _QUIET

@@ -24,11 +24,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from .. import settings
 from ..commcall import Call
-from ..control import RUN_ID_ENV
+from ..contract import RankContract
 
 __all__ = [
-    "DIR_ENV",
     "PART",
     "PREFIX",
     "VERSION",
@@ -41,7 +41,6 @@ __all__ = [
     "write",
 ]
 
-DIR_ENV = "HPCDIST_FR_DIR"  # where the dumps go; default: $HPCDIST_LOG_DIR/fr, else <tmp>/hpcdist-fr-<run id>
 PREFIX = "fr_rank_"  # a dump is PREFIX<rank>, as torchfrtrace's -p/--prefix expects
 PART = "fr"  # the name of this rank's part of a watchdog answer
 VERSION = "2.10"  # the dump format torch 2.13 writes and torchfrtrace reads
@@ -90,19 +89,16 @@ _P2P = ("send", "recv")
 _STATUS = ("last_enqueued_collective", "last_started_collective", "last_completed_collective")
 _WORLD = "world"
 _DUMP_NAME = re.compile(rf"{PREFIX}[0-9]+")
-_LOG_DIR_ENV = "HPCDIST_LOG_DIR"  # hpcdist mpirun --log-dir (rank.streams.LOG_DIR_ENV)
 
 
-def dump_dir(environ: Mapping[str, str], cwd: str) -> str:
-    """The absolute directory for this run's dumps: $HPCDIST_FR_DIR, else $HPCDIST_LOG_DIR/fr, else a temporary one.
-
-    The temporary one is named after the launch (HPCDIST_RUN_ID, else SLURM_JOB_ID), which every rank knows.
-    """
-    log_dir = environ.get(_LOG_DIR_ENV)
-    given = environ.get(DIR_ENV) or (os.path.join(log_dir, "fr") if log_dir else "")
+def dump_dir(contract: RankContract, environ: Mapping[str, str], cwd: str) -> str:
+    """The absolute directory for this run's dumps: the FR_DIR setting, else the launch's log directory's `fr`, else
+    a temporary one, named after the launch (its run id, else SLURM_JOB_ID), which every rank knows."""
+    log_dir = contract.log_dir
+    given = settings.fr_dir(environ) or (os.path.join(log_dir, "fr") if log_dir else "")
     if given:
         return os.path.normpath(os.path.join(cwd, os.path.expanduser(given)))
-    run = environ.get(RUN_ID_ENV) or environ.get("SLURM_JOB_ID")
+    run = contract.run_id or environ.get("SLURM_JOB_ID")
     return os.path.join(environ.get("TMPDIR") or tempfile.gettempdir(), f"hpcdist-fr-{run}" if run else "hpcdist-fr")
 
 
@@ -305,11 +301,11 @@ def write(directory: str, files: Mapping[int, bytes]) -> None:
             out.write(data)
 
 
-def save(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: float) -> str:
+def save(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: float, contract: RankContract) -> str:
     """Write every answering rank's dump where `dump_dir` says; the line that tells the user where and what to run."""
     if not any(answer["ledger"] or (answer.get(PART) or {}).get("torch_dump") for answer in answers.values()):
         return "hpcdist: no rank has made a communication call, so there are no Flight Recorder dumps to write"
-    directory = dump_dir(os.environ, os.getcwd())
+    directory = dump_dir(contract, os.environ, os.getcwd())
     try:
         files = dumps(answers, world_size, timeout, time.time_ns())
     except (LookupError, TypeError, ValueError) as error:  # a record it cannot read must not keep the job from ending
@@ -319,7 +315,7 @@ def save(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: flo
     except OSError as error:
         return (
             f"hpcdist: could not write the Flight Recorder dumps in {directory}: {error.strerror or error}; "
-            f"set {DIR_ENV} to a writable directory"
+            f"set {settings.FR_DIR.name} to a writable directory"
         )
     return (
         f"hpcdist: Flight Recorder dumps of each rank's calls are in {directory}; "

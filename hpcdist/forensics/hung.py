@@ -17,15 +17,17 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import control
 from ..abort import wait_until_read
 from ..commcall import Call
+from ..contract import Failed, RankContract
 from ..ranklist import ranks_text
+from ..settings import TIMEOUT
 from . import stacks
-from .cause import blame, stamp
+from .cause import blame
 from .ledger import Phase
 
 __all__ = ["END_TAG", "acknowledge", "heard", "is_failure", "progress", "tell", "verdict"]
@@ -102,7 +104,7 @@ def verdict(
     first = calls[others[0]]
     return ending, (
         f"{ranks_text(others)} waited up to {max(calls[rank].age for rank in others):.1f} s in {first.label()}, past "
-        f"the {timeout:g} s timeout (HPCDIST_TIMEOUT), while it was in no communication call"
+        f"the {timeout:g} s timeout ({TIMEOUT.name}), while it was in no communication call"
     )
 
 
@@ -132,7 +134,7 @@ def tell(comm: Any, ranks: Sequence[int], ledgers: Mapping[int, list[Call]], why
     return [comm.isend((progress(ledgers[rank]), why), dest=rank, tag=END_TAG) for rank in ranks if rank != comm.rank]
 
 
-def heard(rank: int, word: tuple[tuple[Any, ...], str], calls: Sequence[Call]) -> None:
+def heard(contract: RankContract, rank: int, word: tuple[tuple[Any, ...], str], calls: Sequence[Call]) -> None:
     """On the told rank's watchdog thread: end this process, unless it made a call since it answered."""
     answered, why = word
     if progress(calls) != answered or any(not call.done for call in calls):
@@ -141,6 +143,6 @@ def heard(rank: int, word: tuple[tuple[Any, ...], str], calls: Sequence[Call]) -
     headline = f"hpcdist: rank {rank} hung and ends itself (--on-failure shrink): {why}; its Python stacks:"
     print(stacks.report({rank: stacks.own()}, headline=headline), file=sys.stderr, flush=True)
     host = socket.gethostname().split(".")[0]
-    control.emit("failed", rank, f"hung, ended by the watchdog host={host} {stamp()}")
+    contract.tell(Failed(rank, how="hung, ended by the watchdog", host=host, at=time.time()))
     wait_until_read((1, 2))
     os.kill(os.getpid(), signal.SIGKILL)

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from ..commcall import Call
 from ..ranklist import ranks_text
+from ..settings import TIMEOUT
 
 __all__ = [
     "FINISHED",
@@ -185,7 +186,7 @@ _ORDER = (
 )
 _SLOW = (
     "every rank is in the same call and still waiting: it is slow, or stuck inside the backend or the network; "
-    "if it is only slow, set a larger HPCDIST_TIMEOUT"
+    f"if it is only slow, set a larger {TIMEOUT.name}"
 )
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import proctree
+from ..rank.child import capture
 from .stacks import Stacks, frame, normalised
 
 __all__ = ["fill", "parse", "spy"]
@@ -36,8 +37,6 @@ def spy(ranks: Sequence[int]) -> dict[int, Stacks]:
     tool = beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
     if tool is None or not ranks:
         return {}
-    from ..launching.spawn import capture
-
     pids = _siblings_by_rank()
     found = {}
     for rank in ranks:

@@ -16,23 +16,45 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..commcall import Call
 from ..errors import UsageError, WaitTimeout
+from ..settings import FORENSICS
 from ..waits import Backoff, poll_until
 from . import sources
 from .chrome import RankTrace, Trace, build_document
+from .recording import LEDGER
 from .stragglers import format_summary, summarize
-from .watchdog import LEDGER
 
 __all__ = ["LIMIT", "begin", "collect", "end", "region", "reporting", "tracing"]
 
 LIMIT = 200_000  # calls, and regions, each rank keeps: past it the oldest go, and the file counts them as dropped
 _PINGS = 50  # per rank: the sample with the shortest round trip is kept
 _PING, _PONG, _SEND = 7311, 7312, 7313
-_state: dict[str, Any] = {}
-_regions: deque[tuple[str, float, float]] | None = None  # None: tracing is off and `region` records nothing
+
+
+@dataclass
+class _Timeline:
+    """This rank's part of the trace once `begin` ran: its clock against rank 0's, and the calls and regions kept.
+
+    One per process (`_TIMELINE`): `hpcdist.region` is called anywhere in the program, with nothing to hand it.
+    """
+
+    comm: Any = None  # its duplicate of COMM_WORLD; None: tracing is off
+    offset: float = 0.0  # add it to this rank's clock for rank 0's
+    residual: float = 0.0  # the bound on that offset's error
+    origin: float = 0.0  # rank 0's clock when the trace began
+    seconds: float = 0.0  # how long each wait of the trace may take
+    first: int = 0  # the ledger's sequence number of the first call kept
+    rank: int = 0
+    began: float = 0.0  # this rank's clock when it began
+    calls: deque[Call] = field(default_factory=lambda: deque(maxlen=LIMIT))
+    regions: deque[tuple[str, float, float]] | None = None  # None: `region` records nothing
+
+
+_TIMELINE = _Timeline()
 
 
 def begin(seconds: float) -> None:
@@ -43,24 +65,24 @@ def begin(seconds: float) -> None:
     Raises:
         WaitTimeout: a rank did not answer the clock exchange within `seconds` (the message names it).
     """
-    global _regions
-    if "comm" in _state:
+    if _TIMELINE.comm is not None:
         return
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD.Dup()
     offset, residual, origin = _align(comm, seconds)
-    calls: deque[Call] = deque(maxlen=LIMIT)
-    _regions = deque(maxlen=LIMIT)
-    _state.update(comm=comm, offset=offset, residual=residual, origin=origin, calls=calls, seconds=seconds)
-    _state.update(first=LEDGER.seq + 1, rank=comm.rank, began=time.monotonic())
-    LEDGER.keep(calls)
+    trace = _TIMELINE
+    trace.offset, trace.residual, trace.origin, trace.seconds = offset, residual, origin, seconds
+    trace.first, trace.rank, trace.began = LEDGER.seq + 1, comm.rank, time.monotonic()
+    trace.regions = deque(maxlen=LIMIT)
+    trace.comm = comm
+    LEDGER.keep(trace.calls)
     sources.keep(LIMIT)  # a backend that records its own calls (the mpi backend's) keeps as many
 
 
 def tracing(on: bool) -> None:
     """Keep calls (True) or stop keeping them (False) after `begin`, e.g. to time a call both ways."""
-    LEDGER.keep(_state["calls"] if on else None)
+    LEDGER.keep(_TIMELINE.calls if on else None)
 
 
 @contextlib.contextmanager
@@ -69,7 +91,7 @@ def region(name: str) -> Iterator[None]:
 
     Recorded only while the job is traced (`hpcdist mpirun --trace`, or `--report`); otherwise it does nothing.
     """
-    regions = _regions
+    regions = _TIMELINE.regions
     if regions is None:
         yield
         return
@@ -130,18 +152,18 @@ def _receive(comm: Any, source: int, tag: int, seconds: float, what: str, spin: 
 
 def _payload() -> dict[str, Any]:
     """This rank's buffers as plain values on its own clock."""
-    kept: deque[Call] = _state["calls"]
+    kept = _TIMELINE.calls
     own = [call.copy() for call in list(kept)]  # a copy: the main thread appends
-    dropped = own[0].seq - _state["first"] if own and len(own) == kept.maxlen else 0
-    calls = own + sources.timed(_state["began"], own)  # DDP's among them
+    dropped = own[0].seq - _TIMELINE.first if own and len(own) == kept.maxlen else 0
+    calls = own + sources.timed(_TIMELINE.began, own)  # DDP's among them
     calls.sort(key=lambda call: call.started)
     for seq, call in enumerate(calls, 1):
         call.seq = seq
-    regions = list(_regions or ())
+    regions = list(_TIMELINE.regions or ())
     return {
         "host": socket.gethostname().split(".")[0],
-        "offset": _state["offset"],
-        "residual": _state["residual"],
+        "offset": _TIMELINE.offset,
+        "residual": _TIMELINE.residual,
         "calls": calls,
         "regions": regions,
         "dropped": max(dropped, 0),
@@ -154,7 +176,7 @@ def collect() -> Trace | None:
     Raises:
         WaitTimeout: rank 0 did not hear from a rank, or a rank's buffers were not taken, within the job's timeout.
     """
-    comm, seconds = _state["comm"], _state["seconds"]
+    comm, seconds = _TIMELINE.comm, _TIMELINE.seconds
     if comm.rank != 0:
         request = comm.isend(_payload(), dest=0, tag=_SEND)
         poll_until(
@@ -166,7 +188,7 @@ def collect() -> Trace | None:
     payloads = {0: _payload()}
     for peer in range(1, comm.size):
         payloads[peer] = _receive(comm, peer, _SEND, seconds, "its trace (collecting the trace at the end)", spin=False)
-    origin = _state["origin"]
+    origin = _TIMELINE.origin
     return Trace(
         tuple(
             RankTrace(
@@ -187,7 +209,7 @@ def end(path: str, out: TextIO = sys.stderr) -> None:
     from mpi4py import MPI
 
     if MPI.Is_finalized():
-        if _state["rank"] == 0:
+        if _TIMELINE.rank == 0:
             print(f"hpcdist: no trace written to {path}: the program finalised MPI itself", file=out, flush=True)
         return
     try:
@@ -223,7 +245,7 @@ def reporting(recorded: bool, seconds: float, out: TextIO | None = None) -> Iter
     if not recorded:
         raise UsageError(
             "--report reads every rank's calls from hang forensics, which run under an MPI launch unless "
-            "HPCDIST_FORENSICS=0; run it under hpcdist mpirun (or srun with MPI) without HPCDIST_FORENSICS=0"
+            f"{FORENSICS.name}=0; run it under hpcdist mpirun (or srun with MPI) without {FORENSICS.name}=0"
         )
     begin(seconds)
     yield

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from .._version import __version__
 from ..errors import UsageError
 from ..launching.hostfile import HostSlots, format_hostfile
@@ -19,7 +20,6 @@ if TYPE_CHECKING:  # jinja2 itself loads when a template is rendered: `--help` a
 
 __all__ = [
     "BUNDLED_DIR",
-    "TEMPLATE_DIR_VAR",
     "comment",
     "make_environment",
     "render_hostfile",
@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
-TEMPLATE_DIR_VAR = "HPCDIST_TEMPLATE_DIR"
 _SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
 
 
@@ -90,15 +89,17 @@ def comment(value: object) -> str:
 
 
 def search_path(template_dir: str | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Template directories in search order: --template-dir, $HPCDIST_TEMPLATE_DIR, then the bundled set."""
-    environ = os.environ if environ is None else environ
-    dirs = []
-    for where, path in (("--template-dir", template_dir), (f"${TEMPLATE_DIR_VAR}", environ.get(TEMPLATE_DIR_VAR))):
-        if path:
-            if not os.path.isdir(path):
-                raise UsageError(f"{where} {path!r} is not a directory; point it at a directory of *.j2 templates")
-            dirs.append(path)
-    return [*dirs, BUNDLED_DIR]
+    """Template directories in search order: --template-dir, the TEMPLATE_DIR setting's, then the bundled set.
+
+    Raises:
+        UsageError: either is no directory.
+    """
+    if template_dir and not os.path.isdir(template_dir):
+        raise UsageError(
+            f"--template-dir {template_dir!r} is not a directory; point it at a directory of *.j2 templates"
+        )
+    site = settings.template_dir(os.environ if environ is None else environ)
+    return [path for path in (template_dir, site) if path] + [BUNDLED_DIR]
 
 
 def make_environment(template_dir: str | None = None, environ: Mapping[str, str] | None = None) -> jinja2.Environment:

@@ -13,8 +13,8 @@ from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
 from ..launching.names import check_env_name
 from ..launching.nodelist import expand_nodelist
 from ..launching.output import OutputOptions, shim_variables
-from ..launching.program import check_program
 from ..placement.binding import BIND_VAR, check_bind
+from ..program import check_program
 from ..rank.streams import parse_ranks
 from ..values import MAX_COUNT, parse_whole
 from . import LAUNCHES

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ..contract import log_name
 from ..errors import UsageError
 from ..launching.spawn import capture
-from ..rank.streams import LOG_DIR_ENV, log_name
+from ..rank.streams import LOG_DIR_ENV
 from ..values import parse_whole
 from ..waits import Backoff, poll_until
 from .arrays import array_indices

@@ -2,7 +2,7 @@
 
 The script is the one `hpcdist sbatch` writes, its program `python -m hpcdist.runtime.pycall` (the rank side of
 `hpcdist.launch`). The call, the script, each rank's outcome and log, and the job's own output live in a directory
-the caller and the job's nodes share (`folder`, else $HPCDIST_SUBMIT_DIR, else ./hpcdist-jobs). Slurm is asked
+the caller and the job's nodes share (`folder`, else the SUBMIT_DIR setting, else ./hpcdist-jobs). Slurm is asked
 through sbatch, scontrol and scancel only (no slurmdbd); a job Slurm has forgotten is read from its files.
 """
 
@@ -25,15 +25,15 @@ from ..errors import JobFailed, UsageError
 from ..launching.output import OutputOptions
 from ..launching.spawn import submit_sbatch
 from ..ranklist import ranks_text
+from ..settings import SUBMIT_DIR, submit_dir
 from ..values import check_seconds
 from .arrays import array_indices
 from .local import local_tools
 from .sbatch import SbatchSpec, render_sbatch
 from .slurmjob import FINAL_STATES, JobInfo, UnknownJob, cancel_job, rank_log, show_job, wait_job
 
-__all__ = ["DIR_ENV", "Job", "submit"]
+__all__ = ["Job", "submit"]
 
-DIR_ENV = "HPCDIST_SUBMIT_DIR"  # where hpcdist.submit's job directories go (the job's nodes must see it)
 _RUNNER = ("-m", "hpcdist.runtime.pycall")
 _LAUNCHES = ("srun", "mpirun")
 # SbatchSpec fields hpcdist.submit sets itself, with what to do instead
@@ -258,14 +258,14 @@ def submit(
         key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix", "mpi") if key in settings
     }
     tools = local_tools(launch, **given, option=_keyword)  # the MPI's dialect is resolved here, before anything is made
-    base = Path(folder or os.environ.get(DIR_ENV) or "hpcdist-jobs").absolute()
+    base = Path(folder or submit_dir(os.environ) or "hpcdist-jobs").absolute()
     try:
         base.mkdir(parents=True, exist_ok=True)
         directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
     except OSError as exc:
         raise UsageError(
             f"hpcdist.submit cannot make its job directory in {base}: {exc.strerror}; pass folder= (or set "
-            f"{DIR_ENV}) to a directory you can write that the job's nodes share"
+            f"{SUBMIT_DIR.name}) to a directory you can write that the job's nodes share"
         ) from None
     template = str(directory / _template(array is not None))
     spec = SbatchSpec(

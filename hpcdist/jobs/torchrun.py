@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..launching.names import check_env_name
-from ..launching.program import check_program, is_python, parse_python_argv
+from ..program import check_program, is_python, parse_python_argv
 from ..values import ADDRESS, MAX_COUNT, parse_whole
 from .render import render_template, shjoin, shquote
 

@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 from ..control import CONTROL_ENV, MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV, new_token
 from ..errors import UsageError
 from ..ranklist import ranks_text
+from ..status import describe_status
 from ..waits import Backoff
 from .hostfile import HostSlots, parse_hostfile, read_hostfile_text, total_slots
 from .mpirun import MpirunSpec
-from .outcome import USAGE_STATUS, LaunchOutcome, describe_status
+from .outcome import USAGE_STATUS, LaunchOutcome
 
 __all__ = [
     "Attempt",

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable, Mapping
 
 from ..ranklist import ranks_text
-from .outcome import describe_status
+from ..status import describe_status
 
 __all__ = ["ExitCodeWatch", "describe_exit_codes", "parse_exit_codes", "ranks_of"]
 

@@ -15,7 +15,8 @@ import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from ..rank.streams import LOG_DIR_ENV, NUMBERED, RANKS_ENV, TAG_ENV, parse_ranks, split_segments, split_tag
+from ..contract import NUMBERED, split_tag
+from ..rank.streams import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, parse_ranks, split_segments
 from ..ranklist import by_host
 from .monitor import MpirunWatch
 from .outcome import BLAMED_HOWS

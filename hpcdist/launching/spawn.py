@@ -1,4 +1,4 @@
-"""The only module that spawns processes: mpirun for `hpcdist mpirun`, and a rank's child program."""
+"""The supervisor's one module that spawns processes: mpirun for `hpcdist mpirun`, sbatch, and the tools it asks."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from .outcome import LaunchOutcome
 from .output import Console, OutputRouter, summary
 from .sessions import clear_stale_sessions
 
-__all__ = ["capture", "run_child", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
+__all__ = ["capture", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _DRAIN_SECONDS = 2.0  # after mpirun exits, how long its output may take to reach end-of-file
@@ -307,11 +307,6 @@ class _Received(list[int]):
         super().append(signum)
         if signum == signal.SIGINT and self._router is not None:
             self._router.launcher_quiet = True
-
-
-def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run a rank's non-Python program with the torch variables set; negative status = killed by signal."""
-    return _spawn(argv, env, "program")
 
 
 def submit_sbatch(path: str, otherwise: str = "") -> str:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from ..control import BEAT_ENV, TRACE_ENV
 from ..errors import UsageError
 from ..placement.binding import BIND_VAR, check_bind
+from ..program import check_program
 from ..rank.budget import OUTPUT_RATE_ENV, rank_rate, read_rate
 from ..rank.streams import parse_ranks
 from ..values import MIN_NP_ENV, ON_FAILURE_ENV
@@ -28,7 +29,6 @@ from .mpirun import SHIM, AppContext, MpirunSpec, env_forwards, locate_mpirun, s
 from .nodelist import allocation_hosts
 from .options import MpirunOptions
 from .output import DEFAULT_TAIL, OutputOptions, shim_variables
-from .program import check_program
 from .selection import Selected, select_hosts, selection_option
 
 __all__ = ["check_fault_tolerance", "check_launcher", "find_mpirun", "output_from_options", "spec_from_options"]

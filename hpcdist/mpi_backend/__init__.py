@@ -11,28 +11,30 @@ of other backends (gloo, nccl) can be made beside it with `new_group(backend=...
 
 Two implementations: the compiled one (native.cpp, built once per cache by building.py, loaded by native.py; the
 default where it builds) runs the hot collectives on MPI's blocking calls from C++ and hands every other call form
-to the Python one (MPIProcessGroup, the reference, and all there is with HPCDIST_MPI_NATIVE=0).
+to the Python one (MPIProcessGroup, the reference, and all there is with the MPI_NATIVE setting at 0).
 Both record every call for hang forensics once the runtime turns it on (`record.py`).
 
 Under --on-failure shrink (ULFM) an operation that fails because ranks died raises `RanksLostError` (a
 CollectiveError and an hpcdist.RanksLost) naming them (lost.py); a recovery revokes every communicator made here
 (`revoke_all`) and hands the survivors' communicator to `set_parent`, on which the next groups are made.
 
-May import: errors, values, waits, abort, commcall, torch and mpi4py. Never the runtime, launching, jobs or the CLI.
+May import: the leaves (errors, values, waits, abort, contract, settings, commcall), torch and mpi4py. Never the
+runtime, launching, jobs or the CLI.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import weakref
 from array import array
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch.distributed as dist
 from mpi4py import MPI
 
-from ..values import ON_FAILURE_ENV
+from ..contract import RankContract
+from ..errors import check_same_world
 from .crowding import node_crowded
 from .dtypes import reduction_plan
 from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
@@ -49,6 +51,7 @@ __all__ = [
     "MPIWork",
     "NativeUnavailable",
     "RanksLostError",
+    "configure",
     "crowded",
     "native_active",
     "parent",
@@ -59,9 +62,29 @@ __all__ = [
 ]
 
 _GROUP_TAG = 0x4D50  # tag for MPI_Comm_create_group; creations are issued in the same order everywhere
-_world: dict[str, Any] = {}  # the duplicate of COMM_WORLD, and whether this rank's node is crowded
-_crowded: dict[tuple[int, ...], bool] = {}  # each group's decision (crowding.py), by its global ranks
-_groups: weakref.WeakSet[MPIProcessGroup] = weakref.WeakSet()  # every Python group made (the compiled ones' too)
+
+
+@dataclass
+class _World:
+    """The communicator this process's groups are made on, what was decided as they were made, and every group.
+
+    One per process (`_WORLD`): torch calls the backend's creator hook (`_create`) with its own arguments only.
+    """
+
+    contract: RankContract = field(default_factory=RankContract)  # the launcher's (`configure`): shrink or not
+    comm: MPI.Intracomm | None = None  # the duplicate of COMM_WORLD (after a recovery, the survivors'), once made
+    node_crowded: bool = False  # whether this rank's node runs more ranks than their affinity masks give cores
+    crowded: dict[tuple[int, ...], bool] = field(default_factory=dict)  # each group's decision, by its global ranks
+    groups: weakref.WeakSet[MPIProcessGroup] = field(default_factory=weakref.WeakSet)  # every Python group made
+
+
+_WORLD = _World()
+
+
+def configure(contract: RankContract) -> None:
+    """Make this process's groups for a job launched under `contract` (under --on-failure shrink, lost ranks are
+    named with their hosts); before its first group."""
+    _WORLD.contract = contract
 
 
 def register() -> None:
@@ -86,21 +109,21 @@ def crowded(group: Any = None) -> bool:
         ValueError: no "mpi4py" group over those ranks was made in this process.
     """
     ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
-    if ranks not in _crowded:
+    if ranks not in _WORLD.crowded:
         raise ValueError(f"no mpi4py group over ranks {list(ranks)} was made in this process")
-    return _crowded[ranks]
+    return _WORLD.crowded[ranks]
 
 
 def parent() -> MPI.Intracomm:
     """The communicator groups are made on: a private duplicate of COMM_WORLD (errors returned), made (collectively,
     with the exchange that tells whether this rank's node is crowded) at this process's first group or call here;
     after a recovery under --on-failure shrink, the survivors' communicator (`set_parent`)."""
-    comm = _world.get("comm")
+    comm = _WORLD.comm
     if comm is None:
-        comm = _world["comm"] = MPI.COMM_WORLD.Dup()
+        comm = _WORLD.comm = MPI.COMM_WORLD.Dup()
         comm.Set_errhandler(MPI.ERRORS_RETURN)
-        _world["crowded"] = node_crowded(comm)
-        if os.environ.get(ON_FAILURE_ENV) == "shrink":
+        _WORLD.node_crowded = node_crowded(comm)
+        if _WORLD.contract.shrinks:
             gather_hosts(comm)  # so that lost ranks are named with their hosts
     return comm
 
@@ -109,15 +132,15 @@ def set_parent(comm: MPI.Intracomm) -> None:
     """Make the next groups (the default group's included) on `comm`: the survivors of a failure, errors returned."""
     parent()
     comm.Set_errhandler(MPI.ERRORS_RETURN)
-    _world["comm"] = comm
-    _crowded.clear()
+    _WORLD.comm = comm
+    _WORLD.crowded.clear()
 
 
 def revoke_all() -> None:
     """Revoke (ULFM) the parent and every communicator of every group made here, so no call on them waits any more;
     each group is aborted (its pending operations abandoned)."""
-    comms = [_world["comm"]] if "comm" in _world else []
-    for group in list(_groups):
+    comms = [_WORLD.comm] if _WORLD.comm is not None else []
+    for group in list(_WORLD.groups):
         comms += [group._comm, group._ring_comm]
         group.abort()
     for comm in comms:
@@ -136,22 +159,13 @@ def _create(options: Any, backend_options: Any = None) -> Any:
     timeout = options.timeout.total_seconds()
     name = str(ranks)  # the group as the ledger names it (as hang forensics name torch's subgroups)
     if not ranks:  # the default group: torch's ranks must be MPI's
-        if (options.group_size, options.group_rank) != (base.size, base.rank):
-            raise ValueError(
-                f"the mpi4py backend takes ranks from MPI, but torch was given rank {options.group_rank} of "
-                f"{options.group_size} while MPI.COMM_WORLD says rank {base.rank} of {base.size}; start the "
-                "job with mpirun/mpiexec (or srun with PMI) and pass rank=MPI.COMM_WORLD.rank, "
-                "world_size=MPI.COMM_WORLD.size"
-            )
+        check_same_world("torch's init_process_group", (options.group_rank, options.group_size), (base.rank, base.size))
         ranks = list(range(base.size))
         name = "world"
         comm = base.Dup()
     else:
-        if dist.is_initialized() and dist.get_world_size() != base.size:
-            raise ValueError(
-                f"an mpi4py subgroup needs torch's global ranks to be MPI's, but the default group has "
-                f"{dist.get_world_size()} ranks and MPI.COMM_WORLD {base.size}"
-            )
+        if dist.is_initialized():
+            check_same_world("torch's default group", (dist.get_rank(), dist.get_world_size()), (base.rank, base.size))
         group = base.Get_group().Incl(ranks)
         comm = base.Create_group(group, _GROUP_TAG)  # collective over the members only
         group.Free()
@@ -161,7 +175,7 @@ def _create(options: Any, backend_options: Any = None) -> Any:
             f"MPI rank {comm.rank} in the new communicator differs from torch's group rank {options.group_rank}"
         )
     reference = MPIProcessGroup(comm, ranks, timeout, name)
-    _groups.add(reference)
+    _WORLD.groups.add(reference)
     from . import native  # not at import: `python -m hpcdist.mpi_backend.native` runs it as __main__
 
     compiled = native.load()
@@ -169,10 +183,10 @@ def _create(options: Any, backend_options: Any = None) -> Any:
     # have fewer cores than ranks) non-blocking ones that yield the CPU while they wait.
     # One buffer call (mpi4py's pickled ones run on a hidden duplicate that a ULFM revoke does not reach): the
     # minimum of (compiled, -crowded) is (all compiled, -(any crowded)).
-    flags = array("i", [int(compiled is not None), -int(_world["crowded"])])
+    flags = array("i", [int(compiled is not None), -int(_WORLD.node_crowded)])
     comm.Allreduce(MPI.IN_PLACE, [flags, MPI.INT], op=MPI.MIN)
     agreed, yielding = flags[0] == 1, flags[1] == -1
-    _crowded[tuple(ranks)] = yielding
+    _WORLD.crowded[tuple(ranks)] = yielding
     if compiled is None or not agreed:
         return reference
     native.start_watchdog(compiled)

@@ -2,7 +2,7 @@
 
 `MPI.buffer.fromaddress` wraps a tensor's memory without copying (about 0.2 µs, five times faster than
 `tensor.numpy()`). It does not keep the tensor alive: the caller (a Work) must hold a reference
-until MPI is done. CUDA tensors are staged through host memory, unless HPCDIST_MPI_CUDA_AWARE=1 says
+until MPI is done. CUDA tensors are staged through host memory, unless the MPI_CUDA_AWARE setting says
 the MPI library reads device memory itself (then the current stream is synchronised first and the
 device pointer goes to MPI; untested here, as this machine has no GPU).
 """
@@ -15,6 +15,8 @@ import os
 import torch
 from mpi4py import MPI
 
+from .. import settings
+
 __all__ = ["byte_spec", "cuda_aware", "raw", "readable", "typed_spec", "writable"]
 
 _fromaddress = MPI.buffer.fromaddress
@@ -23,8 +25,8 @@ _BYTE = MPI.BYTE
 
 @functools.cache
 def cuda_aware() -> bool:
-    """Whether HPCDIST_MPI_CUDA_AWARE=1 says the MPI library reads device memory (read at first use)."""
-    return os.environ.get("HPCDIST_MPI_CUDA_AWARE", "") == "1"
+    """Whether the MPI_CUDA_AWARE setting says the MPI library reads device memory (read at first use)."""
+    return settings.mpi_cuda_aware(os.environ)
 
 
 def raw(t: torch.Tensor) -> MPI.buffer:

@@ -36,10 +36,12 @@ from types import ModuleType
 
 from mpi4py import MPI
 
+from .. import settings
+from ..errors import UsageError
+from ..settings import MPI_NATIVE
 from .errors import NativeUnavailable
 
 __all__ = [
-    "WAIT_ENV",
     "BuildFailed",
     "BuildFailedBefore",
     "Compiler",
@@ -51,11 +53,10 @@ __all__ = [
     "recorded",
 ]
 
-WAIT_ENV = "HPCDIST_MPI_BUILD_WAIT"  # seconds a process waits for another's build (default 600)
 _SOURCE = Path(__file__).with_name("native.cpp")
 _PROGRESS_EVERY = 15.0  # seconds between the builder's "still building" lines
 _TYPICAL = "about 30 s of one core's time, longer on a busy node"  # measured: docs/mpi-backend.md
-_FIX = "install one (apt-get install g++) or set HPCDIST_MPI_NATIVE=0 to use the Python backend knowingly"
+_FIX = f"install one (apt-get install g++) or set {MPI_NATIVE.name}=0 to use the Python backend knowingly"
 _ERROR_LINE = re.compile(r"(^|\s)(fatal )?error:|: cannot find |undefined reference")
 
 
@@ -146,14 +147,10 @@ def _me() -> str:
 
 
 def _wait_seconds() -> float:
-    text = os.environ.get(WAIT_ENV, "600")
     try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise NativeUnavailable(f"${WAIT_ENV}={text!r} is not a positive number of seconds; unset it or give one")
-    return seconds
+        return settings.mpi_build_wait(os.environ)
+    except UsageError as exc:
+        raise NativeUnavailable(str(exc)) from None
 
 
 @contextmanager
@@ -204,8 +201,8 @@ def _wait_for_lock(fd: int, path: Path, seconds: float) -> None:
         holder = "another process"
     raise NativeUnavailable(
         f"rank {MPI.COMM_WORLD.Get_rank()} ({_me()}) waited {seconds:.0f} s for the native mpi backend's build by "
-        f"{holder} in {path.parent}; wait longer (${WAIT_ENV}), build it ahead with "
-        f"`python -m hpcdist.mpi_backend.native`, or set HPCDIST_MPI_NATIVE=0"
+        f"{holder} in {path.parent}; wait longer (${settings.MPI_BUILD_WAIT.name}), build it ahead with "
+        f"`python -m hpcdist.mpi_backend.native`, or set {MPI_NATIVE.name}=0"
     )
 
 
@@ -253,7 +250,7 @@ def _header(lib: Path) -> Path:
             return include
     raise NativeUnavailable(
         f"no mpi.h beside {lib} (a runtime-only MPI such as the impi-rt wheel); install the MPI's development "
-        f"files, or set HPCDIST_MPI_NATIVE=0 to use the Python backend"
+        f"files, or set {MPI_NATIVE.name}=0 to use the Python backend"
     )
 
 
@@ -268,7 +265,7 @@ def _key(lib: Path) -> str:
 
 def _cache_dirs() -> list[Path]:
     """Where builds are kept, in order of preference."""
-    given = os.environ.get("HPCDIST_CACHE_DIR")
+    given = settings.cache_dir(os.environ)
     if given:
         return [Path(given) / "native"]
     home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -283,7 +280,9 @@ def _writable(roots: list[Path]) -> Path:
             continue
         if os.access(root, os.W_OK):
             return root
-    raise NativeUnavailable(f"no writable cache directory among {', '.join(map(str, roots))}; set HPCDIST_CACHE_DIR")
+    raise NativeUnavailable(
+        f"no writable cache directory among {', '.join(map(str, roots))}; set {settings.CACHE_DIR.name}"
+    )
 
 
 def _import(name: str, path: Path) -> ModuleType:

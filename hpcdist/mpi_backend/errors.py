@@ -18,4 +18,4 @@ class CollectiveTimeout(CollectiveError, WaitTimeout):
 
 
 class NativeUnavailable(UsageError):
-    """The compiled backend was asked for ($HPCDIST_MPI_NATIVE=1) and cannot be built or loaded: why, what to do."""
+    """The compiled backend was asked for (the MPI_NATIVE setting at 1) and cannot be had: why, and what to do."""

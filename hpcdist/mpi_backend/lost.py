@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+from dataclasses import dataclass, field
 
 from mpi4py import MPI
 
@@ -18,8 +19,21 @@ from .errors import CollectiveError
 __all__ = ["FAILURE_CLASSES", "RanksLostError", "failed_starts", "failure", "gather_hosts", "hosts", "is_failure"]
 
 FAILURE_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
-_hosts: dict[int, str] = {}  # start rank -> host name
 _LEARN = 1.0  # seconds a process whose communicator a peer revoked waits to learn which ranks failed
+
+
+@dataclass
+class _Hosts:
+    """Each start rank's host, once `gather_hosts` learnt them.
+
+    One per process (`_HOSTS`): a group's failed operation names the lost ranks' hosts deep inside torch's calls,
+    where nothing can be handed in.
+    """
+
+    by_rank: dict[int, str] = field(default_factory=dict)
+
+
+_HOSTS = _Hosts()
 
 
 class RanksLostError(CollectiveError, RanksLost):
@@ -36,12 +50,12 @@ def is_failure(error: BaseException | None) -> bool:
 
 def gather_hosts(comm: MPI.Intracomm) -> None:
     """Learn every rank's host (collective over `comm`, which must be COMM_WORLD's ranks in order)."""
-    _hosts.update(enumerate(comm.allgather(socket.gethostname())))
+    _HOSTS.by_rank.update(enumerate(comm.allgather(socket.gethostname())))
 
 
 def hosts() -> dict[int, str]:
     """Each start rank's host, where `gather_hosts` learnt it."""
-    return dict(_hosts)
+    return dict(_HOSTS.by_rank)
 
 
 def failed_starts(comm: MPI.Comm) -> list[int]:
@@ -68,7 +82,7 @@ def failure(text: str, error: BaseException, during: str, comms: tuple[MPI.Comm,
         with contextlib.suppress(MPI.Exception):
             comm.Revoke()
     if ranks:
-        said = lost_text(ranks, _hosts, during)
+        said = lost_text(ranks, _HOSTS.by_rank, during)
     else:
         said = f"another rank revoked the communicator after ranks were lost, during {during}"
-    return RanksLostError(f"{text}: {said} ({error})", ranks, _hosts, during)
+    return RanksLostError(f"{text}: {said} ({error})", ranks, _HOSTS.by_rank, during)

@@ -1,10 +1,10 @@
 """The compiled mpi backend (native.cpp): choosing it, loading it (built by building.py), its watchdog.
 
-$HPCDIST_MPI_NATIVE picks the implementation: `auto` (the default: the compiled one when it builds, otherwise
+The MPI_NATIVE setting picks the implementation: `auto` (the default: the compiled one when it builds, otherwise
 the Python group, with one line saying why), `1` (the compiled one or an error), `0` (the Python group only).
 building.py builds it once per cache (one process of however many start together; a failure is recorded, not
-retried), keyed by the source, torch, Python and the libmpi mpi4py loaded, in $HPCDIST_CACHE_DIR, else
-`<venv>/share/hpcdist/native` if writable, else ~/.cache/hpcdist/native; `python -m hpcdist.mpi_backend.native`
+retried), keyed by the source, torch, Python and the libmpi mpi4py loaded, in the CACHE_DIR setting's directory,
+else `<venv>/share/hpcdist/native` if writable, else ~/.cache/hpcdist/native; `python -m hpcdist.mpi_backend.native`
 builds it ahead of time (`make env` does, for each MPI venv).
 """
 
@@ -14,41 +14,56 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from types import ModuleType
 
 from mpi4py import MPI
 
-from .. import abort
+from .. import abort, settings
+from ..errors import UsageError
 from .building import BuildFailed, BuildFailedBefore, build
 from .errors import NativeUnavailable
 
-__all__ = ["ENV", "active", "build", "load", "loaded", "start_watchdog"]
+__all__ = ["active", "build", "load", "loaded", "mode", "start_watchdog"]
 
-ENV = "HPCDIST_MPI_NATIVE"
 _WATCH_EVERY = 0.2  # seconds between the watchdog's looks at the calls in flight
-_state: dict[str, object] = {}
+
+
+@dataclass
+class _Native:
+    """The compiled module once `load` decided (None: the Python group), and the thread that watches its calls.
+
+    One per process (`_NATIVE`): an extension module is loaded once per process, and torch's creator hook asks.
+    """
+
+    decided: bool = False
+    module: ModuleType | None = None
+    watchdog: threading.Thread | None = None
+
+
+_NATIVE = _Native()
 
 
 def mode() -> str:
-    """`auto`, `1` or `0`, from $HPCDIST_MPI_NATIVE.
+    """`auto`, `1` or `0`, from the MPI_NATIVE setting.
 
     Raises:
         NativeUnavailable: the variable holds anything else.
     """
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if value not in ("auto", "1", "0"):
-        raise NativeUnavailable(f"${ENV}={value!r} is not one of auto, 1, 0; unset it or pick one")
-    return value
+    try:
+        return settings.mpi_native(os.environ)
+    except UsageError as exc:
+        raise NativeUnavailable(str(exc)) from None
 
 
 def load() -> ModuleType | None:
-    """The compiled module if $HPCDIST_MPI_NATIVE allows it and it builds; else None (auto says why, once).
+    """The compiled module if the MPI_NATIVE setting allows it and it builds; else None (auto says why, once).
 
     Raises:
-        NativeUnavailable: $HPCDIST_MPI_NATIVE=1 and it cannot be had.
+        NativeUnavailable: the setting is 1 and it cannot be had.
     """
-    if "module" in _state:
-        return _state["module"]  # type: ignore[return-value]
+    if _NATIVE.decided:
+        return _NATIVE.module
     module = None
     chosen = mode()
     if chosen != "0":
@@ -62,26 +77,26 @@ def load() -> ModuleType | None:
             alike = not isinstance(exc, BuildFailedBefore) and MPI.COMM_WORLD.Get_rank() == 0
             if isinstance(exc, BuildFailed) or alike:
                 print(f"hpcdist: the native mpi backend is unavailable, using the Python one: {exc}", file=sys.stderr)
-    _state["module"] = module
+    _NATIVE.decided, _NATIVE.module = True, module
     return module
 
 
 def loaded() -> ModuleType | None:
     """The compiled module if a group of this process runs on it, else None (never builds or loads it)."""
-    return _state.get("module")  # type: ignore[return-value]
+    return _NATIVE.module
 
 
 def active() -> bool:
     """Whether this process's mpi4py groups run on the compiled backend (known once the first group exists)."""
-    return _state.get("module") is not None
+    return _NATIVE.module is not None
 
 
 def start_watchdog(module: ModuleType) -> None:
     """Start (once) the thread that ends the job when a compiled call outlives its group's timeout."""
-    if "watchdog" in _state:
+    if _NATIVE.watchdog is not None:
         return
     thread = threading.Thread(target=_watch, args=(module,), name="hpcdist-mpi-watchdog", daemon=True)
-    _state["watchdog"] = thread
+    _NATIVE.watchdog = thread
     thread.start()
 
 

@@ -8,7 +8,7 @@ at most 1 MiB, double-buffered: the next one is in flight while the last one is 
 cache. Traffic goes over a duplicate of the group's communicator, so it never matches a user's send/recv.
 
 The compiled backend runs the same ring in C++ (native.cpp), for all_reduce from `ring_min_bytes(compiled=True)`
-and for every reduce_scatter. Set HPCDIST_MPI_RING_BYTES to change the size from which all_reduce takes the ring
+and for every reduce_scatter. The MPI_RING_BYTES setting changes the size from which all_reduce takes the ring
 (0 disables it).
 """
 
@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import torch
 from mpi4py import MPI
+
+from .. import settings
 
 __all__ = ["RING_DTYPES", "ring_allreduce", "ring_min_bytes"]
 
@@ -61,20 +63,17 @@ _BOOL_COMBINE = {"SUM": "BOR", "MAX": "BOR", "PRODUCT": "BAND", "MIN": "BAND"}
 
 
 def ring_min_bytes(compiled: bool = False) -> int:
-    """The size from which all_reduce takes the ring: $HPCDIST_MPI_RING_BYTES (0: never), read by each new group.
+    """The size from which all_reduce takes the ring: the MPI_RING_BYTES setting (0: never), read by each new group.
 
     By default 256 KiB on the Python backend (its non-blocking MPI calls are slower than the ring from there) and
     8 MiB on the compiled one (MPI's blocking all-reduce is as fast as the ring below that, measured at 2 ranks).
+
+    Raises:
+        UsageError: the setting is no whole number.
     """
-    default = _COMPILED_MIN_BYTES if compiled else _DEFAULT_MIN_BYTES
-    text = os.environ.get("HPCDIST_MPI_RING_BYTES", str(default))
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(
-            f"HPCDIST_MPI_RING_BYTES={text!r} is not a whole number of bytes; unset it or set e.g. "
-            f"{_DEFAULT_MIN_BYTES} (0 turns the ring off)"
-        ) from None
+    value = settings.mpi_ring_bytes(os.environ)
+    if value is None:
+        return _COMPILED_MIN_BYTES if compiled else _DEFAULT_MIN_BYTES
     return value if value > 0 else 1 << 62
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
+from ..settings import TIMEOUT
 from ..waits import Backoff, as_seconds, poll_until
 from . import record
 from .errors import CollectiveTimeout
@@ -115,7 +116,7 @@ class MPIWork(dist._Work):
         return CollectiveTimeout(
             f"{self._group._who()}: {self._name} on {self._group._desc} did not complete within {seconds:g} s "
             "(a timeout of the group or of wait()): check that every rank of the group made this call (with hang "
-            "forensics on, HPCDIST_TIMEOUT's report names a rank that is elsewhere or stuck); only if the call is "
+            f"forensics on, {TIMEOUT.name}'s report names a rank that is elsewhere or stuck); only if the call is "
             "just that slow, pass a larger timeout"
         )
 

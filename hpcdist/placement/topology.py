@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from .. import settings
 from ..errors import UsageError
 
 __all__ = [
@@ -26,7 +27,7 @@ __all__ = [
     "read_sysfs",
 ]
 
-TOPOLOGY_VAR = "HPCDIST_TOPOLOGY"  # an hwloc XML file to plan from instead of this machine's sysfs
+TOPOLOGY_VAR = settings.TOPOLOGY.name  # an hwloc XML file to plan from instead of this machine's sysfs
 _NVIDIA = "0x10de"
 _GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller (A100, H100) and VGA controller (workstation cards)
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
@@ -256,12 +257,12 @@ def _hwloc_pci(dev: ET.Element, parents: Mapping[ET.Element, ET.Element]) -> tup
 
 
 def load_topology(environ: Mapping[str, str], allowed: Iterable[int] | None = None) -> Topology:
-    """$HPCDIST_TOPOLOGY's hwloc XML if set, else this machine's sysfs; only the `allowed` CPUs when given.
+    """The TOPOLOGY setting's hwloc XML if set, else this machine's sysfs; only the `allowed` CPUs when given.
 
     Raises:
-        UsageError: $HPCDIST_TOPOLOGY cannot be read or parsed, or no CPU is left.
+        UsageError: the setting's file cannot be read or parsed, or no CPU is left.
     """
-    path = environ.get(TOPOLOGY_VAR)
+    path = settings.topology(environ)
     if path:
         try:
             with open(path, encoding="utf-8") as handle:

@@ -1,9 +1,12 @@
-"""What runs inside a rank, beside the program the shim starts: its line tagger, log file and heartbeat beats.
+"""What runs inside a rank, beside the program the shim starts: its line tagger, log file, heartbeat and child.
 
 - `tagger`: started by the shim before the program; its forked process writes the rank's whole lines tagged
-  `[host:rank] `, to its log file, and the `beat` control lines `hpcdist mpirun`'s heartbeat watch listens for;
-- `streams`: the variables that start the tagger, rank lists, log names and the tagged line's format, which the
-  supervisor's router (`launching.output`) reads back (pure).
+  `[host:rank] `, to its log file, and the `Beat` events `hpcdist mpirun`'s heartbeat watch listens for;
+- `streams`: rank lists and the splitting of a stream into lines and progress-bar redraws, which the supervisor's
+  router (`launching.output`) uses too (pure); the tagged line's format is the contract's;
+- `budget`: how much of a rank's output its tagger forwards (pure);
+- `child`: the rank's non-Python program, started with the rank's signals passed on, and the tools forensics runs.
 
-May import: errors, values, waits, control. Never the supervisor (launching), torch, mpi4py, the runtime or the CLI.
+Each takes the launcher's contract (`RankContract`) from the shim. May import: the leaves (errors, values, waits,
+contract). Never the supervisor (launching), torch, mpi4py, the runtime or the CLI.
 """

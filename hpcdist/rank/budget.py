@@ -1,9 +1,9 @@
 """How much of a rank's output its tagger forwards to the launcher: a byte budget refilled at a steady rate (pure).
 
-`hpcdist mpirun` sets OUTPUT_RATE_ENV for every rank to its share of what one launcher can take (`rank_rate`):
-8 MiB/s over the job, at least 1 KiB/s a rank. A rank may spend BURST_SECONDS of its rate at once (at least
-MIN_BURST bytes); a line that finds the budget spent is not forwarded, and when output flows again (or the rank
-ends) the tagger says in one line how many lines and bytes it held back and where they are kept in full: the
+`hpcdist mpirun` sets every rank's rate (the contract's `output_rate`) to its share of what one launcher can take
+(`rank_rate`): 8 MiB/s over the job, at least 1 KiB/s a rank. A rank may spend BURST_SECONDS of its rate at once
+(at least MIN_BURST bytes); a line that finds the budget spent is not forwarded, and when output flows again (or the
+rank ends) the tagger says in one line how many lines and bytes it held back and where they are kept in full: the
 rank's log with --log-dir, which keeps every line. Control lines are never held back.
 """
 
@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..contract import RankContract
 from ..errors import UsageError
 from ..values import parse_seconds
 
 __all__ = ["BURST_SECONDS", "JOB_RATE", "MIN_BURST", "MIN_RATE", "OUTPUT_RATE_ENV", "Budget", "rank_rate", "read_rate"]
 
-OUTPUT_RATE_ENV = "HPCDIST_OUTPUT_RATE"  # bytes per second a rank's tagger forwards (0: all); set by hpcdist mpirun
+OUTPUT_RATE_ENV = RankContract.variable("output_rate")  # as a user may set it for hpcdist mpirun (read_rate)
 JOB_RATE = 8 << 20  # bytes per second the whole job's output may bring to the launcher, shared by the ranks
 MIN_RATE = 1 << 10  # but never less than this per rank
 BURST_SECONDS = 10.0  # a quiet rank may then print this many seconds' worth at once
@@ -26,7 +27,7 @@ MAX_RATE = float(1 << 40)
 
 
 def read_rate(raw: str | None) -> float:
-    """OUTPUT_RATE_ENV's value in bytes per second (0 when unset: no limit).
+    """OUTPUT_RATE_ENV's value, as a user set it for hpcdist mpirun, in bytes per second (0 when unset: no limit).
 
     Raises:
         UsageError: the value is no plain number.
@@ -59,16 +60,6 @@ class Budget:
         self._said = -BURST_SECONDS  # when what was held back was last said
         self.lines = 0  # held back since the last `held_back`
         self.bytes = 0
-
-    @classmethod
-    def from_text(cls, raw: str | None) -> Budget | None:
-        """The budget OUTPUT_RATE_ENV's value asks for; None when unset or 0 (forward everything).
-
-        Raises:
-            UsageError: the value is no number of bytes per second.
-        """
-        rate = read_rate(raw)
-        return cls(rate) if rate else None
 
     def take(self, size: int) -> bool:
         """Spend `size` bytes if the budget has them (refilled at `rate` since the last call); else count them."""

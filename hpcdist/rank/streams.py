@@ -1,36 +1,23 @@
-"""A rank's output as the tagger writes it and `hpcdist mpirun` reads it: the variables, rank lists, lines (pure).
+"""A rank's output as the tagger reads it and `hpcdist mpirun` routes it: rank lists and line segments (pure).
 
-The shim's tagger (`rank.tagger`) runs when HPCDIST_TAG, HPCDIST_LOG_DIR or HPCDIST_RANKS is set and writes each whole
-line as `[host:rank] text`; the supervisor's router (`launching.output`) splits the same lines back. For that router
-the tagger numbers them, `[host:rank:N] text`: a rank's stdout and stderr reach it through two pipes of mpirun in
-either order, and N puts the rank's last lines back in the order the rank wrote them.
+The shim's tagger (`rank.tagger`) runs when the launch's contract asks for tags, a log directory or a rank filter,
+and writes each whole line tagged (the tag's format is the contract's: `contract.tag`, `contract.split_tag`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
+from ..contract import RankContract
 from ..errors import UsageError
 from ..values import MAX_COUNT
 
-__all__ = [
-    "LOG_DIR_ENV",
-    "NUMBERED",
-    "RANKS_ENV",
-    "TAG_ENV",
-    "Tagged",
-    "log_name",
-    "parse_ranks",
-    "split_segments",
-    "split_tag",
-]
+__all__ = ["LOG_DIR_ENV", "RANKS_ENV", "TAG_ENV", "parse_ranks", "split_segments"]
 
-TAG_ENV = "HPCDIST_TAG"  # 1: prefix each line with [host:rank]; 0: not (the log dir and rank filter still apply)
-NUMBERED = "numbered"  # HPCDIST_TAG's value when hpcdist mpirun routes the lines: [host:rank:N], N from 1 per rank
-LOG_DIR_ENV = "HPCDIST_LOG_DIR"  # each rank also writes its lines to DIR/rank-NNN.log
-RANKS_ENV = "HPCDIST_RANKS"  # only these ranks' lines reach the console (e.g. 0,3 or 0-3,7)
-_TAG = re.compile(rb"\[(?P<host>[^\s:\[\]]+):(?P<rank>[0-9]{1,10})(?::(?P<number>[0-9]{1,20}))?\] ")
+# The contract's variables as the supervisor's router (launching.output) and a job's files (jobs.slurmjob) name them
+TAG_ENV = RankContract.variable("tag")
+LOG_DIR_ENV = RankContract.variable("log_dir")
+RANKS_ENV = RankContract.variable("ranks")
 _SEGMENT_END = re.compile(rb"\r\n|\n|\r(?!\Z)")  # a lone \r last may still be a \r\n: wait for the next byte
 
 
@@ -58,11 +45,6 @@ def parse_ranks(text: str, np: int | None = None, what: str = "--ranks") -> froz
     return frozenset(ranks)
 
 
-def log_name(rank: int, size: int) -> str:
-    """`rank-003.log`: the rank zero-padded to the width of the largest rank, at least three digits."""
-    return f"rank-{rank:0{max(3, len(str(max(size - 1, 0))))}d}.log"
-
-
 def split_segments(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
     """The whole segments of `data`, each with how it ended, and the rest that is not whole yet.
 
@@ -74,21 +56,3 @@ def split_segments(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
         segments.append((data[start : match.start()], b"\r" if match.group() == b"\r" else b"\n"))
         start = match.end()
     return segments, data[start:]
-
-
-class Tagged(NamedTuple):
-    """A tagged line taken apart: its host and rank, its number among the rank's lines (None: not numbered), text."""
-
-    host: str
-    rank: int
-    number: int | None
-    text: bytes
-
-
-def split_tag(line: bytes) -> Tagged | None:
-    """A tagged line `[host:rank] text` (or `[host:rank:N] text`) taken apart, or None for an untagged one."""
-    match = _TAG.match(line)
-    if match is None:
-        return None
-    number = int(match["number"]) if match["number"] else None
-    return Tagged(match["host"].decode(errors="replace"), int(match["rank"]), number, line[match.end() :])

@@ -6,8 +6,8 @@ libraries write there too); a forked process reads them to end-of-file and write
 lines over both streams) to the original stdout or stderr, and with a log directory also to DIR/rank-NNN.log.
 Being a process, not a thread, it still drains the pipes when the rank segfaults or is killed: the pipes
 reach end-of-file only when the rank and its children are gone. A rank that ends without
-saying how (no `done` or `failed` control line: a signal, or os._exit) is then reported as `vanished`. With
-HPCDIST_HEARTBEAT set it also writes a `beat` control line that often, whatever the rank is doing.
+saying how (no `Done` or `Failed` event: a signal, or os._exit) is then reported `Vanished`. When the contract
+asks for beats (its `beat_interval`) it also sends a `Beat` event that often, whatever the rank is doing.
 """
 
 from __future__ import annotations
@@ -18,20 +18,19 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from ..control import BEAT_ENV, CONTROL_ENV, RESTART_VARS, emit, parse_control
+from ..contract import NUMBERED, Beat, Done, Failed, RankContract, Vanished, log_name, parse_event
 from ..errors import UsageError, WaitTimeout
-from ..values import parse_seconds
 from ..waits import Backoff, poll_until
-from .budget import OUTPUT_RATE_ENV, Budget
-from .streams import LOG_DIR_ENV, NUMBERED, RANKS_ENV, TAG_ENV, log_name, parse_ranks, split_segments
+from .budget import Budget
+from .streams import parse_ranks, split_segments
 
-__all__ = ["DRAIN_SECONDS", "PEER_GRACE_SECONDS", "drain", "leave_time_to_peers", "start"]
+__all__ = ["DRAIN_SECONDS", "PEER_GRACE_SECONDS", "Tagger", "leave_time_to_peers", "start"]
 
 DRAIN_SECONDS = 2.0  # how long a failing rank waits for its tagger to write its last lines before MPI_Abort
 PEER_GRACE_SECONDS = 0.5  # under Hydra, how long a failing rank waits before MPI_Abort for a dead peer's tagger
-_started: dict[str, int] = {}  # this rank's tagger: its pid, and dups of the rank's own stdout and stderr
 
 _MAX_LINE = 1 << 22  # a "line" of 4 MiB without a newline is written out in pieces of that size
 _LAST_HELD = 20  # the last lines held back that still go to the launcher when the rank ends (its --tail)
@@ -39,25 +38,63 @@ _MAX_HELD_LINE = 4096  # bytes of each of them
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.environ) -> bool:
-    """Start the tagger when HPCDIST_TAG, HPCDIST_LOG_DIR or HPCDIST_RANKS asks for it; whether it started.
+@dataclass
+class Tagger:
+    """This rank's running tagger: its process, and dups of the rank's own stdout and stderr (given back by `drain`)."""
+
+    pid: int
+    out: int
+    err: int
+    drained: bool = False
+
+    def drain(self, timeout: float = DRAIN_SECONDS) -> None:
+        """Before this rank ends the job: give fd 1 and 2 back to the rank's own stdout and stderr, and wait (at most
+        `timeout` s) until the tagger has written every line it was sent and ended (once).
+
+        MPICH's Hydra makes each rank a process group and SIGKILLs the group on MPI_Abort, tagger included: measured
+        with MPICH 5.0.2, a raising rank's last lines and its `Failed` event were lost without this. A child of the
+        program that still holds the pipes keeps the tagger going: then the rank stops waiting at `timeout`.
+        """
+        if self.drained:
+            return
+        self.drained = True
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, own in ((1, self.out), (2, self.err)):
+            os.dup2(own, fd)  # the pipe's last writer goes: the tagger reads to end-of-file, writes the rest, ends
+            os.close(own)
+        pid = self.pid
+
+        def ended() -> bool:
+            try:
+                return os.waitpid(pid, os.WNOHANG)[0] == pid
+            except ChildProcessError:  # reaped already (by a program's own wait)
+                return True
+
+        try:
+            poll_until(
+                ended,
+                time.monotonic() + timeout,
+                lambda: f"the failing rank waited {timeout:g} s for its tagger (pid {pid}) to write its last lines",
+                backoff=Backoff(0.001, 0.05),
+            )
+        except WaitTimeout as exc:
+            print(f"hpcdist: warning: {exc}; a child of the program may still hold its output", file=sys.stderr)
+
+
+def start(contract: RankContract, rank: int, size: int, host: str) -> Tagger | None:
+    """Start the tagger when the contract asks for tags, a log directory or a rank filter; None when it does not.
 
     Raises:
-        UsageError: HPCDIST_TAG is neither 0 nor 1, HPCDIST_RANKS is no rank list, or the log file cannot be
-            written.
+        UsageError: the contract's rank list is no list of this job's ranks, or the log file cannot be written.
     """
-    tag = environ.get(TAG_ENV, "")
-    log_dir = environ.get(LOG_DIR_ENV) or None
-    ranks = environ.get(RANKS_ENV)
-    if tag not in ("", "0", "1", NUMBERED):
-        raise UsageError(f"{TAG_ENV}={tag!r}: set it to 1 (prefix each line with [host:rank]) or 0")
+    tag, log_dir, ranks = contract.tag, contract.log_dir, contract.ranks
     if tag in ("", "0") and log_dir is None and ranks is None:
-        return False
-    shown = ranks is None or rank in parse_ranks(ranks, size, RANKS_ENV)
-    restart = environ.get(RESTART_VARS[0], "0")
-    log = _open_log(log_dir, rank, size, int(restart) if restart.isdigit() else 0) if log_dir else None
+        return None
+    shown = ranks is None or rank in parse_ranks(ranks, size, contract.variable("ranks"))
+    log = _open_log(log_dir, rank, size, contract.restart_count or 0) if log_dir else None
     label = f"{host}:{rank}".encode() if tag in ("1", NUMBERED) else None
-    budget = Budget.from_text(environ.get(OUTPUT_RATE_ENV))
+    budget = Budget(contract.output_rate) if contract.output_rate else None
     kept = (
         f"every line is in {os.path.join(log_dir, log_name(rank, size))}" if log_dir else "--log-dir keeps every line"
     )
@@ -74,57 +111,23 @@ def start(rank: int, size: int, host: str, environ: Mapping[str, str] = os.envir
             os.close(err_write)
             for sig in _IGNORED:  # a signal for the rank must not cut its last lines off: they end with EOF
                 signal.signal(sig, signal.SIG_IGN)
-            pump = _Pump(sinks, label, shown, log, environ.get(CONTROL_ENV, ""))
+            pump = _Pump(sinks, label, shown, log, contract)
             pump.numbered = tag == NUMBERED
-            pump.beats = _beats(rank, host, environ)
+            pump.beats = _beats(contract, rank, host)
             pump.budget, pump.kept = budget, kept
             pump.run()
             if not pump.said:  # the rank ended without saying how: killed by a signal, or os._exit
-                emit("vanished", rank, f"host={host}", environ)
+                contract.tell(Vanished(rank, host=host))
         except BaseException:  # noqa: BLE001 - whatever happens, never return into the rank's code
             status = 1
         finally:
             os._exit(status)
-    _started.update(pid=pid, out=os.dup(sinks[out_read]), err=os.dup(sinks[err_read]))  # os.dup: not inherited
+    started = Tagger(pid, os.dup(sinks[out_read]), os.dup(sinks[err_read]))  # os.dup: not inherited
     os.dup2(out_write, 1)
     os.dup2(err_write, 2)
     for fd in (out_read, err_read, out_write, err_write, *sinks.values(), *([log] if log is not None else [])):
         os.close(fd)
-    return True
-
-
-def drain(timeout: float = DRAIN_SECONDS) -> None:
-    """Before this rank ends the job: give fd 1 and 2 back to the rank's own stdout and stderr, and wait (at most
-    `timeout` s) until the tagger has written every line it was sent and ended; do nothing without a tagger.
-
-    MPICH's Hydra makes each rank a process group and SIGKILLs the group on MPI_Abort, tagger included: measured
-    with MPICH 5.0.2, a raising rank's last lines and its `failed` control line were lost without this. A child
-    of the program that still holds the pipes keeps the tagger going: then the rank stops waiting at `timeout`.
-    """
-    pid = _started.pop("pid", None)
-    if pid is None:
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    for fd, own in ((1, _started.pop("out")), (2, _started.pop("err"))):
-        os.dup2(own, fd)  # the pipe's last writer goes: the tagger reads to end-of-file, writes the rest, ends
-        os.close(own)
-
-    def ended() -> bool:
-        try:
-            return os.waitpid(pid, os.WNOHANG)[0] == pid
-        except ChildProcessError:  # reaped already (by a program's own wait)
-            return True
-
-    try:
-        poll_until(
-            ended,
-            time.monotonic() + timeout,
-            lambda: f"the failing rank waited {timeout:g} s for its tagger (pid {pid}) to write its last lines",
-            backoff=Backoff(0.001, 0.05),
-        )
-    except WaitTimeout as exc:
-        print(f"hpcdist: warning: {exc}; a child of the program may still hold its output", file=sys.stderr)
+    return started
 
 
 def leave_time_to_peers(seconds: float = PEER_GRACE_SECONDS) -> None:
@@ -138,12 +141,12 @@ def leave_time_to_peers(seconds: float = PEER_GRACE_SECONDS) -> None:
     time.sleep(seconds)
 
 
-def _beats(rank: int, host: str, environ: Mapping[str, str]) -> tuple[float, Callable[[], None]] | None:
-    """(seconds between beats, what writes one) when HPCDIST_HEARTBEAT asks for beats, else None."""
-    interval = parse_seconds(environ.get(BEAT_ENV, ""))
+def _beats(contract: RankContract, rank: int, host: str) -> tuple[float, Callable[[], None]] | None:
+    """(seconds between beats, what sends one) when the contract asks for beats, else None."""
+    interval = contract.beat_interval
     if interval is None or not 0 < interval < float("inf"):
         return None
-    return interval, lambda: emit("beat", rank, f"host={host}", environ)
+    return interval, lambda: contract.tell(Beat(rank, host=host))
 
 
 def _open_log(log_dir: str, rank: int, size: int, restart: int = 0) -> int:
@@ -154,7 +157,8 @@ def _open_log(log_dir: str, rank: int, size: int, restart: int = 0) -> int:
         fresh = 0 if restart else os.O_TRUNC  # a restart keeps the failed attempt's lines: they say why
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | fresh | os.O_APPEND | os.O_CLOEXEC, 0o644)
         if restart:
-            os.write(fd, f"hpcdist: attempt {restart + 1} ({RESTART_VARS[0]}={restart}) starts here\n".encode())
+            said = f"{RankContract.variable('restart_count')}={restart}"
+            os.write(fd, f"hpcdist: attempt {restart + 1} ({said}) starts here\n".encode())
         return fd
     except OSError as exc:
         raise UsageError(
@@ -166,16 +170,18 @@ def _open_log(log_dir: str, rank: int, size: int, restart: int = 0) -> int:
 class _Pump:
     """The tagger's loop: read both pipes to end-of-file and write each whole line where it belongs."""
 
-    def __init__(self, sinks: dict[int, int], label: bytes | None, shown: bool, log: int | None, token: str) -> None:
+    def __init__(
+        self, sinks: dict[int, int], label: bytes | None, shown: bool, log: int | None, contract: RankContract
+    ) -> None:
         self.sinks = sinks
         self.label = label  # b"host:rank" of the tag, None: untagged
         self.numbered = False  # whether each tag carries the line's number, for hpcdist mpirun's router
         self.count = 0  # the lines (and progress bar redraws) tagged so far, over both streams
         self.shown = shown
         self.log = log
-        self.token = token
+        self.token = contract.token or ""
         self.dead: set[int] = set()  # sinks that refused a write (e.g. a closed pipe): still drained, not written
-        self.said = False  # whether the rank said how it ended (a `done` or `failed` control line passed)
+        self.said = False  # whether the rank said how it ended (a `Done` or `Failed` event passed)
         self.beats: tuple[float, Callable[[], None]] | None = None  # (interval, beat) when the rank beats
         self._next_beat = time.monotonic()
         self.budget: Budget | None = None  # what of the rank's output may go to the launcher (None: all of it)
@@ -251,9 +257,9 @@ class _Pump:
 
     def line(self, sink: int, text: bytes) -> None:
         """One line (without its newline): to the console when shown or a control line, to the log file if not."""
-        event = parse_control(text.decode(errors="replace"), self.token) if b"@@hpcdist:" in text else None
+        event = parse_event(text.decode(errors="replace"), self.token) if b"@@hpcdist:" in text else None
         control = event is not None
-        self.said = self.said or (event is not None and event.event in ("done", "failed"))
+        self.said = self.said or isinstance(event, (Done, Failed))
         if control or (self.shown and self._fits(sink, len(text) + 1)):
             self.write(sink, self.tag() + text + b"\n")
         elif self.shown:

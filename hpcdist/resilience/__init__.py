@@ -1,12 +1,13 @@
 """Survivors that carry on when ranks die (ULFM): the revocable communicator, failure detection, the shrink and the
 rebuild of torch's groups, and the training loop that resumes.
 
-    ulfm.py        shrink mode, the revocable world, ranks as at the job's start, why ULFM is unavailable
+    ulfm.py        the revocable world, ranks as at the job's start, why ULFM is unavailable
     membership.py  commit (every survivor steps or none does) and recover (revoke, shrink, rebuild): Recovery
     detector.py    for gloo and nccl, a thread that hears of a failure through MPI
     sharding.py    an epoch's sample order and each rank's share of a step for any world size (pure)
     loop.py        hpcdist.Survivors: the training loop that commits, recovers, re-wraps DDP and re-shares
 
-May import: errors, values, waits, control, ranklist, abort, mpi_backend, runtime, torch and mpi4py. Never
-launching, jobs, the CLI or the workloads.
+Whether the job shrinks, and how far, is the launcher's contract (`RankContract.shrinks`, `min_np`), read once per
+process (runtime.process). May import: the leaves (errors, values, waits, contract, ranklist, abort), mpi_backend,
+runtime, torch and mpi4py. Never launching, jobs, the CLI or the workloads.
 """

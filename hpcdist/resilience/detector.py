@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch.distributed as dist
 from mpi4py import MPI
@@ -18,47 +18,63 @@ from mpi4py import MPI
 from ..abort import before_finalize
 from ..mpi_backend import BACKEND_NAME
 from ..mpi_backend.lost import failed_starts, is_failure
-from ..runtime import bootstrap, sockets
+from ..runtime import sockets
+from ..runtime.process import RankProcess
 from . import ulfm
 
 __all__ = ["lost", "release_gloo", "start", "stop"]
 
 _TAG = 0x4654  # no rank ever sends on it: the receive only ends by a failure or a revoke
 _POLL = 0.02  # seconds between the thread's tests of the receive (a blocking wait would spin a core)
-_state: dict[
-    str, Any
-] = {}  # "thread", "comm", "stopping"; "lost": start ranks seen failing; "hooked": stop at finalize
 
 
-def start() -> None:
+@dataclass
+class _Detector:
+    """The detector's thread, its duplicate of the world, and the start ranks it saw failing since the last recovery.
+
+    One per process (`_DETECTOR`): MPI_Finalize stops it from a callback, and its thread cuts this process's gloo
+    connections, which belong to no group or call it could be handed.
+    """
+
+    process: RankProcess | None = None  # whose gloo listeners it leaves alone (those from before torch's groups)
+    thread: threading.Thread | None = None
+    comm: MPI.Intracomm | None = None
+    stopping: threading.Event | None = None
+    lost: list[int] = field(default_factory=list)
+    hooked: bool = False  # MPI_Finalize stops it
+
+
+_DETECTOR = _Detector()
+
+
+def start(process: RankProcess) -> None:
     """Watch the world for failures from a thread (once; collective: it duplicates the world), under shrink mode
-    and for a default group of gloo or nccl."""
-    if "thread" in _state or not ulfm.shrink_mode() or not dist.is_initialized():
+    (`process`'s contract) and for a default group of gloo or nccl."""
+    if _DETECTOR.thread is not None or not process.contract.shrinks or not dist.is_initialized():
         return
     if str(dist.get_backend()) == BACKEND_NAME:
         return
-    _state.pop("lost", None)
-    comm = _state["comm"] = ulfm.world().Dup()
+    _DETECTOR.process, _DETECTOR.lost = process, []
+    comm = _DETECTOR.comm = ulfm.world().Dup()
     comm.Set_errhandler(MPI.ERRORS_RETURN)
-    stopping = _state["stopping"] = threading.Event()
-    thread = _state["thread"] = threading.Thread(
+    stopping = _DETECTOR.stopping = threading.Event()
+    thread = _DETECTOR.thread = threading.Thread(
         target=_watch, args=(comm, stopping), name="hpcdist-failure-detector", daemon=True
     )
     thread.start()
-    if not _state.get("hooked"):
-        _state["hooked"] = True
+    if not _DETECTOR.hooked:
+        _DETECTOR.hooked = True
         before_finalize(stop)  # its Test() must not come after MPI_Finalize
 
 
 def stop() -> None:
     """Stop the thread (local): its communicator is revoked, the receive ends."""
-    stopping = _state.pop("stopping", None)
+    stopping, thread, comm = _DETECTOR.stopping, _DETECTOR.thread, _DETECTOR.comm
+    _DETECTOR.stopping = _DETECTOR.thread = _DETECTOR.comm = None
     if stopping is not None:
         stopping.set()
-    thread = _state.pop("thread", None)
     if thread is not None:
         thread.join(1.0)
-    comm = _state.pop("comm", None)
     if comm is not None:
         with contextlib.suppress(MPI.Exception):
             comm.Revoke()
@@ -66,7 +82,7 @@ def stop() -> None:
 
 def lost() -> list[int]:
     """The start ranks the thread saw failing since the last recovery."""
-    return list(_state.get("lost", ()))
+    return list(_DETECTOR.lost)
 
 
 def _watch(comm: MPI.Intracomm, stopping: threading.Event) -> None:
@@ -78,14 +94,15 @@ def _watch(comm: MPI.Intracomm, stopping: threading.Event) -> None:
         except MPI.Exception as exc:
             if not is_failure(exc) or stopping.is_set():
                 return
-            _state["lost"] = failed_starts(comm)
+            _DETECTOR.lost = failed_starts(comm)
             with contextlib.suppress(MPI.Exception):
                 ulfm.world().Revoke()
-            release_gloo()
+            if _DETECTOR.process is not None:
+                release_gloo(_DETECTOR.process)
             return
 
 
-def release_gloo() -> None:
+def release_gloo(process: RankProcess) -> None:
     """Make every gloo call that waits on a peer return with an error: cut the connections this process's gloo
     listeners accepted (runtime/sockets.py); each peer cuts its own, so every pair is cut from one side."""
-    sockets.cut_accepted(sockets.listening() - bootstrap.listening_before_init())
+    sockets.cut_accepted(sockets.listening() - process.listening)

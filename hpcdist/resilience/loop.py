@@ -22,8 +22,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import default_collate
 
 from ..errors import RanksLost, UsageError
+from ..runtime.process import current
 from ..values import check_count
-from . import detector, ulfm
+from . import detector
 from .membership import Recovery, commit, failure_of, recover
 from .sharding import epoch_order, share, step_size
 
@@ -73,13 +74,14 @@ class Survivors:
         self.committed = False  # whether the last `with loop.step():` was committed (False: it is redone)
         self.indices: list[int] = []  # the data set's indices in this rank's current batch
         self._collate, self._ddp_options = collate, ddp_options
-        self._shrink = ulfm.shrink_mode()
+        process = current()
+        self._shrink = process.contract.shrinks
         self._order: list[int] = []
         self._cursor = 0  # samples of the epoch's order consumed by committed steps: the same on every survivor
         self._taking: int | None = None  # samples the current step takes, until it is committed or redone
         self.model = self._wrap()
         if self._shrink:
-            detector.start()  # for gloo and nccl, MPI watches for failures (collective, once)
+            detector.start(process)  # for gloo and nccl, MPI watches for failures (collective, once)
 
     @property
     def rank(self) -> int:

@@ -34,6 +34,7 @@ from ..mpi_backend.lost import failed_starts, hosts, is_failure
 from ..ranklist import by_host
 from ..runtime import bootstrap
 from ..runtime.mpistore import MPIStore
+from ..runtime.process import RankProcess, current
 from . import detector, ulfm
 
 __all__ = ["Recovery", "commit", "failure_of", "recover"]
@@ -45,7 +46,34 @@ _DONE, _LIVE, _AGREE_TRIES = 1, 2, 3
 
 _LEARN = 1.0  # seconds a survivor waits to learn which ranks failed, when a collective raised
 _ATTEMPTS = 5  # recoveries in a row (each after a failure during the last) before the job gives up
-_state: dict[str, Any] = {}  # "backend": the default group's backend, kept across a recovery that failed midway
+Subgroups = list[tuple[str, tuple[int, ...], str, Any]]  # (name, members' start ranks, backend, the group)
+
+
+@dataclass
+class _Unfinished:
+    """What a recovery found before torch's groups were torn down, kept until a recovery completes.
+
+    One per process (`_UNFINISHED`): a recovery that failed midway is resumed by the program's next `recover()` call,
+    which hands nothing back.
+    """
+
+    backend: str | None = None  # the default group's backend (None: no recovery under way)
+    subgroups: Subgroups = field(default_factory=list)
+
+
+@dataclass
+class _Exit:
+    """How this process ends once a recovery has run: 1 after an uncaught exception, else 0 (`_skip_finalize`).
+
+    One per process (`_EXIT`): it is what an excepthook and an at-exit handler share.
+    """
+
+    registered: bool = False
+    status: int = 0
+
+
+_UNFINISHED = _Unfinished()
+_EXIT = _Exit()
 
 
 @dataclass(frozen=True)
@@ -82,7 +110,7 @@ def commit(done: bool = True) -> None:
         RanksLost: ranks failed (named as at the job's start), or some rank passed done=False (no rank named).
     """
     comm = ulfm.world()
-    detector.start()
+    detector.start(current())
     for _ in range(_AGREE_TRIES):
         try:
             flag = comm.Agree(_LIVE | (_DONE if done else 0))
@@ -122,21 +150,24 @@ def recover(error: BaseException | None = None) -> Recovery:
     Collective over the survivors: each calls it once it met the failure (a RanksLost, or a collective that raised).
 
     Raises:
-        TooFewRanks: the survivors are fewer than $HPCDIST_MIN_NP; the job should end (or restart).
+        TooFewRanks: the survivors are fewer than --min-np (the contract's `min_np`); the job should end (or restart).
         RanksLost: the recovery failed `_ATTEMPTS` times in a row, each time as more ranks died.
     """
     began = time.monotonic()
+    process = current()
     old = ulfm.world()
     before = old.size
     starts_before = _starts(old)
-    backend = _state.setdefault("backend", str(dist.get_backend()) if dist.is_initialized() else "")
-    subgroups = _state.setdefault("subgroups", _own_subgroups())
+    if _UNFINISHED.backend is None:
+        _UNFINISHED.backend = str(dist.get_backend()) if dist.is_initialized() else ""
+        _UNFINISHED.subgroups = _own_subgroups()
+    backend, subgroups, min_np = _UNFINISHED.backend, _UNFINISHED.subgroups, process.contract.min_np
     seconds = bootstrap.job_timeout(os.environ)
     during = getattr(error, "during", "") or ""
     last: BaseException | None = error
     for _ in range(_ATTEMPTS):
         world = ulfm.world()
-        _tear_down(world)
+        _tear_down(process, world)
         try:
             shrunk: MPI.Intracomm = world.Shrink()  # type: ignore[assignment]  # an Intracomm's shrink is one
         except MPI.Exception as exc:  # a failure while shrinking: shrink what is left
@@ -146,17 +177,17 @@ def recover(error: BaseException | None = None) -> Recovery:
             continue
         survivors = _starts(shrunk)
         lost = tuple(rank for rank in starts_before if rank not in survivors)
-        if shrunk.size < ulfm.min_np():
+        if shrunk.size < min_np:
             raise TooFewRanks(
                 lost,
                 hosts(),
                 during,
                 why=f"{lost_text(lost, hosts(), during)}: {shrunk.size} ranks are left, fewer than "
-                f"--min-np {ulfm.min_np()}; the job ends",
+                f"--min-np {min_np}; the job ends",
             )
         ulfm.replace(shrunk)
         try:
-            groups = _rebuild(shrunk, backend, subgroups, seconds)
+            groups = _rebuild(process, shrunk, backend, subgroups, seconds)
             if not shrunk.Agree(1):  # every survivor rebuilt, none failed meanwhile
                 raise RanksLost((), during="recovery", why="a rank failed to rebuild its groups")
         except (MPI.Exception, RanksLost, dist.DistError) as exc:
@@ -164,7 +195,7 @@ def recover(error: BaseException | None = None) -> Recovery:
                 raise
             last = exc
             continue
-        _state.clear()
+        _UNFINISHED.backend, _UNFINISHED.subgroups = None, []
         _skip_finalize()
         return Recovery(lost, hosts(), before, shrunk.size, shrunk.rank, time.monotonic() - began, groups, during)
     raise RanksLost(
@@ -179,25 +210,22 @@ def _skip_finalize() -> None:
     """After a recovery, end this process at exit without MPI_Finalize (once): Open MPI 5.0's survivors of a failure
     hang in it at random (measured here: 2 runs in 6 with two ranks lost; open-mpi/ompi#11404). The status is 1 after
     an uncaught exception, else 0 (a sys.exit status is not seen at that point)."""
-    if _ended:
+    if _EXIT.registered:
         return
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        _ended.append(1)
+        _EXIT.status = 1
         previous(kind, value, tb)
 
     def end() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(max(_ended[1:], default=0))
+        os._exit(_EXIT.status)
 
     sys.excepthook = hook
-    _ended.append(0)
+    _EXIT.registered = True
     atexit.register(end)
-
-
-_ended: list[int] = []  # once registered: [0], then a 1 per uncaught exception
 
 
 def _lost(comm: MPI.Comm, during: str, error: BaseException) -> RanksLost:
@@ -218,14 +246,14 @@ def _starts(comm: MPI.Comm) -> list[int]:
         world.Free()
 
 
-def _own_subgroups() -> list[tuple[str, tuple[int, ...], str, Any]]:
+def _own_subgroups() -> Subgroups:
     """This rank's torch subgroups, in creation order: (name, members' start ranks, backend, the group)."""
     if not dist.is_initialized():
         return []
     c10d = dist.distributed_c10d
     starts = _starts(ulfm.world())
     default = c10d._get_default_group()
-    found: list[tuple[str, tuple[int, ...], str, Any]] = []
+    found: Subgroups = []
     for group, name in c10d._world.pg_names.items():
         if group is default:
             continue
@@ -234,17 +262,16 @@ def _own_subgroups() -> list[tuple[str, tuple[int, ...], str, Any]]:
     return found
 
 
-def _tear_down(world: MPI.Intracomm) -> None:
+def _tear_down(process: RankProcess, world: MPI.Intracomm) -> None:
     """Revoke every communicator of the world (no call on them waits any more) and abort torch's groups."""
     detector.stop()
     with contextlib.suppress(MPI.Exception):
         world.Revoke()
     mpi_backend.revoke_all()
-    store = bootstrap.mpi_store()
-    if store is not None:
-        store.abandon()
+    if process.mpi_store is not None:
+        process.mpi_store.abandon()
     if dist.is_initialized() and str(dist.get_backend()) != mpi_backend.BACKEND_NAME:
-        detector.release_gloo()
+        detector.release_gloo(process)
     if dist.is_initialized():
         with contextlib.suppress(Exception):  # a group that cannot abort (gloo's) is dropped all the same
             dist.distributed_c10d._abort_process_group()
@@ -253,11 +280,10 @@ def _tear_down(world: MPI.Intracomm) -> None:
 
 
 def _rebuild(
-    comm: MPI.Intracomm, backend: str, subgroups: list[tuple[str, tuple[int, ...], str, Any]], seconds: float
+    process: RankProcess, comm: MPI.Intracomm, backend: str, subgroups: Subgroups, seconds: float
 ) -> dict[Any, Any]:
     """torch's default group for `backend` on `comm` over a new store, then every survivor's subgroups alike."""
-    store = MPIStore(comm, seconds)
-    bootstrap.use_mpi_store(store)
+    store = process.mpi_store = MPIStore(comm, seconds)  # the one shutdown closes
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)
     init(backend, store=store, rank=comm.rank, world_size=comm.size, timeout=timedelta(seconds=seconds))
     starts = _starts(comm)
@@ -276,5 +302,5 @@ def _rebuild(
     watchdog = sys.modules.get("hpcdist.forensics.watchdog")  # loaded where hang forensics run
     if watchdog is not None:
         watchdog.rebase(comm)
-    detector.start()
+    detector.start(process)
     return groups

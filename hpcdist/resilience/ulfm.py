@@ -8,34 +8,14 @@ in errors as at the job's start (COMM_WORLD's ranks): `start_rank` maps a curren
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from mpi4py import MPI
 
 from .. import mpi_backend
-from ..errors import UsageError
-from ..values import MIN_NP_ENV, ON_FAILURE_ENV
 
-__all__ = ["min_np", "replace", "shrink_mode", "start_rank", "unavailable", "world"]
+__all__ = ["replace", "start_rank", "unavailable", "world"]
 
 _FT_ENABLE = "OMPI_MCA_" + "mpi_ft_enable"  # what `mpirun --with-ft ulfm` sets in every rank (Open MPI 5)
-
-
-def shrink_mode(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether the job runs under --on-failure shrink ($HPCDIST_ON_FAILURE), so the survivors of a failure go on."""
-    return environ.get(ON_FAILURE_ENV, "end") == "shrink"
-
-
-def min_np(environ: Mapping[str, str] = os.environ) -> int:
-    """The fewest ranks the survivors may carry on with ($HPCDIST_MIN_NP; 1 when unset).
-
-    Raises:
-        UsageError: the variable is not a positive whole number.
-    """
-    text = environ.get(MIN_NP_ENV, "").strip() or "1"
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"${MIN_NP_ENV}={text!r} is not a positive whole number; unset it or give a rank count")
-    return int(text)
 
 
 def unavailable() -> str | None:

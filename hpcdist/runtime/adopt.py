@@ -21,11 +21,12 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
-from ..control import TRACE_ENV
+from ..settings import FORENSICS
 from .bootstrap import (
     check_nccl,
     forensics_enabled,
@@ -36,61 +37,68 @@ from .bootstrap import (
     startup_timeout,
 )
 from .env import LaunchEnv
+from .process import RankProcess
 
-__all__ = ["adopt", "finish"]
+__all__ = ["Adopted", "adopt", "finish"]
 
 _TARGET = "torch.distributed"
-_state: dict[str, bool] = {}
 
 
-def adopt(env: LaunchEnv, seconds: float) -> None:
+@dataclass(frozen=True)
+class Adopted:
+    """What `adopt` turned on for the program: hang forensics, and the trace file rank 0 writes at its end."""
+
+    forensics: bool
+    trace: str | None  # the path of the trace (--trace), when every call is kept for it
+
+
+def adopt(process: RankProcess, env: LaunchEnv, seconds: float) -> Adopted:
     """Give the program's own use of torch.distributed hpcdist's protection (every rank, before the program)."""
-    forensics = forensics_enabled(env)
+    contract = process.contract
+    forensics = forensics_enabled(env, os.environ)
     if forensics:
         from ..forensics import collect, watchdog
 
-        forensics = watchdog.reserve(seconds, startup_timeout(seconds))
+        forensics = watchdog.reserve(contract, seconds, startup_timeout(seconds))
         if forensics:
             collect.install()  # its stacks in the hang report, and on SIGUSR2
             # answering from the start, torch or not: a failing rank's report has every other rank's stacks
-            watchdog.start(seconds, startup_timeout(seconds))
-    _state["forensics"] = forensics
-    path = os.environ.get(TRACE_ENV)
+            watchdog.start(contract, seconds, startup_timeout(seconds))
+    path = contract.trace
     if path and forensics:
         from ..forensics import timeline
 
         timeline.begin(seconds)
-        _state["trace"] = True
     elif path and env.rank == 0:
         print(
             f"hpcdist: no trace will be written to {path}: tracing records through hang forensics, which "
-            "HPCDIST_FORENSICS=0 or an MPI without MPI_THREAD_MULTIPLE turns off",
+            f"{FORENSICS.name}=0 or an MPI without MPI_THREAD_MULTIPLE turns off",
             file=sys.stderr,
             flush=True,
         )
-    arm = functools.partial(_arm, seconds=seconds, forensics=forensics, env=env)
+    arm = functools.partial(_arm, process=process, seconds=seconds, forensics=forensics, env=env)
     if _TARGET in sys.modules:  # loaded before the program, e.g. by a module the shim's Python loads at start
         arm(sys.modules[_TARGET])
     else:
         sys.meta_path.insert(0, _Finder(arm))
+    return Adopted(forensics, path if forensics else None)
 
 
-def finish() -> None:
+def finish(adopted: Adopted) -> None:
     """The program ended well: wait, still answering the watchdog, until every rank's program has ended."""
-    if _state.get("forensics"):
+    if adopted.forensics:
         from ..forensics import watchdog
 
         watchdog.finish()
-    path = os.environ.get(TRACE_ENV)
-    if _state.get("trace") and path:
+    if adopted.trace:
         from ..forensics import timeline
 
-        timeline.end(path)
+        timeline.end(adopted.trace)
 
 
-def _arm(dist: ModuleType, seconds: float, forensics: bool, env: LaunchEnv) -> None:
+def _arm(dist: ModuleType, process: RankProcess, seconds: float, forensics: bool, env: LaunchEnv) -> None:
     """On rank 0 serve the store; wrap init_process_group (once); with forensics, record calls, start the watchdog."""
-    serve_store()
+    serve_store(process)
     original = getattr(dist, "init_process_group", None)
     if original is None or hasattr(original, "_hpcdist_original"):
         return  # torch without distributed support, or already armed
@@ -101,22 +109,22 @@ def _arm(dist: ModuleType, seconds: float, forensics: bool, env: LaunchEnv) -> N
         arguments = signature.bind(*args, **kwargs).arguments
         backend = arguments.pop("backend", None)
         if isinstance(backend, str) and backend.lower() == "mpi" and not dist.is_mpi_available():
-            backend = mpi4py_backend()  # as hpcdist.init does on wheels without native MPI
+            backend = mpi4py_backend(process.contract)  # as hpcdist.init does on wheels without native MPI
             if "store" not in arguments and arguments.get("init_method") in (None, "env://"):
                 arguments.pop("init_method", None)  # the store over MPI, as hpcdist.init's: no port opens
                 for name, value in mpi_store_arguments(env).items():
                     arguments.setdefault(name, value)
         if isinstance(backend, str) and backend.lower() == "nccl":
             check_nccl(env.local_world_size)  # one hpcdist line for the job instead of torch's error on every rank
-        start_group(backend, seconds, forensics, **arguments)
+        start_group(process, backend, seconds, forensics, **arguments)
 
     init_process_group._hpcdist_original = original  # type: ignore[attr-defined]  # start_group calls it
     dist.init_process_group = init_process_group  # type: ignore[attr-defined]
     if forensics:
-        from ..forensics import watchdog
+        from ..forensics import recording, watchdog
 
-        watchdog.instrument(dist)
-        watchdog.start(seconds, startup_timeout(seconds))
+        recording.instrument(dist)
+        watchdog.start(process.contract, seconds, startup_timeout(seconds))
 
 
 class _Finder(importlib.abc.MetaPathFinder):

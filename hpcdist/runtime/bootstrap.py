@@ -1,4 +1,8 @@
-"""The one place that writes os.environ and calls torch.distributed.init_process_group."""
+"""`hpcdist.init`: the one place that writes os.environ and calls torch.distributed.init_process_group.
+
+Every function here takes this process's RankProcess (runtime/process.py), or its contract: `init` takes the one the
+shim made (or makes it, under a plain mpirun or srun), and hands it down.
+"""
 
 from __future__ import annotations
 
@@ -8,26 +12,26 @@ import os
 import socket
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from .. import control
+from .. import settings
 from ..abort import install_abort_hook
-from ..errors import RanksLost, UsageError
-from ..values import BACKENDS, ON_FAILURE_ENV, STORES, check_seconds, parse_seconds
+from ..contract import RankContract, Ready
+from ..errors import RanksLost, UsageError, check_same_world
+from ..values import check_seconds
 from . import sockets
+from .backends import check_nccl, choose_backend, choose_store
 from .env import LaunchEnv, torch_defaults
+from .process import Listener, RankProcess, current, existing
 from .rendezvous import Rendezvous, check_master_addr, listen, mpi_rendezvous, slurm_rendezvous, store_over
 
 __all__ = [
-    "DEFAULT_TIMEOUT",
     "OVER_MPI",
     "Session",
     "check_nccl",
-    "choose_backend",
-    "choose_store",
     "forensics_enabled",
     "init",
     "job_timeout",
@@ -45,23 +49,16 @@ __all__ = [
     "startup_timeout",
 ]
 
-DEFAULT_TIMEOUT = 300.0
 _BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the hang report comes first
 _STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch: seconds, more on a busy host)
 
 OVER_MPI = "hpcdist store over MPI"  # what mpi_store_arguments passes as the store: start_group makes it
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
-# "listener": (socket, address, world size, timeout) of rank 0's rendezvous until serve_store serves the store over it;
-# "store": rank 0's torch TCPStore, kept alive while the process group uses it;
-# "watchdog": True when init started the watchdog, so that shutdown stops it;
-# "mpi_store": the store over MPI that the mpi backend's default group uses, closed (collectively) by shutdown;
-# "agent_store": True when prepare set TORCHELASTIC_USE_AGENT_STORE=True, which shutdown unsets with the store.
-_state: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
 class Session:
-    """What `init` set up: the launch, the backend, the rendezvous and this rank's device."""
+    """What `init` set up: the launch, the backend, the rendezvous, this rank's device, and the launcher's contract."""
 
     env: LaunchEnv
     backend: str
@@ -69,6 +66,7 @@ class Session:
     master_port: int | None
     device: str
     timeout: float
+    contract: RankContract = field(default_factory=RankContract)
 
     @property
     def rank(self) -> int:
@@ -90,79 +88,10 @@ class Session:
 
 
 def job_timeout(environ: Mapping[str, str], timeout: float | None = None) -> float:
-    """The timeout in seconds: the argument, else HPCDIST_TIMEOUT, else 300; finite, above 0, at most 30 days."""
+    """The timeout in seconds: the argument, else the TIMEOUT setting, else 300; finite, above 0, at most 30 days."""
     if timeout is not None:
         return check_seconds(timeout, "the timeout", "e.g. timeout=300")
-    raw = environ.get("HPCDIST_TIMEOUT")
-    if raw is None:
-        return DEFAULT_TIMEOUT
-    value = parse_seconds(raw)
-    if value is None:
-        raise UsageError(f"HPCDIST_TIMEOUT={raw!r} is not a number of seconds; set e.g. HPCDIST_TIMEOUT=300")
-    return check_seconds(value, f"HPCDIST_TIMEOUT={raw!r}", "e.g. HPCDIST_TIMEOUT=300")
-
-
-def choose_backend(
-    requested: str,
-    *,
-    cuda_devices: int,
-    local_world_size: int,
-    native_mpi: bool,
-    host: str,
-    mpi_launch: bool = False,
-    on_cpu: str = "use --backend gloo on CPU",
-) -> str:
-    """The torch backend to use, or a clear error when the request cannot work on this host.
-
-    `auto` is nccl when every local rank has a GPU; on CPU under an MPI launch it is the mpi backend,
-    which `hpcdist bench` measures faster than gloo here (see README); gloo otherwise. `on_cpu` is the fix that
-    nccl without GPUs suggests.
-    """
-    _check_backend_name(requested)
-    if requested == "auto":
-        if 0 < local_world_size <= cuda_devices:
-            return "nccl"
-        return ("mpi" if native_mpi else "mpi4py") if mpi_launch else "gloo"
-    if requested == "nccl":
-        if cuda_devices == 0:
-            raise UsageError(
-                f"backend nccl needs CUDA GPUs, but torch sees none on host {host} "
-                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); "
-                f"{on_cpu}"
-            )
-        if cuda_devices < local_world_size:
-            raise UsageError(
-                f"{local_world_size} ranks run on host {host} but torch sees only {cuda_devices} GPU(s): ranks would "
-                "share a GPU and NCCL fails with 'Duplicate GPU detected'; start at most "
-                f"{cuda_devices} ranks per host (slots, -np, --ntasks-per-node) or expose more GPUs"
-            )
-    if requested == "mpi" and not native_mpi:
-        return "mpi4py"  # PyPI wheels have no native MPI: hpcdist's process group on mpi4py
-    return requested
-
-
-def check_nccl(local_world_size: int) -> None:
-    """Refuse a program's own init_process_group("nccl") that cannot work here: no GPU, or fewer than the local ranks.
-
-    Raises:
-        UsageError: saying what torch sees on this host and what to change.
-    """
-    import torch
-
-    choose_backend(
-        "nccl",
-        cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-        local_world_size=local_world_size,
-        native_mpi=False,
-        host=socket.gethostname(),
-        on_cpu='call init_process_group("gloo") on CPU, or run on hosts with GPUs',
-    )
-
-
-def _check_backend_name(requested: str) -> None:
-    """Reject a backend name hpcdist does not know."""
-    if requested not in BACKENDS:
-        raise UsageError(f"unknown backend {requested!r}; choose one of {', '.join(BACKENDS)}")
+    return settings.timeout(environ)
 
 
 def merge_environ(current: Mapping[str, str], computed: Mapping[str, str]) -> dict[str, str]:
@@ -183,8 +112,10 @@ def socket_ifnames(ifname: str | None, current: Mapping[str, str]) -> dict[str, 
     return {name: ifname for name in _IFNAME_VARIABLES if name not in current}
 
 
-def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Rendezvous]:
+def prepare(process: RankProcess, timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Rendezvous]:
     """Detect the launch, agree on a rendezvous, and write the torch variables into os.environ.
+
+    Rank 0's listening socket is kept in `process` until the store is served over it (`serve_store`).
 
     Raises:
         UsageError: the launch variables are inconsistent, or differ from torch variables the user set.
@@ -199,40 +130,40 @@ def prepare(timeout: float, env: LaunchEnv | None = None) -> tuple[LaunchEnv, Re
         sys.modules["torch"].set_num_threads(int(defaults["OMP_NUM_THREADS"]))
     rdzv = _rendezvous(env, max(timeout, _STARTUP_FLOOR))
     if rdzv.listener is not None:  # a later prepare() (the program's own init under the shim) keeps it
-        _state["listener"] = (rdzv.listener, rdzv.addr, env.world_size, max(timeout, _STARTUP_FLOOR))
+        process.listener = Listener(rdzv.listener, rdzv.addr, env.world_size, max(timeout, _STARTUP_FLOOR))
     computed = dict(env.torch_env(rdzv.facts()), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
     computed.update(socket_ifnames(rdzv.ifname, os.environ))
     os.environ.update(merge_environ(os.environ, computed))
     if rdzv.facts().agent_store:
-        _state["agent_store"] = True  # shutdown releases the store, and the variable that promises it
+        process.agent_store = True  # shutdown releases the store, and the variable that promises it
     if env.is_mpi:
-        install_abort_hook()
+        install_abort_hook(process.contract)
     return env, rdzv
 
 
-def serve_store() -> None:
+def serve_store(process: RankProcess) -> None:
     """On rank 0, serve torch's TCPStore over the rendezvous's listening socket (once); elsewhere nothing.
 
     Called where torch is needed: before init_process_group (`start_group`), when a program under the shim
     imports torch.distributed, and before the shim runs a non-Python program, whose ranks connect as clients.
     Until then the ranks' connections wait in the socket's backlog, and rank 0 never imports torch.
     """
-    held = _state.pop("listener", None)
+    held, process.listener = process.listener, None
     if held is not None:
-        _state["store"] = store_over(*held)
+        process.store = store_over(*held)
 
 
-def release_store() -> None:
+def release_store(process: RankProcess) -> None:
     """Close the rendezvous's listening socket unserved, and drop the store if it was served (any rank).
 
     For a process group that needs no TCP store: after it, MASTER_ADDR:MASTER_PORT is not served, so the
     agent-store promise (TORCHELASTIC_USE_AGENT_STORE) is taken back too.
     """
-    held = _state.pop("listener", None)
+    held, process.listener, process.store = process.listener, None, None
     if held is not None:
-        held[0].close()
-    _state.pop("store", None)
-    if _state.pop("agent_store", False):  # on every rank: a later init must not count on rank 0's store
+        held.socket.close()
+    if process.agent_store:  # on every rank: a later init must not count on rank 0's store
+        process.agent_store = False
         os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
 
 
@@ -245,13 +176,9 @@ def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
     if env.is_mpi:
         from mpi4py import MPI
 
-        if MPI.COMM_WORLD.size != env.world_size:
-            raise UsageError(
-                f"the launcher says {env.world_size} ranks but MPI says this process is alone in a world of "
-                f"{MPI.COMM_WORLD.size}: mpi4py's MPI cannot talk to the launcher (e.g. srun --mpi=pmi2 with "
-                "Open MPI 5 starts singletons); use srun --mpi=pmix, or mpirun from the MPI mpi4py was built with"
-            )
-        return mpi_rendezvous(MPI.COMM_WORLD, env, timeout)
+        world = MPI.COMM_WORLD
+        check_same_world(f"the {env.launcher} launch", (env.rank, env.world_size), (world.rank, world.size))
+        return mpi_rendezvous(world, env, timeout)
     if env.launcher == "slurm":
         return slurm_rendezvous(env)
     if env.world_size == 1:
@@ -265,8 +192,9 @@ def _rendezvous(env: LaunchEnv, timeout: float) -> Rendezvous:
 def init(backend: str = "auto", timeout: float | None = None, store: str | None = None) -> Session:
     """Detect the launch, rendezvous, pick the device, and initialise torch.distributed.
 
-    `store` is where torch's key-value store lives (`choose_store`): "auto" (default: $HPCDIST_STORE, else auto),
-    "tcp" (rank 0's TCPStore) or "mpi" (over MPI, under an MPI launch: no port opens for it).
+    `store` is where torch's key-value store lives (`choose_store`): "auto" (default: the STORE setting, else auto),
+    "tcp" (rank 0's TCPStore) or "mpi" (over MPI, under an MPI launch: no port opens for it). The launcher's contract
+    is read once, by the shim before the program or here.
 
     Raises:
         UsageError: an unknown backend or store, nccl without (enough) GPUs, store "mpi" without an MPI launch, or a
@@ -276,8 +204,10 @@ def init(backend: str = "auto", timeout: float | None = None, store: str | None 
     import torch
     import torch.distributed as dist
 
+    process = current()
     seconds = job_timeout(os.environ, timeout)
     env = LaunchEnv.from_environ(os.environ)
+    process.rank = env.rank
     cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
     chosen = choose_backend(
         backend,
@@ -287,37 +217,16 @@ def init(backend: str = "auto", timeout: float | None = None, store: str | None 
         host=socket.gethostname(),
         mpi_launch=env.is_mpi,
     )
-    over_mpi = choose_store(store or os.environ.get("HPCDIST_STORE", "auto"), chosen, mpi_launch=env.is_mpi) == "mpi"
+    over_mpi = choose_store(store or settings.store(os.environ), chosen, mpi_launch=env.is_mpi) == "mpi"
     forensics = forensics_enabled(env)
     if chosen == "mpi4py":
-        return _init_mpi4py(env, seconds, forensics, over_mpi)
-    return _init_torch(env, chosen, seconds, forensics, over_mpi)
+        return _init_mpi4py(process, env, seconds, forensics, over_mpi)
+    return _init_torch(process, env, chosen, seconds, forensics, over_mpi)
 
 
-def choose_store(requested: str, backend: str, *, mpi_launch: bool) -> str:
-    """Where torch's store lives: "mpi" or "tcp"; "auto" is "mpi" for the mpi backend under an MPI launch.
-
-    gloo and nccl take the store over MPI when asked: it carries their start-up (gloo's addresses, nccl's
-    unique id) over MPI, but gloo and nccl still open their own sockets (docs/scale.md).
-
-    Raises:
-        UsageError: an unknown store, or "mpi" where no MPI launch connects the ranks.
-    """
-    if requested not in STORES:
-        raise UsageError(f"unknown store {requested!r}; choose one of {', '.join(STORES)} (store= or HPCDIST_STORE)")
-    if requested == "auto":
-        return "mpi" if mpi_launch and backend in ("mpi", "mpi4py") else "tcp"
-    if requested == "mpi" and not mpi_launch:
-        raise UsageError(
-            "store 'mpi' needs the ranks started by mpirun/mpiexec (or srun with PMIx), but this launch is not MPI's; "
-            "use store='tcp', or launch with hpcdist mpirun"
-        )
-    return requested
-
-
-def forensics_enabled(env: LaunchEnv) -> bool:
-    """Whether hang forensics run: under an MPI launch, unless HPCDIST_FORENSICS=0."""
-    return env.is_mpi and os.environ.get("HPCDIST_FORENSICS", "1") != "0"
+def forensics_enabled(env: LaunchEnv, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether hang forensics run: under an MPI launch, unless the FORENSICS setting turns them off."""
+    return env.is_mpi and settings.forensics(environ)
 
 
 def startup_timeout(seconds: float) -> float:
@@ -325,7 +234,7 @@ def startup_timeout(seconds: float) -> float:
     return max(seconds, _STARTUP_FLOOR)
 
 
-def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) -> None:
+def start_group(process: RankProcess, backend: Any, seconds: float, forensics: bool, **kwargs: Any) -> None:
     """torch's init_process_group under hpcdist's timeouts, then (with forensics) the ledger, its sources, the watchdog.
 
     A `timeout` in kwargs is the caller's. Otherwise, with forensics on, torch's own timeout is a backstop
@@ -334,50 +243,52 @@ def start_group(backend: Any, seconds: float, forensics: bool, **kwargs: Any) ->
     """
     import torch.distributed as dist
 
+    contract = process.contract
     if kwargs.get("store") is not OVER_MPI:
-        serve_store()
-    if os.environ.get(ON_FAILURE_ENV) == "shrink":  # gloo's listeners come after: a recovery cuts their connections
-        _state["listening"] = sockets.listening()
+        serve_store(process)
+    if contract.shrinks:  # gloo's listeners come after: a recovery cuts their connections
+        process.listening = frozenset(sockets.listening())
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
     if not forensics:
-        _make_store(kwargs)
+        _make_store(process, kwargs)
         init(backend, **kwargs)
-        _revocable_world()
-        say_ready(dist.get_rank(), dist.get_world_size())
+        _revocable_world(contract)
+        say_ready(contract, dist.get_rank(), dist.get_world_size())
         return
-    from ..forensics import collect, ledger, sources, watchdog
+    from ..forensics import collect, ledger, recording, sources, watchdog
 
-    _turn_on_nccl_recorder(backend)
+    _turn_on_nccl_recorder(contract, backend)
     collect.install()  # before the wait in init: its stacks in the hang report, and on SIGUSR2
-    watchdog.instrument(dist)
+    recording.instrument(dist)
     sources.enable_flight_recorder()  # gloo's and nccl's calls below dist.*, DDP's among them
-    watchdog.LEDGER.enter(ledger.INITIALISING)
-    _make_store(kwargs)  # in the ledger's init phase: the watchdog names a rank that never comes to make it
+    recording.LEDGER.enter(ledger.INITIALISING)
+    _make_store(process, kwargs)  # in the ledger's init phase: the watchdog names a rank that never comes to make it
     init(backend, **kwargs)
-    watchdog.LEDGER.enter(ledger.INITIALISED)
-    _revocable_world()
+    recording.LEDGER.enter(ledger.INITIALISED)
+    _revocable_world(contract)
     if dist.get_backend() == "mpi4py":  # hpcdist's mpi backend records every call itself
         from ..mpi_backend import BACKEND_NAME, record
 
         record.enable()
-        watchdog.add_source(BACKEND_NAME, record.calls, record.oldest, record.keep)
-    say_ready(dist.get_rank(), dist.get_world_size())
-    if watchdog.start(seconds, startup_timeout(seconds)):
-        _state["watchdog"] = True  # started here, so shutdown stops it (under the shim, the shim does)
+        recording.add_source(BACKEND_NAME, record.calls, record.oldest, record.keep)
+    say_ready(contract, dist.get_rank(), dist.get_world_size())
+    if watchdog.start(contract, seconds, startup_timeout(seconds)):
+        process.watchdog = True  # started here, so shutdown stops it (under the shim, the shim does)
 
 
-def _revocable_world() -> None:
+def _revocable_world(contract: RankContract) -> None:
     """Under --on-failure shrink, the communicator that survivors shrink (ULFM), made now, every rank alike: the mpi
     backend's parent, which its own groups have made already."""
-    if os.environ.get(ON_FAILURE_ENV) == "shrink" and "mpi4py" in sys.modules:
-        from ..mpi_backend import parent
+    if contract.shrinks and "mpi4py" in sys.modules:
+        from .. import mpi_backend
 
-        parent()
+        mpi_backend.configure(contract)
+        mpi_backend.parent()
 
 
-def _make_store(kwargs: dict[str, Any]) -> None:
+def _make_store(process: RankProcess, kwargs: dict[str, Any]) -> None:
     """Where `mpi_store_arguments` asked for the store over MPI, make it (collective), with torch's timeout."""
     if kwargs.get("store") is not OVER_MPI:
         return
@@ -386,11 +297,11 @@ def _make_store(kwargs: dict[str, Any]) -> None:
     from .mpistore import MPIStore
 
     seconds = kwargs["timeout"].total_seconds()
-    kwargs["store"] = _state["mpi_store"] = MPIStore(MPI.COMM_WORLD, seconds)
-    release_store()  # the rendezvous's TCP port: nothing connects to it now, so it closes
+    kwargs["store"] = process.mpi_store = MPIStore(MPI.COMM_WORLD, seconds)
+    release_store(process)  # the rendezvous's TCP port: nothing connects to it now, so it closes
 
 
-def _turn_on_nccl_recorder(backend: Any) -> None:
+def _turn_on_nccl_recorder(contract: RankContract, backend: Any) -> None:
     """On nccl (also torch's default backend with a GPU), torch's Flight Recorder and its dump on a timeout.
 
     The dumps go where hpcdist writes its own on a hang report (forensics.frdump); a variable the user set stays.
@@ -401,53 +312,44 @@ def _turn_on_nccl_recorder(backend: Any) -> None:
         return
     from ..forensics import frdump
 
-    directory = frdump.dump_dir(os.environ, os.getcwd())
+    directory = frdump.dump_dir(contract, os.environ, os.getcwd())
     with contextlib.suppress(OSError):  # a rank that cannot make it loses only its dump on a timeout
         os.makedirs(directory, exist_ok=True)
     os.environ.update(frdump.nccl_environ(os.environ, directory))
 
 
-def mpi_store() -> Any:
-    """The store over MPI that init made for torch's default group (or the last recovery's), else None."""
-    return _state.get("mpi_store")
-
-
-def listening_before_init() -> set[int]:
-    """The TCP ports this process listened on before torch's groups were made, noted under --on-failure shrink."""
-    return set(_state.get("listening", ()))
-
-
-def use_mpi_store(store: Any) -> None:
-    """Make `store` (over the survivors' communicator, after a recovery) the one that shutdown closes."""
-    _state["mpi_store"] = store
-
-
 def stacks_on_failure(rank: int, error: BaseException) -> None:
     """A rank's program raised on its own (not Ctrl-C, not a peer gone): print the others' stacks, with forensics."""
     collect = sys.modules.get("hpcdist.forensics.collect")  # loaded where forensics run
-    ours = not isinstance(error, (KeyboardInterrupt, RanksLost)) and not control.peer_lost(str(error))
-    if collect is not None and ours:
+    if collect is None or isinstance(error, (KeyboardInterrupt, RanksLost)):
+        return
+    from ..forensics.cause import peer_lost
+
+    if not peer_lost(str(error)):
         collect.on_failure(rank)
 
 
-def say_ready(rank: int, world_size: int) -> None:
+def say_ready(contract: RankContract, rank: int, world_size: int) -> None:
     """Tell `hpcdist mpirun` (when it started this rank) that the rank is initialised: a restart may help now."""
-    control.emit("ready", rank, f"host={socket.gethostname()} world={world_size}")
+    contract.tell(Ready(rank, host=socket.gethostname(), world=world_size))
 
 
-def mpi4py_backend() -> str:
-    """Register hpcdist's process group on mpi4py with torch and return its backend name."""
+def mpi4py_backend(contract: RankContract) -> str:
+    """Register hpcdist's process group on mpi4py with torch (for a job launched under `contract`); its name."""
     from .. import mpi_backend
 
+    mpi_backend.configure(contract)
     mpi_backend.register()
     return mpi_backend.BACKEND_NAME
 
 
-def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool, over_mpi: bool = False) -> Session:
+def _init_torch(
+    process: RankProcess, env: LaunchEnv, chosen: str, seconds: float, forensics: bool, over_mpi: bool = False
+) -> Session:
     """torch's own backends: nccl and gloo rendezvous through the TCP store, native mpi needs none."""
     import torch
 
-    env, rdzv = prepare(seconds, env)
+    env, rdzv = prepare(process, seconds, env)
     device = "cpu"
     kwargs: dict[str, Any] = {}
     if chosen == "nccl":
@@ -455,34 +357,30 @@ def _init_torch(env: LaunchEnv, chosen: str, seconds: float, forensics: bool, ov
         device = f"cuda:{env.local_rank}"
         kwargs["device_id"] = torch.device(device)
     if chosen == "mpi":
-        start_group("mpi", seconds, forensics)
+        start_group(process, "mpi", seconds, forensics)
     elif over_mpi:
-        start_group(chosen, seconds, forensics, **mpi_store_arguments(env), **kwargs)
+        start_group(process, chosen, seconds, forensics, **mpi_store_arguments(env), **kwargs)
     else:
-        start_group(
-            chosen, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size, **kwargs
-        )
-    return Session(env, chosen, rdzv.addr, rdzv.port, device, seconds)
+        env_init = {"init_method": "env://", "rank": env.rank, "world_size": env.world_size}
+        start_group(process, chosen, seconds, forensics, **env_init, **kwargs)
+    return Session(env, chosen, rdzv.addr, rdzv.port, device, seconds, process.contract)
 
 
-def _init_mpi4py(env: LaunchEnv, seconds: float, forensics: bool, over_mpi: bool = True) -> Session:
+def _init_mpi4py(
+    process: RankProcess, env: LaunchEnv, seconds: float, forensics: bool, over_mpi: bool = True
+) -> Session:
     """The mpi4py backend: ranks come from MPI; the shared store serves groups of other backends beside it."""
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    if (world.rank, world.size) != (env.rank, env.world_size):
-        raise UsageError(
-            f"backend mpi needs the ranks to be MPI processes, but the {env.launcher} launch says rank {env.rank} of "
-            f"{env.world_size} while MPI.COMM_WORLD says rank {world.rank} of {world.size}; start the job with "
-            "mpirun/mpiexec (or hpcdist mpirun), or use --backend gloo"
-        )
-    env, rdzv = prepare(seconds, env)
-    name = mpi4py_backend()
+    check_same_world(f"the {env.launcher} launch", (env.rank, env.world_size), (world.rank, world.size))
+    env, rdzv = prepare(process, seconds, env)
+    name = mpi4py_backend(process.contract)
     if over_mpi:
-        start_group(name, seconds, forensics, **mpi_store_arguments(env))
+        start_group(process, name, seconds, forensics, **mpi_store_arguments(env))
     else:
-        start_group(name, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size)
-    return Session(env, name, rdzv.addr, rdzv.port, "cpu", seconds)
+        start_group(process, name, seconds, forensics, init_method="env://", rank=env.rank, world_size=env.world_size)
+    return Session(env, name, rdzv.addr, rdzv.port, "cpu", seconds, process.contract)
 
 
 def mpi_store_arguments(env: LaunchEnv) -> dict[str, Any]:
@@ -510,7 +408,9 @@ def mpi_store_arguments(env: LaunchEnv) -> dict[str, Any]:
 
 def shutdown() -> None:
     """Stop the watchdog, tear down the process group (if any) and release the rendezvous store."""
-    if _state.pop("watchdog", False):
+    process = existing()
+    if process is not None and process.watchdog:
+        process.watchdog = False
         sys.modules["hpcdist.forensics.watchdog"].stop()
     if "torch.distributed" in sys.modules:
         import torch.distributed as dist
@@ -522,7 +422,9 @@ def shutdown() -> None:
             # aborts the rank ("terminate called without an active exception"): measured in 8 of 23 four-rank
             # DDP runs under torchrun. Freeing DDP's cycles here, while Python is whole, made it 0 of 30.
             gc.collect()
-    mpi_store = _state.pop("mpi_store", None)
+    if process is None:
+        return
+    mpi_store, process.mpi_store = process.mpi_store, None
     if mpi_store is not None:
         mpi_store.close()  # collective, as shutdown is
-    release_store()
+    release_store(process)

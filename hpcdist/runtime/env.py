@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..control import MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV
+from ..contract import RankContract
 from ..errors import UsageError
 from ..values import ADDRESS, MAX_COUNT, parse_whole
 from . import slurm
@@ -21,7 +21,8 @@ __all__ = [
     "torch_defaults",
 ]
 
-RESTART_ENV = RESTART_VARS[0]  # this attempt's index, 0 first
+# the launch's own counters, which the contract names: this attempt's index (0 first), the most, and the run's id
+RESTART_ENV, MAX_RESTARTS_ENV, RUN_ID_ENV = map(RankContract.variable, ("restart_count", "max_restarts", "run_id"))
 RUN_ID_PREFIX = "hpcdist-"  # a TORCHELASTIC_RUN_ID hpcdist made, which no torchrun agent stands behind
 ROLE = "default"  # torchrun's one role (WorkerSpec.role's default)
 # Every name `LaunchEnv.torch_env` may set: what a launch gives each rank, as torchrun's agent gives a worker

@@ -22,8 +22,8 @@ import time
 import traceback
 from typing import Any
 
-from ..control import peer_lost
 from ..errors import UsageError
+from ..settings import LAUNCH_DIR, SUBMIT_DIR
 from ..values import ARRAY_TASK, RANK
 from .bootstrap import Session, init, shutdown, stacks_on_failure
 
@@ -42,8 +42,8 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(
             f"hpcdist: error: rank {rank} on {host} cannot read the call {call_path}: {exc.strerror}; every host "
-            "must see its directory: give hpcdist.launch a directory they share in HPCDIST_LAUNCH_DIR, or "
-            "hpcdist.submit one as folder= (or HPCDIST_SUBMIT_DIR)",
+            f"must see its directory: give hpcdist.launch a directory they share in {LAUNCH_DIR.name}, or "
+            f"hpcdist.submit one as folder= (or {SUBMIT_DIR.name})",
             file=sys.stderr,
         )
         return 2
@@ -115,7 +115,7 @@ def _write_failure(path: str, rank: int, host: str, exc: BaseException) -> None:
         sent: bytes | None = _dumps(exc, "the exception")
     except UsageError:
         sent = None
-    from ..forensics.cause import failure_words
+    from ..forensics.cause import failed_call, peer_lost
 
     record = {
         "rank": rank,
@@ -126,7 +126,7 @@ def _write_failure(path: str, rank: int, host: str, exc: BaseException) -> None:
         "traceback": text,
         "exception": sent,
         "time": time.time(),
-        "casualty": peer_lost(str(exc)) or failure_words(exc).startswith("in="),  # a peer went, or its call failed
+        "casualty": peer_lost(str(exc)) or bool(failed_call(exc)),  # a peer went, or its call failed
     }
     try:
         _write(path, record)

@@ -2,7 +2,8 @@
 
 Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`), atomic checkpoints (`checkpoint`),
 stopping at a step boundary on preemption (`preemption`) and the per-step log that recovery is timed by (`steplog`).
-May import: errors, values, waits, control, runtime, forensics (regions, --report). Never the CLI.
+May import: the leaves (errors, values, waits, contract, settings), runtime, forensics (regions, --report). Never the
+CLI.
 Listing the workloads never imports torch.
 """
 

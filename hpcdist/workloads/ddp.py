@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import shutil
 import sys
 import time
@@ -322,16 +321,14 @@ def _settle_buckets(model: nn.Module, device: torch.device) -> None:
 
 
 def _progress_bar(session: Session) -> bool:
-    """Whether to draw a tqdm bar: HPCDIST_PROGRESS=1/0 decides; else only when stdout is a terminal.
+    """Whether to draw a tqdm bar: the contract's `progress` decides (hpcdist mpirun sets it when its own output is a
+    terminal, and passes on a user's); else only when stdout is a terminal.
 
     Under Open MPI every rank's stdout is a pseudo-terminal wherever mpirun's own output goes, so a
-    rank started by an MPI launcher cannot tell; there the bar needs HPCDIST_PROGRESS=1.
+    rank started by an MPI launcher cannot tell; there the bar needs the contract's word.
     """
-    forced = os.environ.get("HPCDIST_PROGRESS")
-    if forced is not None:
-        if forced not in ("0", "1"):
-            raise UsageError(f"HPCDIST_PROGRESS={forced!r}: set it to 1 (draw a progress bar) or 0 (plain lines)")
-        return forced == "1"
+    if session.contract.progress is not None:
+        return session.contract.progress
     return not session.env.is_mpi and sys.stdout.isatty()
 
 

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..control import RESTART_VARS
+from ..contract import RESTART_VARS, RankContract
+from ..runtime.process import current
 
 __all__ = ["PREEMPT_SIGNALS", "Preempted", "StopAtStepBoundary", "restart_count"]
 
@@ -32,13 +33,18 @@ class Preempted(SystemExit):
         self.epoch, self.step, self.path = epoch, step, path
 
 
-def restart_count(environ: Mapping[str, str] = os.environ) -> int:
-    """Which attempt this is, 0 first: HPCDIST_RESTART_COUNT, else TORCHELASTIC_RESTART_COUNT, else 0."""
-    for name in RESTART_VARS:
-        value = environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
+def restart_count(environ: Mapping[str, str] | None = None) -> int:
+    """Which attempt this is, 0 first: hpcdist mpirun's (its contract's `restart_count`), else torchrun's
+    (TORCHELASTIC_RESTART_COUNT), else 0. `environ`: read there instead of this process's contract and environment.
+
+    Raises:
+        UsageError: hpcdist's counter is no whole number.
+    """
+    contract = current().contract if environ is None else RankContract.from_environ(environ)
+    if contract.restart_count is not None:
+        return contract.restart_count
+    value = (os.environ if environ is None else environ).get(RESTART_VARS[1], "").strip()
+    return int(value) if value.isdigit() else 0
 
 
 class StopAtStepBoundary:

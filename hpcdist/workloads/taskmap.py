@@ -21,10 +21,12 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import MapTimeout, UsageError
+from ..errors import MapTimeout, check_same_world
 from ..runtime.bootstrap import Session, job_timeout
+from ..settings import TIMEOUT
 from ..waits import Backoff, poll_until
 
 __all__ = ["TaskError", "compute", "map", "run"]
@@ -33,9 +35,22 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _TAG_SPAN = 2**15 - 2  # MPI guarantees tags up to 32767
-_comm: list[Any] = []  # the private communicator, once made
-_calls = [0]  # how many distributed maps this process has run: the same count on every rank
 _REPR_LIMIT = 120
+
+
+@dataclass
+class _Maps:
+    """This process's private communicator for map's messages, once made, and how many distributed maps it has run
+    (the same count on every rank).
+
+    One per process (`_MAPS`): `hpcdist.map` is called anywhere in a program, with nothing to hand it.
+    """
+
+    comm: Any = None
+    calls: int = 0
+
+
+_MAPS = _Maps()
 
 
 class TaskError(RuntimeError):
@@ -59,7 +74,7 @@ def map(fn: Callable[[T], R], items: Iterable[T], *, timeout: float | None = Non
     each item is sent (pickled) to the worker that runs it, so other ranks may pass anything iterable.
     Results are pickled back to rank 0. If `fn` raises, no further items are handed out, and every
     rank raises TaskError naming the item, the rank and the original traceback. Each wait for a message
-    (including a wait for one task to finish) ends after `timeout` seconds (default $HPCDIST_TIMEOUT or
+    (including a wait for one task to finish) ends after `timeout` seconds (default: the TIMEOUT setting, or
     300) with MapTimeout.
 
     Raises:
@@ -72,8 +87,8 @@ def map(fn: Callable[[T], R], items: Iterable[T], *, timeout: float | None = Non
     if world is None or world.Get_size() == 1:
         return _inline(fn, items)
     comm = _private_comm(world, seconds)
-    _calls[0] += 1
-    tag = 1 + _calls[0] % _TAG_SPAN  # every call its own tag: a late message of an earlier call never matches
+    _MAPS.calls += 1
+    tag = 1 + _MAPS.calls % _TAG_SPAN  # every call its own tag: a late message of an earlier call never matches
     if comm.Get_rank() == 0:
         failure, results = _coordinate(comm, tag, items, seconds)
     else:
@@ -92,19 +107,15 @@ def _world() -> Any:
         return None  # a plain `python x.py`: do not pay for starting MPI
     from mpi4py import MPI
 
-    if MPI.COMM_WORLD.Get_size() != env.world_size:
-        raise UsageError(
-            f"hpcdist.map needs an MPI launch, but {env.launcher} started {env.world_size} ranks and MPI sees "
-            f"{MPI.COMM_WORLD.Get_size()}; launch with `hpcdist mpirun`, mpiexec or an srun whose MPI has PMI "
-            "support (torchrun starts no MPI job)"
-        )
-    return MPI.COMM_WORLD
+    world = MPI.COMM_WORLD
+    check_same_world(f"the {env.launcher} launch", (env.rank, env.world_size), (world.Get_rank(), world.Get_size()))
+    return world
 
 
 def _private_comm(world: Any, seconds: float) -> Any:
     """This process's duplicate of COMM_WORLD for map's messages, made once (Idup, so its wait can time out)."""
-    if _comm:
-        return _comm[0]
+    if _MAPS.comm is not None:
+        return _MAPS.comm
     comm, request = world.Idup()
     _wait_for(
         request.Test,
@@ -114,7 +125,7 @@ def _private_comm(world: Any, seconds: float) -> Any:
             "(every rank must call it)"
         ),
     )
-    _comm.append(comm)
+    _MAPS.comm = comm
     return comm
 
 
@@ -262,7 +273,7 @@ def _coordinator_wait(active: set[int], running: dict[int, tuple[int, str]], ask
     return (
         f"rank 0 waited {seconds:g} s for a message from any of ranks {sorted(active)} in hpcdist.map: "
         f"{'; '.join(states)} (a single task may take at most the timeout; raise "
-        "HPCDIST_TIMEOUT or pass timeout=)"
+        f"{TIMEOUT.name} or pass timeout=)"
     )
 
 

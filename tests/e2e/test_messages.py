@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from launching import PROGRAMS, launch
+
+from hpcdist import __version__ as hpcdist_version
 
 pytestmark = pytest.mark.e2e
 
@@ -172,6 +175,23 @@ def test_nccl_without_gpus_in_the_program_s_own_init_is_one_line_for_the_job(hpc
         f"hpcdist: error: backend nccl needs CUDA GPUs, but torch sees none on host {socket.gethostname()} "
         '(CUDA_VISIBLE_DEVICES=<unset>); call init_process_group("gloo") on CPU, or run on hosts with GPUs\n'
     )
+
+
+def test_a_rank_whose_hpcdist_differs_from_its_launcher_s_refuses_to_start(hpcdist: str, tmp_path: Path) -> None:
+    """A launcher that exports another version (as from a container image or a stale venv on one host): every rank
+    refuses before the program starts, and the job says so once, naming both versions, with status 2."""
+    marker = tmp_path / "ran"
+    program = ["python", "-c", f"open({str(marker)!r}, 'a').write('x')"]
+    result = launch([hpcdist, "mpirun", "-np", "2", "-x", "HPCDIST_VERSION=9.9.9", "--", *program], timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert not marker.exists() and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert re.fullmatch(
+        rf"hpcdist: error: rank [01] on {re.escape(socket.gethostname())}: the launcher runs hpcdist 9\.9\.9 but this "
+        rf"rank has hpcdist {re.escape(hpcdist_version)}; install hpcdist 9\.9\.9 in the Python environment every "
+        r"host runs \(a container image or a venv on one host may hold another\)",
+        line,
+    ), line
 
 
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])

@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.launching.monitor import LostHostWatch
-from hpcdist.runtime.bootstrap import socket_ifnames
-from hpcdist.runtime.netif import Interface
-from hpcdist.runtime.rendezvous import (
+from hpcdist.runtime.addresses import (
     HostInfo,
     ReachCount,
     choose_interface,
@@ -15,6 +13,8 @@ from hpcdist.runtime.rendezvous import (
     rendezvous_address,
     unreachable_summary,
 )
+from hpcdist.runtime.bootstrap import socket_ifnames
+from hpcdist.runtime.netif import Interface
 
 
 def host(name: str, *ifaces: str) -> HostInfo:

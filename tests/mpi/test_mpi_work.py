@@ -173,7 +173,7 @@ def test_an_unobserved_error_at_destruction_aborts_the_job(world, monkeypatch) -
 
 
 def test_the_bootstrap_picks_the_mpi4py_backend() -> None:
-    from hpcdist.runtime.bootstrap import choose_backend
+    from hpcdist.runtime.backends import choose_backend
 
     assert choose_backend("mpi", cuda_devices=0, local_world_size=4, native_mpi=dist.is_mpi_available(), host="h") in (
         "mpi",

@@ -14,9 +14,11 @@ PROGRAM = """
 import sys
 from hpcdist.runtime.adopt import adopt
 from hpcdist.runtime.bootstrap import prepare
+from hpcdist.runtime.process import current
 
-env, _ = prepare(7.0)
-adopt(env, 7.0)
+process = current()
+env, _ = prepare(process, 7.0)
+adopt(process, env, 7.0)
 print("torch loaded:", "torch" in sys.modules)
 import torch.distributed as dist
 print("wrapped:", hasattr(dist.init_process_group, "_hpcdist_original"))

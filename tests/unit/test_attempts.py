@@ -8,6 +8,7 @@ import pytest
 
 from hpcdist import restart_count
 from hpcdist.cli import main
+from hpcdist.contract import Failed, encode
 from hpcdist.control import new_token
 from hpcdist.errors import UsageError
 from hpcdist.launching.attempts import (
@@ -187,7 +188,7 @@ def test_the_watch_hides_control_lines_whole_however_the_chunks_fall() -> None:
     token = new_token()
     text = (
         f"loss 0.5\n@@hpcdist:{token}:ready:1:host=n1 world=2\nprogress 10%\rprogress 20%"
-        f"\r\n@@hpcdist:{token}:failed:1:killed by SIGKILL host=n1\n@@hpcdist:{'0' * 16}:ready:0:\nend"
+        f"\r\n{encode(Failed(1, how='killed by SIGKILL', host='n1'), token)}@@hpcdist:{'0' * 16}:ready:0:\nend"
     )
     data = text.encode()
     for size in (1, 3, 7, len(data)):
@@ -228,6 +229,7 @@ def test_restart_count(monkeypatch: pytest.MonkeyPatch) -> None:
     assert restart_count({"TORCHELASTIC_RESTART_COUNT": "2"}) == 2
     assert restart_count({"HPCDIST_RESTART_COUNT": "1", "TORCHELASTIC_RESTART_COUNT": "2"}) == 1
     monkeypatch.setenv("HPCDIST_RESTART_COUNT", "4")
+    monkeypatch.setattr("hpcdist.runtime.process._PROCESS", [])  # this process's contract, read afresh
     from hpcdist import StopAtStepBoundary
 
     assert StopAtStepBoundary().restart_count == 4

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.runtime.bootstrap import DEFAULT_TIMEOUT, choose_backend, choose_store, job_timeout, merge_environ
+from hpcdist.runtime.backends import choose_backend, choose_store
+from hpcdist.runtime.bootstrap import job_timeout, merge_environ
+from hpcdist.settings import DEFAULT_TIMEOUT
 
 
 @pytest.mark.parametrize(

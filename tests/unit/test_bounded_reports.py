@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hpcdist.contract import Failed, encode
 from hpcdist.errors import HeartbeatLost
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats
@@ -115,7 +116,8 @@ def test_the_ranks_hpcdist_mpirun_ends_after_a_silent_host_are_said_in_one_line_
     for rank, host in EIGHT.items():
         if host != "n3":
             line = f"[{host}:{rank}:2] hpcdist: rank {rank} on {host} failed (killed by SIGTERM); ending the job\n"
-            shown += console.feed("stderr", line.encode() + _control("failed", rank, f"killed by SIGTERM host={host}"))
+            failed = encode(Failed(rank, how="killed by SIGTERM", host=host), TOKEN).encode()
+            shown += console.feed("stderr", line.encode() + failed)
     shown += console.feed("stderr", b"")
     assert shown == b"still working\n"  # the shims' lines are in the ranks' logs only
     outcome, _ = console.watch.outcome(143)

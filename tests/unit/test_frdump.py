@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from hpcdist.commcall import Call
+from hpcdist.contract import RankContract
 from hpcdist.forensics import frdump
 from hpcdist.forensics.ledger import Ledger
 
@@ -233,7 +234,7 @@ def test_times_come_from_the_ranks_clock_less_each_calls_age() -> None:
 def test_the_directory_is_the_users_else_the_log_dirs_else_a_temporary_one_per_launch(
     environ: dict[str, str], expected: str
 ) -> None:
-    assert frdump.dump_dir(environ, "/work") == expected
+    assert frdump.dump_dir(RankContract.from_environ(environ), environ, "/work") == expected
 
 
 def test_on_nccl_torchs_recorder_is_turned_on_to_dump_into_the_directory_unless_the_user_chose() -> None:
@@ -269,7 +270,7 @@ def test_saving_where_nothing_can_be_written_says_so_and_how_to_fix_it(
 ) -> None:
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("HPCDIST_FR_DIR", str(tmp_path / "file" / "dumps"))
-    line = frdump.save(_answers({0: _ledger(WORLD_AR)}), 1, 5.0)
+    line = frdump.save(_answers({0: _ledger(WORLD_AR)}), 1, 5.0, RankContract())
     assert line == (
         f"hpcdist: could not write the Flight Recorder dumps in {tmp_path}/file/dumps: Not a directory; "
         "set HPCDIST_FR_DIR to a writable directory"
@@ -286,7 +287,7 @@ def test_init_turns_torchs_recorder_on_for_nccl_only(
         monkeypatch.delenv(f"TORCH_{name}", raising=False)
     monkeypatch.delenv("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", raising=False)
     monkeypatch.setenv("HPCDIST_FR_DIR", str(tmp_path / "fr"))
-    bootstrap._turn_on_nccl_recorder(backend)
+    bootstrap._turn_on_nccl_recorder(RankContract(), backend)
     assert os.environ.get("TORCH_FR_DUMP_TEMP_FILE") == (f"{tmp_path}/fr/fr_rank_" if turned_on else None)
     assert os.environ.get("TORCH_NCCL_DUMP_ON_TIMEOUT") == ("1" if turned_on else None)
     assert (tmp_path / "fr").is_dir() == turned_on
@@ -294,7 +295,7 @@ def test_init_turns_torchs_recorder_on_for_nccl_only(
 
 def test_nothing_is_written_when_no_rank_has_made_a_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPCDIST_FR_DIR", str(tmp_path / "fr"))
-    line = frdump.save({0: {"ledger": []}, 1: {"ledger": []}}, 2, 5.0)
+    line = frdump.save({0: {"ledger": []}, 1: {"ledger": []}}, 2, 5.0, RankContract())
     assert line == "hpcdist: no rank has made a communication call, so there are no Flight Recorder dumps to write"
     assert not (tmp_path / "fr").exists()
 
@@ -303,7 +304,7 @@ def test_saving_names_the_directory_and_a_command_that_allows_for_ranks_that_did
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HPCDIST_FR_DIR", str(tmp_path / "fr"))
-    line = frdump.save(_answers({0: _ledger(WORLD_AR), 2: _ledger(WORLD_AR)}), 3, 5.0)
+    line = frdump.save(_answers({0: _ledger(WORLD_AR), 2: _ledger(WORLD_AR)}), 3, 5.0, RankContract())
     assert line == (
         f"hpcdist: Flight Recorder dumps of each rank's calls are in {tmp_path}/fr; "
         f"analyse them with: torchfrtrace {tmp_path}/fr -p fr_rank_ --allow-incomplete-ranks"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcdist.cli import main
+from hpcdist.contract import Failed, encode
 from hpcdist.errors import HeartbeatLost, LauncherStalled, UsageError, WaitTimeout
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats, beat_interval, heartbeat_limit
@@ -135,7 +136,7 @@ def test_the_watch_takes_beats_out_and_its_outcome_names_the_lost_host(monkeypat
     with pytest.raises(HeartbeatLost, match="host n2 lost: no heartbeat from ranks 2-3 for 6 s"):
         watch.check()
     # what follows hpcdist mpirun's SIGTERM is its consequence: rank 0's shim names its child's signal
-    watch.feed("stderr", f"[n1:0] @@hpcdist:{TOKEN}:failed:0:killed by SIGTERM host=n1\n".encode())
+    watch.feed("stderr", f"[n1:0] {encode(Failed(0, how='killed by SIGTERM', host='n1'), TOKEN)}".encode())
     outcome, problem = watch.outcome(143)
     assert outcome.status == 143 and outcome.lost_hosts == ("n2",)
     assert problem is not None and problem.startswith("host n2 lost: no heartbeat from ranks 2-3 for 6 s; hpcdist")
@@ -156,7 +157,7 @@ def test_a_launcher_that_leaves_the_job_running_after_a_rank_failed_is_ended(mon
     with pytest.raises(LauncherStalled, match=r"^rank 1 on n1 failed \(killed or exited abruptly\) and the MPI "):
         watch.check()
     watch.check()  # said once
-    watch.feed("stderr", f"@@hpcdist:{TOKEN}:failed:2:killed by SIGTERM host=n1\n".encode())  # its consequence
+    watch.feed("stderr", encode(Failed(2, how="killed by SIGTERM", host="n1"), TOKEN).encode())  # its consequence
     outcome, problem = watch.outcome(143)
     assert watch.named(143) == {1: "killed or exited abruptly"}
     assert problem == (
@@ -169,7 +170,7 @@ def test_a_launcher_that_leaves_the_job_running_after_a_rank_failed_is_ended(mon
 def test_a_launcher_that_ends_the_job_itself_is_left_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(monkeypatch)
     watch = MpirunWatch(TOKEN)
-    watch.feed("stderr", f"@@hpcdist:{TOKEN}:failed:0:exit code 3 host=n1\n".encode())
+    watch.feed("stderr", encode(Failed(0, how="exit code 3", host="n1"), TOKEN).encode())
     clock.now += LAUNCHER_GRACE - 0.5
     watch.check()
     _outcome, problem = watch.outcome(3)  # the launcher ended within its grace
@@ -177,10 +178,11 @@ def test_a_launcher_that_ends_the_job_itself_is_left_to_it(monkeypatch: pytest.M
 
 
 BUSY = """
-import sys, time
+import os, sys, time
+from hpcdist.contract import RankContract
 from hpcdist.rank.tagger import start
 
-start(1, 2, "h")
+start(RankContract.from_environ(os.environ), 1, 2, "h")
 print("busy", flush=True)
 t = time.monotonic()
 while time.monotonic() - t < 1.0:

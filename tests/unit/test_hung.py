@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from hpcdist.commcall import Call
+from hpcdist.contract import RankContract
 from hpcdist.forensics import hung
 from hpcdist.forensics.ledger import FINISHED, INITIALISED, Phase
 
@@ -86,11 +87,16 @@ def test_a_told_rank_that_made_a_call_since_it_answered_goes_on(
     killed: list[tuple[int, int]] = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append((pid, sig)))  # this test's own process stays
     answered = hung.progress([DONE])
-    hung.heard(2, (answered, "why"), _waiting(0.1))  # it arrived in all_reduce #2 after its answer
-    hung.heard(2, (answered, "why"), [*_waiting(0.1)[:1], _sent(2, "all_reduce", "", "world", 2, 0.1, True)])
+    hung.heard(RankContract(), 2, (answered, "why"), _waiting(0.1))  # it arrived in all_reduce #2 after its answer
+    hung.heard(
+        RankContract(),
+        2,
+        (answered, "why"),
+        [*_waiting(0.1)[:1], _sent(2, "all_reduce", "", "world", 2, 0.1, True)],
+    )
     assert killed == []
     assert capfd.readouterr().err.count("hpcdist: rank 2 arrived after the hang verdict, so it goes on") == 2
-    hung.heard(2, (answered, "ranks 0-1,3 waited"), [DONE])  # still where it answered from
+    hung.heard(RankContract(), 2, (answered, "ranks 0-1,3 waited"), [DONE])  # still where it answered from
     assert killed == [(os.getpid(), signal.SIGKILL)]
     err = capfd.readouterr().err
     assert err.startswith("hpcdist: rank 2 hung and ends itself (--on-failure shrink): ranks 0-1,3 waited; its Python")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist import control
+from hpcdist.contract import RankContract, Usage, encode, parse_event
 from hpcdist.doctor.probe import job_place, outside_the_job
 from hpcdist.errors import UsageError
 from hpcdist.launching.hostnames import check_names_resolve, hostfile_line
@@ -54,15 +54,14 @@ def test_a_daemon_whose_agent_failed_is_one_that_could_not_start() -> None:
     assert "check that `ssh n2 true` works from here" in message
 
 
-def test_tell_usage_writes_a_control_line_only_for_a_rank_of_hpcdist_mpirun(capfd, monkeypatch) -> None:
-    monkeypatch.setattr(control, "_told", [])  # this process's record, as a fresh rank has it
-    assert not control.tell_usage("a mistake", 1, {})
-    assert not control.tell_usage("a mistake", None, {control.CONTROL_ENV: TOKEN})  # no rank known
-    assert control.tell_usage("a  mistake:\n  here", None, {control.CONTROL_ENV: TOKEN, "RANK": "3"})
-    event = control.parse_control(capfd.readouterr().err, TOKEN)
-    assert event is not None and (event.event, event.rank) == ("usage", 3)
-    assert control.parse_usage(event.detail) == "a  mistake:\n  here"
-    assert control.told_usage()
+def test_tell_usage_writes_an_event_only_for_a_rank_of_hpcdist_mpirun(capfd) -> None:
+    from hpcdist.runtime.process import RankProcess
+
+    assert not RankProcess(RankContract(), rank=1).tell_usage("a mistake")  # no launcher listens
+    assert not RankProcess(RankContract(token=TOKEN)).tell_usage("a mistake")  # no rank known
+    rank = RankProcess(RankContract(token=TOKEN), rank=3)
+    assert rank.tell_usage("a  mistake:\n  here") and rank.told == "a  mistake:\n  here"
+    assert parse_event(capfd.readouterr().err, TOKEN) == Usage(3, "a  mistake:\n  here")
 
 
 def test_the_first_usage_error_told_is_the_job_s_message_and_open_mpi_s_banners_go() -> None:
@@ -71,7 +70,7 @@ def test_the_first_usage_error_told_is_the_job_s_message_and_open_mpi_s_banners_
     console = Console(watch, router)
     shown = console.feed(
         "stderr",
-        f"[n1:1] @@hpcdist:{TOKEN}:usage:1:first\n[n1:0] @@hpcdist:{TOKEN}:usage:0:second\n"
+        f"[n1:1] {encode(Usage(1, 'first'), TOKEN)}[n1:0] {encode(Usage(0, 'second'), TOKEN)}"
         f"[n1:0] a rank's own line\n-----\n--------------------\nMPI_ABORT was invoked on rank 1\n"
         "--------------------\nmpirun's own line\n"
         "Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 2) - process 1\n"

@@ -10,6 +10,7 @@ import pytest
 
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.launch import mpirun_options
+from hpcdist.contract import Failed, encode
 from hpcdist.errors import UsageError
 from hpcdist.launching import heartbeat
 from hpcdist.launching.monitor import LAUNCHER_GRACE, MpirunWatch
@@ -27,6 +28,10 @@ HEAD = ["mpirun", "-np", "4", "--bind-to", "none", "--map-by", "slot"]
 
 def _line(event: str, rank: int, detail: str = "") -> bytes:
     return f"@@hpcdist:{TOKEN}:{event}:{rank}:{detail}\n".encode()
+
+
+def _failed(rank: int, how: str) -> bytes:
+    return encode(Failed(rank, how=how, host="n1"), TOKEN).encode()
 
 
 AGREE = ["--mca", "coll_ftagree_agreement", "1"]  # the agreement by Early Returning Consensus
@@ -172,8 +177,8 @@ def test_under_shrink_a_killed_rank_is_named_once_and_the_survivors_status_is_th
 
 def test_under_shrink_the_job_fails_when_no_survivor_finishes_well() -> None:
     watch = MpirunWatch(TOKEN, shrink=True, np=3)
-    watch.feed("stderr", _line("failed", 1, "exit code 3 host=n1"))
-    watch.feed("stderr", _line("failed", 0, "exit code 1 host=n1") + _line("failed", 2, "exit code 1 host=n1"))
+    watch.feed("stderr", _failed(1, "exit code 3"))
+    watch.feed("stderr", _failed(0, "exit code 1") + _failed(2, "exit code 1"))
     assert watch.news() == [
         "hpcdist: rank 1 on n1 failed (exit code 3); 2 ranks carry on (--on-failure shrink)",
         "hpcdist: rank 0 on n1 failed (exit code 1); 1 rank carries on (--on-failure shrink)",
@@ -186,7 +191,7 @@ def test_under_shrink_the_launcher_is_not_ended_for_running_on(monkeypatch: pyte
     now = [1000.0]
     monkeypatch.setattr("hpcdist.launching.monitor.time.monotonic", lambda: now[0])
     watch = MpirunWatch(TOKEN, shrink=True, np=2)
-    watch.feed("stderr", _line("failed", 1, "exit code 1 host=n1"))
+    watch.feed("stderr", _failed(1, "exit code 1"))
     now[0] += LAUNCHER_GRACE + 1
     watch.check()  # without shrink: LauncherStalled
     assert watch.stalled is None

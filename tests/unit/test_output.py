@@ -10,6 +10,7 @@ import pytest
 from test_render import WEIRD, check_script
 
 from hpcdist.cli import main
+from hpcdist.contract import Failed, encode, log_name, split_tag
 from hpcdist.errors import UsageError
 from hpcdist.launching.attempts import describe_end
 from hpcdist.launching.monitor import MpirunWatch
@@ -23,9 +24,14 @@ from hpcdist.launching.output import (
     shows_banners,
     summary,
 )
-from hpcdist.rank.streams import log_name, parse_ranks, split_segments, split_tag
+from hpcdist.rank.streams import parse_ranks, split_segments
 
 TOKEN = "0123456789abcdef"
+
+
+def _failed(rank: int, how: str, **fields: object) -> bytes:
+    """The event line a rank's shim sends when its program failed."""
+    return encode(Failed(rank, how=how, **fields), TOKEN).encode()  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -102,8 +108,7 @@ MPIRUN_OUT = (
     b"[n1:0] hello from 0\n"
     b"[n2:3] hello from 3\n"
     b"@@hpcdist:" + TOKEN.encode() + b":ready:0:\n"
-    b"[n2:3] @@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1\n"
-    b"[n2:3] Traceback\n"
+    b"[n2:3] " + _failed(3, "exit code 1") + b"[n2:3] Traceback\n"
     b"--------------------------------------------------------------------------\n"
     b"\0[n1:1] last words"  # PRRTE ends a banner with a NUL: the next line starts with it
 )
@@ -132,7 +137,7 @@ def test_router_without_tags_strips_them_and_a_foreign_token_is_an_ordinary_line
 def test_router_keeps_only_the_last_lines() -> None:
     router = _console(OutputOptions(tail=3), 2)
     _feed(router, "stdout", b"".join(b"[h:1] line %d\n" % i for i in range(50)), 100)
-    _feed(router, "stderr", b"@@hpcdist:" + TOKEN.encode() + b":failed:1:exit code 7\n", 100)
+    _feed(router, "stderr", _failed(1, "exit code 7"), 100)
     (failure,) = router.failures()
     assert failure.tail == (b"[h:1] line 47\n", b"[h:1] line 48\n", b"[h:1] line 49\n")
 
@@ -142,9 +147,7 @@ def test_router_puts_a_ranks_last_lines_back_in_the_order_its_tagger_numbered_th
     """mpirun passes a rank's stdout and stderr on through two pipes: its traceback may come before its last prints."""
     router = _console(OutputOptions(tag=tag, tail=4), 4)
     out = b"".join(b"[h:2:%d] step %d\n" % (i + 1, i) for i in range(30))
-    err = (
-        b"[h:2:31] Traceback\n[h:2:32] ValueError: NaN\n" + b"@@hpcdist:" + TOKEN.encode() + b":failed:2:exit code 1\n"
-    )
+    err = b"[h:2:31] Traceback\n[h:2:32] ValueError: NaN\n" + _failed(2, "exit code 1")
     assert _feed(router, "stderr", err, 7) == (
         b"[h:2] Traceback\n[h:2] ValueError: NaN\n" if tag else b"Traceback\nValueError: NaN\n"
     )
@@ -338,7 +341,7 @@ def test_router_reads_open_mpis_message_about_a_rank_that_called_mpi_abort_itsel
 
 def test_a_control_line_before_open_mpis_message_names_how_the_rank_failed() -> None:
     router = _console(OutputOptions(), 4)
-    _feed(router, "stderr", b"@@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1\n"
+    _feed(router, "stderr", _failed(3, 'exit code 1') +
           b"prterun has exited due to process rank 3 with PID 0 on node vm calling\n\"abort\".\n", 4096)  # fmt: skip
     assert [(f.rank, f.host, f.how) for f in router.failures()] == [(3, "vm", "exit code 1")]
 
@@ -385,8 +388,9 @@ def test_a_progress_bars_redraws_pass_at_once_but_stay_out_of_the_tail(size: int
 HYDRA_KILL = (
     b"[vm:2] step 3\n"
     b"@@hpcdist:" + TOKEN.encode() + b":vanished:2:host=vm\n"  # rank 2's tagger: its rank ended without a word
-    b"[vm:3] @@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1 host=vm\n"  # gloo saw rank 2's sockets close
-    b"=   PID 10969 RUNNING AT localhost\n=   EXIT CODE: 9\n"  # Hydra's banner: often another rank's PID
+    b"[vm:3] "
+    + _failed(3, "exit code 1", host="vm")  # gloo saw rank 2's sockets close
+    + b"=   PID 10969 RUNNING AT localhost\n=   EXIT CODE: 9\n"  # Hydra's banner: often another rank's PID
 )
 
 
@@ -404,13 +408,13 @@ def test_under_hydra_a_rank_whose_tagger_saw_it_vanish_is_named_first(size: int)
 
 OPEN_MPI_RACE = (  # measured once in CI under load: rank 1 SIGKILLed, rank 0's gloo error reached PRRTE first
     b"@@hpcdist:" + TOKEN.encode() + b":vanished:1:host=vm\n"
-    b"[vm:0] @@hpcdist:" + TOKEN.encode() + b":failed:0:exit code 1 host=vm\n"
-    b'prterun has exited due to process rank 0 with PID 0 on node vm calling\n"abort". This may have caused\n'
+    b"[vm:0] "
+    + _failed(0, "exit code 1", host="vm")
+    + b'prterun has exited due to process rank 0 with PID 0 on node vm calling\n"abort". This may have caused\n'
     b"@@hpcdist:" + TOKEN.encode() + b":vanished:0:host=vm\n"  # PRRTE's clean-up: after the failure, not named
 )
 OPEN_MPI_CLEANUP = (  # rank 3 failed; PRRTE then killed the others, whose taggers saw them go
-    b"[vm:3] @@hpcdist:" + TOKEN.encode() + b":failed:3:exit code 1 host=vm\n"
-    b"@@hpcdist:" + TOKEN.encode() + b":vanished:2:host=vm\n"
+    b"[vm:3] " + _failed(3, "exit code 1", host="vm") + b"@@hpcdist:" + TOKEN.encode() + b":vanished:2:host=vm\n"
     b"@@hpcdist:" + TOKEN.encode() + b":vanished:0:host=vm\n"
 )
 
@@ -430,9 +434,13 @@ def test_under_open_mpi_only_a_rank_that_vanished_before_any_failure_is_named(si
 
 
 OPEN_MPI_LATE_WORD = (  # measured under load: rank 1 SIGKILLed; rank 0's gloo error said first, then rank 1's tagger
-    b"[vm:0] @@hpcdist:" + TOKEN.encode() + b":failed:0:exit code 1 host=vm after=peer\n"
-    b"[vm:0] @@hpcdist:" + TOKEN.encode() + b":failed:0:called MPI_Abort host=vm\n"
-    b"@@hpcdist:" + TOKEN.encode() + b":vanished:1:host=vm\n"
+    b"[vm:0] "
+    + _failed(0, "exit code 1", host="vm", after_peer=True)
+    + b"[vm:0] "
+    + _failed(0, "called MPI_Abort", host="vm")
+    + b"@@hpcdist:"
+    + TOKEN.encode()
+    + b":vanished:1:host=vm\n"
     b'prterun has exited due to process rank 0 with PID 0 on node vm calling\n"abort". This may have caused\n'
     b"@@hpcdist:" + TOKEN.encode() + b":vanished:3:host=vm\n"  # PRRTE's clean-up: after the first, not named
 )
@@ -456,7 +464,10 @@ def test_under_open_mpi_a_rank_heard_to_vanish_after_a_peers_failure_that_it_cau
 
 def test_a_rank_that_vanished_after_a_failure_of_its_own_cause_is_not_named() -> None:
     console = _console(OutputOptions(tag=True), 4)  # rank 0 failed (no peer's loss), then PRRTE ended rank 1
-    _feed(console, "stderr", OPEN_MPI_LATE_WORD.replace(b" after=peer", b""), 4096)
+    own = OPEN_MPI_LATE_WORD.replace(
+        _failed(0, "exit code 1", host="vm", after_peer=True), _failed(0, "exit code 1", host="vm")
+    )
+    _feed(console, "stderr", own, 4096)
     assert [f.rank for f in console.failures(1)] == [0]
     assert describe_end(console.watch.outcome(1)[0]) == "exit code 1 (rank 0 on vm failed with exit code 1)"
 

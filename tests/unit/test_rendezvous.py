@@ -8,19 +8,16 @@ import socket
 import pytest
 
 from hpcdist.errors import UsageError
+from hpcdist.runtime.addresses import HostInfo, offered_address, rendezvous_address, subnet_members
 from hpcdist.runtime.env import AgentFacts, LaunchEnv
 from hpcdist.runtime.netif import Interface
 from hpcdist.runtime.rendezvous import (
-    HostInfo,
     Rendezvous,
     _host_tag,
     _in_block,
     check_master_addr,
     new_run_id,
-    offered_address,
-    rendezvous_address,
     slurm_rendezvous,
-    subnet_members,
 )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hpcdist import RanksLost, TooFewRanks, UsageError
+from hpcdist.contract import RankContract
 from hpcdist.resilience.membership import Recovery
-from hpcdist.resilience.ulfm import min_np, shrink_mode
 
 
 @pytest.mark.parametrize(
@@ -47,9 +47,9 @@ def test_recovery_line() -> None:
     )
 
 
-def test_shrink_mode_and_min_np_from_the_environment() -> None:
-    assert shrink_mode({"HPCDIST_ON_FAILURE": "shrink"})
-    assert not shrink_mode({"HPCDIST_ON_FAILURE": "end"}) and not shrink_mode({})
-    assert (min_np({}), min_np({"HPCDIST_MIN_NP": "3"})) == (1, 3)
-    with pytest.raises(UsageError, match=r"\$HPCDIST_MIN_NP='0' is not a positive whole number"):
-        min_np({"HPCDIST_MIN_NP": "0"})
+def test_shrink_mode_and_min_np_from_the_contract() -> None:
+    assert RankContract.from_environ({"HPCDIST_ON_FAILURE": "shrink"}).shrinks
+    assert not RankContract.from_environ({"HPCDIST_ON_FAILURE": "end"}).shrinks and not RankContract().shrinks
+    assert (RankContract().min_np, RankContract.from_environ({"HPCDIST_MIN_NP": "3"}).min_np) == (1, 3)
+    with pytest.raises(UsageError, match=r"^HPCDIST_MIN_NP=0 is not a positive whole number"):
+        RankContract.from_environ({"HPCDIST_MIN_NP": "0"})

@@ -6,8 +6,10 @@ import os
 
 import pytest
 
+from hpcdist.contract import RankContract
 from hpcdist.errors import UsageError
-from hpcdist.launching.program import PythonTarget
+from hpcdist.program import PythonTarget
+from hpcdist.runtime.process import RankProcess
 from hpcdist.shim import python_target
 
 
@@ -69,8 +71,10 @@ def test_a_negative_sys_exit_in_process_is_an_exit_code_not_a_signal(code: int, 
     from hpcdist.shim import _describe, _run_in_process
 
     monkeypatch.setattr("sys.argv", ["shim"])
-    status, told = _run_in_process(PythonTarget("code", f"import sys; sys.exit({code})", ()), 0)
-    assert status == code & 0xFF and _describe(status) == f"exit code {code & 0xFF}" and told == ""
+    status, failed = _run_in_process(
+        RankProcess(RankContract()), PythonTarget("code", f"import sys; sys.exit({code})", ()), 0
+    )
+    assert status == code & 0xFF and _describe(status) == f"exit code {code & 0xFF}" and failed is None
 
 
 @pytest.mark.parametrize(
@@ -87,9 +91,11 @@ def test_an_error_that_says_a_peer_went_first_is_told_apart(error: str, after_pe
     from hpcdist.shim import _run_in_process
 
     monkeypatch.setattr("sys.argv", ["shim"])
-    status, told = _run_in_process(PythonTarget("code", f"raise RuntimeError({error!r})", ()), 0)
-    assert status == 1 and ("after=peer" in told.split()) == after_peer
-    assert [word.partition("=")[0] for word in told.split()][-1] == "at"  # no in=: it raised outside any call
+    status, failed = _run_in_process(
+        RankProcess(RankContract()), PythonTarget("code", f"raise RuntimeError({error!r})", ()), 0
+    )
+    assert status == 1 and failed is not None and failed.after_peer == after_peer
+    assert failed.call == "" and failed.at is not None  # no call: it raised outside any
     assert error in capsys.readouterr().err
 
 
@@ -124,7 +130,7 @@ def test_a_child_that_cannot_start_is_a_usage_error_naming_it(tmp_path, monkeypa
         (str(script), f"program '{script}' names an interpreter on its #! line that does not exist"),
         (str(tmp_path), f"program '{tmp_path}' is not executable"),
     ]:
-        assert _run_child([program], {}, 3) == 2 and aborts.pop() == 2  # the whole job ends with status 2
+        assert _run_child(RankProcess(RankContract()), [program], {}, 3) == 2 and aborts.pop() == 2  # the job ends, 2
         err = capsys.readouterr().err
         assert err.startswith("hpcdist: error: rank 3 on ") and message in err and "Traceback" not in err
 

@@ -1,4 +1,4 @@
-"""The shim's tagger in real processes: whole tagged lines, log files, control lines, a rank killed mid-way."""
+"""The shim's tagger in real processes: whole tagged lines, log files, event lines, a rank killed mid-way."""
 
 from __future__ import annotations
 
@@ -10,23 +10,26 @@ from pathlib import Path
 
 import pytest
 
+from hpcdist.contract import Failed, RankContract, Vanished, encode
 from hpcdist.errors import UsageError
 from hpcdist.rank.tagger import start
 
 TOKEN = "0123456789abcdef"
+FAILED = encode(Failed(5, how="exit code 1"), TOKEN).rstrip("\n")  # the rank's own event line
 LONG = "x" * 200_000  # three times what a pipe holds
 # a "rank": starts the tagger as the shim does, then prints in every way a program can
 RANK = """
 import os, signal, subprocess, sys
-from hpcdist import control
+from hpcdist.contract import Failed, RankContract
 from hpcdist.rank.tagger import start
 
-start(5, 12, "h")
+contract = RankContract.from_environ(os.environ)
+start(contract, 5, 12, "h")
 print("first")
 os.write(1, b"half a ")
 os.write(1, b"line\\n")
 print("x" * 200_000, file=sys.stderr)
-control.emit("failed", 5, "exit code 1")
+contract.tell(Failed(5, how="exit code 1"))
 subprocess.run(["sh", "-c", "echo child out; echo child err >&2"], check=True)
 sys.stdout.write("no newline")
 sys.stdout.flush()
@@ -45,34 +48,33 @@ def test_lines_arrive_whole_and_tagged_and_the_log_file_has_them_without_control
                                                                                       how: str) -> None:  # fmt: skip
     done = _rank(tmp_path, how, HPCDIST_TAG="1")
     assert done.returncode == (-9 if how == "kill" else 0), done.stderr[-500:]
-    control = f"@@hpcdist:{TOKEN}:failed:5:exit code 1"
     assert done.stdout == "[h:5] first\n[h:5] half a line\n[h:5] child out\n[h:5] no newline\n"
-    assert done.stderr == f"[h:5] {LONG}\n[h:5] {control}\n[h:5] child err\n"
+    assert done.stderr == f"[h:5] {LONG}\n[h:5] {FAILED}\n[h:5] child err\n"
     log = (tmp_path / "logs" / "rank-005.log").read_text().splitlines()
     assert sorted(log) == sorted(["first", "half a line", LONG, "child out", "child err", "no newline"])
-    assert control not in "".join(log)
+    assert FAILED not in "".join(log)
 
 
 def test_numbered_tags_count_the_ranks_lines_over_both_streams(tmp_path: Path) -> None:
     done = _rank(tmp_path, "exit", HPCDIST_TAG="numbered")
     assert done.returncode == 0, done.stderr[-500:]
     tags = re.findall(r"^\[h:5:([0-9]+)\] ", done.stdout + done.stderr, re.MULTILINE)
-    assert sorted(map(int, tags)) == list(range(1, 8))  # 4 lines on stdout, 3 on stderr (a control line too)
+    assert sorted(map(int, tags)) == list(range(1, 8))  # 4 lines on stdout, 3 on stderr (an event line too)
     out = re.findall(r"^\[h:5:([0-9]+)\] (.*)$", done.stdout, re.MULTILINE)
     assert [text for _, text in out] == ["first", "half a line", "child out", "no newline"]
     assert [int(n) for n, _ in out] == sorted(int(n) for n, _ in out)
     assert (tmp_path / "logs" / "rank-005.log").read_text().splitlines()[0] == "first"  # the log is not numbered
 
 
-def test_a_rank_left_out_by_hpcdist_ranks_still_logs_and_still_sends_control_lines(tmp_path: Path) -> None:
+def test_a_rank_left_out_by_hpcdist_ranks_still_logs_and_still_sends_its_events(tmp_path: Path) -> None:
     done = _rank(tmp_path, "exit", HPCDIST_RANKS="0-4,6")
     assert done.returncode == 0, done.stderr[-500:]
-    assert done.stdout == "" and done.stderr == f"@@hpcdist:{TOKEN}:failed:5:exit code 1\n"  # untagged: no TAG=1
+    assert done.stdout == "" and done.stderr == f"{FAILED}\n"  # untagged: no TAG=1
     assert len((tmp_path / "logs" / "rank-005.log").read_text().splitlines()) == 6
 
 
 def test_nothing_asked_nothing_started() -> None:
-    assert start(0, 2, "h", {}) is False
+    assert start(RankContract(), 0, 2, "h") is None
 
 
 @pytest.mark.parametrize(
@@ -85,7 +87,7 @@ def test_nothing_asked_nothing_started() -> None:
 )
 def test_bad_settings_are_usage_errors(environ: dict[str, str], message: str) -> None:
     with pytest.raises(UsageError) as raised:
-        start(5, 12, "h", environ)
+        start(RankContract.from_environ(environ), 5, 12, "h")
     assert message in str(raised.value)
 
 
@@ -102,9 +104,10 @@ def test_a_restart_appends_to_the_log_of_the_failed_attempt(tmp_path: Path) -> N
 
 BAR = """
 import os, sys
+from hpcdist.contract import RankContract
 from hpcdist.rank.tagger import start
 
-start(2, 4, "h")
+start(RankContract.from_environ(os.environ), 2, 4, "h")
 for part in ("\\r 10%|#", "\\r 50%|#####", "\\r100%|##########"):
     os.write(2, part.encode())
 os.write(2, b"\\n")
@@ -126,17 +129,18 @@ def test_a_progress_bar_is_redrawn_at_once_tagged_and_only_its_last_state_is_log
 
 SAYS = """
 import os, signal, sys
-from hpcdist import control
-from hpcdist.rank.tagger import drain, start
+from hpcdist.contract import Done, Failed, RankContract
+from hpcdist.rank.tagger import start
 
-start(5, 12, "h")
+contract = RankContract.from_environ(os.environ)
+tagger = start(contract, 5, 12, "h")
 print("working")
 how = sys.argv[1]
 if how == "done":
-    control.emit("done", 5)
+    contract.tell(Done(5))
 if how == "drain":
-    control.emit("failed", 5, "exit code 1")
-    drain()
+    contract.tell(Failed(5, how="exit code 1"))
+    tagger.drain()
     os.write(2, b"after the drain\\n")  # the rank's own stderr again: untagged, after every tagged line
     sys.exit(0)
 os.kill(os.getpid(), signal.SIGKILL) if how in ("kill", "done") else os._exit(3)
@@ -148,7 +152,7 @@ def test_a_rank_that_ends_without_a_word_is_reported_vanished_by_its_tagger(how:
     done = subprocess.run([sys.executable, "-c", SAYS, how], env={**os.environ, "HPCDIST_CONTROL": TOKEN,
                           "HPCDIST_TAG": "1"}, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.stdout == "[h:5] working\n"
-    assert done.stderr.endswith(f"@@hpcdist:{TOKEN}:vanished:5:host=h\n") is vanished, done.stderr
+    assert done.stderr.endswith(encode(Vanished(5, host="h"), TOKEN)) is vanished, done.stderr
 
 
 def test_without_a_token_the_tagger_reports_nothing() -> None:
@@ -161,4 +165,4 @@ def test_drain_hands_back_the_ranks_own_output_after_the_tagger_wrote_everything
     done = subprocess.run([sys.executable, "-c", SAYS, "drain"], env={**os.environ, "HPCDIST_CONTROL": TOKEN,
                           "HPCDIST_TAG": "1"}, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0 and done.stdout == "[h:5] working\n"
-    assert done.stderr == f"[h:5] @@hpcdist:{TOKEN}:failed:5:exit code 1\nafter the drain\n"
+    assert done.stderr == f"[h:5] {FAILED}\nafter the drain\n"

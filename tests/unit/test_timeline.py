@@ -58,7 +58,7 @@ def test_the_ledger_keeps_every_call_in_the_trace_buffer_only_while_tracing() ->
     assert calls[0].done and ended is not None and ended >= calls[0].started and calls[1].ended is None
     with hpcdist.region("forward"):  # not traced: it does nothing, and keeps nothing
         pass
-    assert timeline._regions is None
+    assert timeline._TIMELINE.regions is None
 
 
 def test_a_trace_becomes_a_chrome_document_and_back(tmp_path: Path) -> None:

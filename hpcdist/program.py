@@ -1,4 +1,4 @@
-"""What a rank runs: `python [options] (script | -m module | -c code) [args]`, parsed once for the shim and torchrun."""
+"""What a rank runs: `python [options] (script | -m module | -c code) [args]`, parsed once for every side (a leaf)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
+from .errors import UsageError
 
 __all__ = ["PythonTarget", "check_program", "is_python", "parse_python_argv"]
 

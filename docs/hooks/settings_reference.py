@@ -1,0 +1,42 @@
+"""MkDocs hook: the settings reference page's tables, rendered at build time from hpcdist's own settings module."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MARKER = "<!-- settings-reference -->"
+
+
+def _cell(text: str) -> str:
+    """Text for one cell of a Markdown table."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render() -> str:
+    """The table of the user's settings (hpcdist.settings.SETTINGS), then the variables hpcdist mpirun sets itself."""
+    from hpcdist.contract import RESTART_VARS, RankContract
+    from hpcdist.settings import SETTINGS
+
+    rows = ["| Variable | Takes | Default | What it does |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{s.name}` | {_cell(s.takes)} | {_cell(s.default)} | {_cell(s.does)} |" for s in SETTINGS]
+    names = sorted({*RankContract.VARIABLES.values(), *RESTART_VARS})
+    handed = ", ".join(f"`{name}`" for name in names)
+    return "\n".join(
+        [
+            *rows,
+            "",
+            "## Set by hpcdist mpirun for each rank",
+            "",
+            "`hpcdist mpirun` (and a script that `hpcdist sbatch` generates) hands every rank the launch's contract "
+            f"in these variables, each one the value of one of its options: {handed}. Set them through the options, "
+            "not by hand: a rank refuses a value that is not of its kind, and a rank whose hpcdist differs from "
+            "its launcher's (`HPCDIST_VERSION`) refuses to start.",
+        ]
+    )
+
+
+def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
+    """Replace the marker on the settings reference page with the rendered tables."""
+    if MARKER not in markdown:
+        return markdown
+    return markdown.replace(MARKER, render())

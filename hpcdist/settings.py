@@ -1,0 +1,350 @@
+"""The user's settings: every environment variable a user may set to change what hpcdist does (a leaf).
+
+Each is a `Setting` (its name, what it takes, its default, what it does) with one typed reader of the same name in
+lower case (`timeout(environ)` reads `TIMEOUT`), which raises UsageError naming the variable and how to fix it. The
+readers take the environment as a mapping: the entry that reads the world hands it in. `SETTINGS` lists them all,
+in the order the documentation's table of settings shows them (generated from this module).
+
+What `hpcdist mpirun` hands each rank is not a setting but the launch's contract with its ranks (`contract`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import UsageError
+from .values import STORES, check_seconds, parse_seconds
+
+__all__ = [
+    "CACHE_DIR",
+    "DEBUG",
+    "DEFAULT_BUILD_WAIT",
+    "DEFAULT_TIMEOUT",
+    "FORENSICS",
+    "FR_DIR",
+    "HEARTBEAT_TIMEOUT",
+    "LAUNCH_DIR",
+    "MPIRUN",
+    "MPI_BUILD_WAIT",
+    "MPI_CUDA_AWARE",
+    "MPI_NATIVE",
+    "MPI_RING_BYTES",
+    "SETTINGS",
+    "STORE",
+    "SUBMIT_DIR",
+    "TEMPLATE_DIR",
+    "TIMEOUT",
+    "TOPOLOGY",
+    "Setting",
+    "cache_dir",
+    "debug",
+    "forensics",
+    "fr_dir",
+    "heartbeat_timeout",
+    "launch_dir",
+    "mpi_build_wait",
+    "mpi_cuda_aware",
+    "mpi_native",
+    "mpi_ring_bytes",
+    "mpirun",
+    "store",
+    "submit_dir",
+    "template_dir",
+    "timeout",
+    "topology",
+]
+
+DEFAULT_TIMEOUT = 300.0  # seconds any wait of a rank may take, unless the job says otherwise
+DEFAULT_BUILD_WAIT = 600.0  # seconds a process waits for another's build of the compiled mpi backend
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One variable a user may set: its name, what it takes, its default, and what it changes."""
+
+    name: str
+    takes: str
+    default: str
+    does: str
+
+    def raw(self, environ: Mapping[str, str]) -> str | None:
+        """Its value in `environ`, None when unset."""
+        return environ.get(self.name)
+
+
+DEBUG = Setting(
+    "HPCDIST_DEBUG",
+    "1 or 0",
+    "0",
+    "keeps MPI's own failure banners on the console and prints the traceback of an error inside hpcdist",
+)
+TIMEOUT = Setting(
+    "HPCDIST_TIMEOUT",
+    "seconds",
+    "300",
+    "how long any wait of a rank may take (rendezvous, a communication call) before the hang report ends the job; "
+    "`--timeout` and `hpcdist.init(timeout=)` take precedence",
+)
+STORE = Setting(
+    "HPCDIST_STORE",
+    ", ".join(STORES),
+    "auto",
+    "where torch's key-value store lives: tcp (rank 0's port) or mpi (over MPI, no port opens); "
+    "`hpcdist.init(store=)` takes precedence",
+)
+FORENSICS = Setting(
+    "HPCDIST_FORENSICS",
+    "1 or 0",
+    "1",
+    "0 turns hang forensics off: no ledger of calls, no hang report, no stacks on SIGUSR2, no trace",
+)
+MPIRUN = Setting(
+    "HPCDIST_MPIRUN",
+    "a path",
+    "the venv's mpirun, then PATH's",
+    "the mpirun that `hpcdist mpirun` and `hpcdist doctor` run; `--mpirun` takes precedence",
+)
+HEARTBEAT_TIMEOUT = Setting(
+    "HPCDIST_HEARTBEAT_TIMEOUT",
+    "seconds (0: off)",
+    "30",
+    "how long `hpcdist mpirun` waits to hear from a running rank before it names the rank's host lost and ends "
+    "the job; `--heartbeat-timeout` takes precedence",
+)
+TEMPLATE_DIR = Setting(
+    "HPCDIST_TEMPLATE_DIR",
+    "a directory",
+    "unset",
+    "a site's templates (*.j2), searched after `--template-dir` and before the bundled set",
+)
+SUBMIT_DIR = Setting(
+    "HPCDIST_SUBMIT_DIR",
+    "a directory",
+    "./hpcdist-jobs",
+    "where `hpcdist.submit` writes its job directories (the job's nodes must see it)",
+)
+LAUNCH_DIR = Setting(
+    "HPCDIST_LAUNCH_DIR",
+    "a directory",
+    "a private temporary one",
+    "where `hpcdist.launch` writes the call and its results (every host of the launch must see it)",
+)
+CACHE_DIR = Setting(
+    "HPCDIST_CACHE_DIR",
+    "a directory",
+    "<venv>/share/hpcdist, else ~/.cache/hpcdist",
+    "where the compiled mpi backend is built and kept (in its `native` folder)",
+)
+MPI_BUILD_WAIT = Setting(
+    "HPCDIST_MPI_BUILD_WAIT",
+    "seconds",
+    f"{DEFAULT_BUILD_WAIT:g}",
+    "how long a process waits for another's build of the compiled mpi backend",
+)
+MPI_NATIVE = Setting(
+    "HPCDIST_MPI_NATIVE",
+    "auto, 1 or 0",
+    "auto",
+    "the mpi backend's implementation: the compiled one where it builds (auto), the compiled one or an error (1), "
+    "the Python one (0)",
+)
+MPI_RING_BYTES = Setting(
+    "HPCDIST_MPI_RING_BYTES",
+    "bytes (0: never)",
+    "262144 (Python backend), 8388608 (compiled)",
+    "the size from which the mpi backend's all_reduce takes the ring",
+)
+MPI_CUDA_AWARE = Setting(
+    "HPCDIST_MPI_CUDA_AWARE",
+    "1 or 0",
+    "0",
+    "1 says the MPI library reads GPU memory itself: the mpi backend hands it CUDA tensors without staging them",
+)
+TOPOLOGY = Setting(
+    "HPCDIST_TOPOLOGY",
+    "a file",
+    "this machine's sysfs",
+    "an hwloc XML file (`lstopo --of xml FILE`) that `--bind auto` plans from instead of this machine",
+)
+FR_DIR = Setting(
+    "HPCDIST_FR_DIR",
+    "a directory",
+    "the log directory's `fr`, else a temporary one",
+    "where each rank writes its calls as Flight Recorder dumps on a hang, for torch's `torchfrtrace`",
+)
+SETTINGS = (
+    TIMEOUT,
+    STORE,
+    FORENSICS,
+    FR_DIR,
+    DEBUG,
+    MPIRUN,
+    HEARTBEAT_TIMEOUT,
+    TOPOLOGY,
+    TEMPLATE_DIR,
+    SUBMIT_DIR,
+    LAUNCH_DIR,
+    MPI_NATIVE,
+    MPI_CUDA_AWARE,
+    MPI_RING_BYTES,
+    CACHE_DIR,
+    MPI_BUILD_WAIT,
+)
+
+
+def _on(raw: str | None) -> bool:
+    """A switch's value: set and neither empty nor 0."""
+    return raw not in (None, "", "0")
+
+
+def debug(environ: Mapping[str, str]) -> bool:
+    """Whether DEBUG is on: set, and neither empty nor 0."""
+    return _on(DEBUG.raw(environ))
+
+
+def timeout(environ: Mapping[str, str]) -> float:
+    """TIMEOUT in seconds (DEFAULT_TIMEOUT when unset): finite, above 0, at most 30 days.
+
+    Raises:
+        UsageError: the value is no such number of seconds.
+    """
+    raw = TIMEOUT.raw(environ)
+    if raw is None:
+        return DEFAULT_TIMEOUT
+    value = parse_seconds(raw)
+    example = f"e.g. {TIMEOUT.name}=300"
+    if value is None:
+        raise UsageError(f"{TIMEOUT.name}={raw!r} is not a number of seconds; set {example}")
+    return check_seconds(value, f"{TIMEOUT.name}={raw!r}", example)
+
+
+def store(environ: Mapping[str, str]) -> str:
+    """STORE: one of STORES ("auto" when unset).
+
+    Raises:
+        UsageError: another value.
+    """
+    raw = STORE.raw(environ) or "auto"
+    if raw not in STORES:
+        raise UsageError(f"unknown store {raw!r}; choose one of {', '.join(STORES)} (store= or {STORE.name})")
+    return raw
+
+
+def forensics(environ: Mapping[str, str]) -> bool:
+    """Whether FORENSICS leaves hang forensics on (anything but 0)."""
+    return FORENSICS.raw(environ) != "0"
+
+
+def mpirun(environ: Mapping[str, str]) -> str | None:
+    """MPIRUN: the mpirun to run, None when unset (or empty)."""
+    return MPIRUN.raw(environ) or None
+
+
+def heartbeat_timeout(environ: Mapping[str, str]) -> float | None:
+    """HEARTBEAT_TIMEOUT in seconds: None when unset, 0.0 when 0 (off), else above 0 and at most 30 days.
+
+    Raises:
+        UsageError: the value is no number of seconds, or above 30 days.
+    """
+    raw = HEARTBEAT_TIMEOUT.raw(environ)
+    if raw is None:
+        return None
+    value = parse_seconds(raw)
+    if value == 0:
+        return 0.0
+    what, how = f"{HEARTBEAT_TIMEOUT.name}={raw!r}", f"e.g. {HEARTBEAT_TIMEOUT.name}=30 (0: off)"
+    return check_seconds(value if value is not None else raw, what, how)
+
+
+def template_dir(environ: Mapping[str, str]) -> str | None:
+    """TEMPLATE_DIR: a directory of site templates, None when unset (or empty).
+
+    Raises:
+        UsageError: it is no directory.
+    """
+    path = TEMPLATE_DIR.raw(environ)
+    if not path:
+        return None
+    if not os.path.isdir(path):
+        raise UsageError(f"${TEMPLATE_DIR.name} {path!r} is not a directory; point it at a directory of *.j2 templates")
+    return path
+
+
+def submit_dir(environ: Mapping[str, str]) -> str | None:
+    """SUBMIT_DIR: where `hpcdist.submit` writes its job directories, None when unset (or empty)."""
+    return SUBMIT_DIR.raw(environ) or None
+
+
+def launch_dir(environ: Mapping[str, str]) -> str | None:
+    """LAUNCH_DIR: where `hpcdist.launch` writes its private launch directories, None when unset (or empty)."""
+    return LAUNCH_DIR.raw(environ) or None
+
+
+def cache_dir(environ: Mapping[str, str]) -> str | None:
+    """CACHE_DIR: where the compiled mpi backend's cache lives, None when unset (or empty)."""
+    return CACHE_DIR.raw(environ) or None
+
+
+def mpi_build_wait(environ: Mapping[str, str]) -> float:
+    """MPI_BUILD_WAIT in seconds (DEFAULT_BUILD_WAIT when unset).
+
+    Raises:
+        UsageError: the value is no positive number.
+    """
+    text = MPI_BUILD_WAIT.raw(environ)
+    if text is None:
+        return DEFAULT_BUILD_WAIT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise UsageError(f"${MPI_BUILD_WAIT.name}={text!r} is not a positive number of seconds; unset it or give one")
+    return seconds
+
+
+def mpi_native(environ: Mapping[str, str]) -> str:
+    """MPI_NATIVE: "auto" (also when unset or empty), "1" or "0", in any case and with blanks around it.
+
+    Raises:
+        UsageError: anything else.
+    """
+    value = (MPI_NATIVE.raw(environ) or "auto").strip().lower() or "auto"
+    if value not in ("auto", "1", "0"):
+        raise UsageError(f"${MPI_NATIVE.name}={value!r} is not one of auto, 1, 0; unset it or pick one")
+    return value
+
+
+def mpi_ring_bytes(environ: Mapping[str, str]) -> int | None:
+    """MPI_RING_BYTES: the size from which all_reduce takes the ring (0 or less: never), None when unset.
+
+    Raises:
+        UsageError: the value is no whole number.
+    """
+    text = MPI_RING_BYTES.raw(environ)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(
+            f"{MPI_RING_BYTES.name}={text!r} is not a whole number of bytes; unset it or set e.g. 262144 "
+            "(0 turns the ring off)"
+        ) from None
+
+
+def mpi_cuda_aware(environ: Mapping[str, str]) -> bool:
+    """Whether MPI_CUDA_AWARE=1 says the MPI library reads GPU memory itself."""
+    return MPI_CUDA_AWARE.raw(environ) == "1"
+
+
+def topology(environ: Mapping[str, str]) -> str | None:
+    """TOPOLOGY: the hwloc XML file to plan from, None when unset (or empty: this machine's sysfs)."""
+    return TOPOLOGY.raw(environ) or None
+
+
+def fr_dir(environ: Mapping[str, str]) -> str | None:
+    """FR_DIR: where the Flight Recorder dumps go, None when unset (or empty)."""
+    return FR_DIR.raw(environ) or None
