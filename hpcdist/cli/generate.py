@@ -305,9 +305,8 @@ def _sbatch(args: argparse.Namespace) -> int:
 
 def _hostfile(args: argparse.Namespace) -> int:
     """`hpcdist hostfile`: hosts from --hosts, --nodelist or the allocation, rendered from hostfile.j2."""
+    from ..hosts import HOST_NAME, HostSlots
     from ..jobs.render import make_environment, render_hostfile
-    from ..launching.hostfile import HostSlots
-    from ..launching.names import HOST_NAME
     from ..launching.nodelist import allocation_hosts, expand_nodelist
     from ..launching.selection import select_hosts
 

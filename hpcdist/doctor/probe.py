@@ -19,8 +19,9 @@ from typing import Any
 
 from ..control import BEAT_ENV, CONTROL_ENV
 from ..errors import UsageError
+from ..hosts import HostSlots
 from ..launching.families import FAMILIES, detect_family, family_from_version, resolve_family
-from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
+from ..launching.hostfile import open_mpi_reads, parse_hostfile, read_hostfile_text
 from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
 from ..launching.sessions import clear_stale_sessions
 from ..launching.spawn import capture

@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..errors import UsageError
+from ..hosts import HOST_NAME, HostSlots, host_slots
 from ..values import MAX_COUNT, parse_whole
-from .names import HOST_NAME
 
 __all__ = [
-    "HostSlots",
     "check_np",
     "format_hostfile",
     "is_mpich_form",
@@ -34,15 +33,6 @@ _KEYS = {"slots": "slots", "count": "slots", "cpu": "slots"} | {
 }
 _EQUALS = re.compile(r"\s*=\s*")  # Open MPI takes `slots = 4` as `slots=4`
 _STYLES = ("openmpi", "mpich")
-
-
-@dataclass(frozen=True)
-class HostSlots:
-    """One host and how many ranks it takes (`max_slots` caps oversubscription; None = no cap)."""
-
-    host: str
-    slots: int
-    max_slots: int | None = None
 
 
 def parse_hostfile(text: str, source: str) -> tuple[HostSlots, ...]:
@@ -128,7 +118,7 @@ def format_hostfile(hosts: Iterable[HostSlots], style: str = "openmpi") -> str:
     lines = []
     for h in hosts:
         if style == "mpich":  # MPICH has no max_slots; it is dropped.
-            lines.append(f"{h.host}:{h.slots}")
+            lines.append(host_slots(h.host, h.slots))
         elif h.max_slots is None:
             lines.append(f"{h.host} slots={h.slots}")
         else:

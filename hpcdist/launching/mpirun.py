@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import UsageError
+from ..hosts import HostSlots, host_slots, hosts_text
 from ..values import MAX_COUNT
-from .hostfile import HostSlots
 from .names import ENV_NAME
 
 __all__ = [
@@ -142,7 +142,7 @@ class OpenMpiLauncher(Launcher):
         elif spec.hostfile is not None:
             argv += ["--hostfile", spec.hostfile]
         elif spec.hosts:
-            argv += ["-H", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)]
+            argv += ["-H", hosts_text(spec.hosts)]
         argv += ["--bind-to", spec.bind_to, "--map-by", spec.map_by]
         if spec.oversubscribe:
             argv.append("--oversubscribe")
@@ -168,7 +168,7 @@ class OpenMpiLauncher(Launcher):
                 "-np",
                 str(context.np),
                 "-H",
-                f"{context.host.host}:{context.host.slots}",
+                host_slots(context.host.host, context.host.slots),
             ]
             for name, value in context.env:
                 argv += ["-x", f"{name}={value}"]
@@ -216,7 +216,7 @@ class HydraLauncher(Launcher):
         """Where the ranks go: the hostfile, else the hosts with their slots, else Hydra's own (this host, Slurm)."""
         if spec.hostfile is not None:
             return ["-f", spec.hostfile]
-        return ["-hosts", ",".join(f"{h.host}:{h.slots}" for h in spec.hosts)] if spec.hosts else []
+        return ["-hosts", hosts_text(spec.hosts)] if spec.hosts else []
 
     def bootstrap(self, spec: MpirunSpec) -> list[str]:
         """How Hydra starts its proxies: the launch agent as ssh's stand-in, srun inside Slurm; its exit codes."""
@@ -237,7 +237,7 @@ class HydraLauncher(Launcher):
 
     def app_contexts(self, spec: MpirunSpec) -> list[str]:
         """The hosts, each context's slots in order, then one context per host with its own variables."""
-        argv = ["-hosts", ",".join(f"{c.host.host}:{c.np}" for c in spec.contexts)]
+        argv = ["-hosts", ",".join(host_slots(c.host.host, c.np) for c in spec.contexts)]
         for index, context in enumerate(spec.contexts):
             argv += [*([":"] if index else []), "-n", str(context.np)]
             for name, value in context.env:
@@ -302,7 +302,7 @@ def _fill(hosts: Sequence[HostSlots], np: int | None) -> tuple[AppContext, ...]:
     if left > sum(h.slots for h in hosts):
         raise UsageError(
             f"-np {left} is more than the {sum(h.slots for h in hosts)} slots of hosts "
-            f"{','.join(f'{h.host}:{h.slots}' for h in hosts)}; Intel MPI gets hosts of unequal slots as one app "
+            f"{hosts_text(hosts)}; Intel MPI gets hosts of unequal slots as one app "
             "context per host, which cannot oversubscribe: lower -np or give every host the same slots"
         )
     contexts = []

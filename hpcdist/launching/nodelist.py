@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..errors import UsageError
+from ..hosts import HOST_NAME, HostSlots
 from ..values import MAX_COUNT, slurm_counts
-from .hostfile import HostSlots
-from .names import HOST_NAME
 
 __all__ = ["allocation_hosts", "collect_nodelist", "expand_nodelist"]
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from ..control import BEAT_ENV, TRACE_ENV
 from ..errors import UsageError
+from ..hosts import HostSlots
 from ..placement.binding import BIND_VAR, check_bind
 from ..rank.budget import OUTPUT_RATE_ENV, rank_rate, read_rate
 from ..rank.streams import parse_ranks
@@ -16,7 +17,6 @@ from ..values import MIN_NP_ENV, ON_FAILURE_ENV
 from .families import FAMILIES, resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
 from .hostfile import (
-    HostSlots,
     check_np,
     open_mpi_reads,
     parse_hostfile,

@@ -10,6 +10,7 @@ from hpcdist import restart_count
 from hpcdist.cli import main
 from hpcdist.control import new_token
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HostSlots
 from hpcdist.launching.attempts import (
     Attempt,
     RestartPolicy,
@@ -20,7 +21,6 @@ from hpcdist.launching.attempts import (
     run_attempts,
     summary,
 )
-from hpcdist.launching.hostfile import HostSlots
 from hpcdist.launching.monitor import MpirunWatch
 from hpcdist.launching.mpirun import MpirunSpec
 from hpcdist.launching.outcome import LaunchOutcome

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HostSlots
 from hpcdist.launching.hostfile import (
-    HostSlots,
     check_np,
     format_hostfile,
     parse_hostfile,

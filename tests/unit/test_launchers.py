@@ -12,8 +12,8 @@ import pytest
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HostSlots
 from hpcdist.launching.families import check_family, detect_family, family_from_files, family_from_version
-from hpcdist.launching.hostfile import HostSlots
 from hpcdist.launching.mpirun import LAUNCHERS, AppContext, MpirunSpec, build_mpirun_argv
 
 VERSIONS = Path(__file__).parent / "data" / "mpirun_version"  # real `--version` output of the PyPI wheels

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.launching.hostfile import HostSlots, parse_hostfile, parse_hosts_arg
+from hpcdist.hosts import HostSlots
+from hpcdist.launching.hostfile import parse_hostfile, parse_hosts_arg
 from hpcdist.launching.mpirun import MpirunSpec, build_mpirun_argv, env_forwards, spans_hosts
 
 PROG = ("python", "train.py")

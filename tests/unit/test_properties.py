@@ -33,11 +33,12 @@ from hpcdist.bench.plan import MAX_BYTES, parse_size, plan_from_options
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.diagnose import bench_options
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HOST_NAME, HostSlots
 from hpcdist.jobs.examples import main as examples_main
 from hpcdist.jobs.profiles import parse_env_file
 from hpcdist.jobs.sbatch import gpu_count, parse_signal, parse_time
-from hpcdist.launching.hostfile import HostSlots, parse_hostfile, parse_hosts_arg
-from hpcdist.launching.names import ENV_NAME, HOST_NAME
+from hpcdist.launching.hostfile import parse_hostfile, parse_hosts_arg
+from hpcdist.launching.names import ENV_NAME
 from hpcdist.launching.nodelist import expand_nodelist
 from hpcdist.launching.selection import select_hosts
 from hpcdist.runtime.env import SOURCES, LaunchEnv

@@ -12,9 +12,9 @@ from test_render import check_script
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HostSlots as H
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
-from hpcdist.launching.hostfile import HostSlots as H
 from hpcdist.launching.mpirun import AppContext, MpirunSpec, build_mpirun_argv
 from hpcdist.launching.selection import Selected, parse_selection, select_hosts, select_nodes
 

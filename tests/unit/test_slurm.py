@@ -11,6 +11,7 @@ import pytest
 from test_render import WEIRD, check_script, slurm_argument
 
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HostSlots
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import (
     SbatchSpec,
@@ -20,7 +21,6 @@ from hpcdist.jobs.sbatch import (
     parse_time,
     render_sbatch,
 )
-from hpcdist.launching.hostfile import HostSlots
 from hpcdist.launching.nodelist import allocation_hosts, expand_nodelist
 
 JINJA = make_environment(None, {})
