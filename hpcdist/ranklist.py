@@ -1,15 +1,17 @@
-"""Rank lists as text, the same in every report: ranges (`0-3,7`), the first few then a count (a leaf: pure).
+"""Rank lists and how a rank ended, as text the same in every report (a leaf: pure).
 
-The ranges are those `--ranks` and HPCDIST_RANKS take (`rank.streams.parse_ranks` reads them back). A list of
-any length is shown as its first MOST_SPANS ranges and a count of the rest, so a report about 10,000 ranks stays
-a line: `ranks 0-3,7,… and 9,995 more (10,000 ranks)`.
+Ranges (`0-3,7`), the first few then a count, and a rank's ending (`exit code 3`, `killed by SIGKILL`). The ranges
+are those `--ranks` and HPCDIST_RANKS take (`rank.streams.parse_ranks` reads them back). A list of any length is
+shown as its first MOST_SPANS ranges and a count of the rest, so a report about 10,000 ranks stays a line:
+`ranks 0-3,7,… and 9,995 more (10,000 ranks)`.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable, Mapping
 
-__all__ = ["MOST_SPANS", "by_host", "rank_ranges", "ranks_text", "spans"]
+__all__ = ["MOST_SPANS", "by_host", "describe_status", "rank_ranges", "ranks_text", "spans"]
 
 MOST_SPANS = 8  # ranges shown before the rest is counted
 
@@ -53,3 +55,13 @@ def by_host(ranks: Iterable[int], hosts: Mapping[int, str], most: int | None = M
         return ranks_text(listed, most)
     named = ", ".join(where) if most is None or len(where) <= most else f"{len(where):,} hosts"
     return f"{ranks_text(listed, most)} on {named}"
+
+
+def describe_status(code: int) -> str:
+    """'exit code 3', or for a negative status or a signal number 'killed by SIGKILL' ('killed by signal 40')."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:  # a number Python has no name for, e.g. a real-time signal
+        return f"killed by signal {-code}"

@@ -25,13 +25,13 @@ from .abort import abort_job, before_abort, end_failed_rank, shrinks
 from .control import AFTER_PEER, peer_lost
 from .errors import RendezvousTimeout, UsageError
 from .forensics.cause import failure_words, said_finished, stamp
-from .launching.outcome import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .launching.program import PythonTarget, is_python, parse_python_argv
 from .placement.binding import BIND_VAR, binding_env, check_bind, plan_binding
 from .placement.topology import load_topology
 from .rank.tagger import drain as drain_tagger
 from .rank.tagger import leave_time_to_peers
 from .rank.tagger import start as start_tagger
+from .ranklist import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 from .runtime.adopt import adopt, finish
 from .runtime.bootstrap import job_timeout, prepare, say_ready, serve_store, stacks_on_failure
 from .runtime.env import LaunchEnv

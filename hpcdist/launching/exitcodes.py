@@ -16,8 +16,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 
-from ..ranklist import ranks_text
-from .outcome import describe_status
+from ..ranklist import describe_status, ranks_text
 
 __all__ = ["ExitCodeWatch", "describe_exit_codes", "parse_exit_codes", "ranks_of"]
 

@@ -11,9 +11,9 @@ from collections.abc import Collection, Mapping
 
 from ..control import AFTER_PEER, parse_control, parse_usage
 from ..errors import JobEnding, LauncherStalled
-from ..ranklist import ranks_text
+from ..ranklist import describe_status, ranks_text
 from .heartbeat import Heartbeats
-from .outcome import BLAMED, LOST_HOST_STATUS, USAGE_STATUS, VANISHED, LaunchOutcome, describe_status
+from .outcome import BLAMED, LOST_HOST_STATUS, USAGE_STATUS, VANISHED, LaunchOutcome
 from .shrink import ShrinkWatch
 
 __all__ = ["LAUNCHER_GRACE", "LostHostWatch", "MpirunWatch"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -16,7 +15,6 @@ __all__ = [
     "USAGE_STATUS",
     "VANISHED",
     "LaunchOutcome",
-    "describe_status",
 ]
 
 LOST_HOST_STATUS = 1  # hpcdist mpirun's status when mpirun returned 0 although a host was lost
@@ -29,16 +27,6 @@ VANISHED = "killed or exited abruptly"
 BLAMED = {"finished": "finished its program", "idle": "was in no communication call", "uninit": "never initialised"}
 BLAMED_HOWS = tuple(BLAMED.values())  # how such a rank ended: no failure of its own
 _UNFAILED = ("killed", *BLAMED_HOWS)  # how-texts that are no "failed with …"
-
-
-def describe_status(code: int) -> str:
-    """'exit code 3', or for a negative status or a signal number 'killed by SIGKILL' ('killed by signal 40')."""
-    if code >= 0:
-        return f"exit code {code}"
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:  # a number Python has no name for, e.g. a real-time signal
-        return f"killed by signal {-code}"
 
 
 @dataclass(frozen=True)
