@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 
 from ..control import CONTROL_ENV, MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV, new_token
 from ..errors import UsageError
+from ..families.base import MpirunSpec
 from ..hosts import HostSlots, hosts_text
 from ..ranklist import describe_status, ranks_text
 from ..waits import Backoff
 from .hostfile import parse_hostfile, read_hostfile_text, total_slots
-from .mpirun import MpirunSpec
 from .outcome import USAGE_STATUS, LaunchOutcome
 
 __all__ = [

@@ -39,9 +39,9 @@ from hpcdist.jobs.profiles import parse_env_file
 from hpcdist.jobs.sbatch import gpu_count, parse_signal, parse_time
 from hpcdist.launching.hostfile import parse_hostfile, parse_hosts_arg
 from hpcdist.launching.names import ENV_NAME
-from hpcdist.launching.nodelist import expand_nodelist
 from hpcdist.launching.selection import select_hosts
 from hpcdist.runtime.env import SOURCES, LaunchEnv
+from hpcdist.schedulers.slurm import expand_nodelist
 from hpcdist.values import MAX_COUNT, MAX_SECONDS, slurm_counts
 
 T = TypeVar("T")
