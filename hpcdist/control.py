@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 from urllib.parse import quote, unquote
 
+from .contract import EVENTS, Event, Failed, Finished, Hang, Ready, Usage, encode
+
 __all__ = [
     "AFTER_PEER",
     "BEAT_ENV",
@@ -40,7 +42,6 @@ __all__ = [
     "emit",
     "new_token",
     "parse_control",
-    "parse_usage",
     "peer_lost",
     "tell_usage",
     "told_usage",
@@ -61,6 +62,7 @@ _PEER_LOST = re.compile(
     r"[Cc]onnection (?:reset|closed) by peer|remote process exited or there was a network error|Broken pipe"
 )
 AFTER_PEER = "after=peer"
+_HANG_KINDS = ("finished", "idle", "uninit", "waiting")
 _LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<event>[a-z]+):(?P<rank>[0-9]+):(?P<detail>[^\n]*)")
 
 
@@ -86,13 +88,40 @@ def parse_control(line: str, token: str) -> ControlEvent | None:
 
 
 def emit(event: str, rank: int, detail: str = "", environ: Mapping[str, str] = os.environ) -> None:
-    """Write a control line on fd 2 when this rank was started by `hpcdist mpirun`; do nothing otherwise."""
+    """Write a control line on fd 2 when this rank was started by `hpcdist mpirun`; do nothing otherwise.
+
+    The line is the contract's (`contract.encode` of the typed event `detail` describes), which the launcher parses.
+    """
     token = environ.get(CONTROL_ENV, "")
     if not re.fullmatch(r"[0-9a-f]{16}", token):
         return
-    line = f"@@hpcdist:{token}:{event}:{rank}:{' '.join(detail.split())}\n"
+    line = encode(_typed(event, rank, detail), token)
     with contextlib.suppress(OSError):  # stderr closed: the launcher will not hear this rank (reported not ready)
         os.write(2, line.encode(errors="replace"))
+
+
+def _typed(event: str, rank: int, detail: str) -> Event:
+    """The typed event `detail` describes: its `key=value` words (`in=` the call, `after=peer` a casualty, `at=` the
+    time), its other words how a failed rank ended; a usage event's detail is its quoted message."""
+    words = detail.split()
+    fields = dict(word.partition("=")[::2] for word in words if "=" in word)
+    at = float(fields["at"]) if re.fullmatch(r"[0-9]+(?:\.[0-9]*)?", fields.get("at", "")) else None
+    host, call = fields.get("host", ""), fields.get("in", "")
+    if event == "ready":
+        return Ready(rank, host, int(fields["world"]) if fields.get("world", "").isdigit() else None)
+    if event == "failed":
+        how = " ".join(word for word in words if "=" not in word)
+        return Failed(rank, how, host, AFTER_PEER in words, call, at)
+    if event == "hang":
+        ranks = {kind: tuple(int(r) for r in fields.get(kind, "").split(",") if r.isdigit()) for kind in _HANG_KINDS}
+        return Hang(rank, ranks["finished"], ranks["idle"], ranks["uninit"], ranks["waiting"], call, at)
+    if event == "finished":
+        return Finished(rank, at)
+    if event == "usage":
+        return Usage(rank, unquote(detail))
+    if event in ("vanished", "beat"):
+        return EVENTS[event](rank, host)  # type: ignore[call-arg]  # both have a host
+    return EVENTS[event](rank)
 
 
 def peer_lost(error: str) -> bool:
@@ -106,14 +135,9 @@ def tell_usage(message: str, rank: int | None = None, environ: Mapping[str, str]
     given = str(rank) if rank is not None else environ.get("RANK", "")
     if not given.isdigit() or not re.fullmatch(r"[0-9a-f]{16}", environ.get(CONTROL_ENV, "")):
         return False
-    emit("usage", int(given), quote(message), environ)  # its lines and spaces kept: parse_usage gives them back
+    emit("usage", int(given), quote(message), environ)  # its lines and spaces kept: the launcher unquotes them
     _told.append(message)
     return True
-
-
-def parse_usage(detail: str) -> str:
-    """The message of a `usage` event's detail, as the rank had it (tell_usage quoted it onto one line)."""
-    return unquote(detail)
 
 
 def told_usage() -> bool:

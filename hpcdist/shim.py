@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NoReturn
 
-from . import control
+from . import control, families
 from .abort import abort_job, before_abort, end_failed_rank, shrinks
+from .contract import RankContract
 from .control import AFTER_PEER, peer_lost
 from .errors import RendezvousTimeout, UsageError
 from .forensics.cause import failure_words, said_finished, stamp
@@ -171,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rank = str(env.rank)
         if start_tagger(env.rank, env.world_size, socket.gethostname().split(".")[0]):  # before the program loads
             before_abort(drain_tagger)  # under Hydra, MPI_Abort also ends the tagger: its last lines go out first
-            if env.launcher == "mpich":  # Hydra's MPI_Abort silences a peer killed a moment ago: let it be named
+            family = families.of_ranks(env.launcher)  # Hydra's MPI_Abort silences a peer killed a moment ago:
+            if family is not None and family.abort_silences_peers:  # let it be named first
                 before_abort(leave_time_to_peers)
         bind(env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
@@ -201,8 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, told = _run_child(words, child_env, env.rank), ""
     if code != 0:
         host = socket.gethostname()
-        # a usage error told to hpcdist mpirun is the job's one message; under shrink hpcdist mpirun names the rank
-        if not control.told_usage() and not (shrinks() and os.environ.get(control.CONTROL_ENV)):
+        # said only under a plain mpirun: hpcdist mpirun, which this rank tells (routed), names the failure itself
+        if not control.told_usage() and not os.environ.get(RankContract.variable("token")):
             ending = "leaving the job, the others carry on (--on-failure shrink)" if shrinks() else "ending the job"
             print(
                 f"hpcdist: rank {env.rank} on {host} failed ({_describe(code)}){_consequence(told)}; {ending}",

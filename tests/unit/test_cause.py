@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from hpcdist.contract import Event, Failed, Finished, Hang, Vanished, encode, parse_event
 from hpcdist.forensics import cause
 from hpcdist.forensics.ledger import FINISHED, INITIALISED, RUNNING, Ledger, Phase
 from hpcdist.launching.attempts import describe_end
-from hpcdist.launching.monitor import MpirunWatch
+from hpcdist.launching.watch import MpirunWatch
 
 TOKEN = "0123456789abcdef"
 
 
-def _line(event: str, rank: int, detail: str) -> bytes:
-    return f"[vm:{rank}] @@hpcdist:{TOKEN}:{event}:{rank}:{detail}\n".encode()
+def _line(event: Event) -> bytes:
+    return f"[vm:{event.rank}] {encode(event, TOKEN)}".encode()
 
 
 def _watch(*lines: bytes) -> MpirunWatch:
@@ -23,9 +24,9 @@ def _watch(*lines: bytes) -> MpirunWatch:
     return watch
 
 
-RAISED = _line("failed", 2, "exit code 1 host=vm at=100.50")  # raised outside any call
-CASUALTY_0 = _line("failed", 0, "exit code 1 host=vm after=peer in=all_reduce#2 at=100.40")
-CASUALTY_3 = _line("failed", 3, "exit code 1 host=vm in=all_reduce#2 at=100.60")  # its call failed; no peer words
+RAISED = _line(Failed(2, "exit code 1", "vm", at=100.5))  # raised outside any call
+CASUALTY_0 = _line(Failed(0, "exit code 1", "vm", after_peer=True, call="all_reduce#2", at=100.4))
+CASUALTY_3 = _line(Failed(3, "exit code 1", "vm", call="all_reduce#2", at=100.6))  # its call failed; no peer words
 
 
 @pytest.mark.parametrize(
@@ -40,13 +41,13 @@ def test_the_rank_that_failed_outside_any_call_is_named_first_however_the_launch
 
 
 def test_two_ranks_failing_on_their_own_are_named_by_their_own_clocks() -> None:
-    late = _line("failed", 1, "exit code 1 host=vm at=100.90")
+    late = _line(Failed(1, "exit code 1", "vm", at=100.9))
     outcome, _ = _watch(late, CASUALTY_0, RAISED).outcome(1)
     assert outcome.causes() == [1, 2] and list(outcome.failed) == [2, 1, 0]
 
 
 def test_a_rank_that_finished_before_the_others_failed_waiting_for_it_is_blamed() -> None:
-    finished = _line("finished", 1, "at=99.00")
+    finished = _line(Finished(1, at=99.0))
     outcome, _ = _watch(finished, CASUALTY_3, CASUALTY_0).outcome(1)
     assert outcome.causes() == [1]
     assert outcome.headline() == (
@@ -56,20 +57,20 @@ def test_a_rank_that_finished_before_the_others_failed_waiting_for_it_is_blamed(
 
 
 def test_a_rank_that_finished_after_the_failure_is_not_blamed() -> None:
-    outcome, _ = _watch(CASUALTY_0, _line("finished", 1, "at=101.00")).outcome(1)
+    outcome, _ = _watch(CASUALTY_0, _line(Finished(1, at=101.0))).outcome(1)
     assert outcome.causes() == [0] and 1 not in outcome.failed
 
 
 def test_a_finished_rank_is_not_blamed_for_a_failure_of_its_own() -> None:
-    outcome, _ = _watch(_line("finished", 1, "at=99.00"), RAISED, CASUALTY_0).outcome(1)
+    outcome, _ = _watch(_line(Finished(1, at=99.0)), RAISED, CASUALTY_0).outcome(1)
     assert outcome.causes() == [2] and 1 not in outcome.failed
 
 
 def test_the_hang_reports_verdict_names_the_finished_rank_and_its_abort_comes_after() -> None:
-    hang = _line("hang", 0, "finished=3 waiting=0,1,2 in=all_reduce#2 at=105.0")
-    abort = _line("failed", 0, "called MPI_Abort host=vm")
-    vanished = f"@@hpcdist:{TOKEN}:vanished:1:host=vm\n".encode()  # killed by the abort: not named
-    outcome, _ = _watch(_line("finished", 3, "at=99.0"), hang, abort, vanished).outcome(1)
+    hang = _line(Hang(0, finished=(3,), waiting=(0, 1, 2), call="all_reduce#2", at=105.0))
+    abort = _line(Failed(0, "called MPI_Abort", "vm"))
+    vanished = encode(Vanished(1, "vm"), TOKEN).encode()  # killed by the abort: not named
+    outcome, _ = _watch(_line(Finished(3, at=99.0)), hang, abort, vanished).outcome(1)
     assert list(outcome.failed) == [3, 0]
     assert outcome.headline() == (
         "first failure: rank 3 finished its program while ranks 0-2 waited in all_reduce #2; "
@@ -78,16 +79,16 @@ def test_the_hang_reports_verdict_names_the_finished_rank_and_its_abort_comes_af
 
 
 def test_a_rank_that_never_initialised_or_is_in_no_call_is_blamed_by_the_hang_report() -> None:
-    hang = _line("hang", 0, "idle=1 uninit=3 waiting=0,2 in=barrier#1 at=105.0")
-    outcome, _ = _watch(hang, _line("failed", 0, "called MPI_Abort host=vm")).outcome(1)
+    hang = _line(Hang(0, idle=(1,), uninit=(3,), waiting=(0, 2), call="barrier#1", at=105.0))
+    outcome, _ = _watch(hang, _line(Failed(0, "called MPI_Abort", "vm"))).outcome(1)
     assert outcome.causes() == [1, 3]
     assert outcome.failed[1] == "was in no communication call while ranks 0,2 waited in barrier #1"
     assert outcome.failed[3] == "never initialised while ranks 0,2 waited in barrier #1"
 
 
 def test_a_hang_where_every_rank_waits_names_the_reporter_as_before() -> None:
-    hang = _line("hang", 0, "waiting=0,1 in=all_reduce#1 at=105.0")
-    outcome, _ = _watch(hang, _line("failed", 0, "called MPI_Abort host=vm")).outcome(1)
+    hang = _line(Hang(0, waiting=(0, 1), call="all_reduce#1", at=105.0))
+    outcome, _ = _watch(hang, _line(Failed(0, "called MPI_Abort", "vm"))).outcome(1)
     assert outcome.causes() == [0]
 
 
@@ -104,8 +105,9 @@ def test_tell_hang_sorts_the_ranks_into_blamed_and_waiting(capfd: pytest.Capture
     ledgers = {0: waiting.snapshot(), 1: done.snapshot(), 2: waiting.snapshot(), 3: done.snapshot(), 4: []}
     phases = {0: Phase(INITIALISED, 1), 1: Phase(FINISHED, 1), 2: Phase(INITIALISED, 1), 3: Phase(INITIALISED, 1)}
     cause.tell_hang(0, ledgers, {**phases, 4: Phase(RUNNING, 1)})
-    line = capfd.readouterr().err
-    assert line.startswith(f"@@hpcdist:{TOKEN}:hang:0:finished=1 idle=3 uninit=4 waiting=0,2 in=all_reduce#1 at=")
+    event = parse_event(capfd.readouterr().err, TOKEN)
+    assert isinstance(event, Hang) and event.at is not None
+    assert event == Hang(0, finished=(1,), idle=(3,), uninit=(4,), waiting=(0, 2), call="all_reduce#1", at=event.at)
 
 
 def test_a_failure_is_told_with_the_call_it_came_out_of() -> None:

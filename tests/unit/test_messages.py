@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from hpcdist import control
+from hpcdist.contract import Usage, encode, parse_event
 from hpcdist.doctor.probe import job_place, outside_the_job
 from hpcdist.errors import UsageError
 from hpcdist.launching.hostnames import check_names_resolve, hostfile_line
-from hpcdist.launching.monitor import LostHostWatch, MpirunWatch
 from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.output import Console, OutputOptions, OutputRouter
+from hpcdist.launching.watch import MpirunWatch
 
 TOKEN = "0123456789abcdef"
 
@@ -42,13 +43,13 @@ def test_only_the_hosts_a_selection_keeps_are_looked_up(tmp_path) -> None:
 
 
 def test_a_daemon_whose_agent_failed_is_one_that_could_not_start() -> None:
-    watch = LostHostWatch()
+    watch = MpirunWatch(family="openmpi")
     watch.feed(
         "stderr",
         b"A daemon failed to report back after being spawned. This could\n"
         b"  Local host:    n1\n  Remote host:   n2\n  Daemon exit status: 255\n",
     )
-    status, message = watch.verdict(255)
+    status, message = watch.lost.verdict(255)
     assert status == 255 and message is not None
     assert message.startswith("mpirun could not start its daemon on host n2 (its launch agent, ssh unless ")
     assert "check that `ssh n2 true` works from here" in message
@@ -59,9 +60,7 @@ def test_tell_usage_writes_a_control_line_only_for_a_rank_of_hpcdist_mpirun(capf
     assert not control.tell_usage("a mistake", 1, {})
     assert not control.tell_usage("a mistake", None, {control.CONTROL_ENV: TOKEN})  # no rank known
     assert control.tell_usage("a  mistake:\n  here", None, {control.CONTROL_ENV: TOKEN, "RANK": "3"})
-    event = control.parse_control(capfd.readouterr().err, TOKEN)
-    assert event is not None and (event.event, event.rank) == ("usage", 3)
-    assert control.parse_usage(event.detail) == "a  mistake:\n  here"
+    assert parse_event(capfd.readouterr().err, TOKEN) == Usage(3, "a  mistake:\n  here")
     assert control.told_usage()
 
 
@@ -71,7 +70,7 @@ def test_the_first_usage_error_told_is_the_job_s_message_and_open_mpi_s_banners_
     console = Console(watch, router)
     shown = console.feed(
         "stderr",
-        f"[n1:1] @@hpcdist:{TOKEN}:usage:1:first\n[n1:0] @@hpcdist:{TOKEN}:usage:0:second\n"
+        f"[n1:1] {encode(Usage(1, 'first'), TOKEN)}[n1:0] {encode(Usage(0, 'second'), TOKEN)}"
         f"[n1:0] a rank's own line\n-----\n--------------------\nMPI_ABORT was invoked on rank 1\n"
         "--------------------\nmpirun's own line\n"
         "Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 2) - process 1\n"

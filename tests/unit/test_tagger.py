@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from hpcdist.contract import Failed, Vanished, encode
 from hpcdist.errors import UsageError
 from hpcdist.rank.tagger import start
 
 TOKEN = "0123456789abcdef"
+FAILED = encode(Failed(5, "exit code 1"), TOKEN)  # the control line control.emit writes for rank 5
 LONG = "x" * 200_000  # three times what a pipe holds
 # a "rank": starts the tagger as the shim does, then prints in every way a program can
 RANK = """
@@ -45,7 +47,7 @@ def test_lines_arrive_whole_and_tagged_and_the_log_file_has_them_without_control
                                                                                       how: str) -> None:  # fmt: skip
     done = _rank(tmp_path, how, HPCDIST_TAG="1")
     assert done.returncode == (-9 if how == "kill" else 0), done.stderr[-500:]
-    control = f"@@hpcdist:{TOKEN}:failed:5:exit code 1"
+    control = FAILED.rstrip("\n")
     assert done.stdout == "[h:5] first\n[h:5] half a line\n[h:5] child out\n[h:5] no newline\n"
     assert done.stderr == f"[h:5] {LONG}\n[h:5] {control}\n[h:5] child err\n"
     log = (tmp_path / "logs" / "rank-005.log").read_text().splitlines()
@@ -67,7 +69,7 @@ def test_numbered_tags_count_the_ranks_lines_over_both_streams(tmp_path: Path) -
 def test_a_rank_left_out_by_hpcdist_ranks_still_logs_and_still_sends_control_lines(tmp_path: Path) -> None:
     done = _rank(tmp_path, "exit", HPCDIST_RANKS="0-4,6")
     assert done.returncode == 0, done.stderr[-500:]
-    assert done.stdout == "" and done.stderr == f"@@hpcdist:{TOKEN}:failed:5:exit code 1\n"  # untagged: no TAG=1
+    assert done.stdout == "" and done.stderr == FAILED  # untagged: no TAG=1
     assert len((tmp_path / "logs" / "rank-005.log").read_text().splitlines()) == 6
 
 
@@ -148,7 +150,7 @@ def test_a_rank_that_ends_without_a_word_is_reported_vanished_by_its_tagger(how:
     done = subprocess.run([sys.executable, "-c", SAYS, how], env={**os.environ, "HPCDIST_CONTROL": TOKEN,
                           "HPCDIST_TAG": "1"}, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.stdout == "[h:5] working\n"
-    assert done.stderr.endswith(f"@@hpcdist:{TOKEN}:vanished:5:host=h\n") is vanished, done.stderr
+    assert done.stderr.endswith(encode(Vanished(5, "h"), TOKEN)) is vanished, done.stderr
 
 
 def test_without_a_token_the_tagger_reports_nothing() -> None:
@@ -161,4 +163,4 @@ def test_drain_hands_back_the_ranks_own_output_after_the_tagger_wrote_everything
     done = subprocess.run([sys.executable, "-c", SAYS, "drain"], env={**os.environ, "HPCDIST_CONTROL": TOKEN,
                           "HPCDIST_TAG": "1"}, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0 and done.stdout == "[h:5] working\n"
-    assert done.stderr == f"[h:5] @@hpcdist:{TOKEN}:failed:5:exit code 1\nafter the drain\n"
+    assert done.stderr == f"[h:5] {FAILED}after the drain\n"
