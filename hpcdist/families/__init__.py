@@ -37,6 +37,7 @@ __all__ = [
     "of_ranks",
     "rank_sources",
     "register",
+    "titled",
 ]
 
 DEFAULT = "openmpi"  # the family of a launcher that nothing identifies
@@ -90,7 +91,12 @@ def identify(text: str) -> tuple[str, str] | None:
 def from_version(text: str) -> Family | None:
     """The family that `mpirun --version` output `text` names, or None."""
     found = identify(text)
-    return next((f for f in every() if f.title == found[0]), None) if found else None
+    return titled(found[0]) if found else None
+
+
+def titled(title: str) -> Family | None:
+    """The family hpcdist shows as `title` ('Intel MPI'), or None."""
+    return next((f for f in every() if f.title == title), None)
 
 
 def from_files(launcher: str, beside: Iterable[str]) -> Family | None:

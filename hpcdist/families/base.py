@@ -132,6 +132,7 @@ class Family:
     identity: ClassVar[re.Pattern[str] | None] = None  # `mpirun --version` or MPI_Get_library_version: group 1 version
     markers: ClassVar[tuple[str, ...]] = ()  # files an installation has beside its launcher
     launcher_names: ClassVar[tuple[str, ...]] = ()  # launcher names that say the family (mpirun.openmpi)
+    wheel: ClassVar[str | None] = None  # the PyPI wheel that installs it into a venv (mpi4py then loads it)
     ranks: ClassVar[Source | None] = None  # the variables its launcher sets in each rank
     fault_tolerance: ClassVar[bool] = False  # it keeps the survivors going after a rank is lost (--on-failure shrink)
     names_vanished: ClassVar[bool] = False  # its clean-up kills every rank's process group, taggers included: a

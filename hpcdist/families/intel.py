@@ -40,6 +40,7 @@ class Intel(Hydra):
     # measured in the PyPI wheel (impi-rt 2021.18.1); it ships Hydra's proxies too, so it is tested before MPICH
     markers = ("impi_info", "hydra_bstrap_proxy", "mpitune", "mpitune_fast")
     launcher_names = ()
+    wheel = "impi-rt"
 
     def launcher(self, path: str, runnable: Callable[[str], bool]) -> str:
         """Intel MPI's `mpirun` is a shell script that runs `mpiexec.hydra` from PATH (measured: "mpiexec.hydra: not

@@ -69,6 +69,7 @@ class Hydra(Family):
     identity = re.compile(r"(?:MPICH|HYDRA).*?Version:\s*(\d+\.\d+(?:\.\d+)?\w*)", re.S)
     markers: ClassVar[tuple[str, ...]] = ("mpichversion", "hydra_pmi_proxy")  # measured in the PyPI wheel (mpich 5.0.2)
     launcher_names: ClassVar[tuple[str, ...]] = ("mpirun.mpich", "mpiexec.mpich")  # Debian's alternatives
+    wheel: ClassVar[str | None] = "mpich"
     # PMI_RANK/PMI_SIZE are also set by srun --mpi=pmi2 and Flux without the local pair (taken from another source)
     ranks = Source(
         "mpich", "PMI_RANK", ("PMI_SIZE",), "MPI_LOCALRANKID", ("MPI_LOCALNRANKS",), None, (), "MPICH/Intel MPI mpiexec"

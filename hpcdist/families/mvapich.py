@@ -21,6 +21,7 @@ class Mvapich(Hydra):
     identity = re.compile(r"MVAPICH2?\b.*?(\d+\.\d+[\w.]*)", re.S)
     markers = ("mpiname",)  # MVAPICH's `mpiname -a` tells its version and build
     launcher_names = ()
+    wheel = None
     ranks = Source(
         "mvapich2",
         "MV2_COMM_WORLD_RANK",

