@@ -5,7 +5,7 @@ Each module of this package beside `base` is one family (`openmpi`, `mpich` for 
 line, banners, exit codes, hostfile, fault tolerance, rank variables, identity and quirks). The modules are found
 and imported when this package is, so adding an MPI is adding one file; a test may register a family of its own.
 
-The registry: `lookup` (by name), `names`, `every` (in the order to test them), `identify`/`from_version` (from
+The registry: `lookup` (by name), `names`, `every` (in the order to test them), `identify`/`from_version`/`titled` (from
 version text), `from_files` (from the files beside a launcher), `of_ranks` (the family whose variables a rank saw),
 `rank_sources` and `listening` (the family a launch's output is read with; every family's at once when unknown).
 
@@ -42,10 +42,10 @@ __all__ = [
 
 DEFAULT = "openmpi"  # the family of a launcher that nothing identifies
 _FAMILIES: dict[str, Family] = {}
-F = TypeVar("F", bound=type[Family])
+_F = TypeVar("_F", bound=type[Family])
 
 
-def register(cls: F) -> F:
+def register(cls: _F) -> _F:
     """Class decorator: make `cls` (a Family subclass with its own `name`) the family of that name."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} needs a name to be registered")

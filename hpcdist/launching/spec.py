@@ -125,7 +125,7 @@ def spec_from_options(
         family=family,
         launch_agent=options.launch_agent,
         slurm=in_allocation,
-        exit_codes=routed,  # hpcdist's monitor reads Hydra's exit-code lines (monitor.hydra_exit_codes)
+        exit_codes=routed,  # the watch reads Hydra's exit-code lines (launching/exitcodes.py)
         fault_tolerance=shrink,
     )
     return spec, output

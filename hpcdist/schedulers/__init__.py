@@ -37,10 +37,10 @@ __all__ = [
 ]
 
 _SCHEDULERS: dict[str, Scheduler] = {}
-S = TypeVar("S", bound=type[Scheduler])
+_S = TypeVar("_S", bound=type[Scheduler])
 
 
-def register(cls: S) -> S:
+def register(cls: _S) -> _S:
     """Class decorator: make `cls` (a Scheduler subclass with its own `name`) the scheduler of that name."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} needs a name to be registered")
