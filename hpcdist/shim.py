@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NoReturn
 
+from . import families
 from .abort import abort_job, before_abort, end_failed_rank, speak_under
 from .contract import Done, Failed, RankContract, check_version
 from .errors import RendezvousTimeout, UsageError
@@ -179,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tagger = start_tagger(process.contract, env.rank, env.world_size, host.split(".")[0])  # before the program
         if tagger is not None:
             before_abort(tagger.drain)  # under Hydra, MPI_Abort also ends the tagger: its last lines go out first
-            if env.launcher == "mpich":  # Hydra's MPI_Abort silences a peer killed a moment ago: let it be named
+            family = families.of_ranks(env.launcher)  # Hydra's MPI_Abort silences a peer killed a moment ago:
+            if family is not None and family.abort_silences_peers:  # let it be named first
                 before_abort(leave_time_to_peers)
         bind(process.contract, env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
@@ -209,8 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         say_ready(contract, env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
         code, failed = _run_child(process, words, child_env, env.rank), None
     if code != 0:
-        # a usage error told to hpcdist mpirun is the job's one message; under shrink hpcdist mpirun names the rank
-        if process.told is None and not (contract.shrinks and contract.routed):
+        # a usage error told to hpcdist mpirun is the job's one message; said only under a plain mpirun: hpcdist
+        # mpirun, which this rank tells (routed), names the failure itself
+        if process.told is None and not contract.routed:
             ending = (
                 "leaving the job, the others carry on (--on-failure shrink)" if contract.shrinks else "ending the job"
             )

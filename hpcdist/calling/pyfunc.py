@@ -100,7 +100,9 @@ def launch(
         try:
             router = OutputRouter(output, spec.np, hide_banners=not shows_banners(os.environ))
             router.caller_reports = True
-            outcome = run_mpirun(argv, token, router, timeout=seconds, shrink=spec.fault_tolerance, np=spec.np)
+            outcome = run_mpirun(
+                argv, token, router, timeout=seconds, shrink=spec.fault_tolerance, np=spec.np, family=spec.family
+            )
         except WaitTimeout:
             done = sorted(read_outcomes(template, size))
             raise LaunchTimeout(

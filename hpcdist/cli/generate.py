@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import families
 from ..errors import UsageError
 from .types import Later, Whole, WholeOrWord, add_output_options, count, port, rank
 
@@ -99,7 +100,7 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--mpirun", help="mpirun for --launch mpirun (default: beside --python)")
     r.add_argument(
         "--mpi",
-        metavar="openmpi|mpich|intel",
+        metavar="|".join(families.names()),
         help="--launch mpirun: the MPI whose launcher --mpirun is, and so the dialect of its line (default: told "
         "by the files installed beside it, as hpcdist mpirun; Open MPI when they do not say)",
     )
@@ -305,11 +306,11 @@ def _sbatch(args: argparse.Namespace) -> int:
 
 def _hostfile(args: argparse.Namespace) -> int:
     """`hpcdist hostfile`: hosts from --hosts, --nodelist or the allocation, rendered from hostfile.j2."""
+    from ..hosts import HOST_NAME, HostSlots
     from ..jobs.render import make_environment, render_hostfile
-    from ..launching.hostfile import HostSlots
-    from ..launching.names import HOST_NAME
-    from ..launching.nodelist import allocation_hosts, expand_nodelist
     from ..launching.selection import select_hosts
+    from ..schedulers import lookup
+    from ..schedulers.slurm import expand_nodelist
 
     if args.hosts and args.nodelist:
         raise UsageError("give either --hosts or --nodelist, not both")
@@ -326,13 +327,13 @@ def _hostfile(args: argparse.Namespace) -> int:
             raise UsageError(f"host {twice[0]!r} is listed twice; list each host once and set --slots")
         hosts = tuple(HostSlots(h, args.slots or 1) for h in names)
     else:
-        hosts = allocation_hosts(os.environ, args.slots)
+        hosts = lookup("slurm").hosts(os.environ, args.slots)
     source = (
         f"--hosts {args.hosts}"
         if args.hosts
         else f"--nodelist {args.nodelist}"
         if args.nodelist
-        else (f"the Slurm allocation {os.environ['SLURM_JOB_NODELIST']}")
+        else lookup("slurm").allocation(os.environ)
     )
     selected = select_hosts(hosts, args.include, args.exclude, source)
     note = ", ".join(f"{s.host.host} slots {','.join(map(str, s.indices))}" for s in selected if s.indices)

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import families
 from ..errors import UsageError
 from .types import Seconds, Whole, add_output_options, count
 
@@ -114,7 +115,7 @@ def add_parsers(sub: Any) -> None:
     mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
     mpirun.add_argument(
         "--mpi",
-        metavar="openmpi|mpich|intel",
+        metavar="|".join(families.names()),
         help="the MPI whose launcher --mpirun is, and so its command-line dialect (default: told by the files "
         "installed beside it; Open MPI when they do not say)",
     )
@@ -322,7 +323,8 @@ def _mpirun(args: argparse.Namespace) -> int:
 
         # whether it runs as root is known when it runs: the script itself allows that to Open MPI then
         argv = build_mpirun_argv(dataclasses.replace(spec, as_root=False))
-        text = render_mpirun_script(argv, {}, append=not spec.contexts, root_check=spec.family == "openmpi")
+        refuses_root = families.lookup(spec.family).refuses_root
+        text = render_mpirun_script(argv, {}, append=not spec.contexts, root_check=refuses_root)
         emit(text, None if args.script == "-" else args.script, 0o755)
         return 0
     from ..launching.heartbeat import heartbeat_limit
@@ -340,7 +342,7 @@ def _mpirun(args: argparse.Namespace) -> int:
             argv,
             token,
             router,
-            vanished_named=spec.family != "openmpi",
+            family=spec.family,
             heartbeat=limit,
             shrink=spec.fault_tolerance,
             np=spec.np,

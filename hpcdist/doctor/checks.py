@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 
+from .. import families
 from .bindplan import check_binding
 from .facts import Check, Facts, Probe, mpi_identity, tail
 from .network import check_interfaces
@@ -108,8 +109,9 @@ def _mix_fix(f: Facts, launcher: str, library: str) -> str:
             f"(`{python} -m hpcdist doctor --mpirun {shlex.quote(own)}`; hpcdist mpirun and sbatch take the same "
             f"--mpirun), or start the ranks with a python whose mpi4py loads {launcher}"
         )
-    if library == "Open MPI" and launcher in ("MPICH", "Intel MPI"):
-        wheel = "mpich" if launcher == "MPICH" else "impi-rt"
+    family = families.titled(launcher)
+    wheel = family.wheel if family is not None else None
+    if library == "Open MPI" and launcher != library and wheel is not None:
         return (
             f"mpi4py here loads Open MPI; to use {launcher}'s launcher, start the ranks with the python of a venv "
             f"that has the {wheel} wheel (mpi4py loads the libmpi of its own prefix; README: Quick start on MPICH), "

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..launching.families import mpi_identity  # the one parser of MPI version text, the launchers' too
+from ..families import identify as mpi_identity  # the one parser of MPI version text, the launchers' too
 
 if TYPE_CHECKING:
-    from ..launching.hostfile import HostSlots
+    from ..hosts import HostSlots
     from ..placement.topology import Topology
 
 __all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Check", "Facts", "Probe", "mpi_identity", "tail"]

@@ -17,11 +17,14 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .. import families
 from ..control import BEAT_ENV, CONTROL_ENV
 from ..errors import UsageError
-from ..launching.families import FAMILIES, detect_family, family_from_version, resolve_family
-from ..launching.hostfile import HostSlots, open_mpi_reads, parse_hostfile, read_hostfile_text
-from ..launching.mpirun import MpirunSpec, build_mpirun_argv, locate_mpirun, spans_hosts
+from ..families.base import MpirunSpec
+from ..hosts import HostSlots
+from ..launching.families import detect_family, resolve_family
+from ..launching.hostfile import parse_hostfile, read_hostfile_text
+from ..launching.mpirun import build_mpirun_argv, locate_mpirun, spans_hosts
 from ..launching.sessions import clear_stale_sessions
 from ..launching.spawn import capture
 from ..placement.topology import TOPOLOGY_VAR, load_topology
@@ -119,9 +122,9 @@ def _interfaces() -> dict[str, str]:
     return states
 
 
-def _launch(family: str | None, spec: MpirunSpec) -> list[str]:
+def _launch(family: str, spec: MpirunSpec) -> list[str]:
     """The probe's launch argv, in the dialect of the MPI that `mpirun --version` named (Open MPI's if none)."""
-    return build_mpirun_argv(dataclasses.replace(spec, family=family or "openmpi"))
+    return build_mpirun_argv(dataclasses.replace(spec, family=family))
 
 
 def _spec(
@@ -194,19 +197,20 @@ def gather_facts(
         mpi4py, mpi4py_error = _json_probe(_MPI4PY_PROBE, timeout)
         version = _probe([mpirun, "--version"], timeout) if mpirun else None
         torch_facts, torch_error = torch_job.result()
-    family = family_from_version(version.out + version.err) if version else None
+    named = families.from_version(version.out + version.err) if version else None
+    family = named.name if named is not None else families.DEFAULT
     hosts: tuple[HostSlots, ...] = ()
     hostfile_error, as_hosts = "", False
     if hostfile:
         try:
             text = read_hostfile_text(hostfile)
-            hosts, as_hosts = parse_hostfile(text, hostfile), not open_mpi_reads(text)
+            hosts, as_hosts = parse_hostfile(text, hostfile), not families.lookup(family).reads_hostfile(text)
         except UsageError as exc:
             hostfile_error = str(exc)
     resolved = {h.host: resolve(h.host) for h in hosts}
     can_launch = mpirun is not None and mpi4py is not None
     # Open MPI misreads `host:N` lines, CRLF, a BOM, and Hydra Open MPI's `slots=N`: pass the hosts as -H / -hosts
-    given = None if as_hosts or family not in (None, "openmpi") else hostfile
+    given = None if as_hosts else hostfile
     world = hosts_probe = rendezvous = None
     if mpirun:  # else a probe's launcher given a killed one's pid cannot start
         clear_stale_sessions()
@@ -252,7 +256,7 @@ def _launchers_beside(python: str) -> dict[str, str]:
         path = os.path.join(os.path.dirname(python), name)
         family = detect_family(path) if os.access(path, os.X_OK) else None
         if family is not None:
-            found.setdefault(FAMILIES[family], resolve_family(path, family)[1])
+            found.setdefault(families.lookup(family).title, resolve_family(path, family)[1])
     return found
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..launching.hostfile import HostSlots
+from ..hosts import HostSlots
 from .render import BUNDLED_DIR, make_environment, render_hostfile
 from .sbatch import SbatchSpec, render_sbatch
 

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from .. import settings
 from .._version import __version__
 from ..errors import UsageError
-from ..launching.hostfile import HostSlots, format_hostfile
-from ..launching.names import HOST_NAME, check_env_name
+from ..hosts import HOST_NAME, HostSlots
+from ..launching.hostfile import format_hostfile
+from ..launching.names import check_env_name
 
 if TYPE_CHECKING:  # jinja2 itself loads when a template is rendered: `--help` and the dry runs do without it
     import jinja2

@@ -7,15 +7,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .. import families
 from ..control import MAX_RESTARTS_ENV, RESTART_VARS
 from ..errors import UsageError
-from ..launching.mpirun import SHIM, MpirunSpec, build_mpirun_argv
+from ..families.base import MpirunSpec
+from ..launching.mpirun import SHIM, build_mpirun_argv
 from ..launching.names import check_env_name
-from ..launching.nodelist import expand_nodelist
 from ..launching.output import OutputOptions, shim_variables
 from ..placement.binding import BIND_VAR, check_bind
 from ..program import check_program
 from ..rank.streams import parse_ranks
+from ..schedulers.slurm import expand_nodelist
 from ..values import MAX_COUNT, parse_whole
 from . import LAUNCHES
 from .arrays import ARRAY_VARS, check_array, check_task_file
@@ -86,7 +88,7 @@ class SbatchSpec:
     launch: str = "srun"
     python: str = "python3"
     mpirun: str = "mpirun"
-    mpi: str = "openmpi"  # mpirun mode: the MPI whose dialect the mpirun line speaks (launching.families.FAMILIES)
+    mpi: str = "openmpi"  # mpirun mode: the MPI whose dialect the mpirun line speaks (hpcdist.families.names())
     torchrun: str = "torchrun"
     master_addr: str | None = None  # torchrun mode; default: the allocation's first node
     master_port: int | None = None  # torchrun mode; default: a port the first node reserves (bind 0)
@@ -345,7 +347,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         "log_dir": spec.rank_output.log_dir if spec.launch != "torchrun" else "",
         "array": spec.array is not None,
         "restarts": spec.max_restarts,
-        "root_check": spec.launch == "mpirun" and spec.mpi == "openmpi",
+        "root_check": spec.launch == "mpirun" and families.lookup(spec.mpi).refuses_root,
         "gpus": spec.gpus_per_node is not None,
     }
     if spec.requeue:

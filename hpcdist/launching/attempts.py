@@ -15,11 +15,12 @@ from dataclasses import dataclass, replace
 
 from ..control import CONTROL_ENV, MAX_RESTARTS_ENV, RESTART_VARS, RUN_ID_ENV, new_token
 from ..errors import UsageError
+from ..families.base import MpirunSpec
+from ..hosts import HostSlots, hosts_text
 from ..ranklist import ranks_text
 from ..status import describe_status
 from ..waits import Backoff
-from .hostfile import HostSlots, parse_hostfile, read_hostfile_text, total_slots
-from .mpirun import MpirunSpec
+from .hostfile import parse_hostfile, read_hostfile_text, total_slots
 from .outcome import USAGE_STATUS, LaunchOutcome
 
 __all__ = [
@@ -190,7 +191,7 @@ def summary(attempts: Sequence[Attempt], total: int) -> list[str]:
     """One line per attempt: where it ran and how it ended."""
     lines = [f"hpcdist: {len(attempts)} attempts (of up to {total}):"]
     for attempt in attempts:
-        where = ",".join(f"{h.host}:{h.slots}" for h in attempt.hosts)
+        where = hosts_text(attempt.hosts)
         ranks = f"{attempt.np} ranks" if attempt.np is not None else "every slot"
         lines.append(
             f"hpcdist:   attempt {attempt.index + 1}/{total}: {describe_end(attempt.outcome)}; "

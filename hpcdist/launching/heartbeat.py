@@ -4,7 +4,7 @@ Hydra has no keepalive: with a host's link cut and its ranks idle, MPICH's mpiex
 MPICH 5.0.2). `hpcdist mpirun` therefore exports BEAT_ENV (the seconds between beats: a sixth of the limit, at
 most 5 s, or past 5,000 ranks what keeps the launcher to MAX_BEATS lines a second) to every rank; the rank's
 tagger, a process of its own, writes a `beat` control line that often, however busy the rank is (in a blocking
-MPI call, or a loop that holds the GIL). The monitor ends the job when a rank that was beating, and has not said
+MPI call, or a loop that holds the GIL). The watch ends the job when a rank that was beating, and has not said
 how it ended, is silent longer than the limit: `--heartbeat-timeout`, else HEARTBEAT_TIMEOUT_ENV, else
 DEFAULT_HEARTBEAT_TIMEOUT (longer past 5,000 ranks); 0 turns it off.
 """

@@ -5,18 +5,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from .. import families
 from ..errors import UsageError
+from ..hosts import HOST_NAME, HostSlots
 from ..values import MAX_COUNT, parse_whole
-from .names import HOST_NAME
 
 __all__ = [
-    "HostSlots",
     "check_np",
     "format_hostfile",
-    "is_mpich_form",
-    "open_mpi_reads",
     "parse_hostfile",
     "parse_hosts_arg",
     "read_hostfile_text",
@@ -33,16 +31,6 @@ _KEYS = {"slots": "slots", "count": "slots", "cpu": "slots"} | {
     for key in (f"max{sep}{base}", f"{base}{sep}max")
 }
 _EQUALS = re.compile(r"\s*=\s*")  # Open MPI takes `slots = 4` as `slots=4`
-_STYLES = ("openmpi", "mpich")
-
-
-@dataclass(frozen=True)
-class HostSlots:
-    """One host and how many ranks it takes (`max_slots` caps oversubscription; None = no cap)."""
-
-    host: str
-    slots: int
-    max_slots: int | None = None
 
 
 def parse_hostfile(text: str, source: str) -> tuple[HostSlots, ...]:
@@ -71,20 +59,6 @@ def parse_hostfile(text: str, source: str) -> tuple[HostSlots, ...]:
     if not hosts:
         raise UsageError(f"{source}: no hosts in hostfile; add lines like 'localhost slots=4'")
     return tuple(hosts.values())
-
-
-def is_mpich_form(text: str) -> bool:
-    """Whether hostfile text uses MPICH's `host:N` lines, which Open MPI's --hostfile misreads as host names."""
-    return any(":" in line.split("#", 1)[0] for line in text.splitlines())
-
-
-def open_mpi_reads(text: str) -> bool:
-    """Whether Open MPI's --hostfile reads `text` as parse_hostfile does; if not, pass the parsed hosts as -H.
-
-    It does not for MPICH's `host:N` lines, Windows line ends (its lexer takes `\\r` for a stray character)
-    or a UTF-8 byte order mark.
-    """
-    return not (is_mpich_form(text) or "\r" in text or text.startswith("\ufeff"))
 
 
 def read_hostfile_text(path: str) -> str:
@@ -122,18 +96,11 @@ def total_slots(hosts: Iterable[HostSlots]) -> int:
 
 
 def format_hostfile(hosts: Iterable[HostSlots], style: str = "openmpi") -> str:
-    """Render `hosts` one per line as Open MPI (`host slots=N [max_slots=M]`) or MPICH (`host:N`)."""
-    if style not in _STYLES:
-        raise UsageError(f"unknown hostfile style {style!r}; use 'openmpi' or 'mpich'")
-    lines = []
-    for h in hosts:
-        if style == "mpich":  # MPICH has no max_slots; it is dropped.
-            lines.append(f"{h.host}:{h.slots}")
-        elif h.max_slots is None:
-            lines.append(f"{h.host} slots={h.slots}")
-        else:
-            lines.append(f"{h.host} slots={h.slots} max_slots={h.max_slots}")
-    return "".join(line + "\n" for line in lines)
+    """Render `hosts` one per line as the MPI family `style` reads them (Open MPI: `host slots=N [max_slots=M]`;
+    MPICH and the other Hydras: `host:N`)."""
+    if style not in families.names():
+        raise UsageError(f"unknown hostfile style {style!r}; use one of {', '.join(families.names())}")
+    return families.lookup(style).hostfile(tuple(hosts))
 
 
 def check_np(np: int, hosts: Sequence[HostSlots], oversubscribe: bool, caller: str | None = None) -> None:

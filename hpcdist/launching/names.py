@@ -1,4 +1,4 @@
-"""The names a launch carries into a shell and a hostfile: environment variable names and host names (pure)."""
+"""The names a launch carries into a shell: environment variable names (pure; host names are `hosts.HOST_NAME`)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,9 @@ import re
 
 from ..errors import UsageError
 
-__all__ = ["BASH_SPECIAL", "ENV_NAME", "HOST_NAME", "check_env_name"]
+__all__ = ["BASH_SPECIAL", "ENV_NAME", "check_env_name"]
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # what `export NAME=…`, `mpirun -x NAME` and srun accept
-# A host as Open MPI's hostfile lexer reads one (prrte's hostfile_lex.l): [user@]name, where a name (or an IPv4
-# address) starts with a letter or digit and goes on with letters, digits, '_', '-' and '.'; 253 characters at most.
-HOST_NAME = re.compile(r"(?=.{1,253}\Z)(?:[A-Za-z0-9][A-Za-z0-9_-]*@)?[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 # Names bash will not export as given: read-only (an assignment ends the script) or dynamic (bash overwrites the
 # value, e.g. RANDOM, SECONDS), from bash(1) "Shell Variables".
 BASH_SPECIAL = frozenset(

@@ -23,7 +23,7 @@ MOST_NAMED = 4  # failed ranks named one by one (and groups of the rest shown) b
 # How a rank ended that its tagger saw vanish. MPICH's Hydra names no rank when one is killed: its banner's PID
 # is often another rank's, killed in its clean-up (measured with MPICH 5.0.2).
 VANISHED = "killed or exited abruptly"
-# How a rank that the others waited for is named when every failure was a casualty (see MpirunWatch.named):
+# How a rank that the others waited for is named when every failure was a casualty (see blame.blamed):
 BLAMED = {"finished": "finished its program", "idle": "was in no communication call", "uninit": "never initialised"}
 BLAMED_HOWS = tuple(BLAMED.values())  # how such a rank ended: no failure of its own
 _UNFAILED = ("killed", *BLAMED_HOWS)  # how-texts that are no "failed with …"

@@ -4,22 +4,23 @@ A rank started through hpcdist's shim with HPCDIST_TAG, HPCDIST_LOG_DIR or HPCDI
 (`rank.tagger`; the variables and the line format are `rank.streams`') that writes each whole line as `[host:rank]
 text` (`[host:rank:N] text` when `hpcdist mpirun` routes them). `hpcdist mpirun` reads those lines back here: it shows
 the selected ranks and keeps each rank's last lines for the failure summary, in the order the rank wrote them
-(monitor.py has taken the control lines out before).
+(watch.py has taken the event lines out before). What of the launcher's and the MPI's own words hpcdist's report
+replaces, the launch's MPI family says (`hpcdist.families`).
 """
 
 from __future__ import annotations
 
 import heapq
-import re
 import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from .. import families
 from ..contract import NUMBERED, split_tag
 from ..rank.streams import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, parse_ranks, split_segments
 from ..ranklist import by_host
-from .monitor import MpirunWatch
 from .outcome import BLAMED_HOWS
+from .watch import MpirunWatch
 
 __all__ = [
     "DEFAULT_TAIL",
@@ -35,35 +36,6 @@ __all__ = [
 DEFAULT_TAIL = 20
 MOST_SUMMARIES = 8  # failed ranks shown with their last lines; the rest are grouped and counted
 DEBUG_ENV = "HPCDIST_DEBUG"  # set (not 0): the launcher's failure banners stay on the console
-# Open MPI's help messages stand between lines of dashes; those that say a rank failed are banners (the failure
-# summary names the rank, from its `failed` control line or, for the middle two, monitor.py's reading of them):
-# MPI_ABORT was invoked…, prterun has exited due to process rank…, prterun noticed that process rank… exited on
-# signal…, prterun detected that one or more processes exited with non-zero status…
-_RULE = re.compile(rb"-{20,}")
-_REPORTED = re.compile(
-    rb"MPI_ABORT was invoked on rank|has exited due to process rank|noticed that process rank"
-    rb"|detected that one or more processes exited with non-zero status"
-)
-# and MPICH's library, on the rank's stderr: Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort…
-_MPICH_ABORT = re.compile(
-    rb"Abort\([0-9]+\) on node [0-9]+ \(rank [0-9]+ in comm [0-9]+\): application called MPI_Abort"
-)
-
-# the shim's own line about its rank's end (shim.py), which a rank the job's end reached says too: past the first
-# failure, hpcdist mpirun says those ranks in one line (LaunchOutcome.ended_line) instead of one line each
-_SHIM_ENDING = re.compile(rb"hpcdist: rank [0-9]+ on \S+ failed \(.*; ending the job\s*")
-# Open MPI's report, on a rank's stderr, of an error its errors-are-fatal handler ends the rank for:
-#   *** An error occurred in Socket closed
-#   *** reported by process [4017684481,3]
-#   *** on a NULL communicator
-#   … (every line starts with "*** "). A rank whose peer already failed prints it when that peer's sockets close
-# (measured 2026-11-26 with Open MPI 5.0.11 on two namespace hosts: a rank sleeping while rank 0 called MPI_Abort)
-_FATAL_START = re.compile(rb"\*\*\* An error occurred in ")
-_FATAL_LINE = re.compile(rb"\*\*\* ")
-# Open MPI's event library, in a survivor whose peer was killed (--on-failure shrink), adding an event on the closed
-# socket: [warn] Epoll ADD(4) on fd 19 failed. Old events were 0; …: Bad file descriptor (measured 2026-11-26 with
-# Open MPI 5.0.11: rank 0, 9 jobs of 40 on 2 loaded cores); it changes nothing, and the rank's log keeps it
-_EVENT_BAD_FD = re.compile(rb"\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\..*: Bad file descriptor\s*")
 
 
 @dataclass(frozen=True)
@@ -112,7 +84,7 @@ class _Rank:
     host: str = "?"
     lines: list[tuple[int, bytes]] = field(default_factory=list)  # a heap of (number, line): the highest numbers
     arrived: int = 0  # the lines that came, which number the lines of a tagger that does not
-    in_fatal: bool = False  # within Open MPI's report of an error that ends this rank (_FATAL_START)
+    in_fatal: bool = False  # within its MPI's report of an error that ends this rank (Family.in_fatal_report)
 
     def keep(self, number: int | None, line: bytes, most: int) -> None:
         """Keep `line` if it is among the `most` highest numbered (unnumbered: the `most` last to come)."""
@@ -131,9 +103,10 @@ class _Rank:
 class OutputRouter:
     """Fed mpirun's output (control lines already taken out) in chunks; returns what to show and keeps tails.
 
-    With `hide_banners`, the launcher's banners about a failed rank (Open MPI's help blocks that `_REPORTED`
-    matches, MPICH's `Abort(N) on node …` lines) are left out: hpcdist names the rank itself, in the failure
-    summary or (`caller_reports`, hpcdist.launch) the error it raises. Every other help block is shown whole.
+    With `hide_banners`, the banners about a failed rank that the launch's `family` reads as such (Open MPI's help
+    blocks that say a rank failed, MPICH's `Abort(N) on node …` lines) are left out: hpcdist names the rank itself,
+    in the failure summary or (`caller_reports`, hpcdist.launch) the error it raises. Every other help block is
+    shown whole.
     """
 
     def __init__(self, options: OutputOptions, np: int | None = None, hide_banners: bool = True) -> None:
@@ -145,7 +118,7 @@ class OutputRouter:
         self.launcher_quiet = False  # set once the user interrupted the job: mpirun's own words are not shown
         self.hide_banners = hide_banners
         self.caller_reports = False  # set by a caller that reports failures itself: no failure summary
-        self.ending = False  # set once the job is ending (MpirunWatch.ending): the shims' lines on it are left out
+        self.family = families.listening(None)  # the launch's MPI family (Console sets the watch's)
         self.failed: Collection[int] = ()  # the ranks heard to fail so far: another's fatal-error report follows
         self._block: dict[str, list[bytes]] = {}  # per stream, the help block being read (its lines so far)
 
@@ -178,13 +151,10 @@ class OutputRouter:
         host, rank, number, rest = tagged
         kept = self._ranks.setdefault(rank, _Rank(host))
         kept.host = host
-        if self.hide_banners and _MPICH_ABORT.match(rest):  # not in its tail either: the summary names the rank
+        text = rest.decode(errors="replace")
+        if self.hide_banners and self.family.hides(text):  # not in its tail either: the summary names the rank
             return b""
-        if self.hide_banners and _EVENT_BAD_FD.fullmatch(rest):
-            return b""
-        if self.ending and _SHIM_ENDING.fullmatch(rest):  # said for all such ranks in one line (and in their logs)
-            return b""
-        kept.in_fatal = bool(_FATAL_START.match(rest) or (kept.in_fatal and _FATAL_LINE.match(rest)))
+        kept.in_fatal = self.family.in_fatal_report(text, kept.in_fatal)
         if kept.in_fatal and self.failed and rank not in self.failed:  # a consequence of a failure already heard
             return b""  # (the rank's log keeps it)
         shown = b"[%s:%d] " % (host.encode(), rank) + rest if self.options.tag else rest
@@ -196,16 +166,18 @@ class OutputRouter:
         """What to show of a line of mpirun's own; a help block is held until its closing rule, then judged whole."""
         if self.hide_banners:
             block = self._block.get(stream)
-            if _RULE.fullmatch(line.strip(b"\0 \t\r\n")):
+            text = line.decode(errors="replace")
+            if self.family.opens_block(text):
                 if block is None:
                     self._block[stream] = [line]
                     return b""
-                line = b"" if _REPORTED.search(b" ".join(b"".join(block).split())) else b"".join(block) + line
+                whole = b"".join(block)
+                line = b"" if self.family.reports_failure(whole.decode(errors="replace")) else whole + line
                 del self._block[stream]
             elif block is not None:
                 block.append(line)
                 return b""
-            elif _MPICH_ABORT.match(line):
+            elif self.family.hides(text):
                 return b""
         return b"" if self.launcher_quiet else line
 
@@ -224,6 +196,8 @@ class Console:
 
     def __init__(self, watch: MpirunWatch, router: OutputRouter | None) -> None:
         self.watch, self.router = watch, router
+        if router is not None:
+            router.family = watch.family
         self._partial: dict[str, bytes] = {}
 
     def feed(self, stream: str, chunk: bytes) -> bytes:
@@ -243,7 +217,6 @@ class Console:
             shown += self.watch.feed(stream, b"")
         if self.watch.usage is not None:  # a rank told a usage error: hpcdist says it, Open MPI's banners go
             self.router.hide_banners = True
-        self.router.ending = self.watch.ending
         self.router.failed = self.watch.failed
         routed = self.router.feed(stream, shown) if shown else b""
         return routed if chunk else routed + self.router.finish(stream)

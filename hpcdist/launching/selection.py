@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..hosts import HOST_NAME, HostSlots
+from ..schedulers.slurm import collect_nodelist, expand_nodelist
 from ..values import parse_whole
-from .hostfile import HostSlots
-from .names import HOST_NAME
-from .nodelist import collect_nodelist, expand_nodelist
 
 __all__ = ["Selected", "parse_selection", "select_hosts", "select_nodes", "selection_option"]
 

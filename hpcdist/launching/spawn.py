@@ -13,14 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
-from .. import proctree
+from .. import proctree, schedulers
 from ..errors import JobEnding, UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from .exitcodes import ExitCodeWatch, describe_exit_codes
-from .monitor import MpirunWatch
 from .outcome import LaunchOutcome
 from .output import Console, OutputRouter, summary
 from .sessions import clear_stale_sessions
+from .watch import MpirunWatch
 
 __all__ = ["capture", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
@@ -186,10 +186,11 @@ def run_mpirun(
     token: str = "",
     router: OutputRouter | None = None,
     timeout: float | None = None,
-    vanished_named: bool = False,
+    vanished_named: bool | None = None,
     heartbeat: float | None = None,
     shrink: bool = False,
     np: int | None = None,
+    family: str | None = None,
 ) -> LaunchOutcome:
     """Run the mpirun command line built by hpcdist; its status is non-zero when a rank failed or a host was lost.
 
@@ -199,14 +200,15 @@ def run_mpirun(
     Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that, and for the
     control lines of ranks started with HPCDIST_CONTROL=`token` (acted on, never shown). With a `router`
     (ranks that tag their lines), the console shows what it selects, and each failed rank's last lines
-    follow at the end. `vanished_named` (Hydra): a rank whose tagger saw it vanish is named (MpirunWatch.named).
+    follow at the end. `family`: the MPI family whose launcher runs (None: every family's words are read), which
+    says how its output reads; `vanished_named` overrides whether a rank whose tagger saw it vanish is named.
     `heartbeat` (seconds): a rank that beat and fell silent that long ends the job (launching/heartbeat.py).
     `shrink` (--on-failure shrink, `np` ranks): a failed or lost rank is named in one line as it is heard, the job
     goes on, and its status is the survivors' (launching/shrink.py).
     """
-    watch = MpirunWatch(token, vanished_named, heartbeat, shrink, np)
+    watch = MpirunWatch(token, vanished_named, heartbeat, shrink, np, family)
     console = Console(watch, router)
-    codes = ExitCodeWatch()  # Hydra's -print-all-exitcodes block, read beside the watch
+    codes = ExitCodeWatch(watch.family)  # Hydra's -print-all-exitcodes block, read beside the watch
 
     def feed(stream: str, chunk: bytes) -> bytes:
         shown = codes.feed(stream, chunk)  # Hydra's exit-code block taken out
@@ -221,7 +223,7 @@ def run_mpirun(
     received = _Received(router)
     clear_stale_sessions()  # else a launcher given a killed one's pid cannot start
     code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, check, {signal.SIGQUIT: _ask_for_stacks})
-    ends_mid_line = watch.lost.mid_line("stderr")
+    ends_mid_line = watch.mid_line("stderr")
     _say(watch.news())  # a loss heard as the launcher ended
     outcome, problem = watch.outcome(code, tuple(received))
     if shrink:  # the survivors' status, not the launcher's (which is the lost rank's)
@@ -323,11 +325,7 @@ def submit_sbatch(path: str, otherwise: str = "") -> str:
     if done.returncode != 0:
         reason = done.stderr.strip() or f"exit status {done.returncode}"
         raise UsageError(f"sbatch rejected {path}: {reason}")
-    lines = done.stdout.strip().splitlines()
-    job = lines[-1].split(";")[0] if lines else ""
-    if not job.isdigit():
-        raise UsageError(f"sbatch printed {done.stdout.strip()!r} instead of a job id")
-    return job
+    return schedulers.lookup("slurm").submitted(done.stdout)
 
 
 def shell_syntax_errors(text: str) -> str:

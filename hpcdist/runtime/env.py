@@ -6,18 +6,18 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import families, schedulers
 from ..contract import RankContract
 from ..errors import UsageError
+from ..ranksource import Source
 from ..values import ADDRESS, MAX_COUNT, parse_whole
-from . import slurm
 
 __all__ = [
     "AGENT_VARIABLES",
     "RUN_ID_PREFIX",
-    "SOURCES",
     "AgentFacts",
     "LaunchEnv",
-    "Source",
+    "sources",
     "torch_defaults",
 ]
 
@@ -45,91 +45,27 @@ AGENT_VARIABLES = (
 )
 
 
-@dataclass(frozen=True)
-class Source:
-    """The environment variables one launcher sets; the first set name of a tuple wins."""
-
-    launcher: str
-    rank: str
-    world_size: tuple[str, ...]
-    local_rank: str | None
-    local_world_size: tuple[str, ...]
-    node_rank: str | None
-    markers: tuple[str, ...]
-    started_by: str
-    node_count: str | None = None  # the number of nodes, which node_rank must be below
-
-    @property
-    def variables(self) -> tuple[str, ...]:
-        """Every variable that marks this source as present, in a fixed order."""
-        names = (self.rank, *self.world_size, self.local_rank, *self.local_world_size, self.node_rank)
-        return tuple(n for n in (*names, *self.markers) if n)
-
-
 # Precedence order: when several sources are present the first one is the launcher and every
 # other present source must agree with it on each value both of them carry.
 # - torchrun comes first because the user or a shim set RANK & co. explicitly.  A real torchrun
 #   agent also sets TORCHELASTIC_RUN_ID; then the MPI/Slurm variables describe the process that
 #   started the agent (e.g. one srun task per node), not this worker, and are not compared.
-# - Open MPI: OMPI_COMM_WORLD_NODE_RANK is deliberately NOT used.  In Open MPI 5 it is the rank
-#   among the processes on this node (4 ranks on one node have NODE_RANK 0,1,2,3), not the node
-#   index, so Open MPI alone leaves node_rank unknown.
-# - MPICH / Intel MPI Hydra: PMI_RANK/PMI_SIZE are also set by srun --mpi=pmi2 and Flux without
-#   the local pair; any source may lack its local pair, which is then taken from another source.
-# - Slurm counts only inside a real srun step (see slurm.step_id); its local world size is
-#   SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE) indexed by SLURM_NODEID.
+# - then each MPI family's (hpcdist.families), then each scheduler's task launcher's (hpcdist.schedulers); any
+#   source may lack its local pair, which is then taken from another source.
 # - PMIx gives no world size: it only cross-checks another source and is an error on its own.
-SOURCES: tuple[Source, ...] = (
-    Source(
-        "torchrun",
-        "RANK",
-        ("WORLD_SIZE",),
-        "LOCAL_RANK",
-        ("LOCAL_WORLD_SIZE",),
-        "GROUP_RANK",
-        ("TORCHELASTIC_RUN_ID",),
-        "torchrun",
-        "GROUP_WORLD_SIZE",
-    ),
-    Source(
-        "openmpi",
-        "OMPI_COMM_WORLD_RANK",
-        ("OMPI_COMM_WORLD_SIZE",),
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        ("OMPI_COMM_WORLD_LOCAL_SIZE",),
-        None,
-        (),
-        "Open MPI's mpirun",
-    ),
-    Source(
-        "mvapich2",
-        "MV2_COMM_WORLD_RANK",
-        ("MV2_COMM_WORLD_SIZE",),
-        "MV2_COMM_WORLD_LOCAL_RANK",
-        ("MV2_COMM_WORLD_LOCAL_SIZE",),
-        None,
-        (),
-        "MVAPICH2's mpirun_rsh/mpiexec",
-    ),
-    Source(
-        "mpich", "PMI_RANK", ("PMI_SIZE",), "MPI_LOCALRANKID", ("MPI_LOCALNRANKS",), None, (), "MPICH/Intel MPI mpiexec"
-    ),
-    Source(
-        "slurm",
-        "SLURM_PROCID",
-        ("SLURM_NTASKS", "SLURM_NPROCS"),
-        "SLURM_LOCALID",
-        ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
-        "SLURM_NODEID",
-        (),
-        "srun",
-        "SLURM_STEP_NUM_NODES",
-    ),
-    Source("pmix", "PMIX_RANK", (), None, (), None, (), "a PMIx launcher"),
-)
+_TORCHRUN = Source(
+    "torchrun", "RANK", ("WORLD_SIZE",), "LOCAL_RANK", ("LOCAL_WORLD_SIZE",), "GROUP_RANK", ("TORCHELASTIC_RUN_ID",),
+    "torchrun", "GROUP_WORLD_SIZE",
+)  # fmt: skip
+_PMIX = Source("pmix", "PMIX_RANK", (), None, (), None, (), "a PMIx launcher")
+
+
+def sources() -> tuple[Source, ...]:
+    """Every launcher's variables, in precedence order (the families and schedulers registered now)."""
+    return (_TORCHRUN, *families.rank_sources(), *schedulers.rank_sources(), _PMIX)
+
 
 _FIELDS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank")
-_MPI_LAUNCHERS = ("openmpi", "mpich", "mvapich2")
 
 
 @dataclass(frozen=True)
@@ -180,7 +116,7 @@ class LaunchEnv:
         """
         readings: list[_Reading] = []
         stray: tuple[_Reading, _HalfSet] | None = None
-        for source in SOURCES:
+        for source in sources():
             try:
                 reading = _read(source, environ)
             except _HalfSet as half:
@@ -191,7 +127,7 @@ class LaunchEnv:
             if reading is not None:
                 readings.append(reading)
         addr, port = _master(environ)
-        job_id = environ.get("SLURM_JOB_ID")
+        job_id = schedulers.job_id(environ)
         restart_count, max_restarts = _restarts(environ)
         sized = [r for r in readings if "world_size" in r.values]
         if stray is not None and not sized:
@@ -239,7 +175,7 @@ class LaunchEnv:
                     "the number of ranks on this node (torchrun does), or use a launcher that sets them"
                 )
             value["local_rank"], value["local_world_size"] = 0, 1  # a one-process world is its own node
-        slurm = next((r for r in readings if r.source.launcher == "slurm"), None)
+        task = next((r for r in readings if schedulers.of_ranks(r.source.launcher) is not None), None)
         launcher = first.source.launcher
         echoed = [r for r in readings[1:] if "world_size" in r.values]
         if launcher == "torchrun" and echoed:
@@ -256,10 +192,10 @@ class LaunchEnv:
             value["node_rank"],
             addr,
             port,
-            slurm.nodelist if slurm else (),
+            task.nodelist if task else (),
             job_id,
-            slurm.step_id if slurm else None,
-            _node_count(readings, environ, slurm.nodelist if slurm else ()) if value["node_rank"] is not None else None,
+            (task.step_id or None) if task else None,
+            _node_count(readings, environ, task.nodelist if task else ()) if value["node_rank"] is not None else None,
             restart_count=restart_count,
             max_restarts=max_restarts,
             run_id=_run_id(environ),
@@ -268,7 +204,7 @@ class LaunchEnv:
     @property
     def is_mpi(self) -> bool:
         """True when an MPI launcher started this process."""
-        return self.launcher in _MPI_LAUNCHERS
+        return families.of_ranks(self.launcher) is not None
 
     def torch_env(self, facts: AgentFacts | None = None) -> dict[str, str]:
         """The variables torchrun's agent gives a worker, for this process, all strings.
@@ -362,20 +298,19 @@ def _node_count(readings: list[_Reading], environ: Mapping[str, str], nodelist: 
 
 
 def _comparable(first: _Reading, readings: list[_Reading], environ: Mapping[str, str]) -> list[_Reading]:
-    """The readings that describe this process, `first` leading; see the notes above SOURCES."""
+    """The readings that describe this process, `first` leading; see the notes above `sources`."""
     if first.source.launcher == "torchrun" and _under_agent(environ):
         return [first]
-    # A Slurm step with a different task count is the step that started the launcher's per-node
-    # daemons (mpirun's prted, Hydra's proxies inside sbatch), so its SLURM_PROCID is not our rank.
-    # Intel MPI's Hydra passes the batch script's SLURM_NTASKS on to its ranks over its proxies' own step; the
-    # step's SLURM_STEP_NUM_TASKS still tells (measured: SLURM_NTASKS=4 but SLURM_STEP_NUM_TASKS=2 in 4 ranks).
+    # A scheduler's task launch of another task count is the one that started the MPI launcher's per-node daemons
+    # (Scheduler.same_step), so its rank is not ours.
     world = first.values["world_size"][1]
-    step = environ.get("SLURM_STEP_NUM_TASKS", str(world))
-    return [
-        r
-        for r in readings
-        if r.source.launcher != "slurm" or r is first or (r.values["world_size"][1] == world and step == str(world))
-    ]
+    return [r for r in readings if r is first or _same_launch(r, environ, world)]
+
+
+def _same_launch(reading: _Reading, environ: Mapping[str, str], world: int) -> bool:
+    """Whether `reading` describes this process's launch of `world` ranks (Scheduler.same_step)."""
+    scheduler = schedulers.of_ranks(reading.source.launcher)
+    return scheduler is None or (reading.values["world_size"][1] == world and scheduler.same_step(environ, world))
 
 
 def _check_agree(first: _Reading, other: _Reading) -> None:
@@ -394,13 +329,12 @@ def _check_agree(first: _Reading, other: _Reading) -> None:
 def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
     """What `source` says about this process, or None when none of its variables is set."""
     present = [v for v in source.variables if v in environ]
+    scheduler = schedulers.of_ranks(source.launcher)
     step_id = None
-    if source.launcher == "slurm":
-        step_id = slurm.step_id(environ)
-        if step_id is None:
-            # No srun step (sbatch script, salloc shell): SLURM_PROCID=0 and SLURM_NTASKS>1 describe
-            # the allocation, yet this is ONE process, so Slurm is not a rank source here.
-            return None
+    if scheduler is not None:
+        step_id = scheduler.task_step(environ)
+        if step_id is None:  # no task launch (an sbatch script, a salloc shell): its variables describe the
+            return None  # allocation, yet this is ONE process, so the scheduler is not a rank source here
     if not present:
         return None
     values = {"rank": (source.rank, _require(environ, source.rank, present[0], source))}
@@ -420,20 +354,20 @@ def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
     if (source.local_rank and source.local_rank in environ) or local_set:
         local_size_var = local_set or source.local_world_size[0]
         local_var = source.local_rank or ""
-        if source.launcher == "slurm":
+        if scheduler is not None and source.node_rank:  # the local sizes of every node, by node id
             if local_size_var not in environ:
-                raise _missing("SLURM_LOCALID", local_size_var, source)
-            node_id = _require(environ, "SLURM_NODEID", local_size_var, source)
-            local_size = slurm.local_size(local_size_var, environ[local_size_var], node_id)
+                raise _missing(local_var, local_size_var, source)
+            node_id = _require(environ, source.node_rank, local_size_var, source)
+            local_size = scheduler.local_size(local_size_var, environ[local_size_var], node_id)
             values["local_world_size"] = (f"{local_size_var}[{node_id}]", local_size)
         else:
             values["local_world_size"] = (local_size_var, _require(environ, local_size_var, local_var, source))
         values["local_rank"] = (local_var, _require(environ, local_var, local_size_var, source))
         _check_below(values["local_rank"], values["local_world_size"])
         _check_below(values["local_world_size"], values["world_size"], inclusive=True)
-    if source.launcher != "slurm":
+    if scheduler is None:
         return _Reading(source, values)
-    return _Reading(source, values, slurm.nodelist(environ), step_id)
+    return _Reading(source, values, scheduler.step_hosts(environ), step_id)
 
 
 def _read_present(source: Source, environ: Mapping[str, str]) -> _Reading:

@@ -118,7 +118,7 @@ def test_hpcdist_env_under_plain_mpiexec_shows_consistent_ranks(hpcdist: str) ->
                 "hpcdist: rank 2 on",
             ],
         ),
-        ("exit", ["hpcdist: rank 2 on", "failed (exit code 3); ending the job"]),
+        ("exit", ["hpcdist: rank 2 on", "failed (exit code 3)"]),
         ("kill", ["hpcdist: rank 2 on", "failed (killed by SIGKILL)"]),  # named by hpcdist: Open MPI's banner goes
     ],
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.launching.monitor import LostHostWatch
+from hpcdist.launching.watch import MpirunWatch
 from hpcdist.runtime.addresses import (
     HostInfo,
     ReachCount,
@@ -97,30 +97,31 @@ AGENT_DIED = b"""A daemon failed to report back after being spawned. This could
 
 @pytest.mark.parametrize("size", [1, 7, 4096])
 def test_a_lost_host_is_found_in_output_split_anywhere(size: int) -> None:
-    watch = LostHostWatch()
+    watch = MpirunWatch(family="openmpi")
     for i in range(0, len(LOST), size):
         watch.feed("stderr", LOST[i : i + size])
-    status, message = watch.verdict(0)
+    watch.feed("stderr", b"")
+    status, message = watch.lost.verdict(0)
     assert status != 0 and message is not None
     assert message.startswith("mpirun lost contact with host n2 ")
     assert not watch.mid_line("stderr")
 
 
 def test_a_dead_launch_agent_on_stdout_counts_as_a_lost_host() -> None:
-    watch = LostHostWatch()
+    watch = MpirunWatch(family="openmpi")
     watch.feed("stdout", AGENT_DIED)
-    assert watch.verdict(0)[0] != 0
-    assert watch.hosts == ["n2"]
+    assert watch.lost.verdict(0)[0] != 0
+    assert watch.lost.hosts == ["n2"]
 
 
 def test_mpirun_s_own_failure_status_is_kept_and_normal_output_is_no_loss() -> None:
-    watch = LostHostWatch()
+    watch = MpirunWatch(family="openmpi")
     watch.feed("stdout", b"rank 1: Remote host: n9 is mentioned by a user program\n")
-    assert watch.verdict(0) == (0, None)
-    assert watch.verdict(3) == (3, None)
-    lost = LostHostWatch()
+    assert watch.lost.verdict(0) == (0, None)
+    assert watch.lost.verdict(3) == (3, None)
+    lost = MpirunWatch(family="openmpi")
     lost.feed("stderr", LOST)
-    assert lost.verdict(14)[0] == 14
+    assert lost.lost.verdict(14)[0] == 14
 
 
 def test_the_unreachable_summary_lists_the_first_hosts_then_a_count_and_explains_loopback() -> None:

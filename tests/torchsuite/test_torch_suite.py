@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from harness import Harness, Result
 
-from hpcdist.launching.families import mpi_identity
+from hpcdist.families import identify as mpi_identity
 
 pytestmark = pytest.mark.mpi
 

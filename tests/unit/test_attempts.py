@@ -8,9 +8,10 @@ import pytest
 
 from hpcdist import restart_count
 from hpcdist.cli import main
-from hpcdist.contract import Failed, encode
-from hpcdist.control import new_token
+from hpcdist.contract import Failed, Ready, encode, new_token
 from hpcdist.errors import UsageError
+from hpcdist.families.base import MpirunSpec
+from hpcdist.hosts import HostSlots
 from hpcdist.launching.attempts import (
     Attempt,
     RestartPolicy,
@@ -21,10 +22,8 @@ from hpcdist.launching.attempts import (
     run_attempts,
     summary,
 )
-from hpcdist.launching.hostfile import HostSlots
-from hpcdist.launching.monitor import MpirunWatch
-from hpcdist.launching.mpirun import MpirunSpec
 from hpcdist.launching.outcome import LaunchOutcome
+from hpcdist.launching.watch import MpirunWatch
 
 HOSTS = (HostSlots("n1", 2), HostSlots("n2", 2), HostSlots("n3", 2))
 SPEC = MpirunSpec(program=("python", "train.py"), np=4, hosts=HOSTS)
@@ -186,16 +185,17 @@ def test_check_policy_accepts_min_np_without_np() -> None:
 
 def test_the_watch_hides_control_lines_whole_however_the_chunks_fall() -> None:
     token = new_token()
+    foreign = encode(Ready(0), "0" * 16)  # another launch's token: an ordinary line
     text = (
-        f"loss 0.5\n@@hpcdist:{token}:ready:1:host=n1 world=2\nprogress 10%\rprogress 20%"
-        f"\r\n{encode(Failed(1, how='killed by SIGKILL', host='n1'), token)}@@hpcdist:{'0' * 16}:ready:0:\nend"
+        f"loss 0.5\n{encode(Ready(1, 'n1', 2), token)}progress 10%\rprogress 20%"
+        f"\r\n{encode(Failed(1, 'killed by SIGKILL', 'n1'), token)}{foreign}end"
     )
     data = text.encode()
     for size in (1, 3, 7, len(data)):
         watch = MpirunWatch(token)
         shown = b"".join(watch.feed("stderr", data[i : i + size]) for i in range(0, len(data), size))
         shown += watch.feed("stderr", b"")
-        assert shown.decode() == f"loss 0.5\nprogress 10%\rprogress 20%\r\n@@hpcdist:{'0' * 16}:ready:0:\nend"
+        assert shown.decode() == f"loss 0.5\nprogress 10%\rprogress 20%\r\n{foreign}end"
         outcome, problem = watch.outcome(137)
         assert (outcome.ready, outcome.world_size, dict(outcome.failed), problem) == (
             frozenset({1}),
@@ -205,7 +205,7 @@ def test_the_watch_hides_control_lines_whole_however_the_chunks_fall() -> None:
         )
         assert outcome.failures() == "rank 1 on n1 killed by SIGKILL"
     tagged = MpirunWatch(token)  # a tag before the control line goes with it (when the line comes in one piece)
-    assert tagged.feed("stdout", f"a\n[n1:3] @@hpcdist:{token}:ready:3:\nb\n".encode()) == b"a\nb\n"
+    assert tagged.feed("stdout", f"a\n[n1:3] {encode(Ready(3), token)}b\n".encode()) == b"a\nb\n"
 
 
 def test_the_watch_passes_a_progress_bar_at_once_and_holds_only_a_possible_control_line() -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.contract import Failed, encode
+from hpcdist.contract import Beat, Done, Event, Failed, Ready, encode
 from hpcdist.errors import HeartbeatLost
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats
-from hpcdist.launching.monitor import MpirunWatch
 from hpcdist.launching.outcome import LaunchOutcome
 from hpcdist.launching.output import Console, Failure, OutputOptions, OutputRouter, summary
+from hpcdist.launching.watch import MpirunWatch
 
 N = 10_000
 TOKEN = "0123456789abcdef"
@@ -81,15 +81,15 @@ def test_ten_thousand_ranks_the_jobs_end_reached_are_one_line_by_how_and_host() 
     assert LaunchOutcome(status=1).ended_line() == ""
 
 
-def _control(event: str, rank: int, detail: str) -> bytes:
-    return f"@@hpcdist:{TOKEN}:{event}:{rank}:{detail}\n".encode()
+def _control(event: Event) -> bytes:
+    return encode(event, TOKEN).encode()
 
 
 def test_a_host_open_mpi_lost_is_named_with_its_ranks_and_the_others_in_one_line() -> None:
     """PRRTE names the host and ends the other ranks without a word: their hosts come from the ranks' own lines."""
     watch = MpirunWatch(TOKEN)
-    watch.feed("stderr", b"".join(_control("ready", rank, f"host={host} world=8") for rank, host in EIGHT.items()))
-    watch.feed("stderr", _control("done", 7, ""))  # it ended well before the loss: not ended by it
+    watch.feed("stderr", b"".join(_control(Ready(rank, host, 8)) for rank, host in EIGHT.items()))
+    watch.feed("stderr", _control(Done(7)))  # it ended well before the loss: not ended by it
     banner = "PRTE has lost communication with a remote daemon.\n  Remote daemon: [prterun-n1-1@0,2] on node n3\n"
     watch.feed("stderr", banner.encode())
     outcome, problem = watch.outcome(0)
@@ -101,25 +101,23 @@ def test_a_host_open_mpi_lost_is_named_with_its_ranks_and_the_others_in_one_line
 def test_the_ranks_hpcdist_mpirun_ends_after_a_silent_host_are_said_in_one_line_not_each(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """n3 falls silent; hpcdist mpirun's SIGTERM reaches the six others, whose shims each say so: one line says it."""
+    """n3 falls silent; hpcdist mpirun's SIGTERM reaches the six others, whose shims tell it: one line says it."""
     now = [1000.0]
     monkeypatch.setattr(heartbeat.time, "monotonic", lambda: now[0])
     console = Console(MpirunWatch(TOKEN, heartbeat=6), OutputRouter(OutputOptions(tag=False), 8))
-    console.feed("stderr", b"".join(_control("beat", rank, f"host={host}") for rank, host in EIGHT.items()))
+    console.feed("stderr", b"".join(_control(Beat(rank, host)) for rank, host in EIGHT.items()))
     for now[0] in range(1001, 1007):  # the others beat on, the watcher checks once a second
-        console.feed("stderr", b"".join(_control("beat", r, f"host={h}") for r, h in EIGHT.items() if h != "n3"))
+        console.feed("stderr", b"".join(_control(Beat(r, h)) for r, h in EIGHT.items() if h != "n3"))
         console.watch.check()
     now[0] = 1007.0
     shown = console.feed("stderr", b"[n1:0:1] still working\n")
     with pytest.raises(HeartbeatLost, match="host n3 lost: no heartbeat from ranks 4-5 for 6 s"):
         console.watch.check()
     for rank, host in EIGHT.items():
-        if host != "n3":
-            line = f"[{host}:{rank}:2] hpcdist: rank {rank} on {host} failed (killed by SIGTERM); ending the job\n"
-            failed = encode(Failed(rank, how="killed by SIGTERM", host=host), TOKEN).encode()
-            shown += console.feed("stderr", line.encode() + failed)
+        if host != "n3":  # a shim hpcdist mpirun listens to says nothing of its rank's end: it tells it
+            shown += console.feed("stderr", _control(Failed(rank, "killed by SIGTERM", host)))
     shown += console.feed("stderr", b"")
-    assert shown == b"still working\n"  # the shims' lines are in the ranks' logs only
+    assert shown == b"still working\n"
     outcome, _ = console.watch.outcome(143)
     assert sorted(outcome.failed) == [4, 5]
     assert outcome.ended_line() == "ranks 0-3,6-7 on n1, n2, n4 were ended by the launcher (killed by SIGTERM)"
@@ -137,7 +135,7 @@ def test_a_peers_fatal_error_report_after_a_failure_is_left_out_but_a_first_fail
     shown = b"".join(first.feed("stderr", b"[n1:1:%d] " % n + line) for n, line in enumerate(report))
     assert shown == b"".join(report)
     after = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False), 4))
-    shown = after.feed("stderr", _control("failed", 0, "called MPI_Abort host=n1") + b"[n1:0:1] rank 0 says why\n")
+    shown = after.feed("stderr", _control(Failed(0, "called MPI_Abort", "n1")) + b"[n1:0:1] rank 0 says why\n")
     shown += b"".join(after.feed("stderr", b"[n2:3:%d] " % n + line) for n, line in enumerate(report))
     shown += after.feed("stderr", b"[n2:3:9] its next line\n")
     assert shown == b"rank 0 says why\nits next line\n"

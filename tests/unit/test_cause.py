@@ -8,7 +8,7 @@ from hpcdist.contract import Event, Failed, Finished, Hang, RankContract, Vanish
 from hpcdist.forensics import cause
 from hpcdist.forensics.ledger import FINISHED, INITIALISED, RUNNING, Ledger, Phase
 from hpcdist.launching.attempts import describe_end
-from hpcdist.launching.monitor import MpirunWatch
+from hpcdist.launching.watch import MpirunWatch
 
 TOKEN = "0123456789abcdef"
 
@@ -104,15 +104,9 @@ def test_tell_hang_sorts_the_ranks_into_blamed_and_waiting(capfd: pytest.Capture
     ledgers = {0: waiting.snapshot(), 1: done.snapshot(), 2: waiting.snapshot(), 3: done.snapshot(), 4: []}
     phases = {0: Phase(INITIALISED, 1), 1: Phase(FINISHED, 1), 2: Phase(INITIALISED, 1), 3: Phase(INITIALISED, 1)}
     cause.tell_hang(RankContract(token=TOKEN), 0, ledgers, {**phases, 4: Phase(RUNNING, 1)})
-    hang = parse_event(capfd.readouterr().err, TOKEN)
-    assert isinstance(hang, Hang) and hang.at is not None
-    assert (hang.finished, hang.idle, hang.uninit, hang.waiting, hang.call) == (
-        (1,),
-        (3,),
-        (4,),
-        (0, 2),
-        "all_reduce#1",
-    )
+    event = parse_event(capfd.readouterr().err, TOKEN)
+    assert isinstance(event, Hang) and event.at is not None
+    assert event == Hang(0, finished=(1,), idle=(3,), uninit=(4,), waiting=(0, 2), call="all_reduce#1", at=event.at)
 
 
 def test_a_failure_is_told_with_the_call_it_came_out_of() -> None:

@@ -14,7 +14,7 @@ from hpcdist.doctor import probe as doctor_probe
 from hpcdist.doctor.checks import check_gpus, check_hosts, check_mpi, check_rendezvous, check_torch, run_checks
 from hpcdist.doctor.facts import Check, Facts, Probe, mpi_identity
 from hpcdist.doctor.network import check_interfaces
-from hpcdist.launching.hostfile import HostSlots
+from hpcdist.hosts import HostSlots
 
 OMPI_LIB = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11, repo rev: v5.0.11rc1"
 MPICH_LIB = "MPICH Version:\t4.1.2\nMPICH Release date:\tWed Jun  7 15:22:45 CDT 2023\nMPICH ABI:\t15:1:3"

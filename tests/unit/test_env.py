@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.errors import UsageError
-from hpcdist.runtime.env import AGENT_VARIABLES, SOURCES, AgentFacts, LaunchEnv, torch_defaults
+from hpcdist.runtime.env import AGENT_VARIABLES, AgentFacts, LaunchEnv, sources, torch_defaults
 
 FIELDS = (
     "launcher",
@@ -327,7 +327,7 @@ def test_is_mpi(launcher: str, expected: bool) -> None:
 
 
 def test_sources_are_in_precedence_order() -> None:
-    assert [s.launcher for s in SOURCES] == ["torchrun", "openmpi", "mvapich2", "mpich", "slurm", "pmix"]
+    assert [s.launcher for s in sources()] == ["torchrun", "openmpi", "mvapich2", "mpich", "slurm", "pmix"]
 
 
 def without(environ: dict[str, str], *names: str) -> dict[str, str]:

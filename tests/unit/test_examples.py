@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from test_render import check_script
 
+from hpcdist.hosts import HostSlots
 from hpcdist.jobs.examples import EXAMPLES, check_examples, render_examples, write_examples
-from hpcdist.launching.hostfile import HostSlots, parse_hostfile, read_hostfile_text
+from hpcdist.launching.hostfile import parse_hostfile, read_hostfile_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,18 +10,22 @@ from pathlib import Path
 import pytest
 
 from hpcdist.cli import main
-from hpcdist.contract import Failed, encode
+from hpcdist.contract import Beat, Event, Failed, Vanished, encode, parse_event
 from hpcdist.errors import HeartbeatLost, LauncherStalled, UsageError, WaitTimeout
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats, beat_interval, heartbeat_limit
-from hpcdist.launching.monitor import LAUNCHER_GRACE, MpirunWatch
 from hpcdist.launching.options import MpirunOptions
+from hpcdist.launching.watch import LAUNCHER_GRACE, MpirunWatch
 
 TOKEN = "0123456789abcdef"
 
 
+def _ctl(event: Event) -> bytes:
+    return encode(event, TOKEN).encode()
+
+
 def _beat(rank: int, host: str) -> bytes:
-    return f"@@hpcdist:{TOKEN}:beat:{rank}:host={host}\n".encode()
+    return _ctl(Beat(rank, host))
 
 
 class Clock:
@@ -136,7 +140,7 @@ def test_the_watch_takes_beats_out_and_its_outcome_names_the_lost_host(monkeypat
     with pytest.raises(HeartbeatLost, match="host n2 lost: no heartbeat from ranks 2-3 for 6 s"):
         watch.check()
     # what follows hpcdist mpirun's SIGTERM is its consequence: rank 0's shim names its child's signal
-    watch.feed("stderr", f"[n1:0] {encode(Failed(0, how='killed by SIGTERM', host='n1'), TOKEN)}".encode())
+    watch.feed("stderr", b"[n1:0] " + _ctl(Failed(0, "killed by SIGTERM", "n1")))
     outcome, problem = watch.outcome(143)
     assert outcome.status == 143 and outcome.lost_hosts == ("n2",)
     assert problem is not None and problem.startswith("host n2 lost: no heartbeat from ranks 2-3 for 6 s; hpcdist")
@@ -150,14 +154,14 @@ def test_a_launcher_that_leaves_the_job_running_after_a_rank_failed_is_ended(mon
     # Measured under Hydra: rank 1's os._exit(3) left ranks 0, 2, 3 running in 2 runs of 4
     clock = Clock(monkeypatch)
     watch = MpirunWatch(TOKEN, vanished_named=True)  # no heartbeat limit: this watch holds all the same
-    watch.feed("stderr", f"@@hpcdist:{TOKEN}:vanished:1:host=n1\n".encode())
+    watch.feed("stderr", _ctl(Vanished(1, "n1")))
     clock.now += LAUNCHER_GRACE - 0.5
     watch.check()  # the launcher's own time to end the job
     clock.now += 1
     with pytest.raises(LauncherStalled, match=r"^rank 1 on n1 failed \(killed or exited abruptly\) and the MPI "):
         watch.check()
     watch.check()  # said once
-    watch.feed("stderr", encode(Failed(2, how="killed by SIGTERM", host="n1"), TOKEN).encode())  # its consequence
+    watch.feed("stderr", _ctl(Failed(2, "killed by SIGTERM", "n1")))  # its consequence
     outcome, problem = watch.outcome(143)
     assert watch.named(143) == {1: "killed or exited abruptly"}
     assert problem == (
@@ -170,7 +174,7 @@ def test_a_launcher_that_leaves_the_job_running_after_a_rank_failed_is_ended(mon
 def test_a_launcher_that_ends_the_job_itself_is_left_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(monkeypatch)
     watch = MpirunWatch(TOKEN)
-    watch.feed("stderr", encode(Failed(0, how="exit code 3", host="n1"), TOKEN).encode())
+    watch.feed("stderr", _ctl(Failed(0, "exit code 3", "n1")))
     clock.now += LAUNCHER_GRACE - 0.5
     watch.check()
     _outcome, problem = watch.outcome(3)  # the launcher ended within its grace
@@ -196,8 +200,8 @@ def test_the_tagger_beats_while_the_rank_holds_the_gil_and_the_log_has_no_beat(t
     done = subprocess.run([sys.executable, "-c", BUSY], env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout == "[h:1] busy\n"
     beats = done.stderr.splitlines()
-    assert set(beats) <= {f"@@hpcdist:{TOKEN}:beat:1:host=h", f"@@hpcdist:{TOKEN}:vanished:1:host=h"}, beats
-    assert beats.count(f"@@hpcdist:{TOKEN}:beat:1:host=h") >= 6  # ~10 in the second it was busy
+    assert {parse_event(beat, TOKEN) for beat in beats} <= {Beat(1, "h"), Vanished(1, "h")}, beats
+    assert [parse_event(beat, TOKEN) for beat in beats].count(Beat(1, "h")) >= 6  # ~10 in the second it was busy
     assert (tmp_path / "rank-001.log").read_text() == "busy\n"
 
 

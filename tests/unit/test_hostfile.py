@@ -8,8 +8,8 @@ import re
 import pytest
 
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HostSlots
 from hpcdist.launching.hostfile import (
-    HostSlots,
     check_np,
     format_hostfile,
     parse_hostfile,
@@ -236,7 +236,7 @@ def test_format_hostfile_default_style() -> None:
 
 
 def test_format_hostfile_unknown_style() -> None:
-    with pytest.raises(UsageError, match="unknown hostfile style 'slurm'; use 'openmpi' or 'mpich'"):
+    with pytest.raises(UsageError, match="unknown hostfile style 'slurm'; use one of openmpi, mpich, intel, mvapich"):
         format_hostfile(SEED_HOSTS, "slurm")
 
 

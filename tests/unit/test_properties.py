@@ -33,14 +33,15 @@ from hpcdist.bench.plan import MAX_BYTES, parse_size, plan_from_options
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.diagnose import bench_options
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HOST_NAME, HostSlots
 from hpcdist.jobs.examples import main as examples_main
 from hpcdist.jobs.profiles import parse_env_file
 from hpcdist.jobs.sbatch import gpu_count, parse_signal, parse_time
-from hpcdist.launching.hostfile import HostSlots, parse_hostfile, parse_hosts_arg
-from hpcdist.launching.names import ENV_NAME, HOST_NAME
-from hpcdist.launching.nodelist import expand_nodelist
+from hpcdist.launching.hostfile import parse_hostfile, parse_hosts_arg
+from hpcdist.launching.names import ENV_NAME
 from hpcdist.launching.selection import select_hosts
-from hpcdist.runtime.env import SOURCES, LaunchEnv
+from hpcdist.runtime.env import LaunchEnv, sources
+from hpcdist.schedulers.slurm import expand_nodelist
 from hpcdist.values import MAX_COUNT, MAX_SECONDS, slurm_counts
 
 T = TypeVar("T")
@@ -396,7 +397,7 @@ def test_examples(workdir: Path, root: str, write_them: bool) -> None:
 
 # `hpcdist env` and LaunchEnv.from_environ with generated launcher environments
 LAUNCH_VARS = sorted(
-    {v for s in SOURCES for v in s.variables}
+    {v for s in sources() for v in s.variables}
     | {
         "MASTER_ADDR",
         "MASTER_PORT",
@@ -415,7 +416,7 @@ ENVIRON = st.dictionaries(st.sampled_from(LAUNCH_VARS), st.one_of(SMALL, SMALL, 
 
 def one_rank_per_node(launcher: str, size: int, rank: int) -> dict[str, str]:
     """A complete, consistent environment of `launcher` for `rank` of `size`, one rank per node."""
-    source = next(s for s in SOURCES if s.launcher == launcher)
+    source = next(s for s in sources() if s.launcher == launcher)
     env = {source.rank: str(rank), source.world_size[0]: str(size)}
     if source.local_rank:
         env |= {source.local_rank: "0", source.local_world_size[0]: "1"}
@@ -425,7 +426,7 @@ def one_rank_per_node(launcher: str, size: int, rank: int) -> dict[str, str]:
 
 
 CONSISTENT = st.tuples(
-    st.sampled_from([s.launcher for s in SOURCES if s.world_size]), st.integers(1, 6), st.integers(0, 5)
+    st.sampled_from([s.launcher for s in sources() if s.world_size]), st.integers(1, 6), st.integers(0, 5)
 ).map(lambda t: one_rank_per_node(t[0], t[1], t[2] % t[1]))
 
 

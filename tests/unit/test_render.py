@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HostSlots
 from hpcdist.jobs.render import (
     BUNDLED_DIR,
     comment,
@@ -27,7 +28,7 @@ from hpcdist.jobs.render import (
     shjoin,
     shquote,
 )
-from hpcdist.launching.hostfile import HostSlots, parse_hostfile
+from hpcdist.launching.hostfile import parse_hostfile
 
 # submitit's weird_tmp_path values, and more of what breaks naive quoting
 WEIRD = ["a 0", 'a"=0"', "a'; echo foo", "a\n0", "$HOME `id` $(id) ${x} \\ ; & | * ? ~ !x #c", "", "-n", "é 中"]

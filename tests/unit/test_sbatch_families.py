@@ -86,7 +86,7 @@ def test_sbatch_cli_detects_and_takes_mpi(tmp_path: Path, capsys: pytest.Capture
     (["--mpi", "mpich"], "hpcdist: error: --mpi mpich names the dialect of an mpirun line; it needs --launch mpirun, "
                          "not srun\n"),
     (["--launch", "mpirun", "--mpi", "lam"], "hpcdist: error: --mpi 'lam' is not an MPI hpcdist knows; use one of "
-                                             "openmpi, mpich, intel\n"),
+                                             "openmpi, mpich, intel, mvapich\n"),
 ])  # fmt: skip
 def test_sbatch_mpi_mistakes_are_usage_errors(argv: list[str], message: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip

@@ -12,10 +12,11 @@ from test_render import check_script
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
+from hpcdist.families.base import AppContext, MpirunSpec
+from hpcdist.hosts import HostSlots as H
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
-from hpcdist.launching.hostfile import HostSlots as H
-from hpcdist.launching.mpirun import AppContext, MpirunSpec, build_mpirun_argv
+from hpcdist.launching.mpirun import build_mpirun_argv
 from hpcdist.launching.selection import Selected, parse_selection, select_hosts, select_nodes
 
 WORKERS = (H("worker-0", 4), H("worker-1", 4))

@@ -29,7 +29,6 @@ NOT_YET = {
     "cli/types.py",
     "doctor/checks.py",
     "launching/heartbeat.py",
-    "launching/monitor.py",
     "launching/mpirun.py",
     "launching/output.py",
     "launching/spawn.py",

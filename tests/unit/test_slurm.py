@@ -11,6 +11,7 @@ import pytest
 from test_render import WEIRD, check_script, slurm_argument
 
 from hpcdist.errors import UsageError
+from hpcdist.hosts import HostSlots
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import (
     SbatchSpec,
@@ -20,8 +21,7 @@ from hpcdist.jobs.sbatch import (
     parse_time,
     render_sbatch,
 )
-from hpcdist.launching.hostfile import HostSlots
-from hpcdist.launching.nodelist import allocation_hosts, expand_nodelist
+from hpcdist.schedulers.slurm import Slurm, expand_nodelist
 
 JINJA = make_environment(None, {})
 BASE = SbatchSpec(program=("python", "train.py"), python="/venv/bin/python")
@@ -151,8 +151,8 @@ def test_nodelists() -> None:
 
 def test_allocation_hosts() -> None:
     env = {"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_TASKS_PER_NODE": "2(x2),1"}
-    assert allocation_hosts(env) == (HostSlots("n1", 2), HostSlots("n2", 2), HostSlots("n3", 1))
-    assert allocation_hosts(env, slots=8)[2] == HostSlots("n3", 8)
+    assert Slurm().hosts(env) == (HostSlots("n1", 2), HostSlots("n2", 2), HostSlots("n3", 1))
+    assert Slurm().hosts(env, slots=8)[2] == HostSlots("n3", 8)
     for bad in (
         {},
         {"SLURM_JOB_NODELIST": "n[1-3]"},
@@ -160,7 +160,7 @@ def test_allocation_hosts() -> None:
         {**env, "SLURM_TASKS_PER_NODE": "two"},
     ):
         with pytest.raises(UsageError):
-            allocation_hosts(bad)
+            Slurm().hosts(bad)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,217 @@
+"""The MPI family plug-in: the spec a launch is built from, what a family's scanner finds, and the base class (pure).
+
+A family is one MPI's launcher as hpcdist knows it: the command line it takes (`command`), what its output says
+about ranks and hosts (`scanner`, `hides`, `opens_block`, `reports_failure`, `in_fatal_report`), how it reports
+each rank's exit (`exit_code_line`, `may_start_exit_codes`, `exit_codes`), the hostfile it reads (`hostfile`,
+`reads_hostfile`), whether it keeps the survivors going after a rank is lost (`fault_tolerance`), the variables its
+ranks see (`ranks`), how to recognise it (`identity`, `markers`, `launcher_names`) and its quirks that the rest of
+hpcdist asks about.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import UsageError
+from ..hosts import HostSlots, host_slots
+from ..ranksource import Source
+
+__all__ = [
+    "AgentFailed",
+    "AppContext",
+    "Family",
+    "HostLost",
+    "MpirunSpec",
+    "Observation",
+    "RankAborted",
+    "RankKilled",
+    "Scanner",
+    "told",
+]
+
+
+@dataclass(frozen=True)
+class AppContext:
+    """One host's part of a launch in app contexts (`-np N -H host:N -x NAME=VALUE PROGRAM :`)."""
+
+    host: HostSlots
+    np: int
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class MpirunSpec:
+    """Everything needed to build one launch command line, in the dialect of the family it names."""
+
+    program: tuple[str, ...]
+    np: int | None  # None: mpirun takes every slot of the allocation it runs in
+    hostfile: str | None = None
+    hosts: tuple[HostSlots, ...] = ()
+    env: tuple[tuple[str, str | None], ...] = ()
+    mca: tuple[tuple[str, str], ...] = ()
+    bind_to: str = "none"
+    map_by: str = "slot"
+    oversubscribe: bool = False
+    as_root: bool = False
+    skip_fabric_probe: bool = True
+    keepalive: bool = False  # the launcher notices a cut link to another host soon: set for jobs on several hosts
+    extra: tuple[str, ...] = ()
+    mpirun: str = "mpirun"
+    contexts: tuple[AppContext, ...] = ()  # set: one app context per host, each with its own variables
+    family: str = "openmpi"  # the launcher's dialect: a family's name (hpcdist.families.names())
+    launch_agent: str | None = None  # the remote shell that starts the launcher's daemons on other hosts (ssh's)
+    slurm: bool = False  # ranks placed by the Slurm allocation it runs in: Hydra starts its proxies with srun
+    exit_codes: bool = False  # Hydra: print every rank's exit status at the end (-print-all-exitcodes)
+    fault_tolerance: bool = False  # the survivors carry on after a rank is lost (Open MPI's ULFM)
+
+
+# -- what a family's scanner finds in its launcher's lines --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostLost:
+    """The launcher lost a host's daemon (its banner: `host` None), or names the host it lost."""
+
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentFailed:
+    """A host's daemon never started: the launch agent (ssh) that was to start it ended with `status`."""
+
+    status: int
+
+
+@dataclass(frozen=True)
+class RankKilled:
+    """The launcher says a rank was killed by a signal."""
+
+    rank: int
+    host: str
+    signal: int
+
+
+@dataclass(frozen=True)
+class RankAborted:
+    """The launcher (or the MPI library on the rank's stderr) says a rank called MPI_Abort."""
+
+    rank: int
+    host: str | None = None
+
+
+Observation = HostLost | AgentFailed | RankKilled | RankAborted
+
+
+class Scanner:
+    """Reads the lines of one launch's launcher for what they say of ranks and hosts; this base finds nothing.
+
+    A scanner keeps what it needs between lines (a banner that names its host a few lines further down), so each
+    launch has its own (`Family.scanner`). It never sees a rank's control lines.
+    """
+
+    def scan(self, stream: str, line: str) -> list[Observation]:
+        """What one whole line of the launcher's `stream` ('stdout' or 'stderr') says."""
+        return []
+
+
+# -- the family -----------------------------------------------------------------------------------------------------
+
+
+class Family:
+    """One MPI family's launcher; a subclass registered with `hpcdist.families.register` is one `--mpi` choice.
+
+    Plug-ins are pure: what they need of the machine (a file's existence, a directory's listing) is passed in.
+    """
+
+    name: ClassVar[str] = ""  # what --mpi takes, and MpirunSpec.family
+    title: ClassVar[str] = ""  # as hpcdist shows it: 'Open MPI'
+    order: ClassVar[int] = 100  # where --mpi lists it (a family that is a kind of another is tested before it)
+    identity: ClassVar[re.Pattern[str] | None] = None  # `mpirun --version` or MPI_Get_library_version: group 1 version
+    markers: ClassVar[tuple[str, ...]] = ()  # files an installation has beside its launcher
+    launcher_names: ClassVar[tuple[str, ...]] = ()  # launcher names that say the family (mpirun.openmpi)
+    wheel: ClassVar[str | None] = None  # the PyPI wheel that installs it into a venv (mpi4py then loads it)
+    ranks: ClassVar[Source | None] = None  # the variables its launcher sets in each rank
+    fault_tolerance: ClassVar[bool] = False  # it keeps the survivors going after a rank is lost (--on-failure shrink)
+    names_vanished: ClassVar[bool] = False  # its clean-up kills every rank's process group, taggers included: a
+    # tagger that says its rank vanished speaks of the rank that was killed (MpirunWatch names those ranks)
+    abort_silences_peers: ClassVar[bool] = False  # its MPI_Abort ends the others at once, before a peer killed a
+    # moment ago was heard: a rank that aborts first leaves its peers time to be named
+    refuses_root: ClassVar[bool] = False  # its launcher will not run as root unless told (a script checks its user)
+    lost_host_note: ClassVar[str] = ""  # said after a lost host under --on-failure shrink
+
+    def command(self, spec: MpirunSpec) -> list[str]:
+        """The argv that launches `spec` (checked by `launching.mpirun.build_mpirun_argv` first).
+
+        Raises:
+            UsageError: a spec this launcher cannot carry out.
+        """
+        raise NotImplementedError
+
+    def launcher(self, path: str, runnable: Callable[[str], bool]) -> str:
+        """The program to run for the launcher at `path` (`runnable(path)`: whether a file there can run)."""
+        return path
+
+    def check_fault_tolerance(self, launcher: str, mpi: str | None) -> None:
+        """Refuse --on-failure shrink unless this family keeps the survivors going.
+
+        `launcher` is the launcher's path; `mpi` the --mpi given (None: the family was told by its installation).
+
+        Raises:
+            UsageError: this family has no fault tolerance hpcdist can start.
+        """
+        if not self.fault_tolerance:
+            raise UsageError(
+                f"--on-failure shrink needs an MPI whose survivors are told of a lost rank; the launcher {launcher} "
+                f"is {self.title}'s ({told(mpi)}), which hpcdist cannot start so; drop --on-failure shrink"
+            )
+
+    def hostfile(self, hosts: Sequence[HostSlots]) -> str:
+        """Its hostfile for `hosts`: one `host:N` line per host (caps dropped), unless it reads another form."""
+        return "".join(host_slots(h.host, h.slots) + "\n" for h in hosts)
+
+    def reads_hostfile(self, text: str) -> bool:
+        """Whether its launcher reads hostfile `text` as hpcdist parsed it; if not, hpcdist passes the hosts."""
+        return False
+
+    def scanner(self) -> Scanner:
+        """A fresh scanner of its launcher's lines, for one launch."""
+        return Scanner()
+
+    def hides(self, text: str) -> bool:
+        """Whether a line (a rank's without its tag, or the launcher's) is a banner hpcdist's own report replaces."""
+        return False
+
+    def opens_block(self, line: str) -> bool:
+        """Whether a launcher's line opens or closes one of its help blocks (which are then judged whole)."""
+        return False
+
+    def reports_failure(self, block: str) -> bool:
+        """Whether a help block of its launcher (its lines joined) says a rank failed, which hpcdist says itself."""
+        return False
+
+    def in_fatal_report(self, text: str, inside: bool) -> bool:
+        """Whether a rank's line is part of its MPI's report of an error that ends the rank (`inside`: the rank's
+        line before it was), which a peer prints when a rank that failed first closes its connections."""
+        return False
+
+    def exit_code_line(self, line: str, inside: bool) -> bool:
+        """Whether a launcher's line (blanks and NULs stripped) is part of its report of each rank's exit
+        (`inside`: the line before it was)."""
+        return False
+
+    def may_start_exit_codes(self, tail: str, inside: bool) -> bool:
+        """Whether an unfinished line may become part of that report (it is then held back until it is whole)."""
+        return False
+
+    def exit_codes(self, lines: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+        """Each host's ranks' endings ('exit code 3', 'killed by SIGKILL'), in order, from the lines that
+        `exit_code_line` took; none for a launcher that does not report them."""
+        return []
+
+
+def told(mpi: str | None) -> str:
+    """How a launcher's family was told: 'as --mpi mpich says', or by the files of its installation."""
+    return f"as --mpi {mpi} says" if mpi is not None else "as the files beside it say"

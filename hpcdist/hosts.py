@@ -1,0 +1,32 @@
+"""Hosts and their slots, and the one way hpcdist writes them as `host:slots` (a leaf: pure, imports nothing)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["HOST_NAME", "HostSlots", "host_slots", "hosts_text"]
+
+# A host as Open MPI's hostfile lexer reads one (prrte's hostfile_lex.l): [user@]name, where a name (or an IPv4
+# address) starts with a letter or digit and goes on with letters, digits, '_', '-' and '.'; 253 characters at most.
+HOST_NAME = re.compile(r"(?=.{1,253}\Z)(?:[A-Za-z0-9][A-Za-z0-9_-]*@)?[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+
+@dataclass(frozen=True)
+class HostSlots:
+    """One host and how many ranks it takes (`max_slots` caps oversubscription; None = no cap)."""
+
+    host: str
+    slots: int
+    max_slots: int | None = None
+
+
+def host_slots(host: str, slots: int) -> str:
+    """`host:slots`, as `-H`, Hydra's `-hosts`, an MPICH hostfile line and hpcdist's messages write one host."""
+    return f"{host}:{slots}"
+
+
+def hosts_text(hosts: Iterable[HostSlots]) -> str:
+    """`a:2,b:2`: each host with its slots, comma-separated (`-H`'s and Hydra's `-hosts`'s form)."""
+    return ",".join(host_slots(h.host, h.slots) for h in hosts)

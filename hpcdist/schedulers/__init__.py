@@ -1,0 +1,105 @@
+"""The schedulers hpcdist runs under, one plug-in per scheduler, and the registry the rest of hpcdist asks.
+
+Each module of this package beside `base` is one scheduler (`slurm` now; PBS, LSF, Flux, Grid Engine and Kubernetes
+are one file each when they come): a `base.Scheduler` subclass registered with `@register`, which owns what hpcdist
+knows of it (an allocation's hosts and slots, whether it spans hosts, the variables its tasks see, its job ids). The
+modules are found and imported when this package is, so adding a scheduler is adding one file; a test may register
+one of its own.
+
+The registry: `lookup` (by name), `names`, `every`, `current` (the scheduler whose allocation this process runs in),
+`spans_hosts`, `job_id`, `of_ranks` (the scheduler whose variables a task saw) and `rank_sources`.
+
+Pure: imports only the leaves (errors, values, hosts, ranksource) and its own modules; never launching, the
+runtime, torch or mpi4py. The environment is passed in as a mapping, and a file is read through a function given.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Mapping
+from typing import TypeVar
+
+from ..errors import UsageError
+from ..ranksource import Source
+from .base import Scheduler
+
+__all__ = [
+    "current",
+    "every",
+    "job_id",
+    "lookup",
+    "names",
+    "of_ranks",
+    "rank_sources",
+    "register",
+    "spans_hosts",
+]
+
+_SCHEDULERS: dict[str, Scheduler] = {}
+_S = TypeVar("_S", bound=type[Scheduler])
+
+
+def register(cls: _S) -> _S:
+    """Class decorator: make `cls` (a Scheduler subclass with its own `name`) the scheduler of that name."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} needs a name to be registered")
+    _SCHEDULERS[cls.name] = cls()
+    return cls
+
+
+def names() -> tuple[str, ...]:
+    """The schedulers' names, in the order they were registered."""
+    return tuple(_SCHEDULERS)
+
+
+def every() -> tuple[Scheduler, ...]:
+    """Every scheduler, in the order they were registered."""
+    return tuple(_SCHEDULERS.values())
+
+
+def lookup(name: str) -> Scheduler:
+    """The scheduler called `name`.
+
+    Raises:
+        UsageError: no scheduler has that name.
+    """
+    scheduler = _SCHEDULERS.get(name)
+    if scheduler is None:
+        raise UsageError(f"{name!r} is not a scheduler hpcdist knows; use one of {', '.join(_SCHEDULERS)}")
+    return scheduler
+
+
+def current(environ: Mapping[str, str]) -> Scheduler | None:
+    """The scheduler whose allocation this process runs in, or None outside every allocation."""
+    return next((s for s in every() if s.inside(environ)), None)
+
+
+def spans_hosts(environ: Mapping[str, str]) -> bool:
+    """Whether this process runs in an allocation of more than one host."""
+    return any(s.spans_hosts(environ) for s in every())
+
+
+def job_id(environ: Mapping[str, str]) -> str | None:
+    """The id of the scheduler's job this process runs in, or None outside one."""
+    return next((found for s in every() if (found := s.job_id(environ)) is not None), None)
+
+
+def of_ranks(launcher: str) -> Scheduler | None:
+    """The scheduler whose task launcher sets the variables a rank read its place from (`LaunchEnv.launcher`)."""
+    return next((s for s in every() if s.ranks is not None and s.ranks.launcher == launcher), None)
+
+
+def rank_sources() -> tuple[Source, ...]:
+    """The variables each scheduler's tasks see."""
+    return tuple(s.ranks for s in every() if s.ranks is not None)
+
+
+def _discover() -> None:
+    """Import every module of this package but `base`: each registers its scheduler."""
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "base":
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_discover()
