@@ -118,7 +118,7 @@ class RankContract:
             if value == spec.default:
                 continue
             name = self.VARIABLES[spec.name]
-            out[name] = "1" if value is True else f"{value:g}" if isinstance(value, float) else str(value)
+            out[name] = "1" if value is True else _number(value) if isinstance(value, float) else str(value)
         if self.restart_count is not None:
             out[RESTART_VARS[1]] = str(self.restart_count)
         return out
@@ -177,6 +177,12 @@ class RankContract:
             return
         with contextlib.suppress(OSError):  # stderr closed: the launcher will not hear this rank
             os.write(2, encode(event, self.token).encode(errors="replace"))
+
+
+def _number(value: float) -> str:
+    """A float field's value as a variable carries it: whole numbers without a fraction (`2097152`, `5`), others
+    in as few digits as show them (`0.5`, `1.16667`)."""
+    return str(int(value)) if value.is_integer() else f"{value:g}"
 
 
 def _read(raw: str, kind: object, name: str) -> object:

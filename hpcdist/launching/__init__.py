@@ -1,19 +1,23 @@
-"""The mpirun supervisor: hostfiles, the argv builder, options -> spec, the one module that spawns, and the watch.
+"""The mpirun supervisor: one pipeline from options to outcome, and the pieces it is made of.
 
-- `names`, `hostfile`, `nodelist`, `selection`, `program`, `families`, `mpirun`: pure builders and parsers (no torch,
-  no mpi4py, no runtime); `mpirun` holds one registered launcher class per MPI (Open MPI, MPICH, Intel MPI);
-- `spec`: `hpcdist mpirun`'s options -> MpirunSpec (reads the environment, finds mpirun);
-- `spawn`: the only module that starts processes (mpirun, a rank's child, sbatch, the doctor's probes);
-- `monitor`: reads mpirun's output for lost hosts, ranks' control lines and failures, and says when the job must end
-  (a rank silent, or the launcher still running after a rank failed) (pure);
-- `sessions`: Open MPI's session directories that killed launchers left, removed before a launch;
-- `exitcodes`: Hydra's `-print-all-exitcodes` block, read beside the monitor (pure);
-- `heartbeat`: hpcdist's own heartbeat: its limit, and the watch of ranks that fell silent (pure);
-- `attempts`: `hpcdist mpirun --max-restarts`: when to restart, on which hosts, and the attempts' summary;
-- `output`: per-rank output options, rank lists and the router of tagged lines (pure).
+The pipeline, used by `hpcdist mpirun`, `hpcdist.launch`, the doctor's probe jobs and a batch script's mpirun step:
+
+- `world`: what the launch takes from the world around it (environment, streams, user, PATH, Python, host, CPUs),
+  read once at the entry (`World.current()`) and handed down;
+- `options`: every option of a launch as one frozen value (`MpirunOptions`), the run mode and restarts included;
+- `plan`: options + world -> `LaunchPlan`, the one builder of the launch's `MpirunSpec`, the ranks' contract, the
+  output options, the restart policy and the heartbeat limit;
+- `execute`: the one attempts loop (run, watch, outcome, decision), the dry run and the script;
+- `restarts`: the one restart policy and its messages (generated batch scripts ask it too).
+
+Its pieces: `names`, `hostfile`, `nodelist`, `selection`, `program`, `families`, `mpirun` (pure builders and parsers;
+`mpirun` holds one registered launcher class per MPI); `spawn` (the supervisor's one module that starts processes);
+`monitor`, `exitcodes`, `heartbeat`, `shrink`, `outcome` (reading mpirun's output and the ranks' events, pure);
+`output` (per-rank output options and the router of tagged lines); `sessions` (Open MPI's stale session
+directories); `hostnames` (the hosts' names resolve before a launch).
 
 What runs inside a rank is the `rank` wing; where a rank runs on its node, `placement`; `hpcdist.launch`, `calling`.
 
-May import: errors, values, waits, control, placement, rank.streams (the tagged lines it reads). Never torch,
-mpi4py, the runtime, calling or the CLI.
+May import: errors, values, waits, contract, control, placement, rank.streams (the tagged lines it reads). Never
+torch, mpi4py, the runtime, calling or the CLI.
 """

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..errors import UsageError
 
@@ -19,6 +18,8 @@ __all__ = [
     "family_from_files",
     "family_from_version",
     "mpi_identity",
+    "names_vanished",
+    "refuses_root",
     "resolve_family",
 ]
 
@@ -86,13 +87,25 @@ def check_family(name: str, where: str = "--mpi") -> str:
     return name
 
 
-def detect_family(launcher: str) -> str | None:
-    """The MPI of `launcher` (a path or a name on PATH), told by its real name and the files beside it; None if not.
+def names_vanished(family: str) -> bool:
+    """Whether the family's clean-up kills every rank's process group, taggers included (Hydra's): a tagger that says
+    its rank vanished then speaks of the rank that was killed, which the watch names (MpirunWatch.named)."""
+    return family != "openmpi"
+
+
+def refuses_root(family: str) -> bool:
+    """Whether the family's launcher refuses to run as root unless told so (Open MPI's: a script checks its user)."""
+    return family == "openmpi"
+
+
+def detect_family(launcher: str, which: Callable[[str], str | None]) -> str | None:
+    """The MPI of `launcher` (a path, or a name that `which` finds on PATH), told by its real name and the files
+    beside it; None if not.
 
     Reads the file system only: running `launcher --version` here would start a process on every launch and
     every --dry-run (`hpcdist doctor` runs it).
     """
-    found = shutil.which(launcher) if os.sep not in launcher else launcher
+    found = which(launcher) if os.sep not in launcher else launcher
     if found is None:
         return None
     real = os.path.realpath(found)
@@ -103,7 +116,9 @@ def detect_family(launcher: str) -> str | None:
     return family_from_files(real, beside) or family_from_files(found, [])
 
 
-def resolve_family(launcher: str, mpi: str | None, where: str = "--mpi") -> tuple[str, str]:
+def resolve_family(
+    launcher: str, mpi: str | None, where: str = "--mpi", *, which: Callable[[str], str | None]
+) -> tuple[str, str]:
     """(dialect, launcher to run): `mpi` when given, else told by the launcher's installation, else Open MPI.
 
     The one choice of family for `hpcdist mpirun`, `hpcdist sbatch --launch mpirun` and `hpcdist.submit`. Intel
@@ -112,7 +127,7 @@ def resolve_family(launcher: str, mpi: str | None, where: str = "--mpi") -> tupl
     Raises:
         UsageError: `mpi` is not an MPI hpcdist knows.
     """
-    family = check_family(mpi, where) if mpi is not None else detect_family(launcher) or "openmpi"
+    family = check_family(mpi, where) if mpi is not None else detect_family(launcher, which) or "openmpi"
     return family, _hydra_binary(launcher) if family == "intel" else launcher
 
 

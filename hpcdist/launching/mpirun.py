@@ -8,9 +8,6 @@ Intel MPI's Hydra.
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -33,7 +30,6 @@ __all__ = [
     "OpenMpiLauncher",
     "build_mpirun_argv",
     "env_forwards",
-    "locate_mpirun",
     "spans_hosts",
 ]
 
@@ -393,12 +389,3 @@ def _exclude_probe(value: str) -> str:
     if _FABRIC_PROBE_BTL in names:
         return value
     return "^" + ",".join([*names, _FABRIC_PROBE_BTL])
-
-
-def locate_mpirun() -> str | None:
-    """$HPCDIST_MPIRUN, else the mpirun beside this Python (the Open MPI wheel), else PATH's; None if none.
-
-    The one function here that looks at the machine (environment and files); the builders stay pure.
-    """
-    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    return os.environ.get("HPCDIST_MPIRUN") or (beside if os.access(beside, os.X_OK) else shutil.which("mpirun"))

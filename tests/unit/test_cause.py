@@ -6,8 +6,8 @@ import pytest
 
 from hpcdist.forensics import cause
 from hpcdist.forensics.ledger import FINISHED, INITIALISED, RUNNING, Ledger, Phase
-from hpcdist.launching.attempts import describe_end
 from hpcdist.launching.monitor import MpirunWatch
+from hpcdist.launching.restarts import describe_end
 
 TOKEN = "0123456789abcdef"
 

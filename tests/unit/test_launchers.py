@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from hpcdist import __version__
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.launching.families import check_family, detect_family, family_from_files, family_from_version
 from hpcdist.launching.hostfile import HostSlots
 from hpcdist.launching.mpirun import LAUNCHERS, AppContext, MpirunSpec, build_mpirun_argv
+from hpcdist.launching.world import World
 
 VERSIONS = Path(__file__).parent / "data" / "mpirun_version"  # real `--version` output of the PyPI wheels
 PROG = ("python", "train.py")
@@ -184,6 +186,10 @@ def _install(tmp_path: Path, *files: str) -> Path:
     return folder
 
 
+V = f"HPCDIST_VERSION {__version__}"
+PER_RUN = "-genv HPCDIST_CONTROL '<per-launch token>' -genv HPCDIST_RUN_ID '<per-launch run id>'"  # Hydra's form
+
+
 def _dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     status = main(["mpirun", "--dry-run", *argv])
     out, err = capsys.readouterr()
@@ -195,7 +201,11 @@ def test_mpich_is_told_by_the_files_beside_its_mpiexec(capsys: pytest.CaptureFix
     status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpiexec"), "-np", "2", "--", "python", "x.py")
     assert status == 0, err
     shim = f"{sys.executable} -m hpcdist.shim --"
-    assert out == f"{folder}/mpiexec -n 2 -hosts localhost:2 -bind-to none {shim} python x.py\n"
+    ours = f"-genv {V} -genv HPCDIST_HEARTBEAT 5 -genv HPCDIST_TAG numbered -genv HPCDIST_OUTPUT_RATE 4194304"
+    assert out == (
+        f"{folder}/mpiexec -n 2 -hosts localhost:2 -print-all-exitcodes -bind-to none {ours} {PER_RUN} {shim} python "
+        "x.py\n"
+    )
 
 
 def test_intel_mpis_mpirun_script_is_replaced_by_the_hydra_beside_it(capsys: pytest.CaptureFixture[str],
@@ -203,7 +213,7 @@ def test_intel_mpis_mpirun_script_is_replaced_by_the_hydra_beside_it(capsys: pyt
     folder = _install(tmp_path, "mpirun", "mpiexec", "mpiexec.hydra", "hydra_bstrap_proxy", "impi_info")
     status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "2", "--no-shim", "--", "x")
     assert status == 0, err
-    assert out == f"{folder}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 x\n"
+    assert out == f"{folder}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 -genv {V} {PER_RUN} x\n"
 
 
 def test_an_open_mpi_hostfile_reaches_hydra_as_hosts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -212,7 +222,7 @@ def test_an_open_mpi_hostfile_reaches_hydra_as_hosts(capsys: pytest.CaptureFixtu
     status, out, err = _dry_run(capsys, "--mpi", "mpich", "--mpirun", "mpiexec", "--hostfile", str(hostfile),
                                 "--no-shim", "--", "x")  # fmt: skip
     assert status == 0, err
-    assert out == "mpiexec -n 4 -hosts n1:2,n2:2 -bind-to none x\n"
+    assert out == f"mpiexec -n 4 -hosts n1:2,n2:2 -bind-to none -genv {V} {PER_RUN} x\n"
 
 
 def test_an_unknown_installation_stays_open_mpi(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -237,12 +247,14 @@ def test_bad_mpi_choices_are_usage_errors(capsys: pytest.CaptureFixture[str], ar
 def test_detect_family_follows_debians_alternatives(tmp_path: Path) -> None:
     folder = _install(tmp_path, "mpirun.mpich", "mpirun.openmpi", "ompi_info", "mpichversion")
     (folder / "mpirun").symlink_to(folder / "mpirun.mpich")  # /usr/bin/mpirun -> /etc/alternatives -> mpirun.mpich
-    assert detect_family(str(folder / "mpirun")) == "mpich"
+    which = World(environ={"PATH": str(folder)}).which
+    assert detect_family(str(folder / "mpirun"), which) == "mpich"
+    assert detect_family("mpirun", which) == "mpich"  # a name, found on the world's PATH
     (folder / "mpirun").unlink()
     (folder / "mpirun").symlink_to(folder / "mpirun.openmpi")
-    assert detect_family(str(folder / "mpirun")) == "openmpi"
-    assert detect_family(str(tmp_path / "no-such-mpirun")) is None
-    assert detect_family("no-such-mpirun-on-path") is None
+    assert detect_family(str(folder / "mpirun"), which) == "openmpi"
+    assert detect_family(str(tmp_path / "no-such-mpirun"), which) is None
+    assert detect_family("no-such-mpirun-on-path", which) is None
 
 
 AGENT = "/opt/site/agent"
@@ -295,9 +307,13 @@ def test_launch_agent_refusals(spec: MpirunSpec, message: str) -> None:
 
 
 @pytest.mark.parametrize(("family", "expected"), [
-    ("openmpi", f"mpirun -np 2 -H n1:1,n2:1 --bind-to none --map-by slot --prtemca plm_ssh_agent {AGENT} x\n"),
-    ("mpich", f"mpirun -n 2 -hosts n1:1,n2:1 -launcher ssh -launcher-exec {AGENT} -bind-to none x\n"),
-    ("intel", f"mpirun -n 2 -hosts n1,n2 -ppn 1 -launcher ssh -launcher-exec {AGENT} -genv I_MPI_PIN 0 x\n"),
+    ("openmpi", f"mpirun -np 2 -H n1:1,n2:1 --bind-to none --map-by slot --prtemca plm_ssh_agent {AGENT} -x "
+                f"HPCDIST_VERSION={__version__} -x 'HPCDIST_CONTROL=<per-launch token>' -x "
+                "'HPCDIST_RUN_ID=<per-launch run id>' x\n"),
+    ("mpich", f"mpirun -n 2 -hosts n1:1,n2:1 -launcher ssh -launcher-exec {AGENT} -bind-to none -genv {V} {PER_RUN} "
+              "x\n"),
+    ("intel", f"mpirun -n 2 -hosts n1,n2 -ppn 1 -launcher ssh -launcher-exec {AGENT} -genv I_MPI_PIN 0 -genv {V} "
+              f"{PER_RUN} x\n"),
 ])  # fmt: skip
 def test_dry_run_prints_the_launch_agent_in_each_dialect(
     capsys: pytest.CaptureFixture[str], family: str, expected: str, monkeypatch: pytest.MonkeyPatch
