@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..control import BEAT_ENV, CONTROL_ENV
+from ..contract import RankContract
 from ..errors import UsageError
 from ..launching.execute import command
 from ..launching.families import FAMILIES, detect_family, family_from_version, resolve_family
@@ -34,7 +34,7 @@ from .facts import DEFAULT_TIMEOUT, Check, Facts, Probe, tail
 __all__ = ["gather_facts", "job_place", "outside_the_job", "probe_command", "probe_options", "rendezvous_probe"]
 
 # What a launch (hpcdist's shim, torchrun) gives each rank: the doctor's own probe jobs must not inherit them
-_JOB_VARIABLES = (*AGENT_VARIABLES, CONTROL_ENV, BEAT_ENV)
+_JOB_VARIABLES = (*AGENT_VARIABLES, RankContract.variable("token"), RankContract.variable("beat_interval"))
 
 _MPI4PY_PROBE = (
     "import json, mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; from mpi4py import MPI; "

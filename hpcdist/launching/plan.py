@@ -126,7 +126,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     script = options.mode == SCRIPT
     given = [f"{name}={value}" for name, value in contract.environ().items()]
     if script:  # the script exports the contract's variables and the launcher passes them on by name
-        given = [*contract.environ(), *_told_when_run(options, world)]
+        given = [*contract.environ(), *_told_when_run(options.max_restarts, world)]
     spec = MpirunSpec(
         program=(*(() if options.no_shim else (world.python, *SHIM)), *program),
         np=np,
@@ -204,11 +204,11 @@ def _contract(
     )
 
 
-def _told_when_run(options: MpirunOptions, world: World) -> list[str]:
+def _told_when_run(max_restarts: int, world: World) -> list[str]:
     """The variables a script sets when it runs, passed on by name: whether its output is a terminal (when that is
     known only then), and each attempt's restart counters (its restart loop)."""
-    names = [RankContract.variable("progress")] if world.stdout_tty is None and not options.no_shim else []
-    return names + (list(RESTART_VARS) if options.max_restarts else [])
+    names = [RankContract.variable("progress")] if world.stdout_tty is None else []
+    return names + (list(RESTART_VARS) if max_restarts else [])
 
 
 def check_fault_tolerance(family: str, launcher: str, mpi: str | None) -> None:
