@@ -22,6 +22,7 @@ __all__ = ["COMMANDS", "add_parsers", "mpirun", "mpirun_options", "workload_opti
 
 def add_parsers(sub: Any) -> None:
     """Add `env`, `mpirun` and `run` to the CLI's subparsers."""
+    from ..contract import RESTART_VARS
     from ..values import BACKENDS, MIN_NP_ENV, ON_FAILURE, ON_FAILURE_ENV, STORES
     from ..workloads import WORKLOADS
 
@@ -78,7 +79,7 @@ def add_parsers(sub: Any) -> None:
         default=0,
         metavar="N",
         help="start the whole job again after a failure, up to N times (default: 0); each attempt exports "
-        "HPCDIST_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT",
+        f"{' and '.join(RESTART_VARS)}",
     )
     mpirun.add_argument(
         "--min-np",

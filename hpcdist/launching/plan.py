@@ -62,11 +62,6 @@ class LaunchPlan:
     exports: tuple[tuple[str, str], ...] = ()  # SCRIPT: the contract's variables, which the script exports
     root_check: bool = False  # SCRIPT: whoever runs it may be root, which its launcher must then be told
 
-    @property
-    def hosts(self) -> tuple[HostSlots, ...]:
-        """The hosts the launch names (none: a Slurm allocation's, or each app context's own)."""
-        return self.spec.hosts
-
 
 def plan(options: MpirunOptions, world: World, caller: str | None = None) -> LaunchPlan:
     """The launch `options` describe in `world` (torch's `config_from_args` for `hpcdist mpirun`).
