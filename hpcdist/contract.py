@@ -185,10 +185,13 @@ class RankContract:
 
 
 def _text(value: object) -> str:
-    """A field's value as its variable holds it: a flag as 1 or 0, a number of seconds without needless digits."""
+    """A field's value as its variable holds it: a flag as 1 or 0, a whole number without a fraction (`2097152`,
+    `5`), other numbers in as few digits as show them (`0.5`, `1.16667`)."""
     if isinstance(value, bool):
         return "1" if value else "0"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:g}"
+    return str(value)
 
 
 def _read(raw: str, kind: object, name: str) -> object:

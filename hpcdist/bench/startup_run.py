@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from .. import proctree
 from ..errors import UsageError
-from ..launching.mpirun import locate_mpirun
+from ..launching.world import World
 from .plan import BenchOptions
 from .startup import (
     ROWS,
@@ -135,13 +135,12 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
 
 def _launchers(plan: StartupPlan) -> Launchers:
     """The programs the plan's rows start, beside this Python or on PATH; a row whose launcher is missing is refused."""
-    beside = os.path.dirname(sys.executable)
-
-    def find(name: str) -> str:
-        path = os.path.join(beside, name)
-        return path if os.access(path, os.X_OK) else shutil.which(name) or ""
-
-    found = {"hpcdist": find("hpcdist"), "mpirun": locate_mpirun() or "", "torchrun": find("torchrun")}
+    world = World.current()
+    found = {
+        "hpcdist": world.tool("hpcdist") or "",
+        "mpirun": world.mpirun() or "",
+        "torchrun": world.tool("torchrun") or "",
+    }
     for row in plan.rows:
         if not found[ROWS[row].launcher]:
             raise UsageError(

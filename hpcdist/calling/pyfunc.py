@@ -12,28 +12,25 @@ import os
 import pickle
 import shutil
 import signal
-import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from .. import control
 from ..errors import LaunchTimeout, RankFailed, UsageError, WaitTimeout
-from ..launching.attempts import attempt_spec, describe_end
-from ..launching.hostnames import check_names_resolve
-from ..launching.mpirun import build_mpirun_argv
+from ..launching.execute import execute
 from ..launching.options import MpirunOptions
-from ..launching.output import OutputRouter, shows_banners
-from ..launching.spawn import run_mpirun
-from ..launching.spec import spec_from_options
+from ..launching.plan import LaunchPlan, plan
+from ..launching.restarts import describe_end
+from ..launching.world import World
 from ..ranklist import ranks_text
 from ..values import check_count, check_seconds
 from .calls import first_failure, pack, read_outcomes, write_call
 
-__all__ = ["DIR_ENV", "launch"]
+__all__ = ["DIR_ENV", "launch", "launch_options"]
 
 DIR_ENV = "HPCDIST_LAUNCH_DIR"  # where the private launch directories go (all hosts must see it)
 _RUNNER = ("-m", "hpcdist.runtime.pycall")
+_CALLER = "hpcdist.launch"
 
 
 def launch(
@@ -70,54 +67,71 @@ def launch(
         raise UsageError("hpcdist.launch needs the number of ranks as np=N (N >= 1), or a hostfile; e.g. np=2")
     if np is not None:
         check_count(np, "hpcdist.launch's np", 1, "e.g. np=2")
-    call = pack(fn, args, kwargs, "hpcdist.launch")
+    call = pack(fn, args, kwargs, _CALLER)
     name = getattr(fn, "__qualname__", repr(fn))
-    # hpcdist mpirun's defaults, no restarts, no heartbeat; the ranks tag their lines for the router, which shows
-    # them untagged and keeps the launcher's failure banners (MPI_ABORT was invoked…) off the console: RankFailed
-    # reports (HPCDIST_DEBUG=1 shows them)
-    options = MpirunOptions(
-        program=(sys.executable, *_RUNNER),
-        np=np,
-        hostfile=hostfile,
-        tag=False,
-        tail=0,
-        heartbeat_timeout=0,
-        trace=trace,
-        on_failure=on_failure,
-    )
-    spec, output = spec_from_options(options, routed=True, caller="hpcdist.launch")
-    check_names_resolve(options)
-    parent = os.environ.get(DIR_ENV) or (os.getcwd() if spec.keepalive else None)  # keepalive: several hosts
+    world = World.current()
+    options = launch_options(world.python, np=np, hostfile=hostfile, trace=trace, on_failure=on_failure)
+    spread = plan(options, world, _CALLER).spec.keepalive  # on several hosts: a directory they all see
+    parent = world.environ.get(DIR_ENV) or (os.getcwd() if spread else None)
     directory = tempfile.mkdtemp(prefix="hpcdist-launch-", dir=parent)  # mode 0700: private to this user
     try:
         call_path = os.path.join(directory, "call.pkl")
         write_call(call_path, call, backend)
         template = os.path.join(directory, "rank-{rank}.pkl")
-        spec = dataclasses.replace(spec, program=(*spec.program, call_path, template))
-        token = control.new_token()
-        argv = build_mpirun_argv(attempt_spec(spec, None, token))
-        size = spec.np or 0
-        try:
-            router = OutputRouter(output, spec.np, hide_banners=not shows_banners(os.environ))
-            router.caller_reports = True
-            outcome = run_mpirun(
-                argv, token, router, timeout=seconds, shrink=spec.fault_tolerance, np=spec.np, family=spec.family
-            )
-        except WaitTimeout:
-            done = sorted(read_outcomes(template, size))
-            raise LaunchTimeout(
-                f"hpcdist.launch waited {seconds:g} s for the {size} ranks of {name} to return; "
-                f"{ranks_text(done)} returned, {ranks_text(sorted(set(range(size)) - set(done)))} did not; the job was "
-                "ended (give a larger timeout, or find what those ranks wait for)"
-            ) from None
-        if signal.SIGINT in outcome.signals:  # Ctrl-C: mpirun passed it on and ended the ranks
-            raise KeyboardInterrupt
-        outcomes = read_outcomes(template, size)
-        if spec.fault_tolerance and outcome.status == 0 and any(o["ok"] for o in outcomes.values()):
-            return _survivors(outcomes, size)
-        return _results(outcomes, size, name, describe_end(outcome), directory)
+        options = dataclasses.replace(options, program=(*options.program, call_path, template))
+        return _run(plan(options, world, _CALLER), world, seconds, name, template, directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def launch_options(
+    python: str,
+    *words: str,
+    np: int | None = None,
+    hostfile: str | None = None,
+    trace: str | None = None,
+    on_failure: str = "end",
+) -> MpirunOptions:
+    """The launch `hpcdist.launch` asks for: each rank runs `python -m hpcdist.runtime.pycall WORDS...` (the call's
+    file and the outcomes' template) with hpcdist mpirun's defaults and no restarts; the ranks tag their lines for
+    the router, which shows them untagged and keeps the launcher's failure banners (MPI_ABORT was invoked…) off the
+    console: RankFailed reports (HPCDIST_DEBUG=1 shows them)."""
+    return MpirunOptions(
+        program=(python, *_RUNNER, *words),
+        np=np,
+        hostfile=hostfile,
+        tag=False,
+        tail=0,
+        trace=trace,
+        on_failure=on_failure,
+    )
+
+
+def _run(
+    launch: LaunchPlan, world: World, seconds: float | None, name: str, template: str, directory: str
+) -> list[Any]:
+    """Run the planned launch and read its ranks' outcomes back.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C ended the job.
+        LaunchTimeout: past `seconds`; RankFailed: a rank failed (see launch).
+    """
+    size = launch.spec.np or 0
+    try:
+        ending = execute(launch, world, timeout=seconds, caller_reports=True)
+    except WaitTimeout:
+        done = sorted(read_outcomes(template, size))
+        raise LaunchTimeout(
+            f"hpcdist.launch waited {seconds:g} s for the {size} ranks of {name} to return; "
+            f"{ranks_text(done)} returned, {ranks_text(sorted(set(range(size)) - set(done)))} did not; the job was "
+            "ended (give a larger timeout, or find what those ranks wait for)"
+        ) from None
+    if signal.SIGINT in ending.outcome.signals:  # Ctrl-C: mpirun passed it on and ended the ranks
+        raise KeyboardInterrupt
+    outcomes = read_outcomes(template, size)
+    if launch.spec.fault_tolerance and ending.status == 0 and any(o["ok"] for o in outcomes.values()):
+        return _survivors(outcomes, size)
+    return _results(outcomes, size, name, describe_end(ending.outcome), directory)
 
 
 def _results(outcomes: dict[int, dict[str, Any]], size: int, name: str, end: str, directory: str) -> list[Any]:

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -219,11 +218,14 @@ def doctor(args: argparse.Namespace) -> int:
     """`hpcdist doctor`: gather facts, run the checks, print them; 1 if any check failed."""
     from ..doctor.checks import run_checks
     from ..doctor.probe import gather_facts, job_place
+    from ..launching.world import World
 
-    rank, note = job_place(os.environ)  # a rank of `hpcdist mpirun -- hpcdist doctor`: rank 0 reports for the job
+    world = World.current()
+    rank, note = job_place(world.environ, world.hostname)  # in `hpcdist mpirun -- hpcdist doctor`: rank 0 reports
     if rank != 0:
         return 0
-    checks = run_checks(gather_facts(args.hostfile, args.mpirun, args.timeout, args.local_world_size, args.topology))
+    facts = gather_facts(world, args.hostfile, args.mpirun, args.timeout, args.local_world_size, args.topology)
+    checks = run_checks(facts)
     checks = [note, *checks] if note is not None else checks
     failed = any(c.status == "fail" for c in checks)
     counts = {s: sum(c.status == s for c in checks) for s in STATUSES}

@@ -240,6 +240,7 @@ def _sbatch(args: argparse.Namespace) -> int:
     from ..jobs.render import make_environment
     from ..jobs.sbatch import SbatchSpec, render_sbatch
     from ..launching.output import OutputOptions
+    from ..launching.world import World
 
     program = _program(args.program, "sbatch")
     if args.requeue_signal and not args.requeue:
@@ -275,7 +276,9 @@ def _sbatch(args: argparse.Namespace) -> int:
         env=tuple(_environment(args, nodes).items()),
         setup=tuple(args.setup),
         launch=args.launch,
-        **local_tools(args.launch, args.python, args.mpirun, args.torchrun, args.opal_prefix, args.mpi),
+        **local_tools(
+            World.current(), args.launch, args.python, args.mpirun, args.torchrun, args.opal_prefix, args.mpi
+        ),
         master_addr=args.master_addr,
         master_port=args.master_port,
         requeue=args.requeue,

@@ -6,24 +6,24 @@ import argparse
 import dataclasses
 import json
 import os
-import shlex
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import families
-from ..errors import UsageError
 from .types import Seconds, Whole, add_output_options, count
 
 if TYPE_CHECKING:
     from ..launching.options import MpirunOptions
+    from ..launching.world import World
     from ..workloads import WorkloadOptions
 
-__all__ = ["COMMANDS", "add_parsers", "mpirun_options", "workload_options"]
+__all__ = ["COMMANDS", "add_parsers", "mpirun", "mpirun_options", "workload_options"]
 
 
 def add_parsers(sub: Any) -> None:
     """Add `env`, `mpirun` and `run` to the CLI's subparsers."""
+    from ..contract import RESTART_VARS
     from ..values import BACKENDS, MIN_NP_ENV, ON_FAILURE, ON_FAILURE_ENV, STORES
     from ..workloads import WORKLOADS
 
@@ -80,7 +80,7 @@ def add_parsers(sub: Any) -> None:
         default=0,
         metavar="N",
         help="start the whole job again after a failure, up to N times (default: 0); each attempt exports "
-        "HPCDIST_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT",
+        f"{' and '.join(RESTART_VARS)}",
     )
     mpirun.add_argument(
         "--min-np",
@@ -258,7 +258,7 @@ def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
     Raises:
         UsageError: an option's value is not of its kind (see MpirunOptions).
     """
-    from ..launching.options import MpirunOptions
+    from ..launching.options import DRY_RUN, RUN, SCRIPT, MpirunOptions
 
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     return MpirunOptions(
@@ -287,68 +287,45 @@ def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
         trace=args.trace,
         on_failure=args.on_failure,
         min_np=args.min_np,
+        max_restarts=args.max_restarts,
+        mode=DRY_RUN if args.dry_run else SCRIPT if args.script else RUN,
+        script=None if args.dry_run else args.script,
     )
 
 
 def _mpirun(args: argparse.Namespace) -> int:
-    """`hpcdist mpirun`: build the mpirun argv, print it (--dry-run), write it (--script) or run it (with restarts)."""
-    from ..launching.attempts import RestartPolicy, attempt_spec, check_policy, run_attempts
-    from ..launching.mpirun import build_mpirun_argv
-    from ..launching.spec import spec_from_options
+    """`hpcdist mpirun`: argparse -> options -> the launch pipeline, in the world this process runs in."""
+    from ..launching.world import World
 
-    options = mpirun_options(args)
-    routed = not (args.dry_run or args.script or args.no_shim)  # hpcdist runs it: the ranks' lines come through us
-    spec, output = spec_from_options(options, routed=routed, script=bool(args.script))
-    policy = RestartPolicy(args.max_restarts, args.min_np)
-    check_policy(policy, spec.np, options.on_failure)
-    if args.script and policy.max_restarts:
-        raise UsageError(
-            "--max-restarts is carried out by hpcdist mpirun while it runs, and --script writes a single mpirun "
-            "command; put `hpcdist mpirun --max-restarts N ...` in your script instead (or use `hpcdist sbatch "
-            "--max-restarts N`)"
-        )
-    if args.dry_run:
-        first = attempt_spec(spec, 0, None, max_restarts=policy.max_restarts) if policy.max_restarts else spec
-        print(shlex.join(build_mpirun_argv(first)))
-        if policy.max_restarts:
-            print(
-                f"hpcdist: note: this is attempt 1 of up to {policy.max_restarts + 1}; hpcdist mpirun itself runs the "
-                "restarts (exporting the attempt's index in both counters), so run it, not this line, to get them",
-                file=sys.stderr,
-            )
+    return mpirun(mpirun_options(args), World.current())
+
+
+def mpirun(options: MpirunOptions, world: World) -> int:
+    """Print the command (dry run), write it as a script, or run it with its restarts; return the exit status."""
+    from ..launching.execute import dry_run, execute, script
+    from ..launching.options import DRY_RUN, SCRIPT
+    from ..launching.plan import plan
+
+    if options.mode == SCRIPT:  # whoever runs the script, on whatever terminal, is known only when it runs
+        world = dataclasses.replace(world, euid=None, stdout_tty=None)
+    launch = plan(options, world)
+    if options.mode == DRY_RUN:
+        printed = dry_run(launch)
+        world.show(printed.line)
+        if printed.note:
+            world.say(printed.note)
         return 0
-    if args.script:
+    if options.mode == SCRIPT:
         from ..jobs.render import render_mpirun_script
         from .generate import emit
 
-        # whether it runs as root is known when it runs: the script itself allows that to Open MPI then
-        argv = build_mpirun_argv(dataclasses.replace(spec, as_root=False))
-        refuses_root = families.lookup(spec.family).refuses_root
-        text = render_mpirun_script(argv, {}, append=not spec.contexts, root_check=refuses_root)
-        emit(text, None if args.script == "-" else args.script, 0o755)
-        return 0
-    from ..launching.heartbeat import heartbeat_limit
-    from ..launching.hostnames import check_names_resolve
-    from ..launching.outcome import LaunchOutcome
-    from ..launching.output import OutputRouter, shows_banners
-    from ..launching.spawn import run_mpirun
-
-    check_names_resolve(options)  # a misspelt host is named here, not as a daemon that died
-    limit = heartbeat_limit(options.heartbeat_timeout, os.environ, spec.np or 1) if routed else None
-
-    def run(argv: list[str], token: str) -> LaunchOutcome:
-        router = OutputRouter(output, spec.np, hide_banners=not shows_banners(os.environ)) if routed else None
-        return run_mpirun(
-            argv,
-            token,
-            router,
-            family=spec.family,
-            heartbeat=limit,
-            shrink=spec.fault_tolerance,
-            np=spec.np,
+        written = script(launch)
+        text = render_mpirun_script(
+            written.argv, dict(written.exports), append=written.append, root_check=written.root_check
         )
-
-    return run_attempts(spec, policy, build_mpirun_argv, run)
+        emit(text, None if options.script == "-" else options.script, 0o755)
+        return 0
+    return execute(launch, world).status
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """Probes for `hpcdist doctor`: each command runs through launching.spawn.capture with a timeout; Facts out.
 
-The launches are built by the launching wing's argv builder (as `hpcdist mpirun` builds them), and the
-rendezvous probe runs the jobs' own rendezvous code (`offer_rendezvous`, `probe`), so the doctor checks the
-address a job would use.
+The probe jobs' command lines come from the launch pipeline (`probe_options` -> `plan` -> `command`), as `hpcdist
+mpirun` builds its own, in the World the doctor was started in; the rendezvous probe runs the jobs' own rendezvous
+code (`offer_rendezvous`, `probe`), so the doctor checks the address a job would use.
 """
 
 from __future__ import annotations
@@ -12,30 +12,31 @@ import importlib.util
 import json
 import os
 import socket
-import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import families
-from ..control import BEAT_ENV, CONTROL_ENV
+from ..contract import RankContract
 from ..errors import UsageError
-from ..families.base import MpirunSpec
 from ..hosts import HostSlots
+from ..launching.execute import command
 from ..launching.families import detect_family, resolve_family
 from ..launching.hostfile import parse_hostfile, read_hostfile_text
-from ..launching.mpirun import build_mpirun_argv, locate_mpirun, spans_hosts
+from ..launching.options import MpirunOptions
+from ..launching.plan import plan
 from ..launching.sessions import clear_stale_sessions
 from ..launching.spawn import capture
+from ..launching.world import World
 from ..placement.topology import TOPOLOGY_VAR, load_topology
 from ..runtime.env import AGENT_VARIABLES, LaunchEnv
 from ..runtime.netif import resolve
 from .facts import DEFAULT_TIMEOUT, Check, Facts, Probe, tail
 
-__all__ = ["gather_facts", "job_place", "outside_the_job", "rendezvous_probe"]
+__all__ = ["gather_facts", "job_place", "outside_the_job", "probe_command", "probe_options", "rendezvous_probe"]
 
 # What a launch (hpcdist's shim, torchrun) gives each rank: the doctor's own probe jobs must not inherit them
-_JOB_VARIABLES = (*AGENT_VARIABLES, CONTROL_ENV, BEAT_ENV)
+_JOB_VARIABLES = (*AGENT_VARIABLES, RankContract.variable("token"), RankContract.variable("beat_interval"))
 
 _MPI4PY_PROBE = (
     "import json, mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False; from mpi4py import MPI; "
@@ -74,30 +75,30 @@ def _started_by(environ: Mapping[str, str]) -> LaunchEnv | None:
         return None
 
 
-def job_place(environ: Mapping[str, str]) -> tuple[int, Check | None]:
+def job_place(environ: Mapping[str, str], host: str = "this host") -> tuple[int, Check | None]:
     """This doctor's rank in the job it runs in (0 alone), and for rank 0 of a job of several a line saying that it
-    reports for the job."""
+    reports for the job (`host`: the name of the host it checked)."""
     env = _started_by(environ)
     if env is None or env.world_size == 1:
         return 0, None
     return env.rank, Check(
         "launch",
         "info",
-        f"run as rank 0 of {env.world_size} ({env.launcher} launch): rank 0 checked {socket.gethostname()} with "
+        f"run as rank 0 of {env.world_size} ({env.launcher} launch): rank 0 checked {host} with "
         "probe jobs of its own and reports for the job; the other ranks only ended (to check other hosts, run "
         "`hpcdist doctor --hostfile FILE`)",
     )
 
 
-def _probe(argv: Sequence[str], timeout: float) -> Probe:
-    """Run one probe command (in the environment outside the job, when the doctor runs as a rank of one)."""
-    code, out, err = capture(argv, timeout, outside_the_job(os.environ))
+def _probe(argv: Sequence[str], timeout: float, world: World) -> Probe:
+    """Run one probe command in `world`'s environment (the one outside the job, when the doctor runs in one)."""
+    code, out, err = capture(argv, timeout, world.environ)
     return Probe(tuple(argv), code, out, err)
 
 
-def _json_probe(code: str, timeout: float) -> tuple[dict[str, Any] | None, str]:
+def _json_probe(code: str, timeout: float, world: World) -> tuple[dict[str, Any] | None, str]:
     """Run `python -c code` printing one JSON line: (data, error text)."""
-    probe = _probe([sys.executable, "-c", code], timeout)
+    probe = _probe([world.python, "-c", code], timeout, world)
     if probe.code == 0:
         try:
             return json.loads(probe.out.strip().splitlines()[-1]), ""
@@ -122,37 +123,45 @@ def _interfaces() -> dict[str, str]:
     return states
 
 
-def _launch(family: str, spec: MpirunSpec) -> list[str]:
-    """The probe's launch argv, in the dialect of the MPI that `mpirun --version` named (Open MPI's if none)."""
-    return build_mpirun_argv(dataclasses.replace(spec, family=family))
-
-
-def _spec(
-    mpirun: str, np: int, program: Sequence[str], hosts: tuple[HostSlots, ...] = (), hostfile: str | None = None
-) -> MpirunSpec:
-    """A probe launch as `hpcdist mpirun` would build it, oversubscribed (probes are tiny), hosts filled by node."""
-    return MpirunSpec(
+def probe_options(
+    mpirun: str, family: str, np: int, program: Sequence[str], hostfile: str | None = None
+) -> MpirunOptions:
+    """A probe job as `hpcdist mpirun --no-shim --oversubscribe` would run it (probes are tiny): in the dialect of
+    `family` (the MPI that `mpirun --version` named, else Open MPI's), over the hostfile's hosts filled by node when
+    given."""
+    return MpirunOptions(
         program=tuple(program),
         np=np,
         hostfile=hostfile,
-        hosts=() if hostfile else hosts,
-        bind_to="none",
-        map_by="node" if hosts else "slot",
+        map_by="node" if hostfile else "slot",
         oversubscribe=True,
-        as_root=os.geteuid() == 0,
-        skip_fabric_probe="OMPI_MCA_btl" not in os.environ,
-        keepalive=spans_hosts(hosts, os.environ),
+        no_shim=True,
         mpirun=mpirun,
+        mpi=family,
     )
 
 
-def _binding_facts(local_world_size: int | None, topology: str | None) -> dict[str, Any]:
+def probe_command(options: MpirunOptions, world: World) -> list[str]:
+    """A probe job's command line: the launch pipeline's, for `options` in `world`."""
+    return command(plan(options, world))
+
+
+def _launch_probe(options: MpirunOptions, timeout: float, world: World) -> Probe:
+    """Run a probe job; one the launch pipeline refuses (an mpirun that cannot run) fails as a usage error would."""
+    try:
+        argv = probe_command(options, world)
+    except UsageError as exc:
+        return Probe((options.mpirun or "mpirun", *options.program), 2, "", f"hpcdist: error: {exc}")
+    return _probe(argv, timeout, world)
+
+
+def _binding_facts(local_world_size: int | None, topology: str | None, world: World) -> dict[str, Any]:
     """This node's topology (sysfs, or the hwloc XML `topology`) and the local world size to plan --bind auto for.
 
     The size: `local_world_size`, else the launch this runs in (mpirun, srun), else the allocation's
     SLURM_NTASKS_PER_NODE, else one rank per GPU, else 1.
     """
-    environ = {**os.environ, TOPOLOGY_VAR: topology} if topology else dict(os.environ)
+    environ = {**world.environ, TOPOLOGY_VAR: topology} if topology else dict(world.environ)
     facts: dict[str, Any] = {
         "bind_environ": {
             k: v
@@ -161,14 +170,14 @@ def _binding_facts(local_world_size: int | None, topology: str | None) -> dict[s
         }
     }
     try:
-        found = load_topology(environ, None if topology else os.sched_getaffinity(0))  # a file: the whole machine
+        found = load_topology(environ, None if topology else set(world.cpus))  # a file: the whole machine
     except UsageError as exc:
         return {**facts, "topology_error": str(exc)}
     try:
-        launch = LaunchEnv.from_environ(os.environ)
+        launch = LaunchEnv.from_environ(world.environ)
     except UsageError:
         launch = None
-    tasks = os.environ.get("SLURM_NTASKS_PER_NODE", "")
+    tasks = world.environ.get("SLURM_NTASKS_PER_NODE", "")
     size, source = (
         (local_world_size, "--local-world-size")
         if local_world_size
@@ -184,58 +193,60 @@ def _binding_facts(local_world_size: int | None, topology: str | None) -> dict[s
 
 
 def gather_facts(
+    world: World,
     hostfile: str | None = None,
     mpirun: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     local_world_size: int | None = None,
     topology: str | None = None,
 ) -> Facts:
-    """Probe this machine (and the hostfile's hosts); every command runs with `timeout`."""
-    mpirun = mpirun or locate_mpirun()
+    """Probe this machine (and the hostfile's hosts) as `world` describes it; every command runs with `timeout`."""
+    mpirun = mpirun or world.mpirun()
+    outside = dataclasses.replace(world, environ=outside_the_job(world.environ) or world.environ)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        torch_job = pool.submit(_json_probe, _TORCH_PROBE, max(timeout, 60.0))  # `import torch` alone takes ~4 s
-        mpi4py, mpi4py_error = _json_probe(_MPI4PY_PROBE, timeout)
-        version = _probe([mpirun, "--version"], timeout) if mpirun else None
+        # `import torch` alone takes ~4 s
+        torch_job = pool.submit(_json_probe, _TORCH_PROBE, max(timeout, 60.0), outside)
+        mpi4py, mpi4py_error = _json_probe(_MPI4PY_PROBE, timeout, outside)
+        version = _probe([mpirun, "--version"], timeout, outside) if mpirun else None
         torch_facts, torch_error = torch_job.result()
     named = families.from_version(version.out + version.err) if version else None
     family = named.name if named is not None else families.DEFAULT
     hosts: tuple[HostSlots, ...] = ()
-    hostfile_error, as_hosts = "", False
+    hostfile_error = ""
     if hostfile:
         try:
-            text = read_hostfile_text(hostfile)
-            hosts, as_hosts = parse_hostfile(text, hostfile), not families.lookup(family).reads_hostfile(text)
+            hosts = parse_hostfile(read_hostfile_text(hostfile), hostfile)
         except UsageError as exc:
             hostfile_error = str(exc)
     resolved = {h.host: resolve(h.host) for h in hosts}
     can_launch = mpirun is not None and mpi4py is not None
-    # Open MPI misreads `host:N` lines, CRLF, a BOM, and Hydra Open MPI's `slots=N`: pass the hosts as -H / -hosts
-    given = None if as_hosts else hostfile
-    world = hosts_probe = rendezvous = None
+    given = hostfile if hosts else None
+    world_probe = hosts_probe = rendezvous = None
     if mpirun:  # else a probe's launcher given a killed one's pid cannot start
         clear_stale_sessions()
     if mpirun and can_launch:
-        world = _probe(_launch(family, _spec(mpirun, 2, [sys.executable, "-c", _WORLD_PROBE])), timeout)
+        options = probe_options(mpirun, family, 2, [world.python, "-c", _WORLD_PROBE])
+        world_probe = _launch_probe(options, timeout, outside)
     if mpirun and hosts and all(resolved.values()):
-        hosts_probe = _probe(
-            _launch(family, _spec(mpirun, len(hosts), ["sh", "-c", _HOST_PROBE], hosts, given)), timeout
-        )
+        options = probe_options(mpirun, family, len(hosts), ["sh", "-c", _HOST_PROBE], given)
+        hosts_probe = _launch_probe(options, timeout, outside)
     np = max(min(sum(h.slots for h in hosts), 16) if hosts else 2, 2)
     if mpirun and can_launch and (not hosts or (hosts_probe is not None and hosts_probe.code == 0)):
         program = f"from hpcdist.doctor.probe import rendezvous_probe; rendezvous_probe({timeout / 3:.1f})"
-        rendezvous = _probe(_launch(family, _spec(mpirun, np, [sys.executable, "-c", program], hosts, given)), timeout)
+        options = probe_options(mpirun, family, np, [world.python, "-c", program], given)
+        rendezvous = _launch_probe(options, timeout, outside)
     return Facts(
         mpirun=mpirun,
         mpirun_version=version,
         mpi4py=mpi4py,
         mpi4py_error=mpi4py_error,
-        world=world,
+        world=world_probe,
         torch=torch_facts,
         torch_error=torch_error,
         hpcdist_mpi_backend=importlib.util.find_spec("hpcdist.mpi_backend") is not None,
-        environ={k: v for k, v in os.environ.items() if k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")},
+        environ={k: v for k, v in world.environ.items() if k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")},
         interfaces=_interfaces(),
-        hostname_address=resolve(socket.gethostname()),
+        hostname_address=resolve(world.hostname),
         hostfile=hostfile,
         hosts=hosts,
         hostfile_error=hostfile_error,
@@ -243,20 +254,20 @@ def gather_facts(
         hosts_probe=hosts_probe,
         rendezvous=rendezvous,
         rendezvous_np=np,
-        **_binding_facts(local_world_size, topology),
-        python=sys.executable,
-        beside=_launchers_beside(sys.executable),
+        **_binding_facts(local_world_size, topology, world),
+        python=world.python,
+        beside=_launchers_beside(world),
     )
 
 
-def _launchers_beside(python: str) -> dict[str, str]:
-    """The MPI launchers installed beside `python` (a venv's MPI wheels), by the MPI their installation names."""
+def _launchers_beside(world: World) -> dict[str, str]:
+    """The MPI launchers beside `world`'s Python (a venv's MPI wheels), by the MPI their installation names."""
     found: dict[str, str] = {}
     for name in ("mpirun", "mpiexec"):
-        path = os.path.join(os.path.dirname(python), name)
-        family = detect_family(path) if os.access(path, os.X_OK) else None
+        path = world.beside_python(name)
+        family = detect_family(path, world.which) if os.access(path, os.X_OK) else None
         if family is not None:
-            found.setdefault(families.lookup(family).title, resolve_family(path, family)[1])
+            found.setdefault(families.lookup(family).title, resolve_family(path, family, which=world.which)[1])
     return found
 
 

@@ -11,7 +11,8 @@
 - `examples`: the rendered example files of hostfiles/ and slurm/;
 - `templates/`: the bundled template set (a site's --template-dir is searched first).
 
-May import: errors, values, waits, launching's pure builders (hostfile, names, nodelist, program, mpirun, output),
+May import: errors, values, waits, contract, launching's pure builders (hostfile, names, nodelist, program, mpirun,
+output), its pipeline (world, options, plan, execute: a script's mpirun step is planned as every launch is),
 placement.binding's `check_bind`, calling.calls (a call's files), launching.families' `resolve_family` (the one choice
 of MPI dialect), and launching.spawn's `capture` and `submit_sbatch` for Slurm's commands. Never torch, mpi4py, the
 runtime or the CLI.

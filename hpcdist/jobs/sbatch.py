@@ -1,20 +1,28 @@
-"""Slurm: SbatchSpec -> sbatch script text (pure), and checks of times, memory, nodelists and signals."""
+"""Slurm: SbatchSpec -> sbatch script text (pure), and checks of times, memory, nodelists and signals.
+
+A script's mpirun step comes from the launch pipeline (`mpirun_step`: the job's options, planned in the World of a
+batch node inside its allocation), and its restart loop asks the one restart policy (launching.restarts).
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from .. import families
-from ..control import MAX_RESTARTS_ENV, RESTART_VARS
+from .._version import __version__
+from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
-from ..families.base import MpirunSpec
-from ..launching.mpirun import SHIM, build_mpirun_argv
+from ..launching.execute import command
+from ..launching.mpirun import SHIM
 from ..launching.names import check_env_name
-from ..launching.output import OutputOptions, shim_variables
-from ..placement.binding import BIND_VAR, check_bind
+from ..launching.options import SCRIPT, MpirunOptions
+from ..launching.output import OutputOptions
+from ..launching.plan import LaunchPlan, plan
+from ..launching.world import World
+from ..placement.binding import check_bind
 from ..program import check_program
 from ..rank.streams import parse_ranks
 from ..schedulers.slurm import expand_nodelist
@@ -32,12 +40,15 @@ __all__ = [
     "GPU_TASK_CPUS",
     "Option",
     "SbatchSpec",
+    "batch_world",
     "check_mem",
     "cli_option",
     "gpu_count",
+    "mpirun_step",
     "parse_signal",
     "parse_time",
     "render_sbatch",
+    "step_options",
 ]
 
 _TIME_FORMS = (
@@ -264,10 +275,9 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
     return result
 
 
-def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-    """Per-rank output in each launch mode: (srun options, shim variables, torchrun options).
-
-    Slurm's and torchrun's own means where they exist, the shim's tagger otherwise.
+def _output(spec: SbatchSpec) -> tuple[list[str], list[str]]:
+    """Per-rank output in the srun and torchrun modes, by Slurm's and torchrun's own means: (srun options, torchrun
+    options); mpirun mode's is the shim's tagger, which the launch's contract asks for (mpirun_step).
     """
     out = spec.rank_output
     ranks = spec.nodes * spec.tasks_per_node
@@ -276,7 +286,7 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[st
     if out.log_dir is not None and not out.log_dir.strip():
         raise UsageError("--log-dir needs a directory, e.g. --log-dir logs")
     if spec.launch == "mpirun":
-        return [], _pairs(shim_variables(out)), []
+        return [], []
     if spec.launch == "srun":
         if out.log_dir is not None and out.ranks is not None:
             raise UsageError(
@@ -288,23 +298,68 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[tuple[str, str]], list[st
             width = max(3, len(str(ranks - 1)))
             task = "/%A_%a" if spec.array is not None else ""  # an array task's files: a directory of its own
             srun.append(f"--output={out.log_dir.replace('%', '%%').rstrip('/')}{task}/rank-%{width}t.log")
-        return srun, _pairs(shim_variables(OutputOptions(tag=False, ranks=out.ranks))), []
+        return srun, []
     if out.ranks is not None and spec.nodes > 1:
         raise UsageError(
             "--launch torchrun filters the console by local rank (--local-ranks-filter), the same on every node; "
             "--ranks works there with --nodes 1 only; use --launch srun or mpirun"
         )
-    # torchrun tags the lines it tees with the template's ${rank} (the global rank), e.g. `[3]:text`
-    prefix = [("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]:")] if out.tag else []
     torchrun = ["--tee=3"] if out.tag or out.log_dir is not None else []  # --log-dir: see render_sbatch
     if out.ranks is not None:
         torchrun.append(f"--local-ranks-filter={','.join(map(str, sorted(parse_ranks(out.ranks, ranks))))}")
-    return [], prefix, torchrun
+    return [], torchrun
 
 
-def _pairs(settings: list[str]) -> list[tuple[str, str]]:
-    """`NAME=VALUE` settings as (name, value) pairs."""
-    return [(name, value) for name, _, value in (item.partition("=") for item in settings)]
+def _contract(spec: SbatchSpec) -> dict[str, str]:
+    """What the script hands each rank under srun or torchrun (mpirun's is the launch plan's): the version, the
+    restarts, the shim's console filter (srun tags by itself), its binding, and torchrun's line tags."""
+    out = spec.rank_output
+    srun = spec.launch == "srun"
+    contract = RankContract(
+        version=__version__,
+        max_restarts=spec.max_restarts,
+        ranks=out.ranks if srun else None,
+        bind="auto" if spec.bind == "auto" else "none",
+    )
+    # torchrun tags the lines it tees with the template's ${rank} (the global rank), e.g. `[3]:text`
+    prefix = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"} if not srun and out.tag else {}
+    return {**contract.environ(), **prefix}
+
+
+def step_options(spec: SbatchSpec, env: Mapping[str, str]) -> MpirunOptions:
+    """The options of a batch script's mpirun step: the job's ranks and launcher, its per-rank output and restarts,
+    run by the script (SCRIPT), which passes its own variables `env` on by name."""
+    names = [
+        *sorted(env),
+        *(["OPAL_PREFIX"] if spec.opal_prefix else []),
+        *(ARRAY_VARS if spec.array is not None else ()),
+    ]
+    return MpirunOptions(
+        program=spec.program,
+        np=spec.nodes * spec.tasks_per_node,
+        export=tuple(names),
+        mpirun=spec.mpirun,
+        mpi=spec.mpi,
+        probe_fabrics=spec.probe_fabrics,
+        bind=spec.bind,
+        tag=spec.rank_output.tag,
+        log_dir=spec.rank_output.log_dir,
+        ranks=spec.rank_output.ranks,
+        max_restarts=spec.max_restarts,
+        mode=SCRIPT,
+    )
+
+
+def batch_world(spec: SbatchSpec, env: Mapping[str, str]) -> World:
+    """The World a batch script's mpirun step runs in: a node of the job's allocation, with the script's variables
+    `env` set, its Python, and output to a file; whoever runs it (root or not) is known only when it runs."""
+    allocation = {"SLURM_JOB_NODELIST": spec.nodelist or "", "SLURM_JOB_NUM_NODES": str(spec.nodes)}
+    return World(environ=MappingProxyType({**env, **allocation}), python=spec.python, hostname="", here=False)
+
+
+def mpirun_step(spec: SbatchSpec, env: Mapping[str, str]) -> LaunchPlan:
+    """The launch of a batch script's mpirun step, planned by the launch pipeline (`step_options` in `batch_world`)."""
+    return plan(step_options(spec, env), batch_world(spec, env))
 
 
 def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, option: Option = cli_option) -> str:
@@ -314,10 +369,12 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
     """
     _check(spec, option)
     bind = spec.bind == "auto"
-    srun_output, shim_env, torchrun_output = _output(spec)
+    srun_output, torchrun_output = _output(spec)
     # a GPU job's ranks would each start a thread per CPU of the node (torchrun: 1); auto binding sets its own
     threads = {"OMP_NUM_THREADS": str(spec.task_cpus)} if spec.gpus_per_node and not bind else {}
-    env = sorted({**threads, **dict(spec.env), **dict(shim_env), **({BIND_VAR: "auto"} if bind else {})}.items())
+    own = {**threads, **dict(spec.env)}
+    launch = mpirun_step(spec, own) if spec.launch == "mpirun" else None
+    env = sorted({**own, **(dict(launch.exports) if launch is not None else _contract(spec))}.items())
     names = [name for name, _ in env] + (["OPAL_PREFIX"] if spec.opal_prefix else [])
     srun = ["srun", "--kill-on-bad-exit=1"]
     if bind:  # every task starts with all the step's CPUs on its node; the shim takes its own share of them
@@ -347,7 +404,8 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         "log_dir": spec.rank_output.log_dir if spec.launch != "torchrun" else "",
         "array": spec.array is not None,
         "restarts": spec.max_restarts,
-        "root_check": spec.launch == "mpirun" and families.lookup(spec.mpi).refuses_root,
+        "counters": list(RESTART_VARS),
+        "root_check": launch is not None and launch.root_check,
         "gpus": spec.gpus_per_node is not None,
     }
     if spec.requeue:
@@ -357,26 +415,8 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         context["forward"] = "TERM" if spec.launch == "torchrun" else "USR1"
     if spec.launch == "srun":
         context["launcher"] = [srun[0], "--mpi=pmix", *srun[1:]]
-    elif spec.launch == "mpirun":
-        argv = build_mpirun_argv(
-            MpirunSpec(
-                program=tuple(shim),
-                np=spec.nodes * spec.tasks_per_node,
-                env=tuple(
-                    (n, None)
-                    for n in [
-                        *names,
-                        *((*RESTART_VARS, MAX_RESTARTS_ENV) if spec.max_restarts else ()),
-                        *(ARRAY_VARS if spec.array is not None else ()),
-                    ]
-                ),
-                skip_fabric_probe=not spec.probe_fabrics,
-                mpirun=spec.mpirun,
-                keepalive=spec.nodes > 1,  # a lost node ends the job in seconds, not after TCP's ~8 min
-                family=spec.mpi,
-                slurm=True,  # Hydra: srun starts its proxies; Open MPI's PRRTE finds Slurm by itself
-            )
-        )
+    elif launch is not None:
+        argv = command(launch)
         context["launcher"] = argv[: len(argv) - len(shim)]
     else:
         trun = TorchrunSpec(

@@ -24,6 +24,7 @@ from ..calling.calls import first_failure, pack, read_outcomes, write_call
 from ..errors import JobFailed, UsageError
 from ..launching.output import OutputOptions
 from ..launching.spawn import submit_sbatch
+from ..launching.world import World
 from ..ranklist import ranks_text
 from ..settings import SUBMIT_DIR, submit_dir
 from ..values import check_seconds
@@ -257,8 +258,9 @@ def submit(
     given = {
         key: settings.pop(key) for key in ("python", "mpirun", "torchrun", "opal_prefix", "mpi") if key in settings
     }
-    tools = local_tools(launch, **given, option=_keyword)  # the MPI's dialect is resolved here, before anything is made
-    base = Path(folder or submit_dir(os.environ) or "hpcdist-jobs").absolute()
+    world = World.current()
+    tools = local_tools(world, launch, **given, option=_keyword)  # the MPI's dialect resolved before anything is made
+    base = Path(folder or submit_dir(world.environ) or "hpcdist-jobs").absolute()
     try:
         base.mkdir(parents=True, exist_ok=True)
         directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))

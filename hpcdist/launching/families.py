@@ -1,13 +1,12 @@
 """Which MPI family a launcher on this machine belongs to, told by the files of its installation.
 
 The families and what tells them apart are `hpcdist.families`' (pure); this module reads the file system for them:
-where a launcher name leads on PATH, its real path, and the files beside it.
+where a launcher name leads on PATH (the World's lookup, handed in), its real path, and the files beside it.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 
 from .. import families
@@ -17,10 +16,11 @@ __all__ = ["detect_family", "resolve_family"]
 
 def detect_family(
     launcher: str,
-    which: Callable[[str], str | None] = shutil.which,
+    which: Callable[[str], str | None],
     listdir: Callable[[str], list[str]] = os.listdir,
 ) -> str | None:
-    """The MPI of `launcher` (a path or a name on PATH), told by its real name and the files beside it; None if not.
+    """The MPI of `launcher` (a path, or a name that `which` finds on PATH), told by its real name and the files
+    beside it; None if not.
 
     Reads the file system only (`which`, `listdir`): running `launcher --version` here would start a process on every
     launch and every --dry-run (`hpcdist doctor` runs it).
@@ -41,7 +41,8 @@ def resolve_family(
     launcher: str,
     mpi: str | None,
     where: str = "--mpi",
-    which: Callable[[str], str | None] = shutil.which,
+    *,
+    which: Callable[[str], str | None],
     runnable: Callable[[str], bool] = lambda path: os.access(path, os.X_OK),
 ) -> tuple[str, str]:
     """(family name, launcher to run): `mpi` when given, else told by the launcher's installation, else Open MPI.

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import socket
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from ..errors import UsageError
 from .hostfile import parse_hostfile, parse_hosts_arg, read_hostfile_text
 from .options import MpirunOptions
 from .selection import select_hosts
+from .world import World
 
 __all__ = ["RESOLVE_SECONDS", "check_names_resolve", "hostfile_line"]
 
@@ -27,19 +26,18 @@ def hostfile_line(text: str, host: str) -> int | None:
     return None
 
 
-def check_names_resolve(
-    options: MpirunOptions, environ: Mapping[str, str] = os.environ, timeout: float = RESOLVE_SECONDS
-) -> None:
+def check_names_resolve(options: MpirunOptions, world: World, timeout: float = RESOLVE_SECONDS) -> None:
     """Raise UsageError naming the first host of -H or the hostfile whose name does not resolve on this machine.
 
     Only the hosts that --include/--exclude keep are looked up: one left out is never contacted. Skipped with a
-    launch agent (--launch-agent or its variables): the agent, not this machine's resolver, finds the hosts. A name
+    launch agent (--launch-agent or its variables in `world`): the agent, not this machine's resolver, finds the
+    hosts; nor is this host (`world`'s name, or localhost) looked up. A name
     whose lookup is still pending after `timeout` seconds is left to the launcher.
 
     Raises:
         UsageError: a host name does not resolve; the message says where it was given.
     """
-    if options.launch_agent is not None or any(name in environ for name in _AGENT_VARS):
+    if options.launch_agent is not None or any(name in world.environ for name in _AGENT_VARS):
         return
     text = ""
     if options.hostfile is not None:
@@ -52,7 +50,7 @@ def check_names_resolve(
     else:
         return
     used = select_hosts(hosts, options.include, options.exclude, source)
-    names = [s.host.host for s in used if s.host.host not in ("localhost", socket.gethostname())]
+    names = [s.host.host for s in used if s.host.host not in ("localhost", world.hostname)]
     if not names:
         return
     pool = ThreadPoolExecutor(max_workers=min(len(names), 16), thread_name_prefix="hpcdist-resolve")

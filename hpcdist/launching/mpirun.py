@@ -2,14 +2,11 @@
 
 `build_mpirun_argv` checks the spec and asks the family it names (`hpcdist.families`) for its command line: Open
 MPI's `mpirun`, MPICH's Hydra `mpiexec`, Intel MPI's or MVAPICH's Hydra. Also here: the variables a launch forwards
-to its ranks, and where hpcdist finds mpirun.
+to its ranks, and whether a job spans hosts.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 from collections.abc import Mapping, Sequence
 
 from .. import families, schedulers
@@ -19,7 +16,7 @@ from ..hosts import HostSlots
 from ..values import MAX_COUNT
 from .names import ENV_NAME
 
-__all__ = ["SHIM", "build_mpirun_argv", "env_forwards", "locate_mpirun", "spans_hosts"]
+__all__ = ["SHIM", "build_mpirun_argv", "env_forwards", "spans_hosts"]
 
 _FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "HPCDIST_")
 _FORWARD_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
@@ -84,12 +81,3 @@ def _validate(spec: MpirunSpec) -> None:
         raise UsageError("--bind-to needs a value such as none, core or socket")
     if not spec.map_by.strip():
         raise UsageError("--map-by needs a value such as slot, node or ppr:1:socket")
-
-
-def locate_mpirun() -> str | None:
-    """$HPCDIST_MPIRUN, else the mpirun beside this Python (the Open MPI wheel), else PATH's; None if none.
-
-    The one function here that looks at the machine (environment and files); the builders stay pure.
-    """
-    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    return os.environ.get("HPCDIST_MPIRUN") or (beside if os.access(beside, os.X_OK) else shutil.which("mpirun"))

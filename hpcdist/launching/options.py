@@ -1,8 +1,10 @@
 """`hpcdist mpirun`'s options as one typed, frozen value: what the CLI parses into and `hpcdist.launch` builds.
 
-Each value is checked here, once, when the options are made, by the one check for its kind (values.py), so
-`--dry-run`, a real run and the Python API refuse the same things. What depends on the world around the launch
-(a hostfile's slots, the mpirun found) is checked by `spec.spec_from_options`.
+Every option the launch uses is a field, the restarts and the run mode included: run it (`RUN`), print the command
+that would run (`DRY_RUN`), or hand it to a script that runs it later (`SCRIPT`: `hpcdist mpirun --script`, and the
+mpirun step of a batch script). Each value is checked here, once, when the options are made, by the one check for
+its kind (values.py), so `--dry-run`, a real run and the Python API refuse the same things. What depends on the
+world around the launch (a hostfile's slots, the mpirun found) is checked by `plan.plan`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from ..values import ON_FAILURE, check_count, check_seconds
 
-__all__ = ["MpirunOptions"]
+__all__ = ["DRY_RUN", "MODES", "RUN", "SCRIPT", "MpirunOptions"]
+
+RUN, DRY_RUN, SCRIPT = "run", "dry-run", "script"
+MODES = (RUN, DRY_RUN, SCRIPT)
 
 
 @dataclass(frozen=True)
@@ -44,14 +49,18 @@ class MpirunOptions:
     trace: str | None = None  # FILE.json: rank 0 writes every rank's calls there as one Chrome trace
     on_failure: str = "end"  # a lost rank ends the job (end), or the survivors carry on (shrink: Open MPI's ULFM)
     min_np: int | None = None  # the fewest ranks the job may go on with: after a lost host's restart, or a shrink
+    max_restarts: int = 0  # start the whole job again after a failure, up to this many times
+    mode: str = RUN  # RUN, DRY_RUN (print the command) or SCRIPT (a script runs it later)
+    script: str | None = None  # SCRIPT: the file `hpcdist mpirun --script` writes ("-": print it)
 
     def __post_init__(self) -> None:
         """Refuse a value of the wrong kind, whoever made the options.
 
         Raises:
-            UsageError: -np or --min-np below 1, --tail below 0, an empty --trace, a
-                --heartbeat-timeout that is no number of seconds, an --on-failure that is not one of ON_FAILURE, or
-                a list option that is not a list of the right items.
+            UsageError: -np or --min-np below 1, --tail or --max-restarts below 0, an empty --trace, a
+                --heartbeat-timeout that is no number of seconds, an --on-failure that is not one of ON_FAILURE, a
+                mode that is not one of MODES (or a script file without SCRIPT), or a list option that is not a
+                list of the right items.
         """
         if self.np is not None:
             check_count(self.np, "-np", 1, "e.g. -np 4")
@@ -62,6 +71,11 @@ class MpirunOptions:
                 f"--on-failure must be one of {', '.join(ON_FAILURE)}, got {self.on_failure!r}; e.g. --on-failure "
                 "shrink (the survivors carry on when a rank dies)"
             )
+        check_count(self.max_restarts, "--max-restarts", 0, "e.g. --max-restarts 2")
+        if self.mode not in MODES:
+            raise UsageError(f"MpirunOptions.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.script is not None and (self.mode != SCRIPT or not isinstance(self.script, str) or not self.script):
+            raise UsageError(f"--script takes the file to write (- prints it), in mode {SCRIPT!r}; got {self.script!r}")
         if self.tail is not None:
             check_count(self.tail, "--tail", 0, "e.g. --tail 20")
         if self.heartbeat_timeout is not None and self.heartbeat_timeout != 0:

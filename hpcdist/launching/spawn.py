@@ -1,4 +1,7 @@
-"""The supervisor's one module that spawns processes: mpirun for `hpcdist mpirun`, sbatch, and the tools it asks."""
+"""The supervisor's one module that starts processes: mpirun for a launch, sbatch, the doctor's probes, `bash -n`.
+
+A launch's process gets the World's environment, and its output goes to the World's streams (launching/world.py).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +23,7 @@ from .outcome import LaunchOutcome
 from .output import Console, OutputRouter, summary
 from .sessions import clear_stale_sessions
 from .watch import MpirunWatch
+from .world import World
 
 __all__ = ["capture", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
@@ -39,6 +42,7 @@ def _spawn(
     timeout: float | None = None,
     check: Callable[[], None] | None = None,
     handlers: Mapping[int, Callable[[subprocess.Popen[bytes]], None]] | None = None,
+    world: World | None = None,
 ) -> int:
     """Run argv to completion, passing on the signals this process receives (noted in `received`); return its status.
 
@@ -50,7 +54,7 @@ def _spawn(
     `check`, called while it runs, raises JobEnding to have it ended (the same way) and its status returned.
 
     With `watch`, each chunk of the child's stdout and stderr goes through `watch("stdout" | "stderr", chunk)`
-    as it arrives, and what that returns is copied to ours (b"" after the last chunk asks for what it held).
+    as it arrives, and what that returns is copied to `world`'s (b"" after the last chunk asks for what it held).
     """
     pipe = subprocess.PIPE if watch else None
     try:
@@ -66,9 +70,10 @@ def _spawn(
     pumps = []
     writing: set[str] = set()  # the pumps now writing to our own output (blocked there when nobody reads it)
     if watch is not None:
-        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+        sinks = (world.stdout, world.stderr) if world is not None else (None, None)
+        for name, stream, sink in (("stdout", proc.stdout, sinks[0]), ("stderr", proc.stderr, sinks[1])):
             pump = threading.Thread(
-                target=_tee, args=(stream, name, watch, writing), name=f"hpcdist-{name}", daemon=True
+                target=_tee, args=(stream, name, watch, writing, sink), name=f"hpcdist-{name}", daemon=True
             )
             pump.start()
             pumps.append(pump)
@@ -85,7 +90,7 @@ def _spawn(
     forwarded = (*_FORWARDED, *(handlers or {}))
     previous = {sig: signal.signal(sig, forward) for sig in forwarded} if main else {}
     try:
-        code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing)
+        code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing, world)
     except (subprocess.TimeoutExpired, WaitTimeout) as exc:
         _end(proc)
         if not isinstance(exc, JobEnding):
@@ -103,7 +108,11 @@ def _spawn(
 
 
 def _wait_checking(
-    proc: subprocess.Popen[bytes], timeout: float | None, check: Callable[[], None], writing: set[str]
+    proc: subprocess.Popen[bytes],
+    timeout: float | None,
+    check: Callable[[], None],
+    writing: set[str],
+    world: World | None,
 ) -> int:
     """Wait for `proc` as Popen.wait does (polls 1 to 50 ms apart), calling `check` between polls.
 
@@ -111,7 +120,7 @@ def _wait_checking(
     wait behind it, and their silence is ours (the heartbeat counts start afresh after such a pause).
 
     Raises:
-        WaitTimeout: past `timeout`; JobEnding: from `check`, said on stderr as it happens.
+        WaitTimeout: past `timeout`; JobEnding: from `check`, said on `world`'s stderr as it happens.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -120,7 +129,8 @@ def _wait_checking(
             if not writing:
                 check()
         except JobEnding as exc:
-            print(f"hpcdist: {exc}; ending the job", file=sys.stderr, flush=True)
+            if world is not None:
+                world.say(f"hpcdist: {exc}; ending the job")
             raise
         return proc.poll() is not None
 
@@ -147,13 +157,14 @@ def _not_found(program: str, what: str) -> str:
     return f"{what} {program!r} does not exist; check the path, or give the name of a program on PATH"
 
 
-def _tee(stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes], writing: set[str]) -> None:
-    """Read a pipe chunk by chunk until it closes; write what `watch` makes of each to our stdout or stderr.
+def _tee(
+    stream: IO[bytes], name: str, watch: Callable[[str, bytes], bytes], writing: set[str], out: IO[str] | None
+) -> None:
+    """Read a pipe chunk by chunk until it closes; write what `watch` makes of each to `out` (None: nowhere).
 
     After the last chunk, `watch(name, b"")` gives back what it still held (a last line without a newline).
     """
     fd = stream.fileno()
-    out: IO[str] | None = sys.stdout if name == "stdout" else sys.stderr
     chunk = b"-"
     while chunk:
         try:
@@ -191,8 +202,11 @@ def run_mpirun(
     shrink: bool = False,
     np: int | None = None,
     family: str | None = None,
+    *,
+    world: World,
 ) -> LaunchOutcome:
-    """Run the mpirun command line built by hpcdist; its status is non-zero when a rank failed or a host was lost.
+    """Run the mpirun command line built by hpcdist in `world` (its environment; the output goes to its streams);
+    its status is non-zero when a rank failed or a host was lost.
 
     Raises:
         WaitTimeout: the job ran longer than `timeout` seconds (None: no limit); it was ended.
@@ -218,44 +232,45 @@ def run_mpirun(
 
     def check() -> None:
         watch.check()
-        _say(watch.news())
+        _say(watch.news(), world)
 
     received = _Received(router)
     clear_stale_sessions()  # else a launcher given a killed one's pid cannot start
-    code = _spawn(argv, None, "the MPI launcher", feed, received, timeout, check, {signal.SIGQUIT: _ask_for_stacks})
+    stacks: dict[int, Callable[[subprocess.Popen[bytes]], None]] = {signal.SIGQUIT: _ask_for_stacks}
+    code = _spawn(argv, world.environ, "the MPI launcher", feed, received, timeout, check, stacks, world)
     ends_mid_line = watch.mid_line("stderr")
-    _say(watch.news())  # a loss heard as the launcher ended
+    _say(watch.news(), world)  # a loss heard as the launcher ended
     outcome, problem = watch.outcome(code, tuple(received))
     if shrink:  # the survivors' status, not the launcher's (which is the lost rank's)
         code = outcome.status
     interrupted = signal.SIGINT in received
     if ends_mid_line and not interrupted:  # PRRTE ends its banners with a NUL, not a newline: start ours afresh
-        print(file=sys.stderr, flush=True)
+        world.say("")
     if outcome.usage is not None:  # the same mistake on every rank: said once, instead of each rank's failure
-        print(f"hpcdist: error: {outcome.usage}", file=sys.stderr, flush=True)
+        world.say(f"hpcdist: error: {outcome.usage}")
     elif not interrupted and not (router is not None and router.caller_reports):
         if code and outcome.headline():  # the rank that began it, however the launcher heard the ranks end
-            print(f"hpcdist: {outcome.headline()}", file=sys.stderr, flush=True)
+            world.say(f"hpcdist: {outcome.headline()}")
         if router is not None and (code or not shrink):  # under shrink, a loss the survivors outlived was named
             ended = summary(console.failures(code), router.options.tail, router.options.log_dir)
-            print(ended, end="", file=sys.stderr, flush=True)
+            world.say(ended, end="")
         if outcome.ended:  # the others the job's end reached, in one line however many
-            print(f"hpcdist: {outcome.ended_line()}", file=sys.stderr, flush=True)
+            world.say(f"hpcdist: {outcome.ended_line()}")
     known = codes.endings(outcome.hosts) if code else {}
     endings = describe_exit_codes(known)
     if endings:
-        print(f"hpcdist: exit statuses as Hydra reports them: {endings}", file=sys.stderr, flush=True)
+        world.say(f"hpcdist: exit statuses as Hydra reports them: {endings}")
     elif code and codes.lines and not known:  # taken out of the output: said as Hydra printed it
-        print(f"hpcdist: Hydra's exit codes (ranks not told apart): {' '.join(codes.lines)}", file=sys.stderr)
+        world.say(f"hpcdist: Hydra's exit codes (ranks not told apart): {' '.join(codes.lines)}")
     if problem:
-        print(f"hpcdist: error: {problem}", file=sys.stderr, flush=True)
+        world.say(f"hpcdist: error: {problem}")
     return outcome
 
 
-def _say(lines: Sequence[str]) -> None:
-    """hpcdist mpirun's own lines, on stderr as they happen."""
+def _say(lines: Sequence[str], world: World) -> None:
+    """hpcdist mpirun's own lines, on `world`'s stderr as they happen."""
     for line in lines:
-        print(line, file=sys.stderr, flush=True)
+        world.say(line)
 
 
 def _ask_for_stacks(proc: subprocess.Popen[bytes]) -> None:

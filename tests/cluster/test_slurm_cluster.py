@@ -271,7 +271,7 @@ def test_a_generated_script_restarts_a_failed_step_with_both_counters(
     markers = {path.name: path.read_text() for path in tmp_path.glob("attempt*")}
     assert markers == {f"attempt{n}-rank{r}": f"{n} {n} 2" for n in (0, 1) for r in range(4)}, result.describe()
     err = result.stderr.replace("\0", "")  # PRRTE ends its banners with NUL bytes
-    assert re.search(r"^hpcdist: attempt 1/3 ended with exit status [1-9][0-9]*; restarting in 1 s$", err, re.M), (
+    assert re.search(r"^hpcdist: attempt 1/3 ended with exit code [1-9][0-9]*; restarting in 1\.0 s$", err, re.M), (
         result.describe()
     )
     assert "attempt 2/3" not in result.stderr, result.describe()  # the second attempt succeeded: no more

@@ -201,7 +201,7 @@ def test_restarts_keep_the_handle_and_an_earlier_runs_outcomes_are_never_taken_f
     (end,) = said
     assert end["values"] == [1, 1], said
     assert end["state"] == "FAILED", said
-    assert "first attempt" not in end["error"] and "attempt 2/2 ended with exit status" in end["batch"], said
+    assert "first attempt" not in end["error"] and "attempt 2/2 ended with exit code" in end["batch"], said
 
 
 def test_a_cancelled_job_ends_its_handle_with_jobfailed(cluster, venv: Path, tmp_path: Path) -> None:

@@ -1,8 +1,14 @@
-"""Restarts of `hpcdist mpirun`, the pure parts: decisions, lost-host exclusion, messages, the control-line filter."""
+"""Restarts of `hpcdist mpirun`: decisions, lost-host exclusion, the attempts loop, messages, the control-line filter.
+
+The rules it shares with a batch script's loop (status alone) are tested once for both in test_restart_policy.py.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
+import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -12,18 +18,13 @@ from hpcdist.contract import Failed, Ready, encode, new_token
 from hpcdist.errors import UsageError
 from hpcdist.families.base import MpirunSpec
 from hpcdist.hosts import HostSlots
-from hpcdist.launching.attempts import (
-    Attempt,
-    RestartPolicy,
-    attempt_spec,
-    check_policy,
-    decide,
-    describe_end,
-    run_attempts,
-    summary,
-)
+from hpcdist.launching.execute import execute
+from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.outcome import LaunchOutcome
+from hpcdist.launching.plan import LaunchPlan, attempt_spec, plan
+from hpcdist.launching.restarts import Attempt, RestartPolicy, check_restarts, decide, describe_end, summary
 from hpcdist.launching.watch import MpirunWatch
+from hpcdist.launching.world import World
 
 HOSTS = (HostSlots("n1", 2), HostSlots("n2", 2), HostSlots("n3", 2))
 SPEC = MpirunSpec(program=("python", "train.py"), np=4, hosts=HOSTS)
@@ -85,7 +86,7 @@ def test_a_hostfile_job_restarts_on_a_host_list_without_the_lost_host() -> None:
 def test_lost_hosts_and_min_np(
     lost: tuple[str, ...], min_np: int | None, restart: bool, np: int | None, why: str
 ) -> None:
-    decision = decide(SPEC, HOSTS, _ended(1, lost_hosts=lost), 0, RestartPolicy(2, min_np))
+    decision = decide(SPEC, HOSTS, _ended(1, lost_hosts=lost), 0, RestartPolicy(2), min_np)
     assert (decision.restart, decision.why) == (restart, why)
     assert (decision.spec.np if decision.spec else None) == np
 
@@ -97,15 +98,27 @@ def test_a_lost_host_in_a_slurm_allocation_cannot_be_left_out() -> None:
     assert decision.why.startswith("not restarting: host n2 was lost, and mpirun reads the Slurm allocation's hosts")
 
 
+def _plan(max_restarts: int = 0, export: tuple[str, ...] = ()) -> LaunchPlan:
+    """The plan of a launch of `x` on 4 ranks of HOSTS, in a world of plain values."""
+    options = MpirunOptions(
+        program=("x",), hosts="n1:2,n2:2,n3:2", np=4, mpirun="mpirun", mpi="openmpi", export=export, launch_agent="ssh",
+        max_restarts=max_restarts, heartbeat_timeout=0,
+    )  # fmt: skip
+    return plan(options, World(python="/venv/bin/python"))
+
+
 def test_attempt_spec_exports_both_counters_and_the_token_replacing_the_users() -> None:
-    spec = MpirunSpec(program=("x",), np=1, env=(("HPCDIST_RESTART_COUNT", "7"), ("A", None)))
-    assert attempt_spec(spec, 3, "ab" * 8).env == (
+    launch = _plan(2, ("HPCDIST_RESTART_COUNT=7", "A"))
+    assert attempt_spec(launch, launch.spec, 3, "ab" * 8, "cd" * 8).env[-6:] == (
+        ("HPCDIST_OUTPUT_RATE", "2097152"),  # each of the 4 ranks: a quarter of the job's 8 MiB/s
         ("A", None),
+        ("HPCDIST_CONTROL", "ab" * 8),
+        ("HPCDIST_RUN_ID", "cd" * 8),
         ("HPCDIST_RESTART_COUNT", "3"),
         ("TORCHELASTIC_RESTART_COUNT", "3"),
-        ("HPCDIST_CONTROL", "ab" * 8),
     )
-    assert attempt_spec(spec, None, None).env == spec.env  # without --max-restarts the counters are the user's
+    launch = _plan(0, ("HPCDIST_RESTART_COUNT=7",))  # without --max-restarts the counters are the user's
+    assert ("HPCDIST_RESTART_COUNT", "7") in attempt_spec(launch, launch.spec, 0, None, None).env
 
 
 def test_messages() -> None:
@@ -125,29 +138,32 @@ def test_messages() -> None:
     ]
 
 
-def test_run_attempts_restarts_with_a_new_token_each_time_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
-    runs: list[tuple[list[str], str]] = []
-    ends = iter([_ended(1, failed={1: "killed by SIGKILL"}, hosts={1: "n1"}), _ended(0)])
+def _runner(ends: list[LaunchOutcome], runs: list[tuple[list[str], str]]) -> Callable[..., LaunchOutcome]:
+    """A stand-in for spawn.run_mpirun that notes each command line and token and ends as `ends` say."""
+    left = iter(ends)
 
-    def run(argv: list[str], token: str) -> LaunchOutcome:
+    def run(argv: list[str], token: str, router: object, **watch: object) -> LaunchOutcome:
+        assert watch["world"] is not None and watch["heartbeat"] is None and watch["family"] == "openmpi"
         runs.append((argv, token))
-        return next(ends)
+        return next(left)
 
-    status = run_attempts(SPEC, RestartPolicy(2, pause=0.01), lambda spec: [f"{k}={v}" for k, v in spec.env], run)
-    assert status == 0
-    run_id = runs[0][0][3]  # one run id for every attempt of the launch, as torchrun keeps its own
+    return run
+
+
+def test_execute_restarts_with_a_new_token_each_time_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    runs: list[tuple[list[str], str]] = []
+    launch = dataclasses.replace(_plan(2), policy=RestartPolicy(2, pause=0.0))
+    ends = [_ended(1, failed={1: "killed by SIGKILL"}, hosts={1: "n1"}), _ended(0)]
+    ending = execute(launch, World(stderr=sys.stderr), run=_runner(ends, runs))
+    assert ending.status == 0 and len(ending.attempts) == 2
+    contract = [[word for word in argv if word.startswith(("HPCDIST_", "TORCHELASTIC_"))] for argv, _ in runs]
+    run_id = contract[0][-3]  # one run id for every attempt of the launch, as torchrun keeps its own
     assert run_id.startswith("HPCDIST_RUN_ID=") and len(run_id) == len("HPCDIST_RUN_ID=") + 16
-    assert [argv for argv, _ in runs] == [
-        [
-            f"HPCDIST_RESTART_COUNT={n}",
-            f"TORCHELASTIC_RESTART_COUNT={n}",
-            f"HPCDIST_CONTROL={token}",
-            run_id,
-            "HPCDIST_MAX_RESTARTS=2",
-        ]
+    assert [words[-4:] for words in contract] == [
+        [f"HPCDIST_CONTROL={token}", run_id, f"HPCDIST_RESTART_COUNT={n}", f"TORCHELASTIC_RESTART_COUNT={n}"]
         for n, (_, token) in enumerate(runs)
     ]
-    assert runs[0][1] != runs[1][1]
+    assert "HPCDIST_MAX_RESTARTS=2" in contract[0] and runs[0][1] != runs[1][1]
     assert capsys.readouterr().err.splitlines() == [
         "hpcdist: attempt 1/3 ended with exit code 1 (rank 1 on n1 killed by SIGKILL); restarting in 0.0 s",
         "hpcdist: attempt 2/3 ended with exit code 0",
@@ -172,15 +188,16 @@ def test_restart_options_that_cannot_work(capsys: pytest.CaptureFixture[str], ar
 def test_dry_run_shows_attempt_one_and_says_the_launcher_restarts(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "2", "--max-restarts", "3", "--", "x"]) == 0
     out, err = capsys.readouterr()
-    assert "-x HPCDIST_RESTART_COUNT=0 -x TORCHELASTIC_RESTART_COUNT=0 -x HPCDIST_MAX_RESTARTS=3" in out
-    assert "HPCDIST_CONTROL" not in out
+    assert "-x HPCDIST_MAX_RESTARTS=3 " in out
+    assert " -x HPCDIST_RESTART_COUNT=0 -x TORCHELASTIC_RESTART_COUNT=0 " in out
+    assert "-x 'HPCDIST_CONTROL=<per-launch token>' -x 'HPCDIST_RUN_ID=<per-launch run id>' " in out
     assert "this is attempt 1 of up to 4; hpcdist mpirun itself runs the restarts" in err
 
 
-def test_check_policy_accepts_min_np_without_np() -> None:
-    check_policy(RestartPolicy(1, 2), None)
+def test_check_restarts_accepts_min_np_without_np() -> None:
+    check_restarts(1, 2, None)
     with pytest.raises(UsageError):
-        check_policy(RestartPolicy(0, 2), None)
+        check_restarts(0, 2, None)
 
 
 def test_the_watch_hides_control_lines_whole_however_the_chunks_fall() -> None:
@@ -236,21 +253,17 @@ def test_restart_count(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "line"),
+    ("max_restarts", "line"),
     [
-        (RestartPolicy(), "hpcdist: interrupted (Ctrl-C); ended all 4 ranks of the job"),
-        (RestartPolicy(2, pause=0.01), "hpcdist: interrupted (Ctrl-C); ended all 4 ranks of the job (attempt 1 of 3)"),
+        (0, "hpcdist: interrupted (Ctrl-C); ended all 4 ranks of the job"),
+        (2, "hpcdist: interrupted (Ctrl-C); ended all 4 ranks of the job (attempt 1 of 3)"),
     ],
 )
 def test_ctrl_c_ends_the_launch_with_130_and_one_line(
-    capsys: pytest.CaptureFixture[str], policy: RestartPolicy, line: str
+    capsys: pytest.CaptureFixture[str], max_restarts: int, line: str
 ) -> None:
-    runs: list[str] = []
-
-    def run(argv: list[str], token: str) -> LaunchOutcome:
-        runs.append(token)
-        return _ended(1, signals=(signal.SIGINT,))
-
-    assert run_attempts(SPEC, policy, lambda spec: [], run) == 130
+    runs: list[tuple[list[str], str]] = []
+    run = _runner([_ended(1, signals=(signal.SIGINT,))], runs)
+    assert execute(_plan(max_restarts), World(stderr=sys.stderr), run=run).status == 130
     assert len(runs) == 1  # no restart after Ctrl-C
     assert capsys.readouterr().err.splitlines() == [line]

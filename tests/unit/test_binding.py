@@ -260,16 +260,17 @@ def test_doctor_shows_the_plan() -> None:
 
 def test_doctor_binding_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     from hpcdist.doctor.probe import _binding_facts
+    from hpcdist.launching.world import World
 
     for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_ID", "RANK", "WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(name, raising=False)
-    facts = _binding_facts(None, str(DATA / "1s4gpu.xml"))
+    facts = _binding_facts(None, str(DATA / "1s4gpu.xml"), World.current())
     assert facts["local_world_size"] == 4 and facts["local_world_size_from"].startswith("one per GPU")
     assert len(facts["topology"].nodes[0].cores) == 32  # a file is planned whole, not cut to this process's CPUs
     monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2")
-    assert _binding_facts(None, str(DATA / "odd7.xml"))["local_world_size"] == 2
-    assert _binding_facts(3, None)["local_world_size_from"] == "--local-world-size"
-    assert "cannot be read" in _binding_facts(1, "/nonexistent.xml")["topology_error"]
+    assert _binding_facts(None, str(DATA / "odd7.xml"), World.current())["local_world_size"] == 2
+    assert _binding_facts(3, None, World.current())["local_world_size_from"] == "--local-world-size"
+    assert "cannot be read" in _binding_facts(1, "/nonexistent.xml", World.current())["topology_error"]
 
 
 def test_unknown_device_numa_on_a_one_node_machine_is_that_node(read) -> None:

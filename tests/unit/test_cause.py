@@ -7,7 +7,7 @@ import pytest
 from hpcdist.contract import Event, Failed, Finished, Hang, RankContract, Vanished, encode, parse_event
 from hpcdist.forensics import cause
 from hpcdist.forensics.ledger import FINISHED, INITIALISED, RUNNING, Ledger, Phase
-from hpcdist.launching.attempts import describe_end
+from hpcdist.launching.restarts import describe_end
 from hpcdist.launching.watch import MpirunWatch
 
 TOKEN = "0123456789abcdef"

@@ -7,9 +7,17 @@ import sys
 
 import pytest
 
+from hpcdist import __version__
 from hpcdist.cli import main
 
 SHIM = [sys.executable, "-m", "hpcdist.shim", "--"]
+PER_RUN = ["-x", "HPCDIST_CONTROL=<per-launch token>", "-x", "HPCDIST_RUN_ID=<per-launch run id>"]
+
+
+def _ours(rate: int) -> list[str]:
+    """What a launch hpcdist mpirun watches hands every rank (each of them forwarding `rate` bytes a second)."""
+    return ["-x", f"HPCDIST_VERSION={__version__}", "-x", "HPCDIST_HEARTBEAT=5", "-x", "HPCDIST_TAG=numbered",
+            "-x", f"HPCDIST_OUTPUT_RATE={rate}"]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -61,6 +69,8 @@ def test_dry_run_with_the_localhost_hostfile(capsys: pytest.CaptureFixture[str])
         "--mca",
         "btl",
         "^ofi",
+        *_ours(2097152),
+        *PER_RUN,
         *SHIM,
         "python",
         "train.py",
@@ -120,12 +130,14 @@ def test_dry_run_reproduces_the_seed_command_line(capsys: pytest.CaptureFixture[
         "--prtemca",
         "oob_tcp_keepalive_probes",
         "3",
+        *_ours(2097152),
         "-x",
         "MASTER_ADDR=104.171.200.62",
         "-x",
         "MASTER_PORT=1234",
         "-x",
         "PATH",
+        *PER_RUN,
         *SHIM,
         "python3",
         "main.py",
@@ -141,7 +153,8 @@ def test_dry_run_defaults_np_to_the_slots_and_forwards_job_variables(
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     argv = _dry_run(capsys, "--hostfile", str(hostfile), "--no-shim", "--", "python", "your_script.py")
     assert argv[:3] == ["mpirun", "-np", "16"]
-    assert argv[-6:] == ["-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "python", "your_script.py"]
+    assert argv[-12:] == ["-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", f"HPCDIST_VERSION={__version__}",
+                          *PER_RUN, "python", "your_script.py"]  # fmt: skip
 
 
 def test_an_mpich_hostfile_is_passed_as_hosts(capsys: pytest.CaptureFixture[str], tmp_path) -> None:

@@ -193,12 +193,13 @@ def test_an_mpirun_that_cannot_run(capsys: pytest.CaptureFixture[str], tmp_path:
 
 def test_an_executable_that_is_no_program_is_a_usage_error(tmp_path: Path) -> None:
     from hpcdist.launching.spawn import run_mpirun
+    from hpcdist.launching.world import World
 
     fake = tmp_path / "mpirun"
     fake.write_bytes(b"\x7fELF garbage")
     fake.chmod(0o755)
     with pytest.raises(UsageError, match="cannot be started"):
-        run_mpirun([str(fake), "-np", "1", "true"])
+        run_mpirun([str(fake), "-np", "1", "true"], world=World())
 
 
 @pytest.mark.parametrize(

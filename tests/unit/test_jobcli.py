@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcdist import __version__
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.examples import main as examples_main
@@ -122,6 +123,7 @@ def test_environment_precedence_and_the_seed_env_file(capsys: pytest.CaptureFixt
     assert status == 0, err
     exports = [line for line in out.splitlines() if line.startswith("export ")]
     assert exports == [
+        f"export HPCDIST_VERSION={__version__}",
         "export MASTER_ADDR='主节点IP地址'",
         "export NCCL_DEBUG=WARN",
         "export NCCL_DEBUG_SUBSYS=INIT,NET",

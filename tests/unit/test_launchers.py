@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from hpcdist import families
+from hpcdist import __version__, families
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.families.base import AppContext, MpirunSpec
 from hpcdist.hosts import HostSlots
 from hpcdist.launching.families import detect_family, resolve_family
 from hpcdist.launching.mpirun import build_mpirun_argv
+from hpcdist.launching.world import World
 
 PROG = ("python", "train.py")
 TWO = (HostSlots("n1", 2), HostSlots("n2", 2))
@@ -128,11 +129,12 @@ def test_every_family_builds_its_launcher_s_command_line() -> None:
 
 def test_resolve_family_takes_mpi_else_the_installation_else_open_mpi(tmp_path: Path) -> None:
     folder = _install(tmp_path, "mpirun", "mpiexec.hydra", "impi_info")
-    assert resolve_family(str(folder / "mpirun"), None) == ("intel", str(folder / "mpiexec.hydra"))
-    assert resolve_family(str(folder / "mpirun"), "mpich") == ("mpich", str(folder / "mpirun"))
-    assert resolve_family("/nowhere/mpirun", None) == ("openmpi", "/nowhere/mpirun")
+    which = World(environ={"PATH": str(folder)}).which
+    assert resolve_family(str(folder / "mpirun"), None, which=which) == ("intel", str(folder / "mpiexec.hydra"))
+    assert resolve_family(str(folder / "mpirun"), "mpich", which=which) == ("mpich", str(folder / "mpirun"))
+    assert resolve_family("/nowhere/mpirun", None, which=which) == ("openmpi", "/nowhere/mpirun")
     with pytest.raises(UsageError, match=r"^--mpi 'lam' is not an MPI hpcdist knows"):
-        resolve_family("mpirun", "lam")
+        resolve_family("mpirun", "lam", which=which)
 
 
 # -- hpcdist mpirun --mpi / detection, through the CLI (--dry-run) -----------------------------------------------
@@ -148,6 +150,10 @@ def _install(tmp_path: Path, *files: str) -> Path:
     return folder
 
 
+V = f"HPCDIST_VERSION {__version__}"
+PER_RUN = "-genv HPCDIST_CONTROL '<per-launch token>' -genv HPCDIST_RUN_ID '<per-launch run id>'"  # Hydra's form
+
+
 def _dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     status = main(["mpirun", "--dry-run", *argv])
     out, err = capsys.readouterr()
@@ -159,7 +165,11 @@ def test_mpich_is_told_by_the_files_beside_its_mpiexec(capsys: pytest.CaptureFix
     status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpiexec"), "-np", "2", "--", "python", "x.py")
     assert status == 0, err
     shim = f"{sys.executable} -m hpcdist.shim --"
-    assert out == f"{folder}/mpiexec -n 2 -hosts localhost:2 -bind-to none {shim} python x.py\n"
+    ours = f"-genv {V} -genv HPCDIST_HEARTBEAT 5 -genv HPCDIST_TAG numbered -genv HPCDIST_OUTPUT_RATE 4194304"
+    assert out == (
+        f"{folder}/mpiexec -n 2 -hosts localhost:2 -print-all-exitcodes -bind-to none {ours} {PER_RUN} {shim} python "
+        "x.py\n"
+    )
 
 
 def test_intel_mpis_mpirun_script_is_replaced_by_the_hydra_beside_it(capsys: pytest.CaptureFixture[str],
@@ -167,7 +177,7 @@ def test_intel_mpis_mpirun_script_is_replaced_by_the_hydra_beside_it(capsys: pyt
     folder = _install(tmp_path, "mpirun", "mpiexec", "mpiexec.hydra", "hydra_bstrap_proxy", "impi_info")
     status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "2", "--no-shim", "--", "x")
     assert status == 0, err
-    assert out == f"{folder}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 x\n"
+    assert out == f"{folder}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 -genv {V} {PER_RUN} x\n"
 
 
 def test_an_open_mpi_hostfile_reaches_hydra_as_hosts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -176,7 +186,7 @@ def test_an_open_mpi_hostfile_reaches_hydra_as_hosts(capsys: pytest.CaptureFixtu
     status, out, err = _dry_run(capsys, "--mpi", "mpich", "--mpirun", "mpiexec", "--hostfile", str(hostfile),
                                 "--no-shim", "--", "x")  # fmt: skip
     assert status == 0, err
-    assert out == "mpiexec -n 4 -hosts n1:2,n2:2 -bind-to none x\n"
+    assert out == f"mpiexec -n 4 -hosts n1:2,n2:2 -bind-to none -genv {V} {PER_RUN} x\n"
 
 
 def test_an_unknown_installation_stays_open_mpi(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -201,12 +211,14 @@ def test_bad_mpi_choices_are_usage_errors(capsys: pytest.CaptureFixture[str], ar
 def test_detect_family_follows_debians_alternatives(tmp_path: Path) -> None:
     folder = _install(tmp_path, "mpirun.mpich", "mpirun.openmpi", "ompi_info", "mpichversion")
     (folder / "mpirun").symlink_to(folder / "mpirun.mpich")  # /usr/bin/mpirun -> /etc/alternatives -> mpirun.mpich
-    assert detect_family(str(folder / "mpirun")) == "mpich"
+    which = World(environ={"PATH": str(folder)}).which
+    assert detect_family(str(folder / "mpirun"), which) == "mpich"
+    assert detect_family("mpirun", which) == "mpich"  # a name, found on the world's PATH
     (folder / "mpirun").unlink()
     (folder / "mpirun").symlink_to(folder / "mpirun.openmpi")
-    assert detect_family(str(folder / "mpirun")) == "openmpi"
-    assert detect_family(str(tmp_path / "no-such-mpirun")) is None
-    assert detect_family("no-such-mpirun-on-path") is None
+    assert detect_family(str(folder / "mpirun"), which) == "openmpi"
+    assert detect_family(str(tmp_path / "no-such-mpirun"), which) is None
+    assert detect_family("no-such-mpirun-on-path", which) is None
 
 
 AGENT = "/opt/site/agent"
@@ -259,9 +271,13 @@ def test_launch_agent_refusals(spec: MpirunSpec, message: str) -> None:
 
 
 @pytest.mark.parametrize(("family", "expected"), [
-    ("openmpi", f"mpirun -np 2 -H n1:1,n2:1 --bind-to none --map-by slot --prtemca plm_ssh_agent {AGENT} x\n"),
-    ("mpich", f"mpirun -n 2 -hosts n1:1,n2:1 -launcher ssh -launcher-exec {AGENT} -bind-to none x\n"),
-    ("intel", f"mpirun -n 2 -hosts n1,n2 -ppn 1 -launcher ssh -launcher-exec {AGENT} -genv I_MPI_PIN 0 x\n"),
+    ("openmpi", f"mpirun -np 2 -H n1:1,n2:1 --bind-to none --map-by slot --prtemca plm_ssh_agent {AGENT} -x "
+                f"HPCDIST_VERSION={__version__} -x 'HPCDIST_CONTROL=<per-launch token>' -x "
+                "'HPCDIST_RUN_ID=<per-launch run id>' x\n"),
+    ("mpich", f"mpirun -n 2 -hosts n1:1,n2:1 -launcher ssh -launcher-exec {AGENT} -bind-to none -genv {V} {PER_RUN} "
+              "x\n"),
+    ("intel", f"mpirun -n 2 -hosts n1,n2 -ppn 1 -launcher ssh -launcher-exec {AGENT} -genv I_MPI_PIN 0 -genv {V} "
+              f"{PER_RUN} x\n"),
 ])  # fmt: skip
 def test_dry_run_prints_the_launch_agent_in_each_dialect(
     capsys: pytest.CaptureFixture[str], family: str, expected: str, monkeypatch: pytest.MonkeyPatch

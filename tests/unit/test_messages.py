@@ -11,6 +11,7 @@ from hpcdist.launching.hostnames import check_names_resolve, hostfile_line
 from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.output import Console, OutputOptions, OutputRouter
 from hpcdist.launching.watch import MpirunWatch
+from hpcdist.launching.world import World
 
 TOKEN = "0123456789abcdef"
 
@@ -24,21 +25,23 @@ def test_a_name_that_does_not_resolve_is_refused_and_a_launch_agent_skips_the_ch
     hostfile = tmp_path / "hosts"
     hostfile.write_text("localhost slots=1\nno-such-host.invalid slots=1\n")
     with pytest.raises(UsageError) as caught:
-        check_names_resolve(MpirunOptions(hostfile=str(hostfile)), {})
+        check_names_resolve(MpirunOptions(hostfile=str(hostfile)), World())
     assert str(caught.value).startswith(f"host 'no-such-host.invalid' (from hostfile {hostfile} line 2) does not ")
-    check_names_resolve(MpirunOptions(hostfile=str(hostfile), launch_agent="my-agent"), {})
-    check_names_resolve(MpirunOptions(hosts="no-such-host.invalid:1"), {"PRTE_MCA_plm_ssh_agent": "my-agent"})
-    check_names_resolve(MpirunOptions(hosts="localhost:2"), {})
+    check_names_resolve(MpirunOptions(hostfile=str(hostfile), launch_agent="my-agent"), World())
+    check_names_resolve(
+        MpirunOptions(hosts="no-such-host.invalid:1"), World(environ={"PRTE_MCA_plm_ssh_agent": "my-agent"})
+    )
+    check_names_resolve(MpirunOptions(hosts="localhost:2"), World())
 
 
 def test_only_the_hosts_a_selection_keeps_are_looked_up(tmp_path) -> None:
     """A host --include leaves out (or --exclude names) is never contacted, so its name need not resolve."""
     hostfile = tmp_path / "hosts"
     hostfile.write_text("localhost slots=3\nno-such-host.invalid slots=8\n")
-    check_names_resolve(MpirunOptions(hostfile=str(hostfile), include="localhost"), {})
-    check_names_resolve(MpirunOptions(hostfile=str(hostfile), exclude="no-such-host.invalid"), {})
+    check_names_resolve(MpirunOptions(hostfile=str(hostfile), include="localhost"), World())
+    check_names_resolve(MpirunOptions(hostfile=str(hostfile), exclude="no-such-host.invalid"), World())
     with pytest.raises(UsageError, match=r"host 'no-such-host.invalid' \(from hostfile .* line 2\) does not"):
-        check_names_resolve(MpirunOptions(hostfile=str(hostfile), exclude="localhost"), {})
+        check_names_resolve(MpirunOptions(hostfile=str(hostfile), exclude="localhost"), World())
 
 
 def test_a_daemon_whose_agent_failed_is_one_that_could_not_start() -> None:

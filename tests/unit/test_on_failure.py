@@ -16,9 +16,10 @@ from hpcdist.families.base import MpirunSpec
 from hpcdist.launching import heartbeat
 from hpcdist.launching.mpirun import build_mpirun_argv
 from hpcdist.launching.options import MpirunOptions
+from hpcdist.launching.plan import plan
 from hpcdist.launching.shrink import ShrinkWatch
-from hpcdist.launching.spec import spec_from_options
 from hpcdist.launching.watch import LAUNCHER_GRACE, MpirunWatch
+from hpcdist.launching.world import World
 from hpcdist.values import MIN_NP_ENV, ON_FAILURE_ENV
 
 TOKEN = "0123456789abcdef"
@@ -100,12 +101,12 @@ def test_every_rank_is_told_to_carry_on_and_down_to_how_few(tmp_path: Path) -> N
     mpirun.write_text("#!/bin/sh\n")
     mpirun.chmod(0o755)
     options = MpirunOptions(program=("x",), np=4, mpirun=str(mpirun), mpi="openmpi", on_failure="shrink")
-    spec, _ = spec_from_options(options, environ={})
+    spec = plan(options, World()).spec
     assert spec.fault_tolerance
-    assert dict(spec.env)[ON_FAILURE_ENV] == "shrink" and dict(spec.env)[MIN_NP_ENV] == "1"
-    spec, _ = spec_from_options(dataclasses.replace(options, min_np=3), environ={})
+    assert dict(spec.env)[ON_FAILURE_ENV] == "shrink" and MIN_NP_ENV not in dict(spec.env)  # unset: down to 1
+    spec = plan(dataclasses.replace(options, min_np=3), World()).spec
     assert dict(spec.env)[MIN_NP_ENV] == "3"
-    spec, _ = spec_from_options(dataclasses.replace(options, on_failure="end"), environ={})
+    spec = plan(dataclasses.replace(options, on_failure="end"), World()).spec
     assert not spec.fault_tolerance and ON_FAILURE_ENV not in dict(spec.env) and MIN_NP_ENV not in dict(spec.env)
 
 

@@ -12,7 +12,6 @@ from test_render import WEIRD, check_script
 from hpcdist.cli import main
 from hpcdist.contract import Event, Failed, Ready, Vanished, encode, log_name, split_tag
 from hpcdist.errors import UsageError
-from hpcdist.launching.attempts import describe_end
 from hpcdist.launching.outcome import LaunchOutcome
 from hpcdist.launching.output import (
     Console,
@@ -23,6 +22,7 @@ from hpcdist.launching.output import (
     shows_banners,
     summary,
 )
+from hpcdist.launching.restarts import describe_end
 from hpcdist.launching.watch import MpirunWatch
 from hpcdist.rank.streams import parse_ranks, split_segments
 
@@ -180,20 +180,27 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_mpirun_dry_run_prints_the_variables(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--tag", "--log-dir",
-                         str(tmp_path / "logs"), "--ranks", "0,3", "--", "python", "x.py")  # fmt: skip
-    assert status == 0
+    """The dry run is the command hpcdist mpirun runs: every line tagged and numbered for its router, which filters
+    --ranks and tags the console itself; a script, which nobody routes, asks the tagger for what the options say."""
+    logs = str(tmp_path / "logs")
+    asked = ["--mpirun", "mpirun", "-np", "4", "--tag", "--log-dir", logs, "--ranks", "0,3", "--", "python", "x.py"]
+    status, out, _ = run(capsys, "mpirun", "--dry-run", *asked)
     words = shlex.split(out)
-    assert words[words.index("HPCDIST_TAG=1") - 1 :][:6] == [
-        "-x", "HPCDIST_TAG=1", "-x", f"HPCDIST_LOG_DIR={tmp_path / 'logs'}", "-x", "HPCDIST_RANKS=0,3",
-    ]  # fmt: skip
-    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--no-tag", "--ranks",
+    assert status == 0 and "HPCDIST_RANKS=0,3" not in words
+    assert words[words.index("HPCDIST_TAG=numbered") - 1 :][:4] == [
+        "-x",
+        "HPCDIST_TAG=numbered",
+        "-x",
+        f"HPCDIST_LOG_DIR={logs}",
+    ]
+    status, out, _ = run(capsys, "mpirun", "--script", "-", *asked)
+    assert status == 0 and f"export HPCDIST_LOG_DIR={logs}\nexport HPCDIST_RANKS=0,3\nexport HPCDIST_TAG=1\n" in out
+    assert " -x HPCDIST_TAG -x HPCDIST_LOG_DIR -x HPCDIST_RANKS " in out
+    status, out, _ = run(capsys, "mpirun", "--script", "-", "--mpirun", "mpirun", "-np", "4", "--no-tag", "--ranks",
                          "1", "--", "python", "x.py")  # fmt: skip
-    assert "-x HPCDIST_RANKS=1" in out and "HPCDIST_TAG" not in out and "HPCDIST_CONTROL" not in out
-    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--tag", "--", "x")
-    assert "-x HPCDIST_TAG=1 " in out and "HPCDIST_RANKS" not in out
-    status, out, _ = run(capsys, "mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "4", "--", "x")
-    assert "HPCDIST_" not in out  # the printed command prints as before
+    assert "export HPCDIST_RANKS=1\n" in out and "HPCDIST_TAG" not in out and "HPCDIST_CONTROL" not in out
+    status, out, _ = run(capsys, "mpirun", "--script", "-", "--mpirun", "mpirun", "-np", "4", "--", "x")
+    assert "HPCDIST_TAG" not in out and "HPCDIST_RANKS" not in out  # the script's lines print as the program's
 
 
 @pytest.mark.parametrize(
@@ -222,7 +229,7 @@ def test_bad_output_options(capsys: pytest.CaptureFixture[str], argv: list[str],
     [
         ("srun", [("word", "--label"), ("word", "--output={d}/rank-%3t.log"), ("text", "mkdir -p -- {q}  #")]),
         ("mpirun", [("text", "export HPCDIST_LOG_DIR={q}\n"), ("text", "export HPCDIST_TAG=1\n"),
-                    ("text", "-x HPCDIST_LOG_DIR -x HPCDIST_TAG ")]),
+                    ("text", "-x HPCDIST_VERSION -x HPCDIST_TAG -x HPCDIST_LOG_DIR ")]),
         ("torchrun", [("text", "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[${{rank}}]:'\n"),
                       ("word", "--tee=3"), ("word", "--log-dir={d}")]),
     ],
@@ -247,7 +254,7 @@ def test_sbatch_srun_rank_filter_uses_the_shim(capsys: pytest.CaptureFixture[str
     assert status == 0, err
     check_script(out, tmp_path)
     assert "export HPCDIST_RANKS=0,3\n" in out
-    assert "--export=ALL,HPCDIST_RANKS " in out
+    assert "--export=ALL,HPCDIST_RANKS,HPCDIST_VERSION " in out
     assert "--label" not in out and "HPCDIST_TAG" not in out
 
 

@@ -13,7 +13,7 @@ import pytest
 from fake_family import FakeMpi
 from fake_scheduler import FakeScheduler
 
-from hpcdist import families, schedulers
+from hpcdist import __version__, families, schedulers
 from hpcdist.cli import main
 from hpcdist.contract import Failed, Ready, Vanished, encode
 from hpcdist.errors import UsageError
@@ -54,6 +54,10 @@ def fakesched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]
     yield nodefile
 
 
+VERSION = f"--env=HPCDIST_VERSION={__version__}"
+PER_RUN = "'--env=HPCDIST_CONTROL=<per-launch token>' '--env=HPCDIST_RUN_ID=<per-launch run id>'"  # the fake's form
+
+
 def _dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     status = main(["mpirun", "--dry-run", *argv])
     out, err = capsys.readouterr()
@@ -66,7 +70,8 @@ def _dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, 
 def test_a_dry_run_speaks_the_registered_family_s_dialect(fake: Family, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = _dry_run(capsys, "--mpi", "fake", "--mpirun", "fakerun", "-np", "2", "--", "python", "x.py")
     assert (status, err) == (0, "")
-    assert out == f"fakerun --ranks 2 --hosts localhost:2 -- {SHIM} python x.py\n"
+    ours = "--env=HPCDIST_HEARTBEAT=5 --env=HPCDIST_TAG=numbered --env=HPCDIST_OUTPUT_RATE=4194304"
+    assert out == f"fakerun --ranks 2 --hosts localhost:2 {VERSION} {ours} {PER_RUN} -- {SHIM} python x.py\n"
 
 
 def test_the_registered_family_is_told_by_its_launcher_s_name_and_version(
@@ -76,7 +81,7 @@ def test_the_registered_family_is_told_by_its_launcher_s_name_and_version(
     launcher.write_text("#!/bin/sh\n")
     launcher.chmod(0o755)
     status, out, err = _dry_run(capsys, "--mpirun", str(launcher), "-H", "n1:2,n2:1", "--no-shim", "--", "x")
-    assert (status, out, err) == (0, f"{launcher} --ranks 3 --hosts n1:2,n2:1 -- x\n", "")
+    assert (status, out, err) == (0, f"{launcher} --ranks 3 --hosts n1:2,n2:1 {VERSION} {PER_RUN} -- x\n", "")
     assert families.from_version("Fake MPI 1.2 (a made-up one)") is fake
     assert families.identify("Fake MPI 1.2") == ("Fake MPI", "1.2")
     assert families.from_files("/opt/fake/bin/mpirun", ["mpirun", "fake_info"]) is fake

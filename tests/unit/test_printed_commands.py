@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from test_render import WEIRD, check_script
 
+from hpcdist import __version__
 from hpcdist.cli import main
 from hpcdist.hosts import HostSlots
 from hpcdist.jobs.examples import EXAMPLES
@@ -166,15 +167,27 @@ def test_torchrun_program_forms_run_as_printed(capsys: pytest.CaptureFixture[str
 # -- hpcdist mpirun --dry-run / --script ----------------------------------------------------------------------
 
 
+def _ours(np: int) -> list[str]:
+    """What the command hpcdist mpirun runs (and its dry run prints) hands every one of `np` ranks, but the values
+    made per run (PER_RUN)."""
+    return ["-x", f"HPCDIST_VERSION={__version__}", "-x", "HPCDIST_HEARTBEAT=5", "-x", "HPCDIST_TAG=numbered",
+            "-x", f"HPCDIST_OUTPUT_RATE={(8 << 20) // np}"]  # fmt: skip
+
+
+PER_RUN = ["-x", "HPCDIST_CONTROL=<per-launch token>", "-x", "HPCDIST_RUN_ID=<per-launch run id>"]
+
+
 def _mpirun_argv(stubs: Stubs, *options: str, script: bool = False) -> tuple[list[str], list[str]]:
     """`hpcdist mpirun` options with hostile -x values, and the mpirun argv they ask for (in a --script: no
-    --allow-run-as-root, HPCDIST_PROGRESS by name, both set when the script runs)."""
+    --allow-run-as-root, the contract's variables by name, which the script sets, as HPCDIST_PROGRESS when it
+    runs; the dry run: the values, and placeholders for those made per run)."""
     exports = [f"H{i}={value}" for i, value in enumerate(HOSTILE)]
     argv = ["mpirun", "-np", "2", "--mpirun", stubs.path("mpirun"), *options]
     argv += [word for item in exports for word in ("-x", item)]
+    ours = ["-x", "HPCDIST_VERSION", "-x", "HPCDIST_PROGRESS"] if script else _ours(2)
     expected = ["-np", "2", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot",
-                *([] if script else ROOT_FLAG), "--mca", "btl", "^ofi", "-x", "NCCL_DEBUG",
-                *(["-x", "HPCDIST_PROGRESS"] if script else []), *[w for item in exports for w in ("-x", item)],
+                *([] if script else ROOT_FLAG), "--mca", "btl", "^ofi", "-x", "NCCL_DEBUG", *ours,
+                *[w for item in exports for w in ("-x", item)], *([] if script else PER_RUN),
                 sys.executable, "-m", "hpcdist.shim", "--", "python", *PROGRAM]  # fmt: skip
     return [*argv, "--", "python", *PROGRAM], expected
 
@@ -193,6 +206,7 @@ def test_mpirun_runs_as_printed(capsys: pytest.CaptureFixture[str], stubs: Stubs
         argv, expected = _mpirun_argv(stubs, "--script", "-" if how == "script-stdout" else str(script), script=True)
         added = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
         added["HPCDIST_PROGRESS"] = "0"  # the script's output is no terminal here
+        added["HPCDIST_VERSION"] = __version__  # the contract: the script exports it
         text = printed(capsys, *argv)
         if how == "script-file":
             assert text == ""
@@ -280,5 +294,5 @@ def test_hostfiles_are_read_back_as_written(
     # Open MPI reads its own form from the file; the MPICH form `host:N` would be a host name to it: passed as -H
     place = ["--hostfile", str(hostfile)] if style == "openmpi" else ["-H", "node01:4,node02:4"]
     assert record["argv"] == ["-np", "8", *place, "--bind-to", "none", "--map-by", "slot", *ROOT_FLAG, "--mca",
-                              "btl", "^ofi", *KEEPALIVE, sys.executable, "-m", "hpcdist.shim", "--", "python",
-                              "x.py"]  # fmt: skip
+                              "btl", "^ofi", *KEEPALIVE, *_ours(8), *PER_RUN, sys.executable, "-m", "hpcdist.shim",
+                              "--", "python", "x.py"]  # fmt: skip

