@@ -5,5 +5,5 @@
 - `pyfunc`: `hpcdist.launch`, a function on N ranks through the launch pipeline, as `hpcdist mpirun` runs it
   (`runtime.pycall` is each rank's side); only packing the call, reading the outcomes and its errors are its own.
 
-May import: errors, values, waits, control, launching. Never torch, mpi4py, the runtime or the CLI.
+May import: errors, values, waits, contract, launching. Never torch, mpi4py, the runtime or the CLI.
 """

@@ -29,7 +29,7 @@ Its pieces:
 
 What runs inside a rank is the `rank` wing; where a rank runs on its node, `placement`; `hpcdist.launch`, `calling`.
 
-May import: the leaves (errors, values, waits, contract, control, hosts, ranklist, ranksource), the plug-in wings
-(families, schedulers), placement, rank.streams (the tagged lines it reads). Never torch, mpi4py, the runtime,
-calling or the CLI.
+May import: the leaves (errors, values, waits, contract, settings, program, status, proctree, hosts, ranklist,
+ranksource), the plug-in wings (families, schedulers), placement, rank.streams (the tagged lines it reads). Never
+torch, mpi4py, the runtime, calling or the CLI.
 """
