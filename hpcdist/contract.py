@@ -9,7 +9,8 @@ A leaf (it imports only errors, values and the version), read by both sides and 
   `Done`, `Vanished`, `Beat`, `Usage`), written as one control line on the rank's stderr by `encode` and read back
   by `parse_event`, the one parser. The line carries the launch's random token, so no program output passes for one.
 - The tagged line: `[host:rank] text` (`[host:rank:N] text` for the launcher's router), written by the rank's tagger
-  and split again by the launcher (`tag`, `split_tag`), and each rank's log file name (`log_name`).
+  and split again by the launcher (`tag`, `split_tag`), a stream's whole lines and progress-bar redraws
+  (`split_segments`), and each rank's log file name (`log_name`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .values import MAX_COUNT, ON_FAILURE, parse_seconds, parse_whole
 __all__ = [
     "EVENTS",
     "NUMBERED",
+    "PREFIX",
     "RESTART_VARS",
     "Beat",
     "Done",
@@ -51,15 +53,18 @@ __all__ = [
     "might_start_event",
     "new_token",
     "parse_event",
+    "split_segments",
     "split_tag",
     "tag",
 ]
 
+PREFIX = "HPCDIST_"  # every variable of hpcdist's starts so: the contract's and the settings'
 NUMBERED = "numbered"  # HPCDIST_TAG's value when the launcher routes the lines: [host:rank:N], N from 1 per rank
 RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # an attempt's index: hpcdist's, torchrun's
 _TOKEN = re.compile(r"[0-9a-f]{16}\Z")
 _MARK = "@@hpcdist:"
 _LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<kind>[a-z]+):(?P<rank>[0-9]{1,10}):(?P<detail>[^\n]*)")
+_SEGMENT_END = re.compile(rb"\r\n|\n|\r(?!\Z)")  # a lone \r last may still be a \r\n: wait for the next byte
 _TAG = re.compile(rb"\[(?P<host>[^\s:\[\]]+):(?P<rank>[0-9]{1,10})(?::(?P<number>[0-9]{1,20}))?\] ")
 
 
@@ -423,3 +428,16 @@ def split_tag(line: bytes) -> Tagged | None:
 def log_name(rank: int, size: int) -> str:
     """`rank-003.log`: the rank zero-padded to the width of the largest rank, at least three digits."""
     return f"rank-{rank:0{max(3, len(str(max(size - 1, 0))))}d}.log"
+
+
+def split_segments(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The whole segments of `data`, each with how it ended, and the rest that is not whole yet.
+
+    A segment ends with b"\n" (a line; `\r\n` counts as one) or b"\r" (a progress bar drawing itself again
+    on the same line, as tqdm does), so a redrawn bar is passed on at once rather than at its last newline.
+    """
+    segments, start = [], 0
+    for match in _SEGMENT_END.finditer(data):
+        segments.append((data[start : match.start()], b"\r" if match.group() == b"\r" else b"\n"))
+        start = match.end()
+    return segments, data[start:]

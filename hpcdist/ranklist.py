@@ -1,6 +1,6 @@
 """Rank lists as text, the same in every report: ranges (`0-3,7`), the first few then a count (a leaf: pure).
 
-The ranges are those `--ranks` and HPCDIST_RANKS take (`rank.streams.parse_ranks` reads them back). A list of
+The ranges are those `--ranks` takes (and the contract's rank list: `values.parse_ranks` reads them back). A list of
 any length is shown as its first MOST_SPANS ranges and a count of the rest, so a report about 10,000 ranks stays
 a line: `ranks 0-3,7,… and 9,995 more (10,000 ranks)`.
 """

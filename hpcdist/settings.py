@@ -25,12 +25,15 @@ __all__ = [
     "FORENSICS",
     "FR_DIR",
     "HEARTBEAT_TIMEOUT",
+    "JOB_RATE",
     "LAUNCH_DIR",
+    "MIN_RATE",
     "MPIRUN",
     "MPI_BUILD_WAIT",
     "MPI_CUDA_AWARE",
     "MPI_NATIVE",
     "MPI_RING_BYTES",
+    "OUTPUT_RATE",
     "SETTINGS",
     "STORE",
     "SUBMIT_DIR",
@@ -49,6 +52,7 @@ __all__ = [
     "mpi_native",
     "mpi_ring_bytes",
     "mpirun",
+    "output_rate",
     "store",
     "submit_dir",
     "template_dir",
@@ -58,6 +62,9 @@ __all__ = [
 
 DEFAULT_TIMEOUT = 300.0  # seconds any wait of a rank may take, unless the job says otherwise
 DEFAULT_BUILD_WAIT = 600.0  # seconds a process waits for another's build of the compiled mpi backend
+JOB_RATE = 8 << 20  # bytes per second the whole job's output may bring to the launcher, shared by the ranks
+MIN_RATE = 1 << 10  # but never less than this per rank
+_MAX_RATE = float(1 << 40)
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,13 @@ HEARTBEAT_TIMEOUT = Setting(
     "30",
     "how long `hpcdist mpirun` waits to hear from a running rank before it names the rank's host lost and ends "
     "the job; `--heartbeat-timeout` takes precedence",
+)
+OUTPUT_RATE = Setting(
+    "HPCDIST_OUTPUT_RATE",
+    "bytes per second (0: no limit)",
+    "8 MiB/s shared by the ranks, at least 1 KiB/s each",
+    "how much of each rank's output `hpcdist mpirun` forwards a second; past it a rank's lines are held back "
+    "(counted, and kept whole in `--log-dir`'s files)",
 )
 TEMPLATE_DIR = Setting(
     "HPCDIST_TEMPLATE_DIR",
@@ -182,6 +196,7 @@ SETTINGS = (
     DEBUG,
     MPIRUN,
     HEARTBEAT_TIMEOUT,
+    OUTPUT_RATE,
     TOPOLOGY,
     TEMPLATE_DIR,
     SUBMIT_DIR,
@@ -256,6 +271,25 @@ def heartbeat_timeout(environ: Mapping[str, str]) -> float | None:
         return 0.0
     what, how = f"{HEARTBEAT_TIMEOUT.name}={raw!r}", f"e.g. {HEARTBEAT_TIMEOUT.name}=30 (0: off)"
     return check_seconds(value if value is not None else raw, what, how)
+
+
+def output_rate(environ: Mapping[str, str], np: int) -> float:
+    """OUTPUT_RATE in bytes per second for each of `np` ranks (0: no limit); when unset, each rank's share of
+    JOB_RATE, at least MIN_RATE.
+
+    Raises:
+        UsageError: the value is no plain number.
+    """
+    raw = OUTPUT_RATE.raw(environ)
+    if not raw:
+        return float(max(MIN_RATE, JOB_RATE // max(np, 1)))
+    rate = parse_seconds(raw)  # a plain non-negative number, as seconds are written
+    if rate is None or rate > _MAX_RATE:
+        raise UsageError(
+            f"{OUTPUT_RATE.name}={raw!r}: give the bytes per second each rank may print to the launcher, "
+            f"e.g. {OUTPUT_RATE.name}=65536 (0: no limit)"
+        )
+    return rate
 
 
 def template_dir(environ: Mapping[str, str]) -> str | None:

@@ -17,13 +17,12 @@ __all__ = [
     "BACKENDS",
     "MAX_COUNT",
     "MAX_SECONDS",
-    "MIN_NP_ENV",
     "ON_FAILURE",
-    "ON_FAILURE_ENV",
     "RANK",
     "STORES",
     "check_count",
     "check_seconds",
+    "parse_ranks",
     "parse_seconds",
     "parse_whole",
     "slurm_counts",
@@ -31,8 +30,6 @@ __all__ = [
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi")  # what --backend and hpcdist.init(backend=) take
 ON_FAILURE = ("end", "shrink")  # what --on-failure takes: a lost rank ends the job, or the survivors carry on (ULFM)
-ON_FAILURE_ENV = "HPCDIST_ON_FAILURE"  # hpcdist mpirun hands --on-failure to every rank in this variable
-MIN_NP_ENV = "HPCDIST_MIN_NP"  # and --min-np: the fewest ranks the survivors may carry on with
 STORES = ("auto", "tcp", "mpi")  # what hpcdist.init(store=) and $HPCDIST_STORE take: where torch's store lives
 MAX_COUNT = 2**31 - 1  # ranks, slots, nodes, tasks: MPI and Slurm count them in a C int
 MAX_SECONDS = 30 * 86400  # a timeout: a wait longer than 30 days is a hang, and far larger ones overflow timedelta
@@ -67,7 +64,7 @@ def parse_seconds(text: str) -> float | None:
 def check_seconds(value: object, what: str, how: str) -> float:
     """`value` as float if it is a finite number of seconds above 0 and at most MAX_SECONDS, else UsageError.
 
-    `what` names the setting (`the timeout`, `HPCDIST_TIMEOUT='…'`); `how` is an example (`e.g. --timeout 300`).
+    `what` names the setting (`the timeout`, or a variable and its value); `how` is an example (`e.g. --timeout 300`).
     """
     number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
     if not (math.isfinite(number) and 0 < number <= MAX_SECONDS):
@@ -133,3 +130,27 @@ class _Placeholder:
 
 RANK = _Placeholder("RANK")  # an argument each rank of hpcdist.launch/submit receives as its own rank (mp.spawn's)
 ARRAY_TASK = _Placeholder("ARRAY_TASK")  # an argument of hpcdist.submit(..., array=…) each task gets as its task id
+
+
+def parse_ranks(text: str, np: int | None = None, what: str = "--ranks") -> frozenset[int]:
+    """The ranks of a list such as `0,3` or `0-3,7`; each must be below `np` when it is known.
+
+    Raises:
+        UsageError: not such a list, a range that runs backwards, or a rank the job does not have.
+    """
+    ranks: set[int] = set()
+    for item in text.split(","):
+        match = re.fullmatch(r"\s*([0-9]{1,10})\s*(?:-\s*([0-9]{1,10})\s*)?", item)
+        if match is None:
+            raise UsageError(f"{what} {text!r}: {item.strip()!r} is not a rank or a range; use e.g. 0,3 or 0-3,7")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if last < first:
+            raise UsageError(f"{what} {text!r}: the range {item.strip()!r} runs backwards; write it as {last}-{first}")
+        bound = np if np is not None else MAX_COUNT
+        if last >= bound:
+            raise UsageError(
+                f"{what} {text!r}: rank {last} does not exist in a job of {bound} ranks (ranks count from 0); "
+                f"give ranks from 0 to {bound - 1}"
+            )
+        ranks.update(range(first, last + 1))
+    return frozenset(ranks)

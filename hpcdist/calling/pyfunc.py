@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from .. import settings
 from ..errors import LaunchTimeout, RankFailed, UsageError, WaitTimeout
 from ..launching.execute import execute
 from ..launching.options import MpirunOptions
@@ -26,9 +27,8 @@ from ..ranklist import ranks_text
 from ..values import check_count, check_seconds
 from .calls import first_failure, pack, read_outcomes, write_call
 
-__all__ = ["DIR_ENV", "launch", "launch_options"]
+__all__ = ["launch", "launch_options"]
 
-DIR_ENV = "HPCDIST_LAUNCH_DIR"  # where the private launch directories go (all hosts must see it)
 _RUNNER = ("-m", "hpcdist.runtime.pycall")
 _CALLER = "hpcdist.launch"
 
@@ -72,7 +72,7 @@ def launch(
     world = World.current()
     options = launch_options(world.python, np=np, hostfile=hostfile, trace=trace, on_failure=on_failure)
     spread = plan(options, world, _CALLER).spec.keepalive  # on several hosts: a directory they all see
-    parent = world.environ.get(DIR_ENV) or (os.getcwd() if spread else None)
+    parent = settings.launch_dir(world.environ) or (os.getcwd() if spread else None)  # all hosts must see it
     directory = tempfile.mkdtemp(prefix="hpcdist-launch-", dir=parent)  # mode 0700: private to this user
     try:
         call_path = os.path.join(directory, "call.pkl")
@@ -95,7 +95,7 @@ def launch_options(
     """The launch `hpcdist.launch` asks for: each rank runs `python -m hpcdist.runtime.pycall WORDS...` (the call's
     file and the outcomes' template) with hpcdist mpirun's defaults and no restarts; the ranks tag their lines for
     the router, which shows them untagged and keeps the launcher's failure banners (MPI_ABORT was invoked…) off the
-    console: RankFailed reports (HPCDIST_DEBUG=1 shows them)."""
+    console: RankFailed reports (the DEBUG setting shows them)."""
     return MpirunOptions(
         program=(python, *_RUNNER, *words),
         np=np,
@@ -150,8 +150,8 @@ def _results(outcomes: dict[int, dict[str, Any]], size: int, name: str, end: str
             "?",
             "no outcome",
             f"{ranks_text(missing)} of {name} ended without returning or raising (mpirun: {end}); its output above "
-            f"says why (killed? sys.exit? a host that cannot see {directory}? then set {DIR_ENV} to a directory all "
-            "hosts share)",
+            f"says why (killed? sys.exit? a host that cannot see {directory}? then set {settings.LAUNCH_DIR.name} to a "
+            "directory all hosts share)",
             "",
         )
     return [pickle.loads(outcomes[rank]["value"]) for rank in range(size)]

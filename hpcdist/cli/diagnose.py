@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..bench.plan import COLLECTIVES, DTYPES, OPS, BenchOptions
 from ..bench.recovery import ROWS as RECOVERY_ROWS
 from ..bench.startup import ROWS as STARTUP_ROWS
@@ -83,7 +84,9 @@ def _add_bench(subparsers: Any) -> None:
         help="also time each backend with hang forensics' ledger off (the dist.* calls' and the mpi backend's "
         "records; torch's Flight Recorder stays as the group was made), row by row",
     )
-    p.add_argument("--timeout", type=Seconds(), help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    p.add_argument(
+        "--timeout", type=Seconds(), help=f"seconds any wait may take (default: ${settings.TIMEOUT.name} or 300)"
+    )
     p.add_argument(
         "--plot",
         metavar="FILE.png",
@@ -195,7 +198,9 @@ def _add_doctor(subparsers: Any) -> None:
         "Exit 0 when nothing failed, 1 otherwise.",
     )
     doctor.add_argument("--hostfile", help="also check these hosts: resolution, an mpirun over them, the rendezvous")
-    doctor.add_argument("--mpirun", help="the mpirun to check (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
+    doctor.add_argument(
+        "--mpirun", help=f"the mpirun to check (default: ${settings.MPIRUN.name}, the venv's, then PATH)"
+    )
     doctor.add_argument(
         "--timeout",
         type=Seconds(),

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import families
+from .. import families, settings
 from ..errors import UsageError
 from .types import Later, Whole, WholeOrWord, add_output_options, count, port, rank
 
@@ -22,7 +22,9 @@ _NO_SBATCH = ", or drop --submit to write the script only"  # what `hpcdist sbat
 def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
     """--template-dir and --write, plus the environment options when `env`."""
     p.add_argument(
-        "--template-dir", metavar="DIR", help="templates searched before $HPCDIST_TEMPLATE_DIR and the bundled set"
+        "--template-dir",
+        metavar="DIR",
+        help=f"templates searched before ${settings.TEMPLATE_DIR.name} and the bundled set",
     )
     p.add_argument("--write", metavar="FILE", help="write the text to FILE instead of printing it")
     if not env:
@@ -207,7 +209,8 @@ def emit(text: str, path: str | None, mode: int = 0o644) -> None:
         _check_shell(
             text,
             "the generated script",
-            "a --setup line or a site template (--template-dir, $HPCDIST_TEMPLATE_DIR) breaks it: fix that line",
+            f"a --setup line or a site template (--template-dir, ${settings.TEMPLATE_DIR.name}) breaks it: fix that "
+            "line",
         )
     if path is None:
         sys.stdout.write(text)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import families
+from .. import families, settings
 from .types import Seconds, Whole, add_output_options, count
 
 if TYPE_CHECKING:
@@ -23,8 +23,8 @@ __all__ = ["COMMANDS", "add_parsers", "mpirun", "mpirun_options", "workload_opti
 
 def add_parsers(sub: Any) -> None:
     """Add `env`, `mpirun` and `run` to the CLI's subparsers."""
-    from ..contract import RESTART_VARS
-    from ..values import BACKENDS, MIN_NP_ENV, ON_FAILURE, ON_FAILURE_ENV, STORES
+    from ..contract import RESTART_VARS, RankContract
+    from ..values import BACKENDS, ON_FAILURE, STORES
     from ..workloads import WORKLOADS
 
     env = sub.add_parser("env", help="show the launcher and ranks hpcdist detects in this process")
@@ -96,15 +96,16 @@ def add_parsers(sub: Any) -> None:
         default="end",
         help="what a failed or lost rank (or host) does to the job: end it (default), or shrink: the survivors carry "
         "on without it, on Open MPI's fault tolerance (ULFM: mpirun --with-ft ulfm over TCP); each rank gets "
-        f"{ON_FAILURE_ENV} and {MIN_NP_ENV}, hpcdist.init's groups are rebuilt on the survivors, and the job's status "
-        "is the survivors'",
+        f"{RankContract.variable('on_failure')} and {RankContract.variable('min_np')}, hpcdist.init's groups are "
+        "rebuilt on the survivors, and the job's status is the survivors'",
     )
     mpirun.add_argument(
         "--heartbeat-timeout",
         type=Seconds(off=True),
         metavar="SECONDS",
         help="end the job when a running rank's heartbeat (its tagger's, every sixth of this, at most 5 s) is not "
-        "heard for this long, naming the rank and its host (default: $HPCDIST_HEARTBEAT_TIMEOUT or 30; 0: off)",
+        "heard for this long, naming the rank and its host "
+        f"(default: ${settings.HEARTBEAT_TIMEOUT.name} or 30; 0: off)",
     )
     mpirun.add_argument(
         "--trace",
@@ -112,7 +113,7 @@ def add_parsers(sub: Any) -> None:
         help="write every rank's communication calls (and hpcdist.region marks) on one clock into FILE, a Chrome "
         "trace that ui.perfetto.dev opens, and print which rank arrived last at collectives (see `hpcdist trace`)",
     )
-    mpirun.add_argument("--mpirun", help="the mpirun to use (default: $HPCDIST_MPIRUN, the venv's, then PATH)")
+    mpirun.add_argument("--mpirun", help=f"the mpirun to use (default: ${settings.MPIRUN.name}, the venv's, then PATH)")
     mpirun.add_argument(
         "--mpi",
         metavar="|".join(families.names()),
@@ -141,11 +142,14 @@ def add_parsers(sub: Any) -> None:
         help=f"workloads to run in order: {', '.join(WORKLOADS)}",
     )
     run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
-    run.add_argument("--timeout", type=Seconds(), help="seconds any wait may take (default: $HPCDIST_TIMEOUT or 300)")
+    run.add_argument(
+        "--timeout", type=Seconds(), help=f"seconds any wait may take (default: ${settings.TIMEOUT.name} or 300)"
+    )
     run.add_argument(
         "--store",
         choices=STORES,
-        help="where torch's store lives: tcp (rank 0's port) or mpi (over MPI, no port) (default: $HPCDIST_STORE or "
+        help="where torch's store lives: tcp (rank 0's port) or mpi (over MPI, no port) "
+        f"(default: ${settings.STORE.name} or "
         "auto: mpi for the mpi backend under an MPI launch, else tcp)",
     )
     _workload_options(run)
@@ -201,7 +205,7 @@ def _workload_options(parser: Any) -> None:
         "--on-failure",
         choices=ON_FAILURE,
         help="end: a lost rank ends the job; shrink: the survivors carry on from the last step they all finished "
-        "(under `hpcdist mpirun --on-failure shrink`) (default: $HPCDIST_ON_FAILURE, which that sets, or end)",
+        "(under `hpcdist mpirun --on-failure shrink`) (default: the launch's, which that sets, or end)",
     )
 
 
@@ -211,7 +215,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
     Raises:
         UsageError: a value the workloads refuse (see WorkloadOptions).
     """
-    from ..values import ON_FAILURE_ENV
+    from ..contract import RankContract
     from ..workloads import WorkloadOptions
 
     return WorkloadOptions(
@@ -224,7 +228,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         stop_after_epoch=args.stop_after_epoch,
         report=args.report,
         step_log=args.step_log,
-        on_failure=args.on_failure or os.environ.get(ON_FAILURE_ENV) or "end",
+        on_failure=args.on_failure or os.environ.get(RankContract.variable("on_failure")) or "end",
     )
 
 

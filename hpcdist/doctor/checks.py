@@ -6,7 +6,7 @@ import os
 import re
 import shlex
 
-from .. import families
+from .. import families, settings
 from .bindplan import check_binding
 from .facts import Check, Facts, Probe, mpi_identity, tail
 from .network import check_interfaces
@@ -94,7 +94,7 @@ def _rebuild(f: Facts) -> str:
     return (
         f"build mpi4py against the MPI of this mpirun: `env MPICC={mpicc} {shlex.quote(f.python or 'python')} -m pip "
         "install --no-binary mpi4py --no-cache-dir --force-reinstall mpi4py`, or use the mpirun of mpi4py's MPI "
-        "(--mpirun PATH or $HPCDIST_MPIRUN)"
+        f"(--mpirun PATH or ${settings.MPIRUN.name})"
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .. import families
+from .. import families, settings
 from ..contract import RankContract
 from ..errors import UsageError
 from ..hosts import HostSlots
@@ -28,7 +28,7 @@ from ..launching.plan import plan
 from ..launching.sessions import clear_stale_sessions
 from ..launching.spawn import capture
 from ..launching.world import World
-from ..placement.topology import TOPOLOGY_VAR, load_topology
+from ..placement.topology import load_topology
 from ..runtime.env import AGENT_VARIABLES, LaunchEnv
 from ..runtime.netif import resolve
 from .facts import DEFAULT_TIMEOUT, Check, Facts, Probe, tail
@@ -161,7 +161,7 @@ def _binding_facts(local_world_size: int | None, topology: str | None, world: Wo
     The size: `local_world_size`, else the launch this runs in (mpirun, srun), else the allocation's
     SLURM_NTASKS_PER_NODE, else one rank per GPU, else 1.
     """
-    environ = {**world.environ, TOPOLOGY_VAR: topology} if topology else dict(world.environ)
+    environ = {**world.environ, settings.TOPOLOGY.name: topology} if topology else dict(world.environ)
     facts: dict[str, Any] = {
         "bind_environ": {
             k: v

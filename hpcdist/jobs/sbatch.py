@@ -24,9 +24,8 @@ from ..launching.plan import LaunchPlan, plan
 from ..launching.world import World
 from ..placement.binding import check_bind
 from ..program import check_program
-from ..rank.streams import parse_ranks
 from ..schedulers.slurm import expand_nodelist
-from ..values import MAX_COUNT, parse_whole
+from ..values import MAX_COUNT, parse_ranks, parse_whole
 from . import LAUNCHES
 from .arrays import ARRAY_VARS, check_array, check_task_file
 from .render import render_template
@@ -107,7 +106,7 @@ class SbatchSpec:
     requeue: bool = False
     requeue_signal: str = "USR1@90"
     probe_fabrics: bool = False  # mpirun mode: keep Open MPI's libfabric probe
-    bind: str = "none"  # auto: the shim binds each rank (BIND_VAR), srun's own binding off (--cpu-bind=none)
+    bind: str = "none"  # auto: the shim binds each rank (the contract's bind), srun's own binding off (--cpu-bind=none)
     rank_output: OutputOptions = _UNTAGGED  # per-rank output: tags, log files, the console's ranks
     max_restarts: int = 0  # run the launch again after a failure, up to this many times (a loop in the script)
 

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..contract import log_name
+from ..contract import RankContract, log_name
 from ..errors import UsageError
 from ..launching.spawn import capture
-from ..rank.streams import LOG_DIR_ENV
 from ..values import parse_whole
 from ..waits import Backoff, poll_until
 from .arrays import array_indices
@@ -214,7 +213,7 @@ def rank_log(script: str, info: JobInfo, rank: int) -> Path | None:
     ranks = parse_whole(info.fields.get("NumTasks", "")) or 0  # srun and mpirun modes: one task per rank
     work = Path(info.fields.get("WorkDir", "."))
     srun = _SRUN_LOG.search(script)
-    mpirun = re.search(rf"^export {LOG_DIR_ENV}=(.+)$", script, re.M)
+    mpirun = re.search(rf"^export {RankContract.variable('log_dir')}=(.+)$", script, re.M)
     if srun is None and mpirun is None:
         if "--log-dir=" in script:
             raise UsageError(

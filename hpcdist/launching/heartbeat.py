@@ -1,11 +1,11 @@
 """hpcdist's own heartbeat: each rank's tagger beats in band; a rank that was beating and goes silent is lost (pure).
 
 Hydra has no keepalive: with a host's link cut and its ranks idle, MPICH's mpiexec waits forever (measured with
-MPICH 5.0.2). `hpcdist mpirun` therefore exports BEAT_ENV (the seconds between beats: a sixth of the limit, at
-most 5 s, or past 5,000 ranks what keeps the launcher to MAX_BEATS lines a second) to every rank; the rank's
-tagger, a process of its own, writes a `beat` control line that often, however busy the rank is (in a blocking
-MPI call, or a loop that holds the GIL). The watch ends the job when a rank that was beating, and has not said
-how it ended, is silent longer than the limit: `--heartbeat-timeout`, else HEARTBEAT_TIMEOUT_ENV, else
+MPICH 5.0.2). `hpcdist mpirun` therefore hands every rank the contract's beat interval (the seconds between beats: a
+sixth of the limit, at most 5 s, or past 5,000 ranks what keeps the launcher to MAX_BEATS lines a second); the
+rank's tagger, a process of its own, sends a `beat` event that often, however busy the rank is (in a blocking MPI
+call, or a loop that holds the GIL). The watch ends the job when a rank that was beating, and has not said how it
+ended, is silent longer than the limit: `--heartbeat-timeout`, else the HEARTBEAT_TIMEOUT setting, else
 DEFAULT_HEARTBEAT_TIMEOUT (longer past 5,000 ranks); 0 turns it off.
 """
 
@@ -15,20 +15,18 @@ import threading
 import time
 from collections.abc import Mapping
 
+from .. import settings
 from ..errors import HeartbeatLost
 from ..ranklist import ranks_text
-from ..values import check_seconds, parse_seconds
 
 __all__ = [
     "DEFAULT_HEARTBEAT_TIMEOUT",
-    "HEARTBEAT_TIMEOUT_ENV",
     "MAX_BEATS",
     "Heartbeats",
     "beat_interval",
     "heartbeat_limit",
 ]
 
-HEARTBEAT_TIMEOUT_ENV = "HPCDIST_HEARTBEAT_TIMEOUT"
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # Open MPI's PRRTE notices a cut link in ~5 s; this is the backstop for every MPI
 _MOST_HOSTS = 4  # hosts named one by one in what fell silent; the rest are counted
 MAX_BEATS = 1000  # beat lines a second the launcher reads at most, at the default limit: 60 s at 10,000 ranks
@@ -36,7 +34,7 @@ _MAX_INTERVAL = 5.0  # seconds between beats at most: 12 short lines a minute pe
 
 
 def heartbeat_limit(option: float | None, environ: Mapping[str, str], np: int = 1) -> float | None:
-    """The heartbeat limit in seconds: `option` (MpirunOptions checked it), else $HPCDIST_HEARTBEAT_TIMEOUT, else 30
+    """The heartbeat limit in seconds: `option` (MpirunOptions checked it), else the HEARTBEAT_TIMEOUT setting, else 30
     (for `np` ranks, at least six beats of `beat_interval`, so that the launcher hears MAX_BEATS a second at most);
     None when 0 (off).
 
@@ -45,14 +43,10 @@ def heartbeat_limit(option: float | None, environ: Mapping[str, str], np: int = 
     """
     if option is not None:
         return option or None
-    raw = environ.get(HEARTBEAT_TIMEOUT_ENV)
-    if raw is None:
+    value = settings.heartbeat_timeout(environ)
+    if value is None:
         return max(DEFAULT_HEARTBEAT_TIMEOUT, 6 * np / MAX_BEATS)
-    value = parse_seconds(raw)
-    if value == 0:
-        return None
-    what = f"{HEARTBEAT_TIMEOUT_ENV}={raw!r}"
-    return check_seconds(value if value is not None else raw, what, f"e.g. {HEARTBEAT_TIMEOUT_ENV}=30 (0: off)")
+    return value or None
 
 
 def beat_interval(limit: float, np: int = 1) -> float:

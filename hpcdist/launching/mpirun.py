@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .. import families, schedulers
+from ..contract import PREFIX
 from ..errors import UsageError
 from ..families.base import MpirunSpec
 from ..hosts import HostSlots
@@ -18,7 +19,7 @@ from .names import ENV_NAME
 
 __all__ = ["SHIM", "build_mpirun_argv", "env_forwards", "spans_hosts"]
 
-_FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "HPCDIST_")
+_FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", PREFIX)
 _FORWARD_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
 SHIM = ("-m", "hpcdist.shim", "--")  # after a python: what each rank runs before the program (scripts too)
 

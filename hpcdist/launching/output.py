@@ -1,8 +1,8 @@
-"""Per-rank output (pure): the options, the shim's variables, and the router of mpirun's lines.
+"""Per-rank output (pure): the options, and the router of mpirun's lines.
 
-A rank started through hpcdist's shim with HPCDIST_TAG, HPCDIST_LOG_DIR or HPCDIST_RANKS set runs a tagger
-(`rank.tagger`; the variables and the line format are `rank.streams`') that writes each whole line as `[host:rank]
-text` (`[host:rank:N] text` when `hpcdist mpirun` routes them). `hpcdist mpirun` reads those lines back here: it shows
+A rank whose contract asks for tagged lines, a log directory or a rank list runs a tagger (`rank.tagger`) that
+writes each whole line as `[host:rank] text` (`[host:rank:N] text` when `hpcdist mpirun` routes them; the line's
+format is the contract's). `hpcdist mpirun` reads those lines back here: it shows
 the selected ranks and keeps each rank's last lines for the failure summary, in the order the rank wrote them
 (watch.py has taken the event lines out before). What of the launcher's and the MPI's own words hpcdist's report
 replaces, the launch's MPI family says (`hpcdist.families`).
@@ -15,10 +15,10 @@ import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from .. import families
-from ..contract import NUMBERED, split_tag
-from ..rank.streams import LOG_DIR_ENV, RANKS_ENV, TAG_ENV, parse_ranks, split_segments
+from .. import families, settings
+from ..contract import split_segments, split_tag
 from ..ranklist import by_host
+from ..values import parse_ranks
 from .outcome import BLAMED_HOWS
 from .watch import MpirunWatch
 
@@ -28,14 +28,12 @@ __all__ = [
     "Failure",
     "OutputOptions",
     "OutputRouter",
-    "shim_variables",
     "shows_banners",
     "summary",
 ]
 
 DEFAULT_TAIL = 20
 MOST_SUMMARIES = 8  # failed ranks shown with their last lines; the rest are grouped and counted
-DEBUG_ENV = "HPCDIST_DEBUG"  # set (not 0): the launcher's failure banners stay on the console
 
 
 @dataclass(frozen=True)
@@ -49,22 +47,8 @@ class OutputOptions:
 
 
 def shows_banners(environ: Mapping[str, str]) -> bool:
-    """Whether $HPCDIST_DEBUG asks to see the launcher's failure banners, which hpcdist's own lines replace."""
-    return environ.get(DEBUG_ENV, "0") not in ("", "0")
-
-
-def shim_variables(options: OutputOptions, routed: bool = False) -> list[str]:
-    """The `NAME=VALUE` settings that make the shim's tagger do what `options` ask (none: it does not start).
-
-    With `routed` (a launch `hpcdist mpirun` runs itself), ranks always tag, number and send every line: the
-    launcher filters and strips them itself, so it still has a hidden rank's last lines when that rank fails.
-    """
-    settings = [f"{TAG_ENV}={NUMBERED if routed else 1}"] if options.tag or routed else []
-    if options.log_dir:
-        settings.append(f"{LOG_DIR_ENV}={options.log_dir}")
-    if options.ranks is not None and not routed:
-        settings.append(f"{RANKS_ENV}={options.ranks}")
-    return settings
+    """Whether the DEBUG setting asks to see the launcher's failure banners, which hpcdist's own lines replace."""
+    return settings.debug(environ)
 
 
 @dataclass(frozen=True)

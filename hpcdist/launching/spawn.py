@@ -212,7 +212,7 @@ def run_mpirun(
         WaitTimeout: the job ran longer than `timeout` seconds (None: no limit); it was ended.
 
     Open MPI's mpirun returns 0 after losing a host's daemon; its output is watched for that, and for the
-    control lines of ranks started with HPCDIST_CONTROL=`token` (acted on, never shown). With a `router`
+    events of ranks whose contract carries `token` (acted on, never shown). With a `router`
     (ranks that tag their lines), the console shows what it selects, and each failed rank's last lines
     follow at the end. `family`: the MPI family whose launcher runs (None: every family's words are read), which
     says how its output reads; `vanished_named` overrides whether a rank whose tagger saw it vanish is named.

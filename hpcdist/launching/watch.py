@@ -12,13 +12,13 @@ import threading
 import time
 from collections.abc import Mapping
 
-from .. import families
+from .. import families, settings
 from ..contract import Beat, Done, Event, Failed, Vanished, might_start_event, parse_event
 from ..errors import JobEnding, LauncherStalled
 from ..families.base import AgentFailed, HostLost, Observation
 from . import blame
 from .book import RankBook
-from .heartbeat import HEARTBEAT_TIMEOUT_ENV, Heartbeats
+from .heartbeat import Heartbeats
 from .lost import LostHosts
 from .outcome import LOST_HOST_STATUS, USAGE_STATUS, VANISHED, LaunchOutcome
 from .shrink import ShrinkWatch
@@ -202,7 +202,7 @@ class MpirunWatch:
             problem = (
                 problem
                 or f"{beats.problem}; hpcdist mpirun ended the job (check that the host is up and "
-                f"reachable; --heartbeat-timeout or ${HEARTBEAT_TIMEOUT_ENV} sets the limit)"
+                f"reachable; --heartbeat-timeout or ${settings.HEARTBEAT_TIMEOUT.name} sets the limit)"
             )
         lost = tuple(dict.fromkeys([*self.lost.hosts, *beats.lost_hosts]))
         ended = blame.ended(book, failed, lost) if self.ending else {}

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import IO
 
-__all__ = ["MPIRUN_VAR", "World"]
+from .. import settings
 
-MPIRUN_VAR = "HPCDIST_MPIRUN"  # the mpirun to use when no --mpirun is given
+__all__ = ["World"]
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ class World:
         return self.which(name)
 
     def mpirun(self) -> str | None:
-        """The mpirun to use when none is named: $HPCDIST_MPIRUN, else the one beside this Python, else PATH's."""
-        return self.environ.get(MPIRUN_VAR) or self.tool("mpirun")
+        """The mpirun to use when none is named: the MPIRUN setting, else the one beside this Python, else PATH's."""
+        return settings.mpirun(self.environ) or self.tool("mpirun")
 
     def say(self, text: str, end: str = "\n") -> None:
         """Write one of hpcdist's own lines to this world's stderr (nothing when it has none)."""

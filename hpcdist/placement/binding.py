@@ -13,13 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..contract import RankContract
 from ..errors import UsageError
 from .topology import Device, Topology
 
-__all__ = ["BIND_MODES", "BIND_VAR", "RankBinding", "binding_env", "check_bind", "plan_binding"]
+__all__ = ["BIND_MODES", "RankBinding", "binding_env", "check_bind", "plan_binding"]
 
-BIND_VAR = RankContract.variable("bind")  # what `--bind` hands to the shim: auto or none
 BIND_MODES = ("none", "auto")
 
 

@@ -17,7 +17,6 @@ from .. import settings
 from ..errors import UsageError
 
 __all__ = [
-    "TOPOLOGY_VAR",
     "Device",
     "Numa",
     "Topology",
@@ -27,7 +26,6 @@ __all__ = [
     "read_sysfs",
 ]
 
-TOPOLOGY_VAR = settings.TOPOLOGY.name  # an hwloc XML file to plan from instead of this machine's sysfs
 _NVIDIA = "0x10de"
 _GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller (A100, H100) and VGA controller (workstation cards)
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
@@ -269,16 +267,17 @@ def load_topology(environ: Mapping[str, str], allowed: Iterable[int] | None = No
                 text = handle.read()
         except OSError as exc:
             raise UsageError(
-                f"${TOPOLOGY_VAR} {path!r} cannot be read ({exc.strerror}); write it with `lstopo --of xml FILE`"
+                f"${settings.TOPOLOGY.name} {path!r} cannot be read ({exc.strerror}); write it with "
+                "`lstopo --of xml FILE`"
             ) from None
-        topology = parse_hwloc_xml(text, f"${TOPOLOGY_VAR} {path!r}")
+        topology = parse_hwloc_xml(text, f"${settings.TOPOLOGY.name} {path!r}")
     else:
         topology = read_sysfs()
     if allowed is not None:
         topology = topology.restrict(allowed)
     if not topology.nodes:
         raise UsageError(
-            f"no usable CPU in the topology{f' of ${TOPOLOGY_VAR} {path!r}' if path else ''}"
+            f"no usable CPU in the topology{f' of ${settings.TOPOLOGY.name} {path!r}' if path else ''}"
             " (none of this process's allowed CPUs is in it); check the file, or use --bind none"
         )
     return topology

@@ -2,11 +2,9 @@
 
 - `tagger`: started by the shim before the program; its forked process writes the rank's whole lines tagged
   `[host:rank] `, to its log file, and the `Beat` events `hpcdist mpirun`'s heartbeat watch listens for;
-- `streams`: rank lists and the splitting of a stream into lines and progress-bar redraws, which the supervisor's
-  router (`launching.output`) uses too (pure); the tagged line's format is the contract's;
 - `budget`: how much of a rank's output its tagger forwards (pure);
 - `child`: the rank's non-Python program, started with the rank's signals passed on, and the tools forensics runs.
 
 Each takes the launcher's contract (`RankContract`) from the shim. May import: the leaves (errors, values, waits,
-contract). Never the supervisor (launching), torch, mpi4py, the runtime or the CLI.
+contract, ranklist). Never the supervisor (launching), torch, mpi4py, the runtime or the CLI.
 """

@@ -1,10 +1,11 @@
 """How much of a rank's output its tagger forwards to the launcher: a byte budget refilled at a steady rate (pure).
 
-`hpcdist mpirun` sets every rank's rate (the contract's `output_rate`) to its share of what one launcher can take
-(`rank_rate`): 8 MiB/s over the job, at least 1 KiB/s a rank. A rank may spend BURST_SECONDS of its rate at once
-(at least MIN_BURST bytes); a line that finds the budget spent is not forwarded, and when output flows again (or the
-rank ends) the tagger says in one line how many lines and bytes it held back and where they are kept in full: the
-rank's log with --log-dir, which keeps every line. Control lines are never held back.
+`hpcdist mpirun` sets every rank's rate (the contract's `output_rate`) to the OUTPUT_RATE setting, else to its share
+of what one launcher can take (`settings.output_rate`): 8 MiB/s over the job, at least 1 KiB/s a rank. A rank may
+spend BURST_SECONDS of its rate at once (at least MIN_BURST bytes); a line that finds the budget spent is not
+forwarded, and when output flows again (or the rank ends) the tagger says in one line how many lines and bytes it
+held back and where they are kept in full: the rank's log with --log-dir, which keeps every line. Event lines are
+never held back.
 """
 
 from __future__ import annotations
@@ -12,40 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..contract import RankContract
-from ..errors import UsageError
-from ..values import parse_seconds
+__all__ = ["BURST_SECONDS", "MIN_BURST", "Budget"]
 
-__all__ = ["BURST_SECONDS", "JOB_RATE", "MIN_BURST", "MIN_RATE", "OUTPUT_RATE_ENV", "Budget", "rank_rate", "read_rate"]
-
-OUTPUT_RATE_ENV = RankContract.variable("output_rate")  # as a user may set it for hpcdist mpirun (read_rate)
-JOB_RATE = 8 << 20  # bytes per second the whole job's output may bring to the launcher, shared by the ranks
-MIN_RATE = 1 << 10  # but never less than this per rank
 BURST_SECONDS = 10.0  # a quiet rank may then print this many seconds' worth at once
 MIN_BURST = 16 << 10
-MAX_RATE = float(1 << 40)
-
-
-def read_rate(raw: str | None) -> float:
-    """OUTPUT_RATE_ENV's value, as a user set it for hpcdist mpirun, in bytes per second (0 when unset: no limit).
-
-    Raises:
-        UsageError: the value is no plain number.
-    """
-    if raw is None or raw == "":
-        return 0.0
-    rate = parse_seconds(raw)  # a plain non-negative number, as seconds are written
-    if rate is None or rate > MAX_RATE:
-        raise UsageError(
-            f"{OUTPUT_RATE_ENV}={raw!r}: give the bytes per second each rank may print to the launcher, "
-            f"e.g. {OUTPUT_RATE_ENV}=65536 (0: no limit)"
-        )
-    return rate
-
-
-def rank_rate(np: int) -> int:
-    """Bytes per second each of `np` ranks may forward: JOB_RATE shared, at least MIN_RATE."""
-    return max(MIN_RATE, JOB_RATE // max(np, 1))
 
 
 class Budget:

@@ -21,11 +21,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..contract import NUMBERED, Beat, Done, Failed, RankContract, Vanished, log_name, parse_event
+from ..contract import NUMBERED, Beat, Done, Failed, RankContract, Vanished, log_name, parse_event, split_segments
 from ..errors import UsageError, WaitTimeout
+from ..values import parse_ranks
 from ..waits import Backoff, poll_until
 from .budget import Budget
-from .streams import parse_ranks, split_segments
 
 __all__ = ["DRAIN_SECONDS", "PEER_GRACE_SECONDS", "Tagger", "leave_time_to_peers", "start"]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from hpcdist import settings
 from hpcdist.errors import UsageError
-from hpcdist.rank.budget import Budget, rank_rate, read_rate
+from hpcdist.rank.budget import Budget
 
 
 def test_a_burst_then_the_rate_and_the_held_back_lines_are_said_with_where_they_are() -> None:
@@ -26,7 +27,9 @@ def test_a_burst_then_the_rate_and_the_held_back_lines_are_said_with_where_they_
 
 
 def test_the_rate_is_the_launchers_share_and_a_bad_value_is_a_usage_error() -> None:
-    assert rank_rate(4) == 2 << 20 and rank_rate(10_000) == 1024
-    assert read_rate(None) == read_rate("") == 0
+    assert settings.output_rate({}, 4) == 2 << 20 and settings.output_rate({}, 10_000) == 1024
+    assert settings.output_rate({"HPCDIST_OUTPUT_RATE": ""}, 4) == 2 << 20
+    assert settings.output_rate({"HPCDIST_OUTPUT_RATE": "0"}, 4) == 0  # no limit
+    assert settings.output_rate({"HPCDIST_OUTPUT_RATE": "65536"}, 4) == 65536
     with pytest.raises(UsageError, match=r"^HPCDIST_OUTPUT_RATE='fast': give the bytes per second"):
-        read_rate("fast")
+        settings.output_rate({"HPCDIST_OUTPUT_RATE": "fast"}, 4)

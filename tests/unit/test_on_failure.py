@@ -10,7 +10,7 @@ import pytest
 
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.launch import mpirun_options
-from hpcdist.contract import Beat, Done, Event, Failed, Ready, Vanished, encode
+from hpcdist.contract import Beat, Done, Event, Failed, RankContract, Ready, Vanished, encode
 from hpcdist.errors import UsageError
 from hpcdist.families.base import MpirunSpec
 from hpcdist.launching import heartbeat
@@ -20,9 +20,9 @@ from hpcdist.launching.plan import plan
 from hpcdist.launching.shrink import ShrinkWatch
 from hpcdist.launching.watch import LAUNCHER_GRACE, MpirunWatch
 from hpcdist.launching.world import World
-from hpcdist.values import MIN_NP_ENV, ON_FAILURE_ENV
 
 TOKEN = "0123456789abcdef"
+ON_FAILURE_ENV, MIN_NP_ENV = RankContract.variable("on_failure"), RankContract.variable("min_np")
 PROG = ("python", "train.py")
 SHRINK = MpirunSpec(program=PROG, np=4, fault_tolerance=True)
 HEAD = ["mpirun", "-np", "4", "--bind-to", "none", "--map-by", "slot"]

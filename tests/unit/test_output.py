@@ -10,7 +10,7 @@ import pytest
 from test_render import WEIRD, check_script
 
 from hpcdist.cli import main
-from hpcdist.contract import Event, Failed, Ready, Vanished, encode, log_name, split_tag
+from hpcdist.contract import Event, Failed, Ready, Vanished, encode, log_name, split_segments, split_tag
 from hpcdist.errors import UsageError
 from hpcdist.launching.outcome import LaunchOutcome
 from hpcdist.launching.output import (
@@ -18,13 +18,12 @@ from hpcdist.launching.output import (
     Failure,
     OutputOptions,
     OutputRouter,
-    shim_variables,
     shows_banners,
     summary,
 )
 from hpcdist.launching.restarts import describe_end
 from hpcdist.launching.watch import MpirunWatch
-from hpcdist.rank.streams import parse_ranks, split_segments
+from hpcdist.values import parse_ranks
 
 TOKEN = "0123456789abcdef"
 
@@ -75,17 +74,6 @@ def test_split_tag() -> None:
     assert split_tag(b"[n1:3]loss\n") is None
     assert split_tag(b"prterun noticed that\n") is None
     assert split_tag(b"x [n1:3] late tag\n") is None
-
-
-def test_shim_variables() -> None:
-    both = OutputOptions(log_dir="/l", ranks="0,3")
-    assert shim_variables(OutputOptions(tag=False)) == []
-    assert shim_variables(both) == ["HPCDIST_TAG=1", "HPCDIST_LOG_DIR=/l", "HPCDIST_RANKS=0,3"]
-    # hpcdist mpirun routes itself: tags and numbers always, every rank's lines sent
-    assert shim_variables(OutputOptions(tag=False, log_dir="/l", ranks="0"), routed=True) == [
-        "HPCDIST_TAG=numbered",
-        "HPCDIST_LOG_DIR=/l",
-    ]
 
 
 def _ctl(event: Event) -> bytes:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcdist.rank.streams import parse_ranks
 from hpcdist.ranklist import by_host, rank_ranges, ranks_text
+from hpcdist.values import parse_ranks
 
 _RANKS = st.sets(st.integers(0, 20_000), max_size=300)
 

@@ -20,23 +20,6 @@ from hpcdist.errors import UsageError
 
 PACKAGE = Path(hpcdist.__file__).parent
 TOKEN = "0123456789abcdef"
-# Modules of the launching side that still spell the variables out; each goes as it reads the contract or settings.
-NOT_YET = {
-    "calling/pyfunc.py",
-    "cli/diagnose.py",
-    "cli/generate.py",
-    "cli/launch.py",
-    "cli/types.py",
-    "doctor/checks.py",
-    "launching/heartbeat.py",
-    "launching/mpirun.py",
-    "launching/output.py",
-    "launching/plan.py",
-    "launching/spawn.py",
-    "launching/world.py",
-    "ranklist.py",
-    "values.py",
-}
 
 
 def _literals(path: Path) -> list[str]:
@@ -51,8 +34,7 @@ def _literals(path: Path) -> list[str]:
 
 def test_hpcdist_s_variables_are_spelled_out_only_in_the_contract_and_the_settings() -> None:
     spelled = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if _literals(path)}
-    assert spelled - NOT_YET == {"contract.py", "settings.py"}
-    assert spelled >= NOT_YET  # one that no longer does leaves the list
+    assert spelled == {"contract.py", "settings.py"}  # every other module reads a setting or the contract's field
 
 
 def test_every_variable_the_package_names_is_a_setting_or_the_contract_s() -> None:
