@@ -14,6 +14,7 @@ from .. import families, settings
 from .types import Seconds, Whole, add_output_options, count
 
 if TYPE_CHECKING:
+    from ..contract import RankContract
     from ..launching.options import MpirunOptions
     from ..launching.world import World
     from ..workloads import WorkloadOptions
@@ -205,17 +206,18 @@ def _workload_options(parser: Any) -> None:
         "--on-failure",
         choices=ON_FAILURE,
         help="end: a lost rank ends the job; shrink: the survivors carry on from the last step they all finished "
-        "(under `hpcdist mpirun --on-failure shrink`) (default: the launch's, which that sets, or end)",
+        "(under `hpcdist mpirun --on-failure shrink`) (default: the launch's, which `hpcdist mpirun --on-failure` "
+        "hands each rank, else end)",
     )
 
 
-def workload_options(args: argparse.Namespace) -> WorkloadOptions:
-    """`hpcdist run`'s workload options as the WorkloadOptions a Python caller builds too (checked as made).
+def workload_options(args: argparse.Namespace, contract: RankContract | None = None) -> WorkloadOptions:
+    """`hpcdist run`'s workload options as the WorkloadOptions a Python caller builds too (checked as made); what
+    a failed rank does is the rank's `contract`'s (its launch's --on-failure) unless --on-failure says.
 
     Raises:
         UsageError: a value the workloads refuse (see WorkloadOptions).
     """
-    from ..contract import RankContract
     from ..workloads import WorkloadOptions
 
     return WorkloadOptions(
@@ -228,7 +230,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
         stop_after_epoch=args.stop_after_epoch,
         report=args.report,
         step_log=args.step_log,
-        on_failure=args.on_failure or os.environ.get(RankContract.variable("on_failure")) or "end",
+        on_failure=args.on_failure or (contract.on_failure if contract is not None else "end"),
     )
 
 
@@ -336,9 +338,10 @@ def _run(args: argparse.Namespace) -> int:
     """`hpcdist run NAME...`: initialise once, run each workload, and end the whole job on a wrong result."""
     from ..abort import abort_job
     from ..runtime.bootstrap import init
+    from ..runtime.process import current
     from ..workloads import load
 
-    options = workload_options(args)
+    options = workload_options(args, current().contract)  # this rank's contract, read once for the process
     with init(args.backend, args.timeout, args.store) as session:
         for name in args.names:
             problem = load(name)(session, options)

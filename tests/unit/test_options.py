@@ -12,6 +12,7 @@ import pytest
 
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.launch import mpirun_options, workload_options
+from hpcdist.contract import RankContract
 from hpcdist.errors import UsageError
 from hpcdist.launching.options import MpirunOptions
 from hpcdist.workloads import MAX_SEED, WorkloadOptions
@@ -35,11 +36,13 @@ def test_the_cli_parses_into_the_options_a_python_caller_builds() -> None:
     )
 
 
-def test_on_failure_follows_the_launch_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HPCDIST_ON_FAILURE", "shrink")  # what `hpcdist mpirun --on-failure shrink` sets
-    assert workload_options(build_parser().parse_args(["run", "ddp"])).on_failure == "shrink"
-    assert workload_options(build_parser().parse_args(["run", "ddp", "--on-failure", "end"])).on_failure == "end"
-    monkeypatch.delenv("HPCDIST_ON_FAILURE")
+def test_on_failure_follows_the_launch_unless_given() -> None:
+    shrink = RankContract(on_failure="shrink")  # what `hpcdist mpirun --on-failure shrink` hands each rank
+    assert workload_options(build_parser().parse_args(["run", "ddp"]), shrink).on_failure == "shrink"
+    assert (
+        workload_options(build_parser().parse_args(["run", "ddp", "--on-failure", "end"]), shrink).on_failure == "end"
+    )
+    assert workload_options(build_parser().parse_args(["run", "ddp"]), RankContract()).on_failure == "end"
     assert workload_options(build_parser().parse_args(["run", "ddp"])).on_failure == "end"
 
 
