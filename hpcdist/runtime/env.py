@@ -426,16 +426,11 @@ def _missing(because: str, var: str, source: Source) -> _HalfSet:
 
 
 def _int(environ: Mapping[str, str], var: str) -> int:
-    """The non-negative integer in `var`, at most MAX_COUNT."""
+    """The non-negative integer in `var`, at most MAX_COUNT (no launcher starts more ranks)."""
     text = environ[var]
     number = parse_whole(text)
     if number is None:
         raise UsageError(f"{var}={text!r} is not a non-negative integer; fix or unset {var}")
-    return _bounded(number, var, text)
-
-
-def _bounded(number: int, var: str, text: str) -> int:
-    """`number` (read from `var`), unless it is more than any launcher starts."""
     if number > MAX_COUNT:
         raise UsageError(f"{var}={text!r} is more than the {MAX_COUNT} ranks any launcher starts; fix or unset {var}")
     return number
