@@ -1,13 +1,19 @@
-"""This host's process tree as /proc tells it: each process's parent, and the processes below one (a leaf).
+"""This host's processes: the tree /proc tells, and a tool's output read with a timeout (a leaf both sides import).
 
 `parent_pid` reads the parent from a /proc/PID/stat line (pure); `children` and `descendants` read every process's.
+`capture` runs a tool (scontrol, the doctor's probes, py-spy for hang forensics) in a session of its own and reads
+its output, killing the session when it runs past its time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
 
-__all__ = ["children", "descendants", "parent_pid"]
+__all__ = ["capture", "children", "descendants", "parent_pid"]
 
 
 def parent_pid(stat: bytes) -> int:
@@ -46,3 +52,36 @@ def descendants(pid: int) -> list[int]:
         found += below
         todo += below
     return found
+
+
+def capture(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> tuple[int | None, str, str]:
+    """Run argv (with `env`, else this process's environment) with a timeout and capture its output: (status,
+    stdout, stderr).
+
+    The status is None when the timeout hit (its whole process group is killed then, so an mpirun's ranks go too)
+    and 127 when the program does not exist.
+    """
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=None if env is None else dict(env),
+        )
+    except OSError as exc:
+        return 127, "", f"{argv[0]}: {exc.strerror or exc}"
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):  # already gone
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            out, err = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipes
+            out, err = "", ""
+        return None, out, err + f"\n(timed out after {timeout:g} s)"

@@ -1,4 +1,4 @@
-"""Probes for `hpcdist doctor`: each command runs through launching.spawn.capture with a timeout; Facts out.
+"""Probes for `hpcdist doctor`: each command runs through proctree.capture with a timeout; Facts out.
 
 The probe jobs' command lines come from the launch pipeline (`probe_options` -> `plan` -> `command`), as `hpcdist
 mpirun` builds its own, in the World the doctor was started in; the rendezvous probe runs the jobs' own rendezvous
@@ -26,9 +26,9 @@ from ..launching.hostfile import parse_hostfile, read_hostfile_text
 from ..launching.options import MpirunOptions
 from ..launching.plan import plan
 from ..launching.sessions import clear_stale_sessions
-from ..launching.spawn import capture
 from ..launching.world import World
 from ..placement.topology import load_topology
+from ..proctree import capture
 from ..runtime.env import AGENT_VARIABLES, LaunchEnv
 from ..runtime.netif import resolve
 from .facts import DEFAULT_TIMEOUT, Check, Facts, Probe, tail

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Sequence
 
 from .. import proctree
-from ..rank.child import capture
 from .stacks import Stacks, frame, normalised
 
 __all__ = ["fill", "parse", "spy"]
@@ -41,7 +40,7 @@ def spy(ranks: Sequence[int]) -> dict[int, Stacks]:
     found = {}
     for rank in ranks:
         if rank in pids:
-            status, out, _ = capture([tool, "dump", "--pid", str(pids[rank])], _SECONDS)
+            status, out, _ = proctree.capture([tool, "dump", "--pid", str(pids[rank])], _SECONDS)
             if status == 0:
                 found[rank] = parse(out)
     return found

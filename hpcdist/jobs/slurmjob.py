@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from ..contract import RankContract, log_name
 from ..errors import UsageError
-from ..launching.spawn import capture
+from ..proctree import capture
 from ..values import parse_whole
 from ..waits import Backoff, poll_until
 from .arrays import array_indices

@@ -1,6 +1,8 @@
-"""The supervisor's one module that starts processes: mpirun for a launch, sbatch, the doctor's probes, `bash -n`.
+"""The supervisor's one module that starts processes it watches: mpirun for a launch, sbatch, `bash -n`.
 
-A launch's process gets the World's environment, and its output goes to the World's streams (launching/world.py).
+A launch's process gets the World's environment, and its output goes to the World's streams (launching/world.py). A
+tool whose output is only read (scontrol, the doctor's probes) runs through `proctree.capture`, which the rank side
+shares.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .sessions import clear_stale_sessions
 from .watch import MpirunWatch
 from .world import World
 
-__all__ = ["capture", "run_mpirun", "shell_syntax_errors", "submit_sbatch"]
+__all__ = ["run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _DRAIN_SECONDS = 2.0  # after mpirun exits, how long its output may take to reach end-of-file
@@ -362,35 +364,3 @@ def shell_syntax_errors(text: str) -> str:
             f"bash -n took more than {_SYNTAX_SECONDS:g} s to read the generated script; shorten its --setup lines"
         ) from None
     return done.stderr.strip() or (f"bash -n exited with status {done.returncode}" if done.returncode else "")
-
-
-def capture(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> tuple[int | None, str, str]:
-    """Run argv with a timeout and capture its output: (status, stdout, stderr).
-
-    The status is None when the timeout hit (the whole process group is killed then, so an mpirun's
-    ranks go too) and 127 when the program does not exist.
-    """
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=None if env is None else dict(env),
-        )
-    except OSError as exc:
-        return 127, "", f"{argv[0]}: {exc.strerror or exc}"
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, out, err
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):  # already gone
-            os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            out, err = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipes
-            out, err = "", ""
-        return None, out, err + f"\n(timed out after {timeout:g} s)"

@@ -1,13 +1,12 @@
-"""The processes a rank starts: its non-Python program (`run_child`), and a tool whose output it reads (`capture`).
+"""A rank's non-Python program (`run_child`): a child of the shim, with the rank's signals passed on.
 
 A rank's program that is not Python runs as a child of the shim with the torch variables set, and the signals the
-rank receives (mpirun passes on Ctrl-C, SIGTERM and the others) are passed on to it. `capture` runs a tool such
-as py-spy with a timeout, for hang forensics.
+rank receives (mpirun passes on Ctrl-C, SIGTERM and the others) are passed on to it. (A tool whose output hang
+forensics reads, such as py-spy, runs through `proctree.capture`.)
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from types import FrameType
 
 from ..errors import UsageError
 
-__all__ = ["capture", "run_child"]
+__all__ = ["run_child"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -59,34 +58,3 @@ def _not_found(program: str) -> str:
     if os.path.exists(program):
         return f"program {program!r} names an interpreter on its #! line that does not exist; fix that line"
     return f"program {program!r} does not exist; check the path, or give the name of a program on PATH"
-
-
-def capture(argv: Sequence[str], timeout: float) -> tuple[int | None, str, str]:
-    """Run argv with a timeout and capture its output: (status, stdout, stderr).
-
-    The status is None when the timeout hit (its whole process group is killed then) and 127 when the program
-    does not exist.
-    """
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return 127, "", f"{argv[0]}: {exc.strerror or exc}"
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, out, err
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):  # already gone
-            os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            out, err = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipes
-            out, err = "", ""
-        return None, out, err + f"\n(timed out after {timeout:g} s)"
