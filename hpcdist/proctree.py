@@ -1,6 +1,7 @@
 """This host's processes: the tree /proc tells, and a tool's output read with a timeout (a leaf both sides import).
 
-`parent_pid` reads the parent from a /proc/PID/stat line (pure); `children` and `descendants` read every process's.
+`parent_pid` and `state` read a /proc/PID/stat line (pure); `children` and `descendants` read every process's,
+`running` one's, and `environ` a process's environment.
 `capture` runs a tool (scontrol, the doctor's probes, py-spy for hang forensics) in a session of its own and reads
 its output, killing the session when it runs past its time.
 """
@@ -13,7 +14,7 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 
-__all__ = ["capture", "children", "descendants", "parent_pid"]
+__all__ = ["capture", "children", "descendants", "environ", "parent_pid", "running", "state"]
 
 
 def parent_pid(stat: bytes) -> int:
@@ -24,6 +25,41 @@ def parent_pid(stat: bytes) -> int:
         ValueError, IndexError: not a stat line.
     """
     return int(stat.rsplit(b")", 1)[1].split()[1])
+
+
+def state(stat: bytes) -> bytes:
+    """The state letter in a /proc/PID/stat line (R, S, D, Z for a zombie, X for a dead process...), after the
+    command name in parentheses."""
+    return stat[stat.rfind(b")") + 2 :][:1]
+
+
+def running(pid: int) -> bool:
+    """Whether a process `pid` exists (of any user) and is not a zombie (killed, not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, OSError):  # no such pid can exist
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:  # no /proc (not Linux), or it ended just now
+        return True
+    return state(stat) not in (b"Z", b"X")
+
+
+def environ(pid: int) -> dict[bytes, bytes] | None:
+    """The environment process `pid` started with (/proc/PID/environ), None when it cannot be read (gone, or
+    another user's)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            items = handle.read().split(b"\0")
+    except OSError:
+        return None
+    return dict(item.partition(b"=")[::2] for item in items if item)
 
 
 def children() -> dict[int, list[int]]:

@@ -14,8 +14,8 @@ import tempfile
 import time
 from typing import IO, Any
 
+from .. import proctree
 from ..errors import UsageError
-from ..proctree import descendants
 from ..workloads import steplog
 from .plan import BenchOptions
 from .recovery import (
@@ -219,17 +219,8 @@ def _kill_at_step(
 def _rank_pid(launcher: int, variable: str, rank: int) -> int | None:
     """The uppermost process below `launcher` whose environment says `variable`=`rank` (hpcdist's per-rank shim runs
     the program in itself; its children, such as the output tagger, inherit the variable)."""
-    wanted = f"{variable}={rank}".encode()
-    below = descendants(launcher)
-    ranks = set()
-    for pid in below:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                if wanted in handle.read().split(b"\0"):
-                    ranks.add(pid)
-        except OSError:
-            continue
-    for pid in below:  # descendants are listed parents first
-        if pid in ranks:
+    wanted = str(rank).encode()
+    for pid in proctree.descendants(launcher):  # descendants are listed parents first
+        if (proctree.environ(pid) or {}).get(variable.encode()) == wanted:
             return pid
     return None

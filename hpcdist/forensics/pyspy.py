@@ -63,10 +63,8 @@ def _siblings_by_rank() -> dict[int, int]:
     """rank -> pid of this process's siblings that an MPI launcher started (their rank from their environment)."""
     found = {}
     for sibling in proctree.children().get(os.getppid(), []):
-        try:
-            with open(f"/proc/{sibling}/environ", "rb") as handle:
-                environ = dict(item.partition(b"=")[::2] for item in handle.read().split(b"\0"))
-        except OSError:
+        environ = proctree.environ(sibling)
+        if environ is None:
             continue
         rank = next((environ[name] for name in _RANK_VARIABLES if name in environ), b"")
         if rank.isdigit():

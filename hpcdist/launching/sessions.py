@@ -16,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .. import proctree
+
 __all__ = ["clear_stale_sessions"]
 
 _SESSION = re.compile(r"(?:ompi|prted)\.(\d+)")
@@ -32,7 +34,7 @@ def clear_stale_sessions(tmpdir: str | None = None) -> list[Path]:
     removed = []
     for name in names:
         match = _SESSION.fullmatch(name)
-        if match is None or _running(int(match.group(1))):
+        if match is None or proctree.running(int(match.group(1))):
             continue
         path = base / name
         try:
@@ -43,20 +45,3 @@ def clear_stale_sessions(tmpdir: str | None = None) -> list[Path]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
-
-
-def _running(pid: int) -> bool:
-    """Whether a process `pid` exists (of any user) and is not a zombie (killed, not yet reaped: it cleans nothing)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OverflowError, OSError):  # no such pid can exist
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:  # no /proc (not Linux), or it ended just now
-        return True
-    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")

@@ -39,3 +39,20 @@ def test_a_child_and_its_child_are_below_this_process_each_after_its_parent() ->
         finally:
             parent.stdin.close()
     assert parent.returncode == 0
+
+
+def test_a_zombie_is_not_running_and_a_process_environment_is_read_back() -> None:
+    assert proctree.state(b"4242 (a) b (c)) Z 17 4242") == b"Z" and proctree.state(b"1 (init) S 0 1") == b"S"
+    program = "import sys; print('ready', flush=True); sys.stdin.read()"
+    with subprocess.Popen(
+        [sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"HPCDIST_X": "a=b"}
+    ) as child:
+        assert child.stdin is not None and child.stdout is not None
+        assert child.stdout.readline() == b"ready\n"  # it runs Python: its environment is its own now
+        assert proctree.running(child.pid)
+        assert (proctree.environ(child.pid) or {}).get(b"HPCDIST_X") == b"a=b"  # split at the first '=' only
+        child.stdin.close()
+        while proctree.state(Path(f"/proc/{child.pid}/stat").read_bytes()) != b"Z":  # ended, not yet reaped
+            os.sched_yield()
+        assert not proctree.running(child.pid)
+    assert proctree.environ(child.pid) is None  # reaped: gone
