@@ -2,8 +2,9 @@
 
 `parent_pid` and `state` read a /proc/PID/stat line (pure); `children` and `descendants` read every process's,
 `running` one's, and `environ` a process's environment.
-`capture` runs a tool (scontrol, the doctor's probes, py-spy for hang forensics) in a session of its own and reads
-its output, killing the session when it runs past its time.
+`start` starts a program or says in a UsageError why it cannot start (the shim's child, the supervisor's mpirun);
+FORWARDED are the signals each passes on to it. `capture` runs a tool (scontrol, the doctor's probes, py-spy for
+hang forensics) in a session of its own and reads its output, killing the session when it runs past its time.
 """
 
 from __future__ import annotations
@@ -13,8 +14,15 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-__all__ = ["capture", "children", "descendants", "environ", "parent_pid", "running", "state"]
+from .errors import UsageError
+
+__all__ = ["FORWARDED", "capture", "children", "descendants", "environ", "parent_pid", "running", "start", "state"]
+
+# what a started program is handed when this process receives it: Ctrl-C, the ends a scheduler sends, and the two
+# signals a user sends a job (mpirun passes each on to the ranks)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def parent_pid(stat: bytes) -> int:
@@ -88,6 +96,33 @@ def descendants(pid: int) -> list[int]:
         found += below
         todo += below
     return found
+
+
+def start(argv: Sequence[str], what: str = "program", **popen: Any) -> subprocess.Popen[bytes]:
+    """Start `argv` (`popen`: subprocess.Popen's keywords), `what` naming it in the error.
+
+    Raises:
+        UsageError: it cannot start (missing, not executable, no program); the message says what to do.
+    """
+    try:
+        return subprocess.Popen(list(argv), **popen)
+    except FileNotFoundError:
+        raise UsageError(_not_found(argv[0], what)) from None
+    except PermissionError:
+        raise UsageError(f"{what} {argv[0]!r} is not executable; chmod +x it or run it with its interpreter") from None
+    except OSError as exc:  # e.g. ENOEXEC: an executable file that is no program
+        raise UsageError(
+            f"{what} {argv[0]!r} cannot be started: {exc.strerror or exc}; check that it is a program"
+        ) from None
+
+
+def _not_found(program: str, what: str) -> str:
+    """Why `program` could not start although exec found nothing wrong with the call, and what to do."""
+    if os.sep not in program:
+        return f"{what} {program!r} not found on PATH; check the name, give its full path or add its directory to PATH"
+    if os.path.exists(program):
+        return f"{what} {program!r} names an interpreter on its #! line that does not exist; fix that line"
+    return f"{what} {program!r} does not exist; check the path, or give the name of a program on PATH"
 
 
 def capture(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> tuple[int | None, str, str]:

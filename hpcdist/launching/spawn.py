@@ -29,7 +29,6 @@ from .world import World
 
 __all__ = ["run_mpirun", "shell_syntax_errors", "submit_sbatch"]
 
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _DRAIN_SECONDS = 2.0  # after mpirun exits, how long its output may take to reach end-of-file
 _SYNTAX_SECONDS = 30.0  # how long `bash -n` may take to read a generated script
 _END_SECONDS = 10.0  # after a timeout: how long mpirun may take to end its ranks on SIGTERM before SIGKILL
@@ -59,16 +58,7 @@ def _spawn(
     as it arrives, and what that returns is copied to `world`'s (b"" after the last chunk asks for what it held).
     """
     pipe = subprocess.PIPE if watch else None
-    try:
-        proc = subprocess.Popen(list(argv), env=None if env is None else dict(env), stdout=pipe, stderr=pipe)
-    except FileNotFoundError:
-        raise UsageError(_not_found(argv[0], what)) from None
-    except PermissionError:
-        raise UsageError(f"{what} {argv[0]!r} is not executable; chmod +x it or run it with its interpreter") from None
-    except OSError as exc:  # e.g. ENOEXEC: an executable file that is no program
-        raise UsageError(
-            f"{what} {argv[0]!r} cannot be started: {exc.strerror or exc}; check that it is a program"
-        ) from None
+    proc = proctree.start(argv, what, env=None if env is None else dict(env), stdout=pipe, stderr=pipe)
     pumps = []
     writing: set[str] = set()  # the pumps now writing to our own output (blocked there when nobody reads it)
     if watch is not None:
@@ -89,7 +79,7 @@ def _spawn(
         proc.send_signal(signum)
 
     main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
-    forwarded = (*_FORWARDED, *(handlers or {}))
+    forwarded = (*proctree.FORWARDED, *(handlers or {}))
     previous = {sig: signal.signal(sig, forward) for sig in forwarded} if main else {}
     try:
         code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing, world)
@@ -148,15 +138,6 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def _not_found(program: str, what: str) -> str:
-    """Why `program` could not start although exec found nothing wrong with the call, and what to do."""
-    if os.sep not in program:
-        return f"{what} {program!r} not found on PATH; check the name, give its full path or add its directory to PATH"
-    if os.path.exists(program):
-        return f"{what} {program!r} names an interpreter on its #! line that does not exist; fix that line"
-    return f"{what} {program!r} does not exist; check the path, or give the name of a program on PATH"
 
 
 def _tee(
