@@ -9,19 +9,19 @@ The registry: `lookup` (by name), `names`, `every` (in the order to test them), 
 version text), `from_files` (from the files beside a launcher), `of_ranks` (the family whose variables a rank saw),
 `rank_sources` and `listening` (the family a launch's output is read with; every family's at once when unknown).
 
-Pure: imports only the leaves (errors, values, ranklist, hosts, ranksource) and its own modules; never launching,
-the runtime, torch or mpi4py. What detection needs of the machine (a directory's listing) is passed in.
+Pure: imports only the leaves (errors, values, status, hosts, ranksource, plugins: the registry's kind) and its own
+modules; never launching, the runtime, torch or mpi4py. What detection needs of the machine (a directory's
+listing) is passed in.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import pkgutil
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 from ..errors import UsageError
+from ..plugins import Registry, discover
 from ..ranksource import Source
 from .base import Family, Observation, Scanner
 
@@ -41,21 +41,19 @@ __all__ = [
 ]
 
 DEFAULT = "openmpi"  # the family of a launcher that nothing identifies
-_FAMILIES: dict[str, Family] = {}
+_FAMILIES: Registry[Family] = Registry()
 _F = TypeVar("_F", bound=type[Family])
 
 
 def register(cls: _F) -> _F:
     """Class decorator: make `cls` (a Family subclass with its own `name`) the family of that name."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a name to be registered")
-    _FAMILIES[cls.name] = cls()
+    _FAMILIES.add(cls)
     return cls
 
 
 def names() -> tuple[str, ...]:
     """The families' names, as `--mpi` lists them."""
-    return tuple(f.name for f in sorted(_FAMILIES.values(), key=lambda f: f.order))
+    return tuple(f.name for f in sorted(_FAMILIES.every(), key=lambda f: f.order))
 
 
 def lookup(name: str, where: str = "--mpi") -> Family:
@@ -73,7 +71,7 @@ def lookup(name: str, where: str = "--mpi") -> Family:
 def every() -> tuple[Family, ...]:
     """Every family in the order to test them: by `order`, but a family that is a kind of another before it."""
     ordered: list[Family] = []
-    for family in sorted(_FAMILIES.values(), key=lambda f: f.order):
+    for family in sorted(_FAMILIES.every(), key=lambda f: f.order):
         base = next((i for i, other in enumerate(ordered) if isinstance(family, type(other))), len(ordered))
         ordered.insert(base, family)
     return tuple(ordered)
@@ -186,11 +184,4 @@ class _Scanners(Scanner):
         return [seen for scanner in self._scanners for seen in scanner.scan(stream, line)]
 
 
-def _discover() -> None:
-    """Import every module of this package but `base`: each registers its family."""
-    for module in pkgutil.iter_modules(__path__):
-        if module.name != "base":
-            importlib.import_module(f"{__name__}.{module.name}")
-
-
-_discover()
+discover(__path__, __name__)  # each module but base registers its family

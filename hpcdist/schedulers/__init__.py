@@ -9,18 +9,18 @@ one of its own.
 The registry: `lookup` (by name), `names`, `every`, `current` (the scheduler whose allocation this process runs in),
 `spans_hosts`, `job_id`, `of_ranks` (the scheduler whose variables a task saw) and `rank_sources`.
 
-Pure: imports only the leaves (errors, values, hosts, ranksource) and its own modules; never launching, the
-runtime, torch or mpi4py. The environment is passed in as a mapping, and a file is read through a function given.
+Pure: imports only the leaves (errors, values, hosts, ranksource, plugins: the registry's kind) and its own modules;
+never launching, the runtime, torch or mpi4py. The environment is passed in as a mapping, and a file is read
+through a function given.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Mapping
 from typing import TypeVar
 
 from ..errors import UsageError
+from ..plugins import Registry, discover
 from ..ranksource import Source
 from .base import Scheduler
 
@@ -36,26 +36,24 @@ __all__ = [
     "spans_hosts",
 ]
 
-_SCHEDULERS: dict[str, Scheduler] = {}
+_SCHEDULERS: Registry[Scheduler] = Registry()
 _S = TypeVar("_S", bound=type[Scheduler])
 
 
 def register(cls: _S) -> _S:
     """Class decorator: make `cls` (a Scheduler subclass with its own `name`) the scheduler of that name."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a name to be registered")
-    _SCHEDULERS[cls.name] = cls()
+    _SCHEDULERS.add(cls)
     return cls
 
 
 def names() -> tuple[str, ...]:
     """The schedulers' names, in the order they were registered."""
-    return tuple(_SCHEDULERS)
+    return tuple(_SCHEDULERS.by_name)
 
 
 def every() -> tuple[Scheduler, ...]:
     """Every scheduler, in the order they were registered."""
-    return tuple(_SCHEDULERS.values())
+    return _SCHEDULERS.every()
 
 
 def lookup(name: str) -> Scheduler:
@@ -66,7 +64,7 @@ def lookup(name: str) -> Scheduler:
     """
     scheduler = _SCHEDULERS.get(name)
     if scheduler is None:
-        raise UsageError(f"{name!r} is not a scheduler hpcdist knows; use one of {', '.join(_SCHEDULERS)}")
+        raise UsageError(f"{name!r} is not a scheduler hpcdist knows; use one of {', '.join(names())}")
     return scheduler
 
 
@@ -95,11 +93,4 @@ def rank_sources() -> tuple[Source, ...]:
     return tuple(s.ranks for s in every() if s.ranks is not None)
 
 
-def _discover() -> None:
-    """Import every module of this package but `base`: each registers its scheduler."""
-    for module in pkgutil.iter_modules(__path__):
-        if module.name != "base":
-            importlib.import_module(f"{__name__}.{module.name}")
-
-
-_discover()
+discover(__path__, __name__)  # each module but base registers its scheduler

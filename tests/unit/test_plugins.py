@@ -39,7 +39,7 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Family]:
     """The fake family, registered for this test only."""
-    monkeypatch.setattr(families, "_FAMILIES", dict(families._FAMILIES))
+    monkeypatch.setattr(families._FAMILIES, "by_name", dict(families._FAMILIES.by_name))
     families.register(FakeMpi)
     yield families.lookup("fake")
 
@@ -47,7 +47,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Family]:
 @pytest.fixture
 def fakesched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """The fake scheduler, registered for this test only, and a node file of its allocation (n1 x2, n2 x2)."""
-    monkeypatch.setattr(schedulers, "_SCHEDULERS", dict(schedulers._SCHEDULERS))
+    monkeypatch.setattr(schedulers._SCHEDULERS, "by_name", dict(schedulers._SCHEDULERS.by_name))
     schedulers.register(FakeScheduler)
     nodefile = tmp_path / "nodes"
     nodefile.write_text("n1\nn1\nn2\nn2\n")

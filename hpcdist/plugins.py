@@ -1,0 +1,50 @@
+"""Plug-ins of one kind (MPI families, schedulers), registered by name and found with their package (a leaf).
+
+A wing of plug-ins keeps one `Registry`; each of its modules registers its class with the registry, and `discover`
+imports every module of the wing but `base` when the wing is imported, so adding a plug-in is adding one file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable
+from typing import Generic, TypeVar
+
+__all__ = ["Registry", "discover"]
+
+_T = TypeVar("_T")
+
+
+class Registry(Generic[_T]):
+    """The plug-ins of one kind: each registered class's one instance by its name, in the order registered."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, _T] = {}
+
+    def add(self, cls: type[_T]) -> None:
+        """Register `cls`, which names itself (its `name`), as the plug-in of that name.
+
+        Raises:
+            ValueError: `cls` has no name of its own.
+        """
+        name = getattr(cls, "name", "")
+        if not name:
+            raise ValueError(f"{cls.__name__} needs a name to be registered")
+        self.by_name[name] = cls()
+
+    def get(self, name: str) -> _T | None:
+        """The plug-in called `name`, or None."""
+        return self.by_name.get(name)
+
+    def every(self) -> tuple[_T, ...]:
+        """Every plug-in, in the order they were registered."""
+        return tuple(self.by_name.values())
+
+
+def discover(path: Iterable[str], package: str) -> None:
+    """Import every module of `package` (found on `path`, the package's `__path__`) but `base`: each registers its
+    plug-in."""
+    for module in pkgutil.iter_modules(path):
+        if module.name != "base":
+            importlib.import_module(f"{package}.{module.name}")
