@@ -1,12 +1,16 @@
-"""Hosts and their slots, and the one way hpcdist writes them as `host:slots` (a leaf: pure, imports nothing)."""
+"""Hosts and their slots, the one way hpcdist writes them as `host:slots`, and a name's address (a leaf).
+
+Pure but `resolve`, which asks this machine's resolver; it imports nothing of hpcdist.
+"""
 
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["HOST_NAME", "HostSlots", "host_slots", "hosts_text"]
+__all__ = ["HOST_NAME", "HostSlots", "host_slots", "hosts_text", "resolve"]
 
 # A host as Open MPI's hostfile lexer reads one (prrte's hostfile_lex.l): [user@]name, where a name (or an IPv4
 # address) starts with a letter or digit and goes on with letters, digits, '_', '-' and '.'; 253 characters at most.
@@ -30,3 +34,11 @@ def host_slots(host: str, slots: int) -> str:
 def hosts_text(hosts: Iterable[HostSlots]) -> str:
     """`a:2,b:2`: each host with its slots, comma-separated (`-H`'s and Hydra's `-hosts`'s form)."""
     return ",".join(host_slots(h.host, h.slots) for h in hosts)
+
+
+def resolve(name: str) -> str | None:
+    """The first IPv4 address `name` resolves to, or None."""
+    try:
+        return str(socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0])
+    except (OSError, IndexError):
+        return None

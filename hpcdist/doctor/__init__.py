@@ -2,8 +2,10 @@
 
 - `facts`: what the checks look at and what they say (Facts, Probe, Check);
 - `checks` (and `network`, the interface settings, `bindplan`, the --bind auto plan): pure, Facts in, Check lines out;
-- `probe`: gathers Facts by running commands (through launching.spawn, built by launching's argv builder), and
-  the rendezvous probe that runs the jobs' own rendezvous code in each rank.
+- `probe`: gathers Facts by running commands (through proctree.capture; its probe jobs planned by the launch
+  pipeline), one of which runs the jobs' own rendezvous in each rank (`runtime.rendezvous.doctor_probe`).
 
-May import: errors, launching, placement, runtime. Never the CLI.
+May import: the leaves, the plug-in wings (families), launching, placement, and of the rank side only
+`runtime.env`: the doctor may itself run as a rank (`hpcdist mpirun -- hpcdist doctor`), and it reads where it runs
+as a rank does (`LaunchEnv`). Never the rest of the rank side, or the CLI.
 """

@@ -19,7 +19,7 @@ from typing import Any
 from .. import families, settings
 from ..contract import RankContract
 from ..errors import UsageError
-from ..hosts import HostSlots
+from ..hosts import HostSlots, resolve
 from ..launching.execute import command
 from ..launching.families import detect_family, resolve_family
 from ..launching.hostfile import parse_hostfile, read_hostfile_text
@@ -30,10 +30,9 @@ from ..launching.world import World
 from ..placement.topology import load_topology
 from ..proctree import capture
 from ..runtime.env import AGENT_VARIABLES, LaunchEnv
-from ..runtime.netif import resolve
 from .facts import DEFAULT_TIMEOUT, Check, Facts, Probe, tail
 
-__all__ = ["gather_facts", "job_place", "outside_the_job", "probe_command", "probe_options", "rendezvous_probe"]
+__all__ = ["gather_facts", "job_place", "outside_the_job", "probe_command", "probe_options"]
 
 # What a launch (hpcdist's shim, torchrun) gives each rank: the doctor's own probe jobs must not inherit them
 _JOB_VARIABLES = (*AGENT_VARIABLES, RankContract.variable("token"), RankContract.variable("beat_interval"))
@@ -232,7 +231,7 @@ def gather_facts(
         hosts_probe = _launch_probe(options, timeout, outside)
     np = max(min(sum(h.slots for h in hosts), 16) if hosts else 2, 2)
     if mpirun and can_launch and (not hosts or (hosts_probe is not None and hosts_probe.code == 0)):
-        program = f"from hpcdist.doctor.probe import rendezvous_probe; rendezvous_probe({timeout / 3:.1f})"
+        program = f"from hpcdist.runtime.rendezvous import doctor_probe; doctor_probe({timeout / 3:.1f})"
         options = probe_options(mpirun, family, np, [world.python, "-c", program], given)
         rendezvous = _launch_probe(options, timeout, outside)
     return Facts(
@@ -269,42 +268,3 @@ def _launchers_beside(world: World) -> dict[str, str]:
         if family is not None:
             found.setdefault(families.lookup(family).title, resolve_family(path, family, which=world.which)[1])
     return found
-
-
-def rendezvous_probe(timeout: float = 10.0) -> None:
-    """Run in every rank of the doctor's mpirun job: the jobs' own rendezvous, with a plain listening socket
-    on rank 0 instead of torch's store; each rank prints whether it reached it, rank 0 how many connected."""
-    from mpi4py import MPI
-
-    from ..runtime.addresses import probe
-    from ..runtime.env import LaunchEnv
-    from ..runtime.rendezvous import Rendezvous, offer_rendezvous
-
-    def say(line: str) -> None:  # one write(2) per line: the ranks share mpirun's stdout pipe
-        os.write(1, (line + "\n").encode())
-
-    def listen(addr: str, world_size: int, seconds: float, port: int) -> Rendezvous:
-        server = socket.create_server((addr, port), backlog=max(world_size, 16))
-        return Rendezvous(addr, server.getsockname()[1], True, server)
-
-    comm, host = MPI.COMM_WORLD, socket.gethostname()
-    try:
-        rdzv, _, _ = offer_rendezvous(comm, LaunchEnv.from_environ(os.environ), timeout, listen)
-    except Exception as exc:  # noqa: BLE001 - reported, never raised: a raise would hang mpirun
-        say(f"hpcdist-rdzv {comm.rank} {host} error {' | '.join(str(exc).splitlines())}")
-        return
-    problem = probe(rdzv.addr, rdzv.port, timeout)
-    where = f"{rdzv.addr}:{rdzv.port}"
-    say(f"hpcdist-rdzv {comm.rank} {host} {'ok ' + where if problem is None else f'error {where}: {problem}'}")
-    comm.Barrier()
-    if rdzv.listener is not None:  # rank 0: every connection the ranks opened waits in the listen backlog
-        rdzv.listener.settimeout(0.2)
-        accepted = 0
-        try:
-            while True:
-                rdzv.listener.accept()[0].close()
-                accepted += 1
-        except OSError:
-            pass
-        rdzv.listener.close()
-        say(f"hpcdist-rdzv-accepted {accepted}")

@@ -30,6 +30,6 @@ Its pieces:
 What runs inside a rank is the `rank` wing; where a rank runs on its node, `placement`; `hpcdist.launch`, `calling`.
 
 May import: the leaves (errors, values, waits, contract, settings, program, status, proctree, hosts, ranklist,
-ranksource), the plug-in wings (families, schedulers), placement, rank.streams (the tagged lines it reads). Never
-torch, mpi4py, the runtime, calling or the CLI.
+ranksource), the plug-in wings (families, schedulers) and placement. Never the rank side (it meets the ranks in the
+contract), torch, mpi4py, calling or the CLI.
 """

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .netif import Interface, host_address, resolve
+from ..hosts import resolve
+from .netif import Interface, host_address
 
 __all__ = [
     "INFO_BYTES",

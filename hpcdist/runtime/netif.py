@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 
-__all__ = ["Interface", "host_address", "interfaces", "resolve"]
+__all__ = ["Interface", "host_address", "interfaces"]
 
 _SIOCGIFFLAGS, _SIOCGIFADDR, _SIOCGIFNETMASK = 0x8913, 0x8915, 0x891B
 _IFF_UP, _IFF_LOOPBACK = 0x1, 0x8
@@ -87,11 +87,3 @@ def _ioctl_int(ifname: str, request: int) -> int | None:
     """A short-valued interface ioctl (flags)."""
     packed = _ioctl(ifname, request)
     return None if packed is None else struct.unpack_from("H", packed, 16)[0]
-
-
-def resolve(name: str) -> str | None:
-    """The first IPv4 address `name` resolves to, or None."""
-    try:
-        return str(socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0])
-    except (OSError, IndexError):
-        return None

@@ -3,11 +3,13 @@
 Under MPI every exchange is a broadcast, a reduction or a scan of a fixed-size buffer, so what a rank
 receives does not grow with the number of ranks beyond the log-depth trees MPI runs them on. One
 rank per host (its local rank 0, the node's leader) speaks for the host; texts reach rank 0 only
-when some host reports a problem, and then from the first few hosts only.
+when some host reports a problem, and then from the first few hosts only. `doctor_probe` runs the same exchanges in
+the ranks of `hpcdist doctor`'s probe job, with a plain socket in place of torch's store.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -42,6 +44,7 @@ __all__ = [
     "RendezvousTimeout",
     "RendezvousUnreachable",
     "check_master_addr",
+    "doctor_probe",
     "listen",
     "mpi_rendezvous",
     "new_run_id",
@@ -372,3 +375,38 @@ def _encode(text: str, size: int = _MSG_BYTES) -> bytes:
 def _decode(raw: bytes | bytearray) -> str:
     """The text of a zero-padded message buffer."""
     return bytes(raw).split(b"\0", 1)[0].decode()
+
+
+def doctor_probe(timeout: float = 10.0) -> None:
+    """Run in every rank of `hpcdist doctor`'s probe job: the jobs' own rendezvous, with a plain listening socket
+    on rank 0 instead of torch's store; each rank prints whether it reached it, rank 0 how many connected."""
+    from mpi4py import MPI
+
+    def say(line: str) -> None:  # one write(2) per line: the ranks share mpirun's stdout pipe
+        os.write(1, (line + "\n").encode())
+
+    def listen(addr: str, world_size: int, seconds: float, port: int) -> Rendezvous:
+        server = socket.create_server((addr, port), backlog=max(world_size, 16))
+        return Rendezvous(addr, server.getsockname()[1], True, server)
+
+    comm, host = MPI.COMM_WORLD, socket.gethostname()
+    try:
+        rdzv, _, _ = offer_rendezvous(comm, LaunchEnv.from_environ(os.environ), timeout, listen)
+    except Exception as exc:  # noqa: BLE001 - reported, never raised: a raise would hang mpirun
+        say(f"hpcdist-rdzv {comm.rank} {host} error {' | '.join(str(exc).splitlines())}")
+        return
+    problem = probe(rdzv.addr, rdzv.port, timeout)
+    where = f"{rdzv.addr}:{rdzv.port}"
+    say(f"hpcdist-rdzv {comm.rank} {host} {'ok ' + where if problem is None else f'error {where}: {problem}'}")
+    comm.Barrier()
+    if rdzv.listener is not None:  # rank 0: every connection the ranks opened waits in the listen backlog
+        rdzv.listener.settimeout(0.2)
+        accepted = 0
+        try:
+            while True:
+                rdzv.listener.accept()[0].close()
+                accepted += 1
+        except OSError:
+            pass
+        rdzv.listener.close()
+        say(f"hpcdist-rdzv-accepted {accepted}")
