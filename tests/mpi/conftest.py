@@ -4,7 +4,8 @@ install (no `pytest11` entry point) cannot quietly bring back hangs and rank-div
 
 A test that needs a world of some size is marked `world_size(min=N)` (or `max=N`): at another size it is not
 collected (deselected, and listed at the end of the run), so it can neither pass without running nor be a skip.
-`make test-mpi` runs the tier at 4 ranks and at 1, so each test runs at one size at least.
+`make test-mpi` runs the tier at 4 ranks and at 1 (RUN_AT); a marker that admits neither is refused at collection,
+so each test runs at one size at least.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 _OUT_OF_SIZE = pytest.StashKey[list[str]]()
+RUN_AT = (1, 4)  # the world sizes `make test-mpi` runs this tier at (NP and 1)
 
 
 @pytest.hookimpl(trylast=True)
@@ -43,8 +45,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     left: list[pytest.Item] = []
     for item in items:
         marker = item.get_closest_marker("world_size")
-        low, high = (marker.kwargs.get("min", 1), marker.kwargs.get("max", size)) if marker else (1, size)
-        (kept if low <= size <= high else left).append(item)
+        low, high = (marker.kwargs.get("min", 1), marker.kwargs.get("max", None)) if marker else (1, None)
+        if not any(low <= n <= (high or n) for n in RUN_AT):
+            raise pytest.UsageError(f"{item.nodeid}: its world_size marker admits none of {RUN_AT}: it would never run")
+        (kept if low <= size <= (high or size) else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
