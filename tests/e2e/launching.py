@@ -65,6 +65,16 @@ def wait_for(what: str, ready: Callable[[], T | None], timeout: float = 120, job
         time.sleep(0.02)  # between two looks at the event, not in place of it
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` runs: it exists and is no zombie (one that ended and waits to be reaped, as an orphan
+    does for this pytest process, its subreaper: tests/e2e/conftest.py)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
 def _text(output: str | bytes | None) -> str:
     """Captured output as text (TimeoutExpired keeps bytes)."""
     return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
