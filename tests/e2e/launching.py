@@ -1,4 +1,4 @@
-"""End-to-end launches: real mpirun, argv lists, a timeout on every run."""
+"""End-to-end launches: real mpirun, argv lists, a timeout on every run; waits on an event, never on a sleep."""
 
 from __future__ import annotations
 
@@ -6,8 +6,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -31,8 +37,44 @@ class Result:
 
 
 def launch(argv: list[str], timeout: float = 180, **env: str) -> Result:
-    """Run argv from the repository root with extra environment; a hang fails the test after `timeout`."""
+    """Run argv from the repository root with extra environment; a hang fails the test after `timeout`, with the
+    command and what it printed by then."""
     full_env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(argv, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        printed = [_text(exc.stdout), _text(exc.stderr)]
+        pytest.fail(f"`{' '.join(argv)}` still ran after {timeout:g} s; it printed:\n{printed[0]}\n{printed[1]}")
     return Result(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+
+def wait_for(what: str, ready: Callable[[], T | None], timeout: float = 120, job: subprocess.Popen | None = None) -> T:
+    """Poll `ready()` until it gives a true value, and return that value. The test fails saying that it waited for
+    `what` in vain: after `timeout` seconds, or as soon as `job` (the process that was to bring it) ended."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = ready()
+        if value:
+            return value
+        if job is not None and job.poll() is not None:
+            out, err = job.communicate(timeout=60) if job.stdout or job.stderr else ("", "")
+            pytest.fail(f"the job ended (status {job.returncode}) before {what}:\n{_text(out)}\n{_text(err)}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:g} s for {what}")
+        time.sleep(0.02)  # between two looks at the event, not in place of it
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` runs: it exists and is no zombie (one that ended and waits to be reaped, as an orphan
+    does for this pytest process, its subreaper: tests/e2e/conftest.py)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _text(output: str | bytes | None) -> str:
+    """Captured output as text (TimeoutExpired keeps bytes)."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from launching import PROGRAMS, launch
@@ -17,11 +18,12 @@ HEADER = re.compile(r"^hpcdist: rank ([0-9]+) on \S+ (?:failed \(.*\)|finished .
 RUNS = [(2, 1), (2, 0), (2, 1), (4, 2), (4, 1), (4, 3), (8, 5), (8, 3)]
 
 
-def _run(hpcdist_bin: str, np: int, fail: int, backend: str, how: str, **env: str) -> tuple[str, str]:
-    """Launch the program; the launcher's first-failure line and the whole stderr."""
+def _run(hpcdist_bin: str, markers: Path, np: int, fail: int, backend: str, how: str, **env: str) -> tuple[str, str]:
+    """Launch the program (its ranks' markers in `markers`); the launcher's first-failure line and the whole stderr."""
     result = launch(
         [hpcdist_bin, "mpirun", "-np", str(np), "--", "python", PROGRAM],
         timeout=150,
+        MARKERS=str(markers),
         FAIL_RANK=str(fail),
         HOW=how,
         BACKEND=backend,
@@ -37,9 +39,9 @@ def _run(hpcdist_bin: str, np: int, fail: int, backend: str, how: str, **env: st
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
 @pytest.mark.parametrize(("np", "fail"), RUNS)
 def test_the_rank_that_raised_is_named_first_and_its_casualties_after(
-    hpcdist: str, backend: str, np: int, fail: int
+    hpcdist: str, tmp_path: Path, backend: str, np: int, fail: int
 ) -> None:
-    first, stderr = _run(hpcdist, np, fail, backend, "raise")
+    first, stderr = _run(hpcdist, tmp_path, np, fail, backend, "raise")
     cause, _, then = first.partition("; then ")
     assert re.fullmatch(rf"rank {fail} on \S+ failed with exit code 1", cause), stderr
     casualties = [int(r) for r in re.findall(r"[0-9]+", then.removesuffix("failed after it"))]
@@ -49,18 +51,19 @@ def test_the_rank_that_raised_is_named_first_and_its_casualties_after(
 
 
 @pytest.mark.parametrize(("backend", "api"), [("gloo", "plain"), ("mpi", "plain"), ("gloo", "init")])
-def test_a_rank_that_finished_while_the_others_waited_is_named(hpcdist: str, backend: str, api: str) -> None:
-    first, stderr = _run(hpcdist, 4, 2, backend, "exit", API=api)
+def test_a_rank_that_finished_while_the_others_waited_is_named(
+    hpcdist: str, tmp_path: Path, backend: str, api: str
+) -> None:
+    first, stderr = _run(hpcdist, tmp_path, 4, 2, backend, "exit", API=api)
     waited = "finished its program while ranks 0-1,3 waited in all_reduce #2; then rank 0 failed after it"
     assert re.fullmatch(rf"rank 2 on \S+ {waited}", first), stderr  # rank 0 reported the hang: a casualty
     assert [int(r) for r in HEADER.findall(stderr)][:1] == [2], stderr
 
 
 @pytest.mark.parametrize("how", ["raise", "return"])
-def test_hpcdist_launch_names_the_rank_that_began_the_failure(how: str) -> None:
-    result = launch(
-        [sys.executable, str(PROGRAMS / "first_failure_launch.py")], timeout=150, HOW=how, HPCDIST_TIMEOUT="4"
-    )
+def test_hpcdist_launch_names_the_rank_that_began_the_failure(tmp_path: Path, how: str) -> None:
+    program = [sys.executable, str(PROGRAMS / "first_failure_launch.py")]
+    result = launch(program, timeout=150, HOW=how, HPCDIST_TIMEOUT="4", MARKERS=str(tmp_path))
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("{")] or [result.stderr]
     failed = json.loads(line)
     assert failed["rank"] == 2, failed["text"]

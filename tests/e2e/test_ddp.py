@@ -6,9 +6,8 @@ import os
 import re
 import signal
 import subprocess
-import time
 
-from launching import ROOT, launch
+from launching import ROOT, launch, wait_for
 
 NP = 4
 DIGEST = re.compile(r"^rank (\d+): parameters sha256 ([0-9a-f]{64}) identical on all (\d+) ranks$", re.M)
@@ -117,11 +116,7 @@ def test_sigusr1_to_mpirun_stops_every_rank_at_one_step_and_the_resume_is_exact(
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as job:
         try:
-            deadline = time.monotonic() + 120
-            while not (cut / "ddp.pt").exists():  # epoch 1 is done
-                assert job.poll() is None, job.communicate()
-                assert time.monotonic() < deadline, "no checkpoint after epoch 1 within 120 s"
-                time.sleep(0.05)
+            wait_for("epoch 1's checkpoint", (cut / "ddp.pt").exists, job=job)
             job.send_signal(signal.SIGUSR1)
             out, err = job.communicate(timeout=120)
         finally:

@@ -7,7 +7,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ _RUN = "import sys\nfrom hpcdist.cli import main\nsys.exit(main(['doctor', *sys.
 # A foreign MPI's launcher: MPICH's version text, and it starts N unconnected copies of the program.
 def _doctor(
     *args: str, timeout: float = 240, python: Path | None = None, **extra_env: str
-) -> tuple[subprocess.CompletedProcess[str], float]:
+) -> subprocess.CompletedProcess[str]:
     """Run the doctor (by `python`, default this one) with this environment minus launcher/network variables, plus
     `extra_env`."""
     env = {
@@ -30,8 +29,7 @@ def _doctor(
         for k, v in os.environ.items()
         if not k.startswith(("OMPI_", "PMIX", "PRTE_", "HPCDIST_", "NCCL_", "GLOO_"))
     }
-    start = time.monotonic()
-    proc = subprocess.run(
+    return subprocess.run(
         [str(python or sys.executable), "-c", _RUN, *args],
         cwd=ROOT,
         env={**env, **extra_env},
@@ -39,11 +37,10 @@ def _doctor(
         text=True,
         timeout=timeout,
     )
-    return proc, time.monotonic() - start
 
 
 def test_this_machine_passes_with_the_localhost_hostfile() -> None:
-    proc, _ = _doctor("--hostfile", "hostfiles/localhost", "--json")
+    proc = _doctor("--hostfile", "hostfiles/localhost", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     passed = {c["detail"] for c in data["checks"] if c["status"] == "pass"}
@@ -57,7 +54,7 @@ def test_this_machine_passes_with_the_localhost_hostfile() -> None:
 def test_a_foreign_mpirun_is_caught_as_a_mixed_installation(mpich_python: Path) -> None:
     """The classic mix, for real: MPICH's mpiexec (the mpich wheel's, tests/conftest.py) starting this venv's
     mpi4py, which loads Open MPI: every rank is rank 0 of a world of 1."""
-    proc, _ = _doctor("--mpirun", str(mpich_python.parent / "mpiexec"), "--timeout", "60")
+    proc = _doctor("--mpirun", str(mpich_python.parent / "mpiexec"), "--timeout", "60")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert any(
@@ -71,11 +68,10 @@ def test_a_foreign_mpirun_is_caught_as_a_mixed_installation(mpich_python: Path) 
 def test_a_bad_interface_and_an_unknown_host_fail_with_fixes(tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("localhost slots=1\nno-such-host.invalid slots=1\n")
-    proc, seconds = _doctor("--hostfile", str(hostfile), GLOO_SOCKET_IFNAME="no-such-if0")
+    proc = _doctor("--hostfile", str(hostfile), GLOO_SOCKET_IFNAME="no-such-if0")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "host 'no-such-host.invalid'" in proc.stdout and "GLOO_SOCKET_IFNAME=no-such-if0" in proc.stdout
     assert proc.stdout.count("fix: ") >= 2
-    assert seconds < 120
 
 
 def _printed_command(stdout: str) -> list[str]:
@@ -92,7 +88,7 @@ def test_the_mix_is_fixed_by_the_command_the_doctor_prints(mpich_python: Path, r
         if reverse
         else (Path(sys.executable), mpich_python.parent / "mpiexec")
     )
-    proc, _ = _doctor("--mpirun", str(mpirun), "--timeout", "60", python=python)
+    proc = _doctor("--mpirun", str(mpirun), "--timeout", "60", python=python)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     loads, own = (
         ("MPICH", mpich_python.parent / "mpirun") if reverse else ("Open MPI", Path(sys.executable).parent / "mpirun")

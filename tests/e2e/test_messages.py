@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launching import PROGRAMS, launch
+from launching import PROGRAMS, launch, running
 
 from hpcdist import __version__ as hpcdist_version
 
@@ -86,10 +86,10 @@ def _gone(pids: list[int], seconds: float = 10) -> list[int]:
     """The pids still running after `seconds` (none once the job is over)."""
     deadline = time.monotonic() + seconds
     while True:
-        alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+        alive = [pid for pid in pids if running(pid)]
         if not alive or time.monotonic() > deadline:
             return alive
-        time.sleep(0.2)
+        time.sleep(0.2)  # between two looks
 
 
 SLEEPER = "import os, time\nprint('started', os.getpid(), flush=True)\ntime.sleep(300)\n"

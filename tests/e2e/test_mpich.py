@@ -71,7 +71,6 @@ def test_a_failing_rank_is_named_and_ends_the_job(mpich: Path, how: str, code: s
     assert f"failed ({code}); {said}" in result.stderr  # hpcdist mpirun's summary got the rank's lines
     if how == "raise":
         assert "ValueError: deliberate failure on rank 2" in result.stderr
-    assert result.seconds < 60  # the others are blocked in a barrier: MPI_Abort ends them
 
 
 def test_a_killed_rank_ends_the_job(mpich: Path) -> None:
@@ -82,7 +81,6 @@ def test_a_killed_rank_ends_the_job(mpich: Path) -> None:
         FAIL_HOW="kill",
     )
     assert result.returncode != 0, result.stderr
-    assert result.seconds < 60
     # Hydra names no rank, and a peer may fail first (gloo sees rank 2's sockets close); when rank 2's tagger
     # tells before the clean-up ends it, the summary names rank 2, and never another rank as killed
     named = [line for line in result.stderr.splitlines() if "failed (killed or exited abruptly)" in line]
@@ -102,13 +100,28 @@ def test_a_killed_rank_is_named_every_time(mpich: Path, attempt: int) -> None:
     assert "hpcdist: rank 2 on " in result.stderr and "failed (killed or exited abruptly)" in result.stderr, (
         result.stderr
     )
-    assert result.seconds < 60
 
 
-LINGER = (
-    "from mpi4py import MPI; import time; r = MPI.COMM_WORLD.Get_rank(); MPI.Finalize(); "
-    "time.sleep(2 if r == 1 else 0); print(f'rank {r} exits after MPI_Finalize', flush=True)"
-)
+# Rank 1 outlives its peers: after MPI_Finalize it waits until every other rank's process has exited (or is a
+# zombie), then prints; the others print and exit at once.
+LINGER = """
+import os, time
+from mpi4py import MPI
+r, pids = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.allgather(os.getpid())
+MPI.Finalize()
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+deadline = time.monotonic() + 60
+while r == 1 and any(alive(pid) for pid in pids if pid != os.getpid()):
+    if time.monotonic() > deadline:
+        raise SystemExit("rank 1 waited 60 s for the other ranks to exit")
+    time.sleep(0.01)
+print(f"rank {r} exits after MPI_Finalize", flush=True)
+"""
 
 
 @pytest.mark.parametrize("pmi", ["1", "2"])
@@ -121,18 +134,31 @@ def test_a_rank_that_outlives_its_peers_after_mpi_finalize_is_left_to_finish(mpi
     assert result.stderr == ""
 
 
-IDLE_EXIT = "import os, sys, time; time.sleep(1); os._exit(3) if os.environ['PMI_RANK'] == '1' else time.sleep(120)"
+# Rank 1 exits with status 3 once the others idle (each touched $MARKERS/RANK); they idle past any test's wait.
+IDLE_EXIT = """
+import os, time
+rank, markers = os.environ["PMI_RANK"], os.environ["MARKERS"]
+if rank != "1":
+    open(os.path.join(markers, rank), "w").close()
+    time.sleep(600)
+deadline = time.monotonic() + 60
+while len(os.listdir(markers)) < 3:
+    if time.monotonic() > deadline:
+        raise SystemExit(f"rank 1 waited 60 s for the others to idle; idle: {os.listdir(markers)}")
+    time.sleep(0.01)
+os._exit(3)
+"""
 
 
 @pytest.mark.parametrize("attempt", range(2))  # Hydra left the others running in 2 runs of 4 before hpcdist's grace
-def test_a_rank_that_exits_while_the_others_idle_ends_the_job(mpich: Path, attempt: int) -> None:
-    result = launch(hpcdist(mpich, "mpirun", "-np", "4", "--", "python", "-c", IDLE_EXIT), timeout=120)
+def test_a_rank_that_exits_while_the_others_idle_ends_the_job(mpich: Path, attempt: int, tmp_path: Path) -> None:
+    argv = hpcdist(mpich, "mpirun", "-np", "4", "--", "python", "-c", IDLE_EXIT)
+    result = launch(argv, timeout=120, MARKERS=str(tmp_path))  # the others idle 600 s: hpcdist or Hydra ends them
     assert result.returncode != 0, result.stderr
     assert "hpcdist: rank 1 on " in result.stderr and "failed (killed or exited abruptly)" in result.stderr, (
         result.stderr
     )
     assert "rank 1 exit code 3" in result.stderr  # Hydra's -print-all-exitcodes, read
-    assert result.seconds < 30, result.stderr  # Hydra's own end, or hpcdist mpirun's after its 10 s grace
 
 
 def test_ranks_busy_with_the_gil_or_blocked_in_a_barrier_still_beat(mpich: Path) -> None:
@@ -155,7 +181,6 @@ def test_a_frozen_rank_is_named_by_its_silence(mpich: Path) -> None:
     assert result.returncode != 0, result.stderr
     assert "hpcdist: rank 1 on " in result.stderr and " silent: no heartbeat for 3 s; ending the job" in result.stderr
     assert "failed (no heartbeat for 3 s)" in result.stderr
-    assert result.seconds < 60
 
 
 def test_a_paused_reader_of_hpcdists_output_is_no_silence_of_the_ranks(mpich: Path) -> None:
@@ -169,7 +194,7 @@ def test_a_paused_reader_of_hpcdists_output_is_no_silence_of_the_ranks(mpich: Pa
         stderr=subprocess.DEVNULL,
         env={**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"},
     ) as proc:
-        time.sleep(10)
+        time.sleep(10)  # the behaviour under test: nobody reads for 10 s, more than the 3 s heartbeat timeout
         out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0
     assert len(out.splitlines()) == 600_000

@@ -81,7 +81,6 @@ def test_eight_ranks_on_an_empty_cache_build_it_once_and_all_load_it_and_the_nex
     assert len(sums(second.stdout, 8, native=True)) == 8, second.stdout + second.stderr
     assert "native mpi backend" not in second.stderr, second.stderr
     assert (module.stat().st_ino, module.stat().st_mtime_ns) == (built.st_ino, built.st_mtime_ns)
-    print(f"8 ranks, empty cache: {first.seconds:.0f} s ({built_in[0]}); with the module built: {second.seconds:.0f} s")
 
 
 def test_without_a_compiler_the_first_job_says_so_once_and_later_jobs_retry_only_when_one_appears(

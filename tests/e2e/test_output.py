@@ -93,10 +93,10 @@ def _summary(stderr: str, header: str) -> list[str]:
     return stderr.split(header, 1)[1].splitlines()
 
 
-def test_a_failed_ranks_last_lines_are_shown_even_when_ranks_hid_it(hpcdist: str) -> None:
+def test_a_failed_ranks_last_lines_are_shown_even_when_ranks_hid_it(hpcdist: str, tmp_path: Path) -> None:
     # 30 lines: before its traceback, the failed rank prints the other ranks' Python stacks (about 8 lines)
     result = launch([hpcdist, "mpirun", "-np", str(NP), "--tag", "--ranks", "0", "--tail", "30", "--", *FAIL_AFTER],
-                    FAIL_RANK="2", FAIL_HOW="raise", timeout=120)  # fmt: skip
+                    FAIL_RANK="2", FAIL_HOW="raise", MARKERS=str(tmp_path), timeout=120)  # fmt: skip
     assert result.returncode == 1, result.stderr
     tail = _summary(result.stderr, f"hpcdist: rank 2 on {HOST} failed (exit code 1); its last 30 lines:\n")
     assert "hpcdist: rank 2 failed; the other ranks' Python stacks" in "\n".join(tail), tail
@@ -113,10 +113,10 @@ def test_a_failed_ranks_last_lines_are_shown_even_when_ranks_hid_it(hpcdist: str
 
 
 @pytest.mark.parametrize("tail", [None, "5"])
-def test_a_rank_killed_by_a_signal_still_has_its_tail_shown(hpcdist: str, tail: str | None) -> None:
+def test_a_rank_killed_by_a_signal_still_has_its_tail_shown(hpcdist: str, tmp_path: Path, tail: str | None) -> None:
     option = ["--tail", tail] if tail else []  # and untagged (no terminal): the header names the rank
     result = launch([hpcdist, "mpirun", "-np", str(NP), "--ranks", "0", *option, "--", *FAIL_AFTER],
-                    FAIL_RANK="1", FAIL_HOW="kill", timeout=120)  # fmt: skip
+                    FAIL_RANK="1", FAIL_HOW="kill", MARKERS=str(tmp_path), timeout=120)  # fmt: skip
     assert result.returncode != 0, result.stderr
     count = int(tail or 20)
     lines = _summary(result.stderr, f"failed (killed by SIGKILL); its last {count} lines:\n")

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,12 +83,20 @@ def test_one_generated_mpirun_script_runs_as_root_and_as_a_user(open_folder: Pat
         assert "rank 0" not in done.stdout
 
 
+# Each worker, its job's port held, says so in $HELD and waits until the 4 workers of both jobs have: the two jobs
+# hold their ports at the same time.
 TWO_WORKERS = textwrap.dedent("""\
     import os, sys, time
     import torch, torch.distributed as dist
     dist.init_process_group("gloo")
     total = torch.tensor([dist.get_rank() + 1.0])
-    time.sleep(3)  # both jobs hold their ports at the same time
+    held = os.environ["HELD"]
+    open(os.path.join(held, f"{os.environ['MASTER_PORT']}-{dist.get_rank()}"), "w").close()
+    deadline = time.monotonic() + 120
+    while len(os.listdir(held)) < 4:
+        if time.monotonic() > deadline:
+            sys.exit(f"waited 120 s for both jobs' workers to hold their ports; held: {os.listdir(held)}")
+        time.sleep(0.01)
     dist.all_reduce(total)
     line = f"port {os.environ['MASTER_PORT']} sum {int(total.item())}\\n"
     os.write(1, line.encode())  # one write: the two workers share the pipe, and print's pieces could interleave
@@ -103,7 +110,8 @@ def test_the_printed_torchrun_line_runs_twice_at_once_without_a_port_clash(tmp_p
     line = _printed("torchrun", "--nproc-per-node", "2", "--torchrun", str(BIN / "torchrun"), "--", str(program))
     assert "--standalone" in line.split() and "master_port" not in line
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TMPDIR": str(tmp_path)}
-    start = time.monotonic()
+    (tmp_path / "held").mkdir()
+    env["HELD"] = str(tmp_path / "held")
     jobs = [
         subprocess.Popen(["bash", "-c", line], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for _ in range(2)
@@ -123,4 +131,6 @@ def test_the_printed_torchrun_line_runs_twice_at_once_without_a_port_clash(tmp_p
         assert len({line.split()[1] for line in lines}) == 1  # one store per job
         ports.add(lines[0].split()[1])
     assert len(ports) == 2 and "29500" not in ports, ports
-    print(f"two torchrun jobs at once on ports {sorted(ports)}: {time.monotonic() - start:.1f} s", file=sys.stderr)
+    assert sorted(path.name for path in (tmp_path / "held").iterdir()) == sorted(
+        f"{p}-{r}" for p in ports for r in (0, 1)
+    )

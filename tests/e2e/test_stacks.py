@@ -83,14 +83,13 @@ def test_a_failing_rank_prints_the_stacks_the_others_wait_in(hpcdist: str, launc
         timeout=150,
         API="launch" if launcher == "launch" else "init",
         MODE="fail",
-        HPCDIST_TIMEOUT="60",
+        HPCDIST_TIMEOUT="600",  # longer than the launch may take: the gather must not wait for it
     )
     assert result.returncode != 0
     if launcher == "launch":  # after hpcdist.init's with-block, the peers it let go may abort before the traceback
         assert result.returncode == 1 and "RuntimeError: rank 1 gave up" in result.stderr
     headline = "hpcdist: rank 1 failed; the other ranks' Python stacks (most recent call first; identical merged):"
     assert grouped(result.stderr, headline)[:1] == ["ranks 0,2-3: all_reduce"], result.stderr
-    assert result.seconds < 60  # the gather waited seconds at most, not the timeout
 
 
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
@@ -119,21 +118,28 @@ def test_sigquit_to_hpcdist_mpirun_and_sigusr2_to_a_rank_print_every_ranks_stack
         reader.start()
     headline = "hpcdist: SIGUSR2: every rank's Python stacks"
 
-    def wait_for(test: str, what: list[str], count: int = 1) -> None:
-        deadline = time.monotonic() + 90
+    def said(test: str, what: list[str], count: int = 1, seconds: float = 90) -> bool:
+        """Whether `test` is in `what` `count` times within `seconds` (the job still running)."""
+        deadline = time.monotonic() + seconds
         while "".join(what).count(test) < count:
-            assert time.monotonic() < deadline and proc.poll() is None, f"no {test!r}: {''.join(out + err)}"
-            time.sleep(0.1)
+            assert proc.poll() is None, f"the job ended before {test!r}: {''.join(out + err)}"
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)  # between two looks at the output
+        return True
 
     try:
-        wait_for("all ranks in step", out)
-        time.sleep(1)  # ranks 0, 2, 3 are now in their second all_reduce, rank 1 in elsewhere()
+        for rank in range(4):  # past the first all_reduce: 0, 2, 3 go into the second, rank 1 into elsewhere()
+            assert said(f"rank {rank} past the first\n", out), f"rank {rank} never got past the first all_reduce"
         proc.send_signal(signal.SIGQUIT)  # Ctrl-\
-        wait_for(headline, err)
-        time.sleep(3)  # past the quiet time after a report
+        assert said(headline, err), f"no {headline!r} after SIGQUIT: {''.join(out + err)}"
         pids = dict(line.split(" pid ") for line in "".join(out).splitlines() if " pid " in line)
-        os.kill(int(pids["rank 2"]), signal.SIGUSR2)  # one rank signalled: rank 0 asks the others
-        wait_for(headline, err, 2)
+        deadline = time.monotonic() + 90
+        # one rank signalled: rank 0 asks the others. Asked again until a second report comes: asks in the quiet
+        # time after a report (dumps that soon belong to it) make none
+        while not said(headline, err, 2, seconds=1):
+            assert time.monotonic() < deadline, f"no second {headline!r} after 90 s of SIGUSR2: {''.join(err)}"
+            os.kill(int(pids["rank 2"]), signal.SIGUSR2)
         go.touch()
         assert proc.wait(60) == 0, "".join(err)
     finally:

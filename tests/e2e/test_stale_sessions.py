@@ -8,10 +8,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from launching import BIN, launch
+from launching import BIN, launch, wait_for
 
 
 def _killed_launchers_directory() -> Path:
@@ -22,10 +21,7 @@ def _killed_launchers_directory() -> Path:
         start_new_session=True,
     )
     session = Path(tempfile.gettempdir()) / f"ompi.{proc.pid}"
-    deadline = time.monotonic() + 60
-    while not list(session.glob("pmix.*.tool*")):
-        assert time.monotonic() < deadline and proc.poll() is None, "mpirun wrote no rendezvous file in 60 s"
-        time.sleep(0.05)
+    wait_for(f"mpirun's rendezvous file in {session}", lambda: list(session.glob("pmix.*.tool*")), 60, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert session.is_dir()

@@ -6,12 +6,11 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from launching import BIN, PROGRAMS, ROOT, ULFM_MPIRUN
+from launching import BIN, PROGRAMS, ROOT, ULFM_MPIRUN, wait_for
 
 from hpcdist.resilience.sharding import steps_left
 from hpcdist.workloads.steplog import read
@@ -46,11 +45,7 @@ def _train(out: Path, victims: list[tuple[int, int, int]], backend: str, **extra
         try:
             for rank, epoch, step in victims:
                 pid = out / f"victim-{rank}.pid"
-                deadline = time.monotonic() + 180
-                while not pid.exists():
-                    assert job.poll() is None, f"the job ended before rank {rank} reached epoch {epoch} step {step}"
-                    assert time.monotonic() < deadline, f"rank {rank} never reached epoch {epoch} step {step}"
-                    time.sleep(0.05)
+                wait_for(f"rank {rank} to reach epoch {epoch} step {step}", pid.exists, 180, job)
                 os.kill(int(pid.read_text()), signal.SIGKILL)
             stdout, stderr = job.communicate(timeout=180)
         finally:
@@ -111,12 +106,10 @@ def test_a_rank_killed_after_training_as_the_others_shut_down_the_survivors_end_
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "VICTIMS": "2:3:0"}
     with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as job:
         try:
-            pid, deadline = tmp_path / "victim-2.pid", time.monotonic() + 180
-            while not pid.exists():
-                assert job.poll() is None, "the job ended before rank 2 passed the final barrier"
-                assert time.monotonic() < deadline, "rank 2 never passed the final barrier"
-                time.sleep(0.05)
-            time.sleep(0.5)  # the others are in their shutdown, waiting for rank 2
+            pid, passed = tmp_path / "victim-2.pid", [tmp_path / f"past-barrier-{rank}" for rank in range(NP)]
+            wait_for("rank 2 to pass the final barrier", pid.exists, 180, job)
+            # the others passed it too (each says so as it leaves for its shutdown, where it waits for rank 2)
+            wait_for("every rank to pass the final barrier", lambda: all(p.exists() for p in passed), 180, job)
             os.kill(int(pid.read_text()), signal.SIGKILL)
             text, _ = job.communicate(timeout=180)
         finally:
@@ -171,10 +164,8 @@ def test_hpcdist_run_ddp_shrink_a_rank_sigkilled_in_epoch_2_the_survivors_finish
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "SURVIVORS_TEST": marker}
     with open(log, "w") as out, subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT) as job:
         try:
-            deadline = time.monotonic() + 180
-            while not any(line.startswith("2 ") for line in _lines(tmp_path / "steps.log")):  # epoch 2 began
-                assert job.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.01)
+            logged = tmp_path / "steps.log"
+            wait_for("epoch 2 to begin", lambda: any(line.startswith("2 ") for line in _lines(logged)), 180, job)
             victim = _rank_pid(marker, 2)
             assert victim is not None
             os.kill(victim, signal.SIGKILL)

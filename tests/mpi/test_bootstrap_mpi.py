@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 
 import pytest
 
@@ -60,10 +59,12 @@ def test_rendezvous_is_agreed_and_the_store_serves_every_rank(comm) -> None:
     del store
 
 
+@pytest.mark.world_size(min=2)
 def test_a_wait_that_times_out_names_the_rank_and_what_it_waited_for(comm) -> None:
     buf = bytearray(8)
-    if comm.rank == 0:
-        time.sleep(1.0)
+    if comm.rank == 0:  # late: it sends its word once every other rank gave up waiting for it
+        for rank in range(1, comm.size):
+            comm.recv(source=rank, tag=7)
         comm.Ibcast(buf, root=0).Wait()
         return
     request = comm.Ibcast(buf, root=0)
@@ -71,6 +72,7 @@ def test_a_wait_that_times_out_names_the_rank_and_what_it_waited_for(comm) -> No
         RendezvousTimeout, match=f"rank {comm.rank} of {comm.size} on .* waited 0.2 s for rank 0's word"
     ):
         _wait(comm, request, 0.2, "rank 0's word")
+    comm.send(None, dest=0, tag=7)
     request.Wait()
 
 

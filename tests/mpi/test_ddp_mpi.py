@@ -104,23 +104,27 @@ def test_resume_without_a_checkpoint_starts_afresh(comm, session, shared_dir, ca
         assert "no checkpoint at" in capsys.readouterr().out
 
 
+@pytest.mark.world_size(min=2)
 def test_the_final_check_catches_a_rank_whose_parameters_differ(comm, session) -> None:
     import torch
 
     from hpcdist.workloads.ddp import build_model, check_identical
 
     module = build_model(0)
-    if comm.rank == comm.size - 1 and comm.size > 1:
+    if comm.rank == comm.size - 1:
         with torch.no_grad():
             next(module.parameters())[0, 0] += 1e-6
     problem = check_identical(module, session)
-    if comm.size > 1:
-        assert (
-            problem == f"rank {comm.rank}: 1 of {sum(p.numel() for p in module.parameters())} parameters differ "
-            f"across the {comm.size} ranks"
-        )
-    else:
-        assert problem is None
+    assert (
+        problem == f"rank {comm.rank}: 1 of {sum(p.numel() for p in module.parameters())} parameters differ "
+        f"across the {comm.size} ranks"
+    )
+
+
+def test_the_final_check_passes_parameters_alike_on_every_rank(comm, session) -> None:
+    from hpcdist.workloads.ddp import build_model, check_identical
+
+    assert check_identical(build_model(0), session) is None
 
 
 def test_a_signal_to_one_rank_stops_all_at_one_step_and_the_resume_is_exact(

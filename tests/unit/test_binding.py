@@ -192,7 +192,10 @@ def test_this_machine() -> None:
     t = read_sysfs()
     allowed = os.sched_getaffinity(0)
     plan = plan_binding(t.restrict(allowed), len(allowed))
-    assert sorted(c for b in plan for c in b.cpus) == sorted(allowed) or t.gpus
+    given = sorted(c for b in plan for c in b.cpus)
+    assert len(given) == len(set(given)) and set(given) <= allowed  # shares of this process's CPUs, disjoint
+    if not t.gpus:  # one rank per allowed CPU and no GPU to plan around: every CPU is given out
+        assert given == sorted(allowed)
 
 
 def test_mpirun_bind_auto_reaches_the_shim_as_a_variable(capsys: pytest.CaptureFixture[str]) -> None:

@@ -41,9 +41,19 @@ def test_the_examples_cover_the_four_jobs_and_three_hostfiles() -> None:
 
 
 def test_drift_is_reported_and_only_write_fixes_it(tmp_path: Path) -> None:
-    assert len(check_examples(str(tmp_path))) == len(render_examples())  # all missing; nothing written by a check
+    # the checkout's example files (its templates/README.md is its own, not rendered)
+    checkout = sorted(
+        str(path.relative_to(ROOT))
+        for folder in ("hostfiles", "slurm", "templates")
+        for path in (ROOT / folder).iterdir()
+        if path.name != "README.md"
+    )
+    assert len(checkout) == 12
+    assert check_examples(str(tmp_path)) == [f"{path} is missing" for path in checkout]  # nothing written by a check
     assert not (tmp_path / "slurm").exists()
-    assert sorted(write_examples(str(tmp_path))) == sorted(render_examples())
+    assert sorted(write_examples(str(tmp_path))) == checkout
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_file()) == checkout
+    assert all((tmp_path / path).read_text() == (ROOT / path).read_text() for path in checkout)
     assert check_examples(str(tmp_path)) == [] and write_examples(str(tmp_path)) == []
     (tmp_path / "slurm/ddp-srun.sbatch").write_text("edited by hand\n")
     (tmp_path / "hostfiles/stray").write_text("n1 slots=1\n")

@@ -284,7 +284,8 @@ def test_init_turns_torchs_recorder_on_for_nccl_only(
     from hpcdist.runtime import bootstrap
 
     for name in ("FR_BUFFER_SIZE", "NCCL_TRACE_BUFFER_SIZE", "NCCL_DUMP_ON_TIMEOUT", "FR_DUMP_TEMP_FILE"):
-        monkeypatch.delenv(f"TORCH_{name}", raising=False)
+        monkeypatch.setenv(f"TORCH_{name}", "")  # noted by monkeypatch, so what init sets is undone after the test
+        monkeypatch.delenv(f"TORCH_{name}")
     monkeypatch.delenv("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", raising=False)
     monkeypatch.setenv("HPCDIST_FR_DIR", str(tmp_path / "fr"))
     bootstrap._turn_on_nccl_recorder(RankContract(), backend)

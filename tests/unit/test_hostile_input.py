@@ -60,32 +60,61 @@ def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 DRY = ("mpirun", "--dry-run", "--mpirun", "mpirun")
 
 
-# Integers past Python's int-to-str limit, and absurd ones.
+def at_most(option: str, limit: int, got: str, command: str) -> str:
+    """The refusal of a whole number past its limit."""
+    return f"{option} must be at most {limit}, got {got}; e.g. {option} 1; see `hpcdist {command} --help`"
+
+
+DIGITS = "a number of 5000 digits"
+WHOLE = "is not a whole number; write it in ASCII digits 0-9 alone (no sign, blank or '_'), e.g."
+SIGNAL = (
+    "expected SIGNAL@SECONDS with SIGNAL one of USR1, USR2, TERM, INT, HUP, QUIT, ALRM, CONT and 1 to 65535 seconds, "
+    "e.g. USR1@90; see `hpcdist sbatch --help`"
+)
+GPUS = (
+    "expected COUNT or TYPE:COUNT with COUNT a whole number from 1 to 2147483647, e.g. 8 or a100:8; "
+    "see `hpcdist sbatch --help`"
+)
+
+
+# Integers past Python's int-to-str limit, and absurd ones: the whole message
 @pytest.mark.parametrize(
-    ("argv", "needle"),
+    ("argv", "message"),
     [
-        ((*DRY, "-np", "9999999999", "--", "x"), "-np must be at most 2147483647"),
-        ((*DRY, "-np", HUGE, "--", "x"), "-np must be at most 2147483647, got a number of 5000 digits"),
-        ((*DRY, "-H", f"a:{HUGE}", "--", "x"), "slots must be at most"),
-        (("sbatch", "--nodes", "99999999999", "--", "x"), "must be at most 2147483647"),
-        (("sbatch", "--nodes", HUGE, "--", "x"), "must be at most"),
-        (("sbatch", "--nodes", "²", "--", "x"), "--nodes '²' is not a whole number"),
-        (("sbatch", "--nodes", "65536", "--ntasks-per-node", "65536", "--", "x"), "more than the 2147483647 ranks"),
-        (("sbatch", "--requeue", "--requeue-signal", "USR1@²", "--", "x"), "--requeue-signal 'USR1@²'"),
-        (("sbatch", "--requeue", "--requeue-signal", f"USR1@{HUGE}", "--", "x"), "1 to 65535 seconds"),
-        (("sbatch", "--gpus-per-node", HUGE, "--", "x"), "--gpus-per-node"),
-        (("torchrun", "--master-port", HUGE, "--", "t.py"), "--master-port"),
-        (("torchrun", "--master-port", "70000", "--", "t.py"), "--master-port must be at most 65535, got 70000"),
-        (("torchrun", "--nproc-per-node", "²", "--", "t.py"), "--nproc-per-node '²' is not a whole number"),
-        (("hostfile", "--hosts", "a", "--slots", HUGE), "--slots"),
-        (("run", "ddp", "--epochs", HUGE), "--epochs"),
-        (("run", "ddp", "--seed", HUGE), "--seed"),
+        ((*DRY, "-np", "9999999999", "--", "x"), at_most("-np", 2147483647, "9999999999", "mpirun")),
+        ((*DRY, "-np", HUGE, "--", "x"), at_most("-np", 2147483647, DIGITS, "mpirun")),
+        (
+            (*DRY, "-H", f"a:{HUGE}", "--", "x"),
+            f"-H 'a:{HUGE}': slots must be at most 2147483647 (MPI counts ranks in an int), got '{HUGE}'",
+        ),
+        (("sbatch", "--nodes", "99999999999", "--", "x"), at_most("--nodes", 2147483647, "99999999999", "sbatch")),
+        (("sbatch", "--nodes", HUGE, "--", "x"), at_most("--nodes", 2147483647, DIGITS, "sbatch")),
+        (("sbatch", "--nodes", "²", "--", "x"), f"--nodes '²' {WHOLE} --nodes 1; see `hpcdist sbatch --help`"),
+        (
+            ("sbatch", "--nodes", "65536", "--ntasks-per-node", "65536", "--", "x"),
+            "--nodes 65536 x 65536 tasks per node is more than the 2147483647 ranks MPI can count; ask for fewer",
+        ),
+        (("sbatch", "--requeue", "--requeue-signal", "USR1@²", "--", "x"), f"--requeue-signal 'USR1@²': {SIGNAL}"),
+        (
+            ("sbatch", "--requeue", "--requeue-signal", f"USR1@{HUGE}", "--", "x"),
+            f"--requeue-signal 'USR1@{HUGE}': {SIGNAL}",
+        ),
+        (("sbatch", "--gpus-per-node", HUGE, "--", "x"), f"--gpus-per-node '{HUGE}': {GPUS}"),
+        (("torchrun", "--master-port", HUGE, "--", "t.py"), at_most("--master-port", 65535, DIGITS, "torchrun")),
+        (("torchrun", "--master-port", "70000", "--", "t.py"), at_most("--master-port", 65535, "70000", "torchrun")),
+        (
+            ("torchrun", "--nproc-per-node", "²", "--", "t.py"),
+            f"--nproc-per-node '²' {WHOLE} --nproc-per-node 1, or one of auto, gpu, cpu; see `hpcdist torchrun --help`",
+        ),
+        (("hostfile", "--hosts", "a", "--slots", HUGE), at_most("--slots", 2147483647, DIGITS, "hostfile")),
+        (("run", "ddp", "--epochs", HUGE), at_most("--epochs", 2147483647, DIGITS, "run")),
+        (("run", "ddp", "--seed", HUGE), at_most("--seed", 2**62, DIGITS, "run")),
     ],
 )
 def test_huge_and_absurd_integers_are_refused(
-    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], needle: str
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
 ) -> None:
-    assert needle in refused(capsys, *argv)
+    assert refused(capsys, *argv) == f"hpcdist: error: {message}\n"
 
 
 def test_a_hostfile_with_a_huge_slot_count(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -93,18 +122,32 @@ def test_a_hostfile_with_a_huge_slot_count(capsys: pytest.CaptureFixture[str], t
     assert "slots must be at most 2147483647" in refused(capsys, *DRY, "--hostfile", str(tmp_path / "hosts"), "--", "x")
 
 
-@pytest.mark.parametrize("value", ["inf", "nan", "1e300", "-1", "0", "soon"])
+NO_SECONDS = "is not a number of seconds; write ASCII digits with an optional fraction, e.g. --timeout 30"
+POSITIVE = "must be a positive number of seconds, got {got}; give a finite number up to 2592000 (30 days), e.g."
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [(v, f"--timeout {v!r} {NO_SECONDS}") for v in ("inf", "nan", "1e300", "-1", "soon")]
+    + [("0", f"--timeout {POSITIVE.format(got='0.0')} --timeout 30")],
+)
 @pytest.mark.parametrize("command", [("run", "p2p"), ("bench", "all_reduce"), ("doctor",)])
 def test_timeouts_must_be_finite_positive_seconds(
-    capsys: pytest.CaptureFixture[str], command: tuple[str, ...], value: str
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...], value: str, why: str
 ) -> None:
-    assert "--timeout" in refused(capsys, *command, "--timeout", value)
+    message = f"hpcdist: error: {why}; see `hpcdist {command[0]} --help`\n"
+    assert refused(capsys, *command, "--timeout", value) == message
 
 
-@pytest.mark.parametrize("value", ["inf", "nan", "1e300", "-inf", "0", "2592001"])
-def test_hpcdist_timeout_must_be_finite_positive_seconds(value: str) -> None:
-    with pytest.raises(UsageError, match="HPCDIST_TIMEOUT"):
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [(v, "is not a number of seconds; set e.g.") for v in ("inf", "nan", "1e300", "-inf")]
+    + [("0", POSITIVE.format(got="0.0")), ("2592001", POSITIVE.format(got="2592001.0"))],
+)
+def test_hpcdist_timeout_must_be_finite_positive_seconds(value: str, why: str) -> None:
+    with pytest.raises(UsageError) as refusal:
         job_timeout({"HPCDIST_TIMEOUT": value})
+    assert str(refusal.value) == f"HPCDIST_TIMEOUT={value!r} {why} HPCDIST_TIMEOUT=300"
 
 
 @pytest.mark.parametrize(
@@ -313,14 +356,24 @@ def test_names_bash_holds_are_refused(capsys: pytest.CaptureFixture[str], tmp_pa
     assert "bash sets itself" in refused(capsys, "torchrun", "--env-file", str(tmp_path / "env"), "--", "t.py")
 
 
-@pytest.mark.parametrize("hosts", ["a;b", "a b", "-x", "a\x00", "héllo", "a/b", "." * 300, "a@"])
+@pytest.mark.parametrize("hosts", ["a;b", "a b", "a\x00", "héllo", "a/b", "." * 300, "a@"])
 def test_hostfile_hosts_are_host_names(capsys: pytest.CaptureFixture[str], hosts: str) -> None:
-    assert "--hosts" in refused(capsys, "hostfile", "--hosts", hosts)
+    assert refused(capsys, "hostfile", "--hosts", hosts) == (
+        f"hpcdist: error: --hosts {hosts!r}: expected host names separated by commas, e.g. node1,node2; {hosts!r} is "
+        "not one (letters, digits, '-', '_' and '.', starting with a letter or digit)\n"
+    )
+
+
+def test_a_host_that_looks_like_an_option_is_no_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert refused(capsys, "hostfile", "--hosts", "-x") == (
+        "hpcdist: error: argument --hosts: expected one argument; see `hpcdist hostfile --help`\n"
+    )
 
 
 @pytest.mark.parametrize("gpus", ["abc", "a100:x", "a100:", "0", "-1"])
 def test_gpu_counts_must_be_numbers(capsys: pytest.CaptureFixture[str], gpus: str) -> None:
-    assert "--gpus-per-node" in refused(capsys, "sbatch", "--gpus-per-node", gpus, "--ntasks-per-node", "2", "--", "x")
+    refusal = refused(capsys, "sbatch", "--gpus-per-node", gpus, "--ntasks-per-node", "2", "--", "x")
+    assert refusal == f"hpcdist: error: --gpus-per-node {gpus!r}: {GPUS}\n"
 
 
 # Launcher values out of range.
@@ -514,44 +567,67 @@ def test_a_closed_output_pipe_ends_quietly(tmp_path: Path) -> None:
 
 
 # --include / --exclude: hostile selections are refused by every command that takes them, naming the option.
+USE = "use HOST[:SLOT,...] parts joined by '@', e.g. node1@node2:0,2"
+NO_SLOT = "of a is not a slot index; give whole numbers from 0, e.g. a:0,2"
+EMPTY = f"an empty host between two '@' (or at an end); {USE}"
+
+
+# (a selection, why it is refused: the message after `OPTION 'VALUE': `; {hosts} is where its slots are numbered)
 @pytest.mark.parametrize(
-    "value",
+    ("value", "why"),
     [
-        "a;b",
-        "$(id)",
-        "a\nb",
-        "a\x00",
-        "héllo",
-        "-x",
-        "a@",
-        "@",
-        "a@@b",
-        "a:",
-        ":0",
-        f"a:{HUGE}",
-        "a:1,",
-        "a:0x1",
-        "a:1_0",
-        "n[1-99999999999]",
-        "a b",
-        "a,b",
-        "a:+1",
+        *(
+            (value, f"{value!r} is not a host name; {USE}")
+            for value in ("a;b", "$(id)", "a\nb", "a\x00", "héllo", "a b")
+        ),
+        ("a@", EMPTY),
+        ("@", EMPTY),
+        ("a@@b", EMPTY),
+        ("a:", "'a:' has no slot after ':'; give slot indices (e.g. a:0,1) or drop ':'"),
+        (":0", f"'' is not a host name; {USE}"),
+        (f"a:{HUGE}", "a has no slot 100000000000000000000; its 2 slot(s) are numbered 0 to 1 in {hosts}"),
+        ("a:1,", f"slot '' {NO_SLOT}"),
+        ("a:0x1", f"slot '0x1' {NO_SLOT}"),
+        ("a:1_0", f"slot '1_0' {NO_SLOT}"),
+        ("a:+1", f"slot '+1' {NO_SLOT}"),
+        (
+            "n[1-99999999999]",
+            "host range 'n[1-99999999999]' is not a valid Slurm nodelist (range too large); e.g. 'node[01-04],gpu7'",
+        ),
+        ("a,b", f"'a,b' lists several hosts with ','; join hosts with '@' instead ({USE})"),
     ],
 )
 @pytest.mark.parametrize(
-    "command",
+    ("command", "hosts"),
     [
-        (*DRY, "-H", "a:2", "{option}", "{value}", "--", "x"),
-        ("hostfile", "--hosts", "a", "--slots", "2", "{option}", "{value}"),
-        ("sbatch", "{option}", "{value}", "--", "x"),
+        ((*DRY, "-H", "a:2", "{option}", "{value}", "--", "x"), "-H a:2"),
+        (("hostfile", "--hosts", "a", "--slots", "2", "{option}", "{value}"), "--hosts a"),
+        (("sbatch", "{option}", "{value}", "--", "x"), ""),
     ],
 )
 @pytest.mark.parametrize("option", ["--include", "--exclude"])
 def test_hostile_selections_are_refused(
-    capsys: pytest.CaptureFixture[str], command: tuple[str, ...], option: str, value: str
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...], hosts: str, option: str, value: str, why: str
 ) -> None:
     argv = [option if word == "{option}" else value if word == "{value}" else word for word in command]
-    assert option in refused(capsys, *argv)
+    message = f"hpcdist: error: {option} {value!r}: {why.format(hosts=hosts)}\n"
+    if command[0] == "sbatch" and value == f"a:{HUGE}":  # a well-formed slot: Slurm has none to give
+        message = (
+            f"hpcdist: error: {option} {value!r} selects slots of 'a'; Slurm allocates whole nodes, so name nodes only "
+            f"(e.g. {option} a) and pick slots inside the job with `hpcdist mpirun {option} ...`\n"
+        )
+    assert refused(capsys, *argv) == message
+
+
+@pytest.mark.parametrize("command", [(*DRY, "-H", "a:2"), ("hostfile", "--hosts", "a"), ("sbatch",)])
+@pytest.mark.parametrize("option", ["--include", "--exclude"])
+def test_a_selection_that_looks_like_an_option_is_no_value(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...], option: str
+) -> None:
+    named = "-x/--exclude" if (command[0], option) == ("sbatch", "--exclude") else option
+    assert refused(capsys, *command, option, "-x", "--", "x") == (
+        f"hpcdist: error: argument {named}: expected one argument; see `hpcdist {command[0]} --help`\n"
+    )
 
 
 def test_an_sbatch_selection_cannot_add_sbatch_lines(capsys: pytest.CaptureFixture[str]) -> None:

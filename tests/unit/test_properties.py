@@ -384,15 +384,35 @@ def test_torchrun(argv: list[str], program: list[str]) -> None:
         assert 1 <= nnodes <= MAX_COUNT and 0 <= node_rank < nnodes
 
 
-# `python -m hpcdist.jobs.examples`, pointed at files, folders and missing paths
-@SETTINGS
-@given(root=st.sampled_from(["file", "dir", "missing", "file/below", ""]), write_them=st.booleans())
-def test_examples(workdir: Path, root: str, write_them: bool) -> None:
-    err = io.StringIO()
-    with no_hang(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        status = examples_main([*(["--write"] if write_them else []), str(workdir / root) if root else ""])
-    assert status in (0, 1, 2) and "Traceback" not in err.getvalue()  # 1: the files differ from the templates
-    assert status == 2 or (os.path.isdir(workdir / root) and root)
+def _examples(*argv: str) -> tuple[int, str, str]:
+    """`python -m hpcdist.jobs.examples ARGV` in-process: (status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with no_hang(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = examples_main(list(argv))
+    return status, out.getvalue(), err.getvalue()
+
+
+# `python -m hpcdist.jobs.examples`, pointed at files and missing paths: refused alike, checking or writing
+@pytest.mark.parametrize("write_them", [False, True])
+@pytest.mark.parametrize(("root", "what"), [("file", "is not a directory"), ("missing", "does not exist"),
+                                            ("file/below", "does not exist"), ("", "does not exist")])  # fmt: skip
+def test_examples_outside_a_directory_are_refused(tmp_path: Path, root: str, what: str, write_them: bool) -> None:
+    (tmp_path / "file").write_text("node1 slots=2\n")
+    path = str(tmp_path / root) if root else ""
+    status, out, err = _examples(*(["--write"] if write_them else []), path)
+    assert (status, out) == (2, "")
+    assert err == (
+        f"python -m hpcdist.jobs.examples: error: {path!r} {what}; give the project directory (the one holding "
+        "hostfiles/ and slurm/)\n"
+    )
+
+
+def test_examples_in_an_empty_directory_are_missing_until_written(tmp_path: Path) -> None:
+    status, _, err = _examples(str(tmp_path))
+    assert status == 1 and "python -m hpcdist.jobs.examples: hostfiles/localhost is missing\n" in err, err
+    status, out, err = _examples("--write", str(tmp_path))
+    assert (status, err) == (0, "") and "wrote hostfiles/localhost\n" in out, out
+    assert _examples(str(tmp_path)) == (0, "", "")  # in sync now
 
 
 # `hpcdist env` and LaunchEnv.from_environ with generated launcher environments

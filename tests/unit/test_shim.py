@@ -147,7 +147,7 @@ def test_a_failing_rank_waits_until_its_launcher_has_read_its_output(capfd: pyte
     taken: list[float] = []
 
     def reader() -> None:
-        time.sleep(0.3)
+        time.sleep(0.3)  # the behaviour under test: a reader late to read
         taken.append(time.monotonic())
         os.read(read_end, 100)
 

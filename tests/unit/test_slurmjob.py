@@ -86,7 +86,7 @@ def test_scontrol_missing_or_silent_is_a_clear_error(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UsageError, match="scontrol not found on PATH"):
         show_job("1")
-    fake_scontrol(tmp_path, monkeypatch, "time.sleep(30)")
+    fake_scontrol(tmp_path, monkeypatch, "time.sleep(30)")  # a controller that never answers: the behaviour
     monkeypatch.setattr(slurmjob, "SCONTROL_SECONDS", 0.5)
     with pytest.raises(UsageError, match=r"did not answer within 0.5 s: the Slurm controller cannot be reached"):
         show_job("1")

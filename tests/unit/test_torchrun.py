@@ -61,12 +61,12 @@ def test_program_words(program: tuple[str, ...], words: list[str]) -> None:
         ({"nnodes": 2, "master_addr": None}, "needs --master_addr"),
         ({"node_rank": 2}, "out of range"),
         ({"nnodes": 0}, "--nnodes must be at least 1"),
-        ({"nproc_per_node": "0"}, "--nproc_per_node"),
-        ({"nproc_per_node": "many"}, "--nproc_per_node"),
-        ({"master_port": 0}, "--master_port"),
+        ({"nproc_per_node": "0"}, r"^--nproc_per_node '0': give a count of at least 1 or one of auto, cpu, gpu, xpu$"),
+        ({"nproc_per_node": "many"}, r"^--nproc_per_node 'many': give a count of at least 1 or one of auto, cpu, gpu"),
+        ({"master_port": 0}, r"^--master_port must be between 1 and 65535, got 0$"),
         ({"master_port": None}, "--nnodes 2 --master_addr 104.171.200.62 needs --master_port: every node must know"),
         ({"nnodes": 1, "master_port": None}, "--nnodes 1 --master_addr 104.171.200.62 needs --master_port"),
-        ({"master_addr": "a;b"}, "--master_addr"),
+        ({"master_addr": "a;b"}, r"^--master_addr 'a;b' is not a host name or IP address$"),
         ({"program": ()}, "no program"),
         ({"program": ("python",)}, "names no script"),
         ({"program": ("python", "-u", "x.py")}, "python option -u"),
@@ -101,9 +101,15 @@ def test_per_node_script_takes_the_node_rank_and_round_trips(tmp_path: Path) -> 
         *WEIRD,
     ]
     assert seen == env
-    for bad in ([], ["x"], ["2"], ["-1"]):
+    usage = f"usage: {script} NODE_RANK (0 on the master node, then 1, 2, ...)\n"
+    for bad, said in (
+        ([], usage),
+        (["x"], usage),
+        (["-1"], usage),
+        (["2"], f"{script}: NODE_RANK must be below the number of nodes, 2\n"),
+    ):
         done = subprocess.run(["bash", str(script), *bad], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and ("usage" in done.stderr or "below" in done.stderr) and not done.stdout
+        assert (done.returncode, done.stderr, done.stdout) == (2, said, ""), bad
 
 
 def test_single_node_script_defaults_to_rank_0(tmp_path: Path) -> None:

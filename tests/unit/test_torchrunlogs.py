@@ -7,12 +7,12 @@ The trees are made here as torchrun 2.13 makes them (DefaultLogsSpecs.reify):
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -162,23 +162,50 @@ def test_logs_rank_prints_the_ranks_torchrun_files(
     assert f"job 12 (COMPLETED): torchrun has made no run directory 12_* under {work}/my logs/node-0 here" in err
 
 
+class Shown(io.StringIO):
+    """A stdout another thread can wait on: until some text has been written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self.changed:
+            written = super().write(text)
+            self.changed.notify_all()
+        return written
+
+    def wait_for(self, text: str, seconds: float = 60) -> None:
+        """Return once `text` was written; else raise, saying who waited for what."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: text in self.getvalue(), seconds):
+                raise TimeoutError(f"the job waited {seconds:g} s for --follow to print {text!r}")
+
+
 def test_follow_goes_on_from_one_run_to_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # the script's restart loop starts torchrun again: a second run directory, newer, while --follow runs
+    # the script's restart loop starts torchrun again: a second run directory, newer, while --follow runs; each
+    # step of the job waits until --follow printed the one before
     work = fake_job(tmp_path, monkeypatch, render_sbatch(torchrun_spec("logs")), state="RUNNING")
     node = work / "logs" / "node-0"
+    shown = Shown()
+    monkeypatch.setattr(sys, "stdout", shown)
+    failed: list[BaseException] = []
 
     def job() -> None:
-        time.sleep(0.5)
-        first = make_run(node, "12_first000", {0: {1: "first\n"}}, mtime=1_000)
-        time.sleep(2.5)
-        with (first / "attempt_0" / "1" / "stdout.log").open("a") as f:
-            f.write("first, last line\n")
-        make_run(node, "12_second00", {0: {1: "second\n"}}, mtime=2_000)
-        time.sleep(2.5)
-        with (node / "12_second00" / "attempt_0" / "1" / "stdout.log").open("a") as f:
-            f.write("no newline at the end")
+        try:
+            first = make_run(node, "12_first000", {0: {1: "first\n"}}, mtime=1_000)
+            shown.wait_for("first\n")
+            with (first / "attempt_0" / "1" / "stdout.log").open("a") as f:
+                f.write("first, last line\n")
+            shown.wait_for("first, last line\n")
+            make_run(node, "12_second00", {0: {1: "second\n"}}, mtime=2_000)
+            shown.wait_for("second\n")
+            with (node / "12_second00" / "attempt_0" / "1" / "stdout.log").open("a") as f:
+                f.write("no newline at the end")
+        except (TimeoutError, OSError) as error:  # said by the test below, once --follow ended
+            failed.append(error)
         (tmp_path / "next.txt").write_text(JOB.format(id=12, state="COMPLETED", work=work) + "\n")
         os.replace(tmp_path / "next.txt", tmp_path / "job.txt")
 
@@ -188,7 +215,8 @@ def test_follow_goes_on_from_one_run_to_the_next(
         assert main(["logs", "12", "--rank", "1", "--follow", "--timeout", "60"]) == 0
     finally:
         writer.join()
-    out, err = capsys.readouterr()
+    assert not failed, failed
+    out, err = shown.getvalue(), capsys.readouterr().err
     assert out == "first\nfirst, last line\nsecond\nno newline at the end"
     note = "hpcdist: job 12 rank 1: the latest of 2 torchrun runs on node-0 (12_second00), attempt_0, local rank 1: "
     assert err.startswith("err first\n") and note in err and err.endswith("err second\n"), err

@@ -14,7 +14,7 @@ for i in range(lines):
     text = f"R{rank} L{i} {filler} end"
     if i % 4 == 0:  # in two writes, the rank's own halves: the tagger joins them
         os.write(1, text[:20].encode())
-        time.sleep(0.001)
+        time.sleep(0.001)  # the behaviour under test: the halves arrive apart
         os.write(1, text[20:].encode() + b"\n")
     else:
         print(text, file=sys.stderr if i % 2 else sys.stdout, flush=True)

@@ -16,8 +16,11 @@ from hpcdist.cli import main
 
 def _kill_after_first_checkpoint(path: Path) -> None:
     deadline = time.monotonic() + 300
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.005)
+    while not path.exists():
+        if time.monotonic() > deadline:
+            print(f"ddp_killed.py: waited 300 s for {path}; killing this rank anyway", file=sys.stderr, flush=True)
+            break
+        time.sleep(0.005)  # between two looks
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -15,7 +15,7 @@ STUCK = os.environ["STUCK"]
 
 def stall(*_: object) -> None:
     print(f"stuck at {time.time():.3f}", file=sys.stderr, flush=True)
-    time.sleep(300)
+    time.sleep(300)  # the behaviour under test: stuck, until the job is ended
 
 
 def stall_in_backward(grad: torch.Tensor) -> torch.Tensor:

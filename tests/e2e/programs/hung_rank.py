@@ -16,7 +16,7 @@ with hpcdist.init(os.environ.get("BACKEND", "gloo")) as session:
     tensor = torch.ones(1)
     dist.all_reduce(tensor)
     if session.rank == 2:
-        time.sleep(float(os.environ["SLEEP"]))
+        time.sleep(float(os.environ["SLEEP"]))  # the behaviour under test: hung, past HPCDIST_TIMEOUT
     tensor.fill_(1)
     raised = ""
     try:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 rank = int(os.environ["RANK"])
 hang = os.environ.get("HANG", "")
 if hang == "noinit" and rank == 1:
-    time.sleep(600)
+    time.sleep(600)  # the behaviour under test (here and below): longer than any test waits
     sys.exit(0)
 user_timeout = os.environ.get("USER_TIMEOUT")
 timeout = timedelta(seconds=float(user_timeout)) if user_timeout else None

@@ -27,7 +27,7 @@ def elsewhere(mode: str) -> None:
         raise RuntimeError("rank 1 gave up")
     if mode == "gil":
         hold_the_gil()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 60  # hang: past HPCDIST_TIMEOUT (the behaviour); signal: until $GO exists
     while time.monotonic() < deadline and not (mode == "signal" and os.path.exists(os.environ["GO"])):
         time.sleep(0.05)
 
@@ -36,8 +36,7 @@ def work(rank: int, mode: str) -> int:
     print(f"rank {rank} pid {os.getpid()}", flush=True)
     tensor = torch.ones(4)
     exchange(tensor)  # every rank once: all are in step
-    if rank == 0:
-        print("all ranks in step", flush=True)
+    print(f"rank {rank} past the first", flush=True)
     if rank == 1:
         elsewhere(mode)
     exchange(tensor)

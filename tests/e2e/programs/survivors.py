@@ -44,7 +44,7 @@ for step in itertools.count():
             os.kill(os.getpid(), signal.SIGKILL)
     try:
         comm.Allreduce(MPI.IN_PLACE, array("l", [step]))
-        time.sleep(0.01)
+        time.sleep(0.01)  # the behaviour: a training loop's steps, until a failure is seen
     except MPI.Exception as exc:
         if exc.Get_error_class() not in lost:
             raise

@@ -5,7 +5,7 @@ from 0): that rank, about to train that step, writes OUT_DIR/victim-RANK.pid and
 the test SIGKILLs it; epoch 3 (past the last) stops it after the final barrier, as the others shut down. A survivor
 that meets TooFewRanks prints it and exits. Every rank appends `epoch index` to OUT_DIR/seen-RANK.txt for each sample
 of every committed step; rank 0 prints each epoch's loss; at the end every survivor prints its parameters' digest and
-the world size.
+the world size, and touches OUT_DIR/past-barrier-RANK once past the final barrier.
 """
 
 import contextlib
@@ -37,7 +37,7 @@ def pause_for_the_kill() -> None:
     """Write OUT_DIR/victim-RANK.pid and sleep until the test SIGKILLs this rank."""
     (out / "pid.tmp").write_text(str(os.getpid()))
     (out / "pid.tmp").rename(out / f"victim-{start_rank}.pid")
-    time.sleep(300)
+    time.sleep(300)  # the behaviour: a rank stopped mid-step, until the kill
 
 
 @contextlib.contextmanager
@@ -78,5 +78,6 @@ with hpcdist.init(sys.argv[2]):
     digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
     print(f"start rank {start_rank}: rank {loop.rank} of {loop.world_size}: parameters {digest}", flush=True)
     dist.barrier()
+    (out / f"past-barrier-{start_rank}").touch()  # then into the shutdown, or to the kill
     if (EPOCHS, 0) in pauses:
         pause_for_the_kill()
