@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
-from .. import proctree, schedulers
+from .. import proctree, schedulers, settings
 from ..errors import JobEnding, UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from .exitcodes import ExitCodeWatch, describe_exit_codes
@@ -268,12 +268,14 @@ def _ask_for_stacks(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGUSR2)
     if not ranks:  # os.write: a signal handler may interrupt a print to the same stream
-        os.write(
-            2,
-            b"hpcdist: SIGQUIT: no rank on this host dumps its stacks on SIGUSR2 (not started yet, "
-            b"HPCDIST_FORENSICS=0, not a Python program, or no rank here); send SIGUSR2 to a rank that does "
-            b"(kill -USR2 PID) for every rank's Python stacks\n",
-        )
+        os.write(2, _NO_STACKS)
+
+
+_NO_STACKS = (  # made before any signal arrives: the handler only writes it
+    "hpcdist: SIGQUIT: no rank on this host dumps its stacks on SIGUSR2 (not started yet, "
+    f"{settings.FORENSICS.name}=0, not a Python program, or no rank here); send SIGUSR2 to a rank that does "
+    "(kill -USR2 PID) for every rank's Python stacks\n"
+).encode()
 
 
 def _descendants(pid: int, marker: bytes) -> list[int]:

@@ -23,13 +23,10 @@ TOKEN = "0123456789abcdef"
 
 
 def _literals(path: Path) -> list[str]:
-    """Every string constant of a module (docstrings and f-strings' parts included) that holds `HPCDIST_`."""
+    """Every string or bytes constant of a module (docstrings and f-strings' parts included) that holds `HPCDIST_`."""
     tree = ast.parse(path.read_text(), str(path))
-    return [
-        n.value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Constant) and isinstance(n.value, str) and "HPCDIST_" in n.value
-    ]
+    constants = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    return [str(value) for value in constants if isinstance(value, str | bytes) and "HPCDIST_" in str(value)]
 
 
 def test_hpcdist_s_variables_are_spelled_out_only_in_the_contract_and_the_settings() -> None:
