@@ -31,6 +31,24 @@ _PROXY_LOST = re.compile(r"\] control_cb \(.*\): assert \(!closed\) failed")
 _ABORT = re.compile(
     r"Abort\([0-9]+\) on node [0-9]+ \(rank (?P<rank>[0-9]+) in comm (?P<comm>[0-9]+)\): application called MPI_Abort"
 )
+# Hydra's banner, on mpiexec's stdout, for a rank that ended abnormally: a block between rules of `=` (MPICH 5.0.2:
+# `PID 6947 RUNNING AT vm`, `EXIT CODE: 9`, then three lines after the rule; Intel MPI 2021.18: one block per rank
+# it ended, `RANK 0 PID 6732 RUNNING AT vm`, `KILLED BY SIGNAL: 9 (Killed)`, the ranks it killed after the failure
+# too). The failure summary names the rank instead:
+#   ===================================================================================
+#   =   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+#   =   PID 6947 RUNNING AT vm
+#   …
+#   ===================================================================================
+#   YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)
+#   This typically refers to a problem with your application.
+#   Please see the FAQ page for debugging suggestions
+_RULE = re.compile(r"={20,}")
+_BAD_TERMINATION = re.compile(r"=\s+BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES")
+_AFTER_BANNER = re.compile(
+    r"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: .*|This typically refers to a problem with your application\."
+    r"|Please see the FAQ page for debugging suggestions"
+)
 # `-print-all-exitcodes` (MPICH 5.0.2), on mpiexec's stdout as the job ends, one line per host, its ranks in order:
 #     [mpiexec@node1] Exit codes: [node1] 0,0         wait statuses (768 = exit code 3, 9 = SIGKILL)
 #     [node2] 0,768
@@ -153,8 +171,16 @@ class Hydra(Family):
         return HydraScanner()
 
     def hides(self, text: str) -> bool:
-        """The MPI library's `Abort(N) on node …` line: the failure summary names the rank."""
-        return bool(_ABORT.match(text))
+        """The MPI library's `Abort(N) on node …` line and the lines after Hydra's banner: the summary names it."""
+        return bool(_ABORT.match(text) or _AFTER_BANNER.fullmatch(text.strip()))
+
+    def opens_block(self, line: str) -> bool:
+        """A rule of `=` opens and closes Hydra's banner."""
+        return bool(_RULE.fullmatch(line.strip("\0 \t\r\n")))
+
+    def reports_failure(self, block: str) -> bool:
+        """Hydra's banner of a bad termination."""
+        return bool(_BAD_TERMINATION.search(block))
 
     def exit_code_line(self, line: str, inside: bool) -> bool:
         """The `Exit codes:` header, and the host lines right after it."""

@@ -105,6 +105,7 @@ class OutputRouter:
         self.family = families.listening(None)  # the launch's MPI family (Console sets the watch's)
         self.failed: Collection[int] = ()  # the ranks heard to fail so far: another's fatal-error report follows
         self._block: dict[str, list[bytes]] = {}  # per stream, the help block being read (its lines so far)
+        self._blank: dict[str, bytes] = {}  # per stream, a blank line of mpirun's held until the next line
 
     def feed(self, stream: str, chunk: bytes) -> bytes:
         """The part of `chunk` (from mpirun's `stream`) to show now; a partial last line waits for more."""
@@ -117,7 +118,7 @@ class OutputRouter:
         with self._lock:
             rest = self._partial.pop(stream, b"")
             last = self._route(rest, stream) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
-            unfinished = self._block.pop(stream, [])  # a help block mpirun did not close: shown as it came
+            unfinished = [self._blank.pop(stream, b""), *self._block.pop(stream, [])]  # shown as they came
             return last + (b"" if self.launcher_quiet else b"".join(unfinished))
 
     def _route(self, line: bytes, stream: str) -> bytes:
@@ -147,23 +148,31 @@ class OutputRouter:
         return shown if self.shown is None or rank in self.shown else b""
 
     def _launcher(self, line: bytes, stream: str) -> bytes:
-        """What to show of a line of mpirun's own; a help block is held until its closing rule, then judged whole."""
-        if self.hide_banners:
-            block = self._block.get(stream)
-            text = line.decode(errors="replace")
-            if self.family.opens_block(text):
-                if block is None:
-                    self._block[stream] = [line]
-                    return b""
-                whole = b"".join(block)
-                line = b"" if self.family.reports_failure(whole.decode(errors="replace")) else whole + line
-                del self._block[stream]
-            elif block is not None:
-                block.append(line)
+        """What to show of a line of mpirun's own; a help block is held until its closing rule, then judged whole.
+
+        A blank line is held until the next: Hydra prints one before its banner, which goes with it.
+        """
+        if not self.hide_banners:
+            return b"" if self.launcher_quiet else line
+        block = self._block.get(stream)
+        text = line.decode(errors="replace")
+        if block is None and not text.strip() and stream not in self._blank:
+            self._blank[stream] = line
+            return b""
+        blank = self._blank.pop(stream, b"")
+        if self.family.opens_block(text):
+            if block is None:
+                self._block[stream] = [blank, line]
                 return b""
-            elif self.family.hides(text):
-                return b""
-        return b"" if self.launcher_quiet else line
+            whole = b"".join(block)
+            line = b"" if self.family.reports_failure(whole.decode(errors="replace")) else whole + line
+            del self._block[stream]
+        elif block is not None:
+            block.append(line)
+            return b""
+        elif self.family.hides(text):
+            line = b""
+        return b"" if self.launcher_quiet else blank + line
 
     def failures(self, failed: Mapping[int, str], hosts: Mapping[int, str]) -> list[Failure]:
         """The failed ranks (rank -> how, in the order heard; their hosts where known), each with its last lines."""

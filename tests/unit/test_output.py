@@ -305,6 +305,37 @@ def test_mpichs_abort_line_names_the_rank_that_called_mpi_abort_and_is_left_out(
     ]
 
 
+EQUALS = b"=" * 83 + b"\n"
+HYDRA_BANNERS = (  # measured 2026-11-29 as rank 1 of 2 was killed: MPICH 5.0.2's, then Intel MPI 2021.18's two
+    b"\n" + EQUALS + b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   PID 6838 RUNNING AT localhost\n"
+    b"=   EXIT CODE: 9\n=   CLEANING UP REMAINING PROCESSES\n=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES\n"
+    + EQUALS
+    + b"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n"
+    b"This typically refers to a problem with your application.\nPlease see the FAQ page for debugging suggestions\n"
+    b"\n"
+    + EQUALS
+    + b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   RANK 0 PID 6780 RUNNING AT localhost\n"
+    b"=   KILLED BY SIGNAL: 9 (Killed)\n"
+    + EQUALS
+    + b"\n"
+    + EQUALS
+    + b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   RANK 1 PID 6781 RUNNING AT localhost\n"
+    b"=   KILLED BY SIGNAL: 9 (Killed)\n" + EQUALS
+)
+
+
+@pytest.mark.parametrize("size", [1, 7, 4096])
+def test_hydras_bad_termination_banners_and_the_blank_line_before_each_are_hidden(size: int) -> None:
+    console = _console(OutputOptions(tag=True), 2)
+    shown = _feed(console, "stdout", b"[vm:0] before\n" + HYDRA_BANNERS + b"\n\nmpiexec's own line\n\n", size)
+    assert shown == b"[vm:0] before\n\n\nmpiexec's own line\n\n"  # other blank lines stay, in order
+
+
+def test_hpcdist_debug_keeps_hydras_banners() -> None:
+    console = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=True), 2, hide_banners=False))
+    assert _feed(console, "stdout", HYDRA_BANNERS, 4096) == HYDRA_BANNERS
+
+
 def test_hpcdist_debug_keeps_the_launchers_failure_banners() -> None:
     assert (shows_banners({}), shows_banners({"HPCDIST_DEBUG": "0"}), shows_banners({"HPCDIST_DEBUG": "1"})) == (
         False,
