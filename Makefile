@@ -94,12 +94,25 @@ demo: env
 
 test: lint docs test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster
 
+# Each tier of `make test` has a budget: the minutes it may take on the project's 2-core machine when quiet, written
+# beside it as `BUDGET := N` (with `make env`, about 4 minutes from nothing, the whole stays within 50). A new tier or
+# test spends from it on purpose; what cannot fit goes to `make test-extended`. Each tier ends by saying how long it
+# took against its budget; over it is said, not failed: timings move up to 2x with the machine's load.
+CLOCK = $(VENV)/.clock-$@
+tier-begin = @date +%s >$(CLOCK)
+tier-end = @took=$$(( $$(date +%s) - $$(cat $(CLOCK)) )); rm -f $(CLOCK); \
+	echo "make $@: $$(( took / 60 )) min $$(( took % 60 )) s, budget $(BUDGET) min$$( \
+	[ $$took -le $$(( $(BUDGET) * 60 )) ] || echo ': over budget')"
+
 # The documentation site (mkdocs.yml, docs/): MkDocs with Material, strict, so a broken link, a page missing from
 # the nav or a docstring mkdocstrings cannot read fails the build. The API reference comes from the docstrings, the
 # CLI reference from hpcdist's own parser (docs/hooks/cli_reference.py), the settings reference from hpcdist.settings
 # (docs/hooks/settings_reference.py). The site goes to site/ (ignored by git).
+docs: BUDGET := 1
 docs: env
+	$(tier-begin)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	$(tier-end)
 
 # The habits the tools keep: lint and format (ruff, on the package, its tests and the docs' hook), types (mypy, on the
 # package, then on the tests one directory at a time as pytest imports them: see [mypy] in setup.cfg), and the
@@ -107,56 +120,80 @@ docs: env
 # generation never imports torch or MPI).
 MYPY_TEST_DIRS := $(sort $(dir $(wildcard tests/*/*.py)))
 
+lint: BUDGET := 3
 lint: env
+	$(tier-begin)
 	$(BIN)/ruff check hpcdist tests docs/hooks
 	$(BIN)/ruff format --check hpcdist tests docs/hooks
 	$(BIN)/mypy
 	$(BIN)/mypy $(wildcard tests/*.py) docs/hooks/cli_reference.py docs/hooks/settings_reference.py
 	for dir in $(MYPY_TEST_DIRS); do $(BIN)/mypy $$dir || exit 1; done
 	$(BIN)/lint-imports
+	$(tier-end)
 
 # The checkout's example files (hostfiles/, slurm/, templates/*.j2), regenerated from the bundled templates
 examples: env
 	$(PY) -m hpcdist.jobs.examples --write
 
+test-unit: BUDGET := 3
 test-unit: env
+	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 	$(PY) -m pytest -q -p no:cacheprovider tests/plugin
+	$(tier-end)
 
 # Every untagged example of README.md and docs/**/*.md, run as a newcomer would in a fresh directory, its output
 # checked (tests/doc_examples.py); the examples marked tier=cluster / tier=hosts run in test-cluster / test-hosts.
+test-docs: BUDGET := 3
 test-docs: env
+	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/docs
+	$(tier-end)
 
 # The MPI tier under Open MPI's mpiexec, then under MPICH's (the same tests: they assert the MPI that runs), on the
 # compiled mpi backend (HPCDIST_MPI_NATIVE=1: it must be the one that runs); then on the Python one, the reference.
+test-mpi: BUDGET := 6
 test-mpi: env
+	$(tier-begin)
 	HPCDIST_TEST_NP=$(NP) $(NATIVE) $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI) $(NATIVE_ONLY)
 	HPCDIST_TEST_NP=1 $(NATIVE) $(MPIEXEC) -n 1 $(PY) $(PYTEST_MPI) $(NATIVE_ONLY)
 	HPCDIST_TEST_NP=$(NP) $(NATIVE) $(MPICH_MPIEXEC) -n $(NP) $(MPICH_PY) $(PYTEST_MPI) $(NATIVE_ONLY)
 	HPCDIST_TEST_NP=1 $(NATIVE) $(MPICH_MPIEXEC) -n 1 $(MPICH_PY) $(PYTEST_MPI) $(NATIVE_ONLY)
 	HPCDIST_TEST_NP=$(NP) HPCDIST_MPI_NATIVE=0 $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI)
+	$(tier-end)
 
 # torch's own distributed test suite (DistributedTest._DistTestBase) under mpiexec -n 3, as PyTorch's CI ran it for
 # its MPI backend: on hpcdist's compiled mpi backend, on its Python one, then on gloo for comparison
 # (tests/torchsuite/test_torch_suite.py); then the compiled one again on MPICH (gloo does not differ by MPI).
+test-torch-suite: BUDGET := 6
 test-torch-suite: env
+	$(tier-begin)
 	BACKEND=mpi $(NATIVE) $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 	BACKEND=mpi HPCDIST_MPI_NATIVE=0 $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 	BACKEND=gloo $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 	BACKEND=mpi $(NATIVE) $(MPICH_MPIEXEC) -n 3 $(MPICH_PY) $(PYTEST_TORCH_SUITE)
+	$(tier-end)
 
+test-e2e: BUDGET := 22
 test-e2e: env
+	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
+	$(tier-end)
 
 # Four hosts on this machine as network namespaces, n1 to n4 (root only; tests/hosts/netns.sh brings them up and down).
+test-hosts: BUDGET := 5
 test-hosts: env
+	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/hosts
+	$(tier-end)
 
 # A real four-node Slurm cluster on this machine, node1 to node4 (root only; tests/cluster/slurm_cluster.sh brings it
 # up and down).
+test-cluster: BUDGET := 5
 test-cluster: env
+	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/cluster
+	$(tier-end)
 
 # The start-up curves of docs/scale.md, measured again on this machine (run it on a quiet one: all rows at 1 to 256
 # ranks, 3 repeats, tens of minutes), then the page's table and model printed from the saved run.

@@ -51,6 +51,8 @@ def test_the_dry_run_prints_the_command_the_options_build(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OMPI_MCA_btl", raising=False)  # the user's own btl list would keep Open MPI's fabric probe
+    for name in [name for name in os.environ if name.startswith("HPCDIST_")]:
+        monkeypatch.delenv(name)  # the caller's own are passed on (-x NAME): `make test` exports HPCDIST_MPICH_VENV
     command = ["/bin/true", "-np", "2", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot"]
     command += ["--allow-run-as-root"] if os.geteuid() == 0 else []  # Open MPI refuses root without it
     command += ["--mca", "pml", "ob1", "--mca", "btl", "^ofi"]  # the probe of fabrics left out
