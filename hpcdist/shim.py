@@ -34,7 +34,7 @@ from .rank.child import run_child
 from .rank.tagger import leave_time_to_peers
 from .rank.tagger import start as start_tagger
 from .runtime.adopt import adopt, finish
-from .runtime.bootstrap import job_timeout, prepare, say_ready, serve_store, stacks_on_failure
+from .runtime.bootstrap import job_timeout, prepare, program_finished, say_ready, serve_store, stacks_on_failure
 from .runtime.env import LaunchEnv
 from .runtime.pmi import finalize as pmi_finalize
 from .runtime.process import RankProcess, current, existing
@@ -197,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         adopted = adopt(process, env, seconds)  # the program's own init_process_group gets hpcdist.init's protection
         code, failed = _run_in_process(process, target, env.rank)
         if code == 0:
+            program_finished()  # before it says so: a peer failing from now on finds no stack of its to show
             said_finished(contract, env.rank)  # hpcdist mpirun names it if the others then fail waiting for it
             finish(adopted)  # wait for the other ranks, so that their hang report can name this rank as finished
     else:

@@ -39,6 +39,7 @@ __all__ = [
     "mpi4py_backend",
     "mpi_store_arguments",
     "prepare",
+    "program_finished",
     "release_store",
     "say_ready",
     "serve_store",
@@ -327,6 +328,19 @@ def stacks_on_failure(rank: int, error: BaseException) -> None:
 
     if not peer_lost(str(error)):
         collect.on_failure(rank)
+
+
+def program_finished() -> None:
+    """The rank's program (hpcdist.launch's function) ended well: its ledger says so from now, with forensics.
+
+    What the rank does after it (its outcome, shutdown, the wait for the others) is hpcdist's: a failing peer's
+    report then names this rank as finished instead of printing the stack of its wind-down.
+    """
+    recording = sys.modules.get("hpcdist.forensics.recording")  # loaded where forensics run
+    if recording is not None:
+        from ..forensics.ledger import FINISHED
+
+        recording.LEDGER.enter(FINISHED)
 
 
 def say_ready(contract: RankContract, rank: int, world_size: int) -> None:

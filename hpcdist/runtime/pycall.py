@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import UsageError
 from ..settings import LAUNCH_DIR, SUBMIT_DIR
 from ..values import ARRAY_TASK, RANK
-from .bootstrap import Session, init, shutdown, stacks_on_failure
+from .bootstrap import Session, init, program_finished, shutdown, stacks_on_failure
 
 __all__ = ["accept_own_init", "main"]
 
@@ -58,6 +58,7 @@ def main(argv: list[str]) -> int:
         args = tuple(_placed(arg, rank, task) for arg in args)
         kwargs = {key: _placed(arg, rank, task) for key, arg in kwargs.items()}
         value = fn(*args, **kwargs)
+        program_finished()  # a peer failing from now on finds no stack of this rank's to show
         record = {"rank": rank, "host": host, "ok": True, "value": _dumps(value), "time": time.time()}
         _write(template.format(rank=rank, task=task), record)
     except SystemExit as exc:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.errors import UsageError
+from hpcdist.forensics.ledger import FINISHED, RUNNING
+from hpcdist.forensics.recording import LEDGER
 from hpcdist.runtime.backends import choose_backend, choose_store
-from hpcdist.runtime.bootstrap import job_timeout, merge_environ
+from hpcdist.runtime.bootstrap import job_timeout, merge_environ, program_finished
 from hpcdist.settings import DEFAULT_TIMEOUT
 
 
@@ -111,3 +113,14 @@ def test_choose_store(requested: str, backend: str, mpi_launch: bool, expected: 
 def test_choose_store_errors(requested: str, mpi_launch: bool, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         choose_store(requested, "gloo", mpi_launch=mpi_launch)
+
+
+def test_a_program_that_ended_well_is_finished_in_its_ledger_before_hpcdist_winds_down() -> None:
+    """A failing peer's report then names the rank as finished instead of showing the stack of its shutdown."""
+    phase, since = LEDGER.phase, LEDGER.since
+    LEDGER.enter(RUNNING)
+    try:
+        program_finished()
+        assert LEDGER.state().name == FINISHED
+    finally:
+        LEDGER.phase, LEDGER.since = phase, since
