@@ -22,7 +22,7 @@ from ..abort import install_abort_hook
 from ..contract import RankContract, Ready
 from ..errors import RanksLost, UsageError, check_same_world
 from ..values import check_seconds
-from . import sockets
+from . import rendezvous, sockets
 from .backends import check_nccl, choose_backend, choose_store
 from .env import LaunchEnv, torch_defaults
 from .process import Listener, RankProcess, current, existing
@@ -255,6 +255,7 @@ def start_group(process: RankProcess, backend: Any, seconds: float, forensics: b
     if not forensics:
         _make_store(process, kwargs)
         init(backend, **kwargs)
+        rendezvous.all_connected(dist.get_rank(), dist.get_world_size(), dist.get_backend(), kwargs["timeout"])
         _revocable_world(contract)
         say_ready(contract, dist.get_rank(), dist.get_world_size())
         return
@@ -267,6 +268,7 @@ def start_group(process: RankProcess, backend: Any, seconds: float, forensics: b
     recording.LEDGER.enter(ledger.INITIALISING)
     _make_store(process, kwargs)  # in the ledger's init phase: the watchdog names a rank that never comes to make it
     init(backend, **kwargs)
+    rendezvous.all_connected(dist.get_rank(), dist.get_world_size(), dist.get_backend(), kwargs["timeout"])
     recording.LEDGER.enter(ledger.INITIALISED)
     _revocable_world(contract)
     if dist.get_backend() == "mpi4py":  # hpcdist's mpi backend records every call itself

@@ -134,7 +134,12 @@ def _write_failure(path: str, rank: int, host: str, exc: BaseException) -> None:
     except OSError as problem:
         print(f"{text}hpcdist: rank {rank} could not write its outcome to {path}: {problem}", file=sys.stderr)
         return
-    print(f"hpcdist: rank {rank} on {host} raised {type(exc).__name__}; the caller raises it", file=sys.stderr)
+    ending = (
+        " in communication with its peers; the caller raises the failure that began it"  # calls.first_failure's
+        if record["casualty"]
+        else "; the caller raises it"
+    )
+    print(f"hpcdist: rank {rank} on {host} raised {type(exc).__name__}{ending}", file=sys.stderr)
 
 
 def _write(path: str, record: dict[str, Any]) -> None:

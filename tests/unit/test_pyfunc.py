@@ -13,7 +13,7 @@ import hpcdist
 from hpcdist.calling.calls import hint
 from hpcdist.runtime.bootstrap import Session
 from hpcdist.runtime.env import LaunchEnv
-from hpcdist.runtime.pycall import _check_agrees
+from hpcdist.runtime.pycall import _check_agrees, _write_failure
 
 TORCH_DDP_CPU = (
     "DistributedDataParallel device_ids and output_device arguments only work with single-device/multiple-device "
@@ -109,3 +109,23 @@ def test_the_functions_own_init_process_group_is_refused_when_it_disagrees(given
     with pytest.raises(hpcdist.UsageError) as error:
         _check_agrees(_session("gloo"), given)
     assert expected in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("error", "casualty", "ending"),
+    [
+        (ValueError("rank one is broken"), False, "; the caller raises it"),
+        (
+            RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:4242"),
+            True,
+            " in communication with its peers; the caller raises the failure that began it",
+        ),
+    ],
+)
+def test_a_failing_rank_s_line_promises_its_own_error_only_when_it_began_the_failure(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], error: BaseException, casualty: bool, ending: str
+) -> None:
+    path = tmp_path / "rank-1.pkl"
+    _write_failure(str(path), 1, "vm", error)
+    assert capsys.readouterr().err == f"hpcdist: rank 1 on vm raised {type(error).__name__}{ending}\n"
+    assert pickle.loads(path.read_bytes())["casualty"] is casualty
