@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 from launching import PROGRAMS, ROOT, launch
 
+from hpcdist import __version__
+
 CHECKS = ("p2p", "broadcast", "allreduce")
+# what every rank is handed (the contract's variables), and the per-launch ones, as the dry run prints them
+CONTRACT = (
+    f"-genv HPCDIST_VERSION {__version__} -genv HPCDIST_HEARTBEAT 5 -genv HPCDIST_TAG numbered "
+    "-genv HPCDIST_OUTPUT_RATE 4194304"
+)
+PER_LAUNCH = "-genv HPCDIST_CONTROL '<per-launch token>' -genv HPCDIST_RUN_ID '<per-launch run id>'"
 
 
 @pytest.fixture
@@ -38,8 +46,8 @@ def test_the_mpich_launcher_is_told_by_its_installation(mpich: Path) -> None:
     result = launch(hpcdist(mpich, "mpirun", "--dry-run", "-np", "2", "-x", "A=1 2", "--", "python", "x.py"))
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
-        f"{mpich.parent}/mpirun -n 2 -hosts localhost:2 -bind-to none -genv A '1 2' "
-        f"{mpich} -m hpcdist.shim -- python x.py\n"
+        f"{mpich.parent}/mpirun -n 2 -hosts localhost:2 -print-all-exitcodes -bind-to none {CONTRACT} -genv A '1 2' "
+        f"{PER_LAUNCH} {mpich} -m hpcdist.shim -- python x.py\n"
     )
 
 
@@ -245,8 +253,8 @@ def test_a_hang_on_mpich_is_reported_and_ends_the_job(mpich: Path) -> None:
 def test_intel_mpi_ranks_run_the_collectives_unpinned(intel: Path) -> None:
     dry = launch(hpcdist(intel, "mpirun", "--dry-run", "-np", "2", "--", "python", "x.py"))
     assert (
-        dry.stdout == f"{intel.parent}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 {intel} "
-        "-m hpcdist.shim -- python x.py\n"
+        dry.stdout == f"{intel.parent}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -print-all-exitcodes "
+        f"-genv I_MPI_PIN 0 {CONTRACT} {PER_LAUNCH} {intel} -m hpcdist.shim -- python x.py\n"
     ), dry.stderr
     code = (
         "import os; from mpi4py import MPI as M; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -11,6 +12,8 @@ import tempfile
 from pathlib import Path
 
 from launching import BIN, launch, wait_for
+
+from hpcdist import proctree
 
 
 def _killed_launchers_directory() -> Path:
@@ -22,8 +25,12 @@ def _killed_launchers_directory() -> Path:
     )
     session = Path(tempfile.gettempdir()) / f"ompi.{proc.pid}"
     wait_for(f"mpirun's rendezvous file in {session}", lambda: list(session.glob("pmix.*.tool*")), 60, proc)
+    below = proctree.descendants(proc.pid)  # its daemon's rank (sleep) is in a process group of its own
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    for pid in below:  # the rank a killed mpirun leaves running goes too: the test leaves no process behind
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     assert session.is_dir()
     return session
 
