@@ -122,7 +122,7 @@ docs: env
 # generation never imports torch or MPI).
 MYPY_TEST_DIRS := $(sort $(dir $(wildcard tests/*/*.py)))
 
-lint: BUDGET := 3
+lint: BUDGET := 2
 lint: env
 	$(tier-begin)
 	$(BIN)/ruff check hpcdist tests docs/hooks
@@ -146,7 +146,7 @@ test-unit: env
 
 # Every untagged example of README.md and docs/**/*.md, run as a newcomer would in a fresh directory, its output
 # checked (tests/doc_examples.py); the examples marked tier=cluster / tier=hosts run in test-cluster / test-hosts.
-test-docs: BUDGET := 3
+test-docs: BUDGET := 4
 test-docs: env
 	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/docs
@@ -154,7 +154,7 @@ test-docs: env
 
 # The MPI tier under Open MPI's mpiexec, then under MPICH's (the same tests: they assert the MPI that runs), on the
 # compiled mpi backend (HPCDIST_MPI_NATIVE=1: it must be the one that runs); then on the Python one, the reference.
-test-mpi: BUDGET := 6
+test-mpi: BUDGET := 5
 test-mpi: env
 	$(tier-begin)
 	HPCDIST_TEST_NP=$(NP) $(NATIVE) $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI) $(NATIVE_ONLY)
@@ -167,7 +167,7 @@ test-mpi: env
 # torch's own distributed test suite (DistributedTest._DistTestBase) under mpiexec -n 3, as PyTorch's CI ran it for
 # its MPI backend: on hpcdist's compiled mpi backend, on its Python one, then on gloo for comparison
 # (tests/torchsuite/test_torch_suite.py); then the compiled one again on MPICH (gloo does not differ by MPI).
-test-torch-suite: BUDGET := 6
+test-torch-suite: BUDGET := 4
 test-torch-suite: env
 	$(tier-begin)
 	BACKEND=mpi $(NATIVE) $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
@@ -176,7 +176,7 @@ test-torch-suite: env
 	BACKEND=mpi $(NATIVE) $(MPICH_MPIEXEC) -n 3 $(MPICH_PY) $(PYTEST_TORCH_SUITE)
 	$(tier-end)
 
-test-e2e: BUDGET := 22
+test-e2e: BUDGET := 26
 test-e2e: env
 	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
