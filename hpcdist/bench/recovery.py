@@ -150,7 +150,7 @@ class Outcome:
     first: float | None  # launch -> the first step completed (start-up: launch, import, rendezvous, one step)
     steps: int  # lines in the step log
     step: float | None  # the median time between two steps in a row (same epoch and world size), in seconds
-    killed_after: tuple[int, int] | None  # (epoch, step) rank 0 had logged last when the rank was killed
+    killed_after: tuple[int, int] | None  # (epoch, step): the last step the job completed before it recovered
     recovered: float | None  # kill -> the first step of the recovered job completed
     caught_up: float | None  # kill -> a step past the killed-after step completed (work redone included)
     redone: int | None  # steps completed again after the recovery, at or before the killed-after step
@@ -174,7 +174,9 @@ def outcome(
     """Read a job's step log, launched at `launched`, around its kill at `kill_time` (time.time(); None: no kill).
 
     The recovered job's first step is the first one logged after the kill that starts anew: a world size other
-    than the line before's, or an (epoch, step) not after it (a restart goes back to its checkpoint).
+    than the line before's, or an (epoch, step) not after it (a restart goes back to its checkpoint). The killed-after
+    step is the line before it, the last step the job completed whole: the victim may have done its share of the next
+    step before the kill landed, and rank 0 then logs that step just after the kill (under load, tens of ms after).
     """
     last = steps[-1].world_size if steps else None
     gaps = [
@@ -189,7 +191,6 @@ def outcome(
     before = [s for s in steps if s.time <= kill_time]
     if not before:
         return Outcome(*job, None, None, None, None, last, "no step before the kill")
-    killed_after = (before[-1].epoch, before[-1].step)
     start = None
     for index in range(len(before), len(steps)):
         previous, step = steps[index - 1], steps[index]
@@ -197,7 +198,8 @@ def outcome(
             start = index
             break
     if start is None:
-        return Outcome(*job, killed_after, None, None, None, last, "no step after the kill")
+        return Outcome(*job, (steps[-1].epoch, steps[-1].step), None, None, None, last, "no step after the kill")
+    killed_after = (steps[start - 1].epoch, steps[start - 1].step)
     after = steps[start:]
     redone = sum(1 for s in after if (s.epoch, s.step) <= killed_after)
     past = next((s for s in after if (s.epoch, s.step) > killed_after), None)

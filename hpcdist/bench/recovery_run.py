@@ -108,9 +108,9 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
         f"steps; rank {kill['rank']} gets {kill['signal']} once rank 0 has logged epoch {kill['epoch']} step "
         f"{kill['step']}",
         f"# {env['versions']}",
-        "# seconds, median (min-max); `past the kill`: a step beyond the last one logged before the kill; `redone`: "
-        "steps completed a second time; `launch -> 1st step`: the job's own start-up, launch to its first step; "
-        "`ms/step`: the median time between two steps in a row",
+        "# seconds, median (min-max); `past the kill`: a step beyond the last one the job completed before it "
+        "recovered; `redone`: steps completed a second time; `launch -> 1st step`: the job's own start-up, launch to "
+        "its first step; `ms/step`: the median time between two steps in a row",
         *table_lines(config["rows"], outcomes),
         *(f"# {name}: {ROWS[name].label}" for name in config["rows"] if name in ROWS),
     ]

@@ -17,8 +17,10 @@ def _log(*lines: tuple[int, int, int, float]) -> list[LoggedStep]:
 def test_a_restart_is_timed_to_its_first_step_and_its_redone_steps_are_counted() -> None:
     steps = _log((1, 1, 4, 10.0), (1, 2, 4, 11.0), (2, 1, 4, 12.0), (2, 2, 4, 13.0), (2, 3, 4, 13.5),
                  (2, 1, 4, 20.0), (2, 2, 4, 21.0), (2, 3, 4, 22.0), (2, 4, 4, 23.0))  # fmt: skip
-    result = outcome("mpirun", 0, 0, 4.0, 30.0, steps, kill_time=13.25)  # step 2 3 completed after the kill: not new
-    assert (result.killed_after, result.recovered, result.caught_up, result.redone) == ((2, 2), 6.75, 8.75, 2)
+    # step 2 3 was logged after the kill, yet by the job that lost the rank (the victim had done its share of it):
+    # it is the last step before the restart, and the restart does it again
+    result = outcome("mpirun", 0, 0, 4.0, 30.0, steps, kill_time=13.25)
+    assert (result.killed_after, result.recovered, result.caught_up, result.redone) == ((2, 3), 6.75, 9.75, 3)
     assert (result.first, result.steps, result.ranks_after, result.problem) == (6.0, 9, 4, "")
     assert result.step == 1.0  # the median of 1, 1, 0.5, 1, 1, 1 (the restart's gap is no step's)
 
@@ -28,6 +30,10 @@ def test_a_shrink_is_timed_to_the_first_step_on_fewer_ranks() -> None:
     result = outcome("shrink", 1, 0, 5.0, 20.0, steps, kill_time=11.25)
     assert (result.killed_after, result.recovered, result.caught_up, result.redone) == ((2, 8), 0.25, 0.5, 1)
     assert result.ranks_after == 3
+    # the 4 ranks' step 2 9 logged after the kill (the victim's share was in): the survivors go on from it
+    late = _log((2, 8, 4, 11.0), (2, 9, 4, 11.3), (2, 10, 3, 11.5))
+    result = outcome("shrink", 0, 0, 5.0, 20.0, late, kill_time=11.25)
+    assert (result.killed_after, result.recovered, result.caught_up, result.redone) == ((2, 9), 0.25, 0.25, 0)
 
 
 def test_a_job_that_never_recovers_says_so_and_one_without_a_kill_has_no_recovery() -> None:
