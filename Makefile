@@ -97,9 +97,11 @@ demo: env
 test: lint docs test-unit test-docs test-mpi test-torch-suite test-e2e test-hosts test-cluster
 
 # Each tier of `make test` has a budget: the minutes it may take on the project's 2-core machine when quiet, written
-# beside it as `BUDGET := N` (with `make env`, about 4 minutes from nothing, the whole stays within 50). A new tier or
-# test spends from it on purpose; what cannot fit goes to `make test-extended`. Each tier ends by saying how long it
-# took against its budget; over it is said, not failed: timings move up to 2x with the machine's load.
+# beside it as `BUDGET := N`, what it took there on 2026-11-29 rounded up. The whole, `make env` included (about 5
+# minutes from nothing), is meant to stay within 50; today the budgets add up to 53 and env, so the e2e tier owes
+# minutes back. A new tier or test spends from its budget on purpose; what cannot fit goes to `make test-extended`.
+# Each tier ends by saying how long it took against its budget; over it is said, not failed: timings move up to 2x
+# with the machine's load.
 CLOCK = $(VENV)/.clock-$@
 tier-begin = @date +%s >$(CLOCK)
 tier-end = @took=$$(( $$(date +%s) - $$(cat $(CLOCK)) )); rm -f $(CLOCK); \
@@ -122,7 +124,7 @@ docs: env
 # generation never imports torch or MPI).
 MYPY_TEST_DIRS := $(sort $(dir $(wildcard tests/*/*.py)))
 
-lint: BUDGET := 2
+lint: BUDGET := 1
 lint: env
 	$(tier-begin)
 	$(BIN)/ruff check hpcdist tests docs/hooks
@@ -137,7 +139,7 @@ lint: env
 examples: env
 	$(PY) -m hpcdist.jobs.examples --write
 
-test-unit: BUDGET := 3
+test-unit: BUDGET := 2
 test-unit: env
 	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
@@ -146,7 +148,7 @@ test-unit: env
 
 # Every untagged example of README.md and docs/**/*.md, run as a newcomer would in a fresh directory, its output
 # checked (tests/doc_examples.py); the examples marked tier=cluster / tier=hosts run in test-cluster / test-hosts.
-test-docs: BUDGET := 4
+test-docs: BUDGET := 3
 test-docs: env
 	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/docs
@@ -154,7 +156,7 @@ test-docs: env
 
 # The MPI tier under Open MPI's mpiexec, then under MPICH's (the same tests: they assert the MPI that runs), on the
 # compiled mpi backend (HPCDIST_MPI_NATIVE=1: it must be the one that runs); then on the Python one, the reference.
-test-mpi: BUDGET := 5
+test-mpi: BUDGET := 4
 test-mpi: env
 	$(tier-begin)
 	HPCDIST_TEST_NP=$(NP) $(NATIVE) $(MPIEXEC) -n $(NP) $(PY) $(PYTEST_MPI) $(NATIVE_ONLY)
@@ -167,7 +169,7 @@ test-mpi: env
 # torch's own distributed test suite (DistributedTest._DistTestBase) under mpiexec -n 3, as PyTorch's CI ran it for
 # its MPI backend: on hpcdist's compiled mpi backend, on its Python one, then on gloo for comparison
 # (tests/torchsuite/test_torch_suite.py); then the compiled one again on MPICH (gloo does not differ by MPI).
-test-torch-suite: BUDGET := 4
+test-torch-suite: BUDGET := 3
 test-torch-suite: env
 	$(tier-begin)
 	BACKEND=mpi $(NATIVE) $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
@@ -183,7 +185,7 @@ test-e2e: env
 	$(tier-end)
 
 # Four hosts on this machine as network namespaces, n1 to n4 (root only; tests/hosts/netns.sh brings them up and down).
-test-hosts: BUDGET := 5
+test-hosts: BUDGET := 4
 test-hosts: env
 	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/hosts
@@ -191,7 +193,7 @@ test-hosts: env
 
 # A real four-node Slurm cluster on this machine, node1 to node4 (root only; tests/cluster/slurm_cluster.sh brings it
 # up and down).
-test-cluster: BUDGET := 5
+test-cluster: BUDGET := 9
 test-cluster: env
 	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/cluster
