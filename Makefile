@@ -181,7 +181,7 @@ test-torch-suite: env
 test-e2e: BUDGET := 26
 test-e2e: env
 	$(tier-begin)
-	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests/e2e
 	$(tier-end)
 
 # Four hosts on this machine as network namespaces, n1 to n4 (root only; tests/hosts/netns.sh brings them up and down).

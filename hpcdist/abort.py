@@ -1,5 +1,6 @@
 """Ending the whole MPI job: the one MPI_Abort, and the excepthook that calls it on an uncaught exception; and
-ending a rank's own MPI threads before MPI_Finalize (`before_finalize`).
+ending a rank's own MPI threads before MPI_Finalize (`before_finalize`), and keeping them out of MPI while the world
+agrees (`agreeing`).
 
 Under `hpcdist mpirun --on-failure shrink` (the contract's `shrinks`) a failing rank ends itself only
 (`leave_rank`): the survivors see a process failure (Open MPI's ULFM) and carry on without it.
@@ -14,6 +15,7 @@ import stat
 import struct
 import sys
 import termios
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from .contract import Failed, RankContract
 
 __all__ = [
     "abort_job",
+    "agreeing",
     "before_abort",
     "before_finalize",
     "end_failed_rank",
@@ -45,6 +48,7 @@ class _Ending:
 
     contract: RankContract = field(default_factory=RankContract)
     hooks: list[Callable[[], None]] = field(default_factory=list)
+    agreeing: threading.Lock = field(default_factory=threading.Lock)
 
 
 _ENDING = _Ending()
@@ -59,6 +63,14 @@ def before_abort(hook: Callable[[], None]) -> None:
     """Have `abort_job` call `hook` before MPI_Abort: the shim's, to let its tagger write the rank's last lines."""
     if hook not in _ENDING.hooks:
         _ENDING.hooks.append(hook)
+
+
+def agreeing() -> threading.Lock:
+    """Held around each start and test of the world's agreement (MPI_Comm_iagree) and by the rank's own MPI threads
+    (the hang watchdog, the failure detector) around their MPI calls: with Open MPI 5.0's agreement, another thread's
+    MPI call during a blocking MPI_Comm_agree now and then left one rank alone with a garbage result, and the ranks'
+    steps then parted ways."""
+    return _ENDING.agreeing
 
 
 def before_finalize(stop: Callable[[], None]) -> None:

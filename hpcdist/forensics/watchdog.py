@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..abort import abort_job, before_finalize
+from ..abort import abort_job, agreeing, before_finalize
 from ..contract import RankContract
 from ..errors import WaitTimeout
 from ..ranklist import ranks_text
@@ -219,7 +219,26 @@ def _acknowledge(comm: Any) -> None:
 
 
 def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
-    """One turn of the watchdog thread; True when it is done (every rank has finished, or the job ends)."""
+    """One turn of the watchdog thread; True when it is done (every rank has finished, or the job ends). Its calls
+    wait for the world's agreement to be tested (`agreeing`), but a hang report's gathering does not: it waits on
+    the other ranks' watchdogs, and they on their own agreement."""
+    with agreeing():
+        kind = _listen(comm, seen, shrinking)
+    if kind and _report(comm, kind, shrinking):
+        return True
+    if _WATCHDOG.finishing is not None:
+        with agreeing():
+            if seen["barrier"] is None:
+                seen["flag"] = array.array("i", [1])  # kept alive while the agreement runs
+                seen["barrier"] = comm.Iagree(seen["flag"]) if shrinking else comm.Ibarrier()
+            elif seen["barrier"].Test():
+                return True
+    return False
+
+
+def _listen(comm: Any, seen: dict[str, Any], shrinking: bool) -> str:
+    """Answer a ledger request, heed an order to end, alarm the reporter once when this rank waits too long; the
+    hang to report ('call', 'init'), or '' when this rank does not report one now."""
     from mpi4py import MPI
 
     status = _status()
@@ -243,16 +262,8 @@ def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
     if comm.rank == reports and time.monotonic() >= _WATCHDOG.quiet_until:
         alarm = comm.improbe(source=MPI.ANY_SOURCE, tag=_ALARM)
         heard = alarm.recv() if alarm is not None else ""  # a matched alarm is received, even when this rank's own
-        kind = seen.pop("own", "") or heard
-        if kind and _report(comm, kind, shrinking):
-            return True
-    if _WATCHDOG.finishing is not None:
-        if seen["barrier"] is None:
-            seen["flag"] = array.array("i", [1])  # kept alive while the agreement runs
-            seen["barrier"] = comm.Iagree(seen["flag"]) if shrinking else comm.Ibarrier()
-        elif seen["barrier"].Test():
-            return True
-    return False
+        return str(seen.pop("own", "") or heard)
+    return ""
 
 
 def reporter(comm: Any) -> int:

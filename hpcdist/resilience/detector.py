@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 from mpi4py import MPI
 
-from ..abort import before_finalize
+from ..abort import agreeing, before_finalize
 from ..mpi_backend import BACKEND_NAME
 from ..mpi_backend.lost import failed_starts, is_failure
 from ..runtime import sockets
 from ..runtime.process import RankProcess
 from . import ulfm
 
-__all__ = ["lost", "release_gloo", "start", "still", "stop"]
+__all__ = ["lost", "release_gloo", "start", "stop"]
 
 _TAG = 0x4654  # no rank ever sends on it: the receive only ends by a failure or a revoke
 _POLL = 0.02  # seconds between the thread's tests of the receive (a blocking wait would spin a core)
@@ -42,7 +42,6 @@ class _Detector:
     stopping: threading.Event | None = None
     lost: list[int] = field(default_factory=list)
     hooked: bool = False  # MPI_Finalize stops it
-    quiet: threading.Lock = field(default_factory=threading.Lock)  # held by `still` over an agreement: no Test()
 
 
 _DETECTOR = _Detector()
@@ -81,11 +80,6 @@ def stop() -> None:
             comm.Revoke()
 
 
-def still() -> threading.Lock:
-    """Held around the world's agreement (`membership.commit`): the thread makes no MPI call meanwhile."""
-    return _DETECTOR.quiet
-
-
 def lost() -> list[int]:
     """The start ranks the thread saw failing since the last recovery."""
     return list(_DETECTOR.lost)
@@ -96,7 +90,7 @@ def _watch(comm: MPI.Intracomm, stopping: threading.Event) -> None:
     request = comm.Irecv([bytearray(1), MPI.BYTE], MPI.ANY_SOURCE, _TAG)
     while not stopping.wait(_POLL):
         try:
-            with _DETECTOR.quiet:
+            with agreeing():
                 request.Test()
         except MPI.Exception as exc:
             if not is_failure(exc) or stopping.is_set():

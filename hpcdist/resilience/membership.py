@@ -116,8 +116,7 @@ def commit(done: bool = True) -> None:
     detector.start(current())
     for _ in range(_AGREE_TRIES):
         try:
-            with detector.still():
-                flag = comm.Agree(_LIVE | (_DONE if done else 0))
+            flag = ulfm.agree(comm, _LIVE | (_DONE if done else 0))
         except MPI.Exception as exc:
             if not is_failure(exc):
                 raise
@@ -192,7 +191,7 @@ def recover(error: BaseException | None = None) -> Recovery:
         ulfm.replace(shrunk)
         try:
             groups = _rebuild(process, shrunk, backend, subgroups, seconds)
-            if not shrunk.Agree(1):  # every survivor rebuilt, none failed meanwhile
+            if not ulfm.agree(shrunk, 1):  # every survivor rebuilt, none failed meanwhile
                 raise RanksLost((), during="recovery", why="a rank failed to rebuild its groups")
         except (MPI.Exception, RanksLost, dist.DistError) as exc:
             if isinstance(exc, MPI.Exception) and not is_failure(exc):

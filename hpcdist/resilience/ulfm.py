@@ -7,13 +7,16 @@ in errors as at the job's start (COMM_WORLD's ranks): `start_rank` maps a curren
 
 from __future__ import annotations
 
+import array
 import os
 
 from mpi4py import MPI
 
 from .. import mpi_backend
+from ..abort import agreeing
+from ..waits import Backoff, poll_until
 
-__all__ = ["replace", "start_rank", "unavailable", "world"]
+__all__ = ["agree", "replace", "start_rank", "unavailable", "world"]
 
 _FT_ENABLE = "OMPI_MCA_" + "mpi_ft_enable"  # what `mpirun --with-ft ulfm` sets in every rank (Open MPI 5)
 
@@ -34,6 +37,26 @@ def world() -> MPI.Intracomm:
     """The current revocable communicator (errors returned) that torch's groups run on: at the start a Dup of
     COMM_WORLD (collective on its first call; hpcdist.init makes it under shrink mode), then the survivors'."""
     return mpi_backend.parent()
+
+
+def agree(comm: MPI.Intracomm, value: int) -> int:
+    """MPI_Comm_agree over `comm`: the bitwise AND of every live rank's `value`. Started and tested under
+    `agreeing`, so the rank's own MPI threads call MPI between its tests, never during one. Like MPI_Comm_agree it
+    waits for every live rank of `comm`, with no deadline: a hang in it is the watchdog's to report.
+
+    Raises:
+        MPI.Exception: a rank of `comm` failed, or `comm` was revoked.
+    """
+    flag = array.array("i", [value])  # read by MPI until the agreement completes
+    with agreeing():
+        request = comm.Iagree(flag)
+
+    def done() -> bool:
+        with agreeing():
+            return bool(request.Test())
+
+    poll_until(done, None, lambda: "unreachable: no deadline", backoff=Backoff(1e-5, 1e-3, spin=1e-4))
+    return int(flag[0])
 
 
 def start_rank(rank: int) -> int:

@@ -91,3 +91,12 @@ def test_fewer_survivors_than_min_np(tmp_path: Path) -> None:
         ranks, text = record["too_few"]
         assert ranks == [2]
         assert "rank 2 on " in text and "3 ranks are left, fewer than --min-np 4" in text, text
+
+
+def test_every_rank_gets_the_same_agreement_while_its_threads_call_mpi(tmp_path: Path) -> None:
+    # the step's agreement, 100 times over 4 ranks, while a thread of each rank probes and tests receives as the hang
+    # watchdog and the failure detector do; each round, some ranks clear their own bit
+    launch([*ULFM_MPIRUN, str(BIN / "python"), str(PROGRAMS / "agreements.py"), str(tmp_path)], timeout=120)
+    expected = [0b1111 & ~sum(1 << rank for rank in range(4) if (i + rank) % 3 == 0) for i in range(100)]
+    for rank in range(4):
+        assert json.loads((tmp_path / f"agree{rank}.json").read_text()) == expected, f"rank {rank}"
