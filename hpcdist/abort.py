@@ -85,15 +85,17 @@ def before_finalize(stop: Callable[[], None]) -> None:
 
 
 def abort_job(code: int) -> None:
-    """End every rank of the MPI job now (MPI_Abort) if MPI is initialised; otherwise do nothing.
+    """End every rank of the MPI job now (MPI_Abort) if MPI is initialised; otherwise only let the launcher read
+    this rank's last lines first (the rank then exits on its own, and the launcher ends the job).
 
     mpi4py is never imported here: a process that has not loaded it has no MPI job to end.
     """
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
-        return
     sys.stdout.flush()
     sys.stderr.flush()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        wait_until_read((1, 2))  # PRRTE, ending the job for a rank's exit, dropped output it had not read yet
+        return
     rank = mpi.COMM_WORLD.Get_rank()  # hpcdist mpirun learns how this rank ended (the first word about it wins)
     _ENDING.contract.tell(Failed(rank, how="called MPI_Abort", host=socket.gethostname().split(".")[0]))
     for hook in _ENDING.hooks:
