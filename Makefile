@@ -99,7 +99,8 @@ test: lint docs test-unit test-docs test-mpi test-torch-suite test-e2e test-host
 # Each tier of `make test` has a budget: the minutes it may take on the project's 2-core machine when quiet, written
 # beside it as `BUDGET := N`, what it took there on 2026-11-29 rounded up. The whole, `make env` included (about 5
 # minutes from nothing, under 3 with pip's cache filled), is meant to stay within 50: the budgets, each rounded up,
-# add up to 50 and env; the measured whole was about 47. A new tier or test spends from its budget on purpose; what cannot fit goes to `make test-extended`.
+# add up to 50 and env; the measured whole was about 47. A new tier or test spends from its budget on purpose; what
+# cannot fit goes to `make test-extended`.
 # Each tier ends by saying how long it took against its budget; over it is said, not failed: timings move up to 2x
 # with the machine's load.
 CLOCK = $(VENV)/.clock-$@

@@ -15,9 +15,22 @@ from pathlib import Path
 from netns_hosts import FOUR_HOSTS, Hosts
 
 from hpcdist import proctree
+from hpcdist.waits import poll_until
 
 NP = 4
 FOUR_BY_TWO = dict.fromkeys(FOUR_HOSTS, 2)  # 8 ranks, two on each of the four hosts
+
+
+def assert_ended_on(cluster: Hosts, host: str) -> None:
+    """What ran on `host` (Hydra's proxy, its ranks) ends with the job, within 10 s: a process may take a moment."""
+
+    def left() -> list[int]:
+        return [pid for pid in cluster.pids(host) if proctree.running(pid)]
+
+    def explain() -> str:
+        return f"still running on {host} 10 s after the job ended: {left()}"
+
+    poll_until(lambda: not left(), time.monotonic() + 10, explain, error=AssertionError)
 
 
 def test_a_lost_host_among_four_ends_the_mpich_job_at_once(cluster: Hosts, mpich_python: Path, tmp_path: Path) -> None:
@@ -39,11 +52,7 @@ def test_a_lost_host_among_four_ends_the_mpich_job_at_once(cluster: Hosts, mpich
     assert "assert (!closed) failed" in result.stderr
     assert "hpcdist: error: mpirun lost contact with a remote host (it names none)" in result.stderr
     assert seconds < 15
-    # what ran on n1 (Hydra's proxy, its ranks) ends with the job: a process may take a moment to go
-    deadline = time.monotonic() + 10
-    while (left := [pid for pid in cluster.pids("n1") if proctree.running(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.05)  # between two looks
-    assert left == [], f"still running on n1 10 s after the job ended: {left}"
+    assert_ended_on(cluster, "n1")
 
 
 def test_a_cut_link_among_four_hosts_with_idle_ranks_ends_the_mpich_job_by_heartbeat(
@@ -76,11 +85,7 @@ def test_a_cut_link_among_four_hosts_with_idle_ranks_ends_the_mpich_job_by_heart
     assert "hpcdist: ranks 0-3,6-7 on n1, n2, n4 were ended by the launcher (killed by SIGTERM)\n" in result.stderr
     assert "hpcdist: rank 4 on n3 failed (no heartbeat for 6 s)" in result.stderr
     assert 5 <= seconds < 30  # the last beat heard came up to one interval (1 s) before the cut
-    # what ran on n1 (Hydra's proxy, its ranks) ends with the job: a process may take a moment to go
-    deadline = time.monotonic() + 10
-    while (left := [pid for pid in cluster.pids("n1") if proctree.running(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.05)  # between two looks
-    assert left == [], f"still running on n1 10 s after the job ended: {left}"
+    assert_ended_on(cluster, "n1")
 
 
 def test_a_restart_after_a_silent_host_leaves_it_out(cluster: Hosts, mpich_python: Path, tmp_path: Path) -> None:

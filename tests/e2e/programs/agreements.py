@@ -22,7 +22,7 @@ ALL = 0b1111
 out = Path(sys.argv[1])
 with hpcdist.init("gloo"):
     world = ulfm.world()
-    rank, size = world.rank, world.size
+    rank = world.rank
     other, third = world.Dup(), world.Dup()  # the busy thread's, as the watchdog and the failure detector have
     pending = third.Irecv([bytearray(1), MPI.BYTE], MPI.ANY_SOURCE, 9)  # a receive from any rank, as the detector's
     stop = threading.Event()
