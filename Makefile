@@ -110,9 +110,10 @@ tier-end = @took=$$(( $$(date +%s) - $$(cat $(CLOCK)) )); rm -f $(CLOCK); \
 	[ $$took -le $$(( $(BUDGET) * 60 )) ] || echo ': over budget')"
 
 # The documentation site (mkdocs.yml, docs/): MkDocs with Material, strict, so a broken link, a page missing from
-# the nav or a docstring mkdocstrings cannot read fails the build. The API reference comes from the docstrings, the
-# CLI reference from hpcdist's own parser (docs/hooks/cli_reference.py), the settings reference from hpcdist.settings
-# (docs/hooks/settings_reference.py). The site goes to site/ (ignored by git).
+# the nav, a docstring mkdocstrings cannot read or a list rendered as a paragraph (docs/hooks/lists.py) fails the
+# build. The API reference comes from the docstrings, the CLI reference from hpcdist's own parser
+# (docs/hooks/cli_reference.py), the settings reference from hpcdist.settings (docs/hooks/settings_reference.py).
+# The site goes to site/ (ignored by git).
 docs: BUDGET := 1
 docs: env
 	$(tier-begin)
@@ -131,7 +132,7 @@ lint: env
 	$(BIN)/ruff check hpcdist tests docs/hooks
 	$(BIN)/ruff format --check hpcdist tests docs/hooks
 	$(BIN)/mypy
-	$(BIN)/mypy $(wildcard tests/*.py) docs/hooks/cli_reference.py docs/hooks/settings_reference.py
+	$(BIN)/mypy $(wildcard tests/*.py) docs/hooks/cli_reference.py docs/hooks/settings_reference.py docs/hooks/lists.py
 	for dir in $(MYPY_TEST_DIRS); do $(BIN)/mypy $$dir || exit 1; done
 	$(BIN)/lint-imports
 	$(tier-end)

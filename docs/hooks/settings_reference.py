@@ -37,6 +37,7 @@ def render() -> str:
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     """Replace the marker on the settings reference page with the rendered tables."""
-    if MARKER not in markdown:
+    lines = markdown.split("\n")
+    if MARKER not in lines:  # the marker alone on its line; one quoted in a sentence (the testing page's) is text
         return markdown
-    return markdown.replace(MARKER, render())
+    return "\n".join(render() if line == MARKER else line for line in lines)
