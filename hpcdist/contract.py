@@ -21,6 +21,7 @@ import math
 import os
 import re
 import secrets
+import signal
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ __all__ = [
     "EVENTS",
     "NUMBERED",
     "PREFIX",
+    "RELAYED_SIGTERM",
     "RESTART_VARS",
     "Beat",
     "Done",
@@ -60,6 +62,9 @@ __all__ = [
 
 PREFIX = "HPCDIST_"  # every variable of hpcdist's starts so: the contract's and the settings'
 NUMBERED = "numbered"  # HPCDIST_TAG's value when the launcher routes the lines: [host:rank:N], N from 1 per rank
+# Every rank turns this signal into SIGTERM to itself (rank/child.py): a launcher that passes SIGTERM on but kills
+# the ranks soon after (Open MPI's PRRTE: 0.5 s later, no setting) is sent this one, which it passes on, job kept
+RELAYED_SIGTERM = signal.SIGURG
 RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # an attempt's index: hpcdist's, torchrun's
 _TOKEN = re.compile(r"[0-9a-f]{16}\Z")
 _MARK = "@@hpcdist:"

@@ -18,11 +18,23 @@ from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["FORWARDED", "capture", "children", "descendants", "environ", "parent_pid", "running", "start", "state"]
+__all__ = [
+    "FORWARDED",
+    "STOPS",
+    "capture",
+    "children",
+    "descendants",
+    "environ",
+    "parent_pid",
+    "running",
+    "start",
+    "state",
+]
 
 # what a started program is handed when this process receives it: Ctrl-C, the ends a scheduler sends, and the two
 # signals a user sends a job (mpirun passes each on to the ranks)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # those of them that say: end the job
 
 
 def parent_pid(stat: bytes) -> int:

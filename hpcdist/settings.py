@@ -21,11 +21,13 @@ __all__ = [
     "CACHE_DIR",
     "DEBUG",
     "DEFAULT_BUILD_WAIT",
+    "DEFAULT_KILL_WAIT",
     "DEFAULT_TIMEOUT",
     "FORENSICS",
     "FR_DIR",
     "HEARTBEAT_TIMEOUT",
     "JOB_RATE",
+    "KILL_WAIT",
     "LAUNCH_DIR",
     "MIN_RATE",
     "MPIRUN",
@@ -46,6 +48,7 @@ __all__ = [
     "forensics",
     "fr_dir",
     "heartbeat_timeout",
+    "kill_wait",
     "launch_dir",
     "mpi_build_wait",
     "mpi_cuda_aware",
@@ -61,6 +64,7 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 300.0  # seconds any wait of a rank may take, unless the job says otherwise
+DEFAULT_KILL_WAIT = 30.0  # seconds the ranks have to end after SIGTERM to hpcdist mpirun (Slurm's KillWait)
 DEFAULT_BUILD_WAIT = 600.0  # seconds a process waits for another's build of the compiled mpi backend
 JOB_RATE = 8 << 20  # bytes per second the whole job's output may bring to the launcher, shared by the ranks
 MIN_RATE = 1 << 10  # but never less than this per rank
@@ -119,6 +123,13 @@ HEARTBEAT_TIMEOUT = Setting(
     "30",
     "how long `hpcdist mpirun` waits to hear from a running rank before it names the rank's host lost and ends "
     "the job; `--heartbeat-timeout` takes precedence",
+)
+KILL_WAIT = Setting(
+    "HPCDIST_KILL_WAIT",
+    "seconds",
+    "30 (Slurm's KillWait)",
+    "after SIGTERM or SIGHUP to `hpcdist mpirun`, how long its ranks, each sent SIGTERM, have to end (to save a "
+    "checkpoint) before they are killed",
 )
 OUTPUT_RATE = Setting(
     "HPCDIST_OUTPUT_RATE",
@@ -196,6 +207,7 @@ SETTINGS = (
     DEBUG,
     MPIRUN,
     HEARTBEAT_TIMEOUT,
+    KILL_WAIT,
     OUTPUT_RATE,
     TOPOLOGY,
     TEMPLATE_DIR,
@@ -270,6 +282,22 @@ def heartbeat_timeout(environ: Mapping[str, str]) -> float | None:
     if value == 0:
         return 0.0
     what, how = f"{HEARTBEAT_TIMEOUT.name}={raw!r}", f"e.g. {HEARTBEAT_TIMEOUT.name}=30 (0: off)"
+    return check_seconds(value if value is not None else raw, what, how)
+
+
+def kill_wait(environ: Mapping[str, str]) -> float:
+    """KILL_WAIT in seconds (DEFAULT_KILL_WAIT when unset): 0 or more, at most 30 days.
+
+    Raises:
+        UsageError: the value is no such number of seconds.
+    """
+    raw = KILL_WAIT.raw(environ)
+    if raw is None:
+        return DEFAULT_KILL_WAIT
+    value = parse_seconds(raw)
+    if value == 0:
+        return 0.0
+    what, how = f"{KILL_WAIT.name}={raw!r}", f"e.g. {KILL_WAIT.name}=30"
     return check_seconds(value if value is not None else raw, what, how)
 
 

@@ -30,7 +30,7 @@ from .forensics.cause import failed_call, peer_lost, said_finished
 from .placement.binding import binding_env, plan_binding
 from .placement.topology import load_topology
 from .program import PythonTarget, is_python, parse_python_argv
-from .rank.child import run_child
+from .rank.child import relay_sigterm, run_child
 from .rank.tagger import leave_time_to_peers
 from .rank.tagger import start as start_tagger
 from .runtime.adopt import adopt, finish
@@ -178,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # first: a rank of another hpcdist stops here (said with its place)
         target = python_target(words)
         tagger = start_tagger(process.contract, env.rank, env.world_size, host.split(".")[0])  # before the program
+        relay_sigterm()  # after the tagger's fork: SIGTERM to hpcdist mpirun reaches the program as SIGTERM
         if tagger is not None:
             before_abort(tagger.drain)  # under Hydra, MPI_Abort also ends the tagger: its last lines go out first
             family = families.of_ranks(env.launcher)  # Hydra's MPI_Abort silences a peer killed a moment ago:

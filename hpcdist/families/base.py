@@ -4,13 +4,14 @@ A family is one MPI's launcher as hpcdist knows it: the command line it takes (`
 about ranks and hosts (`scanner`, `hides`, `opens_block`, `reports_failure`, `in_fatal_report`), how it reports
 each rank's exit (`exit_code_line`, `may_start_exit_codes`, `exit_codes`), the hostfile it reads (`hostfile`,
 `reads_hostfile`), whether it keeps the survivors going after a rank is lost (`fault_tolerance`), the variables its
-ranks see (`ranks`), how to recognise it (`identity`, `markers`, `launcher_names`) and its quirks that the rest of
-hpcdist asks about.
+ranks see (`ranks`), how its launcher passes SIGTERM on to the ranks (`sigterm`), how to recognise it (`identity`,
+`markers`, `launcher_names`) and its quirks that the rest of hpcdist asks about.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -140,6 +141,7 @@ class Family:
     abort_silences_peers: ClassVar[bool] = False  # its MPI_Abort ends the others at once, before a peer killed a
     # moment ago was heard: a rank that aborts first leaves its peers time to be named
     refuses_root: ClassVar[bool] = False  # its launcher will not run as root unless told (a script checks its user)
+    sigterm: ClassVar[int] = signal.SIGTERM  # sent to its launcher, every rank gets SIGTERM and the job goes on
     lost_host_note: ClassVar[str] = ""  # said after a lost host under --on-failure shrink
 
     def command(self, spec: MpirunSpec) -> list[str]:

@@ -6,11 +6,21 @@ import re
 from collections import deque
 from collections.abc import Sequence
 
+from ..contract import RELAYED_SIGTERM
 from ..errors import UsageError
 from ..hosts import HostSlots, host_slots, hosts_text
 from ..ranksource import Source
 from . import register
-from .base import AgentFailed, Family, HostLost, MpirunSpec, Observation, RankAborted, RankKilled, Scanner
+from .base import (
+    AgentFailed,
+    Family,
+    HostLost,
+    MpirunSpec,
+    Observation,
+    RankAborted,
+    RankKilled,
+    Scanner,
+)
 
 __all__ = ["KEEPALIVE", "ULFM", "OpenMpi"]
 
@@ -141,6 +151,8 @@ class OpenMpi(Family):
     )
     fault_tolerance = True
     refuses_root = True
+    # PRRTE 3.0 passes SIGTERM on and kills the ranks 0.5 s later; SIGURG it passes on (ess_base_forward_signals=all)
+    sigterm = RELAYED_SIGTERM
     # Open MPI 5.0.11's runtime (PRRTE 3.0) ends the whole job when it loses a host's daemon, ULFM or not ("We cannot
     # recover from this failure")
     lost_host_note = (

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import proctree
 from ..contract import new_token
 from ..errors import UsageError
 from ..families.base import MpirunSpec
@@ -29,6 +30,11 @@ from .world import World
 __all__ = ["PLACEHOLDERS", "DryRun", "Ending", "Script", "command", "dry_run", "execute", "script"]
 
 # the values made afresh for each run, as the dry run shows them: still one shell word each, whatever surrounds them
+_STOPPED: dict[int, str] = {  # how hpcdist mpirun was told to end the job: said in its one line
+    signal.SIGINT: "interrupted (Ctrl-C)",
+    signal.SIGTERM: "got SIGTERM and passed it on",
+    signal.SIGHUP: "got SIGHUP and passed SIGTERM on",
+}
 PLACEHOLDERS = {"token": "<per-launch token>", "run_id": "<per-launch run id>"}
 Runner = Callable[..., LaunchOutcome]  # spawn.run_mpirun, or a test's stand-in
 
@@ -150,12 +156,13 @@ def execute(
             world=world,
         )
         attempts.append(Attempt(index, current.np, hosts, outcome))
-        if signal.SIGINT in outcome.signals:
+        stop = next((sig for sig in outcome.signals if sig in proctree.STOPS), None)
+        if stop is not None:
             if not caller_reports:
                 ranks = f"all {current.np} ranks" if current.np is not None else "every rank"
                 which = f" (attempt {index + 1} of {policy.attempts})" if policy.max_restarts else ""
-                world.say(f"hpcdist: interrupted (Ctrl-C); ended {ranks} of the job{which}")
-            return Ending(INTERRUPTED_STATUS, tuple(attempts))
+                world.say(f"hpcdist: {_STOPPED[stop]}; ended {ranks} of the job{which}")
+            return Ending(128 + stop, tuple(attempts))
         decision = decide(current, hosts, outcome, index, policy, launch.options.min_np)
         if policy.max_restarts and (outcome.status != 0 or index > 0):
             world.say(said(index, policy, describe_end(outcome), decision))

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from .. import proctree
 from ..errors import UsageError
 from ..families.base import MpirunSpec
 from ..hosts import HostSlots, hosts_text
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C (128 + SIGINT)
-_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # sent to hpcdist mpirun: the user wants it to end
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def decide(
     min_np: int | None = None,
 ) -> Decision:
     """Whether `hpcdist mpirun` runs attempt `index + 1` after attempt `index` ended with `outcome`, with which spec."""
-    stop = [sig for sig in outcome.signals if sig in _STOPS]
+    stop = [sig for sig in outcome.signals if sig in proctree.STOPS]
     if outcome.status != 0 and stop:
         return Decision(False, f"not restarting: hpcdist mpirun was sent {signal.Signals(stop[0]).name}")
     ruled = verdict(outcome.status, index, policy)

@@ -8,6 +8,7 @@ shares.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
-from .. import proctree, schedulers, settings
+from .. import families, proctree, schedulers, settings
 from ..errors import JobEnding, UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from .exitcodes import ExitCodeWatch, describe_exit_codes
@@ -213,20 +214,27 @@ def run_mpirun(
             return console.feed(stream, shown) if shown else b""
         return (console.feed(stream, shown) if shown else b"") + console.feed(stream, b"")
 
+    received = _Received(router)
+    ending = _Ending(received, families.lookup(family).sigterm if family else signal.SIGTERM, world)
+
     def check() -> None:
         watch.check()
         _say(watch.news(), world)
+        ending.check()
 
-    received = _Received(router)
     clear_stale_sessions()  # else a launcher given a killed one's pid cannot start
-    stacks: dict[int, Callable[[subprocess.Popen[bytes]], None]] = {signal.SIGQUIT: _ask_for_stacks}
-    code = _spawn(argv, world.environ, "the MPI launcher", feed, received, timeout, check, stacks, world)
+    handlers: dict[int, Callable[[subprocess.Popen[bytes]], None]] = {
+        signal.SIGQUIT: _ask_for_stacks,
+        signal.SIGTERM: lambda proc: ending.stop(proc, signal.SIGTERM),
+        signal.SIGHUP: lambda proc: ending.stop(proc, signal.SIGHUP),
+    }
+    code = _spawn(argv, world.environ, "the MPI launcher", feed, received, timeout, check, handlers, world)
     ends_mid_line = watch.mid_line("stderr")
     _say(watch.news(), world)  # a loss heard as the launcher ended
     outcome, problem = watch.outcome(code, tuple(received))
     if shrink:  # the survivors' status, not the launcher's (which is the lost rank's)
         code = outcome.status
-    interrupted = signal.SIGINT in received
+    interrupted = any(sig in proctree.STOPS for sig in received)
     if ends_mid_line and not interrupted:  # PRRTE ends its banners with a NUL, not a newline: start ours afresh
         world.say("")
     if outcome.usage is not None:  # the same mistake on every rank: said once, instead of each rank's failure
@@ -239,11 +247,11 @@ def run_mpirun(
             world.say(ended, end="")
         if outcome.ended:  # the others the job's end reached, in one line however many
             world.say(f"hpcdist: {outcome.ended_line()}")
-    known = codes.endings(outcome.hosts) if code else {}
+    known = codes.endings(outcome.hosts) if code and not interrupted else {}  # after a stop: the stop's one line
     endings = describe_exit_codes(known)
     if endings:
         world.say(f"hpcdist: exit statuses as Hydra reports them: {endings}")
-    elif code and codes.lines and not known:  # taken out of the output: said as Hydra printed it
+    elif code and codes.lines and not known and not interrupted:  # taken out of the output: said as Hydra printed it
         world.say(f"hpcdist: Hydra's exit codes (ranks not told apart): {' '.join(codes.lines)}")
     if problem:
         world.say(f"hpcdist: error: {problem}")
@@ -307,8 +315,44 @@ class _Received(list[int]):
     def append(self, signum: int) -> None:
         """Note a signal (called from the signal handler, before it is passed on to mpirun)."""
         super().append(signum)
-        if signum == signal.SIGINT and self._router is not None:
+        if signum in proctree.STOPS and self._router is not None:
             self._router.launcher_quiet = True
+
+
+class _Ending:
+    """SIGTERM or SIGHUP to hpcdist mpirun: every rank is sent SIGTERM through the launcher (the family's `sigterm`)
+    and has settings.KILL_WAIT seconds to end (to save a checkpoint); then, or at a second such signal, the launcher
+    ends the job as on Ctrl-C."""
+
+    def __init__(self, received: _Received, sigterm: int, world: World) -> None:
+        self._received, self._sigterm, self._world = received, sigterm, world
+        self._grace = settings.kill_wait(world.environ)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._deadline: float | None = None  # None: not asked to end; inf: the launcher was told to end the job
+
+    def stop(self, proc: subprocess.Popen[bytes], signum: int) -> None:
+        """The signal handler's part: the first signal goes to every rank, a second one ends the job."""
+        if self._deadline is None:
+            self._received.append(signum)
+            self._proc, self._deadline = proc, time.monotonic() + self._grace
+            proc.send_signal(self._sigterm)
+        else:
+            self._end(proc)
+
+    def check(self) -> None:
+        """Between polls: past the grace, the launcher ends the job (said in one line)."""
+        if self._proc is not None and self._deadline is not None and time.monotonic() > self._deadline:
+            self._world.say(
+                f"hpcdist: the ranks did not end within {self._grace:g} s of SIGTERM ({settings.KILL_WAIT.name}); "
+                "killing them"
+            )
+            self._end(self._proc)
+
+    def _end(self, proc: subprocess.Popen[bytes]) -> None:
+        """Have the launcher end the job now, as Ctrl-C does (once)."""
+        if self._deadline != math.inf:
+            self._deadline = math.inf
+            proc.send_signal(signal.SIGINT)
 
 
 def submit_sbatch(path: str, otherwise: str = "") -> str:
