@@ -12,12 +12,13 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from .. import settings
 from .._version import __version__
 from ..errors import UsageError, WaitTimeout
+from .habits import habit
 from .types import Checked
 
 __all__ = ["INTERNAL_ERROR", "build_parser", "main", "other_spellings"]
@@ -35,6 +36,8 @@ class _Parser(argparse.ArgumentParser):
     "did you mean" from this parser's own names and points at this parser's help. Every value it hands on is
     checked once here: never empty, UTF-8, and through its Checked type (types.py) when it has one.
     """
+
+    habits: Mapping[str, str] = {}  # other launchers' options, each with the spelling here (habits.py)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
@@ -58,6 +61,9 @@ class _Parser(argparse.ArgumentParser):
         name = word.split("=", 1)[0]
         if not name.startswith("-") or name == "-":
             self.error(f"unexpected argument {word!r} for `{self.prog}`")
+        instead = habit(self.habits, name)
+        if instead is not None:
+            raise UsageError(f"{name} is not an option of `{self.prog}`: {instead}")
         names = [o for action in self._actions for o in action.option_strings if o not in ("-h", "--help")]
         longer = [o for o in names if o.startswith(name) and len(name) > 2]  # an abbreviation, which no parser takes
         if longer:

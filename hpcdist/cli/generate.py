@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import families, settings
 from ..errors import UsageError
+from . import habits
 from .types import Later, Whole, WholeOrWord, add_output_options, count, port, rank
 
 __all__ = ["COMMANDS", "add_parsers", "emit"]
@@ -57,6 +58,7 @@ def add_parsers(sub: Any) -> None:
         help="write an sbatch script that launches a program on Slurm",
         description="Options as sbatch's; everything after `--` is the program each rank runs.",
     )
+    sb.habits = habits.SBATCH
     a = sb.add_argument_group("allocation (as sbatch)")
     a.add_argument("-N", "--nodes", type=count, help="nodes (default: 1, or the nodes --include names)")
     a.add_argument("--ntasks-per-node", type=count, help="ranks per node (default: --gpus-per-node, else 1)")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import families, settings
+from . import habits
 from .types import Seconds, Whole, add_output_options, count
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ def add_parsers(sub: Any) -> None:
         help="run a program (e.g. an unmodified torchrun-style script) under mpirun (Open MPI, MPICH or Intel MPI)",
         description="Everything after `--` is the program each rank runs.",
     )
+    mpirun.habits = habits.MPIRUN
     mpirun.add_argument("-np", "-n", "--np", dest="np", type=count, help="number of ranks (default: all slots)")
     mpirun.add_argument("--hostfile", "-hostfile", "--machinefile", "-machinefile", help="Open MPI or MPICH hostfile")
     mpirun.add_argument("-H", "--host", "-host", dest="hosts", help="hosts and slots, e.g. a:2,b:2")

@@ -1,0 +1,65 @@
+"""Other launchers' options (torchrun, Open MPI's and MPICH's mpirun, srun, sbatch) that an hpcdist command spells
+differently: each is refused with the hpcdist spelling that does the same."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+__all__ = ["MPIRUN", "SBATCH", "habit"]
+
+_RENDEZVOUS = "hpcdist mpirun finds the rendezvous itself (MPI tells each rank its place): drop torchrun's {name}"
+_MODULE = "the program comes after --, as torchrun's -m MODULE: hpcdist mpirun -np N -- python -m MODULE"
+_PER_NODE = "{name} N (ranks per host) is --map-by ppr:N:node here, with -np giving the ranks in all"
+_WDIR = "the ranks start in hpcdist mpirun's own directory: cd to the directory first instead of {name}"
+
+MPIRUN: Mapping[str, str] = MappingProxyType(
+    {
+        "--nproc-per-node": "torchrun's --nproc-per-node N is -np N here, on this host; on several hosts, -np with "
+        "a --hostfile (or -H) that gives each host N slots",
+        "--nnodes": "hpcdist mpirun runs on the hosts of --hostfile or -H (or of the Slurm allocation it runs in): "
+        "give those and -np instead of torchrun's --nnodes",
+        "--node-rank": _RENDEZVOUS,
+        "--standalone": "a job on this host needs no rendezvous options: drop torchrun's --standalone",
+        "--rdzv-backend": _RENDEZVOUS,
+        "--rdzv-endpoint": _RENDEZVOUS,
+        "--rdzv-id": _RENDEZVOUS,
+        "--rdzv-conf": _RENDEZVOUS,
+        "--master-addr": _RENDEZVOUS,
+        "--master-port": _RENDEZVOUS,
+        "-m": _MODULE,
+        "--module": _MODULE,
+        "--no-python": "the program after -- runs as it is given: hpcdist mpirun -np N -- PROGRAM ARGS",
+        "-N": "Open MPI's " + _PER_NODE,
+        "--npernode": "Open MPI's " + _PER_NODE,
+        "-npernode": "Open MPI's " + _PER_NODE,
+        "-ppn": "MPICH's " + _PER_NODE,
+        "--ppn": "MPICH's " + _PER_NODE,
+        "--wdir": _WDIR,
+        "-wdir": _WDIR,
+        "-wd": _WDIR,
+        "--ntasks": "srun's --ntasks N is -np N here",
+        "--ntasks-per-node": "srun's " + _PER_NODE,
+    }
+)
+
+SBATCH: Mapping[str, str] = MappingProxyType(
+    {
+        "--gres": "sbatch's --gres gpu:N is --gpus-per-node N here (--gres gpu:TYPE:N: --gpus-per-node TYPE:N)",
+        "--gpus": "give the GPUs of each node: sbatch's --gpus G on N nodes is --gpus-per-node G/N here",
+        "-G": "give the GPUs of each node: sbatch's -G G on N nodes is --gpus-per-node G/N here",
+        "-n": "sbatch's -n (--ntasks) R is --nodes N --ntasks-per-node R/N here: every node runs as many ranks",
+        "--ntasks": "sbatch's --ntasks R is --nodes N --ntasks-per-node R/N here: every node runs as many ranks",
+        "--nproc-per-node": "torchrun's --nproc-per-node N is --ntasks-per-node N here (with --launch torchrun, "
+        "torchrun's own --nproc-per-node in the script)",
+        "--nnodes": "torchrun's --nnodes N is --nodes N (-N N) here",
+        "-np": "mpirun's -np R is --nodes N --ntasks-per-node R/N here",
+    }
+)
+
+
+def habit(habits: Mapping[str, str], option: str) -> str | None:
+    """What to write instead of `option` (either spelling of a long option: --nproc_per_node too), else None."""
+    name = "--" + option[2:].replace("_", "-") if option.startswith("--") else option
+    found = habits.get(name)
+    return found.format(name=option) if found is not None else None
