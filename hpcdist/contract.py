@@ -323,6 +323,7 @@ class Beat(Event):
 
     kind: ClassVar[str] = "beat"
     host: str = ""
+    frozen: str = ""  # how the rank's process is frozen, as its tagger sees it: 'stopped (state T)' ('' when not)
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,8 @@ class RankFailed(Exception):
         self.remote_traceback, self.hint = remote_traceback, hint
         self.exception: BaseException | None = None
         text = what or f"rank {rank} on {host} raised {kind}: {message}"  # `what`: the rank began it another way
-        super().__init__(text + (f"\n{hint}" if hint else "") + f"\n\nthe rank's traceback:\n{remote_traceback}")
+        told = f"\n\nthe rank's traceback:\n{remote_traceback}" if remote_traceback else ""  # none: no line for it
+        super().__init__(text + (f"\n{hint}" if hint else "") + told)
 
 
 class JobFailed(Exception):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import importlib.util
 import math
 import os
 import runpy
@@ -57,6 +58,23 @@ def python_target(argv: Sequence[str], which: Callable[[str], str | None] = shut
     return None
 
 
+def check_target(target: PythonTarget) -> None:
+    """Raise UsageError, as python itself refuses them, for a script that is not there or a module not installed."""
+    if target.kind == "path" and not os.path.isfile(target.what):
+        where = os.path.abspath(target.what)
+        raise UsageError(f"python can't open file {where!r}: no such file; check the script's path")
+    if target.kind == "module":
+        try:
+            found = importlib.util.find_spec(target.what) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise UsageError(
+                f"no module named {target.what!r} (python -m {target.what}); check its name, or install it for "
+                f"{sys.executable}"
+            )
+
+
 def _has_python_shebang(path: str) -> bool:
     """Whether an executable file is a Python script (e.g. a console script such as `hpcdist` or `pytest`)."""
     try:
@@ -96,6 +114,9 @@ def _run_in_process(process: RankProcess, target: PythonTarget, rank: int) -> tu
     except UsageError as exc:  # e.g. init_process_group("nccl") without GPUs: a mistake, not a crash
         _usage_error(process, rank, str(exc))
         return 2, None
+    except ModuleNotFoundError as exc:  # the same on every rank (not installed, or misspelt): said once for the job
+        _usage_error(process, rank, _missing_module(exc))
+        return 2, None
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         how = Failed(rank, after_peer=peer_lost(str(exc)), call=failed_call(exc), at=time.time())
         if not process.contract.shrinks:  # the others' stacks, while they still wait where this rank left them
@@ -103,6 +124,14 @@ def _run_in_process(process: RankProcess, target: PythonTarget, rank: int) -> tu
         print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)  # last
         return 1, how
     return 0, None
+
+
+def _missing_module(exc: ModuleNotFoundError) -> str:
+    """'train.py:3: no module named 'x'; …': where the program imported a module this Python does not have."""
+    frames = traceback.extract_tb(_user_frames(exc.__traceback__))
+    user = [frame for frame in frames if not frame.filename.startswith("<frozen ")]
+    where = f"{user[-1].filename}:{user[-1].lineno}: " if user else ""
+    return f"{where}{exc}; install it for {sys.executable}, or check its name"
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
@@ -137,7 +166,7 @@ def _usage_error(process: RankProcess | None, rank: int | str, message: str, whe
 
     `where`: the message depends on the rank's place, so the one told names the rank and its host too.
     """
-    place = f"rank {rank} on {socket.gethostname()}: "
+    place = f"{f'rank {rank}' if rank != '' else 'a rank'} on {socket.gethostname()}: "  # '': its rank unknown yet
     if process is None or not process.tell_usage(f"{place if where else ''}{message}"):
         print(f"hpcdist: error: {place}{message}", file=sys.stderr, flush=True)
 
@@ -166,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = words[1:]
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # ranks' lines arrive whole
     host = socket.gethostname()
-    rank = "?"
+    rank = ""  # not known until the launcher's variables are read
     process: RankProcess | None = None
     try:
         process = current(os.environ)  # the launcher's contract, read once for this process
@@ -177,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             process.contract, "this rank"
         )  # first: a rank of another hpcdist stops here (said with its place)
         target = python_target(words)
+        if target is not None:
+            check_target(target)
         tagger = start_tagger(process.contract, env.rank, env.world_size, host.split(".")[0])  # before the program
         relay_sigterm()  # after the tagger's fork: SIGTERM to hpcdist mpirun reaches the program as SIGTERM
         if tagger is not None:

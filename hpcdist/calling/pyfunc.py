@@ -145,15 +145,12 @@ def _results(outcomes: dict[int, dict[str, Any]], size: int, name: str, end: str
         raise failure
     missing = [rank for rank in range(size) if rank not in outcomes]
     if missing:
-        raise RankFailed(
-            missing[0],
-            "?",
-            "no outcome",
+        said = (
             f"{ranks_text(missing)} of {name} ended without returning or raising (mpirun: {end}); its output above "
             f"says why (killed? sys.exit? a host that cannot see {directory}? then set {settings.LAUNCH_DIR.name} to a "
-            "directory all hosts share)",
-            "",
+            "directory all hosts share)"
         )
+        raise RankFailed(missing[0], "an unknown host", "no outcome", said, "", what=said)
     return [pickle.loads(outcomes[rank]["value"]) for rank in range(size)]
 
 

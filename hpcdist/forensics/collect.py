@@ -83,7 +83,8 @@ def on_failure(rank: int) -> None:
         return
     answers.pop(rank, None)  # its traceback says where it is
     found, finished = stacks.in_answers(answers)
-    if not found:  # no other rank is still running its program
+    found = {peer: stack for peer, stack in found.items() if any(frames for _, frames in stack)}  # else in hpcdist's
+    if not found:  # no other rank is still running its program (one failing too is in hpcdist's own frames)
         return
     missing = pyspy.fill(found, [peer for peer in range(_world_size()) if peer != rank and peer not in answers])
     headline = (

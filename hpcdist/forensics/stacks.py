@@ -4,19 +4,22 @@
 running them (a main thread blocked in C, holding or not the GIL, is dumped as it stands). `parse` turns
 faulthandler's text into plain tuples that travel between ranks and compare equal when two ranks stand at
 the same lines: thread ids become thread names, hpcdist's own threads (the watchdog, MPI progress) are left
-out, and the shim's runner frames under the program are dropped. `report` merges identical stacks, as
+out, the shim's runner frames under the program are dropped, and so are hpcdist's own frames (its wrappers around
+torch's calls, its waits), which the settings' DEBUG keeps. `report` merges identical stacks, as
 "ranks 0-6,8", smallest group first, since the rank that stands apart is the one to read first.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import os
 import re
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import settings
 from ..ranklist import ranks_text
 from .ledger import FINISHED
 
@@ -29,6 +32,9 @@ _HEADER = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-f]+) \(most recent ca
 _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 _PACKAGES = re.compile(r"^.*/(?:site|dist)-packages/")
 _RUNNER = ("hpcdist/shim.py", "hpcdist/runtime/pycall.py", "<frozen runpy>")  # under the program, not the user's
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hpcdist's own directory
+# hpcdist's frames, as frame() writes them: its files (in place, or in site-packages) and its generated wrappers
+_OWN = re.compile(rf"\((?:{re.escape(_PACKAGE)}/|hpcdist/)[^()]*:\d+\)$|\(<hpcdist [^()]*\)$")
 _INTERNAL = "hpcdist-"  # hpcdist's threads are named so; they are the same on every rank and not the program's
 _MAX_FRAMES = 40  # per thread; faulthandler itself stops at 100
 _MAX_GROUPS = 12  # distinct stacks shown; the others' ranks are named
@@ -73,7 +79,12 @@ def parse(text: str, names: Mapping[int, str]) -> Stacks:
 
 def normalised(threads: Sequence[tuple[str, list[str]]]) -> Stacks:
     """Threads as Stacks: hpcdist's left out, the runner's frames dropped, the main thread first, then by name."""
-    kept = [(name, _without_runner(rows)) for name, rows in threads if not name.startswith(_INTERNAL)]
+    own = settings.debug(os.environ)  # DEBUG: hpcdist's own frames stay, to debug hpcdist
+    kept = [
+        (name, [row for row in _without_runner(rows) if own or not _OWN.search(row)])
+        for name, rows in threads
+        if not name.startswith(_INTERNAL)
+    ]
     kept.sort(key=lambda thread: (not thread[0].startswith("MainThread"), thread[0], thread[1]))  # same on every rank
     return tuple((name, tuple(rows)) for name, rows in kept)
 

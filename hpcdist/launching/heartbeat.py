@@ -7,6 +7,10 @@ rank's tagger, a process of its own, sends a `beat` event that often, however bu
 call, or a loop that holds the GIL). The watch ends the job when a rank that was beating, and has not said how it
 ended, is silent longer than the limit: `--heartbeat-timeout`, else the HEARTBEAT_TIMEOUT setting, else
 DEFAULT_HEARTBEAT_TIMEOUT (longer past 5,000 ranks); 0 turns it off.
+
+The beats come from the tagger, not the rank, so each one also says whether the rank's process is frozen (stopped,
+in a frozen cgroup, or in uninterruptible sleep using no CPU: rank.frozen): a beat of a frozen rank counts as none,
+and a rank frozen past the limit is named frozen, with how, rather than silent; its host, still beating, is not lost.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ __all__ = [
 ]
 
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # Open MPI's PRRTE notices a cut link in ~5 s; this is the backstop for every MPI
+# what to do about a lost host, said with it (once, as hpcdist mpirun ends the job)
+_CHECK_HOSTS = (
+    f" (check that the host is up and reachable; --heartbeat-timeout or ${settings.HEARTBEAT_TIMEOUT.name} sets the "
+    "limit)"
+)
 _MOST_HOSTS = 4  # hosts named one by one in what fell silent; the rest are counted
 MAX_BEATS = 1000  # beat lines a second the launcher reads at most, at the default limit: 60 s at 10,000 ranks
 _MAX_INTERVAL = 5.0  # seconds between beats at most: 12 short lines a minute per rank
@@ -65,16 +74,24 @@ class Heartbeats:
         self.problem: str | None = None  # what was found, as the error to print at the end
         self._last: dict[int, float] = {}
         self._hosts: dict[int, str] = {}
+        self._frozen: dict[int, str] = {}  # rank -> how its last beat said it is frozen
         self._ended: set[int] = set()
         self._checked = time.monotonic()
         self._lock = threading.Lock()
 
-    def beat(self, rank: int, host: str) -> None:
-        """Note a beat of `rank` on `host` (ignored once the rank said how it ended)."""
+    def beat(self, rank: int, host: str, frozen: str = "") -> None:
+        """Note a beat of `rank` on `host` (ignored once the rank said how it ended); a beat that says the rank is
+        `frozen` counts as none (its silence goes on from its last beat before it froze)."""
         with self._lock:
-            if rank not in self._ended:
+            if rank in self._ended:
+                return
+            self._hosts[rank] = host or "unknown host"
+            if frozen:
+                self._frozen[rank] = frozen
+                self._last.setdefault(rank, time.monotonic())
+            else:
+                self._frozen.pop(rank, None)
                 self._last[rank] = time.monotonic()
-                self._hosts[rank] = host or "?"
 
     def ended(self, rank: int) -> None:
         """`rank` said how it ended (done, failed, vanished): its silence from now on is no loss."""
@@ -101,7 +118,7 @@ class Heartbeats:
             silent = {rank: self._hosts[rank] for rank, last in self._last.items() if now - last > self.limit / 3}
             self.silent = silent
             self.problem = self._describe(silent)
-        raise HeartbeatLost(self.problem)
+        raise HeartbeatLost(self.problem + (_CHECK_HOSTS if self.lost_hosts else ""))
 
     def fell_silent(self) -> dict[int, str]:
         """Under --on-failure shrink, instead of `check`: the ranks silent longer than the limit (rank -> host), each
@@ -124,21 +141,30 @@ class Heartbeats:
                 del self._last[rank]
             return silent
 
+    def silence(self, rank: int) -> str:
+        """How `rank` fell silent, in a few words: 'no heartbeat for 30 s', 'frozen: stopped (state T) for 30 s'."""
+        limit = f"{self.limit or 0:g} s"
+        frozen = self._frozen.get(rank)
+        return f"frozen: {frozen} for {limit}" if frozen else f"no heartbeat for {limit}"
+
     def _describe(self, silent: dict[int, str]) -> str:
         """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2-3 for 30 s'.
 
         A host with other ranks still beating is not lost: 'rank 1 on n1 silent: no heartbeat for 30 s'. Past
         _MOST_HOSTS hosts of either kind the rest are counted: '1,245 more hosts lost (ranks 40-9999 …)'.
         """
+        stopped = [rank for rank in sorted(silent) if rank in self._frozen]
+        frozen = [f"rank {rank} on {silent[rank]} {self.silence(rank)}" for rank in stopped[:_MOST_HOSTS]]
         ranks_on: dict[str, list[int]] = {}
         for rank, host in sorted(silent.items()):
-            ranks_on.setdefault(host, []).append(rank)
-        beating = {self._hosts[rank] for rank in self._last if rank not in silent}
+            if rank not in self._frozen:
+                ranks_on.setdefault(host, []).append(rank)
+        beating = {self._hosts[rank] for rank in self._last if rank not in silent or rank in self._frozen}
         lost = [host for host in sorted(ranks_on) if host not in beating]
         partial = [host for host in sorted(ranks_on) if host in beating]
         self.lost_hosts.extend(lost)
         limit = f"{self.limit:g} s"
-        parts = [
+        parts = frozen + [
             f"host {host} lost: no heartbeat from {ranks_text(ranks_on[host])} for {limit}"
             for host in lost[:_MOST_HOSTS]
         ]

@@ -26,7 +26,7 @@ VANISHED = "killed or exited abruptly"
 # How a rank that the others waited for is named when every failure was a casualty (see blame.blamed):
 BLAMED = {"finished": "finished its program", "idle": "was in no communication call", "uninit": "never initialised"}
 BLAMED_HOWS = tuple(BLAMED.values())  # how such a rank ended: no failure of its own
-_UNFAILED = ("killed", *BLAMED_HOWS)  # how-texts that are no "failed with …"
+_UNFAILED = ("killed", "frozen", *BLAMED_HOWS)  # how-texts that are no "failed with …"
 
 
 @dataclass(frozen=True)

@@ -59,16 +59,18 @@ class Failure:
     host: str
     how: str
     tail: tuple[bytes, ...]
+    seen: bool = False  # each of its lines was shown on the console as it came: the summary does not repeat them
 
 
 @dataclass
 class _Rank:
     """What the router keeps of one rank: its host and last lines."""
 
-    host: str = "?"
+    host: str = "an unknown host"
     lines: list[tuple[int, bytes]] = field(default_factory=list)  # a heap of (number, line): the highest numbers
     arrived: int = 0  # the lines that came, which number the lines of a tagger that does not
     in_fatal: bool = False  # within its MPI's report of an error that ends this rank (Family.in_fatal_report)
+    unseen: bool = False  # a line of its was kept but not shown (--ranks left it out)
 
     def keep(self, number: int | None, line: bytes, most: int) -> None:
         """Keep `line` if it is among the `most` highest numbered (unnumbered: the `most` last to come)."""
@@ -143,9 +145,11 @@ class OutputRouter:
         if kept.in_fatal and self.failed and rank not in self.failed:  # a consequence of a failure already heard
             return b""  # (the rank's log keeps it)
         shown = b"[%s:%d] " % (host.encode(), rank) + rest if self.options.tag else rest
+        visible = self.shown is None or rank in self.shown
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
             kept.keep(number, shown, self.options.tail)
-        return shown if self.shown is None or rank in self.shown else b""
+            kept.unseen = kept.unseen or not visible
+        return shown if visible else b""
 
     def _launcher(self, line: bytes, stream: str) -> bytes:
         """What to show of a line of mpirun's own; a help block is held until its closing rule, then judged whole.
@@ -180,7 +184,7 @@ class OutputRouter:
             result = []
             for rank, how in failed.items():
                 kept = self._ranks.get(rank, _Rank())
-                result.append(Failure(rank, hosts.get(rank) or kept.host, how, kept.tail()))
+                result.append(Failure(rank, hosts.get(rank) or kept.host, how, kept.tail(), not kept.unseen))
             return result
 
 
@@ -222,12 +226,14 @@ class Console:
 
 
 def summary(failures: list[Failure], tail: int, log_dir: str | None = None) -> str:
-    """The failure summary: for each failed rank a header naming it, then its last `tail` lines.
+    """The failure summary: for each failed rank whose lines the console did not show (`--ranks` left them out), a
+    header naming it, then its last `tail` lines. A rank whose lines were shown as they came, or that printed nothing,
+    gets none: the headline names every failed rank, and a traceback is said once.
 
     Past MOST_SUMMARIES ranks, the rest are grouped by how they ended, by host and as ranges, without their lines:
     a job of 10,000 failed ranks gives a page, not 200,000 lines. The line says where their lines are kept.
     """
-    parts = [_block(failure, tail) for failure in failures[:MOST_SUMMARIES]]
+    parts = [_block(failure, tail) for failure in failures[:MOST_SUMMARIES] if failure.tail and not failure.seen]
     rest = failures[MOST_SUMMARIES:]
     if rest:
         hosts = {failure.rank: failure.host for failure in rest}
@@ -246,7 +252,7 @@ def summary(failures: list[Failure], tail: int, log_dir: str | None = None) -> s
 
 def _how(how: str) -> str:
     """'failed (exit code 1)', or as is for a rank the others waited for ('finished its program …')."""
-    return how if how.startswith(BLAMED_HOWS) else f"failed ({how})"
+    return how if how.startswith((*BLAMED_HOWS, "frozen")) else f"failed ({how})"
 
 
 def _block(failure: Failure, tail: int) -> str:

@@ -240,8 +240,8 @@ def run_mpirun(
     if outcome.usage is not None:  # the same mistake on every rank: said once, instead of each rank's failure
         world.say(f"hpcdist: error: {outcome.usage}")
     elif not interrupted and not (router is not None and router.caller_reports):
-        if code and outcome.headline():  # the rank that began it, however the launcher heard the ranks end
-            world.say(f"hpcdist: {outcome.headline()}")
+        if code and outcome.headline() and not watch.ended_it:  # the rank that began it (said already when hpcdist
+            world.say(f"hpcdist: {outcome.headline()}")  # mpirun ended the job for it)
         if router is not None and (code or not shrink):  # under shrink, a loss the survivors outlived was named
             ended = summary(console.failures(code), router.options.tail, router.options.log_dir)
             world.say(ended, end="")

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from .. import families, settings
+from .. import families
 from ..contract import Beat, Done, Event, Failed, Vanished, might_start_event, parse_event
 from ..errors import JobEnding, LauncherStalled
 from ..families.base import AgentFailed, HostLost, Observation
@@ -112,7 +112,7 @@ class MpirunWatch:
         """A rank's event: into the book, the heartbeats, and under shrink a loss."""
         self.book.hear(event, time.monotonic())
         if isinstance(event, Beat):
-            self.heartbeats.beat(event.rank, event.host)
+            self.heartbeats.beat(event.rank, event.host, event.frozen)
         elif isinstance(event, (Done, Failed, Vanished)):  # no longer expected to beat
             self.heartbeats.ended(event.rank)
         if self.shrink is not None and isinstance(event, (Failed, Vanished)):
@@ -151,7 +151,7 @@ class MpirunWatch:
                 silent = self.heartbeats.fell_silent()
                 if silent:
                     with self._lock:
-                        self._lose(dict.fromkeys(silent, f"lost (no heartbeat for {self.heartbeats.limit or 0:g} s)"))
+                        self._lose({rank: f"lost ({self.heartbeats.silence(rank)})" for rank in silent})
                 return
             self.heartbeats.check()
             with self._lock:
@@ -162,8 +162,8 @@ class MpirunWatch:
                     return
                 how = self.book.failed.get(first, VANISHED)
                 self.stalled = (
-                    f"rank {first} on {self.book.hosts.get(first, '?')} failed ({how}) and the MPI launcher had not "
-                    f"ended the job {LAUNCHER_GRACE:g} s later"
+                    f"rank {first} on {self.book.hosts.get(first, 'an unknown host')} failed ({how}) and the MPI "
+                    f"launcher had not ended the job {LAUNCHER_GRACE:g} s later"
                 )
             raise LauncherStalled(self.stalled)
         except JobEnding:
@@ -177,10 +177,15 @@ class MpirunWatch:
         are said in one line (LaunchOutcome.ended_line), not each on its own."""
         return self._causes is not None or bool(self.lost.hosts)
 
+    @property
+    def ended_it(self) -> bool:
+        """Whether hpcdist mpirun ended the job itself (a silent or frozen rank, a stalled launcher), saying why."""
+        return self._causes is not None
+
     def named(self, returncode: int) -> dict[int, str]:
         """The failed ranks (rank -> how), causes first (see `blame.named`)."""
         beats = self.heartbeats
-        silent = dict.fromkeys(beats.silent, f"no heartbeat for {beats.limit:g} s") if beats.problem else {}
+        silent = {rank: beats.silence(rank) for rank in beats.silent} if beats.problem else {}
         with self._lock:
             return blame.named(self.book, returncode, self.vanished_named, silent, self._causes)
 
@@ -197,13 +202,8 @@ class MpirunWatch:
         failed = self.named(returncode)
         if self.stalled is not None:
             problem = problem or f"{self.stalled}; hpcdist mpirun ended it"
-        if beats.problem is not None:  # hpcdist mpirun ended the job: the silent ranks and hosts are its cause
+        if beats.problem is not None:  # hpcdist mpirun ended the job, saying why as it did: the silent ranks and hosts
             status = status or LOST_HOST_STATUS
-            problem = (
-                problem
-                or f"{beats.problem}; hpcdist mpirun ended the job (check that the host is up and "
-                f"reachable; --heartbeat-timeout or ${settings.HEARTBEAT_TIMEOUT.name} sets the limit)"
-            )
         lost = tuple(dict.fromkeys([*self.lost.hosts, *beats.lost_hosts]))
         ended = blame.ended(book, failed, lost) if self.ending else {}
         if self.shrink is not None and self.shrink.finished_well(book.done, book.world_size):

@@ -3,7 +3,9 @@
 - `tagger`: started by the shim before the program; its forked process writes the rank's whole lines tagged
   `[host:rank] `, to its log file, and the `Beat` events `hpcdist mpirun`'s heartbeat watch listens for;
 - `budget`: how much of a rank's output its tagger forwards (pure);
-- `child`: the rank's non-Python program, started with the rank's signals passed on.
+- `child`: the rank's non-Python program, started with the rank's signals passed on, and SIGTERM relayed;
+- `frozen`: whether the rank's process is frozen (stopped, a frozen cgroup, uninterruptible sleep), which each beat
+  of its tagger says.
 
 Each takes the launcher's contract (`RankContract`) from the shim. May import: the leaves (errors, values, waits,
 contract, ranklist). Never the supervisor (launching), torch, mpi4py, the runtime or the CLI.

@@ -12,6 +12,7 @@ asks for beats (its `beat_interval`) it also sends a `Beat` event that often, wh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -26,6 +27,7 @@ from ..errors import UsageError, WaitTimeout
 from ..values import parse_ranks
 from ..waits import Backoff, poll_until
 from .budget import Budget
+from .frozen import FrozenWatch
 
 __all__ = ["DRAIN_SECONDS", "PEER_GRACE_SECONDS", "Tagger", "leave_time_to_peers", "start"]
 
@@ -35,6 +37,7 @@ PEER_GRACE_SECONDS = 0.5  # under Hydra, how long a failing rank waits before MP
 _MAX_LINE = 1 << 22  # a "line" of 4 MiB without a newline is written out in pieces of that size
 _LAST_HELD = 20  # the last lines held back that still go to the launcher when the rank ends (its --tail)
 _MAX_HELD_LINE = 4096  # bytes of each of them
+_FROZEN_BEATS = 6  # beats (a heartbeat limit: launching.heartbeat.beat_interval) a rank may be frozen under shrink
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -142,11 +145,28 @@ def leave_time_to_peers(seconds: float = PEER_GRACE_SECONDS) -> None:
 
 
 def _beats(contract: RankContract, rank: int, host: str) -> tuple[float, Callable[[], None]] | None:
-    """(seconds between beats, what sends one) when the contract asks for beats, else None."""
+    """(seconds between beats, what sends one) when the contract asks for beats, else None.
+
+    Each beat says whether the rank (the tagger's parent) is frozen. Under --on-failure shrink, a rank frozen for
+    six beats (the heartbeat limit) is said failed and killed, so that its peers see it gone and carry on.
+    """
     interval = contract.beat_interval
     if interval is None or not 0 < interval < float("inf"):
         return None
-    return interval, lambda: contract.tell(Beat(rank, host=host))
+    watch = FrozenWatch(os.getppid())
+    since: float | None = None  # since when the rank has been seen frozen (None: it is not)
+
+    def beat() -> None:
+        nonlocal since
+        how = watch.look()
+        since = (since or time.monotonic()) if how else None
+        contract.tell(Beat(rank, host=host, frozen=how))
+        if how and contract.shrinks and time.monotonic() - (since or 0) >= _FROZEN_BEATS * interval:
+            contract.tell(Failed(rank, how=f"frozen: {how} for {_FROZEN_BEATS * interval:g} s", host=host))
+            with contextlib.suppress(OSError):
+                os.kill(watch.pid, signal.SIGKILL)
+
+    return interval, beat
 
 
 def _open_log(log_dir: str, rank: int, size: int, restart: int = 0) -> int:

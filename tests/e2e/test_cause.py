@@ -46,8 +46,8 @@ def test_the_rank_that_raised_is_named_first_and_its_casualties_after(
     assert re.fullmatch(rf"rank {fail} on \S+ failed with exit code 1", cause), stderr
     casualties = [int(r) for r in re.findall(r"[0-9]+", then.removesuffix("failed after it"))]
     assert fail not in casualties and set(casualties) <= set(range(np)), stderr
-    assert [int(r) for r in HEADER.findall(stderr)][:1] == [fail], stderr  # its last lines come first too
-    assert f"ValueError: NaN in the gradients on rank {fail}" in stderr
+    assert HEADER.findall(stderr) == [], stderr  # its lines were shown as they came: no summary repeats them
+    assert stderr.count(f"ValueError: NaN in the gradients on rank {fail}") == 1, stderr  # its traceback, once
 
 
 @pytest.mark.parametrize(("backend", "api"), [("gloo", "plain"), ("mpi", "plain"), ("gloo", "init")])
@@ -57,7 +57,7 @@ def test_a_rank_that_finished_while_the_others_waited_is_named(
     first, stderr = _run(hpcdist, tmp_path, 4, 2, backend, "exit", API=api)
     waited = "finished its program while ranks 0-1,3 waited in all_reduce #2; then rank 0 failed after it"
     assert re.fullmatch(rf"rank 2 on \S+ {waited}", first), stderr  # rank 0 reported the hang: a casualty
-    assert [int(r) for r in HEADER.findall(stderr)][:1] == [2], stderr
+    assert HEADER.findall(stderr) == [], stderr  # it printed nothing: named once, in the line above
 
 
 @pytest.mark.parametrize("how", ["raise", "return"])

@@ -75,10 +75,11 @@ def test_a_failing_rank_is_named_and_ends_the_job(mpich: Path, how: str, code: s
     )
     assert result.returncode == status, result.stderr
     assert "hpcdist: first failure: rank 2 on " in result.stderr and f" failed with {code}" in result.stderr
-    said = "its last" if how == "raise" else "it printed nothing"  # sys.exit(3) prints nothing
-    assert f"failed ({code}); {said}" in result.stderr  # hpcdist mpirun's summary got the rank's lines
-    if how == "raise":
-        assert "ValueError: deliberate failure on rank 2" in result.stderr
+    if how == "raise":  # its traceback once, as it came; the summary does not repeat it
+        assert result.stderr.count("ValueError: deliberate failure on rank 2") == 1, result.stderr
+        assert "its last" not in result.stderr, result.stderr
+    else:  # sys.exit(3) prints nothing: the headline names it, once
+        assert result.stderr.count(f"failed with {code}") == 1, result.stderr
 
 
 def test_a_killed_rank_ends_the_job(mpich: Path) -> None:
@@ -188,7 +189,7 @@ def test_a_frozen_rank_is_named_by_its_silence(mpich: Path) -> None:
     )
     assert result.returncode != 0, result.stderr
     assert "hpcdist: rank 1 on " in result.stderr and " silent: no heartbeat for 3 s; ending the job" in result.stderr
-    assert "failed (no heartbeat for 3 s)" in result.stderr
+    assert result.stderr.count("no heartbeat") == 1, result.stderr  # said once, as hpcdist mpirun ended the job
 
 
 def test_a_paused_reader_of_hpcdists_output_is_no_silence_of_the_ranks(mpich: Path) -> None:
@@ -247,7 +248,8 @@ def test_a_hang_on_mpich_is_reported_and_ends_the_job(mpich: Path) -> None:
         "first divergence: rank 0 waits in all_reduce #1 while rank 1 is not in any communication call "
         "(its stack below shows where it is)" in result.stderr
     )
-    assert "hpcdist: rank 0 on " in result.stderr and "failed (called MPI_Abort); its last" in result.stderr
+    assert "hpcdist: first failure: rank 0 on " in result.stderr and "called MPI_Abort" in result.stderr
+    assert result.stderr.count("first divergence:") == 1, result.stderr  # the hang report, once
 
 
 def test_intel_mpi_ranks_run_the_collectives_unpinned(intel: Path) -> None:

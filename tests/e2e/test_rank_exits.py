@@ -13,14 +13,14 @@ def test_a_negative_sys_exit_is_reported_as_the_exit_code_the_os_makes(hpcdist: 
     result = launch(
         [hpcdist, "mpirun", "-np", "2", "--", "python", "-c", EXIT_ON_RANK_1.format(code=code)], timeout=120
     )
-    assert "hpcdist: rank 1 on " in result.stderr and f"failed (exit code {status}); it printed" in result.stderr
+    assert "hpcdist: first failure: rank 1 on " in result.stderr and f" failed with exit code {status}" in result.stderr
     assert result.returncode == status, result.stderr
     assert "killed by" not in result.stderr and "Traceback" not in result.stderr
 
 
 def test_a_child_killed_by_a_signal_python_has_no_name_for_is_reported_by_number(hpcdist: str) -> None:
     result = launch([hpcdist, "mpirun", "-np", "2", "--", "sh", "-c", "kill -s 40 $$"], timeout=120)
-    assert "failed (killed by signal 40); it printed nothing" in result.stderr, result.stderr
+    assert result.stderr.count("killed by signal 40") == 1, result.stderr  # named once, by number
     assert result.returncode == 1 and "Traceback" not in result.stderr
 
 

@@ -74,16 +74,12 @@ def test_a_cut_link_among_four_hosts_with_idle_ranks_ends_the_mpich_job_by_heart
         file=sys.stderr,
     )
     assert result.returncode != 0, result.stderr
-    assert "hpcdist: host n3 lost: no heartbeat from ranks 4-5 for 6 s; ending the job" in result.stderr
-    assert (
-        "hpcdist: error: host n3 lost: no heartbeat from ranks 4-5 for 6 s; hpcdist mpirun ended the job"
-        in result.stderr
-    )
-    # the ranks on the other hosts, ended by hpcdist mpirun's SIGTERM, are said in one line (not each in its own),
-    # and the summary names n3's alone
+    lost = "hpcdist: host n3 lost: no heartbeat from ranks 4-5 for 6 s (check that the host is up and reachable"
+    assert result.stderr.count(lost) == 1 and result.stderr.count("host n3 lost") == 1, result.stderr  # said once
+    # the ranks on the other hosts, ended by hpcdist mpirun's SIGTERM, are said in one line (not each in its own)
     assert not re.search(r"rank [0-367] on n[124] failed", result.stderr), result.stderr
     assert "hpcdist: ranks 0-3,6-7 on n1, n2, n4 were ended by the launcher (killed by SIGTERM)\n" in result.stderr
-    assert "hpcdist: rank 4 on n3 failed (no heartbeat for 6 s)" in result.stderr
+    assert "hpcdist: error:" not in result.stderr and "first failure" not in result.stderr  # not again
     assert 5 <= seconds < 30  # the last beat heard came up to one interval (1 s) before the cut
     assert_ended_on(cluster, "n1")
 

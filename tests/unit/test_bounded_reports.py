@@ -63,7 +63,8 @@ def test_a_thousand_silent_hosts_are_named_first_four_then_counted(monkeypatch: 
         "host n0250 lost: no heartbeat from ranks 2000-2007 for 30 s; host n0251 lost: no heartbeat from ranks "
         "2008-2015 for 30 s; host n0252 lost: no heartbeat from ranks 2016-2023 for 30 s; host n0253 lost: no "
         "heartbeat from ranks 2024-2031 for 30 s; 996 more hosts lost (ranks 2032-9999): no "
-        "heartbeat for 30 s"
+        "heartbeat for 30 s (check that the host is up and reachable; --heartbeat-timeout or "
+        "$HPCDIST_HEARTBEAT_TIMEOUT sets the limit)"
     )
     assert len(beats.lost_hosts) == 1000
 

@@ -92,7 +92,7 @@ def test_a_hosts_silent_ranks_are_named_together_and_a_rank_that_ended_is_not_ex
     clock.now = 1030.5  # 30.5 s of silence
     beats.beat(0, "n1")
     beats.beat(1, "n1")
-    with pytest.raises(HeartbeatLost, match=r"^host n2 lost: no heartbeat from ranks 2-3 for 30 s$"):
+    with pytest.raises(HeartbeatLost, match=r"^host n2 lost: no heartbeat from ranks 2-3 for 30 s \(check that the "):
         beats.check()
     assert beats.lost_hosts == ["n2"] and beats.silent == {2: "n2", 3: "n2"}
     beats.check()  # said once
@@ -128,7 +128,7 @@ def test_a_pause_of_the_watcher_itself_is_no_silence_of_the_ranks(monkeypatch: p
         clock.now += 1
         beats.check()
     clock.now += 1  # and a rank silent past the limit since then is found as ever
-    with pytest.raises(HeartbeatLost, match=r"^host n1 lost: no heartbeat from rank 0 for 6 s$"):
+    with pytest.raises(HeartbeatLost, match=r"^host n1 lost: no heartbeat from rank 0 for 6 s \(check that the host "):
         beats.check()
 
 
@@ -148,7 +148,7 @@ def test_the_watch_takes_beats_out_and_its_outcome_names_the_lost_host(monkeypat
     watch.feed("stderr", b"[n1:0] " + _ctl(Failed(0, "killed by SIGTERM", "n1")))
     outcome, problem = watch.outcome(143)
     assert outcome.status == 143 and outcome.lost_hosts == ("n2",)
-    assert problem is not None and problem.startswith("host n2 lost: no heartbeat from ranks 2-3 for 6 s; hpcdist")
+    assert problem is None  # said as hpcdist mpirun ended the job (the HeartbeatLost above), not again
     assert watch.named(143) == {2: "no heartbeat for 6 s", 3: "no heartbeat for 6 s"}
     assert outcome.failures() == "rank 2 on n2 failed with no heartbeat for 6 s; rank 3 on n2 failed with no " \
         "heartbeat for 6 s"  # fmt: skip

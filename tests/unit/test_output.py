@@ -374,12 +374,27 @@ def test_summary_names_each_failed_rank_and_shows_its_tail() -> None:
     failures = [Failure(3, "n1", "exit code 1", (b"[n1:3] a\n", b"[n1:3] b\n", b"[n1:3] c")),
                 Failure(5, "n2", "called MPI_Abort", (b"x\n",)),
                 Failure(6, "n2", "killed by signal 9", ())]  # fmt: skip
-    assert summary(failures, 2) == (
+    assert summary(failures, 2) == (  # rank 6 printed nothing: the headline names it, no block says so again
         "hpcdist: rank 3 on n1 failed (exit code 1); its last 2 lines:\n[n1:3] b\n[n1:3] c\n"
         "hpcdist: rank 5 on n2 failed (called MPI_Abort); its last line:\nx\n"
-        "hpcdist: rank 6 on n2 failed (killed by signal 9); it printed nothing\n"
     )
     assert summary(failures[:1], 0) == "hpcdist: rank 3 on n1 failed (exit code 1)\n"
+
+
+@pytest.mark.parametrize(("ranks", "repeated"), [(None, False), ("0", True)])
+def test_a_failed_rank_s_lines_shown_as_they_came_are_not_repeated_in_the_summary(
+    ranks: str | None, repeated: bool
+) -> None:
+    router = _console(OutputOptions(ranks=ranks), 2)
+    shown = _feed(
+        router, "stderr", b"[h:1] Traceback\n[h:1] ValueError: bad batch\n" + _ctl(Failed(1, "exit code 1")), 9
+    )
+    (failure,) = router.failures()
+    assert (shown != b"", failure.seen) == (not repeated, not repeated)
+    block = (
+        "hpcdist: rank 1 on h failed (exit code 1); its last 2 lines:\n[h:1] Traceback\n[h:1] ValueError: bad batch\n"
+    )
+    assert summary([failure], 20) == (block if repeated else "")
 
 
 @pytest.mark.parametrize(

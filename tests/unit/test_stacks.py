@@ -94,19 +94,32 @@ def test_report_caps_frames_and_distinct_stacks_at_a_large_job() -> None:
     assert report(each_alone).splitlines()[-1] == "ranks 12-19: 8 more distinct stacks, not shown"
 
 
-def test_own_dumps_every_thread_of_this_process_by_name() -> None:
+def _own_with_a_waiter() -> dict[str, tuple[str, ...]]:
+    """own() while a thread named 'waiter' waits."""
     release = threading.Event()
     thread = threading.Thread(target=release.wait, name="waiter")
     thread.start()
     try:
-        stacks = dict(own())
+        return dict(own())
     finally:
         release.set()
         thread.join()
-    assert (
-        stacks["MainThread"][0].startswith("capture (") and "/hpcdist/forensics/stacks.py:" in stacks["MainThread"][0]
-    )
+
+
+def test_own_dumps_every_thread_of_this_process_by_name_without_hpcdist_s_own_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("HPCDIST_DEBUG", raising=False)
+    stacks = _own_with_a_waiter()
+    assert stacks["MainThread"][0].startswith("_own_with_a_waiter (")  # hpcdist's capture frames left out
+    assert not any("/hpcdist/" in frame for frame in stacks["MainThread"])
     assert stacks["waiter"][0].startswith("wait (") and "threading.py:" in stacks["waiter"][0]
+
+
+def test_hpcdist_debug_keeps_hpcdist_s_own_frames(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCDIST_DEBUG", "1")
+    main = _own_with_a_waiter()["MainThread"]
+    assert main[0].startswith("capture (") and "/hpcdist/forensics/stacks.py:" in main[0]
 
 
 def test_ranks_whose_programs_finished_are_named_not_shown() -> None:

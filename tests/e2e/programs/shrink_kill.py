@@ -1,6 +1,7 @@
 """Ranks SIGKILL themselves mid-loop; the survivors recover (--on-failure shrink) and go on to step 8.
 
-argv: backend (mpi, gloo), scenario (one, two, during, rebuild), output directory. Each survivor writes
+argv: backend (mpi, gloo), scenario (one, two, during, rebuild; frozen: rank 2 SIGSTOPs itself instead, for hpcdist
+mpirun to find frozen and end), output directory. Each survivor writes
 rank<start>.json: its committed steps with the world size and the all_reduce's sum, each recovery, and the error each
 failure raised (or, below $HPCDIST_MIN_NP, the TooFewRanks it met).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -24,6 +26,7 @@ DEATHS = {  # scenario -> {start rank: the step at which it kills itself}
     "two": {2: 2, 1: 5},
     "during": {2: 3},
     "rebuild": {2: 3},
+    "frozen": {2: 3},
 }
 backend, scenario, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 with hpcdist.init(backend):
@@ -35,7 +38,7 @@ with hpcdist.init(backend):
     step = 0
     while step < STEPS:
         if DEATHS[scenario].get(me) == step:
-            os.kill(os.getpid(), 9)
+            os.kill(os.getpid(), signal.SIGSTOP if scenario == "frozen" else signal.SIGKILL)
         try:
             total = torch.tensor([float(me + 1)])
             dist.all_reduce(total)

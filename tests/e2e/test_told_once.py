@@ -1,0 +1,84 @@
+"""A failed job told once, as a user reads the console: a missing script, a module missing on every rank, a raising
+rank and a hang, at 2 and 4 ranks, on gloo and on the mpi backend. The lines and blocks are counted."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+import pytest
+from launching import PROGRAMS, launch
+
+pytestmark = pytest.mark.e2e
+
+HOST = socket.gethostname().split(".")[0]
+SIZES = [2, 4]
+BACKENDS = ["gloo", "mpi"]
+
+
+@pytest.mark.parametrize("np", SIZES)
+def test_a_missing_script_is_one_line_with_status_2(hpcdist: str, tmp_path: Path, np: int) -> None:
+    missing = tmp_path / "trian.py"
+    result = launch([hpcdist, "mpirun", "-np", str(np), "--", "python", str(missing)], timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert re.fullmatch(
+        rf"hpcdist: error: rank \d on {HOST}: python can't open file '{re.escape(str(missing))}': no such file; "
+        r"check the script's path\n",
+        result.stderr,
+    ), result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("np", SIZES)
+def test_a_module_missing_on_every_rank_is_one_line_with_where_it_was_imported(
+    hpcdist: str, tmp_path: Path, np: int
+) -> None:
+    (tmp_path / "train.py").write_text("import torch\n\nimport torchvison  # misspelt\n")
+    result = launch([hpcdist, "mpirun", "-np", str(np), "--", "python", str(tmp_path / "train.py")], timeout=120)
+    assert result.returncode == 2, result.stderr
+    where = re.escape(f"{tmp_path / 'train.py'}:3")
+    assert re.fullmatch(
+        rf"hpcdist: error: {where}: No module named 'torchvison'; install it for /\S+/python[\d.]*, or check its "
+        r"name\n",
+        result.stderr,
+    ), result.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("np", SIZES)
+def test_a_raising_rank_s_traceback_is_told_once(hpcdist: str, tmp_path: Path, np: int, backend: str) -> None:
+    fail = np - 1
+    result = launch(
+        [hpcdist, "mpirun", "-np", str(np), "--", "python", str(PROGRAMS / "first_failure.py")],
+        timeout=150,
+        MARKERS=str(tmp_path),
+        FAIL_RANK=str(fail),
+        HOW="raise",
+        BACKEND=backend,
+    )
+    assert result.returncode == 1, result.stderr
+    err = result.stderr
+    assert err.count("Traceback (most recent call last)") == 1, err
+    assert err.count(f"ValueError: NaN in the gradients on rank {fail}") == 1, err
+    assert len(re.findall(rf"^hpcdist: first failure: rank {fail} on {HOST} failed with exit code 1", err, re.M)) == 1
+    assert "its last" not in err and "Python stacks" not in err.split("first failure")[1], err  # nothing after, again
+    assert err.count("the other ranks' Python stacks") <= 1, err  # where the others wait: said once, if at all
+    assert not re.search(r"\((?:[^()]*/)?hpcdist/[^()]*\.py:\d+\)", err), err  # no frame of hpcdist's own
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("np", SIZES)
+def test_a_hang_report_is_told_once(hpcdist: str, np: int, backend: str) -> None:
+    result = launch(
+        [hpcdist, "mpirun", "-np", str(np), "--", "python", str(PROGRAMS / "hang.py")],
+        timeout=150,
+        HANG="skip",
+        BACKEND=backend,
+        HPCDIST_TIMEOUT="5",
+    )
+    assert result.returncode == 1, result.stderr
+    err = result.stderr
+    assert err.count("first divergence:") == 1, err
+    assert err.count("every rank's Python stacks") == 1, err
+    assert err.count("hpcdist: first failure:") <= 1 and "its last" not in err, err
