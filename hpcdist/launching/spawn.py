@@ -215,7 +215,9 @@ def run_mpirun(
         return (console.feed(stream, shown) if shown else b"") + console.feed(stream, b"")
 
     received = _Received(router)
-    ending = _Ending(received, families.lookup(family).sigterm if family else signal.SIGTERM, world)
+    # the ranks' shims (there when a router reads them) turn the family's sigterm into SIGTERM
+    sigterm = families.lookup(family).sigterm if router is not None and family is not None else signal.SIGTERM
+    ending = _Ending(received, sigterm, world)
 
     def check() -> None:
         watch.check()
