@@ -154,6 +154,7 @@ def execute(
             np=current.np,
             family=current.family,
             world=world,
+            scheduler_signals=current.slurm,
         )
         attempts.append(Attempt(index, current.np, hosts, outcome))
         stop = next((sig for sig in outcome.signals if sig in proctree.STOPS), None)
@@ -161,7 +162,10 @@ def execute(
             if not caller_reports:
                 ranks = f"all {current.np} ranks" if current.np is not None else "every rank"
                 which = f" (attempt {index + 1} of {policy.attempts})" if policy.max_restarts else ""
-                world.say(f"hpcdist: {_STOPPED[stop]}; ended {ranks} of the job{which}")
+                how = _STOPPED[stop]
+                if current.slurm and stop != signal.SIGINT:  # Slurm signals every process of the job itself
+                    how = f"got {signal.Signals(stop).name}, as the ranks did from Slurm"
+                world.say(f"hpcdist: {how}; ended {ranks} of the job{which}")
             return Ending(128 + stop, tuple(attempts))
         decision = decide(current, hosts, outcome, index, policy, launch.options.min_np)
         if policy.max_restarts and (outcome.status != 0 or index > 0):

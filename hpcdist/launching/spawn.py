@@ -188,6 +188,7 @@ def run_mpirun(
     family: str | None = None,
     *,
     world: World,
+    scheduler_signals: bool = False,
 ) -> LaunchOutcome:
     """Run the mpirun command line built by hpcdist in `world` (its environment; the output goes to its streams);
     its status is non-zero when a rank failed or a host was lost.
@@ -202,7 +203,9 @@ def run_mpirun(
     says how its output reads; `vanished_named` overrides whether a rank whose tagger saw it vanish is named.
     `heartbeat` (seconds): a rank that beat and fell silent that long ends the job (launching/heartbeat.py).
     `shrink` (--on-failure shrink, `np` ranks): a failed or lost rank is named in one line as it is heard, the job
-    goes on, and its status is the survivors' (launching/shrink.py).
+    goes on, and its status is the survivors' (launching/shrink.py). `scheduler_signals`: the ranks run in the
+    scheduler's job steps, and the scheduler signals them itself (Slurm, on cancel, preemption or the time limit):
+    SIGTERM or SIGHUP to hpcdist mpirun is passed on to none of them, so that each is signalled once.
     """
     watch = MpirunWatch(token, vanished_named, heartbeat, shrink, np, family)
     console = Console(watch, router)
@@ -217,7 +220,7 @@ def run_mpirun(
     received = _Received(router)
     # the ranks' shims (there when a router reads them) turn the family's sigterm into SIGTERM
     sigterm = families.lookup(family).sigterm if router is not None and family is not None else signal.SIGTERM
-    ending = _Ending(received, sigterm, world)
+    ending = _Ending(received, None if scheduler_signals else sigterm, world)
 
     def check() -> None:
         watch.check()
@@ -322,11 +325,11 @@ class _Received(list[int]):
 
 
 class _Ending:
-    """SIGTERM or SIGHUP to hpcdist mpirun: every rank is sent SIGTERM through the launcher (the family's `sigterm`)
-    and has settings.KILL_WAIT seconds to end (to save a checkpoint); then, or at a second such signal, the launcher
-    ends the job as on Ctrl-C."""
+    """SIGTERM or SIGHUP to hpcdist mpirun: every rank is sent SIGTERM through the launcher (the family's `sigterm`;
+    None: the scheduler signals the ranks itself) and has settings.KILL_WAIT seconds to end (to save a checkpoint);
+    then, or at a second such signal, the launcher ends the job as on Ctrl-C."""
 
-    def __init__(self, received: _Received, sigterm: int, world: World) -> None:
+    def __init__(self, received: _Received, sigterm: int | None, world: World) -> None:
         self._received, self._sigterm, self._world = received, sigterm, world
         self._grace = settings.kill_wait(world.environ)
         self._proc: subprocess.Popen[bytes] | None = None
@@ -337,7 +340,8 @@ class _Ending:
         if self._deadline is None:
             self._received.append(signum)
             self._proc, self._deadline = proc, time.monotonic() + self._grace
-            proc.send_signal(self._sigterm)
+            if self._sigterm is not None:  # None: the scheduler signalled every rank already
+                proc.send_signal(self._sigterm)
         else:
             self._end(proc)
 

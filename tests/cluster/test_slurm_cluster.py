@@ -453,3 +453,42 @@ def test_hostile_arguments_and_variables_reach_every_rank_as_given_in_each_launc
         assert seen == {"seen0.json": expected, "seen1.json": expected}, f"{launch}: {seen}\n{result.describe()}"
         if launch == "srun":  # --opal-prefix: ranks that srun starts get the prefix of --python
             assert prefixes == {str(venv)}, prefixes
+
+
+# each rank counts the SIGTERMs it gets in termRANK, and runs until it is killed
+_COUNT_TERM = """\
+import os, signal, socket, time
+from pathlib import Path
+
+rank = os.environ["RANK"]
+signal.signal(signal.SIGTERM, lambda signum, frame: open(f"term{rank}", "a").write("TERM\\n"))
+Path(f"ready{rank}").write_text(socket.gethostname())
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_cancelled_job_s_ranks_under_hpcdist_mpirun_get_sigterm_once(cluster, venv: Path, tmp_path: Path) -> None:
+    """scancel sends SIGTERM to every process of the job, hpcdist mpirun's and the ranks': hpcdist mpirun passes
+    none on, so each rank's handler counts one (then Slurm kills it, KillWait=5 s later)."""
+    (tmp_path / "count_term.py").write_text(_COUNT_TERM)
+    checkout = Path(__file__).resolve().parents[2]  # this checkout's hpcdist, also when the venv's is another
+    hpcdist: list[str | Path] = ["env", f"PYTHONPATH={checkout}", venv / "bin" / "hpcdist", "mpirun", "--"]
+    script = batch_script(
+        venv, nodes=2, ntasks_per_node=2, commands=[[*hpcdist, venv / "bin" / "python", tmp_path / "count_term.py"]]
+    )
+    job_id = cluster.sbatch(script, tmp_path)
+    start = time.monotonic()
+    while len(list(tmp_path.glob("ready[0-9]"))) < 4:
+        state = cluster.job_fields(job_id).get("JobState")
+        assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job_id} ended before its 4 ranks ran: {state}"
+        assert time.monotonic() - start < 120, f"job {job_id}'s 4 ranks did not all run within 120 s"
+        time.sleep(0.2)
+    cancelled = cluster.run("scancel", job_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    result = cluster.wait(job_id, 60, start)
+    assert result.state == "CANCELLED", result.describe()
+    nodes = {path.name: path.read_text() for path in tmp_path.glob("ready[0-9]")}
+    assert sorted(nodes.values()) == ["node1", "node1", "node2", "node2"], nodes
+    counted = {rank: (tmp_path / f"term{rank}").read_text() for rank in range(4) if (tmp_path / f"term{rank}").exists()}
+    assert counted == dict.fromkeys(range(4), "TERM\n"), (counted, result.describe())

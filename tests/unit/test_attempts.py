@@ -267,3 +267,31 @@ def test_ctrl_c_ends_the_launch_with_130_and_one_line(
     assert execute(_plan(max_restarts), World(stderr=sys.stderr), run=run).status == 130
     assert len(runs) == 1  # no restart after Ctrl-C
     assert capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    ("signum", "slurm", "line"),
+    [
+        (signal.SIGTERM, False, "hpcdist: got SIGTERM and passed it on; ended all 4 ranks of the job (attempt 1 of 3)"),
+        (
+            signal.SIGHUP,
+            False,
+            "hpcdist: got SIGHUP and passed SIGTERM on; ended all 4 ranks of the job (attempt 1 of 3)",
+        ),
+        (
+            signal.SIGTERM,
+            True,
+            "hpcdist: got SIGTERM, as the ranks did from Slurm; ended all 4 ranks of the job (attempt 1 of 3)",
+        ),
+    ],
+)
+def test_sigterm_or_sighup_ends_the_launch_with_128_and_the_signal_and_one_line(
+    capsys: pytest.CaptureFixture[str], signum: int, slurm: bool, line: str
+) -> None:
+    runs: list[tuple[list[str], str]] = []
+    plan = _plan(2)
+    plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, slurm=slurm))
+    run = _runner([_ended(1, signals=(signum,))], runs)
+    assert execute(plan, World(stderr=sys.stderr), run=run).status == 128 + signum
+    assert len(runs) == 1  # no restart after a scheduler's end
+    assert capsys.readouterr().err.splitlines() == [line]
