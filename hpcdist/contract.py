@@ -33,6 +33,7 @@ from .errors import UsageError
 from .values import MAX_COUNT, ON_FAILURE, parse_seconds, parse_whole
 
 __all__ = [
+    "DRY_RUN_TOKEN",
     "EVENTS",
     "NUMBERED",
     "PREFIX",
@@ -65,6 +66,9 @@ NUMBERED = "numbered"  # HPCDIST_TAG's value when the launcher routes the lines:
 # Every rank turns this signal into SIGTERM to itself (rank/child.py): a launcher that passes SIGTERM on but kills
 # the ranks soon after (Open MPI's PRRTE: 0.5 s later, no setting) is sent this one, which it passes on, job kept
 RELAYED_SIGTERM = signal.SIGURG
+# What a dry run prints for the control token, which each launch makes anew: a rank started by the printed line
+# (nobody listening to its events) runs as under a plain mpirun, its lines tagged [host:rank]
+DRY_RUN_TOKEN = "<per-launch token>"
 RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # an attempt's index: hpcdist's, torchrun's
 _TOKEN = re.compile(r"[0-9a-f]{16}\Z")
 _MARK = "@@hpcdist:"
@@ -148,6 +152,10 @@ class RankContract:
             if raw is None or raw == "":
                 continue
             values[spec.name] = _read(raw, hints[spec.name], name)
+        if values.get("token") == DRY_RUN_TOKEN:  # a dry run's line, run by hand: no launcher reads the events
+            values.pop("token")
+            if values.get("tag") == NUMBERED:  # numbered for a router that is not there
+                values["tag"] = "1"
         contract = cls(**values)  # type: ignore[arg-type]  # each value read by its field's type
         contract._check()
         return contract

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import proctree
-from ..contract import new_token
+from ..contract import DRY_RUN_TOKEN, new_token
 from ..errors import UsageError
 from ..families.base import MpirunSpec
 from .hostnames import check_names_resolve
@@ -35,7 +35,7 @@ _STOPPED: dict[int, str] = {  # how hpcdist mpirun was told to end the job: said
     signal.SIGTERM: "got SIGTERM and passed it on",
     signal.SIGHUP: "got SIGHUP and passed SIGTERM on",
 }
-PLACEHOLDERS = {"token": "<per-launch token>", "run_id": "<per-launch run id>"}
+PLACEHOLDERS = {"token": DRY_RUN_TOKEN, "run_id": "<per-launch run id>"}  # a rank takes the token's for none
 Runner = Callable[..., LaunchOutcome]  # spawn.run_mpirun, or a test's stand-in
 
 

@@ -248,3 +248,17 @@ def test_a_failing_rank_is_named_by_hpcdist_with_its_traceback_and_no_launcher_b
     assert shown.returncode == 1, shown.stderr
     banner = "MPI_ABORT was invoked on rank 1" if mpi == "openmpi" else "Abort(1) on node 1 (rank 1 in comm 0)"
     assert banner in shown.stderr, shown.stderr
+
+
+def test_the_dry_run_s_line_runs_as_printed(hpcdist: str, tmp_path: Path) -> None:
+    """`hpcdist mpirun --dry-run` prints the exact command, its per-launch token a named placeholder; pasted into a
+    shell it runs, each rank as under a plain mpirun (no launcher reads its events: its lines tagged [host:rank])."""
+    (tmp_path / "hi.py").write_text("import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    printed = launch([hpcdist, "mpirun", "-np", "2", "--dry-run", "--", "python", "hi.py"], timeout=60)
+    assert printed.returncode == 0 and "'HPCDIST_CONTROL=<per-launch token>'" in printed.stdout, printed.stdout
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    ran = subprocess.run(["bash", "-c", printed.stdout], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    host = socket.gethostname().split(".")[0]
+    assert sorted(ran.stdout.splitlines()) == [f"[{host}:{r}] rank {r} of 2" for r in range(2)], ran.stdout

@@ -143,3 +143,12 @@ def test_a_world_mpi_does_not_share_is_refused_with_one_message_naming_both() ->
         "the slurm launch says this process is rank 3 of 4 but MPI says rank 0 of 1: mpi4py's MPI is not the one "
         "that started the job (srun --mpi=pmi2 with Open MPI 5 starts every task alone in a world of 1"
     )
+
+
+def test_a_dry_run_s_placeholder_token_reads_as_no_launcher_listening() -> None:
+    from hpcdist.contract import DRY_RUN_TOKEN, NUMBERED
+
+    contract = RankContract.from_environ({"HPCDIST_CONTROL": DRY_RUN_TOKEN, "HPCDIST_TAG": NUMBERED})
+    assert (contract.token, contract.routed, contract.tag) == (None, False, "1")
+    with pytest.raises(UsageError, match="must not be set by hand"):
+        RankContract.from_environ({"HPCDIST_CONTROL": "<another token>"})
