@@ -38,6 +38,7 @@ from .world import World
 __all__ = ["PER_RUN", "LaunchPlan", "attempt_spec", "check_launcher", "find_mpirun", "plan"]
 
 PER_RUN = ("token", "run_id", "restart_count")  # the contract's fields made afresh for each attempt of a launch
+MOST_RANKS_A_CPU = 4  # ranks for each CPU of this machine that -np may ask for without --oversubscribe
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     if np is None and not in_allocation:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
     if np is not None and not hosts and not in_allocation:
+        _check_crowding(np, options.oversubscribe, world)
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
     sliced = picked is not None and any(s.indices is not None for s in selected)
     if np is not None and hosts:
@@ -312,6 +314,20 @@ def find_mpirun(world: World, caller: str | None = None) -> str:
         )
     named = f"${settings.MPIRUN.name}" if settings.mpirun(world.environ) else "the mpirun found"
     return check_launcher(found, named, world)
+
+
+def _check_crowding(np: int, oversubscribe: bool, world: World) -> None:
+    """Refuse `-np` of more than MOST_RANKS_A_CPU ranks for each CPU of this machine, unless --oversubscribe asks.
+
+    Raises:
+        UsageError: so many ranks here, without --oversubscribe (a typo's -np 64 on a laptop).
+    """
+    cpus = len(world.cpus)
+    if world.here and not oversubscribe and np > MOST_RANKS_A_CPU * cpus:
+        raise UsageError(
+            f"-np {np} is {np / cpus:.3g} ranks for each of the {cpus} CPUs this process may run on; lower -np, give "
+            "hosts with --hostfile or -H, or pass --oversubscribe to run that many here anyway"
+        )
 
 
 def check_launcher(path: str, where: str, world: World) -> str:

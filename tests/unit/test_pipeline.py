@@ -26,6 +26,7 @@ from hpcdist.calling.pyfunc import launch_options
 from hpcdist.cli import build_parser
 from hpcdist.cli.launch import mpirun, mpirun_options
 from hpcdist.doctor.probe import probe_command, probe_options
+from hpcdist.errors import UsageError
 from hpcdist.jobs.sbatch import SbatchSpec, batch_world, render_sbatch, step_options
 from hpcdist.launching.execute import PLACEHOLDERS, command
 from hpcdist.launching.options import DRY_RUN, RUN, MpirunOptions
@@ -149,3 +150,19 @@ def test_the_dry_run_is_the_command_that_runs(tmp_path: Path) -> None:
     ours = dict(word.partition("=")[::2] for word in ran if word.startswith("HPCDIST_"))
     line = printed.replace(PLACEHOLDERS["token"], ours["HPCDIST_CONTROL"])
     assert shlex.split(line.replace(PLACEHOLDERS["run_id"], ours["HPCDIST_RUN_ID"])) == ran
+
+
+@pytest.mark.parametrize(
+    ("np", "oversubscribe", "here", "refused"),
+    [(8, False, True, False), (9, False, True, True), (64, True, True, False), (64, False, False, False)],
+)
+def test_far_more_ranks_than_this_machine_s_cpus_are_refused_unless_asked_for(
+    place: tuple[str, str], np: int, oversubscribe: bool, here: bool, refused: bool
+) -> None:
+    world = dataclasses.replace(_world(place[0]), cpus=frozenset({0, 1}), here=here)  # 2 CPUs: at most 8 ranks
+    options = MpirunOptions(program=("python", "train.py"), np=np, oversubscribe=oversubscribe)
+    if refused:
+        with pytest.raises(UsageError, match=r"^-np 9 is 4\.5 ranks for each of the 2 CPUs this process may run on; "):
+            plan(options, world)
+    else:
+        assert plan(options, world).spec.np == np
