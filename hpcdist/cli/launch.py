@@ -116,6 +116,12 @@ def add_parsers(sub: Any) -> None:
         help="write every rank's communication calls (and hpcdist.region marks) on one clock into FILE, a Chrome "
         "trace that ui.perfetto.dev opens, and print which rank arrived last at collectives (see `hpcdist trace`)",
     )
+    mpirun.add_argument(
+        "--outcome",
+        metavar="FILE.json",
+        help="when the job ends, write how it ended to FILE as JSON, for tools: its status, the ranks that failed "
+        "first, each failed rank's host and how it ended, lost hosts, the signal that ended it, each attempt",
+    )
     mpirun.add_argument("--mpirun", help=f"the mpirun to use (default: ${settings.MPIRUN.name}, the venv's, then PATH)")
     mpirun.add_argument(
         "--mpi",
@@ -293,6 +299,7 @@ def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
         tail=args.tail,
         heartbeat_timeout=args.heartbeat_timeout,
         trace=args.trace,
+        outcome=args.outcome,
         on_failure=args.on_failure,
         min_np=args.min_np,
         max_restarts=args.max_restarts,

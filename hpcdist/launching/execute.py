@@ -9,6 +9,8 @@ attempt runs, its values made per run shown as named placeholders (PLACEHOLDERS)
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import signal
 import time
@@ -19,6 +21,7 @@ from .. import proctree
 from ..contract import DRY_RUN_TOKEN, new_token
 from ..errors import UsageError
 from ..families.base import MpirunSpec
+from ..hosts import hosts_text
 from .hostnames import check_names_resolve
 from .mpirun import build_mpirun_argv
 from .outcome import LaunchOutcome
@@ -50,6 +53,15 @@ class Ending:
     def outcome(self) -> LaunchOutcome:
         """The last attempt's outcome."""
         return self.attempts[-1].outcome
+
+    def as_dict(self) -> dict[str, object]:
+        """How the launch ended, for tools (`--outcome FILE.json`): its status, the last attempt's outcome, and every
+        attempt's (one, without --max-restarts)."""
+        attempts = [
+            {"attempt": a.index + 1, "np": a.np, "hosts": hosts_text(a.hosts), **a.outcome.as_dict()}
+            for a in self.attempts
+        ]
+        return {"status": self.status, **attempts[-1], "attempts": attempts}
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,25 @@ def script(launch: LaunchPlan) -> Script:
     return Script(tuple(argv), launch.exports, not launch.spec.contexts, launch.root_check)
 
 
+def _ended(launch: LaunchPlan, ending: Ending) -> Ending:
+    """`ending`, written first as JSON to the launch's --outcome file when it asks for one.
+
+    Raises:
+        UsageError: the file cannot be written (said after the job ended, which it did).
+    """
+    path = launch.options.outcome
+    if path is not None:
+        try:
+            with open(path + ".tmp", "w") as handle:
+                json.dump(ending.as_dict(), handle, indent=1)
+            os.replace(path + ".tmp", path)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write --outcome {path}: {exc.strerror or exc}; give a file in a writable directory"
+            ) from None
+    return ending
+
+
 def execute(
     launch: LaunchPlan,
     world: World,
@@ -166,7 +197,7 @@ def execute(
                 if current.slurm and stop != signal.SIGINT:  # Slurm signals every process of the job itself
                     how = f"got {signal.Signals(stop).name}, as the ranks did from Slurm"
                 world.say(f"hpcdist: {how}; ended {ranks} of the job{which}")
-            return Ending(128 + stop, tuple(attempts))
+            return _ended(launch, Ending(128 + stop, tuple(attempts)))
         decision = decide(current, hosts, outcome, index, policy, launch.options.min_np)
         if policy.max_restarts and (outcome.status != 0 or index > 0):
             world.say(said(index, policy, describe_end(outcome), decision))
@@ -176,9 +207,9 @@ def execute(
             time.sleep(policy.pause_after(index))
         except KeyboardInterrupt:
             world.say("hpcdist: interrupted during the back-off; not restarting")
-            return Ending(INTERRUPTED_STATUS, tuple(attempts))
+            return _ended(launch, Ending(INTERRUPTED_STATUS, tuple(attempts)))
         current = decision.spec
         hosts = current.hosts or hosts
     if len(attempts) > 1:
         world.say("\n".join(summary(attempts, policy.attempts)))
-    return Ending(attempts[-1].outcome.status, tuple(attempts))
+    return _ended(launch, Ending(attempts[-1].outcome.status, tuple(attempts)))

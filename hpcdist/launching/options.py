@@ -47,6 +47,7 @@ class MpirunOptions:
     tail: int | None = None  # None: DEFAULT_TAIL
     heartbeat_timeout: float | None = None  # None: $HPCDIST_HEARTBEAT_TIMEOUT or the default; 0: off
     trace: str | None = None  # FILE.json: rank 0 writes every rank's calls there as one Chrome trace
+    outcome: str | None = None  # FILE.json: how the job ended, written when it ends, for tools
     on_failure: str = "end"  # a lost rank ends the job (end), or the survivors carry on (shrink: Open MPI's ULFM)
     min_np: int | None = None  # the fewest ranks the job may go on with: after a lost host's restart, or a shrink
     max_restarts: int = 0  # start the whole job again after a failure, up to this many times
@@ -58,9 +59,9 @@ class MpirunOptions:
 
         Raises:
             UsageError: -np or --min-np below 1, --tail or --max-restarts below 0, an empty --trace, a
-                --heartbeat-timeout that is no number of seconds, an --on-failure that is not one of ON_FAILURE, a
-                mode that is not one of MODES (or a script file without SCRIPT), or a list option that is not a
-                list of the right items.
+                --heartbeat-timeout that is no number of seconds, an empty --outcome or one without a run, an
+                --on-failure that is not one of ON_FAILURE, a mode that is not one of MODES (or a script file without
+                SCRIPT), or a list option that is not a list of the right items.
         """
         if self.np is not None:
             check_count(self.np, "-np", 1, "e.g. -np 4")
@@ -86,5 +87,9 @@ class MpirunOptions:
                 raise UsageError(f"MpirunOptions.{name} must be a tuple of strings, got {value!r}")
         if self.trace is not None and not (isinstance(self.trace, str) and self.trace):
             raise UsageError(f"--trace takes the file to write, e.g. --trace trace.json; got {self.trace!r}")
+        if self.outcome is not None and not (isinstance(self.outcome, str) and self.outcome):
+            raise UsageError(f"--outcome takes the file to write, e.g. --outcome outcome.json; got {self.outcome!r}")
+        if self.outcome is not None and self.mode != RUN:
+            raise UsageError("--outcome is written as the job ends, and --dry-run and --script run nothing; drop one")
         if not all(isinstance(pair, tuple) and len(pair) == 2 for pair in self.mca):
             raise UsageError(f"MpirunOptions.mca must be (KEY, VALUE) pairs, got {self.mca!r}")

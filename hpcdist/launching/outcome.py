@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -43,6 +44,19 @@ class LaunchOutcome:
     after_peer: frozenset[int] = frozenset()  # failed ranks that were casualties of another's failure (consequences)
     usage: str | None = None  # a usage error a rank told: the job's one message, status 2
     ended: Mapping[int, str] = field(default_factory=dict)  # rank -> how, ranks the job's end ended ("": unheard)
+
+    def as_dict(self) -> dict[str, object]:
+        """This outcome for tools: what failed first, how each failed rank ended and where, what else ended it."""
+        return {
+            "exit_status": self.status,
+            "first_failure": self.causes(),
+            "failed": {str(rank): {"host": self.hosts.get(rank), "how": how} for rank, how in self.failed.items()},
+            "ended_by_the_launcher": sorted(self.ended),
+            "lost_hosts": list(self.lost_hosts),
+            "signals": [signal.Signals(sig).name for sig in self.signals],
+            "usage_error": self.usage,
+            "ready": sorted(self.ready),
+        }
 
     def causes(self) -> list[int]:
         """The failed ranks that began the failure, in order: every one but those that failed after a peer's loss,

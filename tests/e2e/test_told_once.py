@@ -3,6 +3,7 @@ rank and a hang, at 2 and 4 ranks, on gloo and on the mpi backend. The lines and
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from pathlib import Path
@@ -49,8 +50,19 @@ def test_a_module_missing_on_every_rank_is_one_line_with_where_it_was_imported(
 @pytest.mark.parametrize("np", SIZES)
 def test_a_raising_rank_s_traceback_is_told_once(hpcdist: str, tmp_path: Path, np: int, backend: str) -> None:
     fail = np - 1
+    outcome = tmp_path / "outcome.json"
     result = launch(
-        [hpcdist, "mpirun", "-np", str(np), "--", "python", str(PROGRAMS / "first_failure.py")],
+        [
+            hpcdist,
+            "mpirun",
+            "-np",
+            str(np),
+            "--outcome",
+            str(outcome),
+            "--",
+            "python",
+            str(PROGRAMS / "first_failure.py"),
+        ],
         timeout=150,
         MARKERS=str(tmp_path),
         FAIL_RANK=str(fail),
@@ -65,6 +77,9 @@ def test_a_raising_rank_s_traceback_is_told_once(hpcdist: str, tmp_path: Path, n
     assert "its last" not in err and "Python stacks" not in err.split("first failure")[1], err  # nothing after, again
     assert err.count("the other ranks' Python stacks") <= 1, err  # where the others wait: said once, if at all
     assert not re.search(r"\((?:[^()]*/)?hpcdist/[^()]*\.py:\d+\)", err), err  # no frame of hpcdist's own
+    written = json.loads(outcome.read_text())  # the same story, for tools
+    assert (written["status"], written["first_failure"]) == (1, [fail]), written
+    assert written["failed"][str(fail)] == {"host": HOST, "how": "exit code 1"}, written
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

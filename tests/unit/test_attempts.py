@@ -6,9 +6,11 @@ The rules it shares with a batch script's loop (status alone) are tested once fo
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +21,7 @@ from hpcdist.errors import UsageError
 from hpcdist.families.base import MpirunSpec
 from hpcdist.hosts import HostSlots
 from hpcdist.launching.execute import execute
-from hpcdist.launching.options import MpirunOptions
+from hpcdist.launching.options import DRY_RUN, MpirunOptions
 from hpcdist.launching.outcome import LaunchOutcome
 from hpcdist.launching.plan import LaunchPlan, attempt_spec, plan
 from hpcdist.launching.restarts import Attempt, RestartPolicy, check_restarts, decide, describe_end, summary
@@ -295,3 +297,28 @@ def test_sigterm_or_sighup_ends_the_launch_with_128_and_the_signal_and_one_line(
     assert execute(plan, World(stderr=sys.stderr), run=run).status == 128 + signum
     assert len(runs) == 1  # no restart after a scheduler's end
     assert capsys.readouterr().err.splitlines() == [line]
+
+
+def test_the_outcome_file_says_how_the_launch_ended_attempt_by_attempt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "outcome.json"
+    launch = dataclasses.replace(_plan(2), policy=RestartPolicy(2, pause=0.0))
+    launch = dataclasses.replace(launch, options=dataclasses.replace(launch.options, outcome=str(path)))
+    killed = _ended(1, failed={1: "killed by SIGKILL", 0: "exit code 1"}, hosts={1: "n1", 0: "n1"}, after_peer={0})
+    runs: list[tuple[list[str], str]] = []
+    assert execute(launch, World(stderr=sys.stderr), run=_runner([killed, _ended(0)], runs)).status == 0
+    written = json.loads(path.read_text())
+    assert (written["status"], written["attempt"], written["failed"]) == (0, 2, {})
+    first = written["attempts"][0]
+    assert (first["exit_status"], first["first_failure"], first["hosts"]) == (1, [1], "n1:2,n2:2,n3:2")
+    assert first["failed"] == {
+        "1": {"host": "n1", "how": "killed by SIGKILL"},
+        "0": {"host": "n1", "how": "exit code 1"},
+    }
+    assert capsys.readouterr().err  # the restart was said as ever
+
+
+def test_an_outcome_file_with_a_dry_run_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"^--outcome is written as the job ends, and --dry-run"):
+        MpirunOptions(program=("x",), outcome="o.json", mode=DRY_RUN)
