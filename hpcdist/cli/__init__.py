@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from .. import settings
 from .._version import __version__
 from ..errors import UsageError, WaitTimeout
-from .habits import habit
+from .habits import habit, passed_on
 from .types import Checked
 
 __all__ = ["INTERNAL_ERROR", "build_parser", "main", "other_spellings"]
@@ -38,6 +38,7 @@ class _Parser(argparse.ArgumentParser):
     """
 
     habits: Mapping[str, str] = {}  # other launchers' options, each with the spelling here (habits.py)
+    passes: Mapping[str, str] | None = None  # another tool's options this command writes on (`passed` in the result)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
@@ -51,7 +52,12 @@ class _Parser(argparse.ArgumentParser):
         """Parse `args`; anything this parser does not know is a UsageError here, naming this subcommand."""
         for spelling, action in other_spellings(self).items():
             self._option_string_actions.setdefault(spelling, action)
+        passed: list[tuple[str, str | None]] = []
+        if self.passes is not None and args is not None:
+            args, passed = passed_on(list(args), self.passes, self._option_string_actions, self.habits)
         parsed, extras = super().parse_known_args(args, namespace)
+        if self.passes is not None:
+            parsed.passed = passed
         if extras:
             self._unknown(extras[0])
         return parsed, extras

@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import families, settings
 from ..errors import UsageError
+from ..schedulers.slurm import SBATCH_OPTIONS
 from . import habits
 from .types import Later, Whole, WholeOrWord, add_output_options, count, port, rank
 
@@ -56,9 +57,12 @@ def add_parsers(sub: Any) -> None:
     sb = sub.add_parser(
         "sbatch",
         help="write an sbatch script that launches a program on Slurm",
-        description="Options as sbatch's; everything after `--` is the program each rank runs.",
+        description="Options as sbatch's; any other long option of sbatch's (--mail-type=END, --dependency "
+        "afterok:42, ...) goes into the script as an #SBATCH line. Everything after `--` is the program each rank "
+        "runs.",
     )
     sb.habits = habits.SBATCH
+    sb.passes = SBATCH_OPTIONS  # sbatch's other options go into the script as #SBATCH lines
     a = sb.add_argument_group("allocation (as sbatch)")
     a.add_argument("-N", "--nodes", type=count, help="nodes (default: 1, or the nodes --include names)")
     a.add_argument("--ntasks-per-node", type=count, help="ranks per node (default: --gpus-per-node, else 1)")
@@ -292,6 +296,7 @@ def _sbatch(args: argparse.Namespace) -> int:
         bind=args.bind,
         rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
         max_restarts=args.max_restarts,
+        extra=tuple(args.passed),
     )
     text = render_sbatch(spec, make_environment(args.template_dir))
     if not args.submit:

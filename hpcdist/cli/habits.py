@@ -1,12 +1,15 @@
-"""Other launchers' options (torchrun, Open MPI's and MPICH's mpirun, srun, sbatch) that an hpcdist command spells
-differently: each is refused with the hpcdist spelling that does the same."""
+"""Other launchers' options (torchrun, Open MPI's and MPICH's mpirun, srun, sbatch) given to an hpcdist command: one
+it spells differently is refused with the hpcdist spelling that does the same (`habit`); one of sbatch's that
+`hpcdist sbatch` does not model goes into the script as it is (`passed_on`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 
-__all__ = ["MPIRUN", "SBATCH", "habit"]
+from ..errors import UsageError
+
+__all__ = ["MPIRUN", "SBATCH", "habit", "passed_on"]
 
 _RENDEZVOUS = "hpcdist mpirun finds the rendezvous itself (MPI tells each rank its place): drop torchrun's {name}"
 _MODULE = "the program comes after --, as torchrun's -m MODULE: hpcdist mpirun -np N -- python -m MODULE"
@@ -63,3 +66,38 @@ def habit(habits: Mapping[str, str], option: str) -> str | None:
     name = "--" + option[2:].replace("_", "-") if option.startswith("--") else option
     found = habits.get(name)
     return found.format(name=option) if found is not None else None
+
+
+def passed_on(
+    args: Sequence[str], options: Mapping[str, str], own: Collection[str], habits: Mapping[str, str]
+) -> tuple[list[str], list[tuple[str, str | None]]]:
+    """`args` without the long `options` (name -> 'value', 'optional' or 'flag') found before `--`, and those as
+    (name, value) pairs; options in `own` (the parser's) or `habits` (refused with their spelling) stay in `args`.
+
+    A 'value' option takes `--name=value` or `--name value`; an 'optional' one a value only as `--name=value`.
+
+    Raises:
+        UsageError: an option that takes a value is last, or followed by `--`.
+    """
+    kept: list[str] = []
+    found: list[tuple[str, str | None]] = []
+    words = iter(args)
+    for word in words:
+        if word == "--":
+            kept += [word, *words]
+            break
+        given, equals, value = word.partition("=")
+        name = "--" + given[2:].replace("_", "-") if given.startswith("--") else given
+        takes = options.get(name[2:]) if name.startswith("--") else None
+        if takes is None or given in own or name in own or name in habits:
+            kept.append(word)
+        elif equals:
+            found.append((name[2:], value))
+        elif takes == "value":
+            following = next(words, "--")
+            if following == "--":
+                raise UsageError(f"{given} needs a value, as sbatch's {name} does; e.g. {name}=VALUE")
+            found.append((name[2:], following))
+        else:
+            found.append((name[2:], None))
+    return kept, found

@@ -109,6 +109,7 @@ class SbatchSpec:
     bind: str = "none"  # auto: the shim binds each rank (the contract's bind), srun's own binding off (--cpu-bind=none)
     rank_output: OutputOptions = _UNTAGGED  # per-rank output: tags, log files, the console's ranks
     max_restarts: int = 0  # run the launch again after a failure, up to this many times (a loop in the script)
+    extra: tuple[tuple[str, str | None], ...] = ()  # sbatch's options hpcdist does not model: #SBATCH --name[=value]
 
     @property
     def tasks_per_node(self) -> int:
@@ -271,6 +272,11 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
     if spec.requeue:
         name, before = parse_signal(spec.requeue_signal)
         result += [("requeue", None), ("open-mode", "append"), ("signal", f"B:{name}@{before}")]
+    taken = {name for name, _ in result}
+    for name, value in spec.extra:  # after hpcdist's own: sbatch takes the last of an option given twice
+        if name in taken:
+            raise UsageError(f"--{name} is one hpcdist sbatch writes itself here; give it once, as its own option")
+        result.append((name, value))
     return result
 
 

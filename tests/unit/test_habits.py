@@ -44,3 +44,38 @@ def test_torchrun_s_underscore_spelling_gets_the_same_advice(capsys: pytest.Capt
 def test_an_option_no_launcher_has_still_gets_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sbatch", "--gpus-per-nod", "4", "--", "python", "train.py"]) == 2
     assert "did you mean --gpus-per-node?" in capsys.readouterr().err
+
+
+def test_sbatch_s_options_hpcdist_does_not_model_go_into_the_script_as_they_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["sbatch", "-N", "2", "--mail-type=END", "--mail_user", "me@x.org", "--dependency", "afterok:42"]
+    assert main([*argv, "--hold", "--nice=5", "--comment", "a b", "--", "python", "train.py", "--hold"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("#SBATCH")]
+    assert lines == [
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --mail-type=END",
+        "#SBATCH --mail-user=me@x.org",
+        "#SBATCH --dependency=afterok:42",
+        "#SBATCH --hold",
+        "#SBATCH --nice=5",
+        '#SBATCH --comment="a b"',
+    ]
+    assert "train.py --hold" in out  # after --: the program's own
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--mail-type", "--", "x"], "--mail-type needs a value, as sbatch's --mail-type does"),
+        (["--wrap=hostname", "--", "x"], "unknown option --wrap for `hpcdist sbatch`"),
+        (["--partition=a", "--signal=B:USR1@60", "--requeue", "--", "x"], "--signal is one hpcdist sbatch writes"),
+    ],
+)
+def test_sbatch_options_that_cannot_pass_are_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main(["sbatch", *argv]) == 2
+    assert message in capsys.readouterr().err
