@@ -20,6 +20,7 @@ from .. import settings
 from ..errors import LaunchTimeout, RankFailed, UsageError, WaitTimeout
 from ..launching.execute import execute
 from ..launching.options import MpirunOptions
+from ..launching.outcome import BLAMED_HOWS, LaunchOutcome
 from ..launching.plan import LaunchPlan, plan
 from ..launching.restarts import describe_end
 from ..launching.world import World
@@ -131,19 +132,29 @@ def _run(
     outcomes = read_outcomes(template, size)
     if launch.spec.fault_tolerance and ending.status == 0 and any(o["ok"] for o in outcomes.values()):
         return _survivors(outcomes, size)
-    return _results(outcomes, size, name, describe_end(ending.outcome), directory)
+    return _results(outcomes, size, name, ending.outcome, directory)
 
 
-def _results(outcomes: dict[int, dict[str, Any]], size: int, name: str, end: str, directory: str) -> list[Any]:
+def _results(
+    outcomes: dict[int, dict[str, Any]], size: int, name: str, ended: LaunchOutcome, directory: str
+) -> list[Any]:
     """The ranks' values in rank order.
 
     Raises:
-        RankFailed: a rank raised (the earliest), or a rank ended without writing its outcome.
+        RankFailed: a rank raised (the earliest); the job hung (the rank the others waited for: kind "hang"); or a
+            rank ended without writing its outcome.
     """
     failure = first_failure(outcomes)
     if failure is not None:
         raise failure
     missing = [rank for rank in range(size) if rank not in outcomes]
+    hung = [rank for rank in ended.causes() if ended.failed.get(rank, "").startswith(BLAMED_HOWS)]
+    if missing and hung:  # the hang report above says where each rank was; this says who the others waited for
+        rank = hung[0]
+        host = ended.hosts.get(rank) or "an unknown host"
+        said = f"{name} hung: rank {rank} on {host} {ended.failed[rank]} (the hang report above shows every rank)"
+        raise RankFailed(rank, host, "hang", said, "", what=said)
+    end = describe_end(ended)
     if missing:
         said = (
             f"{ranks_text(missing)} of {name} ended without returning or raising (mpirun: {end}); its output above "

@@ -362,3 +362,31 @@ def _run_cell(client, code: str) -> dict:
             out["error"] = f"{content['ename']}: {content['evalue']}"
         elif kind == "status" and content["execution_state"] == "idle":
             return out
+
+
+def test_a_hang_ends_in_the_hang_report_and_rankfailed_naming_the_rank_the_others_waited_for(tmp_path) -> None:
+    result, out = _driver(
+        tmp_path,
+        """
+        import json, time, hpcdist, torch, torch.distributed as dist
+        def step(rank):
+            if rank == 1:
+                time.sleep(120)                     # outside any communication call: the others wait for it
+            total = torch.ones(1)
+            dist.all_reduce(total)
+            return total.item()
+        try:
+            hpcdist.launch(step, hpcdist.RANK, np=3, backend="gloo")
+        except hpcdist.RankFailed as exc:
+            print(json.dumps({"rank": exc.rank, "host": exc.host, "kind": exc.kind, "said": str(exc)}))
+    """,
+        HPCDIST_TIMEOUT="4",  # the hang timeout, per communication call; launch's own timeout= is for the whole call
+    )
+    assert result.returncode == 0, result.stderr
+    ((hung,),) = [out]
+    assert (hung["rank"], hung["kind"]) == (1, "hang"), hung
+    assert hung["said"] == (
+        f"step hung: rank 1 on {hung['host']} was in no communication call while ranks 0,2 waited in all_reduce #1 "
+        "(the hang report above shows every rank)"
+    )
+    assert result.stderr.count("first divergence:") == 1, result.stderr  # the report, once
