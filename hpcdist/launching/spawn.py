@@ -19,6 +19,7 @@ from types import FrameType
 from typing import IO
 
 from .. import families, proctree, schedulers, settings
+from ..contract import log_name
 from ..errors import JobEnding, UsageError, WaitTimeout
 from ..waits import Backoff, poll_until
 from .exitcodes import ExitCodeWatch, describe_exit_codes
@@ -247,6 +248,8 @@ def run_mpirun(
     elif not interrupted and not (router is not None and router.caller_reports):
         if code and outcome.headline() and not watch.ended_it:  # the rank that began it (said already when hpcdist
             world.say(f"hpcdist: {outcome.headline()}")  # mpirun ended the job for it)
+        if code and router is not None and router.options.log_dir:  # where each rank's whole output is
+            world.say(f"hpcdist: each rank's whole output: {_logs(router.options.log_dir, np)}")
         if router is not None and (code or not shrink):  # under shrink, a loss the survivors outlived was named
             ended = summary(console.failures(code), router.options.tail, router.options.log_dir)
             world.say(ended, end="")
@@ -261,6 +264,14 @@ def run_mpirun(
     if problem:
         world.say(f"hpcdist: error: {problem}")
     return outcome
+
+
+def _logs(log_dir: str, np: int | None) -> str:
+    """'logs/rank-000.log … rank-003.log': the log files of a job of `np` ranks (rank-NNN.log when not known)."""
+    if not np:
+        return os.path.join(log_dir, "rank-NNN.log")
+    first = os.path.join(log_dir, log_name(0, np))
+    return first if np == 1 else f"{first} … {log_name(np - 1, np)}"
 
 
 def _say(lines: Sequence[str], world: World) -> None:

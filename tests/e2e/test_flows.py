@@ -41,7 +41,8 @@ def test_a_flooding_rank_is_held_to_its_rate_says_so_and_its_log_keeps_every_lin
     assert [line[6:13] for line in logged] == [f"{i:07d}" for i in range(LINES)]  # every line, and only those
     # the job still ends at once with the right summary, naming the rank
     assert f"hpcdist: first failure: rank 1 on {HOST} failed with exit code 3" in result.stderr
-    assert "its last" not in result.stderr  # its last lines were shown after the note, not again in a summary
+    assert "failed (exit code 3); its last" not in result.stderr  # shown after the note, not again in a summary
+    assert f"hpcdist: each rank's whole output: {logs / 'rank-000.log'} … rank-002.log\n" in result.stderr
     assert f"[{HOST}:0] rank 0 done" in result.stdout and f"[{HOST}:2] rank 2 done" in result.stdout
 
 
