@@ -115,11 +115,11 @@ def test_hpcdist_env_under_plain_mpiexec_shows_consistent_ranks(hpcdist: str) ->
             [
                 "[rank 2] Traceback (most recent call last):",
                 "[rank 2] ValueError: deliberate failure on rank 2",
-                "hpcdist: rank 2 on",
+                "hpcdist: first failure: rank 2 on",
             ],
         ),
-        ("exit", ["hpcdist: rank 2 on", "failed (exit code 3)"]),
-        ("kill", ["hpcdist: rank 2 on", "failed (killed by SIGKILL)"]),  # named by hpcdist: Open MPI's banner goes
+        ("exit", ["hpcdist: first failure: rank 2 on", "failed with exit code 3"]),
+        ("kill", ["hpcdist: first failure: rank 2 on", "killed by SIGKILL"]),  # named by hpcdist: no Open MPI banner
     ],
 )
 def test_one_failing_rank_ends_the_whole_job_quickly(hpcdist: str, how: str, evidence: list[str]) -> None:
