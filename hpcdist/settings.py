@@ -275,14 +275,7 @@ def heartbeat_timeout(environ: Mapping[str, str]) -> float | None:
     Raises:
         UsageError: the value is no number of seconds, or above 30 days.
     """
-    raw = HEARTBEAT_TIMEOUT.raw(environ)
-    if raw is None:
-        return None
-    value = parse_seconds(raw)
-    if value == 0:
-        return 0.0
-    what, how = f"{HEARTBEAT_TIMEOUT.name}={raw!r}", f"e.g. {HEARTBEAT_TIMEOUT.name}=30 (0: off)"
-    return check_seconds(value if value is not None else raw, what, how)
+    return _seconds_or_off(HEARTBEAT_TIMEOUT, environ, "30 (0: off)")
 
 
 def kill_wait(environ: Mapping[str, str]) -> float:
@@ -291,14 +284,22 @@ def kill_wait(environ: Mapping[str, str]) -> float:
     Raises:
         UsageError: the value is no such number of seconds.
     """
-    raw = KILL_WAIT.raw(environ)
+    value = _seconds_or_off(KILL_WAIT, environ, "30")
+    return DEFAULT_KILL_WAIT if value is None else value
+
+
+def _seconds_or_off(setting: Setting, environ: Mapping[str, str], example: str) -> float | None:
+    """`setting` in seconds: None when unset, 0.0 when 0, else above 0 and at most 30 days (UsageError otherwise,
+    with `e.g. NAME=example`)."""
+    raw = setting.raw(environ)
     if raw is None:
-        return DEFAULT_KILL_WAIT
+        return None
     value = parse_seconds(raw)
     if value == 0:
         return 0.0
-    what, how = f"{KILL_WAIT.name}={raw!r}", f"e.g. {KILL_WAIT.name}=30"
-    return check_seconds(value if value is not None else raw, what, how)
+    return check_seconds(
+        value if value is not None else raw, f"{setting.name}={raw!r}", f"e.g. {setting.name}={example}"
+    )
 
 
 def output_rate(environ: Mapping[str, str], np: int) -> float:
