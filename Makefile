@@ -132,7 +132,7 @@ lint: env
 	$(BIN)/ruff check hpcdist tests docs/hooks
 	$(BIN)/ruff format --check hpcdist tests docs/hooks
 	$(BIN)/mypy
-	$(BIN)/mypy $(wildcard tests/*.py) docs/hooks/cli_reference.py docs/hooks/settings_reference.py docs/hooks/lists.py
+	$(BIN)/mypy $(wildcard tests/*.py) docs/hooks/cli_reference.py docs/hooks/settings_reference.py docs/hooks/lists.py docs/hooks/pages.py
 	for dir in $(MYPY_TEST_DIRS); do $(BIN)/mypy $$dir || exit 1; done
 	$(BIN)/lint-imports
 	$(tier-end)
