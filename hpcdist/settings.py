@@ -109,7 +109,7 @@ FORENSICS = Setting(
     "HPCDIST_FORENSICS",
     "1 or 0",
     "1",
-    "0 turns hang forensics off: no ledger of calls, no hang report, no stacks on SIGUSR2, no trace",
+    "0 turns hang forensics off: no record of each rank's calls, no hang report, no stacks on SIGUSR2, no trace",
 )
 MPIRUN = Setting(
     "HPCDIST_MPIRUN",

@@ -63,12 +63,12 @@ class TorchImpl:
 
         self.torch, self.dist, self.plan, self.session, self.group = torch, dist, plan, session, backend.group
         self.rank, self.nranks, self.device = session.rank, session.world_size, backend.device
-        self.name = f"torch/{backend.name}" + (" no ledger" if ledger is False else "")
+        self.name = f"torch/{backend.name}" + (" no forensics" if ledger is False else "")
         self.ledger = ledger
         if ledger is not None and not getattr(dist.all_reduce, "_hpcdist_ledger", False):
             raise UsageError(
-                "--without-ledger compares hang forensics' ledger on and off, but it is off here (not under an MPI "
-                f"launch, or {FORENSICS.name}=0); run under `hpcdist mpirun` or drop --without-ledger"
+                "--without-forensics compares hang forensics on and off, but it is off here (not under an MPI "
+                f"launch, or {FORENSICS.name}=0); run under `hpcdist mpirun` or drop --without-forensics"
             )
         self.dtype = getattr(torch, plan.dtype)
         names = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "avg": "AVG"}

@@ -65,7 +65,7 @@ class BenchOptions:
     root: int | None = None  # -r
     json: bool = False
     reference: bool = False
-    without_ledger: bool = False
+    without_forensics: bool = False
     timeout: float | None = None
     plot: str | None = None  # FILE.png
     source: str | None = None  # --from FILE.json
@@ -214,7 +214,7 @@ class BenchPlan:
     reference: bool
     plot: str | None = None  # rank 0 draws the results into this file (bench/plot.py)
     trace_cost: bool = False  # each torch backend is timed again with `hpcdist mpirun --trace`'s recording on
-    without_ledger: bool = False  # also time each backend with hang forensics' ledger off
+    without_forensics: bool = False  # also time each backend with hang forensics' ledger off
 
     @property
     def backend(self) -> str:
@@ -277,7 +277,7 @@ def plan_from_options(args: BenchOptions) -> BenchPlan:
         )
     if args.reference and op == "avg":
         raise UsageError("--reference runs raw mpi4py, and MPI has no avg reduction; drop --reference or use --op sum")
-    rounds = _rounds(args, len(backends) * (1 + args.without_ledger) + 2 * args.reference)  # raw and the floor
+    rounds = _rounds(args, len(backends) * (1 + args.without_forensics) + 2 * args.reference)  # raw and the floor
     factor = 1 if args.stepfactor is None else args.stepfactor
     if factor < 1:
         raise UsageError(f"-f {args.stepfactor} must be at least 1 (1 steps by -i bytes, 2 doubles each size)")
@@ -306,7 +306,7 @@ def plan_from_options(args: BenchOptions) -> BenchPlan:
         args.reference,
         args.plot,
         args.trace_cost,
-        args.without_ledger,
+        args.without_forensics,
     )
 
 

@@ -40,7 +40,7 @@ def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
     from .impl import FloorImpl, MpiImpl, TorchImpl
 
     groups = backend_groups(plan.backends, session)
-    ledger = (True, False) if plan.without_ledger else (None,)
+    ledger = (True, False) if plan.without_forensics else (None,)
     impls: list[Implementation] = [TorchImpl(plan, session, group, on) for group in groups for on in ledger]
     if plan.trace_cost:
         impls += [Traced(TorchImpl(plan, session, group)) for group in groups]

@@ -79,9 +79,9 @@ def _add_bench(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--reference", action="store_true", help="also time raw mpi4py on numpy buffers, row by row")
     p.add_argument(
-        "--without-ledger",
+        "--without-forensics",
         action="store_true",
-        help="also time each backend with hang forensics' ledger off (the dist.* calls' and the mpi backend's "
+        help="also time each backend with hang forensics off (the dist.* calls' and the mpi backend's "
         "records; torch's Flight Recorder stays as the group was made), row by row",
     )
     p.add_argument(

@@ -130,7 +130,7 @@ def add_parsers(sub: Any) -> None:
         "--bind",
         default="none",
         metavar="auto|none",
-        help="auto: hpcdist's shim gives each rank its own cores, OMP_NUM_THREADS and NCCL's NIC (see hpcdist "
+        help="auto: hpcdist gives each rank its own cores, OMP_NUM_THREADS and NCCL's NIC (see hpcdist "
         "mpirun --bind); none: no binding (default)",
     )
     r.add_argument("--requeue", action="store_true", help="requeue the job when Slurm signals preemption")

@@ -65,7 +65,7 @@ def add_parsers(sub: Any) -> None:
         "--bind",
         default="none",
         metavar="auto|none",
-        help="auto: the shim gives each local rank its own cores (its GPU's NUMA node on GPU nodes), "
+        help="auto: hpcdist gives each local rank its own cores (its GPU's NUMA node on GPU nodes), "
         "OMP_NUM_THREADS and NCCL's nearest NIC; none: no binding (default)",
     )
     mpirun.add_argument("--oversubscribe", action="store_true", help="allow more ranks than slots")
@@ -75,7 +75,7 @@ def add_parsers(sub: Any) -> None:
         help="keep Open MPI's libfabric probe (costs ~1 s per start without an HPC fabric)",
     )
     mpirun.add_argument(
-        "--no-shim", action="store_true", help="run the program bare, without mapping MPI variables to torchrun's"
+        "--bare", action="store_true", help="run the program bare, without mapping MPI variables to torchrun's"
     )
     mpirun.add_argument(
         "--max-restarts",
@@ -106,8 +106,8 @@ def add_parsers(sub: Any) -> None:
         "--heartbeat-timeout",
         type=Seconds(off=True),
         metavar="SECONDS",
-        help="end the job when a running rank's heartbeat (its tagger's, every sixth of this, at most 5 s) is not "
-        "heard for this long, naming the rank and its host "
+        help="end the job when a running rank's heartbeat (sent by the helper process beside it, every sixth of "
+        "this, at most 5 s) is not heard for this long, or the rank is frozen that long, naming the rank and its host "
         f"(default: ${settings.HEARTBEAT_TIMEOUT.name} or 30; 0: off)",
     )
     mpirun.add_argument(
@@ -289,7 +289,7 @@ def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
         bind=args.bind,
         oversubscribe=args.oversubscribe,
         probe_fabrics=args.probe_fabrics,
-        no_shim=args.no_shim,
+        bare=args.bare,
         mpirun=args.mpirun,
         mpi=args.mpi,
         launch_agent=args.launch_agent,

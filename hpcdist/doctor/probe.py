@@ -125,7 +125,7 @@ def _interfaces() -> dict[str, str]:
 def probe_options(
     mpirun: str, family: str, np: int, program: Sequence[str], hostfile: str | None = None
 ) -> MpirunOptions:
-    """A probe job as `hpcdist mpirun --no-shim --oversubscribe` would run it (probes are tiny): in the dialect of
+    """A probe job as `hpcdist mpirun --bare --oversubscribe` would run it (probes are tiny): in the dialect of
     `family` (the MPI that `mpirun --version` named, else Open MPI's), over the hostfile's hosts filled by node when
     given."""
     return MpirunOptions(
@@ -134,7 +134,7 @@ def probe_options(
         hostfile=hostfile,
         map_by="node" if hostfile else "slot",
         oversubscribe=True,
-        no_shim=True,
+        bare=True,
         mpirun=mpirun,
         mpi=family,
     )

@@ -31,7 +31,7 @@ Stacks = tuple[tuple[str, tuple[str, ...]], ...]
 _HEADER = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-f]+) \(most recent call first\):$")
 _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 _PACKAGES = re.compile(r"^.*/(?:site|dist)-packages/")
-_RUNNER = ("hpcdist/shim.py", "hpcdist/runtime/pycall.py", "<frozen runpy>")  # under the program, not the user's
+_RUNNER = ("hpcdist/worker.py", "hpcdist/runtime/pycall.py", "<frozen runpy>")  # under the program, not the user's
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hpcdist's own directory
 # hpcdist's frames, as frame() writes them: its files (in place, or in site-packages) and its generated wrappers
 _OWN = re.compile(rf"\((?:{re.escape(_PACKAGE)}/|hpcdist/)[^()]*:\d+\)$|\(<hpcdist [^()]*\)$")

@@ -197,7 +197,7 @@ def _check(spec: SbatchSpec, option: Option) -> int | None:
         raise UsageError(f"{option('launch')} {spec.launch!r}: use one of {', '.join(LAUNCHES)}")
     if not spec.program:
         raise UsageError("no program given; usage: hpcdist sbatch [options] -- PROGRAM [ARGS...]")
-    check_program(spec.program, "torchrun" if spec.launch == "torchrun" else "hpcdist's shim")
+    check_program(spec.program, "torchrun" if spec.launch == "torchrun" else "hpcdist's wrapper around each rank")
     check_bind(spec.bind, "none", option("bind"))
     for name, count in (
         ("nodes", spec.nodes),

@@ -168,6 +168,8 @@ def execute(
     current = launch.spec
     hosts = job_hosts(current) if policy.max_restarts else current.hosts
     run_id = new_token()  # TORCHELASTIC_RUN_ID: one for the launch, as torchrun keeps its own over restarts
+    if launch.note:
+        world.say(launch.note)
     while True:
         index = len(attempts)
         token = new_token()

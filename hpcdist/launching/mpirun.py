@@ -21,7 +21,7 @@ __all__ = ["SHIM", "build_mpirun_argv", "env_forwards", "spans_hosts"]
 
 _FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", PREFIX)
 _FORWARD_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
-SHIM = ("-m", "hpcdist.shim", "--")  # after a python: what each rank runs before the program (scripts too)
+SHIM = ("-m", "hpcdist.worker", "--")  # after a python: what each rank runs before the program (scripts too)
 
 
 def build_mpirun_argv(spec: MpirunSpec) -> list[str]:

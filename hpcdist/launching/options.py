@@ -37,7 +37,7 @@ class MpirunOptions:
     bind: str = "none"  # auto: the shim binds each local rank
     oversubscribe: bool = False
     probe_fabrics: bool = False
-    no_shim: bool = False
+    bare: bool = False
     mpirun: str | None = None
     mpi: str | None = None  # openmpi, mpich or intel: the dialect of `mpirun`
     launch_agent: str | None = None

@@ -53,6 +53,7 @@ class LaunchPlan:
     heartbeat: float | None  # seconds a running rank may go unheard (None: no heartbeat)
     routed: bool  # hpcdist runs it and reads the ranks' lines: tagged, numbered, with events
     exports: tuple[tuple[str, str], ...] = ()  # SCRIPT: the contract's variables, which the script exports
+    note: str = ""  # one line said before the ranks start (more ranks than CPUs here); "" for none
     root_check: bool = False  # SCRIPT: whoever runs it may be root, which its launcher must then be told
 
 
@@ -70,7 +71,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     program = options.program
     if not program:
         raise UsageError("no program given; usage: hpcdist mpirun [options] -- PROGRAM [ARGS...]")
-    check_program(program, "mpirun" if options.no_shim else "hpcdist's shim")
+    check_program(program, "mpirun" if options.bare else "hpcdist's wrapper around each rank")
     if options.hostfile is not None and options.hosts is not None:
         raise UsageError("give either --hostfile or -H, not both")
     hostfile, hosts = options.hostfile, parse_hosts_arg(options.hosts) if options.hosts is not None else ()
@@ -93,8 +94,9 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     np = options.np if options.np is not None else total_slots(hosts) if hosts else None
     if np is None and not in_allocation:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
+    note = ""
     if np is not None and not hosts and not in_allocation:
-        _check_crowding(np, options.oversubscribe, world)
+        note = _check_crowding(np, options.oversubscribe, world)
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
     sliced = picked is not None and any(s.indices is not None for s in selected)
     if np is not None and hosts:
@@ -103,13 +105,14 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         hostfile = None  # the selected hosts go to mpirun as -H (or app contexts), not the whole hostfile
     contexts = _contexts(selected, np or 0, world.environ, options.export, picked) if picked and sliced else ()
     output = output_from_options(options, np, world)
-    if options.no_shim and any(v is not None for v in (options.tag, options.log_dir, options.ranks, options.tail)):
+    if options.bare and any(v is not None for v in (options.tag, options.log_dir, options.ranks, options.tail)):
         raise UsageError(
-            "--tag/--no-tag, --log-dir, --ranks and --tail need hpcdist's shim (it tags each rank's lines); "
-            "drop --no-shim"
+            "--tag/--no-tag, --log-dir, --ranks and --tail need hpcdist's wrapper around each rank "
+            "(it tags each rank's lines); "
+            "drop --bare"
         )
     check_restarts(options.max_restarts, options.min_np, np, options.on_failure)
-    routed = options.mode != SCRIPT and not options.no_shim  # hpcdist runs it: the ranks' lines come through us
+    routed = options.mode != SCRIPT and not options.bare  # hpcdist runs it: the ranks' lines come through us
     limit = heartbeat_limit(options.heartbeat_timeout, world.environ, np or 1) if routed else None
     contract = _contract(options, output, world, routed, limit, np or total_slots(hosts))
     script = options.mode == SCRIPT
@@ -117,7 +120,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     if script:  # the script exports the contract's variables and the launcher passes them on by name
         given = [*contract.environ(), *_told_when_run(options.max_restarts, world)]
     spec = MpirunSpec(
-        program=(*(() if options.no_shim else (world.python, *SHIM)), *program),
+        program=(*(() if options.bare else (world.python, *SHIM)), *program),
         np=np,
         hostfile=hostfile,
         hosts=() if hostfile else hosts,
@@ -147,6 +150,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         routed=routed,
         exports=tuple(contract.environ().items()) if script else (),
         root_check=script and world.euid is None and families.lookup(family).refuses_root,
+        note=note,
     )
 
 
@@ -173,7 +177,7 @@ def _contract(
     each rank's share of the output rate. Otherwise the tagger starts only when an output option asks for it.
     """
     asked = options.tag or output.log_dir is not None or output.ranks is not None
-    tag = NUMBERED if routed else "1" if output.tag and asked and not options.no_shim else ""
+    tag = NUMBERED if routed else "1" if output.tag and asked and not options.bare else ""
     shrink = options.on_failure == "shrink"
     progress = RankContract.variable("progress")
     return RankContract(
@@ -271,8 +275,10 @@ def _bind(options: MpirunOptions) -> str:
     """`--bind auto` reaches the shim in the contract (the shim applies it); none asks nothing."""
     if check_bind(options.bind, options.bind_to) == "none":
         return "none"
-    if options.no_shim:
-        raise UsageError("--bind auto is applied by hpcdist's shim, so it cannot be used with --no-shim; drop one")
+    if options.bare:
+        raise UsageError(
+            "--bind auto is applied by hpcdist's wrapper around each rank, so it cannot be used with --bare; drop one"
+        )
     return "auto"
 
 
@@ -280,12 +286,14 @@ def _trace(options: MpirunOptions, world: World) -> str | None:
     """`--trace FILE` as every rank's shim gets it: an absolute path (rank 0 writes it at the end).
 
     Raises:
-        UsageError: --no-shim (the shim records the calls), or a directory that does not exist here.
+        UsageError: --bare (the shim records the calls), or a directory that does not exist here.
     """
     if options.trace is None:
         return None
-    if options.no_shim:
-        raise UsageError("--trace is recorded by hpcdist's shim, so it cannot be used with --no-shim; drop one")
+    if options.bare:
+        raise UsageError(
+            "--trace is recorded by hpcdist's wrapper around each rank, so it cannot be used with --bare; drop one"
+        )
     if not world.here:
         return options.trace
     path = os.path.abspath(options.trace)
@@ -316,8 +324,9 @@ def find_mpirun(world: World, caller: str | None = None) -> str:
     return check_launcher(found, named, world)
 
 
-def _check_crowding(np: int, oversubscribe: bool, world: World) -> None:
-    """Refuse `-np` of more than MOST_RANKS_A_CPU ranks for each CPU of this machine, unless --oversubscribe asks.
+def _check_crowding(np: int, oversubscribe: bool, world: World) -> str:
+    """The line to say for `-np` beyond this machine's CPUs ("" for none, or with --oversubscribe); more than
+    MOST_RANKS_A_CPU ranks for each CPU is refused unless --oversubscribe asks.
 
     Raises:
         UsageError: so many ranks here, without --oversubscribe (a typo's -np 64 on a laptop).
@@ -328,6 +337,12 @@ def _check_crowding(np: int, oversubscribe: bool, world: World) -> None:
             f"-np {np} is {np / cpus:.3g} ranks for each of the {cpus} CPUs this process may run on; lower -np, give "
             "hosts with --hostfile or -H, or pass --oversubscribe to run that many here anyway"
         )
+    if not world.here or oversubscribe or np <= cpus:
+        return ""
+    return (
+        f"hpcdist: -np {np} is more ranks than the {cpus} CPUs this process may run on, so they share them and each "
+        "runs slower (--oversubscribe runs them here without this line)"
+    )
 
 
 def check_launcher(path: str, where: str, world: World) -> str:

@@ -287,7 +287,7 @@ def _ask_for_stacks(proc: subprocess.Popen[bytes]) -> None:
     rank over MPI), so this host's ranks are signalled directly, those that handle SIGUSR2 only (a rank without
     hpcdist's forensics would die of it); with none here, hpcdist says what to do instead.
     """
-    ranks = [pid for pid in _descendants(proc.pid, b"hpcdist.shim") if _catches(pid, signal.SIGUSR2)]
+    ranks = [pid for pid in _descendants(proc.pid, b"hpcdist.worker") if _catches(pid, signal.SIGUSR2)]
     for pid in ranks:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGUSR2)

@@ -78,7 +78,10 @@ class Tagger:
             poll_until(
                 ended,
                 time.monotonic() + timeout,
-                lambda: f"the failing rank waited {timeout:g} s for its tagger (pid {pid}) to write its last lines",
+                lambda: (
+                    f"the failing rank waited {timeout:g} s for the helper process beside it (pid {pid}) "
+                    "to write its last lines"
+                ),
                 backoff=Backoff(0.001, 0.05),
             )
         except WaitTimeout as exc:

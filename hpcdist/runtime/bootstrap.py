@@ -195,7 +195,7 @@ def init(backend: str = "auto", timeout: float | None = None, store: str | None 
 
     `store` is where torch's key-value store lives (`choose_store`): "auto" (default: the STORE setting, else auto),
     "tcp" (rank 0's TCPStore) or "mpi" (over MPI, under an MPI launch: no port opens for it). The launcher's contract
-    is read once, by the shim before the program or here.
+    is read once, by hpcdist's wrapper before the program or here.
 
     Raises:
         UsageError: an unknown backend or store, nccl without (enough) GPUs, store "mpi" without an MPI launch, or a

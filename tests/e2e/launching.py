@@ -78,3 +78,14 @@ def running(pid: int) -> bool:
 def _text(output: str | bytes | None) -> str:
     """Captured output as text (TimeoutExpired keeps bytes)."""
     return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
+def crowded(np: int) -> str:
+    """The line hpcdist mpirun says first when `-np np` runs more ranks than this machine's CPUs ("" when not)."""
+    cpus = len(os.sched_getaffinity(0))
+    if np <= cpus:
+        return ""
+    return (
+        f"hpcdist: -np {np} is more ranks than the {cpus} CPUs this process may run on, so they share them and each "
+        "runs slower (--oversubscribe runs them here without this line)\n"
+    )

@@ -85,7 +85,7 @@ def test_torchrun_workers_bind_through_the_shim(tmp_path) -> None:
             "--no_python",
             sys.executable,
             "-m",
-            "hpcdist.shim",
+            "hpcdist.worker",
             "--",
             "python",
             "-c",

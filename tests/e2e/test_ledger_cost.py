@@ -10,7 +10,9 @@ BENCH = ["bench", "all_reduce", "-b", "8", "-e", "8", "-n", "40", "-w", "4", "--
 
 
 def test_bench_times_each_backend_with_and_without_the_ledger(hpcdist: str) -> None:
-    result = launch([hpcdist, "mpirun", "-np", "2", "--", hpcdist, *BENCH, "--without-ledger", "--json"], timeout=150)
+    result = launch(
+        [hpcdist, "mpirun", "-np", "2", "--", hpcdist, *BENCH, "--without-forensics", "--json"], timeout=150
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     rows = [(row["impl"], row["out_of_place"]["nwrong"], row["in_place"]["nwrong"]) for row in doc["results"]]
@@ -20,9 +22,11 @@ def test_bench_times_each_backend_with_and_without_the_ledger(hpcdist: str) -> N
 
 def test_without_the_ledger_on_there_is_nothing_to_compare(hpcdist: str) -> None:
     result = launch(
-        [hpcdist, "mpirun", "-np", "2", "--", hpcdist, *BENCH, "--without-ledger"], timeout=150, HPCDIST_FORENSICS="0"
+        [hpcdist, "mpirun", "-np", "2", "--", hpcdist, *BENCH, "--without-forensics"],
+        timeout=150,
+        HPCDIST_FORENSICS="0",
     )
     assert result.returncode == 2, result.stderr
-    assert "hpcdist: error: --without-ledger compares hang forensics' ledger on and off, but it is off here" in (
+    assert "hpcdist: error: --without-forensics compares hang forensics on and off, but it is off here" in (
         result.stderr
     )

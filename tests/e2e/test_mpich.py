@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launching import PROGRAMS, ROOT, launch
+from launching import PROGRAMS, ROOT, crowded, launch
 
 from hpcdist import __version__
 
@@ -48,7 +48,7 @@ def test_the_mpich_launcher_is_told_by_its_installation(mpich: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
         f"{mpich.parent}/mpirun -n 2 -hosts localhost:2 -print-all-exitcodes -bind-to none {CONTRACT} -genv A '1 2' "
-        f"{PER_LAUNCH} {mpich} -m hpcdist.shim -- python x.py\n"
+        f"{PER_LAUNCH} {mpich} -m hpcdist.worker -- python x.py\n"
     )
 
 
@@ -141,7 +141,7 @@ def test_a_rank_that_outlives_its_peers_after_mpi_finalize_is_left_to_finish(mpi
     result = launch(hpcdist(mpich, "mpirun", "-np", "3", "--", "python", "-c", LINGER), timeout=120, PMI_VERSION=pmi)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == [f"rank {r} exits after MPI_Finalize" for r in range(3)]
-    assert result.stderr == ""
+    assert result.stderr == crowded(3)
 
 
 # Rank 1 exits with status 3 once the others idle (each touched $MARKERS/RANK); they idle past any test's wait.
@@ -260,7 +260,7 @@ def test_intel_mpi_ranks_run_the_collectives_unpinned(intel: Path) -> None:
     dry = launch(hpcdist(intel, "mpirun", "--dry-run", "-np", "2", "--", "python", "x.py"))
     assert (
         dry.stdout == f"{intel.parent}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -print-all-exitcodes "
-        f"-genv I_MPI_PIN 0 {CONTRACT} {PER_LAUNCH} {intel} -m hpcdist.shim -- python x.py\n"
+        f"-genv I_MPI_PIN 0 {CONTRACT} {PER_LAUNCH} {intel} -m hpcdist.worker -- python x.py\n"
     ), dry.stderr
     code = (
         "import os; from mpi4py import MPI as M; "

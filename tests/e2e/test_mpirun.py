@@ -132,7 +132,7 @@ def test_one_failing_rank_ends_the_whole_job_quickly(hpcdist: str, how: str, evi
     assert result.returncode != 0
     for text in evidence:
         assert text in result.stderr, result.stderr
-    assert "hpcdist/shim.py" not in result.stderr  # the traceback starts in the user's program
+    assert "hpcdist/worker.py" not in result.stderr  # the traceback starts in the user's program
     # and the job ended within the launch's timeout: the others would wait in their barrier for ever
 
 
@@ -184,7 +184,7 @@ def test_a_written_hostfile_and_the_printed_line_run_under_real_mpirun(hpcdist: 
             "--dry-run",
             "--hostfile",
             str(hostfile),
-            "--no-shim",
+            "--bare",
             "--",
             "sh",
             "-c",

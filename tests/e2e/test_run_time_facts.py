@@ -65,7 +65,7 @@ def test_one_generated_mpirun_script_runs_as_root_and_as_a_user(open_folder: Pat
     if how == "sbatch":
         options = ["sbatch", "--launch", "mpirun", "--ntasks-per-node", "2", "--python", SYSTEM_PYTHON, *mpirun]
     else:  # no shim: it would run in this Python; the rank is Open MPI's
-        options = ["mpirun", "--script", "-", "-np", "2", "--no-shim", *mpirun]
+        options = ["mpirun", "--script", "-", "-np", "2", "--bare", *mpirun]
     text = _printed(*options, "--", SYSTEM_PYTHON, str(program))
     assert ALLOWANCE in text and "--allow-run-as-root" not in text
     script.write_text(text)

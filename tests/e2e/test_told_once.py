@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from launching import PROGRAMS, launch
+from launching import PROGRAMS, crowded, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +24,8 @@ def test_a_missing_script_is_one_line_with_status_2(hpcdist: str, tmp_path: Path
     result = launch([hpcdist, "mpirun", "-np", str(np), "--", "python", str(missing)], timeout=120)
     assert result.returncode == 2, result.stderr
     assert re.fullmatch(
-        rf"hpcdist: error: rank \d on {HOST}: python can't open file '{re.escape(str(missing))}': no such file; "
+        re.escape(crowded(np))
+        + rf"hpcdist: error: rank \d on {HOST}: python can't open file '{re.escape(str(missing))}': no such file; "
         r"check the script's path\n",
         result.stderr,
     ), result.stderr
@@ -40,7 +41,8 @@ def test_a_module_missing_on_every_rank_is_one_line_with_where_it_was_imported(
     assert result.returncode == 2, result.stderr
     where = re.escape(f"{tmp_path / 'train.py'}:3")
     assert re.fullmatch(
-        rf"hpcdist: error: {where}: No module named 'torchvison'; install it for /\S+/python[\d.]*, or check its "
+        re.escape(crowded(np))
+        + rf"hpcdist: error: {where}: No module named 'torchvison'; install it for /\S+/python[\d.]*, or check its "
         r"name\n",
         result.stderr,
     ), result.stderr

@@ -277,7 +277,7 @@ def test_mistakes_are_usage_errors_that_say_how_to_fix_them(argv: list[str], mes
         (("--reference", "-n", "3"), 3),
         (("--rounds", "4"), 4),
         (("--backend", "mpi,gloo", "--rounds", "1"), 1),
-        (("--without-ledger",), 5),
+        (("--without-forensics",), 5),
     ],
 )
 def test_rounds_default_to_five_only_when_implementations_are_compared(argv: tuple[str, ...], rounds: int) -> None:

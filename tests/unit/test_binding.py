@@ -211,7 +211,7 @@ def test_mpirun_bind_auto_reaches_the_shim_as_a_variable(capsys: pytest.CaptureF
     ("options", "message"),
     [
         (["--bind", "auto", "--bind-to", "core"], "--bind auto and --bind-to core both bind the ranks"),
-        (["--bind", "auto", "--no-shim"], "--bind auto is applied by hpcdist's shim"),
+        (["--bind", "auto", "--bare"], "--bind auto is applied by hpcdist's wrapper around each rank"),
         (["--bind", "cores"], "--bind 'cores': use one of none, auto"),
     ],
 )
@@ -236,7 +236,7 @@ def test_sbatch_bind_auto_hands_the_binding_to_the_shim(launch: str, tmp_path: P
     assert ("--cpu-bind=none" in bound) == (launch != "mpirun")  # Slurm's task binding off: the shim splits the node
     assert "-x HPCDIST_BIND" in bound if launch == "mpirun" else "--export=ALL,HPCDIST_BIND" in bound
     if launch == "torchrun":  # torchrun runs no shim of its own: each worker starts through it
-        assert "--no_python python3 -m hpcdist.shim -- python train.py" in bound
+        assert "--no_python python3 -m hpcdist.worker -- python train.py" in bound
     with pytest.raises(UsageError, match="--bind 'yes'"):
         render_sbatch(replace(spec, bind="yes"))
 

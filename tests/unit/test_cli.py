@@ -10,7 +10,7 @@ import pytest
 from hpcdist import __version__
 from hpcdist.cli import main
 
-SHIM = [sys.executable, "-m", "hpcdist.shim", "--"]
+SHIM = [sys.executable, "-m", "hpcdist.worker", "--"]
 PER_RUN = ["-x", "HPCDIST_CONTROL=<per-launch token>", "-x", "HPCDIST_RUN_ID=<per-launch run id>"]
 
 
@@ -151,7 +151,7 @@ def test_dry_run_defaults_np_to_the_slots_and_forwards_job_variables(
     hostfile.write_text("ip-26-0-162-46 slots=8\nip-26-0-162-239 slots=8\n")
     monkeypatch.setenv("NCCL_DEBUG", "INFO")
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    argv = _dry_run(capsys, "--hostfile", str(hostfile), "--no-shim", "--", "python", "your_script.py")
+    argv = _dry_run(capsys, "--hostfile", str(hostfile), "--bare", "--", "python", "your_script.py")
     assert argv[:3] == ["mpirun", "-np", "16"]
     assert argv[-12:] == ["-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", f"HPCDIST_VERSION={__version__}",
                           *PER_RUN, "python", "your_script.py"]  # fmt: skip
@@ -160,12 +160,12 @@ def test_dry_run_defaults_np_to_the_slots_and_forwards_job_variables(
 def test_an_mpich_hostfile_is_passed_as_hosts(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     hostfile = tmp_path / "mpich"
     hostfile.write_text("# MPICH form\nnode1:2\nnode2:2\n")
-    argv = _dry_run(capsys, "--hostfile", str(hostfile), "--no-shim", "--", "true")
+    argv = _dry_run(capsys, "--hostfile", str(hostfile), "--bare", "--", "true")
     assert argv[:5] == ["mpirun", "-np", "4", "-H", "node1:2,node2:2"]
 
 
 def test_without_hosts_np_ranks_run_on_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _dry_run(capsys, "-np", "3", "--no-shim", "--", "true")[:5] == ["mpirun", "-np", "3", "-H", "localhost:3"]
+    assert _dry_run(capsys, "-np", "3", "--bare", "--", "true")[:5] == ["mpirun", "-np", "3", "-H", "localhost:3"]
 
 
 @pytest.mark.parametrize(

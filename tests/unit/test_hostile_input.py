@@ -270,7 +270,7 @@ def test_crlf_and_bom_hostfiles_are_read_and_passed_as_hosts(
 ) -> None:
     path = tmp_path / "hosts"
     path.write_bytes(text.encode("utf-8"))
-    status, out, _ = run(capsys, *DRY, "--hostfile", str(path), "--no-shim", "--", "x")
+    status, out, _ = run(capsys, *DRY, "--hostfile", str(path), "--bare", "--", "x")
     assert status == 0 and shlex.split(out)[1:5] == ["-np", "4", "-H", "node1:2,node2:2"]
 
 
@@ -289,7 +289,7 @@ def test_open_mpi_hostfile_forms_are_accepted(text: str, expected: tuple[HostSlo
 
 def test_a_host_with_only_max_slots_takes_that_many_ranks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "hosts").write_text("node1 max_slots=4\n")
-    status, out, err = run(capsys, *DRY, "--hostfile", str(tmp_path / "hosts"), "-np", "4", "--no-shim", "--", "x")
+    status, out, err = run(capsys, *DRY, "--hostfile", str(tmp_path / "hosts"), "-np", "4", "--bare", "--", "x")
     assert status == 0, err
     assert shlex.split(out)[1:5] == ["-np", "4", "--hostfile", str(tmp_path / "hosts")]
 
@@ -299,7 +299,7 @@ def test_a_host_with_only_max_slots_takes_that_many_ranks(capsys: pytest.Capture
     "argv",
     [
         (*DRY, "-np", "2", "--", "-x", "FOO"),
-        (*DRY, "-np", "2", "--no-shim", "--", "--oversubscribe"),
+        (*DRY, "-np", "2", "--bare", "--", "--oversubscribe"),
         ("torchrun", "--", "--standalone", "t.py"),
         ("sbatch", "--", "-n", "4"),
         ("sbatch", "--launch", "torchrun", "--", "--nnodes", "2"),

@@ -85,7 +85,7 @@ def test_sbatch_prints_and_writes(
     ]
     status, out, err = run(capsys, *argv)
     assert status == 0 and err == "" and out.startswith("#!/bin/bash\n")
-    assert "export NCCL_SOCKET_IFNAME='^lo,docker0'\n" in out and "/venv/bin/python -m hpcdist.shim -- python" in out
+    assert "export NCCL_SOCKET_IFNAME='^lo,docker0'\n" in out and "/venv/bin/python -m hpcdist.worker -- python" in out
     script = tmp_path / "job.sbatch"
     assert run(capsys, *argv[:1], "--write", str(script), *argv[1:]) == (0, "", "")
     assert script.read_text() == out and os.access(script, os.X_OK)

@@ -164,7 +164,7 @@ def test_mpich_is_told_by_the_files_beside_its_mpiexec(capsys: pytest.CaptureFix
     folder = _install(tmp_path, "mpiexec", "mpiexec.hydra", "mpichversion", "hydra_pmi_proxy")
     status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpiexec"), "-np", "2", "--", "python", "x.py")
     assert status == 0, err
-    shim = f"{sys.executable} -m hpcdist.shim --"
+    shim = f"{sys.executable} -m hpcdist.worker --"
     ours = f"-genv {V} -genv HPCDIST_HEARTBEAT 5 -genv HPCDIST_TAG numbered -genv HPCDIST_OUTPUT_RATE 4194304"
     assert out == (
         f"{folder}/mpiexec -n 2 -hosts localhost:2 -print-all-exitcodes -bind-to none {ours} {PER_RUN} {shim} python "
@@ -175,7 +175,7 @@ def test_mpich_is_told_by_the_files_beside_its_mpiexec(capsys: pytest.CaptureFix
 def test_intel_mpis_mpirun_script_is_replaced_by_the_hydra_beside_it(capsys: pytest.CaptureFixture[str],
                                                                      tmp_path: Path) -> None:  # fmt: skip
     folder = _install(tmp_path, "mpirun", "mpiexec", "mpiexec.hydra", "hydra_bstrap_proxy", "impi_info")
-    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "2", "--no-shim", "--", "x")
+    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "2", "--bare", "--", "x")
     assert status == 0, err
     assert out == f"{folder}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -genv I_MPI_PIN 0 -genv {V} {PER_RUN} x\n"
 
@@ -184,14 +184,14 @@ def test_an_open_mpi_hostfile_reaches_hydra_as_hosts(capsys: pytest.CaptureFixtu
     hostfile = tmp_path / "hosts"
     hostfile.write_text("n1 slots=2\nn2 slots=2 max_slots=4\n")
     status, out, err = _dry_run(capsys, "--mpi", "mpich", "--mpirun", "mpiexec", "--hostfile", str(hostfile),
-                                "--no-shim", "--", "x")  # fmt: skip
+                                "--bare", "--", "x")  # fmt: skip
     assert status == 0, err
     assert out == f"mpiexec -n 4 -hosts n1:2,n2:2 -bind-to none -genv {V} {PER_RUN} x\n"
 
 
 def test_an_unknown_installation_stays_open_mpi(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     folder = _install(tmp_path, "mpirun")
-    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "1", "--no-shim", "--", "x")
+    status, out, err = _dry_run(capsys, "--mpirun", str(folder / "mpirun"), "-np", "1", "--bare", "--", "x")
     assert status == 0, err
     assert out.startswith(f"{folder}/mpirun -np 1 -H localhost:1 --bind-to none --map-by slot ")
 
@@ -286,7 +286,7 @@ def test_dry_run_prints_the_launch_agent_in_each_dialect(
     for name in [n for n in os.environ if n == "PYTHONPATH" or n.startswith(("HPCDIST_", "NCCL_", "GLOO_", "TORCH_"))]:
         monkeypatch.delenv(name)  # forwarded by -x when set (the Makefile sets HPCDIST_MPICH_VENV)
     status, out, err = _dry_run(capsys, "--mpi", family, "--mpirun", "mpirun", "-H", "n1:1,n2:1", "--launch-agent",
-                                AGENT, "--no-shim", "--", "x")  # fmt: skip
+                                AGENT, "--bare", "--", "x")  # fmt: skip
     assert (status, err) == (0, "")
     assert out.replace("--mca btl '^ofi' ", "").replace(KEEP, "") == expected
 

@@ -59,7 +59,7 @@ def test_the_dry_run_prints_the_command_the_options_build(
     command += ["-x", f"HPCDIST_VERSION={__version__}", "-x", "HPCDIST_HEARTBEAT=5", "-x", "HPCDIST_TAG=numbered"]
     command += ["-x", "HPCDIST_OUTPUT_RATE=4194304", "-x", "A=1"]
     command += ["-x", "HPCDIST_CONTROL=<per-launch token>", "-x", "HPCDIST_RUN_ID=<per-launch run id>"]
-    command += [sys.executable, "-m", "hpcdist.shim", "--", "python", "t.py"]
+    command += [sys.executable, "-m", "hpcdist.worker", "--", "python", "t.py"]
     assert main(["mpirun", *ARGV, "--dry-run", "--", "python", "t.py"]) == 0
     assert capsys.readouterr().out == shlex.join(command) + "\n"
 

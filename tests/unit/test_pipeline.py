@@ -37,7 +37,7 @@ PY = "/venv/bin/python"
 TOKEN, RUN_ID = "0123456789abcdef", "fedcba9876543210"
 KEEPALIVE = ["--prtemca", "oob_tcp_keepalive_time", "2", "--prtemca", "oob_tcp_keepalive_intvl", "1",
              "--prtemca", "oob_tcp_keepalive_probes", "3"]  # fmt: skip
-SHIM = [PY, "-m", "hpcdist.shim", "--"]
+SHIM = [PY, "-m", "hpcdist.worker", "--"]
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_the_doctors_probe_job(place: tuple[str, str]) -> None:
     world = _world(mpirun_path)
     program = [PY, "-c", "print(1)"]
     options = probe_options(mpirun_path, "openmpi", 4, program, hostfile)
-    argv = ["--no-shim", "-np", "4", "--hostfile", hostfile, "--map-by", "node", "--oversubscribe"]
+    argv = ["--bare", "-np", "4", "--hostfile", hostfile, "--map-by", "node", "--oversubscribe"]
     assert options == _parsed(*argv, "--mpirun", mpirun_path, "--mpi", "openmpi", "--", *program)
     assert probe_command(options, world) == _unwatched(_printed(options, world)) == [
         mpirun_path, "-np", "4", "--hostfile", hostfile, "--bind-to", "none", "--map-by", "node", "--oversubscribe",
@@ -166,3 +166,23 @@ def test_far_more_ranks_than_this_machine_s_cpus_are_refused_unless_asked_for(
             plan(options, world)
     else:
         assert plan(options, world).spec.np == np
+
+
+@pytest.mark.parametrize(
+    ("np", "oversubscribe", "here", "said"),
+    [
+        (2, False, True, False),
+        (3, False, True, True),
+        (8, False, True, True),
+        (3, True, True, False),
+        (3, False, False, False),
+    ],
+)
+def test_more_ranks_than_this_machine_s_cpus_are_said_in_one_line_before_they_start(
+    place: tuple[str, str], np: int, oversubscribe: bool, here: bool, said: bool
+) -> None:
+    world = dataclasses.replace(_world(place[0]), cpus=frozenset({0, 1}), here=here)
+    note = plan(MpirunOptions(program=("python", "train.py"), np=np, oversubscribe=oversubscribe), world).note
+    expected = f"hpcdist: -np {np} is more ranks than the 2 CPUs this process may run on, so they share them and each"
+    assert note.startswith(expected) if said else note == ""
+    assert "\n" not in note

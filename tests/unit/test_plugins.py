@@ -26,7 +26,7 @@ from hpcdist.launching.watch import MpirunWatch
 from hpcdist.runtime.env import LaunchEnv
 
 TOKEN = "0123456789abcdef"
-SHIM = f"{sys.executable} -m hpcdist.shim --"
+SHIM = f"{sys.executable} -m hpcdist.worker --"
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +80,7 @@ def test_the_registered_family_is_told_by_its_launcher_s_name_and_version(
     launcher = tmp_path / "fakerun"
     launcher.write_text("#!/bin/sh\n")
     launcher.chmod(0o755)
-    status, out, err = _dry_run(capsys, "--mpirun", str(launcher), "-H", "n1:2,n2:1", "--no-shim", "--", "x")
+    status, out, err = _dry_run(capsys, "--mpirun", str(launcher), "-H", "n1:2,n2:1", "--bare", "--", "x")
     assert (status, out, err) == (0, f"{launcher} --ranks 3 --hosts n1:2,n2:1 {VERSION} {PER_RUN} -- x\n", "")
     assert families.from_version("Fake MPI 1.2 (a made-up one)") is fake
     assert families.identify("Fake MPI 1.2") == ("Fake MPI", "1.2")
@@ -154,14 +154,14 @@ def test_inside_the_registered_scheduler_s_allocation_mpirun_finds_the_hosts(
     monkeypatch.setenv("FAKE_NODEFILE", str(fakesched))
     monkeypatch.setenv("FAKE_JOB", "42")
     monkeypatch.setenv("FAKE_NODES", "2")
-    status, out, err = _dry_run(capsys, "--mpirun", "mpirun", "--mpi", "openmpi", "-np", "4", "--no-shim", "--", "x")
+    status, out, err = _dry_run(capsys, "--mpirun", "mpirun", "--mpi", "openmpi", "-np", "4", "--bare", "--", "x")
     assert (status, err) == (0, "")
     assert out.startswith("mpirun -np 4 --bind-to none --map-by slot ")  # no hosts: mpirun reads the allocation
     assert "--prtemca oob_tcp_keepalive_time 2" in out  # two hosts: a cut link is noticed in seconds
-    status, out, err = _dry_run(capsys, "--mpirun", "mpirun", "--include", "n2", "--no-shim", "--", "x")
+    status, out, err = _dry_run(capsys, "--mpirun", "mpirun", "--include", "n2", "--bare", "--", "x")
     assert (status, err) == (0, "")
     assert out.startswith("mpirun -np 2 -H n2:2 ")  # the node file, read for the selection
-    status, out, err = _dry_run(capsys, "--mpirun", "mpirun", "--include", "n9", "--no-shim", "--", "x")
+    status, out, err = _dry_run(capsys, "--mpirun", "mpirun", "--include", "n9", "--bare", "--", "x")
     assert status == 2 and "the FakeSched job 42" in err
 
 

@@ -188,7 +188,7 @@ def _mpirun_argv(stubs: Stubs, *options: str, script: bool = False) -> tuple[lis
     expected = ["-np", "2", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot",
                 *([] if script else ROOT_FLAG), "--mca", "btl", "^ofi", "-x", "NCCL_DEBUG", *ours,
                 *[w for item in exports for w in ("-x", item)], *([] if script else PER_RUN),
-                sys.executable, "-m", "hpcdist.shim", "--", "python", *PROGRAM]  # fmt: skip
+                sys.executable, "-m", "hpcdist.worker", "--", "python", *PROGRAM]  # fmt: skip
     return [*argv, "--", "python", *PROGRAM], expected
 
 
@@ -294,5 +294,5 @@ def test_hostfiles_are_read_back_as_written(
     # Open MPI reads its own form from the file; the MPICH form `host:N` would be a host name to it: passed as -H
     place = ["--hostfile", str(hostfile)] if style == "openmpi" else ["-H", "node01:4,node02:4"]
     assert record["argv"] == ["-np", "8", *place, "--bind-to", "none", "--map-by", "slot", *ROOT_FLAG, "--mca",
-                              "btl", "^ofi", *KEEPALIVE, *_ours(8), *PER_RUN, sys.executable, "-m", "hpcdist.shim",
+                              "btl", "^ofi", *KEEPALIVE, *_ours(8), *PER_RUN, sys.executable, "-m", "hpcdist.worker",
                               "--", "python", "x.py"]  # fmt: skip

@@ -248,7 +248,7 @@ MPIRUN = {
     "--bind-to": mostly(st.sampled_from(["none", "core"])),
     "--map-by": mostly(st.just("slot")),
     "--oversubscribe": FLAG,
-    "--no-shim": FLAG,
+    "--bare": FLAG,
     "--probe-fabrics": FLAG,
 }
 HOSTFILE = st.lists(

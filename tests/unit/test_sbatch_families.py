@@ -19,7 +19,7 @@ from hpcdist.launching.world import World
 JINJA = make_environment(None, {})
 SPEC = SbatchSpec(program=("python", "train.py"), python="/v/bin/python", nodes=2, ntasks_per_node=2,
                   launch="mpirun", env=(("NCCL_DEBUG", "INFO"),))  # fmt: skip
-SHIM = "    /v/bin/python -m hpcdist.shim -- python train.py"
+SHIM = "    /v/bin/python -m hpcdist.worker -- python train.py"
 NO_PMIX = "env SLURM_MPI_TYPE=none "  # srun starts Hydra's proxies as no MPI tasks (no PMIx beside Hydra's PMI)
 
 

@@ -138,9 +138,9 @@ def test_mpirun_with_whole_hosts_passes_fewer_hosts(capsys: pytest.CaptureFixtur
 
 
 def test_mpirun_with_slots_runs_an_app_context_per_host(capsys: pytest.CaptureFixture[str]) -> None:
-    words = dry(capsys, "-H", "localhost:4", "--exclude", "localhost:1,3", "--no-shim")
+    words = dry(capsys, "-H", "localhost:4", "--exclude", "localhost:1,3", "--bare")
     assert words[-7:] == ["-np", "2", "-H", "localhost:2", "-x", "CUDA_VISIBLE_DEVICES=0,2", "prog"]
-    words = dry(capsys, "-H", "a:4,b:4", "--include", "a:0,3@b", "-np", "3", "--no-shim")
+    words = dry(capsys, "-H", "a:4,b:4", "--include", "a:0,3@b", "-np", "3", "--bare")
     assert shlex.join(words[-13:]) == "-np 2 -H a:2 -x CUDA_VISIBLE_DEVICES=0,3 prog : -np 1 -H b:4 prog"
 
 

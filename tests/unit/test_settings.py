@@ -122,7 +122,7 @@ def test_a_rank_of_another_hpcdist_refuses_to_start_and_tells_its_launcher(tmp_p
     env |= {"HPCDIST_VERSION": "9.9.9", "HPCDIST_CONTROL": TOKEN}
     program = ["python", "-c", f"open({str(marker)!r}, 'w')"]
     done = subprocess.run(
-        [sys.executable, "-m", "hpcdist.shim", "--", *program], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "hpcdist.worker", "--", *program], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2 and not marker.exists()
     told = parse_event(done.stderr, TOKEN)

@@ -250,7 +250,7 @@ def test_srun_mode_passes_the_program_and_exports_the_asked_names(tmp_path: Path
         "--kill-on-bad-exit=1",
         "--cpus-per-task=4",
         f"--export=ALL,{names}",
-        *["python", "-m", "hpcdist.shim", "--", "python", *WEIRD],
+        *["python", "-m", "hpcdist.worker", "--", "python", *WEIRD],
     ]
 
 
@@ -291,7 +291,7 @@ def test_mpirun_mode_forwards_with_x() -> None:
         "OMP_NUM_THREADS",
         "python",
         "-m",
-        "hpcdist.shim",
+        "hpcdist.worker",
         "--",
         "python",
         "train.py",
@@ -335,4 +335,4 @@ def test_restarts_in_mpirun_mode_forward_the_counters() -> None:
     text = render_sbatch(_bare(SPECS["gpu-mpirun"], max_restarts=3), JINJA)
     assert " -x HPCDIST_VERSION -x HPCDIST_MAX_RESTARTS -x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT " in text
     assert "export HPCDIST_MAX_RESTARTS=3\n" in text
-    assert launch_words(text, "mpirun")[-5:] == ["-m", "hpcdist.shim", "--", "python", "train.py"]
+    assert launch_words(text, "mpirun")[-5:] == ["-m", "hpcdist.worker", "--", "python", "train.py"]

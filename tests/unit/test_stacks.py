@@ -28,8 +28,8 @@ Current thread 0x00007f0000000001 (most recent call first):
   File "/work/x/train.py", line 20 in step
   File "/work/x/train.py", line 30 in <module>
   File "<frozen runpy>", line 88 in _run_code
-  File "/work/hpcdist/shim.py", line 85 in _run_in_process
-  File "/work/hpcdist/shim.py", line 170 in main
+  File "/work/hpcdist/worker.py", line 85 in _run_in_process
+  File "/work/hpcdist/worker.py", line 170 in main
 """
 NAMES = {0x7F0000000001: "MainThread", 0x7F0000000002: "hpcdist-watchdog", 0x7F0000000003: "loader"}
 
@@ -140,8 +140,8 @@ def test_sigquit_finds_the_shims_under_a_launcher_that_handle_sigusr2_and_only_t
             sys.executable,
             "-c",
             "import subprocess, sys, time\n"
-            f"a = subprocess.Popen([sys.executable, '-c', {handles + 'time.sleep(30)'!r}, 'hpcdist.shim'])\n"
-            "b = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', 'hpcdist.shim'])\n"
+            f"a = subprocess.Popen([sys.executable, '-c', {handles + 'time.sleep(30)'!r}, 'hpcdist.worker'])\n"
+            "b = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', 'hpcdist.worker'])\n"
             "print(a.pid, b.pid, flush=True)\n"
             "time.sleep(30)",
         ],
@@ -153,10 +153,10 @@ def test_sigquit_finds_the_shims_under_a_launcher_that_handle_sigusr2_and_only_t
         lines = sorted([launcher.stdout.readline(), launcher.stdout.readline()])  # "1": the handler is registered
         assert lines[0] == "1\n"
         handler, plain = map(int, lines[1].split())
-        assert sorted(_descendants(launcher.pid, b"hpcdist.shim")) == sorted([handler, plain])
+        assert sorted(_descendants(launcher.pid, b"hpcdist.worker")) == sorted([handler, plain])
         assert [pid for pid in (handler, plain) if _catches(pid, signal.SIGUSR2)] == [handler]
     finally:
-        for pid in _descendants(launcher.pid, b"hpcdist.shim"):
+        for pid in _descendants(launcher.pid, b"hpcdist.worker"):
             os.kill(pid, signal.SIGKILL)
         launcher.kill()
         launcher.wait()

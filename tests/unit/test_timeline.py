@@ -114,8 +114,8 @@ def test_trace_reaches_every_rank_as_an_absolute_path_and_needs_the_shim(
     monkeypatch.chdir(tmp_path)
     options = MpirunOptions(program=("python", "t.py"), np=2, mpirun="/bin/true", mpi="openmpi", trace="t.json")
     assert ("HPCDIST_TRACE", str(tmp_path / "t.json")) in plan(options, World()).spec.env
-    with pytest.raises(UsageError, match="--trace is recorded by hpcdist's shim"):
-        plan(dataclasses.replace(options, no_shim=True), World())
+    with pytest.raises(UsageError, match="--trace is recorded by hpcdist's wrapper around each rank"):
+        plan(dataclasses.replace(options, bare=True), World())
     with pytest.raises(UsageError, match=r"--trace no/t\.json: its directory does not exist"):
         plan(dataclasses.replace(options, trace="no/t.json"), World())
     parsed = build_parser().parse_args(["mpirun", "-np", "2", "--trace", "t.json", "--", "python", "t.py"])

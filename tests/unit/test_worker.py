@@ -10,7 +10,7 @@ from hpcdist.contract import RankContract
 from hpcdist.errors import UsageError
 from hpcdist.program import PythonTarget
 from hpcdist.runtime.process import RankProcess
-from hpcdist.shim import python_target
+from hpcdist.worker import python_target
 
 
 def _nothing(name: str) -> None:
@@ -61,14 +61,14 @@ def test_python_target_errors(argv: list[str], message: str) -> None:
     [(None, 0), (0, 0), (3, 3), (-1, 255), (-100, 156), (255, 255), (256, 0), (True, 1), ("bye", 1)],
 )
 def test_an_in_process_exit_status_is_what_the_os_makes_of_it(code: object, status: int) -> None:
-    from hpcdist.shim import _exit_code
+    from hpcdist.worker import _exit_code
 
     assert _exit_code(code) == status
 
 
 @pytest.mark.parametrize("code", [-1, -100])
 def test_a_negative_sys_exit_in_process_is_an_exit_code_not_a_signal(code: int, monkeypatch) -> None:
-    from hpcdist.shim import _describe, _run_in_process
+    from hpcdist.worker import _describe, _run_in_process
 
     monkeypatch.setattr("sys.argv", ["shim"])
     status, failed = _run_in_process(
@@ -88,7 +88,7 @@ def test_a_negative_sys_exit_in_process_is_an_exit_code_not_a_signal(code: int, 
     ],
 )
 def test_an_error_that_says_a_peer_went_first_is_told_apart(error: str, after_peer: bool, monkeypatch, capsys) -> None:
-    from hpcdist.shim import _run_in_process
+    from hpcdist.worker import _run_in_process
 
     monkeypatch.setattr("sys.argv", ["shim"])
     status, failed = _run_in_process(
@@ -110,20 +110,20 @@ def test_an_error_that_says_a_peer_went_first_is_told_apart(error: str, after_pe
     ],
 )
 def test_a_childs_status_is_described_without_crashing_on_unknown_signals(code: int, text: str) -> None:
-    from hpcdist.shim import _describe
+    from hpcdist.worker import _describe
 
     assert _describe(code) == text
 
 
 def test_a_child_that_cannot_start_is_a_usage_error_naming_it(tmp_path, monkeypatch, capsys) -> None:
-    from hpcdist.shim import _run_child
+    from hpcdist.worker import _run_child
 
     script = tmp_path / "job"
     script.write_text("#!/no/such/interpreter\n")
     script.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     aborts: list[int] = []
-    monkeypatch.setattr("hpcdist.shim.abort_job", aborts.append)  # MPI may be initialised in this process
+    monkeypatch.setattr("hpcdist.worker.abort_job", aborts.append)  # MPI may be initialised in this process
     for program, message in [
         ("/no/such-binary", "program '/no/such-binary' does not exist; check the path"),
         ("no-such-binary", "program 'no-such-binary' not found on PATH; check the name"),

@@ -1,4 +1,4 @@
-"""Per-rank shim of `hpcdist mpirun`: torchrun's variables from the launch, then the user's program.
+"""Each rank's start (`python -m hpcdist.worker`): torchrun's variables from the launch, then the user's program.
 
 Python programs run in this process (like `python -m mpi4py`), because a process that has
 initialised MPI cannot exec another program that initialises MPI again. Anything else runs as a
