@@ -52,3 +52,35 @@ def test_a_reference_marker_is_replaced_alone_on_its_line_and_left_as_text_in_a_
     assert module.on_page_markdown(quoted, page=None) == quoted
     page = module.on_page_markdown(f"# Reference\n\n{module.MARKER}\n", page=None)
     assert module.MARKER not in page and page.startswith("# Reference\n\n") and len(page) > 1000
+
+
+def test_a_page_over_the_word_limit_is_found_with_its_code_blocks_left_out() -> None:
+    pages = hook("pages")
+    prose = " ".join(["word"] * pages.MOST_WORDS)
+    code = "\n\n" + "    $ hpcdist mpirun -np 2 -- python train.py\n" * 500  # an indented code block: <pre>
+    assert pages.problems(rendered(prose + code), "mpirun.md") == []
+    (problem,) = pages.problems(rendered(prose + " more" + code), "mpirun.md")
+    assert problem.startswith(f"{pages.MOST_WORDS + 1} words of prose, more than {pages.MOST_WORDS}")
+
+
+@pytest.mark.parametrize("term", ["shim", "Ledger", "taggers", "control line", "casualty"])
+def test_an_internal_term_is_found_on_a_user_page_and_allowed_on_a_contributors_page(term: str) -> None:
+    pages = hook("pages")
+    html = rendered(f"Each rank starts in the {term} first.\n\n    {term}\n")
+    (problem,) = pages.problems(html, "failures.md")
+    assert f"uses hpcdist's internal terms {term.lower()}" in problem
+    assert pages.problems(html, "contributing/architecture.md") == []
+    assert (
+        pages.problems(rendered("hpcdist.worker wraps each rank; shimmer and ledgerline are other words."), "a.md")
+        == []
+    )
+
+
+def test_a_problem_is_a_warning_naming_the_page(caplog: pytest.LogCaptureFixture) -> None:
+    pages = hook("pages")
+    page = SimpleNamespace(file=SimpleNamespace(src_path="mpirun.md"))
+    html = rendered("Every rank goes through a small shim.\n")
+    assert pages.on_page_content(html, page=page) == html
+    assert [r.getMessage() for r in caplog.records] == [
+        "mpirun.md: uses hpcdist's internal terms shim; say what the user knows instead"
+    ]
