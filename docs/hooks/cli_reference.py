@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 MARKER = "<!-- cli-reference -->"
+CHECKOUT = str(Path(__file__).resolve().parents[2])  # hpcdist from here, installed or not: the docs extra suffices
 
 
 def _help(parser: argparse.ArgumentParser) -> str:
@@ -32,6 +35,8 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def render() -> str:
     """The reference: `hpcdist --help`, then one section per subcommand with its --help."""
+    if CHECKOUT not in sys.path:  # (here, when the page is built: a path added as MkDocs loads the hook does not last)
+        sys.path.insert(0, CHECKOUT)
     from hpcdist.cli import build_parser
 
     parser = build_parser()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 MARKER = "<!-- settings-reference -->"
+CHECKOUT = str(Path(__file__).resolve().parents[2])  # hpcdist from here, installed or not: the docs extra suffices
 
 
 def _cell(text: str) -> str:
@@ -14,6 +17,8 @@ def _cell(text: str) -> str:
 
 def render() -> str:
     """The table of the user's settings (hpcdist.settings.SETTINGS), then the variables hpcdist mpirun sets itself."""
+    if CHECKOUT not in sys.path:  # (here, when the page is built: a path added as MkDocs loads the hook does not last)
+        sys.path.insert(0, CHECKOUT)
     from hpcdist.contract import RESTART_VARS, RankContract
     from hpcdist.settings import SETTINGS
 
