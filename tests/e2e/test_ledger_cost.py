@@ -16,7 +16,7 @@ def test_bench_times_each_backend_with_and_without_the_ledger(hpcdist: str) -> N
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     rows = [(row["impl"], row["out_of_place"]["nwrong"], row["in_place"]["nwrong"]) for row in doc["results"]]
-    impls = ["torch/mpi4py", "torch/mpi4py no ledger", "torch/gloo", "torch/gloo no ledger"]
+    impls = ["torch/mpi4py", "torch/mpi4py no forensics", "torch/gloo", "torch/gloo no forensics"]
     assert rows == [(impl, 0, 0) for impl in impls]
 
 
