@@ -218,8 +218,9 @@ test-extended: env
 	done
 	HPCDIST_TEST_NP=$(NP) HPCDIST_MPI_NATIVE=0 $(MPICH_MPIEXEC) -n $(NP) $(MPICH_PY) $(PYTEST_MPI) $(PYTHON_ONLY)
 
-# The start-up curves of docs/scale.md, measured again on this machine (run it on a quiet one: all rows at 1 to 256
-# ranks, 3 repeats, tens of minutes), then the page's table and model printed from the saved run.
+# The start-up curves of docs/measurements/scale.md (docs/scale.md says how to read them), measured again on this
+# machine (run it on a quiet one: all rows at 1 to 256 ranks, 3 repeats, tens of minutes), then the page's table and
+# model printed from the saved run.
 STARTUP := docs/assets/startup
 bench-startup: env
 	$(BIN)/hpcdist bench startup --json --plot $(STARTUP)/startup.png >$(STARTUP)/startup.json.new
