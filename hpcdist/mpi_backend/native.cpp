@@ -726,12 +726,12 @@ class NativeBackend : public c10d::Backend {
   bool root_ok(int64_t root) const { return 0 <= root && root < size_; }
 
   // A large all_reduce goes round the segmented ring (ring_allreduce): at 2 ranks it moves half the bytes of the
-  // MPI's own algorithm and measured up to 2x faster from 32 MiB (docs/performance.md).
+  // MPI's own algorithm and measured up to 2x faster from 32 MiB (docs/measurements/mpi-backend.md).
   bool ring(const at::Tensor& t) const { return size_ > 1 && static_cast<int64_t>(t.nbytes()) >= ring_bytes_; }
 
   // A reduce_scatter goes round the ring (ring_reduce_scatter) at every size: it reads the input where it lies, so
   // torch's in-place form (the output is this rank's block of the input) needs no copy, and it measured faster
-  // than Open MPI's Reduce_scatter_block from 1 MiB at 2 ranks (docs/performance.md).
+  // than Open MPI's Reduce_scatter_block from 1 MiB at 2 ranks (docs/measurements/mpi-backend.md).
   bool scatter_ring() const { return size_ > 1; }
 
   // Wait for the rings' requests, yielding the CPU between tests: on a core of its own sched_yield returns at once,
