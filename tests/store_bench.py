@@ -4,7 +4,8 @@
 
 Each round makes each store in turn (the order alternates), then times, as the slowest rank saw it: making it (rank 0
 binds or starts serving, every rank connects), OPS rounds of set/get/add per rank, torch's store-based barrier, and
-init_process_group on hpcdist's mpi backend with that store plus one barrier. Numbers go to docs/measurements/scale.md by hand.
+init_process_group on hpcdist's mpi backend with that store plus one barrier. Numbers go to
+docs/measurements/scale.md by hand.
 """
 
 from __future__ import annotations
