@@ -30,7 +30,8 @@ _FABRIC_PROBE_BTL = "ofi"
 KEEPALIVE = (("oob_tcp_keepalive_time", "2"), ("oob_tcp_keepalive_intvl", "1"), ("oob_tcp_keepalive_probes", "3"))
 # Open MPI's fault tolerance (ULFM, `--with-ft ulfm`) for --on-failure shrink, measured with Open MPI 5.0.11: over
 # shared memory (its default btl on one host) the survivors hang in their next collective after a peer is killed;
-# over TCP they get MPI_ERR_PROC_FAILED at once (docs/survivors.md, "Detecting a failure"). And the agreement
+# over TCP they get MPI_ERR_PROC_FAILED at once (docs/measurements/fault-tolerance.md, "How fast a failure is
+# seen"). And the agreement
 # (MPI_Comm_agree) by Early Returning Consensus: the wheel's default for coll_ftagree_agreement reads 0 (an Allreduce,
 # not fault tolerant) or garbage (open-mpi/ompi#13915), and the survivors' commit then came out 0 for all-ones now and
 # then, with no rank failed, or hung.
