@@ -105,7 +105,7 @@ def _forwarding(name: str, call: Callable[..., Any], g_index: int, recorded: Cal
         f"    known = _NAMES.get(id(group)) or _name_group(group, dist)\n"
         f"    return (call if known[2] else recorded)({passed})\n"
     )
-    exec(compile(source, f"<hpcdist ledger: dist.{name}>", "exec"), scope)  # built from `call`'s own parameters
+    exec(compile(source, f"<hpcdist wrapper of dist.{name}>", "exec"), scope)  # built from `call`'s own parameters
     return functools.wraps(call)(scope[name])
 
 
