@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NoReturn
 
-from . import families
+from . import families, settings
 from .abort import abort_job, before_abort, end_failed_rank, speak_under
 from .contract import Done, Failed, RankContract, check_version
 from .errors import RendezvousTimeout, UsageError
@@ -121,9 +121,16 @@ def _run_in_process(process: RankProcess, target: PythonTarget, rank: int) -> tu
         how = Failed(rank, after_peer=peer_lost(str(exc)), call=failed_call(exc), at=time.time())
         if not process.contract.shrinks:  # the others' stacks, while they still wait where this rank left them
             stacks_on_failure(rank, exc)
-        print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)  # last
+        if not _told_in_one_line(process.contract, how):
+            print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)  # last
         return 1, how
     return 0, None
+
+
+def _told_in_one_line(contract: RankContract, how: Failed) -> bool:
+    """Whether a rank that failed because a peer had gone is told by its one line alone, without its traceback:
+    under a launcher that is not hpcdist mpirun (srun, a plain mpirun), unless HPCDIST_DEBUG asks for everything."""
+    return how.after_peer and not contract.routed and not settings.debug(os.environ)
 
 
 def _missing_module(exc: ModuleNotFoundError) -> str:

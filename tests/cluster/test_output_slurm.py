@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,34 @@ def test_srun_mode_ranks_shows_only_the_chosen_tasks_labelled(submit, venv: Path
     assert_ok(result)
     assert by_task(result.stdout) == {0: ["out 0", "more 0"], 3: ["out 3", "more 3"]}, result.describe()
     assert by_task(result.stderr) == {0: ["err 0"], 3: ["err 3"]}, result.describe()
+
+
+# rank 2 raises once every rank is in the job's all_reduces; the others' all_reduce then fails as its peer goes
+RAISES = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+if dist.get_rank() == 2:
+    raise ValueError("NaN in the gradients on rank 2")
+while True:
+    dist.all_reduce(t)
+"""
+
+
+def test_srun_mode_a_raising_rank_s_traceback_is_told_once_and_the_others_in_one_line_each(
+    submit, venv: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "raises.py").write_text(RAISES)
+    script = generated(venv, "--launch", "srun", "--opal-prefix", "--env", f"PYTHONPATH={ROOT}",
+                       program=[venv / "bin" / "python", tmp_path / "raises.py"])  # fmt: skip
+    result = submit(script, 180)
+    assert result.state == "FAILED", result.describe()
+    err = result.stderr
+    assert err.count("Traceback (most recent call last)") == 1 and "[rank 2] Traceback" in err, result.describe()
+    assert err.count("[rank 2] ValueError: NaN in the gradients on rank 2") == 1, result.describe()
+    assert err.count("hpcdist: rank 2 on node2 failed (exit code 1); ending the job") == 1, result.describe()
+    others = re.findall(r"^hpcdist: rank (\d) on node\d failed \(exit code 1\), after a peer had gone;", err, re.M)
+    assert sorted(others) == ["0", "1", "3"], result.describe()  # one line each, no traceback

@@ -96,7 +96,11 @@ def test_an_error_that_says_a_peer_went_first_is_told_apart(error: str, after_pe
     )
     assert status == 1 and failed is not None and failed.after_peer == after_peer
     assert failed.call == "" and failed.at is not None  # no call: it raised outside any
-    assert error in capsys.readouterr().err
+    # under a launcher not hpcdist mpirun, a rank that failed because a peer went is told by its ending's one line
+    assert (f"[rank 0] RuntimeError: {error}" in capsys.readouterr().err) is not after_peer
+    monkeypatch.setenv("HPCDIST_DEBUG", "1")  # everything, its traceback too
+    _run_in_process(RankProcess(RankContract()), PythonTarget("code", f"raise RuntimeError({error!r})", ()), 0)
+    assert f"[rank 0] RuntimeError: {error}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
