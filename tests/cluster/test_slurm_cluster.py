@@ -455,34 +455,27 @@ def test_hostile_arguments_and_variables_reach_every_rank_as_given_in_each_launc
             assert prefixes == {str(venv)}, prefixes
 
 
-# each rank counts the SIGTERMs it gets in termRANK, and runs until it is killed
+# each rank notes when it gets SIGTERM in termRANK, and when it was last alive in aliveRANK, until it is killed
 _COUNT_TERM = """\
 import os, signal, socket, time
 from pathlib import Path
 
 rank = os.environ["RANK"]
-signal.signal(signal.SIGTERM, lambda signum, frame: open(f"term{rank}", "a").write("TERM\\n"))
+signal.signal(signal.SIGTERM, lambda signum, frame: open(f"term{rank}", "a").write(f"{time.time()}\\n"))
 Path(f"ready{rank}").write_text(socket.gethostname())
 while True:
-    time.sleep(0.1)
+    Path(f"alive{rank}").write_text(str(time.time()))
+    time.sleep(0.05)
 """
+KILL_WAIT = 5.0  # the test cluster's KillWait (slurm_cluster.sh): seconds from Slurm's SIGTERM to its SIGKILL
 
 
-def test_a_cancelled_job_s_ranks_under_hpcdist_mpirun_get_no_sigterm_from_it(
-    cluster, venv: Path, tmp_path: Path
-) -> None:
-    """scancel sends SIGTERM to every process of the job: hpcdist mpirun's, Open MPI's daemon on each node, the ranks.
-    hpcdist mpirun passes none on; each rank's handler counts two, Slurm's own and the one the daemon passes on
-    (measured: Open MPI's, not hpcdist's; a third would be hpcdist's), then Slurm kills it, KillWait=5 s later."""
-    (tmp_path / "count_term.py").write_text(_COUNT_TERM)
-    checkout = Path(__file__).resolve().parents[2]  # this checkout's hpcdist, also when the venv's is another
-    hpcdist: list[str | Path] = ["env", f"PYTHONPATH={checkout}", venv / "bin" / "hpcdist", "mpirun", "--"]
-    script = batch_script(
-        venv, nodes=2, ntasks_per_node=2, commands=[[*hpcdist, venv / "bin" / "python", tmp_path / "count_term.py"]]
-    )
-    job_id = cluster.sbatch(script, tmp_path)
+def _cancelled(cluster, script: str, workdir: Path) -> dict[int, tuple[list[float], float]]:
+    """Submit `script` (4 ranks of _COUNT_TERM on 2 nodes), scancel it once every rank runs, and return each rank's
+    SIGTERM times and when it was last alive."""
+    job_id = cluster.sbatch(script, workdir)
     start = time.monotonic()
-    while len(list(tmp_path.glob("ready[0-9]"))) < 4:
+    while len(list(workdir.glob("ready[0-9]"))) < 4:
         state = cluster.job_fields(job_id).get("JobState")
         assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job_id} ended before its 4 ranks ran: {state}"
         assert time.monotonic() - start < 120, f"job {job_id}'s 4 ranks did not all run within 120 s"
@@ -491,7 +484,53 @@ def test_a_cancelled_job_s_ranks_under_hpcdist_mpirun_get_no_sigterm_from_it(
     assert cancelled.returncode == 0, cancelled.stderr
     result = cluster.wait(job_id, 60, start)
     assert result.state == "CANCELLED", result.describe()
-    nodes = {path.name: path.read_text() for path in tmp_path.glob("ready[0-9]")}
-    assert sorted(nodes.values()) == ["node1", "node1", "node2", "node2"], nodes
-    counted = {rank: (tmp_path / f"term{rank}").read_text() for rank in range(4) if (tmp_path / f"term{rank}").exists()}
-    assert counted == dict.fromkeys(range(4), "TERM\nTERM\n"), (counted, result.describe())
+    nodes = sorted(path.read_text() for path in workdir.glob("ready[0-9]"))
+    assert nodes == ["node1", "node1", "node2", "node2"], (nodes, result.describe())
+    wait_for_no_rank = time.monotonic() + 30  # the job has ended; its ranks' processes may still be going
+    while subprocess.run(["pgrep", "-f", str(workdir / "count_term.py")], check=False).returncode == 0:
+        assert time.monotonic() < wait_for_no_rank, f"job {job_id}'s ranks outlived it by 30 s: {result.describe()}"
+        time.sleep(0.2)
+    return {
+        rank: (
+            [float(t) for t in (workdir / f"term{rank}").read_text().split()]
+            if (workdir / f"term{rank}").exists()
+            else [],
+            float((workdir / f"alive{rank}").read_text()),
+        )
+        for rank in range(4)
+    }
+
+
+def test_a_cancelled_srun_mode_job_s_ranks_get_sigterm_once_and_slurm_s_kill_wait(
+    cluster, venv: Path, tmp_path: Path
+) -> None:
+    """scancel of a generated srun-mode job: each rank gets Slurm's SIGTERM once and runs on until Slurm's SIGKILL,
+    KillWait later, so its handler has that long (to save a checkpoint)."""
+    (tmp_path / "count_term.py").write_text(_COUNT_TERM)
+    script = generated(
+        venv, "--launch", "srun", "--opal-prefix", program=[venv / "bin" / "python", tmp_path / "count_term.py"]
+    )
+    ranks = _cancelled(cluster, script, tmp_path)
+    for terms, alive in ranks.values():
+        assert len(terms) == 1, ranks
+        assert alive - terms[0] > KILL_WAIT - 1.5, ranks  # alive on until KillWait, give or take Slurm's polling
+
+
+def test_a_cancelled_job_s_ranks_under_hpcdist_mpirun_get_no_sigterm_from_it(
+    cluster, venv: Path, tmp_path: Path
+) -> None:
+    """scancel sends SIGTERM to every process of the job: hpcdist mpirun's, Open MPI's launcher and daemons, the
+    ranks. hpcdist mpirun passes none on. Open MPI's daemons end their ranks themselves when they get it (SIGCONT,
+    0.25 s, SIGTERM, 0.25 s, SIGKILL: PRRTE's odls kill sequence), so each rank's handler runs twice, Slurm's and
+    the daemon's, and the rank is killed within about half a second, long before Slurm's KillWait (measured: Open
+    MPI's, not hpcdist's; a third SIGTERM would be hpcdist's)."""
+    (tmp_path / "count_term.py").write_text(_COUNT_TERM)
+    checkout = Path(__file__).resolve().parents[2]  # this checkout's hpcdist, also when the venv's is another
+    hpcdist: list[str | Path] = ["env", f"PYTHONPATH={checkout}", venv / "bin" / "hpcdist", "mpirun", "--"]
+    script = batch_script(
+        venv, nodes=2, ntasks_per_node=2, commands=[[*hpcdist, venv / "bin" / "python", tmp_path / "count_term.py"]]
+    )
+    ranks = _cancelled(cluster, script, tmp_path)
+    for terms, alive in ranks.values():
+        assert len(terms) == 2, ranks
+        assert alive - terms[0] < KILL_WAIT - 2, ranks  # ended by Open MPI's daemon, not by Slurm's SIGKILL
