@@ -1,6 +1,6 @@
-"""Other launchers' options (torchrun, Open MPI's and MPICH's mpirun, srun, sbatch) given to an hpcdist command: one
-it spells differently is refused with the hpcdist spelling that does the same (`habit`); one of sbatch's that
-`hpcdist sbatch` does not model goes into the script as it is (`passed_on`)."""
+"""Other launchers' options (torchrun, Open MPI's and MPICH's mpirun, srun, sbatch) and hpcdist's own former names given
+to an hpcdist command: one it spells differently is refused with the hpcdist spelling that does the same (`habit`);
+one of sbatch's that `hpcdist sbatch` does not model goes into the script as it is (`passed_on`)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ MPIRUN: Mapping[str, str] = MappingProxyType(
         "-wd": _WDIR,
         "--ntasks": "srun's --ntasks N is -np N here",
         "--ntasks-per-node": "srun's " + _PER_NODE,
+        "--no-shim": "hpcdist's former --no-shim is --bare now (the program without hpcdist's wrapper around "
+        "each rank)",
     }
 )
 
