@@ -129,7 +129,7 @@ def _run_in_process(process: RankProcess, target: PythonTarget, rank: int) -> tu
 
 def _told_in_one_line(contract: RankContract, how: Failed) -> bool:
     """Whether a rank that failed because a peer had gone is told by its one line alone, without its traceback:
-    under a launcher that is not hpcdist mpirun (srun, a plain mpirun), unless HPCDIST_DEBUG asks for everything."""
+    under a launcher that is not hpcdist mpirun (srun, a plain mpirun), unless the debug setting asks for everything."""
     return how.after_peer and not contract.routed and not settings.debug(os.environ)
 
 
