@@ -214,7 +214,7 @@ class BenchPlan:
     reference: bool
     plot: str | None = None  # rank 0 draws the results into this file (bench/plot.py)
     trace_cost: bool = False  # each torch backend is timed again with `hpcdist mpirun --trace`'s recording on
-    without_forensics: bool = False  # also time each backend with hang forensics' ledger off
+    without_forensics: bool = False  # also time each backend with hang forensics off
 
     @property
     def backend(self) -> str:

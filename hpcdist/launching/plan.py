@@ -108,8 +108,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     if options.bare and any(v is not None for v in (options.tag, options.log_dir, options.ranks, options.tail)):
         raise UsageError(
             "--tag/--no-tag, --log-dir, --ranks and --tail need hpcdist's wrapper around each rank "
-            "(it tags each rank's lines); "
-            "drop --bare"
+            "(it tags each rank's lines); drop --bare"
         )
     check_restarts(options.max_restarts, options.min_np, np, options.on_failure)
     routed = options.mode != SCRIPT and not options.bare  # hpcdist runs it: the ranks' lines come through us
@@ -286,7 +285,7 @@ def _trace(options: MpirunOptions, world: World) -> str | None:
     """`--trace FILE` as every rank's shim gets it: an absolute path (rank 0 writes it at the end).
 
     Raises:
-        UsageError: --bare (the shim records the calls), or a directory that does not exist here.
+        UsageError: --bare (the wrapper around each rank records the calls), or a directory that does not exist here.
     """
     if options.trace is None:
         return None

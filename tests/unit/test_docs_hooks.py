@@ -35,14 +35,28 @@ def test_a_list_without_a_blank_line_before_it_is_found_and_one_with_it_is_not()
     assert lists.run_on_lists(rendered(fine)) == []
 
 
-def test_a_run_on_list_is_a_warning_naming_the_page_and_the_item(caplog: pytest.LogCaptureFixture) -> None:
-    lists = hook("lists")
+@pytest.mark.parametrize(
+    ("name", "text", "warning"),
+    [
+        (
+            "lists",
+            "Every rank goes through a small shim:\n- the tagger\n",
+            "mpirun.md: a list renders as a paragraph at '- the tagger'; put a blank line before the list",
+        ),
+        (
+            "pages",
+            "Every rank goes through a small shim.\n",
+            "mpirun.md: uses hpcdist's internal terms shim; say what the user knows instead",
+        ),
+    ],
+)
+def test_a_hook_s_finding_is_a_warning_naming_the_page(
+    name: str, text: str, warning: str, caplog: pytest.LogCaptureFixture
+) -> None:
     page = SimpleNamespace(file=SimpleNamespace(src_path="mpirun.md"))
-    html = rendered("Every rank goes through a small shim:\n- the tagger\n")
-    assert lists.on_page_content(html, page=page) == html
-    assert [r.getMessage() for r in caplog.records] == [
-        "mpirun.md: a list renders as a paragraph at '- the tagger'; put a blank line before the list"
-    ]
+    html = rendered(text)
+    assert hook(name).on_page_content(html, page=page) == html
+    assert [r.getMessage() for r in caplog.records] == [warning]
 
 
 @pytest.mark.parametrize("name", ["cli_reference", "settings_reference"])
@@ -74,13 +88,3 @@ def test_an_internal_term_is_found_on_a_user_page_and_allowed_on_a_contributors_
         pages.problems(rendered("hpcdist.worker wraps each rank; shimmer and ledgerline are other words."), "a.md")
         == []
     )
-
-
-def test_a_problem_is_a_warning_naming_the_page(caplog: pytest.LogCaptureFixture) -> None:
-    pages = hook("pages")
-    page = SimpleNamespace(file=SimpleNamespace(src_path="mpirun.md"))
-    html = rendered("Every rank goes through a small shim.\n")
-    assert pages.on_page_content(html, page=page) == html
-    assert [r.getMessage() for r in caplog.records] == [
-        "mpirun.md: uses hpcdist's internal terms shim; say what the user knows instead"
-    ]
