@@ -10,13 +10,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import pty
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_render import check_script
 
+import hpcdist.jobs
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.render import make_environment
@@ -33,15 +37,28 @@ ALLOW = 'if [ "$(id -u)" -eq 0 ]; then\n    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI
 
 def _printed_as(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], uid: int, argv: list[str]) -> str:
     """What `hpcdist ARGV` prints while every uid this process could read says `uid`."""
-    for name in ("getuid", "geteuid"):
-        monkeypatch.setattr(os, name, lambda: uid)
-    assert main(argv) == 0
-    out = capsys.readouterr().out
-    monkeypatch.undo()
-    return out
+    with monkeypatch.context() as patch:
+        for name in ("getuid", "geteuid"):
+            patch.setattr(os, name, lambda: uid)
+        assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+@pytest.fixture
+def readable_templates(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """hpcdist's templates read, as site templates, from a copy anyone may read: the checkout's own may be closed
+    to nobody (a clone in `mktemp -d`)."""
+    copy = Path(tempfile.mkdtemp(prefix="hpcdist-templates-"))
+    shutil.copytree(Path(hpcdist.jobs.__file__).parent / "templates", copy / "templates")
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    monkeypatch.setenv("HPCDIST_TEMPLATE_DIR", str(copy / "templates"))
+    yield
+    shutil.rmtree(copy)
 
 
 @pytest.mark.parametrize("argv", [SBATCH_MPIRUN, MPIRUN_SCRIPT], ids=["sbatch-mpirun", "mpirun-script"])
+@pytest.mark.usefixtures("readable_templates")
 def test_a_script_written_as_root_is_the_one_written_as_a_user(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str]
 ) -> None:
@@ -55,7 +72,7 @@ def test_a_script_written_as_root_is_the_one_written_as_a_user(
 
 def _printed_by_nobody(argv: list[str]) -> str:
     """What `hpcdist ARGV` prints in a forked child whose uid and gid are nobody's (every module is imported
-    already: this Python's own files may be closed to nobody)."""
+    already: this Python's own files may be closed to nobody, as a checkout in `mktemp -d` is)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
