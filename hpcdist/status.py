@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import signal
 
-__all__ = ["describe_status"]
+__all__ = ["describe_status", "status_of"]
+
+_DESCRIBED = re.compile(r"exit code (?P<code>\d+)|killed by (?:signal (?P<number>\d+)|(?P<name>SIG[A-Z0-9]+))")
 
 
 def describe_status(code: int) -> str:
@@ -15,3 +18,14 @@ def describe_status(code: int) -> str:
         return f"killed by {signal.Signals(-code).name}"
     except ValueError:  # a number Python has no name for, e.g. a real-time signal
         return f"killed by signal {-code}"
+
+
+def status_of(described: str) -> int | None:
+    """A shell's status for what `describe_status` said (`exit code 3`: 3, `killed by SIGTERM`: 143), None if none."""
+    match = _DESCRIBED.search(described)
+    if match is None:
+        return None
+    if match["code"] is not None:
+        return int(match["code"])
+    number = match["number"]
+    return 128 + (int(number) if number is not None else signal.Signals[match["name"]].value)

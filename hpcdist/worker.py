@@ -128,9 +128,10 @@ def _run_in_process(process: RankProcess, target: PythonTarget, rank: int) -> tu
 
 
 def _told_in_one_line(contract: RankContract, how: Failed) -> bool:
-    """Whether a rank that failed because a peer had gone is told by its one line alone, without its traceback:
-    under a launcher that is not hpcdist mpirun (srun, a plain mpirun), unless the debug setting asks for everything."""
-    return how.after_peer and not contract.routed and not settings.debug(os.environ)
+    """Whether a rank that failed because a peer had gone is told in one line, without its traceback (under hpcdist
+    mpirun, its headline's `then ranks … failed after it`; under srun or a plain mpirun, this rank's own line),
+    unless the debug setting asks for everything."""
+    return how.after_peer and not settings.debug(os.environ)
 
 
 def _missing_module(exc: ModuleNotFoundError) -> str:

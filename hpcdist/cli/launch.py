@@ -126,8 +126,9 @@ def add_parsers(sub: Any) -> None:
     mpirun.add_argument(
         "--mpi",
         metavar="|".join(families.names()),
-        help="the MPI whose launcher --mpirun is, and so its command-line dialect (default: told by the files "
-        "installed beside it; Open MPI when they do not say)",
+        help="the MPI whose launcher --mpirun is, and so its command-line dialect, or srun: Slurm's own launcher, "
+        "inside an allocation (default: told by the launcher's name and the files installed beside it; Open MPI "
+        "when they do not say)",
     )
     mpirun.add_argument(
         "--launch-agent",

@@ -127,7 +127,7 @@ def add_output_options(parser: argparse.ArgumentParser, script: bool = False) ->
     """The per-rank output options of `hpcdist mpirun`, or (`script`) of the scripts `hpcdist sbatch` writes."""
     g = parser.add_argument_group("per-rank output")
     if script:
-        g.add_argument("--tag", action="store_true", help="prefix each line with its rank (srun: --label)")
+        g.add_argument("--tag", action="store_true", help="prefix each line with [host:rank] (torchrun: [rank]:)")
     else:
         g.add_argument(
             "--tag",

@@ -1,11 +1,12 @@
 """The MPI family plug-in: the spec a launch is built from, what a family's scanner finds, and the base class (pure).
 
-A family is one MPI's launcher as hpcdist knows it: the command line it takes (`command`), what its output says
-about ranks and hosts (`scanner`, `hides`, `opens_block`, `reports_failure`, `in_fatal_report`), how it reports
-each rank's exit (`exit_code_line`, `may_start_exit_codes`, `exit_codes`), the hostfile it reads (`hostfile`,
-`reads_hostfile`), whether it keeps the survivors going after a rank is lost (`fault_tolerance`), the variables its
-ranks see (`ranks`), how its launcher passes SIGTERM on to the ranks (`sigterm`), how to recognise it (`identity`,
-`markers`, `launcher_names`) and its quirks that the rest of hpcdist asks about.
+A family is one launcher as hpcdist knows it (an MPI's, or a scheduler's own, such as Slurm's srun): the command
+line it takes (`command`), what its output says about ranks and hosts (`scanner`, `hides`, `opens_block`,
+`reports_failure`, `in_fatal_report`), how it reports each rank's exit (`exit_code_line`, `may_start_exit_codes`,
+`exit_codes`), the hostfile it reads (`hostfile`, `reads_hostfile`), whether it keeps the survivors going after a
+rank is lost (`fault_tolerance`), the variables its ranks see (`ranks`), how its launcher passes SIGTERM on to the
+ranks (`sigterm`) and ends the job at once (`ends_job`), how to recognise it (`identity`, `markers`,
+`launcher_names`) and its quirks that the rest of hpcdist asks about.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class MpirunSpec:
     slurm: bool = False  # ranks placed by the Slurm allocation it runs in: Hydra starts its proxies with srun
     exit_codes: bool = False  # Hydra: print every rank's exit status at the end (-print-all-exitcodes)
     fault_tolerance: bool = False  # the survivors carry on after a rank is lost (Open MPI's ULFM)
+    python: str | None = None  # the Python with hpcdist where the launcher runs (None: --bare, no hpcdist needed)
 
 
 # -- what a family's scanner finds in its launcher's lines --------------------------------------------------------
@@ -133,6 +135,7 @@ class Family:
     identity: ClassVar[re.Pattern[str] | None] = None  # `mpirun --version` or MPI_Get_library_version: group 1 version
     markers: ClassVar[tuple[str, ...]] = ()  # files an installation has beside its launcher
     launcher_names: ClassVar[tuple[str, ...]] = ()  # launcher names that say the family (mpirun.openmpi)
+    program: ClassVar[str | None] = None  # the launcher it runs unless --mpirun names one (srun); None: an mpirun
     wheel: ClassVar[str | None] = None  # the PyPI wheel that installs it into a venv (mpi4py then loads it)
     ranks: ClassVar[Source | None] = None  # the variables its launcher sets in each rank
     fault_tolerance: ClassVar[bool] = False  # it keeps the survivors going after a rank is lost (--on-failure shrink)
@@ -142,6 +145,9 @@ class Family:
     # moment ago was heard: a rank that aborts first leaves its peers time to be named
     refuses_root: ClassVar[bool] = False  # its launcher will not run as root unless told (a script checks its user)
     sigterm: ClassVar[int] = signal.SIGTERM  # sent to its launcher, every rank gets SIGTERM and the job goes on
+    ends_job: ClassVar[int] = signal.SIGINT  # sent to its launcher, it ends the job now, as Ctrl-C does
+    ends_stalled: ClassVar[int] = signal.SIGTERM  # sent to its launcher to end a job past its time, or stalled
+    status_of_all: ClassVar[bool] = False  # its launcher's status sums up every rank's, not the first failure's
     lost_host_note: ClassVar[str] = ""  # said after a lost host under --on-failure shrink
 
     def command(self, spec: MpirunSpec) -> list[str]:

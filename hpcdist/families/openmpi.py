@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from collections import deque
 from collections.abc import Sequence
 
@@ -154,6 +156,7 @@ class OpenMpi(Family):
     refuses_root = True
     # PRRTE 3.0 passes SIGTERM on and kills the ranks 0.5 s later; SIGURG it passes on (ess_base_forward_signals=all)
     sigterm = RELAYED_SIGTERM
+    ends_stalled = signal.SIGINT  # inside an allocation its launcher holds SIGTERM (see `held`)
     # Open MPI 5.0.11's runtime (PRRTE 3.0) ends the whole job when it loses a host's daemon, ULFM or not ("We cannot
     # recover from this failure")
     lost_host_note = (
@@ -164,7 +167,8 @@ class OpenMpi(Family):
     def command(self, spec: MpirunSpec) -> list[str]:
         """The mpirun argv for `spec`."""
         _check_ulfm(spec)
-        argv = [spec.mpirun] if spec.np is None or spec.contexts else [spec.mpirun, "-np", str(spec.np)]
+        held = self.held(spec)
+        argv = [*held, spec.mpirun, *([] if spec.np is None or spec.contexts else ["-np", str(spec.np)])]
         if spec.contexts:  # each app context names its host below
             pass
         elif spec.hostfile is not None:
@@ -185,6 +189,9 @@ class OpenMpi(Family):
                 argv += ["--prtemca", key, value]
         if spec.launch_agent is not None:
             argv += ["--prtemca", "plm_ssh_agent", spec.launch_agent]
+        if held:  # PRRTE splits its launch agent at spaces, and runs the daemon that it names
+            prted = os.path.join(os.path.dirname(spec.mpirun), "prted") if os.sep in spec.mpirun else "prted"
+            argv += ["--prtemca", "prte_launch_agent", " ".join([*held, prted])]
         for name, setting in spec.env:
             argv += ["-x", name if setting is None else f"{name}={setting}"]
         argv += spec.extra
@@ -197,6 +204,16 @@ class OpenMpi(Family):
                 argv += ["-x", f"{name}={value}"]
             argv += spec.program
         return argv
+
+    def held(self, spec: MpirunSpec) -> list[str]:
+        """Inside a Slurm allocation, the command that starts its launcher and daemons with SIGTERM held
+        (`hpcdist.launching.heldterm`): Slurm signals every process of a cancelled job, and PRRTE would end its
+        ranks half a second after Slurm's SIGTERM reached them, a second SIGTERM first. Empty elsewhere, without
+        hpcdist's Python (--bare), or with a space in a path PRRTE's launch agent would split."""
+        if not spec.slurm or spec.python is None or spec.launch_agent is not None:
+            return []
+        held = [spec.python, "-m", "hpcdist.launching.heldterm"]
+        return [] if any(" " in word for word in (*held, spec.mpirun)) else held
 
     def check_fault_tolerance(self, launcher: str, mpi: str | None) -> None:
         """Open MPI's ULFM keeps the survivors going: nothing to refuse."""

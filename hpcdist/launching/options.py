@@ -9,7 +9,7 @@ world around the launch (a hostfile's slots, the mpirun found) is checked by `pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..errors import UsageError
 from ..values import ON_FAILURE, check_count, check_seconds
@@ -18,6 +18,15 @@ __all__ = ["DRY_RUN", "MODES", "RUN", "SCRIPT", "MpirunOptions"]
 
 RUN, DRY_RUN, SCRIPT = "run", "dry-run", "script"
 MODES = (RUN, DRY_RUN, SCRIPT)
+# each field's `hpcdist mpirun` flag, as `MpirunOptions.argv` writes it (a flag alone: a switch; mode and its
+# script, and the program after `--`, are written by argv itself)
+_FLAGS = {"np": "-np", "hostfile": "--hostfile", "hosts": "-H", "include": "--include", "exclude": "--exclude",
+          "export": "-x", "mca": "--mca", "bind_to": "--bind-to", "map_by": "--map-by", "bind": "--bind",
+          "oversubscribe": "--oversubscribe", "probe_fabrics": "--probe-fabrics", "bare": "--bare",
+          "mpirun": "--mpirun", "mpi": "--mpi", "launch_agent": "--launch-agent", "tag": "--tag",
+          "log_dir": "--log-dir", "ranks": "--ranks", "tail": "--tail", "heartbeat_timeout": "--heartbeat-timeout",
+          "trace": "--trace", "outcome": "--outcome", "on_failure": "--on-failure", "min_np": "--min-np",
+          "max_restarts": "--max-restarts"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,26 @@ class MpirunOptions:
     max_restarts: int = 0  # start the whole job again after a failure, up to this many times
     mode: str = RUN  # RUN, DRY_RUN (print the command) or SCRIPT (a script runs it later)
     script: str | None = None  # SCRIPT: the file `hpcdist mpirun --script` writes ("-": print it)
+
+    def argv(self) -> list[str]:
+        """The `hpcdist mpirun` arguments that give these options (each field not at its default), `--` and the
+        program last: what a batch script's step runs."""
+        argv: list[str] = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name not in _FLAGS or value == field.default:
+                continue
+            flag = _FLAGS[field.name]
+            if isinstance(value, bool):
+                argv.append(flag if value else "--no-tag")
+            elif field.name == "export":
+                argv += [word for name in value for word in (flag, name)]
+            elif field.name == "mca":
+                argv += [word for key, setting in value for word in (flag, key, setting)]
+            else:
+                argv += [flag, value if isinstance(value, str) else f"{value:g}"]
+        argv += {RUN: [], DRY_RUN: ["--dry-run"], SCRIPT: ["--script", self.script or "-"]}[self.mode]
+        return [*argv, "--", *self.program]
 
     def __post_init__(self) -> None:
         """Refuse a value of the wrong kind, whoever made the options.

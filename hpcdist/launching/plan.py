@@ -75,8 +75,11 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     if options.hostfile is not None and options.hosts is not None:
         raise UsageError("give either --hostfile or -H, not both")
     hostfile, hosts = options.hostfile, parse_hosts_arg(options.hosts) if options.hosts is not None else ()
+    own = families.lookup(options.mpi).program if options.mpi is not None else None  # srun's, not an mpirun
     launcher = (
-        check_launcher(options.mpirun, "--mpirun", world) if options.mpirun is not None else find_mpirun(world, caller)
+        check_launcher(options.mpirun, "--mpirun", world)
+        if options.mpirun is not None
+        else own or find_mpirun(world, caller)
     )
     family, launcher = resolve_family(launcher, options.mpi, which=world.which)
     shrink = options.on_failure == "shrink"
@@ -138,6 +141,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         slurm=in_allocation,
         exit_codes=routed,  # the watch reads Hydra's exit-code lines (launching/exitcodes.py)
         fault_tolerance=shrink,
+        python=None if options.bare else world.python,
     )
     return LaunchPlan(
         options=options,

@@ -46,13 +46,14 @@ def _spawn(
     check: Callable[[], None] | None = None,
     handlers: Mapping[int, Callable[[subprocess.Popen[bytes]], None]] | None = None,
     world: World | None = None,
+    end: int = signal.SIGTERM,
 ) -> int:
     """Run argv to completion, passing on the signals this process receives (noted in `received`); return its status.
 
     `handlers`: signals handled by a call with the process instead (not passed on, not noted).
 
     Raises:
-        WaitTimeout: it ran longer than `timeout` seconds; it was ended (SIGTERM, then SIGKILL) first.
+        WaitTimeout: it ran longer than `timeout` seconds; it was ended (`end`, then SIGKILL) first.
 
     `check`, called while it runs, raises JobEnding to have it ended (the same way) and its status returned.
 
@@ -86,7 +87,7 @@ def _spawn(
     try:
         code = proc.wait(timeout) if check is None else _wait_checking(proc, timeout, check, writing, world)
     except (subprocess.TimeoutExpired, WaitTimeout) as exc:
-        _end(proc)
+        _end(proc, end)
         if not isinstance(exc, JobEnding):
             raise WaitTimeout(f"{what} {argv[0]!r} ran longer than {timeout:g} s; it was ended") from None
         code = proc.wait()
@@ -132,9 +133,9 @@ def _wait_checking(
     return proc.wait()
 
 
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    """End a process that ran out of time: SIGTERM (mpirun then ends its ranks), SIGKILL if it lingers."""
-    proc.terminate()
+def _end(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """End a process that ran out of time: `signum` (mpirun then ends its ranks), SIGKILL if it lingers."""
+    proc.send_signal(signum)
     try:
         proc.wait(_END_SECONDS)
     except subprocess.TimeoutExpired:
@@ -219,9 +220,11 @@ def run_mpirun(
         return (console.feed(stream, shown) if shown else b"") + console.feed(stream, b"")
 
     received = _Received(router)
+    launcher = families.lookup(family) if family is not None else None
     # the ranks' shims (there when a router reads them) turn the family's sigterm into SIGTERM
-    sigterm = families.lookup(family).sigterm if router is not None and family is not None else signal.SIGTERM
-    ending = _Ending(received, None if scheduler_signals else sigterm, world)
+    sigterm = launcher.sigterm if router is not None and launcher is not None else signal.SIGTERM
+    ends_job = launcher.ends_job if launcher is not None else signal.SIGINT
+    ending = _Ending(received, None if scheduler_signals else sigterm, ends_job, world)
 
     def check() -> None:
         watch.check()
@@ -234,7 +237,15 @@ def run_mpirun(
         signal.SIGTERM: lambda proc: ending.stop(proc, signal.SIGTERM),
         signal.SIGHUP: lambda proc: ending.stop(proc, signal.SIGHUP),
     }
-    code = _spawn(argv, world.environ, "the MPI launcher", feed, received, timeout, check, handlers, world)
+    if ends_job != signal.SIGINT:  # Ctrl-C ends the job through the signal that its launcher ends one with
+
+        def interrupt(proc: subprocess.Popen[bytes]) -> None:
+            received.append(signal.SIGINT)
+            proc.send_signal(ends_job)
+
+        handlers[signal.SIGINT] = interrupt
+    stalled = launcher.ends_stalled if launcher is not None else signal.SIGTERM
+    code = _spawn(argv, world.environ, "the MPI launcher", feed, received, timeout, check, handlers, world, stalled)
     ends_mid_line = watch.mid_line("stderr")
     _say(watch.news(), world)  # a loss heard as the launcher ended
     outcome, problem = watch.outcome(code, tuple(received))
@@ -338,10 +349,10 @@ class _Received(list[int]):
 class _Ending:
     """SIGTERM or SIGHUP to hpcdist mpirun: every rank is sent SIGTERM through the launcher (the family's `sigterm`;
     None: the scheduler signals the ranks itself) and has settings.KILL_WAIT seconds to end (to save a checkpoint);
-    then, or at a second such signal, the launcher ends the job as on Ctrl-C."""
+    then, or at a second such signal, the launcher ends the job as on Ctrl-C (the family's `ends_job`)."""
 
-    def __init__(self, received: _Received, sigterm: int | None, world: World) -> None:
-        self._received, self._sigterm, self._world = received, sigterm, world
+    def __init__(self, received: _Received, sigterm: int | None, ends_job: int, world: World) -> None:
+        self._received, self._sigterm, self._ends_job, self._world = received, sigterm, ends_job, world
         self._grace = settings.kill_wait(world.environ)
         self._proc: subprocess.Popen[bytes] | None = None
         self._deadline: float | None = None  # None: not asked to end; inf: the launcher was told to end the job
@@ -369,7 +380,7 @@ class _Ending:
         """Have the launcher end the job now, as Ctrl-C does (once)."""
         if self._deadline != math.inf:
             self._deadline = math.inf
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(self._ends_job)
 
 
 def submit_sbatch(path: str, otherwise: str = "") -> str:

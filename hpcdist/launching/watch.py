@@ -16,6 +16,7 @@ from .. import families
 from ..contract import Beat, Done, Event, Failed, Vanished, might_start_event, parse_event
 from ..errors import JobEnding, LauncherStalled
 from ..families.base import AgentFailed, HostLost, Observation
+from ..status import status_of
 from . import blame
 from .book import RankBook
 from .heartbeat import Heartbeats
@@ -197,9 +198,11 @@ class MpirunWatch:
             status, problem = self.lost.verdict(returncode, hosts)
         if problem and self.shrink is not None and not self.lost.agent_status and self.family.lost_host_note:
             problem += f"; {self.family.lost_host_note}"
+        failed = self.named(returncode)
+        first = status_of(next(iter(failed.values()), "")) if self.family.status_of_all and returncode else None
+        status = first or status  # the first failure's status, as an MPI's launcher returns it
         if book.usage is not None:
             status = USAGE_STATUS
-        failed = self.named(returncode)
         if self.stalled is not None:
             problem = problem or f"{self.stalled}; hpcdist mpirun ended it"
         if beats.problem is not None:  # hpcdist mpirun ended the job, saying why as it did: the silent ranks and hosts

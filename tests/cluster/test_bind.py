@@ -30,7 +30,8 @@ def test_bind_auto_gives_each_rank_of_a_node_its_own_cores(submit, venv: Path, t
         *(["--opal-prefix"] if launch == "srun" else []),
         program=[venv / "bin" / "python", tmp_path / "report.py"],
     )
-    assert "HPCDIST_BIND=auto" in script
+    # the srun and mpirun modes' step, hpcdist mpirun, hands it to each rank; torchrun's workers read it from the script
+    assert (" --bind auto " if launch != "torchrun" else "HPCDIST_BIND=auto") in script
     result = submit(script, 300)
     assert_ok(result)
     reports = {int(p.name[4:]): json.loads(p.read_text()) for p in tmp_path.glob("bind[0-9]")}

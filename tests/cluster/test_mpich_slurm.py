@@ -1,6 +1,7 @@
 """`hpcdist sbatch --launch mpirun` on MPICH and Intel MPI: Hydra inside a real Slurm allocation of up to four nodes.
 
-Hydra reads its hosts from Slurm and starts its proxies with srun (`-launcher slurm`); the MPI venvs are
+The step, hpcdist mpirun, runs Hydra, which reads its hosts from Slurm and starts its proxies with srun
+(`-launcher slurm`); the MPI venvs are
 tests/conftest.py's overlays (the mpich or impi-rt wheel over this venv's packages), which every node can run.
 """
 
@@ -43,7 +44,7 @@ def script(venv: Path, python: Path, family: str, *options: str, program: list[s
         program=program,
         nodes=nodes,
     )
-    assert " -launcher slurm " in text
+    assert f" --mpi {family} -- " in text
     return text
 
 
@@ -75,7 +76,8 @@ def test_a_rank_failing_on_node2_ends_the_hydra_job_and_is_named(
     result = submit(text, 240)
     assert result.state == "FAILED" and result.exit_code != 0, result.describe()
     assert "ValueError: deliberate failure on rank 3" in result.stderr, result.describe()
-    assert "hpcdist: rank 3 on node2 failed (exit code 1); ending the job" in result.stderr, result.describe()
+    assert result.stderr.count("ValueError: deliberate failure on rank 3") == 1, result.describe()
+    assert "hpcdist: first failure: rank 3 on node2 failed with exit code 1" in result.stderr, result.describe()
     assert result.seconds < 120, result.describe()
 
 

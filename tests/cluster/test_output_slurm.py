@@ -1,4 +1,5 @@
-"""Per-rank output of generated srun-mode scripts under real Slurm: `srun --label`, per-task log files, --ranks."""
+"""Per-rank output of generated srun-mode scripts under real Slurm (hpcdist mpirun runs srun): tags, per-rank log
+files, --ranks, and a failure told once."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_slurm_cluster import assert_ok, by_task, generated
+from test_slurm_cluster import assert_ok, generated
 
 pytestmark = pytest.mark.timeout(600)  # the first test also waits for apt-get install on a fresh machine
 
@@ -15,32 +16,39 @@ ROOT = Path(__file__).resolve().parents[2]
 PRINTS = "import os, sys; r = os.environ['RANK']; print('out', r); print('more', r); print('err', r, file=sys.stderr)"
 
 
+_TAGGED = re.compile(r"^\[(?:[^\]:\s]+:)?(\d+)\] (.*)$")  # hpcdist's tag: `[node2:3] text`, `[rank 3] text`
+
+
 def _script(venv: Path, *options: str) -> str:
-    """An srun-mode script whose ranks import this checkout's hpcdist (the shim reads HPCDIST_RANKS)."""
+    """An srun-mode script whose ranks import this checkout's hpcdist."""
     return generated(venv, "--launch", "srun", "--opal-prefix", "--env", f"PYTHONPATH={ROOT}", *options,
                      program=[venv / "bin" / "python", "-c", PRINTS])  # fmt: skip
 
 
-def test_srun_mode_log_dir_writes_one_labelled_file_per_task(submit, venv: Path, tmp_path: Path) -> None:
-    script = _script(venv, "--tag", "--log-dir", "logs")
-    assert "--label --output=logs/rank-%3t.log" in script
+def _by_rank(text: str) -> dict[int, list[str]]:
+    """A job's tagged lines grouped by rank."""
+    ranks: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        match = _TAGGED.match(line)
+        if match:
+            ranks.setdefault(int(match[1]), []).append(match[2])
+    return ranks
+
+
+def test_srun_mode_log_dir_keeps_every_rank_s_file_while_ranks_choose_the_console_s(
+    submit, venv: Path, tmp_path: Path
+) -> None:
+    script = _script(venv, "--tag", "--log-dir", "logs", "--ranks", "0,3")
+    assert " -m hpcdist mpirun -np 4 --mpi srun --tag --ranks 0,3 --log-dir logs -- " in script
     result = submit(script, 180)
     assert_ok(result)
     files = sorted(path.name for path in (tmp_path / "logs").iterdir())
     assert files == [f"rank-00{r}.log" for r in range(4)], result.describe()
     for rank in range(4):
-        text = (tmp_path / "logs" / f"rank-00{rank}.log").read_text()
-        tasks = by_task(text)  # stdout and stderr in one file, labelled; their relative order is srun's
-        assert list(tasks) == [rank] and sorted(tasks[rank]) == [f"err {rank}", f"more {rank}", f"out {rank}"], text
-    # srun sends the tasks' output to the files only: the job's own output holds none of it
-    assert "out " not in result.stdout and "err " not in result.stderr, result.describe()
-
-
-def test_srun_mode_ranks_shows_only_the_chosen_tasks_labelled(submit, venv: Path) -> None:
-    result = submit(_script(venv, "--tag", "--ranks", "0,3"), 180)
-    assert_ok(result)
-    assert by_task(result.stdout) == {0: ["out 0", "more 0"], 3: ["out 3", "more 3"]}, result.describe()
-    assert by_task(result.stderr) == {0: ["err 0"], 3: ["err 3"]}, result.describe()
+        lines = (tmp_path / "logs" / f"rank-00{rank}.log").read_text().splitlines()
+        assert sorted(lines) == [f"err {rank}", f"more {rank}", f"out {rank}"], lines
+    assert _by_rank(result.stdout) == {0: ["out 0", "more 0"], 3: ["out 3", "more 3"]}, result.describe()
+    assert _by_rank(result.stderr) == {0: ["err 0"], 3: ["err 3"]}, result.describe()
 
 
 # rank 2 raises once every rank is in the job's all_reduces; the others' all_reduce then fails as its peer goes
@@ -58,17 +66,19 @@ while True:
 """
 
 
-def test_srun_mode_a_raising_rank_s_traceback_is_told_once_and_the_others_in_one_line_each(
+def test_srun_mode_a_raising_rank_s_traceback_is_told_once_and_the_others_in_the_headline(
     submit, venv: Path, tmp_path: Path
 ) -> None:
+    """The story hpcdist mpirun tells, under sbatch: the failed rank's traceback once, then one headline naming it
+    first and the ranks that failed because of it; none of srun's or slurmstepd's own lines about the step's end."""
     (tmp_path / "raises.py").write_text(RAISES)
     script = generated(venv, "--launch", "srun", "--opal-prefix", "--env", f"PYTHONPATH={ROOT}",
                        program=[venv / "bin" / "python", tmp_path / "raises.py"])  # fmt: skip
     result = submit(script, 180)
-    assert result.state == "FAILED", result.describe()
+    assert result.state == "FAILED" and result.fields["ExitCode"] == "1:0", result.describe()
     err = result.stderr
     assert err.count("Traceback (most recent call last)") == 1 and "[rank 2] Traceback" in err, result.describe()
     assert err.count("[rank 2] ValueError: NaN in the gradients on rank 2") == 1, result.describe()
-    assert err.count("hpcdist: rank 2 on node2 failed (exit code 1); ending the job") == 1, result.describe()
-    others = re.findall(r"^hpcdist: rank (\d) on node\d failed \(exit code 1\), after a peer had gone;", err, re.M)
-    assert sorted(others) == ["0", "1", "3"], result.describe()  # one line each, no traceback
+    headline = "hpcdist: first failure: rank 2 on node2 failed with exit code 1; then ranks 0-1,3 failed after it\n"
+    assert err.endswith(headline) and err.count("hpcdist:") == 1, result.describe()
+    assert "srun:" not in err and "slurmstepd" not in err, result.describe()

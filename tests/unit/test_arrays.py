@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from test_render import check_script
+from test_render import bash_words, check_script
+from test_slurm import launch_text
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
@@ -87,15 +88,23 @@ def test_no_output_option_leaves_slurms_per_task_default() -> None:
     assert "--output" not in text and "--error" not in text
 
 
-def test_log_dir_with_an_array_gives_each_task_a_directory(tmp_path: Path) -> None:
+def test_log_dir_with_an_array_gives_each_task_a_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     srun = render_sbatch(dataclasses.replace(BASE, rank_output=OutputOptions(log_dir="my logs")), JINJA)
-    assert "'--output=my logs/%A_%a/rank-%3t.log'" in srun
-    assert "mkdir -p -- 'my logs'/\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"" in srun
+    assert " --tag --log-dir 'my logs'/\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\" -- \\\n" in srun
+    assert "mkdir" not in srun  # each rank's tagger makes the directory it writes to
     check_script(srun, tmp_path, "srun.sh")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "41")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    assert bash_words(launch_text(srun, "/venv/bin/python")) == [
+        *["/venv/bin/python", "-m", "hpcdist", "mpirun", "-np", "1", "--mpi", "srun"],
+        *["--tag", "--log-dir", "my logs/41_2", "--", "python", "train.py"],
+    ]  # as bash runs it: the task's own directory
     spec = dataclasses.replace(BASE, launch="mpirun", rank_output=OutputOptions(log_dir="logs"))
     mpirun = render_sbatch(spec, JINJA)
-    assert 'export HPCDIST_LOG_DIR="$HPCDIST_LOG_DIR"/"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in mpirun
     check_script(mpirun, tmp_path, "mpirun.sh")
+    words = bash_words(launch_text(mpirun, "/venv/bin/python"))  # its step is hpcdist mpirun too
+    assert words[:4] == ["/venv/bin/python", "-m", "hpcdist", "mpirun"]
+    assert words[-5:] == ["--log-dir", "logs/41_2", "--", "python", "train.py"] and "HPCDIST_LOG_DIR" not in mpirun
     torchrun = render_sbatch(dataclasses.replace(spec, launch="torchrun"), JINJA)  # torchrun's own run directories
     assert "--log-dir=logs" in torchrun and "SLURM_ARRAY_TASK_ID" not in torchrun
 

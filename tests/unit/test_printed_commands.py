@@ -2,7 +2,9 @@
 
 Stub `torchrun`, `mpirun`, `srun`, `scontrol`, `python` and `module` come first on PATH, from a directory
 whose name has a space; each records its argv and environment as JSON. The tests assert that what the
-tools receive is exactly what was asked for, for every mode, every --profile and hostile values.
+tools receive is exactly what was asked for, for every mode, every --profile and hostile values. The stub
+`python` runs `python -m hpcdist mpirun` for real (a batch script's step), with itself as
+the Python of the ranks' shim, so that what hpcdist mpirun runs is recorded too.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from test_render import WEIRD, check_script
+from test_slurm import launch_words
 
 from hpcdist import __version__
 from hpcdist.cli import main
@@ -42,6 +45,13 @@ with open(os.environ["STUB_LOG"], "a", encoding="utf-8") as log:
     log.write(json.dumps({{"tool": tool, "argv": sys.argv[1:], "env": dict(os.environ)}}) + "\\n")
 if tool == "python" and sys.argv[1:2] == ["-c"]:  # `python -c CODE` (OPAL_PREFIX) runs for real
     os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+if tool == "python" and sys.argv[1:3] == ["-m", "hpcdist.launching.heldterm"]:  # holds SIGTERM for real
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+if tool == "python" and sys.argv[1:4] == ["-m", "hpcdist", "mpirun"]:  # a batch script's step runs for real
+    import runpy
+    sys.executable = os.path.abspath(sys.argv[0])  # the Python of its ranks' shim: this stub
+    sys.argv = ["hpcdist", *sys.argv[3:]]
+    runpy.run_module("hpcdist", run_name="__main__", alter_sys=True)  # exits with hpcdist mpirun's status
 if tool == "scontrol" and sys.argv[1:3] == ["show", "hostnames"]:
     print("node01\\nnode02")
 if tool == "srun":  # like srun: the command once per node (every task of a node gets the same argv)
@@ -249,7 +259,7 @@ def test_the_example_scripts_run_as_written(stubs: Stubs, tmp_path: Path, name: 
     nodes = int(next(line for line in text.splitlines() if line.startswith("#SBATCH --nodes=")).split("=")[1])
     tasks = int(next(line for line in text.splitlines() if line.startswith("#SBATCH --ntasks-per-node=")).split("=")[1])
     assert nodes == 2
-    records = stubs.run(["bash", str(ROOT / name)], _allocation(tasks))
+    records = stubs.run(["bash", str(ROOT / name)], {**_allocation(tasks), "TMPDIR": str(tmp_path)})
     exports = [line.removeprefix("export ") for line in text.splitlines() if line.startswith("export ") and "=" in line]
     asked = dict(shlex.split(item)[0].split("=", 1) for item in exports)
     launched = [r for r in records if r["tool"] in ("srun", "mpirun")]
@@ -258,7 +268,32 @@ def test_the_example_scripts_run_as_written(stubs: Stubs, tmp_path: Path, name: 
     end = next(i for i in range(1, len(lines)) if lines[i - 1].endswith(" \\") and not lines[i].endswith(" \\"))
     tail = shlex.split(lines[end].removesuffix(" &"))
     ran = sorted(r["tool"] for r in records if r["argv"][-len(tail) :] == tail or r["argv"] == tail[1:])
-    assert ran in (["mpirun"], ["python", "python", "srun"], ["srun", "torchrun", "torchrun"]), records
+    # mpirun mode: the step, then Open MPI's launcher started with SIGTERM held (inside the allocation)
+    modes = (["mpirun", "python", "python"], ["python", "python", "python", "srun"], ["srun", "torchrun", "torchrun"])
+    assert ran in modes, records
+    if "torchrun" in ran:
+        return
+    # the srun and mpirun modes: their step, hpcdist mpirun, gets its words as written and has the launcher start
+    # each rank's shim
+    (step,) = [r for r in records if r["argv"][:3] == ["-m", "hpcdist", "mpirun"]]
+    assert step["tool"] == "python" and step["argv"] == launch_words(text, ".venv/bin/python")[1:]
+    assert step["argv"][3:5] == ["-np", str(nodes * tasks)]
+    shim = [str(venv / "python"), "-m", "hpcdist.worker", "--", *tail]
+    (launcher,) = launched
+    assert launcher["argv"][-len(shim) :] == shim
+    if launcher["tool"] == "mpirun":
+        (held,) = [r for r in records if r["argv"][:2] == ["-m", "hpcdist.launching.heldterm"]]
+        assert held["tool"] == "python" and held["argv"][2:] == [".venv/bin/mpirun", *launcher["argv"]]
+        return
+    assert "--mpi srun " in " ".join(step["argv"])
+    srun = ["--mpi=pmix", "--kill-on-bad-exit=1", f"--ntasks={nodes * tasks}", "--export=ALL"]
+    assert launcher["argv"] == [*srun, *shim]
+    assert launcher["added"]["HPCDIST_VERSION"] == __version__ and launcher["added"]["OPAL_PREFIX"] == sys.prefix
+    cpus = next(line for line in lines if line.startswith("#SBATCH --cpus-per-task=")).split("=")[1]
+    assert launcher["added"]["SRUN_CPUS_PER_TASK"] == cpus  # srun reads it: it no longer inherits sbatch's
+    ranks = [r for r in records if r["argv"] == shim[1:]]  # the stub srun: one per node
+    assert sorted(r["env"]["SLURM_NODEID"] for r in ranks) == ["0", "1"]
+    assert all(r["env"]["HPCDIST_CONTROL"] == launcher["env"]["HPCDIST_CONTROL"] for r in ranks)
 
 
 # -- hpcdist hostfile -----------------------------------------------------------------------------------------

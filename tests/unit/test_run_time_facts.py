@@ -1,7 +1,8 @@
 """Generated scripts decide where they run what depends on that machine: root, the rendezvous port, CPUs per rank.
 
 A script written as root and one written as a user are the same bytes; the allowance Open MPI needs as root is
-taken by the script when `id -u` says 0. `hpcdist torchrun` without a port leaves it to torchrun's --standalone.
+taken when the script runs: by `hpcdist mpirun --script`'s when `id -u` says 0, and by a batch script's step, hpcdist
+mpirun, when it runs as root. `hpcdist torchrun` without a port leaves it to torchrun's --standalone.
 A GPU job gets CPUs per rank and OMP_NUM_THREADS unless the user gave them.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from test_render import check_script
+from test_slurm import allocation, from_launcher, step_dry_run
 
 import hpcdist.jobs
 from hpcdist.cli import main
@@ -64,10 +66,18 @@ def test_a_script_written_as_root_is_the_one_written_as_a_user(
 ) -> None:
     as_root = _printed_as(monkeypatch, capsys, 0, argv)
     assert as_root == _printed_as(monkeypatch, capsys, 1000, argv)
-    assert "--allow-run-as-root" not in as_root and ALLOW in as_root
+    assert "--allow-run-as-root" not in as_root
     check_script(as_root, tmp_path)
     if os.geteuid() == 0:  # and really written by another user: a forked child that became nobody
         assert _printed_by_nobody(argv) == as_root
+    if argv[0] == "mpirun":  # the script lets Open MPI run as root when `id -u` says 0
+        assert ALLOW in as_root
+    else:  # the script's step, hpcdist mpirun, does when it runs as root: its own options, run by root and by a user
+        assert "OMPI_ALLOW_RUN_AS_ROOT" not in as_root
+        for uid in (0, 1000):
+            line = step_dry_run(as_root, sys.executable, allocation(1, 1), monkeypatch, capsys, uid=uid)
+            assert from_launcher(line, MPIRUN)[:7] == [MPIRUN, "-np", "1", "--bind-to", "none", "--map-by", "slot"]
+            assert ("--allow-run-as-root" in line) == (uid == 0), line
 
 
 def _printed_by_nobody(argv: list[str]) -> str:
@@ -95,9 +105,18 @@ def _printed_by_nobody(argv: list[str]) -> str:
     return out
 
 
-def test_the_root_allowance_is_open_mpis_alone() -> None:
-    spec = SbatchSpec(program=("x.py",), launch="mpirun", mpi="mpich", python="python", mpirun="mpiexec")
-    assert "OMPI_ALLOW_RUN_AS_ROOT" not in render_sbatch(spec, JINJA)  # Hydra runs as root unasked
+def test_the_root_allowance_is_open_mpis_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mpiexec = tmp_path / "mpiexec"
+    mpiexec.write_text("#!/bin/sh\nexit 0\n")
+    mpiexec.chmod(0o755)
+    spec = SbatchSpec(program=("x.py",), launch="mpirun", mpi="mpich", python="python", mpirun=str(mpiexec))
+    text = render_sbatch(spec, JINJA)
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in text
+    line = step_dry_run(text, "python", allocation(1, 1), monkeypatch, capsys, uid=0)  # the step, run by root
+    assert line[:3] == ["env", "SLURM_MPI_TYPE=none", str(mpiexec)]
+    assert "--allow-run-as-root" not in line and "OMPI_ALLOW" not in " ".join(line)  # Hydra runs as root unasked
     assert "OMPI_ALLOW_RUN_AS_ROOT" not in render_sbatch(SbatchSpec(program=("x.py",)), JINJA)  # srun: no mpirun
 
 
@@ -193,8 +212,13 @@ def test_a_gpu_job_gets_cpus_per_rank_and_as_many_threads(tmp_path: Path, launch
     per_task = GPU_TASK_CPUS * (4 if launch == "torchrun" else 1)  # torchrun: one task per node, 4 workers
     assert _lines(text, "#SBATCH --cpus-per-task") == [f"#SBATCH --cpus-per-task={per_task}"]
     assert _lines(text, "export OMP_NUM_THREADS") == [f"export OMP_NUM_THREADS={GPU_TASK_CPUS}"]
-    if launch != "mpirun":
-        assert f"--cpus-per-task={per_task} --export=ALL,HPCDIST_VERSION,OMP_NUM_THREADS" in text  # srun: not inherited
+    # srun no longer inherits sbatch's --cpus-per-task: the srun mode's hpcdist mpirun runs srun, which reads it from
+    # SRUN_CPUS_PER_TASK; torchrun's srun is given it; mpirun's ranks are started by its own daemons
+    srun_cpus = [f"export SRUN_CPUS_PER_TASK={per_task}"] if launch == "srun" else []
+    assert _lines(text, "export SRUN_CPUS_PER_TASK") == srun_cpus
+    if launch == "torchrun":
+        assert f"--cpus-per-task={per_task} --export=ALL,HPCDIST_VERSION,OMP_NUM_THREADS" in text
+    assert text.count("--cpus-per-task=") == (2 if launch == "torchrun" else 1)  # else #SBATCH's only
     assert "torch.cuda.set_device(LOCAL_RANK)" in text
 
 

@@ -1,52 +1,99 @@
-"""`hpcdist sbatch --launch mpirun` per MPI family: the launch line in each dialect, checked by bash and shellcheck."""
+"""`hpcdist sbatch --launch mpirun` per MPI family: the step (hpcdist mpirun), checked by bash and shellcheck, and
+the launch line in each dialect that it runs in the job (its own options given to `hpcdist mpirun --dry-run`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import shlex
+import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_render import check_script
+from test_slurm import allocation, exported, from_launcher, step_dry_run
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.local import local_tools
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.launching.mpirun import SHIM
+from hpcdist.launching.output import OutputOptions
 from hpcdist.launching.world import World
 
 JINJA = make_environment(None, {})
 SPEC = SbatchSpec(program=("python", "train.py"), python="/v/bin/python", nodes=2, ntasks_per_node=2,
                   launch="mpirun", env=(("NCCL_DEBUG", "INFO"),))  # fmt: skip
-SHIM = "    /v/bin/python -m hpcdist.worker -- python train.py"
-NO_PMIX = "env SLURM_MPI_TYPE=none "  # srun starts Hydra's proxies as no MPI tasks (no PMIx beside Hydra's PMI)
+PROGRAM = "    python train.py"  # the step's program, on the line after it
+STEP = "/v/bin/python -m hpcdist mpirun -np 4 -x NCCL_DEBUG"  # the step up to its launcher: hpcdist mpirun
+NO_PMIX = ["env", "SLURM_MPI_TYPE=none"]  # srun starts Hydra's proxies as no MPI tasks (no PMIx beside Hydra's PMI)
+MPIRUN = str(Path(sys.executable).parent / "mpirun")  # the Open MPI wheel's, beside this Python
 
 
-@pytest.mark.parametrize(("changes", "line"), [
-    ({"mpi": "mpich", "mpirun": "/v/bin/mpiexec"}, f"{NO_PMIX}/v/bin/mpiexec -n 4 -launcher slurm -bind-to none \\"),
-    ({"mpi": "intel", "mpirun": "/v/bin/mpiexec.hydra"},
-     f"{NO_PMIX}/v/bin/mpiexec.hydra -n 4 -launcher slurm -genv I_MPI_PIN 0 \\"),
+@pytest.mark.parametrize(("mpi", "launcher", "dialect"), [
+    ("mpich", "mpiexec", ["-bind-to", "none"]),
+    ("intel", "mpiexec.hydra", ["-genv", "I_MPI_PIN", "0"]),
 ])  # fmt: skip
-def test_hydra_takes_the_allocation_through_srun(changes: dict[str, Any], line: str, tmp_path: Path) -> None:
-    text = render_sbatch(dataclasses.replace(SPEC, **changes), JINJA)
+def test_a_hydra_step_takes_the_allocation_through_srun(
+    mpi: str, launcher: str, dialect: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    mpirun = str(_install(tmp_path, launcher) / launcher)
+    text = render_sbatch(dataclasses.replace(SPEC, mpi=mpi, mpirun=mpirun), JINJA)
     check_script(text, tmp_path)
-    assert f"\n{line}\n{SHIM}\n" in text
+    assert f"\n{STEP} --mpirun {mpirun} --mpi {mpi} -- \\\n{PROGRAM}\n" in text
+    assert "SLURM_MPI_TYPE" not in text  # Hydra's line is hpcdist mpirun's to write when the step runs
+    # what the job's hpcdist mpirun runs: Hydra, which starts its proxies through srun, and passes every variable on
+    line = step_dry_run(text, "/v/bin/python", {**allocation(2, 2), **exported(text, "/v/bin/python")}, monkeypatch,
+                        capsys)  # fmt: skip
+    assert line[: 8 + len(dialect)] == [*NO_PMIX, mpirun, "-n", "4", "-print-all-exitcodes", "-launcher", "slurm",
+                                        *dialect]  # fmt: skip
+    assert line[-6:] == [sys.executable, *SHIM, "python", "train.py"]
+    assert "NCCL_DEBUG" not in line and "-genvlist" not in line  # Hydra's -genvall, its default: no name needed
 
 
-def test_open_mpi_keeps_its_line_and_srun_its_pmix(tmp_path: Path) -> None:
-    text = render_sbatch(dataclasses.replace(SPEC, mpirun="/v/bin/mpirun"), JINJA)
+def test_an_open_mpi_step_keeps_its_line_and_srun_its_pmix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = render_sbatch(dataclasses.replace(SPEC, mpirun=MPIRUN), JINJA)
     check_script(text, tmp_path)
-    assert "\n/v/bin/mpirun -np 4 --bind-to none --map-by slot " in text and "SLURM_MPI_TYPE" not in text
+    assert f"\n{STEP} --mpirun {MPIRUN} --mpi openmpi -- \\\n{PROGRAM}\n" in text
+    line = step_dry_run(text, "/v/bin/python", {**allocation(2, 2), **exported(text, "/v/bin/python")}, monkeypatch,
+                        capsys)  # fmt: skip
+    # mpirun reads the allocation itself
+    assert from_launcher(line, MPIRUN)[:7] == [MPIRUN, "-np", "4", "--bind-to", "none", "--map-by", "slot"]
+    assert " -x NCCL_DEBUG " in shlex.join(line) and line[-6:] == [sys.executable, *SHIM, "python", "train.py"]
+    assert "SLURM_MPI_TYPE" not in text + shlex.join(line)  # srun keeps its PMIx for Open MPI's daemons
 
 
 @pytest.mark.parametrize("family", ["mpich", "intel"])
-def test_hydra_scripts_with_restarts_requeue_arrays_and_logs_pass_shellcheck(family: str, tmp_path: Path) -> None:
+def test_hydra_scripts_with_restarts_requeue_arrays_and_logs_pass_shellcheck(
+    family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = dataclasses.replace(SPEC, mpi=family, mpirun="mpiexec", max_restarts=2, requeue=True, array="0-3",
-                               time="10:00")  # fmt: skip
+                               time="10:00", rank_output=OutputOptions(tag=False, log_dir="logs"))  # fmt: skip
     text = render_sbatch(spec, JINJA)
     check_script(text, tmp_path)
-    assert f"{NO_PMIX}mpiexec -n 4 -launcher slurm " in text
+    step = (f"    {STEP} -x SLURM_ARRAY_JOB_ID -x SLURM_ARRAY_TASK_ID -x SLURM_ARRAY_TASK_COUNT "
+            f"-x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT --mpirun mpiexec --mpi {family} "
+            '--log-dir logs/"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" -- \\\n'
+            f"    {PROGRAM} &\n    hpcdist_step=$!\n")  # fmt: skip
+    assert step in text and "SLURM_MPI_TYPE" not in text and "HPCDIST_LOG_DIR" not in text
+    # the second attempt of array task 7_2, as its step runs: Hydra (mpiexec from PATH) starts its proxies through
+    # srun, with the task's own log directory, and passes every variable on, the task's ids and the counters among them
+    task = {"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "4"}
+    counted = {"HPCDIST_RESTART_COUNT": "1", "TORCHELASTIC_RESTART_COUNT": "1"}
+    path = {"PATH": f"{_install(tmp_path, 'mpiexec')}{os.pathsep}{os.environ['PATH']}"}
+    exports = exported(text, "hpcdist_signalled=0")  # before the trap and the loop
+    assert exports == {"HPCDIST_MAX_RESTARTS": "2", "NCCL_DEBUG": "INFO"}
+    monkeypatch.chdir(tmp_path)
+    environ = {**allocation(2, 2), **exports, **task, **counted, **path}
+    line = step_dry_run(text, "/v/bin/python", environ, monkeypatch, capsys)
+    assert line[:8] == [*NO_PMIX, "mpiexec", "-n", "4", "-print-all-exitcodes", "-launcher", "slurm"]
+    assert f" -genv HPCDIST_LOG_DIR {shlex.quote(str(tmp_path / 'logs' / '7_2'))} " in shlex.join(line)
+    assert "-genvlist" not in line and "-genvnone" not in line
+    assert line[-6:] == [sys.executable, *SHIM, "python", "train.py"]
 
 
 def _install(tmp_path: Path, *files: str) -> Path:
@@ -75,19 +122,32 @@ def test_the_family_is_told_by_the_mpirun_beside_the_python(
     assert local_tools(World(), "mpirun", python=str(folder / "python"), mpi="mpich")["mpi"] == "mpich"
 
 
-def test_sbatch_cli_detects_and_takes_mpi(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sbatch_cli_detects_and_takes_mpi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The MPI told by the files beside the Python, or given, is the step's --mpi: its hpcdist mpirun, in the job,
+    speaks that dialect without looking again."""
     folder = _install(tmp_path, "mpirun", "mpiexec.hydra", "impi_info")
-    assert main(["sbatch", "--launch", "mpirun", "--python", str(folder / "python"), "--", "x.py"]) == 0
-    assert f"\n{NO_PMIX}{folder}/mpiexec.hydra -n 1 -launcher slurm -genv I_MPI_PIN 0 \\\n" in capsys.readouterr().out
-    assert main(["sbatch", "--launch", "mpirun", "--mpi", "mpich", "--python", str(folder / "python"), "--", "x"]) == 0
-    assert f"\n{NO_PMIX}{folder}/mpirun -n 1 -launcher slurm -bind-to none \\\n" in capsys.readouterr().out
+    python = str(folder / "python")
+    for given, launcher, mpi, dialect in [
+        ([], "mpiexec.hydra", "intel", ["-genv", "I_MPI_PIN", "0"]),
+        (["--mpi", "mpich"], "mpirun", "mpich", ["-bind-to", "none"]),
+    ]:
+        assert main(["sbatch", "--launch", "mpirun", *given, "--python", python, "--", "x.py"]) == 0
+        text = capsys.readouterr().out
+        assert f"\n{python} -m hpcdist mpirun -np 1 --mpirun {folder}/{launcher} --mpi {mpi} -- \\\n    x.py\n" in text
+        line = step_dry_run(text, python, allocation(1, 1), monkeypatch, capsys)
+        assert line[: 8 + len(dialect)] == [*NO_PMIX, f"{folder}/{launcher}", "-n", "1", "-print-all-exitcodes",
+                                            "-launcher", "slurm", *dialect]  # fmt: skip
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--mpi", "mpich"], "hpcdist: error: --mpi mpich names the dialect of an mpirun line; it needs --launch mpirun, "
                          "not srun\n"),
     (["--launch", "mpirun", "--mpi", "lam"], "hpcdist: error: --mpi 'lam' is not an MPI hpcdist knows; use one of "
-                                             "openmpi, mpich, intel, mvapich\n"),
+                                             "openmpi, mpich, intel, mvapich, srun\n"),
+    (["--launch", "mpirun", "--mpi", "srun"], "hpcdist: error: --mpi srun is --launch srun's launcher; use --launch "
+                                              "srun\n"),
 ])  # fmt: skip
 def test_sbatch_mpi_mistakes_are_usage_errors(argv: list[str], message: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip

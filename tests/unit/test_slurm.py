@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
+import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_render import WEIRD, check_script, slurm_argument
+from test_render import WEIRD, bash_words, check_script, slurm_argument
 
+from hpcdist import __version__
+from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.hosts import HostSlots
 from hpcdist.jobs.render import make_environment
@@ -22,6 +28,7 @@ from hpcdist.jobs.sbatch import (
     render_sbatch,
 )
 from hpcdist.schedulers.slurm import Slurm, expand_nodelist
+from hpcdist.settings import output_rate
 
 JINJA = make_environment(None, {})
 BASE = SbatchSpec(program=("python", "train.py"), python="/venv/bin/python")
@@ -216,23 +223,83 @@ def test_weird_sbatch_values_parse_back() -> None:
     assert f"--job-name={WEIRD[2]}" in options and f"--output={WEIRD[0]}" in options
 
 
-def launch_words(text: str, first: str) -> list[str]:
-    """The words of a rendered script's launch command: the line that starts with `first` and its continuations,
-    split as bash would, without a trailing `&` or `|| hpcdist_status=$?`."""
+def _launch_start(text: str, first: str) -> int:
+    """The index of the line of a rendered script whose launch command starts with the word `first` (quoted)."""
+    return next(i for i, line in enumerate(text.splitlines()) if line.strip().split(" ")[0] == shlex.quote(first))
+
+
+def launch_text(text: str, first: str) -> str:
+    """A rendered script's launch command as written: the line that starts with `first` and its continuations,
+    without a trailing `&` or `|| hpcdist_status=$?`."""
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip().split(" ")[0] == first)
+    start = _launch_start(text, first)
     for end in range(start + 1, len(lines) + 1):
         command = "\n".join(lines[start:end]).replace("\\\n", "")
         if command.endswith("\\"):
             continue
         try:
-            words = shlex.split(command)
+            shlex.split(command)
         except ValueError:  # a quoted value goes on over the next line
             continue
-        if words[-1:] == ["&"]:
-            return words[:-1]
-        return words[:-2] if words[-2:] == ["||", "hpcdist_status=$?"] else words
+        return command.removesuffix(" &").removesuffix(" || hpcdist_status=$?")
     raise AssertionError(f"no complete command starting with {first} in:\n{text}")
+
+
+def launch_words(text: str, first: str) -> list[str]:
+    """The words of a rendered script's launch command (launch_text), split as bash would."""
+    return shlex.split(launch_text(text, first))
+
+
+def exported(text: str, first: str) -> dict[str, str]:
+    """What a rendered script (of no setup lines) exports before its launch command, as bash sets it (but PATH)."""
+    head = "\n".join(text.splitlines()[: _launch_start(text, first)])
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C.UTF-8"}
+    done = subprocess.run(["bash", "-c", f"{head}\nenv -0"], env=env, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    found = dict(item.split("=", 1) for item in done.stdout.decode().split("\0")[:-1])
+    return {name: value for name, value in found.items() if name not in {*env, "PWD", "OLDPWD", "SHLVL", "_"}}
+
+
+def allocation(nodes: int, tasks_per_node: int) -> dict[str, str]:
+    """What Slurm sets in the batch step of job 7, `nodes` nodes of `tasks_per_node` tasks (4 CPUs each)."""
+    return {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": f"n[1-{nodes}]" if nodes > 1 else "n1",
+            "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NTASKS": str(nodes * tasks_per_node),
+            "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x{nodes})" if nodes > 1 else str(tasks_per_node),
+            "SLURM_CPUS_ON_NODE": str(4 * tasks_per_node), "SLURMD_NODENAME": "n1"}  # fmt: skip
+
+
+def step_dry_run(
+    text: str,
+    python: str,
+    environ: Mapping[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    uid: int = 1000,
+) -> list[str]:
+    """The launcher line a rendered script's step runs, split as bash would: the step's words as bash makes them in
+    `environ` (an allocation's variables and the script's; no other of Slurm's or hpcdist's is left set), given to
+    `hpcdist mpirun --dry-run` as `uid` (the step as the job would run it, but for its Python: this one)."""
+    for name in [name for name in os.environ if name.startswith(("SLURM_", "HPCDIST_", "TORCHELASTIC_", "OMPI_"))]:
+        monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    words = bash_words(launch_text(text, python))
+    assert words[:4] == [python, "-m", "hpcdist", "mpirun"] and "--dry-run" not in words, words
+    at = words.index("--")
+    capsys.readouterr()  # what was printed before: not the dry run's
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "geteuid", lambda: uid)
+        status = main([*words[3:at], "--dry-run", *words[at:]])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    return shlex.split(out)
+
+
+def from_launcher(line: list[str], launcher: str) -> list[str]:
+    """A launcher line from its launcher on: in an allocation, hpcdist mpirun may start it through a command of its
+    own (Open MPI's, through one that holds SIGTERM)."""
+    assert launcher in line, line
+    return line[line.index(launcher) :]
 
 
 def _bare(spec: SbatchSpec, **changes: Any) -> SbatchSpec:
@@ -240,67 +307,73 @@ def _bare(spec: SbatchSpec, **changes: Any) -> SbatchSpec:
     return dataclasses.replace(spec, python="python", mpirun="mpirun", torchrun="torchrun", setup=(), **changes)
 
 
-def test_srun_mode_passes_the_program_and_exports_the_asked_names(tmp_path: Path) -> None:
+# hpcdist mpirun with Slurm's srun as its launcher: the srun mode's step, up to the program's `--`
+SRUN_STEP = ["python", "-m", "hpcdist", "mpirun", "-np", "16", "--mpi", "srun"]
+
+
+def test_srun_mode_passes_the_program_and_exports_the_asked_values(tmp_path: Path) -> None:
+    """hpcdist mpirun gets the program's words exactly; srun passes the script's whole environment on."""
     text = render_sbatch(_bare(SPECS["weird"]), JINJA)
     check_script(text, tmp_path)
-    names = ",".join(["HPCDIST_VERSION", "OMP_NUM_THREADS", *sorted(f"W{i}" for i in range(len(WEIRD)))])
-    assert launch_words(text, "srun") == [
-        "srun",
-        "--mpi=pmix",
-        "--kill-on-bad-exit=1",
-        "--cpus-per-task=4",
-        f"--export=ALL,{names}",
-        *["python", "-m", "hpcdist.worker", "--", "python", *WEIRD],
-    ]
+    assert launch_words(text, "python") == [*SRUN_STEP, "--", "python", *WEIRD]
+    assert "\npython -m hpcdist mpirun -np 16 --mpi srun -- \\\n    python 'a 0' " in text  # the program: next line
+    # the values as given, CPUs per task for srun to read (it no longer inherits sbatch's); the contract's variables
+    # (HPCDIST_VERSION, ...) are hpcdist mpirun's to set
+    assert exported(text, "python") == {
+        "OMP_NUM_THREADS": "4", "SRUN_CPUS_PER_TASK": "4", **{f"W{i}": value for i, value in enumerate(WEIRD)}
+    }  # fmt: skip
+    assert "hpcdist.worker" not in text and "mkdir" not in text
+    assert not [line for line in text.splitlines() if line.lstrip().startswith("srun ")]  # srun is hpcdist mpirun's
 
 
 def test_opal_prefix_is_exported_to_the_ranks_srun_starts() -> None:
-    words = launch_words(render_sbatch(dataclasses.replace(BASE, opal_prefix=True), JINJA), "srun")
-    assert words[:4] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--export=ALL,HPCDIST_VERSION,OPAL_PREFIX"]
+    """The venv's prefix, read when the script runs, is in the environment hpcdist mpirun hands srun (--export=ALL)."""
+    text = render_sbatch(dataclasses.replace(BASE, python=sys.executable, opal_prefix=True), JINJA)
+    assert exported(text, sys.executable) == {"OPAL_PREFIX": sys.prefix}
+    step = [sys.executable, "-m", "hpcdist", "mpirun", "-np", "1", "--mpi", "srun", "--", "python", "train.py"]
+    assert launch_words(text, sys.executable) == step
 
 
-def test_mpirun_mode_forwards_with_x() -> None:
-    keepalive = [
-        "--prtemca",
-        "oob_tcp_keepalive_time",
-        "2",
-        "--prtemca",
-        "oob_tcp_keepalive_intvl",
-        "1",
-        "--prtemca",
-        "oob_tcp_keepalive_probes",
-        "3",
-    ]  # 2 nodes: a lost one is noticed in seconds
-    assert launch_words(render_sbatch(_bare(SPECS["gpu-mpirun"]), JINJA), "mpirun") == [
-        "mpirun",
-        "-np",
-        "16",
-        "--bind-to",
-        "none",
-        "--map-by",
-        "slot",
-        "--mca",
-        "btl",
-        "^ofi",
-        *keepalive,
-        "-x",
-        "HPCDIST_VERSION",
-        "-x",
-        "NCCL_DEBUG",
-        "-x",
-        "OMP_NUM_THREADS",
-        "python",
-        "-m",
-        "hpcdist.worker",
-        "--",
-        "python",
-        "train.py",
+# the venv's Open MPI (the wheel's mpirun) first on PATH, as a module would put an MPI's
+OPEN_MPI_PATH = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
+KEEPALIVE = [*["--prtemca", "oob_tcp_keepalive_time", "2", "--prtemca", "oob_tcp_keepalive_intvl", "1"],
+             *["--prtemca", "oob_tcp_keepalive_probes", "3"]]  # fmt: skip
+
+
+def test_mpirun_mode_s_step_forwards_with_x(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The step, hpcdist mpirun, is given the script's variables by name and passes them on with mpirun's -x."""
+    text = render_sbatch(_bare(SPECS["gpu-mpirun"]), JINJA)
+    assert launch_words(text, "python") == [
+        *["python", "-m", "hpcdist", "mpirun", "-np", "16", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS"],
+        *["--mpirun", "mpirun", "--mpi", "openmpi", "--", "python", "train.py"],
     ]
+    assert exported(text, "python") == {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4"}
+    assert "HPCDIST_" not in text and not [line for line in text.splitlines() if line.startswith("mpirun ")]
+    environ = {**allocation(2, 8), **exported(text, "python"), **OPEN_MPI_PATH}
+    # what the job's hpcdist mpirun runs: mpirun, forwarding the contract's variables with their values and the
+    # script's by name
+    line = from_launcher(step_dry_run(text, "python", environ, monkeypatch, capsys), "mpirun")
+    # 2 nodes: a lost one is noticed in seconds (the keepalive)
+    assert line[:19] == ["mpirun", "-np", "16", "--bind-to", "none", "--map-by", "slot", "--mca", "btl", "^ofi",
+                         *KEEPALIVE]  # fmt: skip
+    assert [line[i + 1] for i, word in enumerate(line) if word == "-x"] == [
+        *[f"HPCDIST_VERSION={__version__}", "HPCDIST_HEARTBEAT=5", "HPCDIST_TAG=numbered"],
+        *[f"HPCDIST_OUTPUT_RATE={output_rate({}, 16):g}", "NCCL_DEBUG", "OMP_NUM_THREADS"],
+        *["HPCDIST_CONTROL=<per-launch token>", "HPCDIST_RUN_ID=<per-launch run id>"],
+    ]
+    assert line[-6:] == [sys.executable, "-m", "hpcdist.worker", "--", "python", "train.py"]
 
 
-def test_mpirun_mode_on_one_node_has_no_keepalive() -> None:
-    spec = dataclasses.replace(_bare(SPECS["gpu-mpirun"]), nodes=1)
-    assert "oob_tcp_keepalive" not in render_sbatch(spec, JINJA)
+def test_mpirun_mode_on_one_node_has_no_keepalive(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = render_sbatch(dataclasses.replace(_bare(SPECS["gpu-mpirun"]), nodes=1), JINJA)
+    environ = {**allocation(1, 8), **exported(text, "python"), **OPEN_MPI_PATH}
+    line = from_launcher(step_dry_run(text, "python", environ, monkeypatch, capsys), "mpirun")
+    assert line[:8] == ["mpirun", "-np", "8", "--bind-to", "none", "--map-by", "slot", "--mca"]
+    assert "oob_tcp_keepalive" not in " ".join(line)
 
 
 def test_torchrun_mode_runs_one_torchrun_per_node_with_its_node_rank() -> None:
@@ -321,7 +394,10 @@ def test_requeue_passes_usr1_to_the_step_and_requeues_the_job_by_its_own_id() ->
     text = render_sbatch(_bare(SPECS["requeue-srun"], requeue_signal="USR1@90", opal_prefix=False), JINJA)
     assert "#SBATCH --requeue\n#SBATCH --open-mode=append\n#SBATCH --signal=B:USR1@90\n" in text
     assert 'kill -s USR1 "$hpcdist_step"' in text and "trap hpcdist_preempted USR1\n" in text
-    assert 'scontrol requeue "$hpcdist_job"' in text and launch_words(text, "srun")[:2] == ["srun", "--mpi=pmix"]
+    assert 'scontrol requeue "$hpcdist_job"' in text
+    assert launch_words(text, "python") == [*SRUN_STEP, "--", "python", "train.py"]
+    # the step runs in the background, so that the trap can pass USR1 on to it (hpcdist mpirun passes it to srun)
+    assert "python -m hpcdist mpirun -np 16 --mpi srun -- \\\n    python train.py &\nhpcdist_step=$!\n" in text
 
 
 def test_requeue_in_torchrun_mode_sends_sigterm_to_torchrun_and_its_workers_through_scancel() -> None:
@@ -331,8 +407,29 @@ def test_requeue_in_torchrun_mode_sends_sigterm_to_torchrun_and_its_workers_thro
     assert "kill -s" not in text  # srun would answer SIGTERM by killing the step (SIGKILL) before any checkpoint
 
 
-def test_restarts_in_mpirun_mode_forward_the_counters() -> None:
+def test_restarts_in_mpirun_mode_forward_the_counters(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The script's loop restarts its step and exports each attempt's counters, which the step forwards by name."""
     text = render_sbatch(_bare(SPECS["gpu-mpirun"], max_restarts=3), JINJA)
-    assert " -x HPCDIST_VERSION -x HPCDIST_MAX_RESTARTS -x HPCDIST_RESTART_COUNT -x TORCHELASTIC_RESTART_COUNT " in text
-    assert "export HPCDIST_MAX_RESTARTS=3\n" in text
-    assert launch_words(text, "mpirun")[-5:] == ["-m", "hpcdist.worker", "--", "python", "train.py"]
+    counters = ["-x", "HPCDIST_RESTART_COUNT", "-x", "TORCHELASTIC_RESTART_COUNT"]
+    assert launch_words(text, "python") == [
+        *["python", "-m", "hpcdist", "mpirun", "-np", "16", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", *counters],
+        *["--mpirun", "mpirun", "--mpi", "openmpi", "--", "python", "train.py"],
+    ]  # no --max-restarts: the loop restarts the step, not the step itself
+    loop = '    export HPCDIST_RESTART_COUNT="$hpcdist_attempt" TORCHELASTIC_RESTART_COUNT="$hpcdist_attempt"\n'
+    assert f"while :; do\n{loop}" in text and "HPCDIST_VERSION" not in text
+    exports = exported(text, "hpcdist_attempt=0")  # before the loop
+    assert exports == {"HPCDIST_MAX_RESTARTS": "3", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4"}
+    # the second attempt's step: mpirun passes the limit and this attempt's counters on to every rank
+    counted = {"HPCDIST_RESTART_COUNT": "1", "TORCHELASTIC_RESTART_COUNT": "1"}
+    environ = {**allocation(2, 8), **exports, **counted, **OPEN_MPI_PATH}
+    line = step_dry_run(text, "python", environ, monkeypatch, capsys)
+    assert [line[i + 1] for i, word in enumerate(line) if word == "-x"] == [
+        "HPCDIST_MAX_RESTARTS",  # set in the step's environment: forwarded as every HPCDIST_ variable is
+        *[f"HPCDIST_VERSION={__version__}", "HPCDIST_HEARTBEAT=5", "HPCDIST_TAG=numbered"],
+        *[f"HPCDIST_OUTPUT_RATE={output_rate({}, 16):g}", "NCCL_DEBUG", "OMP_NUM_THREADS"],
+        *["HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"],  # by name: this attempt's, as the loop exported them
+        *["HPCDIST_CONTROL=<per-launch token>", "HPCDIST_RUN_ID=<per-launch run id>"],
+    ]
+    assert line[-5:] == ["-m", "hpcdist.worker", "--", "python", "train.py"]

@@ -13,7 +13,9 @@ import pytest
 
 from hpcdist.errors import UsageError
 from hpcdist.jobs import slurmjob
+from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
 from hpcdist.jobs.slurmjob import JobInfo, check_job_id, parse_records, rank_log, show_job
+from hpcdist.launching.output import OutputOptions
 
 DATA = Path(__file__).resolve().parent / "data" / "scontrol"
 
@@ -70,6 +72,19 @@ def test_rank_files_of_mpirun_and_srun_modes_come_from_the_batch_script() -> Non
         "/tmp/wt-submit-cap/jobs/slogs/rank-002.log"
     )
     assert rank_log("#!/bin/bash\nsrun python x.py\n", srun, 0) is None  # no --log-dir: no file of its own
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+@pytest.mark.parametrize(("log_dir", "array", "folder"), [
+    ("logs", None, "logs"), ("my logs -- x", "0-3", "my logs -- x/7_2"), ("two\nlines", "1,2", "two\nlines/7_2"),
+])  # fmt: skip
+def test_a_generated_step_s_log_dir_gives_each_rank_s_file(launch: str, log_dir: str, array: str | None,
+                                                           folder: str) -> None:  # fmt: skip
+    spec = SbatchSpec(program=("train.py", "--log-dir", "elsewhere"), nodes=2, ntasks_per_node=2, launch=launch,
+                      array=array, rank_output=OutputOptions(log_dir=log_dir))  # fmt: skip
+    task = {"ArrayJobId": "7", "ArrayTaskId": "2"} if array else {}
+    info = JobInfo({"JobId": "7", "NumTasks": "4", "WorkDir": "/w", **task})
+    assert rank_log(render_sbatch(spec), info, 3) == Path("/w", folder, "rank-003.log")
 
 
 def fake_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:

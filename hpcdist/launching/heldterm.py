@@ -1,0 +1,41 @@
+"""`python -m hpcdist.launching.heldterm PROGRAM [ARGS...]`: run PROGRAM with SIGTERM held (blocked), by exec.
+
+For Open MPI's launcher and its daemons inside a Slurm allocation. Slurm sends SIGTERM to every process of a
+cancelled, preempted or timed-out job, the ranks included, and SIGKILL to what is left KillWait later. Open MPI's
+launcher and daemons (PRRTE) answer SIGTERM by ending their ranks themselves (SIGCONT, SIGTERM, then SIGKILL a
+quarter second apart, measured), so each rank would be signalled twice and killed half a second after Slurm's
+SIGTERM instead of at KillWait. Held, the signal stays pending in them; PRRTE unblocks every signal in each rank it
+starts, so the ranks get Slurm's SIGTERM once and keep KillWait to end in, and Slurm's SIGKILL ends the launcher and
+daemons with them. hpcdist mpirun still ends a job with SIGINT (Ctrl-C, a failure, its own kill wait).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from .world import World
+
+
+def main(argv: list[str], world: World) -> NoReturn:
+    """Block SIGTERM, then become `argv` (exit status 2 without one, 127 when it cannot be run; said on `world`)."""
+    if not argv:
+        print("hpcdist: error: no program given; usage: python -m hpcdist.launching.heldterm PROGRAM [ARGS...]",
+              file=world.stderr)  # fmt: skip
+        sys.exit(2)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        print(f"hpcdist: error: cannot run {argv[0]}: {exc.strerror or exc}; check that it exists on this node "
+              "and can run", file=world.stderr)  # fmt: skip
+        sys.exit(127)
+
+
+if __name__ == "__main__":
+    from .world import World
+
+    main(sys.argv[1:], World.current())
