@@ -22,6 +22,7 @@ from ..hosts import HostSlots, host_slots
 from ..ranksource import Source
 
 __all__ = [
+    "HELD",
     "AgentFailed",
     "AppContext",
     "Family",
@@ -69,6 +70,9 @@ class MpirunSpec:
     exit_codes: bool = False  # Hydra: print every rank's exit status at the end (-print-all-exitcodes)
     fault_tolerance: bool = False  # the survivors carry on after a rank is lost (Open MPI's ULFM)
     python: str | None = None  # the Python with hpcdist where the launcher runs (None: --bare, no hpcdist needed)
+
+
+HELD = "hpcdist.launching.heldterm"  # the module that runs a launcher with SIGTERM held (Family.held)
 
 
 # -- what a family's scanner finds in its launcher's lines --------------------------------------------------------
@@ -146,7 +150,6 @@ class Family:
     refuses_root: ClassVar[bool] = False  # its launcher will not run as root unless told (a script checks its user)
     sigterm: ClassVar[int] = signal.SIGTERM  # sent to its launcher, every rank gets SIGTERM and the job goes on
     ends_job: ClassVar[int] = signal.SIGINT  # sent to its launcher, it ends the job now, as Ctrl-C does
-    ends_stalled: ClassVar[int] = signal.SIGTERM  # sent to its launcher to end a job past its time, or stalled
     status_of_all: ClassVar[bool] = False  # its launcher's status sums up every rank's, not the first failure's
     lost_host_note: ClassVar[str] = ""  # said after a lost host under --on-failure shrink
 
@@ -157,6 +160,17 @@ class Family:
             UsageError: a spec this launcher cannot carry out.
         """
         raise NotImplementedError
+
+    def held(self, spec: MpirunSpec) -> list[str]:
+        """The command that starts its launcher with SIGTERM held (`hpcdist.launching.heldterm`) inside a Slurm
+        allocation, for a family whose launcher would pass Slurm's SIGTERM on to ranks Slurm signals itself (MPICH's
+        Hydra a second SIGTERM; Open MPI's, SIGTERM then SIGKILL half a second later). Empty elsewhere, without
+        hpcdist's Python (--bare), with a launch agent, or with a space in a path (PRRTE splits its agent at spaces).
+        """
+        if not spec.slurm or spec.python is None or spec.launch_agent is not None:
+            return []
+        held = [spec.python, "-m", HELD]
+        return [] if any(" " in word for word in (*held, spec.mpirun)) else held
 
     def launcher(self, path: str, runnable: Callable[[str], bool]) -> str:
         """The program to run for the launcher at `path` (`runnable(path)`: whether a file there can run)."""

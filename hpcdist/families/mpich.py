@@ -108,7 +108,8 @@ class Hydra(Family):
                 f"--mca is Open MPI's; {self.name}'s settings are environment variables (MPIR_CVAR_*, FI_*, "
                 f"I_MPI_*): pass them with -x NAME=VALUE, or use --mpi openmpi"
             )
-        argv = [spec.mpirun] if spec.np is None or spec.contexts else [spec.mpirun, "-n", str(spec.np)]
+        held = self.held(spec)
+        argv = [*held, spec.mpirun, *([] if spec.np is None or spec.contexts else ["-n", str(spec.np)])]
         if not spec.contexts:
             argv += self.placement(spec)
         argv += self.bootstrap(spec)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 from collections import deque
 from collections.abc import Sequence
 
@@ -156,7 +155,6 @@ class OpenMpi(Family):
     refuses_root = True
     # PRRTE 3.0 passes SIGTERM on and kills the ranks 0.5 s later; SIGURG it passes on (ess_base_forward_signals=all)
     sigterm = RELAYED_SIGTERM
-    ends_stalled = signal.SIGINT  # inside an allocation its launcher holds SIGTERM (see `held`)
     # Open MPI 5.0.11's runtime (PRRTE 3.0) ends the whole job when it loses a host's daemon, ULFM or not ("We cannot
     # recover from this failure")
     lost_host_note = (
@@ -204,16 +202,6 @@ class OpenMpi(Family):
                 argv += ["-x", f"{name}={value}"]
             argv += spec.program
         return argv
-
-    def held(self, spec: MpirunSpec) -> list[str]:
-        """Inside a Slurm allocation, the command that starts its launcher and daemons with SIGTERM held
-        (`hpcdist.launching.heldterm`): Slurm signals every process of a cancelled job, and PRRTE would end its
-        ranks half a second after Slurm's SIGTERM reached them, a second SIGTERM first. Empty elsewhere, without
-        hpcdist's Python (--bare), or with a space in a path PRRTE's launch agent would split."""
-        if not spec.slurm or spec.python is None or spec.launch_agent is not None:
-            return []
-        held = [spec.python, "-m", "hpcdist.launching.heldterm"]
-        return [] if any(" " in word for word in (*held, spec.mpirun)) else held
 
     def check_fault_tolerance(self, launcher: str, mpi: str | None) -> None:
         """Open MPI's ULFM keeps the survivors going: nothing to refuse."""

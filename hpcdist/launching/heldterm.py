@@ -1,12 +1,13 @@
 """`python -m hpcdist.launching.heldterm PROGRAM [ARGS...]`: run PROGRAM with SIGTERM held (blocked), by exec.
 
-For Open MPI's launcher and its daemons inside a Slurm allocation. Slurm sends SIGTERM to every process of a
-cancelled, preempted or timed-out job, the ranks included, and SIGKILL to what is left KillWait later. Open MPI's
+For an MPI's launcher inside a Slurm allocation (families.base.Family.held). Slurm sends SIGTERM to every process of
+a cancelled, preempted or timed-out job, the ranks included, and SIGKILL to what is left KillWait later. Open MPI's
 launcher and daemons (PRRTE) answer SIGTERM by ending their ranks themselves (SIGCONT, SIGTERM, then SIGKILL a
-quarter second apart, measured), so each rank would be signalled twice and killed half a second after Slurm's
-SIGTERM instead of at KillWait. Held, the signal stays pending in them; PRRTE unblocks every signal in each rank it
-starts, so the ranks get Slurm's SIGTERM once and keep KillWait to end in, and Slurm's SIGKILL ends the launcher and
-daemons with them. hpcdist mpirun still ends a job with SIGINT (Ctrl-C, a failure, its own kill wait).
+quarter second apart), MPICH's Hydra by passing it on (measured): each rank would be signalled twice, under Open
+MPI killed half a second after Slurm's SIGTERM instead of at KillWait. Held, the signal stays pending in them; PRRTE
+and Hydra unblock every signal in each rank they start, so the ranks get Slurm's SIGTERM once and keep KillWait to
+end in, and Slurm's SIGKILL ends the launchers with them. hpcdist mpirun ends such a job with SIGINT (Ctrl-C, a
+failure, its own kill wait).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import IO
 from .. import families, proctree, schedulers, settings
 from ..contract import log_name
 from ..errors import JobEnding, UsageError, WaitTimeout
+from ..families.base import HELD
 from ..waits import Backoff, poll_until
 from .exitcodes import ExitCodeWatch, describe_exit_codes
 from .outcome import LaunchOutcome
@@ -244,7 +245,7 @@ def run_mpirun(
             proc.send_signal(ends_job)
 
         handlers[signal.SIGINT] = interrupt
-    stalled = launcher.ends_stalled if launcher is not None else signal.SIGTERM
+    stalled = signal.SIGINT if HELD in argv else signal.SIGTERM  # a launcher that holds SIGTERM ends on SIGINT
     code = _spawn(argv, world.environ, "the MPI launcher", feed, received, timeout, check, handlers, world, stalled)
     ends_mid_line = watch.mid_line("stderr")
     _say(watch.news(), world)  # a loss heard as the launcher ended
@@ -272,7 +273,7 @@ def run_mpirun(
         world.say(f"hpcdist: exit statuses as Hydra reports them: {endings}")
     elif code and codes.lines and not known and not interrupted:  # taken out of the output: said as Hydra printed it
         world.say(f"hpcdist: Hydra's exit codes (ranks not told apart): {' '.join(codes.lines)}")
-    if problem:
+    if problem and not interrupted:  # a stop's one line says it: hosts the launcher lost while it ended follow from it
         world.say(f"hpcdist: error: {problem}")
     return outcome
 

@@ -10,7 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_slurm_cluster import ALL_NODES, NODES, assert_ok, batch_script, generated, rankrun, records
+from test_slurm_cluster import (
+    _COUNT_TERM,
+    ALL_NODES,
+    KILL_WAIT,
+    NODES,
+    _cancelled,
+    assert_ok,
+    batch_script,
+    generated,
+    rankrun,
+    records,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -99,3 +110,19 @@ def test_hpcdist_mpirun_inside_an_allocation_runs_mpich_ranks_on_all_four_nodes(
     assert markers == {f"rank{r}": f"{r} 0 4 1 {ALL_NODES[r]}" for r in range(4)}, result.describe()
     expected = {f"rank {r}: all_reduce SUM over all ranks -> [10.0, 20.0, 30.0]" for r in range(4)}
     assert expected <= set(records(result.stdout)), result.describe()
+
+
+def test_a_cancelled_hydra_job_s_ranks_get_sigterm_once_and_slurm_s_kill_wait(
+    cluster, venv: Path, mpich_python: Path, tmp_path: Path
+) -> None:
+    """scancel: Slurm signals mpiexec, its proxies and the ranks; Hydra would pass its SIGTERM on, a second one
+    (measured), so hpcdist mpirun starts it with SIGTERM held: each rank gets Slurm's once and runs until KillWait."""
+    (tmp_path / "count_term.py").write_text(_COUNT_TERM)
+    hpcdist: list[str | Path] = ["env", f"PYTHONPATH={ROOT}", mpich_python, "-m", "hpcdist", "mpirun", "--"]
+    script = batch_script(
+        venv, nodes=2, ntasks_per_node=2, commands=[[*hpcdist, mpich_python, tmp_path / "count_term.py"]]
+    )
+    ranks = _cancelled(cluster, script, tmp_path)
+    for terms, alive in ranks.values():
+        assert len(terms) == 1, ranks
+        assert alive - terms[0] > KILL_WAIT - 1.5, ranks  # alive on until KillWait, give or take Slurm's polling

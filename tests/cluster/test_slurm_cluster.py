@@ -476,7 +476,7 @@ KILL_WAIT = 5.0  # the test cluster's KillWait (slurm_cluster.sh): seconds from 
 
 def _cancelled(cluster, script: str, workdir: Path) -> dict[int, tuple[list[float], float]]:
     """Submit `script` (4 ranks of _COUNT_TERM on 2 nodes), scancel it once every rank runs, and return each rank's
-    SIGTERM times and when it was last alive."""
+    SIGTERM times and when it was last alive; hpcdist says nothing but the one line of the stop."""
     job_id = cluster.sbatch(script, workdir)
     start = time.monotonic()
     while len(list(workdir.glob("ready[0-9]"))) < 4:
@@ -488,6 +488,7 @@ def _cancelled(cluster, script: str, workdir: Path) -> dict[int, tuple[list[floa
     assert cancelled.returncode == 0, cancelled.stderr
     result = cluster.wait(job_id, 60, start)
     assert result.state == "CANCELLED", result.describe()
+    assert "hpcdist: error" not in result.stderr, result.describe()  # no host "lost" while Slurm ended them all
     nodes = sorted(path.read_text() for path in workdir.glob("ready[0-9]"))
     assert nodes == ["node1", "node1", "node2", "node2"], (nodes, result.describe())
     wait_for_no_rank = time.monotonic() + 30  # the job has ended; its ranks' processes may still be going

@@ -253,7 +253,12 @@ def test_inside_slurm_open_mpi_s_launcher_and_daemons_start_with_sigterm_held() 
     assert argv[:5] == [*HELD, "/venv/bin/mpirun", "-np"]
     at = argv.index("prte_launch_agent")
     assert argv[at - 1 : at + 2] == ["--prtemca", "prte_launch_agent", " ".join([*HELD, "/venv/bin/prted"])]
-    assert OPEN_MPI.ends_stalled == signal.SIGINT  # held, SIGTERM would not end it
+
+
+def test_inside_slurm_hydra_s_launcher_starts_with_sigterm_held_after_its_srun_setting() -> None:
+    for family in (MPICH, INTEL, MVAPICH):
+        argv = family.command(dataclasses.replace(IN_SLURM, family=family.name))
+        assert argv[:6] == ["env", "SLURM_MPI_TYPE=none", *HELD, "/venv/bin/mpirun"], family.name
 
 
 @pytest.mark.parametrize("change", [

@@ -115,7 +115,7 @@ def test_the_root_allowance_is_open_mpis_alone(
     text = render_sbatch(spec, JINJA)
     assert "OMPI_ALLOW_RUN_AS_ROOT" not in text
     line = step_dry_run(text, "python", allocation(1, 1), monkeypatch, capsys, uid=0)  # the step, run by root
-    assert line[:3] == ["env", "SLURM_MPI_TYPE=none", str(mpiexec)]
+    assert line[:6] == ["env", "SLURM_MPI_TYPE=none", sys.executable, "-m", "hpcdist.launching.heldterm", str(mpiexec)]
     assert "--allow-run-as-root" not in line and "OMPI_ALLOW" not in " ".join(line)  # Hydra runs as root unasked
     assert "OMPI_ALLOW_RUN_AS_ROOT" not in render_sbatch(SbatchSpec(program=("x.py",)), JINJA)  # srun: no mpirun
 

@@ -27,7 +27,9 @@ SPEC = SbatchSpec(program=("python", "train.py"), python="/v/bin/python", nodes=
                   launch="mpirun", env=(("NCCL_DEBUG", "INFO"),))  # fmt: skip
 PROGRAM = "    python train.py"  # the step's program, on the line after it
 STEP = "/v/bin/python -m hpcdist mpirun -np 4 -x NCCL_DEBUG"  # the step up to its launcher: hpcdist mpirun
-NO_PMIX = ["env", "SLURM_MPI_TYPE=none"]  # srun starts Hydra's proxies as no MPI tasks (no PMIx beside Hydra's PMI)
+# srun starts Hydra's proxies as no MPI tasks (no PMIx beside Hydra's PMI), and Hydra holds Slurm's SIGTERM (which
+# it would pass on to ranks Slurm signals itself), started by hpcdist mpirun's Python
+NO_PMIX = ["env", "SLURM_MPI_TYPE=none", sys.executable, "-m", "hpcdist.launching.heldterm"]
 MPIRUN = str(Path(sys.executable).parent / "mpirun")  # the Open MPI wheel's, beside this Python
 
 
@@ -47,7 +49,7 @@ def test_a_hydra_step_takes_the_allocation_through_srun(
     # what the job's hpcdist mpirun runs: Hydra, which starts its proxies through srun, and passes every variable on
     line = step_dry_run(text, "/v/bin/python", {**allocation(2, 2), **exported(text, "/v/bin/python")}, monkeypatch,
                         capsys)  # fmt: skip
-    assert line[: 8 + len(dialect)] == [*NO_PMIX, mpirun, "-n", "4", "-print-all-exitcodes", "-launcher", "slurm",
+    assert line[: 11 + len(dialect)] == [*NO_PMIX, mpirun, "-n", "4", "-print-all-exitcodes", "-launcher", "slurm",
                                         *dialect]  # fmt: skip
     assert line[-6:] == [sys.executable, *SHIM, "python", "train.py"]
     assert "NCCL_DEBUG" not in line and "-genvlist" not in line  # Hydra's -genvall, its default: no name needed
@@ -90,7 +92,7 @@ def test_hydra_scripts_with_restarts_requeue_arrays_and_logs_pass_shellcheck(
     monkeypatch.chdir(tmp_path)
     environ = {**allocation(2, 2), **exports, **task, **counted, **path}
     line = step_dry_run(text, "/v/bin/python", environ, monkeypatch, capsys)
-    assert line[:8] == [*NO_PMIX, "mpiexec", "-n", "4", "-print-all-exitcodes", "-launcher", "slurm"]
+    assert line[:11] == [*NO_PMIX, "mpiexec", "-n", "4", "-print-all-exitcodes", "-launcher", "slurm"]
     assert f" -genv HPCDIST_LOG_DIR {shlex.quote(str(tmp_path / 'logs' / '7_2'))} " in shlex.join(line)
     assert "-genvlist" not in line and "-genvnone" not in line
     assert line[-6:] == [sys.executable, *SHIM, "python", "train.py"]
@@ -137,7 +139,7 @@ def test_sbatch_cli_detects_and_takes_mpi(
         text = capsys.readouterr().out
         assert f"\n{python} -m hpcdist mpirun -np 1 --mpirun {folder}/{launcher} --mpi {mpi} -- \\\n    x.py\n" in text
         line = step_dry_run(text, python, allocation(1, 1), monkeypatch, capsys)
-        assert line[: 8 + len(dialect)] == [*NO_PMIX, f"{folder}/{launcher}", "-n", "1", "-print-all-exitcodes",
+        assert line[: 11 + len(dialect)] == [*NO_PMIX, f"{folder}/{launcher}", "-n", "1", "-print-all-exitcodes",
                                             "-launcher", "slurm", *dialect]  # fmt: skip
 
 
