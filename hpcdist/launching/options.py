@@ -72,8 +72,8 @@ class MpirunOptions:
             if field.name not in _FLAGS or value == field.default:
                 continue
             flag = _FLAGS[field.name]
-            if isinstance(value, bool):
-                argv.append(flag if value else "--no-tag")
+            if isinstance(value, bool):  # a switch; False off its default: --tag's other side, --no-tag
+                argv.append(flag if value else f"--no-{flag.removeprefix('--')}")
             elif field.name == "export":
                 argv += [word for name in value for word in (flag, name)]
             elif field.name == "mca":
