@@ -283,7 +283,7 @@ def _sbatch_options(spec: SbatchSpec) -> list[tuple[str, str | None]]:
 
 def _output(spec: SbatchSpec) -> list[str]:
     """Per-rank output in the torchrun mode, by torchrun's own means (its options); the srun and mpirun modes' is
-    hpcdist mpirun's (srun_step, mpirun_step).
+    hpcdist mpirun's (`step`).
     """
     out = spec.rank_output
     ranks = spec.nodes * spec.tasks_per_node

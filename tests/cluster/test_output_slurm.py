@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_slurm_cluster import assert_ok, generated
+from test_slurm_cluster import assert_ok, by_task, generated
 
 pytestmark = pytest.mark.timeout(600)  # the first test also waits for apt-get install on a fresh machine
 
@@ -16,23 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PRINTS = "import os, sys; r = os.environ['RANK']; print('out', r); print('more', r); print('err', r, file=sys.stderr)"
 
 
-_TAGGED = re.compile(r"^\[(?:[^\]:\s]+:)?(\d+)\] (.*)$")  # hpcdist's tag: `[node2:3] text`, `[rank 3] text`
+_TAGGED = re.compile(r"^\[[^\]:\s]+:(\d+)\] (.*)$")  # hpcdist's tag of a rank's line: `[node2:3] text`
 
 
 def _script(venv: Path, *options: str) -> str:
     """An srun-mode script whose ranks import this checkout's hpcdist."""
     return generated(venv, "--launch", "srun", "--opal-prefix", "--env", f"PYTHONPATH={ROOT}", *options,
                      program=[venv / "bin" / "python", "-c", PRINTS])  # fmt: skip
-
-
-def _by_rank(text: str) -> dict[int, list[str]]:
-    """A job's tagged lines grouped by rank."""
-    ranks: dict[int, list[str]] = {}
-    for line in text.splitlines():
-        match = _TAGGED.match(line)
-        if match:
-            ranks.setdefault(int(match[1]), []).append(match[2])
-    return ranks
 
 
 def test_srun_mode_log_dir_keeps_every_rank_s_file_while_ranks_choose_the_console_s(
@@ -47,8 +37,8 @@ def test_srun_mode_log_dir_keeps_every_rank_s_file_while_ranks_choose_the_consol
     for rank in range(4):
         lines = (tmp_path / "logs" / f"rank-00{rank}.log").read_text().splitlines()
         assert sorted(lines) == [f"err {rank}", f"more {rank}", f"out {rank}"], lines
-    assert _by_rank(result.stdout) == {0: ["out 0", "more 0"], 3: ["out 3", "more 3"]}, result.describe()
-    assert _by_rank(result.stderr) == {0: ["err 0"], 3: ["err 3"]}, result.describe()
+    assert by_task(result.stdout, _TAGGED) == {0: ["out 0", "more 0"], 3: ["out 3", "more 3"]}, result.describe()
+    assert by_task(result.stderr, _TAGGED) == {0: ["err 0"], 3: ["err 3"]}, result.describe()
 
 
 # rank 2 raises once every rank is in the job's all_reduces; the others' all_reduce then fails as its peer goes

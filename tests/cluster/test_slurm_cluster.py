@@ -100,11 +100,11 @@ def batch_script(
     return "\n".join(lines) + "\n"
 
 
-def by_task(text: str) -> dict[int, list[str]]:
-    """`srun --label` output grouped by task id."""
+def by_task(text: str, label: re.Pattern[str] = _LABELLED) -> dict[int, list[str]]:
+    """Labelled output grouped by task id: `srun --label`'s, or another `label` (group 1 the id, 2 the text)."""
     tasks: dict[int, list[str]] = {}
     for line in text.splitlines():
-        match = _LABELLED.match(line)
+        match = label.match(line)
         if match:
             tasks.setdefault(int(match[1]), []).append(match[2])
     return tasks
