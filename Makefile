@@ -54,7 +54,7 @@ $(MPICH_VENV)/.installed: $(VENV)/.installed tests/mpi_venv.py $(MPICH_LOCK)
 	touch $@
 
 # The compiled mpi backend, built once per venv (its MPI) and cached there, so no job waits for the compiler.
-%/.native: %/.installed hpcdist/mpi_backend/native.cpp
+%/.native: %/.installed $(wildcard hpcdist/mpi_backend/csrc/*)
 	$*/bin/python -m hpcdist.mpi_backend.native
 	touch $@
 

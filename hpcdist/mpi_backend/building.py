@@ -53,7 +53,8 @@ __all__ = [
     "recorded",
 ]
 
-_SOURCE = Path(__file__).with_name("native.cpp")
+_CSRC = Path(__file__).with_name("csrc")  # the C++ source: native.cpp, one translation unit, and its headers
+_SOURCE = _CSRC / "native.cpp"
 _PROGRESS_EVERY = 15.0  # seconds between the builder's "still building" lines
 _TYPICAL = "about 30 s of one core's time, longer on a busy node"  # measured: docs/mpi-backend.md
 _FIX = f"install one (apt-get install g++) or set {MPI_NATIVE.name}=0 to use the Python backend knowingly"
@@ -258,7 +259,8 @@ def _key(lib: Path) -> str:
     """What the build depends on: the source, torch, Python and the MPI library."""
     import torch
 
-    parts = [_SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(), str(lib.resolve()).encode(),
+    sources = [path.read_bytes() for path in sorted(_CSRC.iterdir()) if path.suffix in (".cpp", ".h")]
+    parts = [*sources, torch.__version__.encode(), sys.version.encode(), str(lib.resolve()).encode(),
              MPI.Get_library_version().encode()]  # fmt: skip
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
 

@@ -13,7 +13,7 @@ from hpcdist.commcall import FIELDS, Call
 from hpcdist.forensics.ledger import Ledger
 from hpcdist.mpi_backend import record
 
-NATIVE = Path(record.__file__).with_name("native.cpp")
+NATIVE = Path(record.__file__).with_name("csrc") / "native.cpp"
 
 
 def test_the_compiled_ring_exports_its_calls_in_the_types_field_order() -> None:
