@@ -44,6 +44,8 @@
 #include <thread>
 #include <vector>
 
+#include "testing.h"
+
 // One collective as `call` runs it (NativeBackend::call): MPI_<blocking>(args) or MPI_<nonblocking>(args, &request).
 #define COLLECTIVE(blocking, nonblocking, ...)      \
   call([&] { return MPI_##blocking(__VA_ARGS__); }, \
@@ -1066,4 +1068,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_ledger", &set_ledger, "Record calls in the ledger's ring (True) or not (False, the default), keeping "
         "the last `size` (0: as many as now)", py::arg("on"), py::arg("size") = 0);
   m.def("oldest_pending", &oldest_pending, "The start (monotonic seconds) of the oldest call in flight, or 0");
+#ifdef HPCDIST_NATIVE_TESTING
+  hpcdist_testing::define(m);
+#endif
 }
