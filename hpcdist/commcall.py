@@ -1,7 +1,7 @@
 """One communication call, as hpcdist records it, from the mpi backend's ring to the trace file (a leaf: pure).
 
 `Call` is the one type every recorder makes and every reader takes: the compiled mpi backend's ring exports its
-calls as Calls (native.cpp builds them in FIELDS' order, which a test compares with the module's own list), the
+calls as Calls (csrc/native.cpp makes each by its fields' names), the
 Python group and the dist.* ledger record into Calls, a rank's answer to the hang report sends them, the divergence
 analysis reads them, and the trace file is written from them and read back into them.
 
@@ -98,7 +98,7 @@ class Call:
         return (self.op, self.peer, tuple(self.shape), str(self.dtype), self.group)
 
 
-FIELDS = tuple(field.name for field in fields(Call))  # in order: native.cpp's CALL_FIELDS are its first ten
+FIELDS = tuple(field.name for field in fields(Call))
 
 
 def dtype_name(dtype: object) -> str:

@@ -40,7 +40,7 @@ from .dtypes import reduction_plan
 from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
 from .group import BACKEND_NAME, DEVICES, MPIProcessGroup
 from .lost import RanksLostError, gather_hosts
-from .ring import ring_min_bytes
+from .ring import COMPILED_TAG, SEGMENT, ring_min_bytes
 from .work import MPIWork
 
 __all__ = [
@@ -190,8 +190,16 @@ def _create(options: Any, backend_options: Any = None) -> Any:
     if compiled is None or not agreed:
         return reference
     native.start_watchdog(compiled)
-    ring = ring_min_bytes(compiled=True)
-    who, desc = reference._who(), reference._desc
-    return compiled.make_group(
-        comm.handle, comm.rank, comm.size, who, desc, options.timeout, ring, yielding, reference, name, ranks
+    spec = compiled.Spec(
+        backend_name=BACKEND_NAME,
+        who=reference._who(),
+        desc=reference._desc,
+        name=name,
+        ranks=ranks,
+        timeout=options.timeout,
+        ring_bytes=ring_min_bytes(compiled=True),
+        ring_tag=COMPILED_TAG,
+        ring_segment=SEGMENT,
+        yielding=yielding,
     )
+    return compiled.make_group(comm=comm.handle, rank=comm.rank, size=comm.size, fallback=reference, spec=spec)

@@ -109,7 +109,7 @@ def calls() -> list[Call]:
     recorded = [call.copy() for call in list(_CALLS)]
     module = _compiled()
     if module is not None:
-        for call in module.ledger(Call):  # Calls of its own (native.cpp's CALL_FIELDS), dtypes as c10 names them
+        for call in module.ledger(Call):  # Calls made by field name, dtypes as c10 names them
             call.dtype = dtype_name(call.dtype)
             recorded.append(call)
     recorded.sort(key=_STARTED)

@@ -24,12 +24,13 @@ from mpi4py import MPI
 
 from .. import settings
 
-__all__ = ["RING_DTYPES", "ring_allreduce", "ring_min_bytes"]
+__all__ = ["COMPILED_TAG", "RING_DTYPES", "SEGMENT", "ring_allreduce", "ring_min_bytes"]
 
 _DEFAULT_MIN_BYTES = 256 * 1024
 _COMPILED_MIN_BYTES = 8 << 20
-_TAG_BASE, _TAG_SPAN = 7001, 4096  # one tag per ring op: DDP keeps several bucket all-reduces in flight
-_SEGMENT = 1 << 20  # measured at 2 ranks: 10-20% faster than whole chunks from 8 MiB up, equal below
+COMPILED_TAG = 7000  # the compiled backend's rings' tag on the ring communicator (one: its rings run in order)
+_TAG_BASE, _TAG_SPAN = COMPILED_TAG + 1, 4096  # one tag per ring op: DDP keeps several bucket all-reduces in flight
+SEGMENT = 1 << 20  # bytes per message, both rings: at 2 ranks 10-20% faster than whole chunks from 8 MiB, equal below
 _ABANDONED: list = []  # buffers of failed rings, which MPI may still read or write
 _POOL = 4  # free scratch pairs (2 MiB) a group keeps per dtype; DDP has a few bucket all-reduces in flight
 #: dtypes whose in-place torch arithmetic is complete (uint16/32/64 are not)
@@ -109,14 +110,14 @@ def _schedule(
     for step in range(size - 1):  # afterwards chunk (rank+1) % size is complete here
         s, m = (rank - step) % size, (rank - step - 1) % size
         send_len, recv_len = bounds[s + 1] - bounds[s], bounds[m + 1] - bounds[m]
-        for at in range(0, max(send_len, recv_len), _SEGMENT):
-            got = max(0, min(_SEGMENT, recv_len - at))
+        for at in range(0, max(send_len, recv_len), SEGMENT):
+            got = max(0, min(SEGMENT, recv_len - at))
             segments.append(
                 _Segment(
                     step,
                     got,
                     bounds[s] + at,
-                    max(0, min(_SEGMENT, send_len - at)),
+                    max(0, min(SEGMENT, send_len - at)),
                     (bounds[m] + at) // item,
                     got // item,
                 )
@@ -176,6 +177,6 @@ def _ring_steps(group: Any, t: torch.Tensor, op: str, tag: int) -> Iterator[list
 
 
 def _new_halves(dtype: torch.dtype, item: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two receive buffers of _SEGMENT bytes: one being added while the other fills."""
-    count = _SEGMENT // item
+    """Two receive buffers of SEGMENT bytes: one being added while the other fills."""
+    count = SEGMENT // item
     return torch.empty(count, dtype=dtype), torch.empty(count, dtype=dtype)

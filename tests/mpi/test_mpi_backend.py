@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hpcdist.commcall import FIELDS, Call
+from hpcdist.commcall import Call
 
 pytestmark = pytest.mark.mpi
 
@@ -368,12 +368,31 @@ def test_the_ledger_records_every_call_once_object_collectives_and_subgroups_inc
 
 
 @pytest.mark.native_backend
-def test_the_compiled_ring_names_its_fields_in_the_record_types_order(world) -> None:
-    from hpcdist.mpi_backend import native
+def test_the_compiled_ledger_makes_each_call_a_call_field_by_field(world) -> None:
+    from hpcdist.mpi_backend import native, record
 
     module = native.loaded()
     assert module is not None, "the compiled backend is not loaded in this job (it did not build?)"
-    assert FIELDS[: len(module.CALL_FIELDS)] == module.CALL_FIELDS
+    g, n = world.mpi, world.size
+    t = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+    record.enable()
+    try:
+        since = time.monotonic()
+        dist.broadcast(t, src=n - 1, group=g)
+        ended = time.monotonic()
+    finally:
+        record.enable(False)
+    mine = [c for c in module.ledger(Call) if c.started >= since]
+    assert len(mine) == 1
+    call = mine[0]
+    assert (call.op, call.peer, call.shape, call.dtype, call.group) == (
+        "broadcast",
+        f"root={n - 1}",
+        (2, 3),
+        "Double",  # as c10 names it; record.calls() gives torch's name
+        str(list(range(n))),
+    )
+    assert call.done and since <= call.started <= call.ended <= ended and not call.backward and call.gseq > 0
 
 
 def test_new_subgroups(world) -> None:

@@ -1,27 +1,15 @@
-"""One record type for a communication call: the compiled ring's field order, the Python group's record, the answer's
-bytes, the clocks."""
+"""One record type for a communication call: the Python group's record, the answer's bytes, the clocks (the compiled
+ledger's Calls are tested under MPI, tests/mpi/test_mpi_backend.py)."""
 
 from __future__ import annotations
 
 import pickle
-import re
-from pathlib import Path
 
 import torch
 
 from hpcdist.commcall import FIELDS, Call
 from hpcdist.forensics.ledger import Ledger
 from hpcdist.mpi_backend import record
-
-NATIVE = Path(record.__file__).with_name("csrc") / "native.cpp"
-
-
-def test_the_compiled_ring_exports_its_calls_in_the_types_field_order() -> None:
-    declared = re.search(r"kCallFields\[\] = \{(.*?)\};", NATIVE.read_text(), re.S)
-    assert declared is not None, "native.cpp declares no kCallFields"
-    names = tuple(re.findall(r'"(\w+)"', declared.group(1)))
-    assert names == FIELDS[: len(names)]
-    assert len(names) == len(FIELDS) - 1  # all but seq, which the rank gives when it numbers its calls
 
 
 def test_the_python_groups_record_sets_every_field_and_leaves_as_a_plain_call() -> None:

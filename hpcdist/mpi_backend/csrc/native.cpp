@@ -10,145 +10,38 @@
 // to the Python group it was made with, which stays the reference implementation. Where ranks share cores, each
 // call is its non-blocking twin, waited on with sched_yield (`call`). A blocking call cannot time out in MPI:
 // `overdue()` names the calls past their group's timeout, and the Python watchdog (native.py) ends the job
-// with that text, as NCCL's watchdog does. Every call also goes into a fixed ring of `Call`s (`record`), written
+// with that text, as NCCL's watchdog does. Every call also goes into the ledger (ledger.h), written
 // without Python objects, that hang forensics read as hpcdist.commcall.Call objects (`ledger()`).
-#include <torch/extension.h>
-#include <torch/version.h>
-#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/version.h>
 
 #include <pybind11/chrono.h>
 
-#include <mpi.h>
-#if __has_include(<mpi-ext.h>)
-#include <mpi-ext.h>  // Open MPI's extensions: ULFM's MPIX_Comm_revoke and MPIX_Comm_get_failed
-#endif
-#include <sched.h>
-
-#include <algorithm>
-#include <array>
-#include <atomic>
-#include <chrono>
-#include <climits>
-#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <set>
-#include <string>
 #include <thread>
-#include <vector>
 
-#include "testing.h"
+#include "common.h"
+#include "ledger.h"
+#include "ring.h"
+#include "work.h"
 
 // One collective as `call` runs it (NativeBackend::call): MPI_<blocking>(args) or MPI_<nonblocking>(args, &request).
 #define COLLECTIVE(blocking, nonblocking, ...)      \
   call([&] { return MPI_##blocking(__VA_ARGS__); }, \
        [&](MPI_Request* request) { return MPI_##nonblocking(__VA_ARGS__, request); })
 
-namespace {
-
-namespace py = pybind11;
-using c10d::Work;
-using WorkPtr = c10::intrusive_ptr<Work>;
-using Tensors = std::vector<at::Tensor>;
-using ms = std::chrono::milliseconds;
-using Future = c10::ivalue::Future;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+namespace hpcdist_testing {
+struct Access;
 }
 
-MPI_Comm comm_of(uint64_t handle) {  // mpi4py's Comm.handle: a pointer (Open MPI) or an int (MPICH and its ABI)
-  static_assert(sizeof(MPI_Comm) == sizeof(intptr_t) || sizeof(MPI_Comm) == sizeof(int), "unknown MPI_Comm");
-  MPI_Comm comm;
-  if constexpr (sizeof(MPI_Comm) == sizeof(intptr_t)) {
-    const intptr_t value = static_cast<intptr_t>(handle);
-    std::memcpy(&comm, &value, sizeof comm);
-  } else {
-    const int value = static_cast<int>(static_cast<uint32_t>(handle));  // mpi4py gives MPICH's unsigned
-    std::memcpy(&comm, &value, sizeof comm);
-  }
-  return comm;
-}
-
-MPI_Datatype mpi_type(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kChar: return MPI_INT8_T;
-    case at::kByte: return MPI_UINT8_T;
-    case at::kShort: return MPI_INT16_T;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
-    default: return MPI_DATATYPE_NULL;
-  }
-}
-
-MPI_Op mpi_op(const c10d::ReduceOp& op, at::ScalarType t) {
-  const bool integral = at::isIntegralType(t, /*includeBool=*/false);
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM: return MPI_SUM;
-    case c10d::ReduceOp::PRODUCT: return MPI_PROD;
-    case c10d::ReduceOp::MIN: return MPI_MIN;
-    case c10d::ReduceOp::MAX: return MPI_MAX;
-    case c10d::ReduceOp::BAND: return integral ? MPI_BAND : MPI_OP_NULL;
-    case c10d::ReduceOp::BOR: return integral ? MPI_BOR : MPI_OP_NULL;
-    case c10d::ReduceOp::BXOR: return integral ? MPI_BXOR : MPI_OP_NULL;
-    default: return MPI_OP_NULL;  // AVG, PREMUL_SUM: the Python group's
-  }
-}
-
-std::string seconds(int64_t millis) {  // 1500 -> "1.5"
-  std::string text = std::to_string(millis / 1e3);
-  text.erase(text.find_last_not_of('0') + 1);
-  if (!text.empty() && text.back() == '.') text.pop_back();
-  return text;
-}
-
-// Drop a Python reference: with the GIL, or (a static destructor after Python ended) leaked.
-void release(py::object& object) {
-  if (!Py_IsInitialized()) {
-    object.release();
-    return;
-  }
-  py::gil_scoped_acquire gil;
-  object = py::object();
-}
-
-c10::intrusive_ptr<Future> tensor_future() {
-  return c10::make_intrusive<Future>(c10::ListType::create(c10::TensorType::get()));
-}
-
-// Whether a tensor can go to MPI from here: on the CPU, dense, with at most INT_MAX elements or bytes. These
-// depend only on what every rank of a collective passes alike, so all ranks take the same path.
-bool dense_cpu(const at::Tensor& t) {
-  return t.device().is_cpu() && t.layout() == at::kStrided && t.nbytes() <= static_cast<size_t>(INT_MAX);
-}
-
-// The tensor's values in plain contiguous memory MPI can read: the tensor itself when it already is.
-at::Tensor plain(const at::Tensor& t) {
-  if (!t.is_conj() && !t.is_neg() && t.is_contiguous()) return t;  // the usual case, without three dispatched calls
-  return t.resolve_conj().resolve_neg().contiguous();
-}
-
-// A buffer MPI may read and write: the tensor itself, or a contiguous copy written back by `done()`.
-struct Staged {
-  at::Tensor user, buf;
-  explicit Staged(const at::Tensor& t) : user(t), buf(plain(t)) {}
-  void* data() const { return buf.data_ptr(); }
-  int count() const { return static_cast<int>(buf.numel()); }
-  int bytes() const { return static_cast<int>(buf.nbytes()); }
-  void done() {
-    if (!buf.is_same(user)) user.copy_(buf);
-  }
-};
+namespace hpcdist_native {
 
 // The call a thread of this group is in, for the watchdog: its name and deadline (0: none).
 struct InFlight {
@@ -170,278 +63,92 @@ class Watched {
   InFlight& slot_;
 };
 
-// The ledger: the last kRing calls of every group of this process, for hang forensics. A writer claims a slot
-// with one atomic increment and stamps it with its call number (odd while it writes, so a reader skips a slot
-// being written); strings are static (operation and dtype names) or the group's own (kept in `group_names`).
-constexpr size_t kRing = 256;  // calls kept unless the trace asks for more (set_ledger)
-constexpr int kDims = 4;  // the shape's first dimensions kept (the rest are rare; the count says how many)
-struct Call {
-  std::atomic<uint64_t> stamp{0};  // 2 * (call number) + 1 while written, + 2 once written
-  const char* op = "";
-  const char* dtype = "";
-  int group = 0;  // index into group_names
-  int peer = -1;  // the root, or -1
-  int ndim = 0;
-  std::array<int64_t, kDims> shape{};
-  uint64_t gseq = 0;
-  bool backward = false;  // issued while autograd ran a backward pass on this thread (DDP's gradient all-reduce)
-  int64_t start_ns = 0;
-  std::atomic<int64_t> end_ns{0};
-};
-struct Ring {
-  explicit Ring(size_t n) : size(n), calls(new Call[n]) {}
-  const size_t size;
-  std::unique_ptr<Call[]> calls;
-};
-std::atomic<Ring*> ring{new Ring(kRing)};  // a larger one replaces it for a trace; the old one is never freed
-std::atomic<bool> recording{false};  // set_ledger: hang forensics are on
-std::atomic<uint64_t> ring_next{0};
-std::mutex names_mutex;
-std::vector<std::string> group_names;  // every group's name, e.g. "world" or "[0, 1]"; only appended to
-
-int name_group(const std::string& name) {
-  std::lock_guard<std::mutex> lock(names_mutex);
-  group_names.push_back(name);
-  return static_cast<int>(group_names.size() - 1);
-}
-
-// Record a call as it is issued: its call number, to mark it finished (`finished`).
-constexpr uint64_t kUnrecorded = UINT64_MAX;
-uint64_t record(const char* op, const at::Tensor* t, int group, int peer, uint64_t gseq) {
-  if (!recording.load(std::memory_order_relaxed)) return kUnrecorded;
-  const uint64_t id = ring_next.fetch_add(1, std::memory_order_relaxed);
-  Ring* r = ring.load(std::memory_order_acquire);
-  Call& c = r->calls[id % r->size];
-  c.stamp.store(2 * id + 1, std::memory_order_release);
-  c.op = op;
-  c.group = group;
-  c.peer = peer;
-  c.gseq = gseq;
-  c.dtype = t ? c10::toString(t->scalar_type()) : "";
-  c.ndim = t ? static_cast<int>(t->dim()) : 0;
-  for (int i = 0; i < c.ndim && i < kDims; ++i) c.shape[i] = t->size(i);
-  c.backward = torch::autograd::get_current_graph_task_id() != -1;
-  c.end_ns.store(0, std::memory_order_relaxed);
-  c.start_ns = now_ns();
-  c.stamp.store(2 * id + 2, std::memory_order_release);
-  return id;
-}
-
-void finished(uint64_t id) {
-  if (id == kUnrecorded) return;
-  Ring* r = ring.load(std::memory_order_acquire);
-  Call& c = r->calls[id % r->size];
-  if (c.stamp.load(std::memory_order_acquire) == 2 * id + 2) c.end_ns.store(now_ns(), std::memory_order_release);
-}
-
-// The fields of each call `ledger` exports, in the order it passes them to the Python type it is given
-// (hpcdist.commcall.Call: its first fields are these, as a test checks): op, root ("root=N" or ""), shape, dtype as
-// c10 names it ("Float"), group name, gseq, start and end in seconds of CLOCK_MONOTONIC (end None: in flight),
-// done, backward.
-constexpr const char* kCallFields[] = {"op",   "peer",    "shape", "dtype", "group",
-                                       "gseq", "started", "ended", "done",  "backward"};
-
-// The ring's calls, oldest first, each made by `call_type(*fields)`. Slots being written are left out.
-std::vector<py::object> ledger(const py::object& call_type) {
-  struct Copy {
-    const char* op;
-    const char* dtype;
-    int group, peer, ndim;
-    std::array<int64_t, kDims> shape;
-    uint64_t gseq;
-    bool backward;
-    int64_t start_ns, end_ns;
+// A group's asynchronous operations and the thread that runs them in order. Shared by the backend and the thread,
+// so that the backend may be destroyed on the thread itself (a future's callback dropping its last reference).
+struct Worker {
+  using Op = std::function<void(MPI_Comm)>;
+  struct Job {
+    Op op;
+    MPI_Comm comm;
+    c10::intrusive_ptr<QueuedWork> work;
+    const char* name;
+    ms limit;
+    uint64_t call;  // its number in the ledger
   };
-  std::vector<Copy> copies;
-  const uint64_t next = ring_next.load(std::memory_order_acquire);
-  const Ring* r = ring.load(std::memory_order_acquire);
-  for (uint64_t id = next > r->size ? next - r->size : 0; id < next; ++id) {
-    const Call& c = r->calls[id % r->size];
-    if (c.stamp.load(std::memory_order_acquire) != 2 * id + 2) continue;
-    Copy copy{c.op, c.dtype, c.group, c.peer, c.ndim, c.shape, c.gseq, c.backward, c.start_ns,
-              c.end_ns.load(std::memory_order_acquire)};
-    if (c.stamp.load(std::memory_order_acquire) == 2 * id + 2) copies.push_back(copy);
-  }
-  std::vector<std::string> names;
-  {
-    std::lock_guard<std::mutex> lock(names_mutex);
-    names = group_names;
-  }
-  std::vector<py::object> out;
-  for (const Copy& c : copies) {
-    py::tuple shape(std::min(c.ndim, kDims));
-    for (int i = 0; i < std::min(c.ndim, kDims); ++i) shape[i] = c.shape[i];
-    const std::string peer = c.peer < 0 ? "" : "root=" + std::to_string(c.peer);
-    const py::object end = c.end_ns ? py::object(py::float_(c.end_ns / 1e9)) : py::object(py::none());
-    // in kCallFields' order
-    out.push_back(call_type(c.op, peer, shape, c.dtype, names.at(c.group), c.gseq, c.start_ns / 1e9, end,
-                            c.end_ns != 0, c.backward));
-  }
-  return out;
-}
 
-py::tuple call_fields() {
-  py::tuple names(std::size(kCallFields));
-  for (size_t i = 0; i < std::size(kCallFields); ++i) names[i] = kCallFields[i];
-  return names;
-}
-
-// Record calls (or not), keeping the last `size` of them: a different size takes a fresh ring, which the trace
-// asks for while no call is in flight; the calls of the old ring are not carried over.
-void set_ledger(bool on, size_t size) {
-  if (size && size != ring.load()->size) ring.store(new Ring(size));
-  recording.store(on);
-}
-
-// The start (monotonic seconds) of the oldest call still in flight, or 0: what the forensics' watchdog polls.
-double oldest_pending() {
-  const uint64_t next = ring_next.load(std::memory_order_acquire);
-  const Ring* r = ring.load(std::memory_order_acquire);
-  for (uint64_t id = next > r->size ? next - r->size : 0; id < next; ++id) {
-    const Call& c = r->calls[id % r->size];
-    if (c.stamp.load(std::memory_order_acquire) == 2 * id + 2 && c.end_ns.load(std::memory_order_acquire) == 0) {
-      return c.start_ns / 1e9;
+  // Run the jobs handed over until told to stop with none left.
+  static void run(const std::shared_ptr<Worker>& self) {
+    Worker& w = *self;
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(w.mutex);
+        w.queued.wait(lock, [&] { return w.stopping || !w.queue.empty(); });
+        if (w.queue.empty()) return;
+        job = std::move(w.queue.front());
+        w.queue.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        Watched watch(w.slot, job.name, job.limit);
+        job.op(job.comm);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      ledger().finished(job.call);
+      job.work->settle(error);  // runs the future's callbacks here; they may issue more (run in place), or drop
+      job = Job();               // the backend's last reference: from here only `w` is used
+      {
+        std::lock_guard<std::mutex> lock(w.mutex);
+        --w.pending;
+      }
+      w.idle.notify_all();
     }
   }
-  return 0;
-}
 
-// Run `f` without the GIL: a blocking MPI call must never hold it (the watchdog and progress threads need it).
-template <class F>
-void without_gil(F&& f) {
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    py::gil_scoped_release unlocked;
-    f();
-  } else {
-    f();
-  }
-}
-
-// A synchronous operation's Work: it finished before it was returned.
-class DoneWork : public Work {
- public:
-  explicit DoneWork(Tensors out) : out_(std::move(out)) { completed_ = true; }
-  bool isCompleted() override { return true; }
-  bool isSuccess() const override { return true; }
-  bool wait(ms) override { return true; }
-  Tensors result() override { return out_; }
-  c10::intrusive_ptr<Future> getFuture() override {
-    auto fut = tensor_future();
-    fut->markCompleted(c10::IValue(out_));
-    return fut;
-  }
-
- private:
-  Tensors out_;
+  std::mutex mutex;
+  std::condition_variable queued, idle;
+  std::deque<Job> queue;
+  std::atomic<int> pending{0};
+  bool stopping = false;
+  InFlight slot;  // what the thread is in, for the watchdog
+  std::atomic<std::thread::id> id{};
 };
-
-// An asynchronous operation's Work: settled by the group's worker thread, with its Future.
-class QueuedWork : public Work {
- public:
-  QueuedWork(Tensors out, std::string what) : out_(std::move(out)), what_(std::move(what)), fut_(tensor_future()) {}
-  bool isCompleted() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return completed_;
-  }
-  bool isSuccess() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return completed_ && !exception_;
-  }
-  std::exception_ptr exception() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return exception_;
-  }
-  Tensors result() override { return out_; }
-  bool wait(ms timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (timeout == kNoTimeout) {
-      cv_.wait(lock, [&] { return completed_; });
-    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      C10_THROW_ERROR(DistBackendError, what_ + " did not complete within " + seconds(timeout.count()) +
-                                            " s (the timeout given to wait(); the operation goes on)");
-    }
-    if (exception_) std::rethrow_exception(exception_);
-    return true;
-  }
-  c10::intrusive_ptr<Future> getFuture() override { return fut_; }
-  void settle(std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      completed_ = true;
-      exception_ = error;
-    }
-    cv_.notify_all();
-    if (error) {
-      fut_->setError(error);
-    } else {
-      fut_->markCompleted(c10::IValue(out_));
-    }
-  }
-
- private:
-  Tensors out_;
-  std::string what_;
-  c10::intrusive_ptr<Future> fut_;
-};
-
-// A Work of the Python group: every query goes to the Python object (torch's trampoline forwards only two).
-class PyWork : public Work {
- public:
-  explicit PyWork(py::object work) : work_(std::move(work)) {}
-  ~PyWork() override { release(work_); }
-  bool wait(ms timeout) override {
-    py::gil_scoped_acquire gil;
-    py::object done = timeout == kNoTimeout ? work_.attr("wait")() : work_.attr("wait")(timeout);
-    return done.cast<bool>();
-  }
-  bool isCompleted() override { return call<bool>("is_completed"); }
-  bool isSuccess() const override { return call<bool>("is_success"); }
-  std::exception_ptr exception() const override {
-    py::gil_scoped_acquire gil;
-    py::object error = work_.attr("exception")();
-    if (error.is_none()) return nullptr;
-    return std::make_exception_ptr(std::runtime_error(py::str(error).cast<std::string>()));
-  }
-  int sourceRank() const override { return call<int>("source_rank"); }
-  Tensors result() override { return call<Tensors>("result"); }
-  void synchronize() override { wait(kNoTimeout); }
-  c10::intrusive_ptr<Future> getFuture() override {
-    py::gil_scoped_acquire gil;
-    return work_.attr("get_future")().cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
-  }
-
- private:
-  template <class T>
-  T call(const char* name) const {
-    py::gil_scoped_acquire gil;
-    return work_.attr(name)().cast<T>();
-  }
-  py::object work_;
-};
-
-// The rings' messages: segments of at most kSegment bytes (as ring.py's), tagged apart from ring.py's (7001 on).
-constexpr int64_t kSegment = 1 << 20;
-constexpr int kRingTag = 7000;
 
 class NativeBackend;
 std::mutex live_mutex;
 std::set<NativeBackend*> live;  // every group of this process, for overdue()
 
+// What the Python side decides for a group (hpcdist/mpi_backend/__init__.py passes each by name).
+struct Spec {
+  std::string backend_name;  // as torch registered the backend
+  std::string who, desc;     // this rank and the group, as errors name them
+  std::string name;          // the group as the ledger names it
+  std::vector<int> ranks;    // the global rank of each group rank
+  ms timeout;
+  int64_t ring_bytes;    // the size from which all_reduce takes the ring
+  int ring_tag;          // the rings' tag on the ring communicator, apart from the Python group's rings' tags
+  int64_t ring_segment;  // the rings' message size in bytes
+  bool yielding;         // ranks share cores somewhere in the group: wait on non-blocking calls, yielding the CPU
+};
+
+// How long the requests an error left in a ring may take to complete before they are abandoned (Posted).
+constexpr ms kRingPatience{5000};
+
 class NativeBackend : public c10d::Backend {
+  friend struct hpcdist_testing::Access;
+
  public:
-  NativeBackend(uint64_t comm, int rank, int size, std::string who, std::string desc, ms timeout, int64_t ring_bytes,
-                bool yielding, py::object fallback, const std::string& name, std::vector<int> ranks)
+  NativeBackend(uint64_t comm, int rank, int size, Spec spec, py::object fallback)
       : Backend(rank, size),
+        spec_(std::move(spec)),
         comm_(comm_of(comm)),
-        who_(std::move(who)),
-        desc_(std::move(desc)),
-        timeout_(timeout),
-        ring_bytes_(ring_bytes),
-        yielding_(yielding),
+        timeout_(spec_.timeout.count()),
         py_(std::move(fallback)),
         ring_comm_(comm_of(py_.attr("_ring_comm").attr("handle").cast<uint64_t>())),
-        group_(name_group(name)),
-        ranks_(std::move(ranks)) {
+        ring_(ring_comm_, rank, size, spec_.ring_tag, spec_.ring_segment, kRingPatience,
+              [this](int code, const char* name) { check(code, name); }),
+        group_(ledger().name_group(spec_.name)) {
     std::lock_guard<std::mutex> lock(live_mutex);
     live.insert(this);
   }
@@ -455,16 +162,16 @@ class NativeBackend : public c10d::Backend {
     release(py_);
   }
 
-  const std::string getBackendName() const override { return "mpi4py"; }
+  const std::string getBackendName() const override { return spec_.backend_name; }
   bool supportsCoalescing() const override { return true; }
 
   // The text of each call of this group past its deadline (the watchdog ends the job with it).
   void overdue(std::vector<std::string>& out) const {
     const int64_t now = now_ns();
-    for (const InFlight* slot : {&caller_, &worker_slot_}) {
+    for (const InFlight* slot : std::array<const InFlight*, 2>{&caller_, &worker_->slot}) {
       const int64_t deadline = slot->deadline.load(std::memory_order_acquire);
       if (deadline != 0 && now > deadline) {
-        out.push_back(who_ + ": " + slot->name.load() + " on " + desc_ + " did not complete within " +
+        out.push_back(spec_.who + ": " + slot->name.load() + " on " + spec_.desc + " did not complete within " +
                       seconds(slot->limit_ms.load()) +
                       " s (the group's timeout): check that every rank of the group made this call (with hang "
                       "forensics on, HPCDIST_TIMEOUT's report names a rank that is elsewhere or stuck); only if the "
@@ -485,7 +192,7 @@ class NativeBackend : public c10d::Backend {
     return issue("all_reduce", ts, opts.asyncOp, opts.timeout, -1, [=, t = ts[0]](MPI_Comm comm) {
       Staged s(t);
       if (round) {
-        ring_allreduce(s.buf, type, op);
+        ring_.all_reduce(s.buf, type, op, "all_reduce");
       } else {
         check(COLLECTIVE(Allreduce, Iallreduce, MPI_IN_PLACE, s.data(), s.count(), type, op, comm), "all_reduce");
       }
@@ -575,7 +282,7 @@ class NativeBackend : public c10d::Backend {
       if (!aliased && scatter_ring()) {
         std::vector<const char*> from;
         for (const auto& b : blocks) from.push_back(static_cast<const char*>(b.data_ptr()));
-        ring_reduce_scatter(from, dst.buf, type, op, "reduce_scatter");
+        ring_.reduce_scatter(from, blocks, dst.buf, type, op, "reduce_scatter");
       } else {
         at::Tensor src = at::cat(blocks).reshape({-1});
         check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type,
@@ -605,7 +312,7 @@ class NativeBackend : public c10d::Backend {
       if ((own_block || !overlaps(src, dst.buf)) && scatter_ring()) {
         std::vector<const char*> from;
         for (int i = 0; i < size_; ++i) from.push_back(base + i * block);
-        ring_reduce_scatter(from, dst.buf, type, op, "reduce_scatter_tensor");
+        ring_.reduce_scatter(from, {src}, dst.buf, type, op, "reduce_scatter_tensor");
       } else {
         if (overlaps(src, dst.buf)) src = src.clone();
         check(COLLECTIVE(Reduce_scatter_block, Ireduce_scatter_block, src.data_ptr(), dst.data(), dst.count(), type,
@@ -674,7 +381,7 @@ class NativeBackend : public c10d::Backend {
   }
 
   void setTimeout(ms timeout) override {
-    timeout_ = timeout;
+    timeout_.store(timeout.count());
     py::gil_scoped_acquire gil;
     py_.attr("set_timeout")(timeout);
   }
@@ -727,117 +434,14 @@ class NativeBackend : public c10d::Backend {
 
   bool root_ok(int64_t root) const { return 0 <= root && root < size_; }
 
-  // A large all_reduce goes round the segmented ring (ring_allreduce): at 2 ranks it moves half the bytes of the
+  // A large all_reduce goes round the segmented ring (Ring::all_reduce): at 2 ranks it moves half the bytes of the
   // MPI's own algorithm and measured up to 2x faster from 32 MiB (docs/measurements/mpi-backend.md).
-  bool ring(const at::Tensor& t) const { return size_ > 1 && static_cast<int64_t>(t.nbytes()) >= ring_bytes_; }
+  bool ring(const at::Tensor& t) const { return size_ > 1 && static_cast<int64_t>(t.nbytes()) >= spec_.ring_bytes; }
 
-  // A reduce_scatter goes round the ring (ring_reduce_scatter) at every size: it reads the input where it lies, so
+  // A reduce_scatter goes round the ring (Ring::reduce_scatter) at every size: it reads the input where it lies, so
   // torch's in-place form (the output is this rank's block of the input) needs no copy, and it measured faster
   // than Open MPI's Reduce_scatter_block from 1 MiB at 2 ranks (docs/measurements/mpi-backend.md).
   bool scatter_ring() const { return size_ > 1; }
-
-  // Wait for the rings' requests, yielding the CPU between tests: on a core of its own sched_yield returns at once,
-  // and where other processes share the cores the peer gets to run (measured faster than MPI_Waitall under load).
-  int wait_all(int n, MPI_Request* requests) const {
-    for (int done = 0;;) {
-      const int code = MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
-      if (code != MPI_SUCCESS || done) return code;
-      sched_yield();
-    }
-  }
-
-  // The reduce-scatter half of a ring: p-1 steps; in each, this rank sends one block's partial result to the right
-  // and adds the left's to its own input for that block. `mine[b]` is this rank's input for block b (`counts[b]`
-  // elements), only read; `keep(step, b)` is where the partial result of block b received at `step` is kept (the
-  // last step's block is this rank's own: its result). Kept in `mine[b]` itself (all_reduce, or reduce_scatter's
-  // output that is its block of the input), a segment is received into scratch and added there; kept elsewhere, it
-  // is received there and this rank's input is added to it. Messages are cut into segments of kSegment bytes, the
-  // next one in flight while the last is added (still in cache), over the Python group's ring communicator.
-  template <class Keep>
-  void ring_reduce(const std::vector<const char*>& mine, const std::vector<int64_t>& counts, int item, Keep keep,
-                   MPI_Datatype type, MPI_Op op, const char* name) {
-    const int p = size_, r = rank_, right = (r + 1) % p, left = (r + p - 1) % p;
-    const int64_t per_segment = std::max<int64_t>(1, kSegment / item);
-    if (halves_.numel() < 2 * per_segment * item) halves_ = at::empty({2 * per_segment * item}, at::kByte);
-    char* const half[2] = {static_cast<char*>(halves_.data_ptr()),
-                           static_cast<char*>(halves_.data_ptr()) + per_segment * item};
-    for (int step = 0; step < p - 1; ++step) {
-      const int sent = (r + p - 1 - step) % p, received = (r + 2 * p - 2 - step) % p;
-      const char* from = step == 0 ? mine[sent] : keep(step - 1, sent);
-      char* into = keep(step, received);
-      const bool in_place = into == mine[received];
-      const int64_t segments = (std::max(counts[sent], counts[received]) + per_segment - 1) / per_segment;
-      MPI_Request requests[2][2];
-      auto length = [&](int64_t total, int64_t k) {  // elements of segment k of a block of `total`
-        return std::clamp<int64_t>(total - k * per_segment, 0, per_segment);
-      };
-      auto post = [&](int64_t k) {
-        const int64_t at = k * per_segment * item, got = length(counts[received], k), put = length(counts[sent], k);
-        MPI_Request* pair = requests[k % 2];
-        pair[0] = pair[1] = MPI_REQUEST_NULL;
-        int code = MPI_SUCCESS;
-        if (got) {
-          code = MPI_Irecv(in_place ? half[k % 2] : into + at, static_cast<int>(got * item), MPI_BYTE, left, kRingTag,
-                           ring_comm_, &pair[0]);
-        }
-        if (code == MPI_SUCCESS && put) {
-          code = MPI_Isend(from + at, static_cast<int>(put * item), MPI_BYTE, right, kRingTag, ring_comm_, &pair[1]);
-        }
-        check(code, name);
-      };
-      if (segments) post(0);
-      for (int64_t k = 0; k < segments; ++k) {
-        if (k + 1 < segments) post(k + 1);
-        check(wait_all(2, requests[k % 2]), name);
-        const int64_t at = k * per_segment * item, got = length(counts[received], k);
-        if (!got) continue;
-        const void* add = in_place ? static_cast<const void*>(half[k % 2]) : mine[received] + at;
-        check(MPI_Reduce_local(add, into + at, static_cast<int>(got), type, op), name);
-      }
-    }
-  }
-
-  // An all_reduce on a ring, in place: the reduce-scatter half above, then p-1 steps passing the finished blocks
-  // on (ring.py's, without a Python step per segment). At 2 ranks it moves half the bytes of Open MPI's Allreduce.
-  void ring_allreduce(at::Tensor& t, MPI_Datatype type, MPI_Op op) {
-    const int p = size_, r = rank_, right = (r + 1) % p, left = (r + p - 1) % p;
-    const int item = static_cast<int>(t.element_size());
-    const int64_t n = t.numel();
-    char* base = static_cast<char*>(t.data_ptr());
-    std::vector<const char*> mine;
-    std::vector<char*> block;
-    std::vector<int64_t> counts;
-    for (int b = 0; b < p; ++b) {
-      block.push_back(base + n * b / p * item);
-      mine.push_back(block.back());
-      counts.push_back(n * (b + 1) / p - n * b / p);
-    }
-    ring_reduce(mine, counts, item, [&](int, int b) { return block[b]; }, type, op, "all_reduce");
-    for (int step = 0; step < p - 1; ++step) {  // this rank's block is done; then the one from the left each step
-      const int sent = (r + p - step) % p, received = (r + 2 * p - 1 - step) % p;
-      MPI_Request pair[2];
-      int code = MPI_Irecv(block[received], static_cast<int>(counts[received] * item), MPI_BYTE, left, kRingTag,
-                           ring_comm_, &pair[0]);
-      if (code == MPI_SUCCESS) {
-        code = MPI_Isend(block[sent], static_cast<int>(counts[sent] * item), MPI_BYTE, right, kRingTag, ring_comm_,
-                         &pair[1]);
-      }
-      check(code == MPI_SUCCESS ? wait_all(2, pair) : code, "all_reduce");
-    }
-  }
-
-  // reduce_scatter on the ring: `from` holds every rank's block of the input (out.numel() elements each); `out` may
-  // be this rank's block of it (torch's in-place form, which MPI's Reduce_scatter_block forbids: no copy needed).
-  void ring_reduce_scatter(const std::vector<const char*>& from, at::Tensor& out, MPI_Datatype type, MPI_Op op,
-                           const char* name) {
-    const int item = static_cast<int>(out.element_size());
-    const int64_t bytes = static_cast<int64_t>(out.nbytes());
-    char* result = static_cast<char*>(out.data_ptr());
-    at::Tensor partials = size_ > 2 ? at::empty({2 * bytes}, at::kByte) : at::Tensor();  // the blocks passed on
-    char* partial = size_ > 2 ? static_cast<char*>(partials.data_ptr()) : nullptr;
-    auto keep = [&](int step, int) { return step == size_ - 2 ? result : partial + step % 2 * bytes; };
-    ring_reduce(from, std::vector<int64_t>(size_, out.numel()), item, keep, type, op, name);
-  }
 
   // MPI's blocking call; or, where ranks share cores, its non-blocking twin waited on with sched_yield: a blocking
   // call busy-polls and starves the rank it waits for (raw Allreduce of 16 B took 5 ms at 4 ranks on 2 cores).
@@ -845,7 +449,7 @@ class NativeBackend : public c10d::Backend {
   // non-blocking one.
   template <class Blocking, class Nonblocking>
   int call(Blocking blocking, Nonblocking nonblocking) const {
-    if (!yielding_) return blocking();
+    if (!spec_.yielding) return blocking();
     MPI_Request request;
     int code = nonblocking(&request);
     for (int done = 0; code == MPI_SUCCESS && !done;) {
@@ -855,23 +459,27 @@ class NativeBackend : public c10d::Backend {
     return code;
   }
 
+  // Throw the group's error for a failed MPI call. After a process failure (ULFM) both communicators are revoked
+  // first, so the peers still in the same call return too, and a ring's requests complete (Posted).
   void check(int code, const char* name) const {
     if (code == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
     MPI_Error_string(code, text, &length);
-    const std::string said = lost(code), error(text, length);
-    C10_THROW_ERROR(DistBackendError, who_ + ": " + name + " on " + desc_ + " failed: " +
+    const std::string error(text, length);
+    std::string said;
+    if (lost_process(code)) {
+      said = lost_ranks();
+      revoke(comm_);
+      revoke(ring_comm_);
+    }
+    C10_THROW_ERROR(DistBackendError, spec_.who + ": " + name + " on " + spec_.desc + " failed: " +
                                           (said.empty() ? error : said + " (" + error + ")"));
   }
 
-  // For ULFM's error classes (Open MPI under --with-ft ulfm): which ranks were lost, as at the job's start, and the
-  // communicator revoked so that the peers still in the same call return too. Else nothing.
-  std::string lost(int code) const {
+  // After a process failure: which ranks were lost, as at the job's start.
+  std::string lost_ranks() const {
 #if defined(OMPI_HAVE_MPI_EXT_FTMPI) && defined(MPI_ERR_PROC_FAILED)
-    int kind = MPI_SUCCESS;
-    MPI_Error_class(code, &kind);
-    if (kind != MPI_ERR_PROC_FAILED && kind != MPI_ERR_PROC_FAILED_PENDING && kind != MPI_ERR_REVOKED) return "";
     MPI_Group failed, world;
     int count = 0;
     std::string ranks;
@@ -885,11 +493,9 @@ class NativeBackend : public c10d::Backend {
       MPI_Group_free(&world);
       MPI_Group_free(&failed);
     }
-    MPIX_Comm_revoke(comm_);
     if (count == 0) return "another rank revoked the communicator after ranks were lost";
     return (count == 1 ? "rank " + ranks + " was" : "ranks " + ranks + " were") + " lost (process failed)";
 #else
-    (void)code;
     return "";
 #endif
   }
@@ -900,7 +506,7 @@ class NativeBackend : public c10d::Backend {
     if (Collective) ++seq_;
     drain();
     py::gil_scoped_acquire gil;
-    python_pending_ = true;
+    python_pending_.store(true);
     py_.attr("_gseq") = seq_.load() - (Collective ? 1 : 0);
     return c10::make_intrusive<PyWork>(py_.attr(name)(args...));
   }
@@ -908,13 +514,13 @@ class NativeBackend : public c10d::Backend {
   // The Python group's asynchronous calls: settled before each call here, as the Python group does before its
   // own, so an error nobody waited for is raised at the next call whichever implementation takes it.
   void settle_python() {
-    if (!python_pending_) return;
+    if (!python_pending_.load()) return;
     py::gil_scoped_acquire gil;
     py_.attr("_check")();
-    python_pending_ = py::len(py_.attr("_outstanding")) + py::len(py_.attr("_orphans")) > 0;
+    python_pending_.store(py::len(py_.attr("_outstanding")) + py::len(py_.attr("_orphans")) > 0);
   }
 
-  ms limit_of(ms given) const { return given.count() > 0 ? given : timeout_; }
+  ms limit_of(ms given) const { return given.count() > 0 ? given : ms(timeout_.load()); }
 
   // Run an operation now (synchronous) or hand it to the worker (asynchronous), recording it in the ledger.
   // `shown` holds the tensor the ledger shows, `root` the group rank of a rooted collective (else -1).
@@ -925,12 +531,12 @@ class NativeBackend : public c10d::Backend {
     ++seq_;
     const ms limit = limit_of(given);
     const Tensors& seen = shown ? *shown : out;
-    const int peer = root < 0 ? -1 : ranks_.at(root);
-    const uint64_t call = record(name, seen.empty() ? nullptr : &seen[0], group_, peer, seq_);
-    if (std::this_thread::get_id() == worker_id_) {  // a future's callback issued it: run it where every rank's is
-      Watched watch(worker_slot_, name, limit);
+    const int peer = root < 0 ? -1 : spec_.ranks.at(root);
+    const uint64_t call = ledger().record(name, seen.empty() ? nullptr : &seen[0], group_, peer, seq_);
+    if (std::this_thread::get_id() == worker_->id.load()) {  // a future's callback issued it: run it in place
+      Watched watch(worker_->slot, name, limit);
       without_gil([&] { op(comm_); });
-      finished(call);
+      ledger().finished(call);
       return c10::make_intrusive<DoneWork>(out);
     }
     if (!async) {
@@ -939,106 +545,91 @@ class NativeBackend : public c10d::Backend {
         Watched watch(caller_, name, limit);
         without_gil([&] { op(comm_); });
       }
-      finished(call);
+      ledger().finished(call);
       return c10::make_intrusive<DoneWork>(out);
     }
-    auto work = c10::make_intrusive<QueuedWork>(out, who_ + ": " + name + " on " + desc_);
+    auto work = c10::make_intrusive<QueuedWork>(out, spec_.who + ": " + name + " on " + spec_.desc);
     {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
+      std::lock_guard<std::mutex> lock(worker_->mutex);
       if (!worker_thread_.joinable()) start();
-      queue_.push_back(Job{Op(std::forward<F>(op)), work, name, limit, call});
-      ++pending_;
+      worker_->queue.push_back(Worker::Job{Worker::Op(std::forward<F>(op)), comm_, work, name, limit, call});
+      ++worker_->pending;
     }
-    queue_cv_.notify_one();
+    worker_->queued.notify_one();
     return work;
   }
 
   // Wait until the worker has run everything handed to it: operations run in the order they were issued.
   void drain() {
-    if (pending_.load() == 0 || std::this_thread::get_id() == worker_id_) return;
-    std::unique_lock<std::mutex> lock(queue_mutex_);
-    without_gil([&] { idle_cv_.wait(lock, [&] { return pending_.load() == 0; }); });
+    if (worker_->pending.load() == 0 || std::this_thread::get_id() == worker_->id.load()) return;
+    std::unique_lock<std::mutex> lock(worker_->mutex);
+    without_gil([&] { worker_->idle.wait(lock, [&] { return worker_->pending.load() == 0; }); });
   }
 
   void start() {
-    worker_thread_ = std::thread([this] { run(); });
-    worker_id_ = worker_thread_.get_id();
+    worker_thread_ = std::thread(Worker::run, worker_);  // the thread holds the Worker as long as it runs
+    worker_->id.store(worker_thread_.get_id());
   }
 
-  void run() {
-    for (;;) {
-      Job job;
-      {
-        std::unique_lock<std::mutex> lock(queue_mutex_);
-        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        job = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      std::exception_ptr error;
-      try {
-        Watched watch(worker_slot_, job.name, job.limit);
-        job.op(comm_);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      finished(job.call);
-      job.work->settle(error);  // runs the future's callbacks here; they may issue more (run in place)
-      {
-        std::lock_guard<std::mutex> lock(queue_mutex_);
-        --pending_;
-      }
-      idle_cv_.notify_all();
-    }
-  }
-
+  // Stop the worker once it has run what it was given. On the worker itself (a future's callback there dropped
+  // the backend's last reference) the thread is let go instead of joined: from there it uses the shared Worker
+  // only, and what is still queued for it is settled with an error, since its operations need this backend.
   void stop() {
+    const bool on_worker = std::this_thread::get_id() == worker_->id.load();
+    std::deque<Worker::Job> orphans;
     {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      stopping_ = true;
+      std::lock_guard<std::mutex> lock(worker_->mutex);
+      worker_->stopping = true;
+      if (on_worker) orphans.swap(worker_->queue);
     }
-    queue_cv_.notify_all();
-    if (worker_thread_.joinable() && std::this_thread::get_id() != worker_id_) {
-      without_gil([&] { worker_thread_.join(); });
+    worker_->queued.notify_all();
+    if (worker_thread_.joinable()) {
+      if (on_worker) {
+        worker_thread_.detach();
+      } else {
+        without_gil([&] { worker_thread_.join(); });
+      }
+    }
+    for (Worker::Job& job : orphans) {
+      job.work->settle(std::make_exception_ptr(std::runtime_error(
+          spec_.who + ": " + job.name + " on " + spec_.desc + " never ran: the group was destroyed before it")));
+      ledger().finished(job.call);
+      --worker_->pending;
     }
   }
 
+  Spec spec_;
   MPI_Comm comm_;
-  std::string who_, desc_;
-  ms timeout_;
-  int64_t ring_bytes_;
-  bool yielding_;  // ranks share cores somewhere in the group: wait on non-blocking calls, yielding the CPU
+  std::atomic<int64_t> timeout_;  // milliseconds: setTimeout's, read by every call's thread
   py::object py_;
   MPI_Comm ring_comm_;  // the Python group's duplicate of comm_, for the rings' messages
-  at::Tensor halves_;   // the ring's two receive segments, kept: fresh pages cost page faults
-  bool coalescing_ = false;
-  bool python_pending_ = false;  // the Python group may have calls in flight
+  Ring ring_;
+  std::atomic<bool> coalescing_{false};
+  std::atomic<bool> python_pending_{false};  // the Python group may have calls in flight
   std::atomic<uint64_t> seq_{0};
-  int group_;               // this group's name in the ledger (group_names)
-  std::vector<int> ranks_;  // the global rank of each group rank
-  InFlight caller_, worker_slot_;  // what the caller's thread and the worker are in
-  std::mutex queue_mutex_;
-  std::condition_variable queue_cv_, idle_cv_;
-  std::deque<Job> queue_;
-  std::atomic<int> pending_{0};
-  bool stopping_ = false;
+  int group_;       // this group's name in the ledger
+  InFlight caller_;  // what the caller's thread is in (the worker's is in worker_)
+  std::shared_ptr<Worker> worker_ = std::make_shared<Worker>();
   std::thread worker_thread_;
-  std::thread::id worker_id_;
 };
 
 // The process group torch gets: the backend for CPU and CUDA tensors, under its registered name (torch would say
 // "custom", which DDP's logging and get_backend's users would see).
 class NamedGroup : public c10d::ProcessGroup {
  public:
-  NamedGroup(const c10::intrusive_ptr<NativeBackend>& backend, int rank, int size) : ProcessGroup(rank, size) {
+  NamedGroup(const c10::intrusive_ptr<NativeBackend>& backend, int rank, int size)
+      : ProcessGroup(rank, size), name_(backend->getBackendName()) {
     setDefaultBackend(BackendType::CUSTOM);
     for (auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) setBackend(device, BackendType::CUSTOM, backend);
   }
-  const std::string getBackendName() const override { return "mpi4py"; }
+  const std::string getBackendName() const override { return name_; }
 #if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 14  // torch 2.14 dropped it from ProcessGroup (a no-op since)
   void setSequenceNumberForGroup() override { getDefaultBackend()->setSequenceNumberForGroup(); }
 #endif
   uint64_t getSequenceNumberForGroup() override { return getDefaultBackend()->getSequenceNumberForGroup(); }
+
+ private:
+  std::string name_;
 };
 
 std::vector<std::string> overdue() {
@@ -1048,26 +639,56 @@ std::vector<std::string> overdue() {
   return out;
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_group(uint64_t comm, int rank, int size, std::string who, std::string desc,
-                                                  ms timeout, int64_t ring_bytes, bool yielding, py::object fallback,
-                                                  const std::string& name, std::vector<int> ranks) {
-  auto backend = c10::make_intrusive<NativeBackend>(comm, rank, size, std::move(who), std::move(desc), timeout,
-                                                    ring_bytes, yielding, std::move(fallback), name, std::move(ranks));
+c10::intrusive_ptr<c10d::ProcessGroup> make_group(uint64_t comm, int rank, int size, py::object fallback, Spec spec) {
+  auto backend = c10::make_intrusive<NativeBackend>(comm, rank, size, std::move(spec), std::move(fallback));
   return c10::make_intrusive<NamedGroup>(backend, rank, size);
 }
 
-}  // namespace
+// The ledger's calls, oldest first, each made by `call_type(**fields)` (hpcdist.commcall.Call): start and end in
+// seconds of CLOCK_MONOTONIC (end None: in flight), the root as "root=N" (else ""), dtypes as c10 names them.
+std::vector<py::object> ledger_calls(const py::object& call_type) {
+  const std::vector<CallCopy> copies = ledger().copies();
+  const std::vector<std::string> names = ledger().group_names();
+  std::vector<py::object> out;
+  for (const CallCopy& c : copies) {
+    py::tuple shape(std::min(c.ndim, kDims));
+    for (int i = 0; i < std::min(c.ndim, kDims); ++i) shape[i] = c.shape[i];
+    const py::object end = c.end_ns ? py::object(py::float_(c.end_ns / 1e9)) : py::object(py::none());
+    using namespace pybind11::literals;
+    out.push_back(call_type("op"_a = c.op, "peer"_a = c.peer < 0 ? "" : "root=" + std::to_string(c.peer),
+                            "shape"_a = shape, "dtype"_a = c.dtype, "group"_a = names.at(c.group), "gseq"_a = c.gseq,
+                            "started"_a = c.start_ns / 1e9, "ended"_a = end, "done"_a = c.end_ns != 0,
+                            "backward"_a = c.backward));
+  }
+  return out;
+}
+
+}  // namespace hpcdist_native
+
+#include "testing.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace native = hpcdist_native;
+  using native::py::arg;
   m.doc() = "hpcdist's compiled mpi backend (see hpcdist/mpi_backend/native.py)";
-  m.def("make_group", &make_group, "A process group over an MPI communicator, with the Python group for the rest");
-  m.def("overdue", &overdue, "The calls of every group past their timeout, as the watchdog reports them");
-  m.def("ledger", &ledger, "The last calls of every group, oldest first, each made by call_type(*CALL_FIELDS' values)",
-        py::arg("call_type"));
-  m.attr("CALL_FIELDS") = call_fields();
-  m.def("set_ledger", &set_ledger, "Record calls in the ledger's ring (True) or not (False, the default), keeping "
-        "the last `size` (0: as many as now)", py::arg("on"), py::arg("size") = 0);
-  m.def("oldest_pending", &oldest_pending, "The start (monotonic seconds) of the oldest call in flight, or 0");
+  native::py::class_<native::Spec>(m, "Spec", "What the Python side decides for a group")
+      .def(native::py::init([](std::string backend_name, std::string who, std::string desc, std::string name,
+                               std::vector<int> ranks, native::ms timeout, int64_t ring_bytes, int ring_tag,
+                               int64_t ring_segment, bool yielding) {
+             return native::Spec{std::move(backend_name), std::move(who), std::move(desc), std::move(name),
+                                 std::move(ranks), timeout, ring_bytes, ring_tag, ring_segment, yielding};
+           }),
+           native::py::kw_only(), arg("backend_name"), arg("who"), arg("desc"), arg("name"), arg("ranks"),
+           arg("timeout"), arg("ring_bytes"), arg("ring_tag"), arg("ring_segment"), arg("yielding"));
+  m.def("make_group", &native::make_group, "A process group over an MPI communicator, with the Python group for the "
+        "rest", arg("comm"), arg("rank"), arg("size"), arg("fallback"), arg("spec"));
+  m.def("overdue", &native::overdue, "The calls of every group past their timeout, as the watchdog reports them");
+  m.def("ledger", &native::ledger_calls, "The last calls of every group, oldest first, each made by "
+        "call_type(**fields)", arg("call_type"));
+  m.def("set_ledger", [](bool on, size_t size) { native::ledger().set(on, size); }, "Record calls in the ledger "
+        "(True) or not (False, the default), keeping the last `size` (0: as many as now)", arg("on"), arg("size") = 0);
+  m.def("oldest_pending", [] { return native::ledger().oldest_pending(); },
+        "The start (monotonic seconds) of the oldest call in flight, or 0");
 #ifdef HPCDIST_NATIVE_TESTING
   hpcdist_testing::define(m);
 #endif
