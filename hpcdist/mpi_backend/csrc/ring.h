@@ -147,12 +147,26 @@ class Ring {
  private:
   // Wait for a pair of requests, yielding the CPU between tests: on a core of its own sched_yield returns at once,
   // and where other processes share the cores the peer gets to run (measured faster than MPI_Waitall under load).
+  // A failed request's own error, not MPI_ERR_IN_STATUS: a lost peer must read as one (ULFM's error classes).
   static int wait_all(MPI_Request* pair) {
+    MPI_Status statuses[2];
     for (int done = 0;;) {
-      const int code = MPI_Testall(2, pair, &done, MPI_STATUSES_IGNORE);
-      if (code != MPI_SUCCESS || done) return code;
+      const int code = MPI_Testall(2, pair, &done, statuses);
+      if (code != MPI_SUCCESS) return in_status(code, statuses);
+      if (done) return code;
       sched_yield();
     }
+  }
+
+  static int in_status(int code, const MPI_Status* statuses) {
+    int kind = MPI_SUCCESS;
+    MPI_Error_class(code, &kind);
+    if (kind != MPI_ERR_IN_STATUS) return code;
+    for (int i = 0; i < 2; ++i) {
+      const int error = statuses[i].MPI_ERROR;
+      if (error != MPI_SUCCESS && error != MPI_ERR_PENDING) return error;
+    }
+    return code;
   }
 
   // The reduce-scatter half of a ring: p-1 steps; in each, this rank sends one block's partial result to the right

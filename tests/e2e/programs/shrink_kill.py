@@ -1,7 +1,8 @@
 """Ranks SIGKILL themselves mid-loop; the survivors recover (--on-failure shrink) and go on to step 8.
 
 argv: backend (mpi, gloo), scenario (one, two, during, rebuild; frozen: rank 2 SIGSTOPs itself instead, for hpcdist
-mpirun to find frozen and end), output directory. Each survivor writes
+mpirun to find frozen and end; ring: every step's all_reduce is of 64 MiB, large enough for the backends' rings, and
+rank 2 is killed 50 ms into its step's), output directory. Each survivor writes
 rank<start>.json: its committed steps with the world size and the all_reduce's sum, each recovery, and the error each
 failure raised (or, below $HPCDIST_MIN_NP, the TooFewRanks it met).
 """
@@ -12,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -27,7 +29,9 @@ DEATHS = {  # scenario -> {start rank: the step at which it kills itself}
     "during": {2: 3},
     "rebuild": {2: 3},
     "frozen": {2: 3},
+    "ring": {2: 3},
 }
+ELEMENTS = (64 << 20) // 4 if sys.argv[2] == "ring" else 1
 backend, scenario, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 with hpcdist.init(backend):
     me = dist.get_rank()  # the rank at start
@@ -38,12 +42,17 @@ with hpcdist.init(backend):
     step = 0
     while step < STEPS:
         if DEATHS[scenario].get(me) == step:
-            os.kill(os.getpid(), signal.SIGSTOP if scenario == "frozen" else signal.SIGKILL)
+            how = signal.SIGSTOP if scenario == "frozen" else signal.SIGKILL
+            if scenario == "ring":  # in the middle of the ring's messages
+                threading.Timer(0.05, os.kill, (os.getpid(), how)).start()
+            else:
+                os.kill(os.getpid(), how)
         try:
-            total = torch.tensor([float(me + 1)])
+            total = torch.full((ELEMENTS,), float(me + 1))
             dist.all_reduce(total)
             membership.commit()
-            steps.append([step, dist.get_world_size(), total.item()])
+            assert bool((total == total[0]).all()), f"step {step}: the all_reduce's elements differ"
+            steps.append([step, dist.get_world_size(), total[0].item()])
             step += 1
         except (hpcdist.RanksLost, RuntimeError) as exc:  # gloo raises a plain RuntimeError
             lost = membership.failure_of(exc)  # what gloo's error hides
