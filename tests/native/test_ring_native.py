@@ -4,6 +4,7 @@ every segment boundary, and a failure with segments in flight (their requests co
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -12,8 +13,9 @@ from mpi4py import MPI
 pytestmark = pytest.mark.mpi
 
 DTYPES = [torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
-OPS = {"sum": torch.sum, "product": torch.prod, "min": torch.amin, "max": torch.amax}
-BITWISE = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}
+Reduce = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+OPS: dict[str, Reduce] = {"sum": torch.add, "product": torch.mul, "min": torch.minimum, "max": torch.maximum}
+BITWISE: dict[str, Reduce] = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}
 
 
 def inputs(rank: int, n: int, dtype: torch.dtype, op: str) -> torch.Tensor:
@@ -24,13 +26,11 @@ def inputs(rank: int, n: int, dtype: torch.dtype, op: str) -> torch.Tensor:
 
 
 def expected(size: int, n: int, dtype: torch.dtype, op: str) -> torch.Tensor:
-    stack = torch.stack([inputs(r, n, dtype, op) for r in range(size)])
-    if op in BITWISE:
-        out = stack[0]
-        for row in stack[1:]:
-            out = BITWISE[op](out, row)
-        return out
-    return OPS[op](stack, dim=0).to(dtype)
+    """Every rank's input reduced by `op`, one rank after another, in the dtype (integers wrap as MPI's do)."""
+    out = inputs(0, n, dtype, op)
+    for rank in range(1, size):
+        out = {**OPS, **BITWISE}[op](out, inputs(rank, n, dtype, op)).to(dtype)
+    return out
 
 
 def sizes(size: int, item: int, segment: int) -> list[int]:
