@@ -138,6 +138,18 @@ def test_a_collective_only_rank_0_calls_times_out_then_completes_when_the_others
     assert t.item() == world.size
 
 
+def test_an_error_keeps_its_type_through_the_works_exception(world) -> None:
+    import hpcdist.mpi_backend as mb
+
+    g = _self_group(0.2)
+    work = g.recv([torch.zeros(1)], 0, 12)
+    with pytest.raises(mb.CollectiveTimeout):
+        work.wait()
+    error = work.exception()
+    assert type(error) is mb.CollectiveTimeout and "recv from group rank 0 (tag 12)" in str(error)
+    g.send([torch.ones(1)], 0, 12).wait()  # completes the orphaned request
+
+
 def test_a_timeout_says_so_as_torch_s_own_backends_do(world) -> None:
     import hpcdist.mpi_backend as mb
 

@@ -97,9 +97,9 @@ struct Worker {
       }
       ledger().finished(job.call);
       job.work->settle(error);  // runs the future's callbacks here; they may issue more (run in place), or drop
-      job = Job();               // the backend's last reference: from here only `w` is used
-      {
+      {                         // the backend's last reference: from here only `w` is used
         std::lock_guard<std::mutex> lock(w.mutex);
+        w.retired.push_back(std::move(job));
         --w.pending;
       }
       w.idle.notify_all();
@@ -109,6 +109,9 @@ struct Worker {
   std::mutex mutex;
   std::condition_variable queued, idle;
   std::deque<Job> queue;
+  // Jobs run, released by a thread that issues calls (NativeBackend::collect), never by this one: their Work and
+  // tensors are also torch's, whose references drop in its own libraries, in code ThreadSanitizer cannot see.
+  std::vector<Job> retired;
   std::atomic<int> pending{0};
   bool stopping = false;
   InFlight slot;  // what the thread is in, for the watchdog
@@ -539,6 +542,7 @@ class NativeBackend : public c10d::Backend {
       ledger().finished(call);
       return c10::make_intrusive<DoneWork>(out);
     }
+    collect();
     if (!async) {
       drain();
       {
@@ -566,6 +570,13 @@ class NativeBackend : public c10d::Backend {
     without_gil([&] { worker_->idle.wait(lock, [&] { return worker_->pending.load() == 0; }); });
   }
 
+  // Release the jobs the worker has run, here (Worker::retired).
+  void collect() {
+    std::vector<Worker::Job> done;
+    std::lock_guard<std::mutex> lock(worker_->mutex);
+    done.swap(worker_->retired);
+  }
+
   void start() {
     worker_thread_ = std::thread(Worker::run, worker_);  // the thread holds the Worker as long as it runs
     worker_->id.store(worker_thread_.get_id());
@@ -590,6 +601,7 @@ class NativeBackend : public c10d::Backend {
         without_gil([&] { worker_thread_.join(); });
       }
     }
+    if (!on_worker) collect();
     for (Worker::Job& job : orphans) {
       job.work->settle(std::make_exception_ptr(std::runtime_error(
           spec_.who + ": " + job.name + " on " + spec_.desc + " never ran: the group was destroyed before it")));

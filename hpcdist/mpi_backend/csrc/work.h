@@ -67,18 +67,20 @@ class QueuedWork : public Work {
     return true;
   }
   c10::intrusive_ptr<Future> getFuture() override { return fut_; }
+  // The future first (its callbacks run here), then the work, as torch's gloo does: whoever wait()ed for the work
+  // then finds its future completed too.
   void settle(std::exception_ptr error) {
+    if (error) {
+      fut_->setError(error);
+    } else {
+      fut_->markCompleted(c10::IValue(out_));
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       completed_ = true;
       exception_ = error;
     }
     cv_.notify_all();
-    if (error) {
-      fut_->setError(error);
-    } else {
-      fut_->markCompleted(c10::IValue(out_));
-    }
   }
 
  private:
