@@ -62,14 +62,14 @@ class Posted {
       if (i % 2 == 0) MPI_Cancel(&requests_[i]);
     }
     const int64_t deadline = now_ns() + patience_.count() * 1000000;
+    int64_t abandoned = 0;
     while (!idle() && now_ns() < deadline) {
-      for (MPI_Request& r : requests_) {
+      for (MPI_Request& r : requests_) {  // a request MPI failed to test but did not free is past completing
         int done = 0;
-        if (r != MPI_REQUEST_NULL && MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) abandon(r);
+        if (r != MPI_REQUEST_NULL && MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) abandoned += abandon(r);
       }
       sched_yield();
     }
-    int64_t abandoned = 0;
     for (MPI_Request& r : requests_) abandoned += abandon(r);
     leftovers().completed += left - abandoned;
     leftovers().abandoned += abandoned;
