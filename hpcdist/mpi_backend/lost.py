@@ -43,9 +43,17 @@ class RanksLostError(CollectiveError, RanksLost):
         RanksLost.__init__(self, ranks, hosts, during, why=text)
 
 
-def is_failure(error: BaseException | None) -> bool:
-    """Whether `error` is an MPI error of ULFM's classes: a process failed, one pending, a communicator revoked."""
-    return isinstance(error, MPI.Exception) and error.Get_error_class() in FAILURE_CLASSES
+def is_failure(error: BaseException | None, comm: MPI.Comm | None = None) -> bool:
+    """Whether `error` is an MPI error of ULFM's classes: a process failed, one pending, a communicator revoked.
+
+    An error of several requests (MPI_ERR_IN_STATUS: a ring's segments) is one where `comm`, given, was revoked
+    or has members this process knows failed: the failed request's own class was in its status.
+    """
+    if not isinstance(error, MPI.Exception):
+        return False
+    if error.Get_error_class() == MPI.ERR_IN_STATUS and comm is not None:
+        return comm.Is_revoked() or bool(failed_starts(comm))
+    return error.Get_error_class() in FAILURE_CLASSES
 
 
 def gather_hosts(comm: MPI.Intracomm) -> None:
@@ -71,7 +79,7 @@ def failed_starts(comm: MPI.Comm) -> list[int]:
 def failure(text: str, error: BaseException, during: str, comms: tuple[MPI.Comm, ...]) -> CollectiveError:
     """The error an operation raises for `error`: RanksLostError naming the lost ranks for ULFM's error classes (and
     `comms` revoked, so the peers still in the same call return too), else a plain CollectiveError."""
-    if not is_failure(error):
+    if not is_failure(error, comms[0]):
         return CollectiveError(f"{text}: {error}")
     ranks = failed_starts(comms[0])
     deadline = time.monotonic() + _LEARN
