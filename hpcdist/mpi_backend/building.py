@@ -348,8 +348,7 @@ def key() -> str:
 
 
 def build(verbose: bool = False, retry: bool = False) -> ModuleType:
-    """The compiled module for this torch, MPI and variant: loaded from the cache, or built into it first (by one
-    process).
+    """The compiled module for this torch, MPI and variant: loaded from the cache, or built into it first (by one).
 
     `retry` builds even where a failure is recorded (what building it by hand asks for).
 
@@ -367,8 +366,7 @@ def build(verbose: bool = False, retry: bool = False) -> ModuleType:
 
 
 def built(verbose: bool = False, retry: bool = False) -> Path:
-    """The compiled module's file for this torch, MPI and variant, built into the cache first where it is not there
-    (by one process); never loaded here.
+    """The compiled module's file for this torch, MPI and variant, built into the cache where it is not; not loaded.
 
     Raises:
         BuildFailed: this process found no compiler, or the compiler failed (recorded for later jobs).

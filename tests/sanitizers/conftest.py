@@ -1,4 +1,4 @@
-"""The sanitizer tier's own tests (`make test-sanitizers`), in two kinds, each collected in its own run:
+"""The sanitizer tier's own tests (`make test-sanitizers`), in two kinds, each collected in its own run.
 
 - under `--with-mpi` (the tier's mpiexec runs, every rank on a sanitizer's test build of the compiled backend): the
   tests marked `mpi`, the backend's parts below Python (the ring, the ledger) through the test build's `testing`

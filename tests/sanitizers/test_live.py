@@ -1,5 +1,8 @@
-"""The sanitizers are live where the tier says they are: ThreadSanitizer reports the test build's deliberate race,
-each test build is instrumented, and the normal build has neither instrumentation nor the test hooks."""
+"""The sanitizers are live where the tier says they are, and the normal build has none of the test builds' flags.
+
+ThreadSanitizer reports the test build's deliberate race, each test build is instrumented, and the normal build has
+neither instrumentation nor the test hooks.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The tier's verdict on made-up logs: a suppression never takes out a report with a backend frame, a missing log
-fails, and alike reports are counted once."""
+"""The tier's verdict on made-up logs: a suppression never hides a backend report; a missing log fails the run."""
 
 from __future__ import annotations
 
