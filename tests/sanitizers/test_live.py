@@ -42,12 +42,12 @@ def test_thread_sanitizer_reports_the_test_build_s_deliberate_race(tmp_path: Pat
     logs.mkdir()
     environ = {**os.environ, **rank_environ("tsan", logs)}
     ran = subprocess.run([sys.executable, "-c", RACE], env=environ, capture_output=True, text=True, timeout=600)
-    assert ran.returncode == 66, ran.stderr  # ThreadSanitizer's exit status after a report
+    assert ran.returncode == 0, ran.stderr  # the tier judges the reports from the log (exitcode=0)
     assert ran.stdout.strip() in {str(n) for n in range(100000, 200001)}, ran.stdout
     problems, _ = check(logs, 1, library, [])
     assert len(problems) == 1, problems
     assert "ThreadSanitizer: data race; in the backend:" in problems[0], problems
-    assert "hpcdist_testing::race(int)" in problems[0] and "testing.h:16" in problems[0], problems
+    assert "hpcdist_testing::race(int)" in problems[0] and " testing.h:" in problems[0], problems
 
 
 @pytest.mark.parametrize(

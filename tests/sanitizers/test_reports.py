@@ -61,5 +61,5 @@ def test_fewer_logs_than_processes_fail_the_run(tmp_path: Path) -> None:
 
 def test_the_suppressions_file_names_a_library_in_each_entry_and_never_the_backend() -> None:
     entries = suppressions(Path(__file__).with_name("tsan.supp"))
-    assert entries and all(pattern.startswith("lib") and ".so" in pattern for _, pattern in entries)
+    assert entries and all(".so" in pattern for _, pattern in entries)  # a library, by its file
     assert not [pattern for _, pattern in entries if "hpcdist" in pattern]
