@@ -35,7 +35,9 @@ __all__ = [
     "MPI_CUDA_AWARE",
     "MPI_NATIVE",
     "MPI_RING_BYTES",
+    "MPI_SANITIZER",
     "OUTPUT_RATE",
+    "SANITIZERS",
     "SETTINGS",
     "STORE",
     "SUBMIT_DIR",
@@ -54,6 +56,7 @@ __all__ = [
     "mpi_cuda_aware",
     "mpi_native",
     "mpi_ring_bytes",
+    "mpi_sanitizer",
     "mpirun",
     "output_rate",
     "store",
@@ -69,6 +72,7 @@ DEFAULT_BUILD_WAIT = 600.0  # seconds a process waits for another's build of the
 JOB_RATE = 8 << 20  # bytes per second the whole job's output may bring to the launcher, shared by the ranks
 MIN_RATE = 1 << 10  # but never less than this per rank
 _MAX_RATE = float(1 << 40)
+SANITIZERS = ("tsan", "asan")  # the compiled mpi backend's test builds, by the sanitizer each is built with
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,13 @@ MPI_NATIVE = Setting(
     "the mpi backend's implementation: the compiled one where it builds (auto), the compiled one or an error (1), "
     "the Python one (0)",
 )
+MPI_SANITIZER = Setting(
+    "HPCDIST_MPI_SANITIZER",
+    ", ".join(SANITIZERS),
+    "unset (the normal build)",
+    "for hpcdist's own tests only: load the compiled mpi backend's test build under ThreadSanitizer (tsan) or "
+    "AddressSanitizer with UBSan (asan); the process must have that sanitizer's runtime preloaded (LD_PRELOAD)",
+)
 MPI_RING_BYTES = Setting(
     "HPCDIST_MPI_RING_BYTES",
     "bytes (0: never)",
@@ -218,6 +229,7 @@ SETTINGS = (
     MPI_RING_BYTES,
     CACHE_DIR,
     MPI_BUILD_WAIT,
+    MPI_SANITIZER,
 )
 
 
@@ -378,6 +390,23 @@ def mpi_native(environ: Mapping[str, str]) -> str:
     if value not in ("auto", "1", "0"):
         raise UsageError(f"${MPI_NATIVE.name}={value!r} is not one of auto, 1, 0; unset it or pick one")
     return value
+
+
+def mpi_sanitizer(environ: Mapping[str, str]) -> str | None:
+    """MPI_SANITIZER: one of SANITIZERS, None when unset or empty (the normal build).
+
+    Raises:
+        UsageError: another value.
+    """
+    raw = MPI_SANITIZER.raw(environ)
+    if not raw:
+        return None
+    if raw not in SANITIZERS:
+        raise UsageError(
+            f"${MPI_SANITIZER.name}={raw!r} is not one of {', '.join(SANITIZERS)}; unset it for the normal build "
+            "or pick one (a test build)"
+        )
+    return raw
 
 
 def mpi_ring_bytes(environ: Mapping[str, str]) -> int | None:

@@ -7,7 +7,9 @@ In a cache directory R, for the build key K (source, torch, Python, the libmpi m
   R/K.failed           why the build failed and with which compiler (JSON): later jobs neither retry nor say it
                        again until the compiler found changes (or K does); removing it retries
 A process that finds R/K/ loads it without locking or writing anything, so a read-only cache with a prebuilt
-module works. The others wait in flock(2) (asleep, not polling) for the one that builds.
+module works. The others wait in flock(2) (asleep, not polling) for the one that builds. The compiler runs in a child
+process with its own environment (ninja's directory on PATH, CXX): the building process's environment is left alone.
+K is the digest alone for the normal build, `tsan_DIGEST` or `asan_DIGEST` for a test build (variants.py).
 """
 
 from __future__ import annotations
@@ -38,14 +40,16 @@ from mpi4py import MPI
 
 from .. import settings
 from ..errors import UsageError
-from ..settings import MPI_NATIVE
+from ..settings import MPI_NATIVE, MPI_SANITIZER
 from .errors import NativeUnavailable
+from .variants import Variant, chosen
 
 __all__ = [
     "BuildFailed",
     "BuildFailedBefore",
     "Compiler",
     "build",
+    "built",
     "first_error",
     "key",
     "missing_compiler",
@@ -59,6 +63,19 @@ _PROGRESS_EVERY = 15.0  # seconds between the builder's "still building" lines
 _TYPICAL = "about 30 s of one core's time, longer on a busy node"  # measured: docs/mpi-backend.md
 _FIX = f"install one (apt-get install g++) or set {MPI_NATIVE.name}=0 to use the Python backend knowingly"
 _ERROR_LINE = re.compile(r"(^|\s)(fatal )?error:|: cannot find |undefined reference")
+# What the compiling child runs, argv[1] holding the keywords: torch's cpp_extension writes ninja's file and builds
+# the library without loading it (a test build loads only where its sanitizer's runtime was preloaded); load()
+# does the same, then imports. On failure it prints the error with the compiler's output, for first_error to read.
+_CHILD = """
+import json, subprocess, sys
+from torch.utils import cpp_extension
+try:
+    cpp_extension._write_ninja_file_and_build_library(**json.loads(sys.argv[1]))
+except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+    output = getattr(exc, "output", None)
+    print(exc, output.decode(errors="replace") if isinstance(output, bytes) else output or "", sep="\\n", flush=True)
+    sys.exit(1)
+"""
 
 
 class BuildFailed(NativeUnavailable):
@@ -255,14 +272,39 @@ def _header(lib: Path) -> Path:
     )
 
 
-def _key(lib: Path) -> str:
-    """What the build depends on: the source, torch, Python and the MPI library."""
+def _key(lib: Path, variant: Variant) -> str:
+    """What the build depends on: the source, torch, Python, the MPI library and the variant's flags."""
     import torch
 
     sources = [path.read_bytes() for path in sorted(_CSRC.iterdir()) if path.suffix in (".cpp", ".h")]
     parts = [*sources, torch.__version__.encode(), sys.version.encode(), str(lib.resolve()).encode(),
-             MPI.Get_library_version().encode()]  # fmt: skip
-    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+             MPI.Get_library_version().encode(), " ".join(variant.cflags + variant.ldflags).encode()]  # fmt: skip
+    return variant.key(hashlib.sha256(b"\0".join(parts)).hexdigest()[:16])
+
+
+def _variant() -> Variant:
+    try:
+        return chosen(os.environ)
+    except UsageError as exc:
+        raise NativeUnavailable(str(exc)) from None
+
+
+def _check_runtime(variant: Variant) -> None:
+    """A test build loads only after its sanitizer's runtime: refuse it, saying how, where that is not so.
+
+    Raises:
+        NativeUnavailable: the runtime is not loaded in this process.
+    """
+    if variant.runtime is None:
+        return
+    with open("/proc/self/maps") as maps:
+        if f"/{variant.runtime}" in maps.read():
+            return
+    raise NativeUnavailable(
+        f"${MPI_SANITIZER.name}={variant.name}: its test build loads only where {variant.runtime} is preloaded; "
+        f"run with LD_PRELOAD=$(g++ -print-file-name={variant.runtime}), or unset {MPI_SANITIZER.name} for the "
+        "normal build"
+    )
 
 
 def _cache_dirs() -> list[Path]:
@@ -293,35 +335,53 @@ def _import(name: str, path: Path) -> ModuleType:
     if spec is None:
         raise NativeUnavailable(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
+    try:
+        loader.exec_module(module)
+    except ImportError as exc:
+        raise NativeUnavailable(f"cannot load {path}: {exc}; remove {path.parent} to build it again") from None
     return module
 
 
 def key() -> str:
-    """This process's build key: its torch, Python and MPI, and the source (the cache's directory name)."""
-    return _key(_libmpi())
+    """This process's build key: its torch, Python and MPI, the source and the variant (the cache's directory name)."""
+    return _key(_libmpi(), _variant())
 
 
 def build(verbose: bool = False, retry: bool = False) -> ModuleType:
-    """The compiled module for this torch and MPI: loaded from the cache, or built into it first (by one process).
+    """The compiled module for this torch, MPI and variant: loaded from the cache, or built into it first (by one).
 
     `retry` builds even where a failure is recorded (what building it by hand asks for).
 
     Raises:
         BuildFailed: this process found no compiler, or the compiler failed (recorded for later jobs).
         BuildFailedBefore: a failure is recorded for this key and compiler.
-        NativeUnavailable: no mpi.h, no writable cache directory, or the wait for another's build timed out.
+        NativeUnavailable: no mpi.h, no writable cache directory, the wait for another's build timed out, or a test
+            build without its sanitizer's runtime loaded.
     """
     import torch  # noqa: F401 - the extension links against torch's libraries, loaded first
 
+    _check_runtime(_variant())
+    path = built(verbose, retry)
+    return _import(path.stem, path)
+
+
+def built(verbose: bool = False, retry: bool = False) -> Path:
+    """The compiled module's file for this torch, MPI and variant, built into the cache where it is not; not loaded.
+
+    Raises:
+        BuildFailed: this process found no compiler, or the compiler failed (recorded for later jobs).
+        BuildFailedBefore: a failure is recorded for this key and compiler.
+        NativeUnavailable: no mpi.h, no writable cache directory, or the wait for another's build timed out.
+    """
+    variant = _variant()
     lib = _libmpi()
     include = _header(lib)
-    key = _key(lib)
+    key = _key(lib, variant)
     name = f"hpcdist_native_{key}"
     roots = _cache_dirs()
     for root in roots:
         if (root / key / f"{name}.so").is_file():
-            return _import(name, root / key / f"{name}.so")
+            return root / key / f"{name}.so"
     compiler = Compiler.find(os.environ)
     root = _writable(roots)
     final, failed = root / key, root / f"{key}.failed"
@@ -330,7 +390,7 @@ def build(verbose: bool = False, retry: bool = False) -> ModuleType:
         raise BuildFailedBefore(f"{reason}; {_record_note(failed)}")
     with _locked(root / f"{key}.lock", _wait_seconds()) as alone:
         if (final / f"{name}.so").is_file():  # built while this process waited
-            return _import(name, final / f"{name}.so")
+            return final / f"{name}.so"
         reason = None if retry else recorded(failed, compiler)
         if reason is not None:  # failed while this process waited: the builder said so
             raise BuildFailedBefore(f"{reason}; {_record_note(failed)}")
@@ -341,53 +401,70 @@ def build(verbose: bool = False, retry: bool = False) -> ModuleType:
             reason = missing_compiler(compiler)
             record(failed, compiler, reason, "")
             raise BuildFailed(f"{reason}; {_record_note(failed)}")
-        module = _compile(name, compiler, include, lib, root / f"{key}.tmp-{_me().replace(':', '-')}", failed, verbose)
-        built = Path(module.__file__ or "").parent
+        building = root / f"{key}.tmp-{_me().replace(':', '-')}"
+        _compile(name, variant, compiler, include, lib, building, failed, verbose)
         try:
-            os.rename(built, final)
+            os.rename(building, final)
         except OSError:  # without a lock across nodes, another process's build came first: the same build
-            shutil.rmtree(built, ignore_errors=True)
-        module.__file__ = str(final / f"{name}.so")  # the same file (or build), now at its place in the cache
+            shutil.rmtree(building, ignore_errors=True)
         failed.unlink(missing_ok=True)
-        return module
+        return final / f"{name}.so"
 
 
 def _compile(
-    name: str, compiler: Compiler, include: Path, lib: Path, directory: Path, failed: Path, verbose: bool
-) -> ModuleType:
-    """Build and load the module in `directory` with torch's cpp_extension (ninja from its wheel).
+    name: str,
+    variant: Variant,
+    compiler: Compiler,
+    include: Path,
+    lib: Path,
+    directory: Path,
+    failed: Path,
+    verbose: bool,
+) -> None:
+    """Build the module in `directory` with torch's cpp_extension (ninja from its wheel), in a child process.
 
     Raises:
         BuildFailed: the compiler failed; its first error line is the reason, its whole output is recorded.
     """
     import ninja  # the build tool, from its wheel: cpp_extension looks on PATH
-    from torch.utils import cpp_extension
 
-    path, cxx = os.environ.get("PATH", ""), os.environ.get("CXX")
-    os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{path}"
-    os.environ["CXX"] = compiler.name if compiler.given else compiler.path or compiler.name  # the one recorded
+    arguments = {
+        "name": name,
+        "sources": [str(_SOURCE)],
+        "extra_cflags": list(variant.cflags),
+        "extra_cuda_cflags": [],
+        "extra_sycl_cflags": [],
+        "extra_ldflags": [f"-L{lib.parent}", f"-l:{lib.name}", f"-Wl,-rpath,{lib.parent}", *variant.ldflags],
+        "extra_include_paths": [str(include)],
+        "build_directory": str(directory),
+        "verbose": verbose,
+        "with_cuda": False,
+        "with_sycl": False,
+    }
+    environ = {
+        **os.environ,
+        "PATH": f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
+        "CXX": compiler.name if compiler.given else compiler.path or compiler.name,  # the one recorded
+    }
     directory.mkdir()
-    try:
-        with _progress(directory.parent / directory.name.split(".tmp-")[0]):
-            return cpp_extension.load(
-                name=name,
-                sources=[str(_SOURCE)],
-                extra_include_paths=[str(include)],
-                extra_cflags=["-O2"],
-                extra_ldflags=[f"-L{lib.parent}", f"-l:{lib.name}", f"-Wl,-rpath,{lib.parent}"],
-                build_directory=str(directory),
-                verbose=verbose,
-            )
-    except (RuntimeError, OSError, ImportError, subprocess.SubprocessError) as exc:  # the compiler's, ninja's
-        shutil.rmtree(directory, ignore_errors=True)
-        output = getattr(exc, "output", None)  # a compiler that fails cpp_extension's version check: its words
-        text = f"{exc}\n{output.decode(errors='replace') if isinstance(output, bytes) else output or ''}"
-        reason = f"building it with {compiler.path} failed: {first_error(text)}"
-        record(failed, compiler, reason, text)
-        raise BuildFailed(f"{reason}; {_record_note(failed)}") from exc
-    finally:
-        os.environ["PATH"] = path
-        if cxx is None:
-            del os.environ["CXX"]
-        else:
-            os.environ["CXX"] = cxx
+    lines: list[str] = []
+    with _progress(directory.parent / directory.name.split(".tmp-")[0]):
+        try:
+            with subprocess.Popen(
+                [sys.executable, "-c", _CHILD, json.dumps(arguments)], cwd=directory, env=environ, text=True,
+                errors="replace", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            ) as child:  # fmt: skip
+                for line in child.stdout or ():
+                    lines.append(line)
+                    if verbose:
+                        print(line, end="", flush=True)
+            ended = child.returncode
+        except OSError as exc:  # no Python to run
+            lines, ended = [str(exc)], -1
+    if ended == 0:
+        return
+    shutil.rmtree(directory, ignore_errors=True)
+    text = "".join(lines) or f"the compiling process ended with status {ended} and said nothing"
+    reason = f"building it with {compiler.path} failed: {first_error(text)}"
+    record(failed, compiler, reason, text)
+    raise BuildFailed(f"{reason}; {_record_note(failed)}")

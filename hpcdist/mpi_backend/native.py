@@ -5,7 +5,8 @@ the Python group, with one line saying why), `1` (the compiled one or an error),
 building.py builds it once per cache (one process of however many start together; a failure is recorded, not
 retried), keyed by the source, torch, Python and the libmpi mpi4py loaded, in the CACHE_DIR setting's directory,
 else `<venv>/share/hpcdist/native` if writable, else ~/.cache/hpcdist/native; `python -m hpcdist.mpi_backend.native`
-builds it ahead of time (`make env` does, for each MPI venv).
+builds it ahead of time (`make env` does, for each MPI venv): the variant the MPI_SANITIZER setting names, a test
+build under a sanitizer for hpcdist's own tests (variants.py), else the normal one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from mpi4py import MPI
 
 from .. import abort, settings
 from ..errors import UsageError
-from .building import BuildFailed, BuildFailedBefore, build
+from . import variants
+from .building import BuildFailed, BuildFailedBefore, build, built
 from .errors import NativeUnavailable
 
 __all__ = ["active", "build", "load", "loaded", "mode", "start_watchdog"]
@@ -111,10 +113,23 @@ def _watch(module: ModuleType) -> None:
             os._exit(1)  # MPI is not initialised any more: nobody else can end this process
 
 
-if __name__ == "__main__":
+def _main() -> int:
+    """Build the variant the environment names (retrying a recorded failure); load the normal one to prove it."""
     try:
-        built = build(verbose="-v" in sys.argv, retry=True)  # by hand: also where a failure is recorded
-    except NativeUnavailable as exc:
+        variant = variants.chosen(os.environ)
+        path = built(verbose="-v" in sys.argv, retry=True)  # by hand: also where a failure is recorded
+        if variant.runtime is None:
+            build()
+    except UsageError as exc:  # NativeUnavailable too
         print(f"hpcdist: error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    print(f"hpcdist: native mpi backend ready: {built.__file__}")
+        return 2
+    if variant.runtime is None:
+        print(f"hpcdist: native mpi backend ready: {path}")
+    else:
+        print(f"hpcdist: native mpi backend's {variant.name} test build ready (loads where {variant.runtime} is "
+              f"preloaded): {path}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

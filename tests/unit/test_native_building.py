@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+import pytest
 
 from hpcdist.mpi_backend.building import Compiler, first_error, missing_compiler, record, recorded
 
@@ -80,3 +83,48 @@ def test_a_missing_compiler_is_named_with_how_to_fix_it() -> None:
     for text in (unset, given):
         assert text.endswith("install one (apt-get install g++) or set HPCDIST_MPI_NATIVE=0 to use the Python backend "
                              "knowingly")  # fmt: skip
+
+
+def test_a_build_runs_the_compiler_in_a_child_with_its_own_environment_and_leaves_this_one_alone(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import ninja
+
+    from hpcdist.mpi_backend import building
+    from hpcdist.mpi_backend.variants import SANITIZED
+
+    saw = tmp_path / "saw.json"  # a stand-in for the child: it writes what it was given, as the compiler would see it
+    child = f"import json, os, sys; open({str(saw)!r}, 'w').write(json.dumps([dict(os.environ), sys.argv[1]]))"
+    monkeypatch.setattr(building, "_CHILD", child)
+    monkeypatch.setenv("CXX", "cc-of-the-caller")
+    before = dict(os.environ)
+    compiler = Compiler("g++", True, "/usr/bin/g++", "1:1")
+    directory, failed = tmp_path / "K.tmp-host-1", tmp_path / "K.failed"
+    building._compile("m", SANITIZED["tsan"], compiler, Path("/mpi/include"), Path("/mpi/lib/libmpi.so.40"),
+                      directory, failed, verbose=False)  # fmt: skip
+    assert dict(os.environ) == before
+    environ, given = json.loads(saw.read_text())
+    assert environ["PATH"].split(os.pathsep)[0] == ninja.BIN_DIR and environ["CXX"] == "g++"
+    arguments = json.loads(given)
+    assert arguments["build_directory"] == str(directory) and directory.is_dir()
+    assert "-fsanitize=thread" in arguments["extra_cflags"] and "-fsanitize=thread" in arguments["extra_ldflags"]
+
+    monkeypatch.setattr(building, "_CHILD", f"import sys; print({FAILED_BUILD!r}); sys.exit(1)")
+    with pytest.raises(building.BuildFailed, match=r"^building it with /usr/bin/g\+\+ failed: /venv/include/torch/"):
+        building._compile("m", SANITIZED["tsan"], compiler, Path("/i"), Path("/l/libmpi.so"), tmp_path / "K.tmp-h-2",
+                          failed, verbose=False)  # fmt: skip
+    assert dict(os.environ) == before
+    assert recorded(failed, compiler) is not None and not (tmp_path / "K.tmp-h-2").exists()
+
+
+def test_each_sanitizer_has_a_test_build_and_none_of_their_flags_reach_the_normal_build() -> None:
+    from hpcdist import settings
+    from hpcdist.mpi_backend.variants import NORMAL, SANITIZED, chosen
+
+    assert tuple(SANITIZED) == settings.SANITIZERS
+    assert NORMAL.cflags == ("-O2",) and NORMAL.ldflags == () and NORMAL.runtime is None
+    assert chosen({}) is NORMAL and chosen({"HPCDIST_MPI_SANITIZER": "asan"}) is SANITIZED["asan"]
+    for variant in SANITIZED.values():
+        assert "-DHPCDIST_NATIVE_TESTING" in variant.cflags and variant.key("0123") == f"{variant.name}_0123"
+    assert "-fno-sanitize-recover=undefined" in SANITIZED["asan"].cflags
+    assert NORMAL.key("0123") == "0123"

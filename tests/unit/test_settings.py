@@ -20,13 +20,15 @@ from hpcdist.errors import UsageError
 
 PACKAGE = Path(hpcdist.__file__).parent
 TOKEN = "0123456789abcdef"
+_VARIABLE = r"(?<!-D)HPCDIST_[A-Z_]+"  # a variable's name; not a C macro the compiled backend is built with (-D)
 
 
 def _literals(path: Path) -> list[str]:
-    """Every string or bytes constant of a module (docstrings and f-strings' parts included) that holds `HPCDIST_`."""
+    """Every string or bytes constant of a module (docstrings and f-strings' parts included) that names a variable."""
     tree = ast.parse(path.read_text(), str(path))
     constants = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
-    return [str(value) for value in constants if isinstance(value, str | bytes) and "HPCDIST_" in str(value)]
+    texts = [str(value) for value in constants if isinstance(value, str | bytes)]
+    return [text for text in texts if re.search(_VARIABLE, text)]
 
 
 def test_hpcdist_s_variables_are_spelled_out_only_in_the_contract_and_the_settings() -> None:
@@ -35,7 +37,7 @@ def test_hpcdist_s_variables_are_spelled_out_only_in_the_contract_and_the_settin
 
 
 def test_every_variable_the_package_names_is_a_setting_or_the_contract_s() -> None:
-    named = {m for path in PACKAGE.rglob("*.py") for m in re.findall(r"HPCDIST_[A-Z_]+", path.read_text())}
+    named = {m for path in PACKAGE.rglob("*.py") for m in re.findall(_VARIABLE, path.read_text())}
     known = {s.name for s in settings.SETTINGS} | {*RankContract.VARIABLES.values(), *RESTART_VARS}
     assert named <= known
     for setting in settings.SETTINGS:  # each has its one reader, named after it
@@ -61,6 +63,10 @@ def test_every_variable_the_package_names_is_a_setting_or_the_contract_s() -> No
         (settings.mpi_native, {"HPCDIST_MPI_NATIVE": " AUTO "}, "auto"),
         (settings.mpi_ring_bytes, {"HPCDIST_MPI_RING_BYTES": "-1"}, -1),
         (settings.mpi_build_wait, {}, 600.0),
+        (settings.mpi_sanitizer, {}, None),
+        (settings.mpi_sanitizer, {"HPCDIST_MPI_SANITIZER": ""}, None),
+        (settings.mpi_sanitizer, {"HPCDIST_MPI_SANITIZER": "tsan"}, "tsan"),
+        (settings.mpi_sanitizer, {"HPCDIST_MPI_SANITIZER": "asan"}, "asan"),
         (settings.mpi_cuda_aware, {"HPCDIST_MPI_CUDA_AWARE": "1"}, True),
         (settings.mpirun, {"HPCDIST_MPIRUN": ""}, None),
         (settings.topology, {"HPCDIST_TOPOLOGY": "/t.xml"}, "/t.xml"),
@@ -81,6 +87,7 @@ def test_each_setting_is_read_as_its_kind(read, environ: dict[str, str], value: 
         (settings.template_dir, {"HPCDIST_TEMPLATE_DIR": "/no/such"}, "$HPCDIST_TEMPLATE_DIR '/no/such' is not a"),
         (settings.mpi_build_wait, {"HPCDIST_MPI_BUILD_WAIT": "0"}, "$HPCDIST_MPI_BUILD_WAIT='0' is not a positive"),
         (settings.mpi_native, {"HPCDIST_MPI_NATIVE": "yes"}, "$HPCDIST_MPI_NATIVE='yes' is not one of auto, 1, 0"),
+        (settings.mpi_sanitizer, {"HPCDIST_MPI_SANITIZER": "msan"}, "$HPCDIST_MPI_SANITIZER='msan' is not one of tsan"),
         (settings.mpi_ring_bytes, {"HPCDIST_MPI_RING_BYTES": "1k"}, "HPCDIST_MPI_RING_BYTES='1k' is not a whole"),
     ],
 )
