@@ -41,20 +41,20 @@ def sizes(size: int, item: int, segment: int) -> list[int]:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_all_reduce_is_exact_for_every_op_size_and_segment_boundary(hooks, dtype) -> None:
+def test_all_reduce_is_exact_for_every_op_size_and_segment_boundary(native_testing, dtype) -> None:
     comm = MPI.COMM_WORLD.Dup()
     item = torch.empty(0, dtype=dtype).element_size()
     ops = [*OPS, *(BITWISE if not dtype.is_floating_point else [])]
     for op, segment in itertools.product(ops, (16, 64)):
         for n in sizes(comm.size, item, segment):
             t = inputs(comm.rank, n, dtype, op)
-            hooks.all_reduce(comm.handle, t, op, segment)
+            native_testing.all_reduce(comm.handle, t, op, segment)
             assert torch.equal(t, expected(comm.size, n, dtype, op)), (op, segment, n)
     comm.Free()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8], ids=str)
-def test_reduce_scatter_gives_each_rank_its_block_for_every_op(hooks, dtype) -> None:
+def test_reduce_scatter_gives_each_rank_its_block_for_every_op(native_testing, dtype) -> None:
     comm = MPI.COMM_WORLD.Dup()
     item = torch.empty(0, dtype=dtype).element_size()
     ops = [*OPS, *(BITWISE if not dtype.is_floating_point else [])]
@@ -62,24 +62,26 @@ def test_reduce_scatter_gives_each_rank_its_block_for_every_op(hooks, dtype) -> 
         for block in (1, 5, 64 // item + 3):
             whole = inputs(comm.rank, block * comm.size, dtype, op)
             out = torch.zeros(block, dtype=dtype)
-            hooks.reduce_scatter(comm.handle, list(whole.chunk(comm.size)), out, op, 64)
+            native_testing.reduce_scatter(comm.handle, list(whole.chunk(comm.size)), out, op, 64)
             want = expected(comm.size, block * comm.size, dtype, op).chunk(comm.size)[comm.rank]
             assert torch.equal(out, want), (op, block)
     comm.Free()
 
 
-def test_a_ring_that_fails_with_segments_in_flight_completes_their_requests_and_the_rank_goes_on(hooks) -> None:
+def test_a_ring_that_fails_with_segments_in_flight_completes_their_requests_and_the_rank_goes_on(
+    native_testing,
+) -> None:
     comm = MPI.COMM_WORLD.Dup()
     assert comm.size >= 2, "a ring needs two ranks: run this tier at 2 ranks or more"
-    completed, abandoned = hooks.leftovers()
+    completed, abandoned = native_testing.leftovers()
     t = torch.ones(1000)  # 250+ elements a block: 16 segments of 64 bytes at 4 ranks
     with pytest.raises(RuntimeError, match="failed on purpose"):
-        hooks.all_reduce(comm.handle, t, "sum", 64, fail_at=2)  # segments 0 and 1 posted, none waited for
-    now_completed, now_abandoned = hooks.leftovers()
+        native_testing.all_reduce(comm.handle, t, "sum", 64, fail_at=2)  # segments 0 and 1 posted, none waited for
+    now_completed, now_abandoned = native_testing.leftovers()
     assert (now_completed - completed, now_abandoned - abandoned) == (4, 0)  # a receive and a send each
     MPI.COMM_WORLD.Barrier()
     fresh = MPI.COMM_WORLD.Dup()  # the failed ring's communicator is left alone, as a recovery leaves it
     t = torch.ones(1000)
-    hooks.all_reduce(fresh.handle, t, "sum", 64)
+    native_testing.all_reduce(fresh.handle, t, "sum", 64)
     assert torch.equal(t, torch.full((1000,), float(comm.size)))
     fresh.Free()
