@@ -100,7 +100,7 @@ test: lint docs test-unit test-docs test-mpi test-torch-suite test-sanitizers te
 # beside it as `BUDGET := N`, what it took there on 2026-11-29 rounded up. The whole, `make env` included (about 5
 # minutes from nothing, under 3 with pip's cache filled), is meant to stay within 50: the budgets, each rounded up,
 # added up to 50 and env, the measured whole about 47; test-sanitizers' 4 (and its builds, about 2, once per venv)
-# take them to 54, over the 50. A new tier or test spends from its budget on purpose; what cannot fit goes to
+# take them to 54, over the 50, less torch's suite on gloo (under a minute), moved to test-extended. A new tier or test spends from its budget on purpose; what cannot fit goes to
 # `make test-extended`.
 # Each tier ends by saying how long it took against its budget; over it is said, not failed: timings move up to 2x
 # with the machine's load.
@@ -170,14 +170,14 @@ test-mpi: env
 	$(tier-end)
 
 # torch's own distributed test suite (DistributedTest._DistTestBase) under mpiexec -n 3, as PyTorch's CI ran it for
-# its MPI backend: on hpcdist's compiled mpi backend, on its Python one, then on gloo for comparison
-# (tests/torchsuite/test_torch_suite.py); then the compiled one again on MPICH (gloo does not differ by MPI).
+# its MPI backend: on hpcdist's compiled mpi backend, on its Python one (tests/torchsuite/test_torch_suite.py); then
+# the compiled one again on MPICH. The same tests on gloo, torch's backend rather than hpcdist's, are a comparison
+# and run in `make test-extended`.
 test-torch-suite: BUDGET := 3
 test-torch-suite: env
 	$(tier-begin)
 	BACKEND=mpi $(NATIVE) $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 	BACKEND=mpi HPCDIST_MPI_NATIVE=0 $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
-	BACKEND=gloo $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 	BACKEND=mpi $(NATIVE) $(MPICH_MPIEXEC) -n 3 $(MPICH_PY) $(PYTEST_TORCH_SUITE)
 	$(tier-end)
 
@@ -256,8 +256,8 @@ test-cluster: env
 
 # Outside `make test`, what does not fit its 50 minutes: the end-to-end tests of ranks that fail, hang, are lost and
 # carry on, again for EXTENDED_ROUNDS rounds with stress-ng loading every core (races that a quiet run hides show
-# there), then the MPI tier on MPICH's Python mpi backend (make test runs MPICH on the compiled one). It needs
-# stress-ng (Debian: apt install stress-ng).
+# there), then the MPI tier on MPICH's Python mpi backend (make test runs MPICH on the compiled one), and torch's suite
+# on gloo, to compare with hpcdist's backends. It needs stress-ng (Debian: apt install stress-ng).
 EXTENDED_ROUNDS ?= 2
 EXTENDED_E2E := $(addprefix tests/e2e/test_,survivors_loop.py recover.py on_failure.py messages.py rank_exits.py \
 	restarts.py hung_rank.py stacks.py bench_recovery.py)
@@ -270,6 +270,7 @@ test-extended: env
 		$(PY) -m pytest -q -p no:cacheprovider $(EXTENDED_E2E) || exit 1; \
 	done
 	HPCDIST_TEST_NP=$(NP) HPCDIST_MPI_NATIVE=0 $(MPICH_MPIEXEC) -n $(NP) $(MPICH_PY) $(PYTEST_MPI) $(PYTHON_ONLY)
+	BACKEND=gloo $(MPIEXEC) -n 3 $(PY) $(PYTEST_TORCH_SUITE)
 
 # The start-up curves of docs/measurements/scale.md (docs/scale.md says how to read them), measured again on this
 # machine (run it on a quiet one: all rows at 1 to 256 ranks, 3 repeats, tens of minutes), then the page's table and

@@ -5,8 +5,9 @@
 UndefinedBehaviorSanitizer) with its kind and where it meets the compiled backend's source (SO, resolved to
 file:line), alike reports counted once, and exits 1 when any report remains or when fewer than N processes wrote a
 log (the ranks run with verbosity=1, so a sanitizer that ran always writes one). `--suppressions FILE`
-(tests/sanitizers/tsan.supp) takes out the reports of libraries hpcdist does not build, but only reports with no
-frame in the backend's .so: a suppression can never hide one of the backend's.
+(tests/sanitizers/tsan.supp) takes out the reports of libraries hpcdist does not build: a ThreadSanitizer report
+with an access in such a library (whose own ordering ThreadSanitizer cannot see), another sanitizer's report with no
+frame in the backend's .so. A race between two accesses of instrumented code is never suppressed.
 
 Frames in the backend's .so are resolved here with addr2line: GCC's runtimes symbolise with libbacktrace, which
 reads the libraries loaded when it first symbolises, and the backend is loaded (dlopen) after MPI's first reports.
@@ -34,6 +35,7 @@ _BEGIN = re.compile(
 _FRAME = re.compile(r"^\s+#\d+ .*\((?P<module>[^()+\s]+)\+(?P<offset>0x[0-9a-f]+)\)\s*$")
 _BACKEND = "hpcdist_native_"  # the compiled backend's module name, hence its .so's: building.py
 _SOURCE = "/mpi_backend/csrc/"  # its source, in an already symbolised frame or UBSan's location
+_RUNTIME = re.compile(r"\((libtsan|libasan|libubsan)\.so[.\d]*\+0x")  # a sanitizer runtime frame (interceptor)
 # A report's kind -> the suppression type that names it (ThreadSanitizer's own names)
 _TYPES = {
     "data race": "race",
@@ -54,15 +56,45 @@ class Report:
     lines: tuple[str, ...]
 
     def suppressed_by(self, suppressions: Iterable[tuple[str, str]]) -> str | None:
-        """The first `(type, pattern)` that takes this report out (a report with a backend frame: none)."""
+        """The first `(type, pattern)` that takes this report out, or None.
+
+        A ThreadSanitizer report goes when an access in it (the code that made it: its stack's first frame outside
+        the sanitizer's runtime) is in a library a suppression names: ThreadSanitizer cannot see that library's own
+        ordering (MPI's completion of a call, torch's reference counts), so it cannot judge the race either way.
+        The backend may be elsewhere in the stacks (calling MPI, or touching a buffer MPI wrote before its call
+        returned). A race between two accesses in code the tier instrumented always stays, as does another
+        sanitizer's report with a frame in the backend.
+        """
+        kind = self.kind.split(": ", 1)[1].split(" (")[0].strip()
+        if self.kind.startswith("ThreadSanitizer"):
+            for type_, pattern in suppressions:
+                if _TYPES.get(kind) == type_ and any(pattern in top for top in self.accesses):
+                    return f"{type_}:{pattern}"
+            return None
         if self.backend_frames:
             return None
-        kind = self.kind.split(": ", 1)[1].split(" (")[0].strip()
         frames = [line for line in self.lines if line.startswith("    #")]
         for type_, pattern in suppressions:
             if _TYPES.get(kind) == type_ and any(pattern in frame for frame in frames):
                 return f"{type_}:{pattern}"
         return None
+
+    @property
+    def accesses(self) -> list[str]:
+        """The first frame outside the sanitizer's runtime of each access stack (a race's two accesses, a
+        lock-order cycle's acquisitions); not the stacks of a thread's or a mutex's creation, nor an allocation."""
+        tops: list[str] = []
+        section, taken = "", True
+        for line in self.lines:
+            if not line.startswith("    "):
+                section, taken = line.strip(), False
+                continue
+            access = section.startswith(("Write", "Read", "Atomic", "Previous")) or "acquired here" in section
+            if taken or not access or not line.startswith("    #") or _RUNTIME.search(line):
+                continue
+            tops.append(line)
+            taken = True
+        return tops
 
     @property
     def backend_frames(self) -> list[str]:

@@ -1,4 +1,5 @@
-"""The tier's verdict on made-up logs: a suppression never hides a backend report; a missing log fails the run."""
+"""The tier's verdict on made-up logs: a suppression never hides a race of the backend's own code, only one with an
+access in the library it names; a missing log fails the run."""
 
 from __future__ import annotations
 
@@ -50,6 +51,48 @@ def test_a_suppression_takes_out_another_library_s_report_never_one_with_a_backe
     ]
     problems, _ = check(tmp_path, 2, library, [])
     assert problems[1].startswith("1 x ThreadSanitizer: data race; no backend frame")
+
+
+MPI_WROTE = """==================
+WARNING: ThreadSanitizer: data race (pid=9)
+  Write of size 8 at 0x7b48 by main thread:
+    #0 operator delete(void*, unsigned long) tsan_new_delete.cpp:150 (libtsan.so.2.0.0+0x86c3d)
+    #1 gather() /src/hpcdist/mpi_backend/csrc/native.cpp:247 (hpcdist_native_tsan_0123.so+0x3bad5)
+
+  Previous write of size 8 at 0x7b48 by thread T2:
+    #0 memcpy sanitizer_common_interceptors.inc:827 (libtsan.so.2.0.0+0x5dda6)
+    #1 opal_generic_simple_unpack <null> (libopen-pal.so.80+0x71a2c)
+
+SUMMARY: ThreadSanitizer: data race tsan_new_delete.cpp:150 in operator delete(void*, unsigned long)
+==================
+WARNING: ThreadSanitizer: data race (pid=9)
+  Write of size 8 at 0x7bb0 by thread T10:
+    #0 free tsan_interceptors_posix.cpp:706 (libtsan.so.2.0.0+0x47e82)
+    #1 free ../include/rtld-malloc.h:50 (ld-linux-x86-64.so.2+0x11785)
+
+  Previous write of size 8 at 0x7bb0 by thread T11:
+    [failed to restore the stack]
+
+  Thread T11 (tid=30105, finished) created by main thread at:
+    #0 pthread_create tsan_interceptors_posix.cpp:1001 (libtsan.so.2.0.0+0x5e686)
+    #1 race() /src/hpcdist/mpi_backend/csrc/testing.h:83 (hpcdist_native_tsan_0123.so+0xba230)
+
+SUMMARY: ThreadSanitizer: data race ../include/rtld-malloc.h:50 in free
+==================
+"""
+
+
+def test_a_race_with_an_access_in_a_named_library_goes_whatever_backend_frames_beside_it(tmp_path: Path) -> None:
+    # the backend frees a buffer MPI's datatype code wrote on another thread before the call returned (an ordering
+    # made inside MPI), and glibc's loader frees a finished thread's storage (a thread the backend started)
+    (tmp_path / "tsan.9").write_text(MPI_WROTE)
+    supp = [("race", "libopen-pal.so"), ("race", "ld-linux-x86-64.so.2")]
+    assert check(tmp_path, 1, tmp_path / "absent.so", supp) == (
+        [],
+        ["suppressed 1 x race:ld-linux-x86-64.so.2", "suppressed 1 x race:libopen-pal.so"],
+    )
+    problems, _ = check(tmp_path, 1, tmp_path / "absent.so", [])
+    assert len(problems) == 2
 
 
 def test_fewer_logs_than_processes_fail_the_run(tmp_path: Path) -> None:
