@@ -21,18 +21,14 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import re
-import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -42,27 +38,15 @@ from .. import settings
 from ..errors import UsageError
 from ..settings import MPI_NATIVE, MPI_SANITIZER
 from .errors import NativeUnavailable
+from .failures import Compiler, first_error, me, missing_compiler, record, record_note, recorded
 from .variants import Variant, chosen
 
-__all__ = [
-    "BuildFailed",
-    "BuildFailedBefore",
-    "Compiler",
-    "build",
-    "built",
-    "first_error",
-    "key",
-    "missing_compiler",
-    "record",
-    "recorded",
-]
+__all__ = ["BuildFailed", "BuildFailedBefore", "build", "built", "key"]
 
 _CSRC = Path(__file__).with_name("csrc")  # the C++ source: native.cpp, one translation unit, and its headers
 _SOURCE = _CSRC / "native.cpp"
 _PROGRESS_EVERY = 15.0  # seconds between the builder's "still building" lines
 _TYPICAL = "about 30 s of one core's time, longer on a busy node"  # measured: docs/mpi-backend.md
-_FIX = f"install one (apt-get install g++) or set {MPI_NATIVE.name}=0 to use the Python backend knowingly"
-_ERROR_LINE = re.compile(r"(^|\s)(fatal )?error:|: cannot find |undefined reference")
 # What the compiling child runs, argv[1] holding the keywords: torch's cpp_extension writes ninja's file and builds
 # the library without loading it (a test build loads only where its sanitizer's runtime was preloaded); load()
 # does the same, then imports. On failure it prints the error with the compiler's output, for first_error to read.
@@ -84,84 +68,6 @@ class BuildFailed(NativeUnavailable):
 
 class BuildFailedBefore(NativeUnavailable):
     """A recorded failure for this key and compiler: the build is not retried, and `auto` does not say it again."""
-
-
-@dataclass(frozen=True)
-class Compiler:
-    """The C++ compiler torch's cpp_extension would run: $CXX, else `c++` on PATH."""
-
-    name: str
-    given: bool  # from $CXX
-    path: str | None  # the file it resolves to, None when there is none
-    stamp: str  # size and mtime of that file, so a reinstalled compiler counts as a change
-
-    @classmethod
-    def find(cls, environ: Mapping[str, str]) -> Compiler:
-        """The compiler `environ` ($CXX, $PATH) names."""
-        name = environ.get("CXX") or "c++"
-        try:
-            words = shlex.split(name)  # $CXX may hold a launcher and its compiler: `ccache g++`
-        except ValueError:  # unbalanced quotes: no such command
-            words = [name]
-        found = shutil.which(words[0], path=environ.get("PATH", os.defpath)) if words else None
-        if found is None:
-            return cls(name, bool(environ.get("CXX")), None, "")
-        real = os.path.realpath(found)
-        info = os.stat(real)
-        return cls(name, bool(environ.get("CXX")), real, f"{info.st_size}:{info.st_mtime_ns}")
-
-    @property
-    def identity(self) -> str:
-        """What a failure record is kept for: the name asked for and the file it resolved to."""
-        return f"{self.name}={self.path or 'missing'}:{self.stamp}"
-
-
-def missing_compiler(compiler: Compiler) -> str:
-    """The sentence for a compiler that cannot be found, naming what is missing and how to fix it."""
-    if compiler.given:
-        what = f"$CXX={compiler.name} is not an executable file (nor a command on PATH)"
-    else:
-        what = "`c++` is not on PATH and $CXX is unset"
-    return f"no C++ compiler: {what}; {_FIX}"
-
-
-def first_error(output: str) -> str:
-    """The compiler's (or linker's) first error line in a failed build's output, else its last line."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for line in lines:
-        if not line.startswith(("[", "FAILED:")) and _ERROR_LINE.search(line):
-            return line
-    return lines[-1] if lines else "no output"
-
-
-def _record_note(path: Path) -> str:
-    return (
-        f"later jobs do not retry until the compiler, torch, Python, MPI or hpcdist changes "
-        f"(recorded in {path}: remove it to retry now)"
-    )
-
-
-def recorded(path: Path, compiler: Compiler) -> str | None:
-    """The reason recorded at `path` for this compiler; None without a record or with one for another compiler."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("compiler") != compiler.identity:
-        return None
-    return str(data.get("reason", "the build failed"))
-
-
-def record(path: Path, compiler: Compiler, reason: str, output: str) -> None:
-    """Write the failure record whole (a temporary file renamed over it)."""
-    data = {"compiler": compiler.identity, "reason": reason, "by": _me(), "when": time.strftime("%FT%T%z")}
-    temporary = path.with_name(f"{path.name}.{_me()}")
-    temporary.write_text(json.dumps({**data, "output": output}, indent=1) + "\n")
-    temporary.replace(path)
-
-
-def _me() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _wait_seconds() -> float:
@@ -193,7 +99,7 @@ def _locked(path: Path, seconds: float) -> Iterator[bool]:
             yield False
             return
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{_me()}\n".encode(), 0)
+        os.pwrite(fd, f"{me()}\n".encode(), 0)
         yield True
     finally:
         os.close(fd)  # releases the lock
@@ -218,7 +124,7 @@ def _wait_for_lock(fd: int, path: Path, seconds: float) -> None:
     except OSError:
         holder = "another process"
     raise NativeUnavailable(
-        f"rank {MPI.COMM_WORLD.Get_rank()} ({_me()}) waited {seconds:.0f} s for the native mpi backend's build by "
+        f"rank {MPI.COMM_WORLD.Get_rank()} ({me()}) waited {seconds:.0f} s for the native mpi backend's build by "
         f"{holder} in {path.parent}; wait longer (${settings.MPI_BUILD_WAIT.name}), build it ahead with "
         f"`python -m hpcdist.mpi_backend.native`, or set {MPI_NATIVE.name}=0"
     )
@@ -230,7 +136,7 @@ def _progress(directory: Path) -> Iterator[None]:
     began = time.monotonic()
     done = threading.Event()
     print(
-        f"hpcdist: building the native mpi backend once ({_TYPICAL}) by {_me()} in {directory}; "
+        f"hpcdist: building the native mpi backend once ({_TYPICAL}) by {me()} in {directory}; "
         f"other ranks and later jobs load it",
         file=sys.stderr,
         flush=True,
@@ -387,21 +293,21 @@ def built(verbose: bool = False, retry: bool = False) -> Path:
     final, failed = root / key, root / f"{key}.failed"
     reason = None if retry else recorded(failed, compiler)  # before the lock: a recorded failure costs no wait
     if reason is not None:
-        raise BuildFailedBefore(f"{reason}; {_record_note(failed)}")
+        raise BuildFailedBefore(f"{reason}; {record_note(failed)}")
     with _locked(root / f"{key}.lock", _wait_seconds()) as alone:
         if (final / f"{name}.so").is_file():  # built while this process waited
             return final / f"{name}.so"
         reason = None if retry else recorded(failed, compiler)
         if reason is not None:  # failed while this process waited: the builder said so
-            raise BuildFailedBefore(f"{reason}; {_record_note(failed)}")
+            raise BuildFailedBefore(f"{reason}; {record_note(failed)}")
         if alone:  # what a killed builder left: none other runs while this process holds the lock
             for leftover in [final, *root.glob(f"{key}.tmp-*")]:
                 shutil.rmtree(leftover, ignore_errors=True)
         if compiler.path is None:
             reason = missing_compiler(compiler)
             record(failed, compiler, reason, "")
-            raise BuildFailed(f"{reason}; {_record_note(failed)}")
-        building = root / f"{key}.tmp-{_me().replace(':', '-')}"
+            raise BuildFailed(f"{reason}; {record_note(failed)}")
+        building = root / f"{key}.tmp-{me().replace(':', '-')}"
         _compile(name, variant, compiler, include, lib, building, failed, verbose)
         try:
             os.rename(building, final)
@@ -467,4 +373,4 @@ def _compile(
     text = "".join(lines) or f"the compiling process ended with status {ended} and said nothing"
     reason = f"building it with {compiler.path} failed: {first_error(text)}"
     record(failed, compiler, reason, text)
-    raise BuildFailed(f"{reason}; {_record_note(failed)}")
+    raise BuildFailed(f"{reason}; {record_note(failed)}")

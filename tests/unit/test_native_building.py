@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.mpi_backend.building import Compiler, first_error, missing_compiler, record, recorded
+from hpcdist.mpi_backend.failures import Compiler, first_error, missing_compiler, record, recorded
 
 # The shape of torch's cpp_extension error: its own first line, ninja's steps, the compiler's lines, ninja's verdict.
 FAILED_BUILD = """Error building extension 'hpcdist_native_ea3d35a1552e995a': [1/2] c++ -MMD -O2 -c native.cpp
