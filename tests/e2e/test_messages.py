@@ -224,7 +224,11 @@ def test_a_failing_rank_is_named_by_hpcdist_with_its_traceback_and_no_launcher_b
     assert result.returncode == 1, result.stderr
     host = socket.gethostname().split(".")[0]
     lines = result.stderr.splitlines()
-    assert f"hpcdist: first failure: rank 1 on {host} failed with exit code 1" in lines, result.stderr
+    # rank 0 may fail on its own once rank 1's connection closes, before hpcdist ends it: then it is named after
+    first = re.compile(
+        rf"hpcdist: first failure: rank 1 on {re.escape(host)} failed with exit code 1(; then rank 0 .+)?"
+    )
+    assert [line for line in lines if first.fullmatch(line)], result.stderr
     assert not any("its last" in line for line in lines), result.stderr  # the traceback below: shown once
     assert "ending the job" not in result.stderr  # the shim of a rank hpcdist mpirun hears says nothing of its end
     traceback = [
