@@ -18,12 +18,6 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 BIN = Path(sys.executable).parent
-# Open MPI's mpirun itself as `hpcdist mpirun --on-failure shrink` starts it, for tests that run a program directly
-# on 4 ranks under ULFM (its survivors see a failure, the variable makes them shrink)
-ULFM_MPIRUN = [
-    *(str(BIN / "mpirun"), "--oversubscribe", "--with-ft", "ulfm", "--mca", "btl", "tcp,self"),
-    *("--mca", "coll_ftagree_agreement", "1", "-np", "4", "-x", "HPCDIST_ON_FAILURE=shrink"),
-]
 
 
 @dataclass(frozen=True)

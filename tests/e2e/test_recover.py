@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launching import BIN, PROGRAMS, ULFM_MPIRUN, launch
+from launching import BIN, PROGRAMS, launch
+from ulfm import ULFM_MPIRUN
 
 IDS = ["python-backend", "native-backend", "gloo"]
 VALUE = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}  # what each start rank adds to the all_reduce

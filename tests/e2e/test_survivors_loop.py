@@ -10,7 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from launching import BIN, PROGRAMS, ROOT, ULFM_MPIRUN, wait_for
+from launching import BIN, PROGRAMS, ROOT, wait_for
+from ulfm import ULFM_MPIRUN
 
 from hpcdist.resilience.sharding import steps_left
 from hpcdist.workloads.steplog import read
