@@ -190,7 +190,8 @@ $(VENV)/.sanitizers: $(VENV)/.installed $(wildcard hpcdist/mpi_backend/csrc/*)
 
 # The compiled backend under the sanitizers, on Open MPI: MPICH's MPI_Finalize segfaults under ThreadSanitizer (the
 # mpich wheel, a bare mpi4py program), and its ASan run would not fit the budget. First the tests that start processes
-# of their own (ThreadSanitizer is live, the builds are what they say); then, under each sanitizer at 2 and at 4
+# of their own (ThreadSanitizer is live, the builds are what they say; under each sanitizer, a hang the watchdog ends
+# and a ring that loses a rank under shrink, each judged on its logs); then, under each sanitizer at 2 and at 4
 # ranks, a subset of the backend's MPI tests and all of tests/sanitizers' own MPI tests, each run judged by
 # tests/sanitizers/reports.py on its logs: no report may remain (one with a frame in the backend's .so is never
 # suppressed). Every run is judged; the tier fails at its end, naming the runs that failed. The ranks' environment:

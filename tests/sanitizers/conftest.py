@@ -11,6 +11,8 @@ What one run does not collect is deselected (named by pytest's count), never ski
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,3 +45,19 @@ def native_testing() -> Any:
             "(tests/sanitizers/rank_env.py)"
         )
     return module.testing
+
+
+@pytest.fixture
+def test_build(monkeypatch: pytest.MonkeyPatch) -> Callable[[str | None], Path]:
+    """The compiled backend's file for a sanitizer's test build (None: the normal build), built where it is not."""
+
+    def built(sanitizer: str | None) -> Path:
+        from hpcdist.mpi_backend import building
+
+        if sanitizer is None:
+            monkeypatch.delenv("HPCDIST_MPI_SANITIZER", raising=False)
+        else:
+            monkeypatch.setenv("HPCDIST_MPI_SANITIZER", sanitizer)
+        return building.built()
+
+    return built

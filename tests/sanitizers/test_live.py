@@ -9,24 +9,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from rank_env import rank_environ
 from reports import check
 
+Built = Callable[[str | None], Path]  # the test_build fixture
 RACE = "from hpcdist.mpi_backend.building import build; print(build().testing.race(100000))"
-
-
-def built(monkeypatch: pytest.MonkeyPatch, sanitizer: str | None) -> Path:
-    """The compiled backend's file for `sanitizer`'s test build (None: the normal build), built where it is not."""
-    from hpcdist.mpi_backend import building
-
-    if sanitizer is None:
-        monkeypatch.delenv("HPCDIST_MPI_SANITIZER", raising=False)
-    else:
-        monkeypatch.setenv("HPCDIST_MPI_SANITIZER", sanitizer)
-    return building.built()
 
 
 def undefined(library: Path) -> set[str]:
@@ -36,8 +27,8 @@ def undefined(library: Path) -> set[str]:
     return {line.split()[-1] for line in listed.stdout.splitlines() if line.strip()}
 
 
-def test_thread_sanitizer_reports_the_test_build_s_deliberate_race(tmp_path: Path, monkeypatch) -> None:
-    library = built(monkeypatch, "tsan")
+def test_thread_sanitizer_reports_the_test_build_s_deliberate_race(tmp_path: Path, test_build: Built) -> None:
+    library = test_build("tsan")
     logs = tmp_path / "logs"
     logs.mkdir()
     environ = {**os.environ, **rank_environ("tsan", logs)}
@@ -57,13 +48,15 @@ def test_thread_sanitizer_reports_the_test_build_s_deliberate_race(tmp_path: Pat
         ("asan", {"__asan_init", "__ubsan_handle_type_mismatch_v1_abort"}),
     ],
 )
-def test_each_test_build_is_instrumented_for_its_sanitizer(monkeypatch, sanitizer: str, instrumented: set[str]) -> None:
-    assert instrumented <= undefined(built(monkeypatch, sanitizer))
+def test_each_test_build_is_instrumented_for_its_sanitizer(
+    test_build: Built, sanitizer: str, instrumented: set[str]
+) -> None:
+    assert instrumented <= undefined(test_build(sanitizer))
 
 
-def test_the_normal_build_has_no_instrumentation_and_no_test_hooks(monkeypatch) -> None:
+def test_the_normal_build_has_no_instrumentation_and_no_test_hooks(test_build: Built) -> None:
     from hpcdist.mpi_backend import building
 
-    library = built(monkeypatch, None)
+    library = test_build(None)
     assert not [name for name in undefined(library) if name.startswith(("__tsan", "__asan", "__ubsan"))]
     assert not hasattr(building.build(), "testing")
