@@ -162,10 +162,9 @@ class TorchImpl:
 class MpiImpl:
     """The same collective as raw mpi4py calls on numpy buffers (the --reference rows).
 
-    The buffers live in memory from torch's CPU allocator, as the torch rows' tensors do: numpy asks the
-    kernel for transparent huge pages from 4 MiB on, torch does not, and that alone made raw all_reduce
-    about 30 % faster at 8-16 MiB on this project's machine (measured side by side: raw Allreduce on a
-    numpy array against the same call on a torch tensor's memory), a difference of memory, not of MPI.
+    The buffers are numpy's own, the memory a user's script would hand MPI: numpy asks the kernel for transparent
+    huge pages for its large arrays, as torch's allocator does in hpcdist's ranks (THP_MEM_ALLOC_ENABLE=1 unless the
+    user set it). With THP_MEM_ALLOC_ENABLE=0 the torch rows lose the huge pages and raw keeps them.
     """
 
     name = REFERENCE
@@ -206,10 +205,8 @@ class MpiImpl:
         return self._call(send, self.recv, buf)
 
     def _zeros(self, length: int) -> Any:
-        """A numpy array of zeros in memory from torch's CPU allocator (see the class's docstring)."""
-        import torch
-
-        return torch.from_numpy(self.np.zeros(0, self.dtype)).new_zeros(length).numpy()
+        """A numpy array of zeros."""
+        return self.np.zeros(length, self.dtype)
 
     def _call(self, send: Any, recv: Any, buf: Any) -> Callable[[], Any]:
         comm, op, root, rank, n = self.comm, self.op, self.plan.root, self.rank, self.nranks

@@ -20,7 +20,9 @@ from .names import ENV_NAME
 __all__ = ["SHIM", "build_mpirun_argv", "env_forwards", "spans_hosts"]
 
 _FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", PREFIX)
-_FORWARD_NAMES = frozenset({"OMP_NUM_THREADS", "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
+_FORWARD_NAMES = frozenset(
+    {"OMP_NUM_THREADS", "PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "THP_MEM_ALLOC_ENABLE"}
+)
 SHIM = ("-m", "hpcdist.worker", "--")  # after a python: what each rank runs before the program (scripts too)
 
 

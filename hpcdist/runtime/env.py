@@ -25,6 +25,7 @@ __all__ = [
 RESTART_ENV, MAX_RESTARTS_ENV, RUN_ID_ENV = map(RankContract.variable, ("restart_count", "max_restarts", "run_id"))
 RUN_ID_PREFIX = "hpcdist-"  # a TORCHELASTIC_RUN_ID hpcdist made, which no torchrun agent stands behind
 ROLE = "default"  # torchrun's one role (WorkerSpec.role's default)
+_THP = "THP_MEM_ALLOC_ENABLE"  # torch's CPU allocator: transparent huge pages for tensors of 2 MiB and more
 # Every name `LaunchEnv.torch_env` may set: what a launch gives each rank, as torchrun's agent gives a worker
 AGENT_VARIABLES = (
     "RANK",
@@ -256,15 +257,17 @@ class LaunchEnv:
 
 
 def torch_defaults(env: LaunchEnv, current: Mapping[str, str]) -> dict[str, str]:
-    """What torchrun sets unless set: OMP_NUM_THREADS=1 beside other local ranks, NCCL's async error handling.
+    """What a rank gets unless set: torchrun's own (OMP_NUM_THREADS=1 beside other local ranks, NCCL's async error
+    handling; none under torchrun, whose agent has set them) and huge pages for torch's large CPU tensors.
 
-    Under torchrun, none: its agent has set them (torch/distributed/run.py, local_elastic_agent.py).
+    THP_MEM_ALLOC_ENABLE=1 has torch's CPU allocator ask for transparent huge pages for tensors of 2 MiB and more, as
+    numpy does for its arrays; torch reads it once, at its first CPU tensor (not at import).
     """
-    if env.launcher == "torchrun":
-        return {}
-    wanted = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
-    if env.local_world_size > 1:
-        wanted["OMP_NUM_THREADS"] = "1"
+    wanted = {_THP: "1"}
+    if env.launcher != "torchrun":  # torch/distributed/run.py, local_elastic_agent.py
+        wanted["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
+        if env.local_world_size > 1:
+            wanted["OMP_NUM_THREADS"] = "1"
     return {name: value for name, value in wanted.items() if name not in current}
 
 

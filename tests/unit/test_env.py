@@ -275,10 +275,17 @@ def test_echo_of_hpcdist_run_id_is_no_agent() -> None:
 @pytest.mark.parametrize(
     ("environ", "expected"),
     [
-        ({}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}),
-        (ompi(0, 4, 0, 2), {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1"}),
-        (ompi(0, 4, 0, 2) | {"OMP_NUM_THREADS": "3", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, {}),
-        (TORCHRUN, {}),
+        ({}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "THP_MEM_ALLOC_ENABLE": "1"}),
+        (
+            ompi(0, 4, 0, 2),
+            {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1", "THP_MEM_ALLOC_ENABLE": "1"},
+        ),
+        (
+            ompi(0, 4, 0, 2)
+            | {"OMP_NUM_THREADS": "3", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "THP_MEM_ALLOC_ENABLE": "0"},
+            {},
+        ),
+        (TORCHRUN, {"THP_MEM_ALLOC_ENABLE": "1"}),  # torchrun's agent sets the others, never this one
     ],
 )
 def test_torch_defaults_leave_set_values(environ: dict[str, str], expected: dict[str, str]) -> None:
