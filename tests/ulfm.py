@@ -3,6 +3,7 @@ under ULFM: its survivors see a failure, the variable makes them shrink."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,4 +12,5 @@ __all__ = ["ULFM_MPIRUN"]
 ULFM_MPIRUN = [
     *(str(Path(sys.executable).parent / "mpirun"), "--oversubscribe", "--with-ft", "ulfm", "--mca", "btl", "tcp,self"),
     *("--mca", "coll_ftagree_agreement", "1", "-np", "4", "-x", "HPCDIST_ON_FAILURE=shrink"),
+    *(["--allow-run-as-root"] if os.geteuid() == 0 else []),  # as hpcdist adds it
 ]
