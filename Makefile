@@ -221,7 +221,7 @@ sanitized = logs=$(SANITIZER_LOGS)/$(1)-$(2); mkdir -p $$logs && \
 		$(if $(wildcard tests/sanitizers/$(1).supp),--suppressions tests/sanitizers/$(1).supp) && [ $$ran = 0 ] || \
 	echo "$(1) at $(2) ranks" >>$(SANITIZER_LOGS)/failed
 
-test-sanitizers: BUDGET := 4
+test-sanitizers: BUDGET := 5
 test-sanitizers: env $(VENV)/.sanitizers
 	$(tier-begin)
 	rm -rf $(SANITIZER_LOGS) && mkdir -p $(SANITIZER_LOGS)

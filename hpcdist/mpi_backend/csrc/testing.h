@@ -79,9 +79,12 @@ inline std::pair<int64_t, int64_t> ledger_race(int writers, int readers, int cal
   std::atomic<bool> writing{true};
   std::atomic<int64_t> torn{0}, rows{0};
   std::vector<std::thread> threads;
+  // Past `calls`, the writers go on until a reader has read a row while they wrote (on a loaded machine the readers
+  // may not run before the writers are done), for 60 s at most.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (int w = 0; w < writers && w < 8; ++w) {
     threads.emplace_back([&, w] {
-      for (int k = 0; k < calls; ++k) {
+      for (int k = 0; k < calls || (rows.load() == 0 && std::chrono::steady_clock::now() < deadline); ++k) {
         const uint64_t id = ledger.record(names[w], &shapes[k % 4], w, k % 1000, k);
         if (k % 2) ledger.finished(id);
       }
