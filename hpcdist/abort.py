@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import NoReturn
 
-from .contract import Failed, RankContract
+from .contract import RankContract
+from .events import Failed
 
 __all__ = [
     "abort_job",

@@ -1,16 +1,11 @@
-"""The launcher's contract with its ranks: every variable it hands a rank, and every event a rank sends back.
-
-A leaf (it imports only errors, values and the version), read by both sides and the only module they share:
+"""The launcher's contract with its ranks: every variable it hands a rank (a leaf; it imports only events, errors,
+values and the version). With `events` (what a rank tells back) and `lines` (the tagged lines a rank prints), it is
+all the two sides share:
 
 - `RankContract`: what `hpcdist mpirun` (and a generated script) hands each rank, one typed field per `HPCDIST_*`
   variable; the launcher writes it with `environ()`, a rank reads it once with `from_environ()` and passes the
   object down. Its `version` is the launcher's hpcdist: a rank of another version refuses to start (`check_version`).
-- Events: what a rank tells its launcher in band, one typed class per kind (`Ready`, `Failed`, `Finished`, `Hang`,
-  `Done`, `Vanished`, `Beat`, `Usage`), written as one control line on the rank's stderr by `encode` and read back
-  by `parse_event`, the one parser. The line carries the launch's random token, so no program output passes for one.
-- The tagged line: `[host:rank] text` (`[host:rank:N] text` for the launcher's router), written by the rank's tagger
-  and split again by the launcher (`tag`, `split_tag`), a stream's whole lines and progress-bar redraws
-  (`split_segments`), and each rank's log file name (`log_name`).
+- The launch's token (`new_token`), which each of a rank's event lines carries, so no program output passes for one.
 """
 
 from __future__ import annotations
@@ -25,40 +20,22 @@ import signal
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
-from urllib.parse import quote, unquote
+from typing import ClassVar
 
 from ._version import __version__
 from .errors import UsageError
+from .events import Event, encode
 from .values import MAX_COUNT, ON_FAILURE, parse_seconds, parse_whole
 
 __all__ = [
     "DRY_RUN_TOKEN",
-    "EVENTS",
     "NUMBERED",
     "PREFIX",
     "RELAYED_SIGTERM",
     "RESTART_VARS",
-    "Beat",
-    "Done",
-    "Event",
-    "Failed",
-    "Finished",
-    "Hang",
     "RankContract",
-    "Ready",
-    "Tagged",
-    "Usage",
-    "Vanished",
     "check_version",
-    "encode",
-    "log_name",
-    "might_start_event",
     "new_token",
-    "parse_event",
-    "split_segments",
-    "split_tag",
-    "tag",
 ]
 
 PREFIX = "HPCDIST_"  # every variable of hpcdist's starts so: the contract's and the settings'
@@ -71,13 +48,6 @@ RELAYED_SIGTERM = signal.SIGURG
 DRY_RUN_TOKEN = "<per-launch token>"
 RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # an attempt's index: hpcdist's, torchrun's
 _TOKEN = re.compile(r"[0-9a-f]{16}\Z")
-_MARK = "@@hpcdist:"
-_LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<kind>[a-z]+):(?P<rank>[0-9]{1,10}):(?P<detail>[^\n]*)")
-_SEGMENT_END = re.compile(rb"\r\n|\n|\r(?!\Z)")  # a lone \r last may still be a \r\n: wait for the next byte
-_TAG = re.compile(rb"\[(?P<host>[^\s:\[\]]+):(?P<rank>[0-9]{1,10})(?::(?P<number>[0-9]{1,20}))?\] ")
-
-
-# -- the variables ------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -255,203 +225,3 @@ def check_version(contract: RankContract, where: str, own: str = __version__) ->
 def new_token() -> str:
     """A fresh token for one launch, so that no program output can pass for an event line by chance."""
     return secrets.token_hex(8)
-
-
-# -- the events ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Event:
-    """Something a rank tells its launcher; each kind is a subclass with its own fields."""
-
-    kind: ClassVar[str] = ""
-    rank: int
-
-
-@dataclass(frozen=True)
-class Ready(Event):
-    """The rank's process group is initialised."""
-
-    kind: ClassVar[str] = "ready"
-    host: str = ""
-    world: int | None = None  # the world size as the rank sees it
-
-
-@dataclass(frozen=True)
-class Failed(Event):
-    """The rank's program failed: how it ended, and whether a peer went first or a communication call failed."""
-
-    kind: ClassVar[str] = "failed"
-    how: str = ""  # 'exit code 1', 'called MPI_Abort', 'killed by SIGKILL'
-    host: str = ""
-    after_peer: bool = False  # its error said a peer's connection dropped: a peer failed first
-    call: str = ""  # the communication call its error came out of: 'all_reduce#2'
-    at: float | None = None  # when, by the rank's wall clock
-
-
-@dataclass(frozen=True)
-class Finished(Event):
-    """The rank's program ended well; it waits for the others."""
-
-    kind: ClassVar[str] = "finished"
-    at: float | None = None
-
-
-@dataclass(frozen=True)
-class Hang(Event):
-    """The hang report's verdict: the ranks it blames, by kind, and those that waited, in which call."""
-
-    kind: ClassVar[str] = "hang"
-    finished: tuple[int, ...] = ()  # finished their program while others waited
-    idle: tuple[int, ...] = ()  # were in no communication call
-    uninit: tuple[int, ...] = ()  # never initialised
-    waiting: tuple[int, ...] = ()
-    call: str = ""  # the call the first of the waiting ranks waited in: 'all_reduce#2'
-    at: float | None = None
-
-
-@dataclass(frozen=True)
-class Done(Event):
-    """Every part of the rank's program ended well."""
-
-    kind: ClassVar[str] = "done"
-
-
-@dataclass(frozen=True)
-class Vanished(Event):
-    """From the rank's tagger: the rank ended without saying how (a signal, or os._exit)."""
-
-    kind: ClassVar[str] = "vanished"
-    host: str = ""
-
-
-@dataclass(frozen=True)
-class Beat(Event):
-    """From the rank's tagger, every `beat_interval` seconds while the rank runs."""
-
-    kind: ClassVar[str] = "beat"
-    host: str = ""
-    frozen: str = ""  # how the rank's process is frozen, as its tagger sees it: 'stopped (state T)' ('' when not)
-
-
-@dataclass(frozen=True)
-class Usage(Event):
-    """A usage error the rank met, which the launcher says once for the job however many ranks tell it."""
-
-    kind: ClassVar[str] = "usage"
-    message: str = ""
-
-
-EVENTS: Mapping[str, type[Event]] = {
-    cls.kind: cls for cls in (Ready, Failed, Finished, Hang, Done, Vanished, Beat, Usage)
-}
-
-
-def encode(event: Event, token: str) -> str:
-    """The control line that carries `event` (with its newline): `@@hpcdist:TOKEN:KIND:RANK:key=value ...`.
-
-    Fields at their default are left out; values are percent-quoted, so each line stays one line.
-    """
-    words = []
-    for spec in dataclasses.fields(event):
-        value = getattr(event, spec.name)
-        if spec.name == "rank" or value == spec.default:
-            continue
-        if isinstance(value, tuple):
-            text = ",".join(map(str, value))
-        elif isinstance(value, bool):
-            text = "1"
-        elif isinstance(value, float):
-            text = f"{value:.3f}"
-        else:
-            text = str(value)
-        words.append(f"{spec.name}={quote(text, safe=',.#:/-')}")
-    return f"{_MARK}{token}:{event.kind}:{event.rank}:{' '.join(words)}\n"
-
-
-def parse_event(line: str, token: str) -> Event | None:
-    """The event a line carries when it holds a control line of this launch's `token` (anywhere in it), else None."""
-    match = _LINE.search(line)
-    if match is None or match["token"] != token or match["kind"] not in EVENTS:
-        return None
-    cls = EVENTS[match["kind"]]
-    hints = typing.get_type_hints(cls)
-    values: dict[str, object] = {"rank": int(match["rank"])}
-    for word in match["detail"].rstrip("\r\0").split():
-        key, _, text = word.partition("=")
-        if key in hints and key != "rank" and key != "kind":
-            value = _field(unquote(text), hints[key])
-            if value is not None:
-                values[key] = value
-    return cls(**values)  # type: ignore[arg-type]  # each value converted by its field's type
-
-
-def _field(text: str, kind: object) -> object:
-    """An event field's text as its type (None when it is not: the field keeps its default)."""
-    if kind is bool:
-        return text == "1"
-    if kind == tuple[int, ...]:
-        return tuple(int(word) for word in text.split(",") if word.isdigit())
-    if kind in (int, int | None):
-        return int(text) if text.isdigit() else None
-    if kind in (float, float | None):
-        with contextlib.suppress(ValueError):
-            return float(text)
-        return None
-    return text
-
-
-def might_start_event(tail: bytes) -> int:
-    """Where in an unfinished line an event line may begin (its length when nowhere): what is before can be shown."""
-    mark = _MARK.encode()
-    at = tail.find(b"@")
-    while at != -1:
-        rest = tail[at:]
-        if rest.startswith(mark) or mark.startswith(rest):
-            return at
-        at = tail.find(b"@", at + 1)
-    return len(tail)
-
-
-# -- the tagged lines ---------------------------------------------------------------------------------------------
-
-
-class Tagged(NamedTuple):
-    """A tagged line taken apart: its host and rank, its number among the rank's lines (None: not numbered), text."""
-
-    host: str
-    rank: int
-    number: int | None
-    text: bytes
-
-
-def tag(host: str, rank: int, number: int | None = None) -> bytes:
-    """The tag a rank's line starts with: `[host:rank] ` (`[host:rank:N] ` numbered)."""
-    return f"[{host}:{rank}{'' if number is None else f':{number}'}] ".encode()
-
-
-def split_tag(line: bytes) -> Tagged | None:
-    """A tagged line `[host:rank] text` (or `[host:rank:N] text`) taken apart, or None for an untagged one."""
-    match = _TAG.match(line)
-    if match is None:
-        return None
-    number = int(match["number"]) if match["number"] else None
-    return Tagged(match["host"].decode(errors="replace"), int(match["rank"]), number, line[match.end() :])
-
-
-def log_name(rank: int, size: int) -> str:
-    """`rank-003.log`: the rank zero-padded to the width of the largest rank, at least three digits."""
-    return f"rank-{rank:0{max(3, len(str(max(size - 1, 0))))}d}.log"
-
-
-def split_segments(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """The whole segments of `data`, each with how it ended, and the rest that is not whole yet.
-
-    A segment ends with b"\n" (a line; `\r\n` counts as one) or b"\r" (a progress bar drawing itself again
-    on the same line, as tqdm does), so a redrawn bar is passed on at once rather than at its last newline.
-    """
-    segments, start = [], 0
-    for match in _SEGMENT_END.finditer(data):
-        segments.append((data[start : match.start()], b"\r" if match.group() == b"\r" else b"\n"))
-        start = match.end()
-    return segments, data[start:]

@@ -25,8 +25,9 @@ from typing import NoReturn
 
 from . import families, settings
 from .abort import abort_job, before_abort, end_failed_rank, speak_under
-from .contract import Done, Failed, RankContract, check_version
+from .contract import RankContract, check_version
 from .errors import RendezvousTimeout, UsageError
+from .events import Done, Failed
 from .forensics.cause import failed_call, peer_lost, said_finished
 from .placement.binding import binding_env, plan_binding
 from .placement.topology import load_topology

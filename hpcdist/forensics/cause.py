@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..commcall import Call
-from ..contract import Finished, Hang, RankContract
+from ..contract import RankContract
+from ..events import Finished, Hang
 from .ledger import FINISHED, INITIALISING, RUNNING, Phase
 
 __all__ = ["blame", "failed_call", "peer_lost", "said_finished", "tell_hang"]

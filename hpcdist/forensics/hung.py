@@ -23,7 +23,8 @@ from typing import Any
 
 from ..abort import wait_until_read
 from ..commcall import Call
-from ..contract import Failed, RankContract
+from ..contract import RankContract
+from ..events import Failed
 from ..ranklist import ranks_text
 from ..settings import TIMEOUT
 from . import stacks

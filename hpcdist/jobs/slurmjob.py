@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..contract import RankContract, log_name
+from ..contract import RankContract
 from ..errors import UsageError
+from ..lines import log_name
 from ..proctree import capture
 from ..values import parse_whole
 from ..waits import Backoff, poll_until

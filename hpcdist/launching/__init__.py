@@ -16,7 +16,7 @@ Its pieces:
   checks a spec and asks its MPI family (`hpcdist.families`) for the command line;
 - `families`: which family a launcher on this machine is (reads the files beside it);
 - `spawn`: the supervisor's one module that starts processes (mpirun, sbatch, the doctor's probes);
-- `watch`: reads the launcher's output, each line a rank's event (`contract.parse_event`) or the launcher's words
+- `watch`: reads the launcher's output, each line a rank's event (`events.parse_event`) or the launcher's words
   (the family's scanner), and says when the job must end (a rank silent, or the launcher still running after a rank
   failed) (pure); over `book` (each rank's record), `blame` (who is named, causes first), `lost` (lost hosts),
   `heartbeat` (hpcdist's own heartbeat: its limit, and the ranks that fell silent) and `shrink` (the losses the
@@ -30,7 +30,7 @@ Its pieces:
 
 What runs inside a rank is the `rank` wing; where a rank runs on its node, `placement`; `hpcdist.launch`, `calling`.
 
-May import: the leaves (errors, values, waits, contract, settings, program, status, proctree, hosts, ranklist,
-ranksource), the plug-in wings (families, schedulers) and placement. Never the rank side (it meets the ranks in the
-contract), torch, mpi4py, calling or the CLI.
+May import: the leaves (errors, values, waits, contract, events, lines, settings, program, status, proctree, hosts,
+ranklist, ranksource), the plug-in wings (families, schedulers) and placement. Never the rank side (it meets the ranks
+in the contract), torch, mpi4py, calling or the CLI.
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..contract import Done, Event, Failed, Finished, Hang, Ready, Usage, Vanished
+from ..events import Done, Event, Failed, Finished, Hang, Ready, Usage, Vanished
 from ..families.base import RankAborted, RankKilled
 from ..status import describe_status
 

@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from .. import families, settings
-from ..contract import split_segments, split_tag
+from ..lines import split_segments, split_tag
 from ..ranklist import by_host
 from ..values import parse_ranks
 from .outcome import BLAMED_HOWS

@@ -19,9 +19,9 @@ from types import FrameType
 from typing import IO
 
 from .. import families, proctree, schedulers, settings
-from ..contract import log_name
 from ..errors import JobEnding, UsageError, WaitTimeout
 from ..families.base import HELD
+from ..lines import log_name
 from ..waits import Backoff, poll_until
 from .exitcodes import ExitCodeWatch, describe_exit_codes
 from .outcome import LaunchOutcome

@@ -1,6 +1,6 @@
 """Read the MPI launcher's output as it streams: the ranks' events, the launcher's own words, and the outcome (pure).
 
-The coordinator of small pieces: each whole line is either a rank's event (`contract.parse_event`), noted in the
+The coordinator of small pieces: each whole line is either a rank's event (`events.parse_event`), noted in the
 rank book (`book`), or a line of the launcher's, read by its family's scanner (`hpcdist.families`) for lost hosts
 (`lost`) and ranks it reports killed or aborted. Beside them: the heartbeats (`heartbeat`), the losses the survivors
 carry on after (`shrink`), and who is named for the failure (`blame`).
@@ -13,8 +13,8 @@ import time
 from collections.abc import Mapping
 
 from .. import families
-from ..contract import Beat, Done, Event, Failed, Vanished, might_start_event, parse_event
 from ..errors import JobEnding, LauncherStalled
+from ..events import Beat, Done, Event, Failed, Vanished, might_start_event, parse_event
 from ..families.base import AgentFailed, HostLost, Observation
 from ..status import status_of
 from . import blame

@@ -8,5 +8,5 @@
   of its tagger says.
 
 Each takes the launcher's contract (`RankContract`) from the shim. May import: the leaves (errors, values, waits,
-contract, ranklist). Never the supervisor (launching), torch, mpi4py, the runtime or the CLI.
+contract, events, lines, ranklist). Never the supervisor (launching), torch, mpi4py, the runtime or the CLI.
 """

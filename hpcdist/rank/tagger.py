@@ -22,8 +22,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..contract import NUMBERED, Beat, Done, Failed, RankContract, Vanished, log_name, parse_event, split_segments
+from ..contract import NUMBERED, RankContract
 from ..errors import UsageError, WaitTimeout
+from ..events import Beat, Done, Failed, Vanished, parse_event
+from ..lines import log_name, split_segments
 from ..values import parse_ranks
 from ..waits import Backoff, poll_until
 from .budget import Budget

@@ -19,8 +19,9 @@ from typing import Any
 
 from .. import settings
 from ..abort import install_abort_hook
-from ..contract import RankContract, Ready
+from ..contract import RankContract
 from ..errors import RanksLost, UsageError, check_same_world
+from ..events import Ready
 from ..values import check_seconds
 from . import rendezvous, sockets
 from .backends import check_nccl, choose_backend, choose_store

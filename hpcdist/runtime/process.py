@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..contract import RankContract, Usage
+from ..contract import RankContract
+from ..events import Usage
 
 __all__ = ["Listener", "RankProcess", "current", "existing"]
 

@@ -16,8 +16,9 @@ import pytest
 
 from hpcdist import restart_count
 from hpcdist.cli import main
-from hpcdist.contract import Failed, Ready, encode, new_token
+from hpcdist.contract import new_token
 from hpcdist.errors import UsageError
+from hpcdist.events import Failed, Ready, encode
 from hpcdist.families.base import MpirunSpec
 from hpcdist.hosts import HostSlots
 from hpcdist.launching.execute import execute

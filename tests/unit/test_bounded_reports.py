@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.contract import Beat, Done, Event, Failed, Ready, encode
 from hpcdist.errors import HeartbeatLost
+from hpcdist.events import Beat, Done, Event, Failed, Ready, encode
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats
 from hpcdist.launching.outcome import LaunchOutcome

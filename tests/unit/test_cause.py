@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.contract import Event, Failed, Finished, Hang, RankContract, Vanished, encode, parse_event
+from hpcdist.contract import RankContract
+from hpcdist.events import Event, Failed, Finished, Hang, Vanished, encode, parse_event
 from hpcdist.forensics import cause
 from hpcdist.forensics.ledger import FINISHED, INITIALISED, RUNNING, Ledger, Phase
 from hpcdist.launching.restarts import describe_end

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hpcdist.cli import main
-from hpcdist.contract import Beat, Event, Failed, Vanished, encode, parse_event
 from hpcdist.errors import HeartbeatLost, LauncherStalled, UsageError, WaitTimeout
+from hpcdist.events import Beat, Event, Failed, Vanished, encode, parse_event
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats, beat_interval, heartbeat_limit
 from hpcdist.launching.options import MpirunOptions

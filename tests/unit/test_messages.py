@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdist.contract import RankContract, Usage, encode, parse_event
+from hpcdist.contract import RankContract
 from hpcdist.doctor.probe import job_place, outside_the_job
 from hpcdist.errors import UsageError
+from hpcdist.events import Usage, encode, parse_event
 from hpcdist.launching.hostnames import check_names_resolve, hostfile_line
 from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.output import Console, OutputOptions, OutputRouter

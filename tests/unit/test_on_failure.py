@@ -10,8 +10,9 @@ import pytest
 
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.launch import mpirun_options
-from hpcdist.contract import Beat, Done, Event, Failed, RankContract, Ready, Vanished, encode
+from hpcdist.contract import RankContract
 from hpcdist.errors import UsageError
+from hpcdist.events import Beat, Done, Event, Failed, Ready, Vanished, encode
 from hpcdist.families.base import MpirunSpec
 from hpcdist.launching import heartbeat
 from hpcdist.launching.mpirun import build_mpirun_argv

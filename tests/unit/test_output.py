@@ -12,8 +12,8 @@ from test_render import WEIRD, bash_words, check_script
 from test_slurm import allocation, from_launcher, launch_text, launch_words, step_dry_run
 
 from hpcdist.cli import main
-from hpcdist.contract import Event, Failed, Ready, Vanished, encode, log_name, split_segments, split_tag
 from hpcdist.errors import UsageError
+from hpcdist.events import Event, Failed, Ready, Vanished, encode
 from hpcdist.launching.outcome import LaunchOutcome
 from hpcdist.launching.output import (
     Console,
@@ -25,6 +25,7 @@ from hpcdist.launching.output import (
 )
 from hpcdist.launching.restarts import describe_end
 from hpcdist.launching.watch import MpirunWatch
+from hpcdist.lines import log_name, split_segments, split_tag
 from hpcdist.values import parse_ranks
 
 TOKEN = "0123456789abcdef"

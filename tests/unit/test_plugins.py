@@ -15,8 +15,8 @@ from fake_scheduler import FakeScheduler
 
 from hpcdist import __version__, families, schedulers
 from hpcdist.cli import main
-from hpcdist.contract import Failed, Ready, Vanished, encode
 from hpcdist.errors import UsageError
+from hpcdist.events import Failed, Ready, Vanished, encode
 from hpcdist.families.base import Family
 from hpcdist.hosts import HostSlots
 from hpcdist.launching.exitcodes import ExitCodeWatch

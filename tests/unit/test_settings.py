@@ -15,8 +15,9 @@ import pytest
 
 import hpcdist
 from hpcdist import settings
-from hpcdist.contract import RESTART_VARS, RankContract, Usage, parse_event
+from hpcdist.contract import RESTART_VARS, RankContract
 from hpcdist.errors import UsageError
+from hpcdist.events import Usage, parse_event
 
 PACKAGE = Path(hpcdist.__file__).parent
 TOKEN = "0123456789abcdef"

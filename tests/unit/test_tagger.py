@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.contract import Failed, RankContract, Vanished, encode
+from hpcdist.contract import RankContract
 from hpcdist.errors import UsageError
+from hpcdist.events import Failed, Vanished, encode
 from hpcdist.rank.tagger import start
 
 TOKEN = "0123456789abcdef"
@@ -20,7 +21,8 @@ LONG = "x" * 200_000  # three times what a pipe holds
 # a "rank": starts the tagger as the shim does, then prints in every way a program can
 RANK = """
 import os, signal, subprocess, sys
-from hpcdist.contract import Failed, RankContract
+from hpcdist.contract import RankContract
+from hpcdist.events import Failed
 from hpcdist.rank.tagger import start
 
 contract = RankContract.from_environ(os.environ)
@@ -129,7 +131,8 @@ def test_a_progress_bar_is_redrawn_at_once_tagged_and_only_its_last_state_is_log
 
 SAYS = """
 import os, signal, sys
-from hpcdist.contract import Done, Failed, RankContract
+from hpcdist.contract import RankContract
+from hpcdist.events import Done, Failed
 from hpcdist.rank.tagger import start
 
 contract = RankContract.from_environ(os.environ)

@@ -1,0 +1,188 @@
+"""The events a rank tells its launcher in band (a leaf): one typed class per kind (`Ready`, `Failed`, `Finished`,
+`Hang`, `Done`, `Vanished`, `Beat`, `Usage`), written as one control line on the rank's stderr by `encode` and read
+back by `parse_event`, the one parser. The line carries the launch's random token (`contract.new_token`), so no
+program output passes for one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+from urllib.parse import quote, unquote
+
+__all__ = [
+    "EVENTS",
+    "Beat",
+    "Done",
+    "Event",
+    "Failed",
+    "Finished",
+    "Hang",
+    "Ready",
+    "Usage",
+    "Vanished",
+    "encode",
+    "might_start_event",
+    "parse_event",
+]
+
+_MARK = "@@hpcdist:"
+_LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<kind>[a-z]+):(?P<rank>[0-9]{1,10}):(?P<detail>[^\n]*)")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something a rank tells its launcher; each kind is a subclass with its own fields."""
+
+    kind: ClassVar[str] = ""
+    rank: int
+
+
+@dataclass(frozen=True)
+class Ready(Event):
+    """The rank's process group is initialised."""
+
+    kind: ClassVar[str] = "ready"
+    host: str = ""
+    world: int | None = None  # the world size as the rank sees it
+
+
+@dataclass(frozen=True)
+class Failed(Event):
+    """The rank's program failed: how it ended, and whether a peer went first or a communication call failed."""
+
+    kind: ClassVar[str] = "failed"
+    how: str = ""  # 'exit code 1', 'called MPI_Abort', 'killed by SIGKILL'
+    host: str = ""
+    after_peer: bool = False  # its error said a peer's connection dropped: a peer failed first
+    call: str = ""  # the communication call its error came out of: 'all_reduce#2'
+    at: float | None = None  # when, by the rank's wall clock
+
+
+@dataclass(frozen=True)
+class Finished(Event):
+    """The rank's program ended well; it waits for the others."""
+
+    kind: ClassVar[str] = "finished"
+    at: float | None = None
+
+
+@dataclass(frozen=True)
+class Hang(Event):
+    """The hang report's verdict: the ranks it blames, by kind, and those that waited, in which call."""
+
+    kind: ClassVar[str] = "hang"
+    finished: tuple[int, ...] = ()  # finished their program while others waited
+    idle: tuple[int, ...] = ()  # were in no communication call
+    uninit: tuple[int, ...] = ()  # never initialised
+    waiting: tuple[int, ...] = ()
+    call: str = ""  # the call the first of the waiting ranks waited in: 'all_reduce#2'
+    at: float | None = None
+
+
+@dataclass(frozen=True)
+class Done(Event):
+    """Every part of the rank's program ended well."""
+
+    kind: ClassVar[str] = "done"
+
+
+@dataclass(frozen=True)
+class Vanished(Event):
+    """From the rank's tagger: the rank ended without saying how (a signal, or os._exit)."""
+
+    kind: ClassVar[str] = "vanished"
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class Beat(Event):
+    """From the rank's tagger, every `beat_interval` seconds while the rank runs."""
+
+    kind: ClassVar[str] = "beat"
+    host: str = ""
+    frozen: str = ""  # how the rank's process is frozen, as its tagger sees it: 'stopped (state T)' ('' when not)
+
+
+@dataclass(frozen=True)
+class Usage(Event):
+    """A usage error the rank met, which the launcher says once for the job however many ranks tell it."""
+
+    kind: ClassVar[str] = "usage"
+    message: str = ""
+
+
+EVENTS: Mapping[str, type[Event]] = {
+    cls.kind: cls for cls in (Ready, Failed, Finished, Hang, Done, Vanished, Beat, Usage)
+}
+
+
+def encode(event: Event, token: str) -> str:
+    """The control line that carries `event` (with its newline): `@@hpcdist:TOKEN:KIND:RANK:key=value ...`.
+
+    Fields at their default are left out; values are percent-quoted, so each line stays one line.
+    """
+    words = []
+    for spec in dataclasses.fields(event):
+        value = getattr(event, spec.name)
+        if spec.name == "rank" or value == spec.default:
+            continue
+        if isinstance(value, tuple):
+            text = ",".join(map(str, value))
+        elif isinstance(value, bool):
+            text = "1"
+        elif isinstance(value, float):
+            text = f"{value:.3f}"
+        else:
+            text = str(value)
+        words.append(f"{spec.name}={quote(text, safe=',.#:/-')}")
+    return f"{_MARK}{token}:{event.kind}:{event.rank}:{' '.join(words)}\n"
+
+
+def parse_event(line: str, token: str) -> Event | None:
+    """The event a line carries when it holds a control line of this launch's `token` (anywhere in it), else None."""
+    match = _LINE.search(line)
+    if match is None or match["token"] != token or match["kind"] not in EVENTS:
+        return None
+    cls = EVENTS[match["kind"]]
+    hints = typing.get_type_hints(cls)
+    values: dict[str, object] = {"rank": int(match["rank"])}
+    for word in match["detail"].rstrip("\r\0").split():
+        key, _, text = word.partition("=")
+        if key in hints and key != "rank" and key != "kind":
+            value = _field(unquote(text), hints[key])
+            if value is not None:
+                values[key] = value
+    return cls(**values)  # type: ignore[arg-type]  # each value converted by its field's type
+
+
+def _field(text: str, kind: object) -> object:
+    """An event field's text as its type (None when it is not: the field keeps its default)."""
+    if kind is bool:
+        return text == "1"
+    if kind == tuple[int, ...]:
+        return tuple(int(word) for word in text.split(",") if word.isdigit())
+    if kind in (int, int | None):
+        return int(text) if text.isdigit() else None
+    if kind in (float, float | None):
+        with contextlib.suppress(ValueError):
+            return float(text)
+        return None
+    return text
+
+
+def might_start_event(tail: bytes) -> int:
+    """Where in an unfinished line an event line may begin (its length when nowhere): what is before can be shown."""
+    mark = _MARK.encode()
+    at = tail.find(b"@")
+    while at != -1:
+        rest = tail[at:]
+        if rest.startswith(mark) or mark.startswith(rest):
+            return at
+        at = tail.find(b"@", at + 1)
+    return len(tail)
