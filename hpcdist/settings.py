@@ -22,6 +22,7 @@ __all__ = [
     "DEBUG",
     "DEFAULT_BUILD_WAIT",
     "DEFAULT_KILL_WAIT",
+    "DEFAULT_STARTUP_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "FORENSICS",
     "FR_DIR",
@@ -39,6 +40,7 @@ __all__ = [
     "OUTPUT_RATE",
     "SANITIZERS",
     "SETTINGS",
+    "STARTUP_TIMEOUT",
     "STORE",
     "SUBMIT_DIR",
     "TEMPLATE_DIR",
@@ -59,6 +61,7 @@ __all__ = [
     "mpi_sanitizer",
     "mpirun",
     "output_rate",
+    "startup_timeout",
     "store",
     "submit_dir",
     "template_dir",
@@ -67,6 +70,7 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 300.0  # seconds any wait of a rank may take, unless the job says otherwise
+DEFAULT_STARTUP_TIMEOUT = 60.0  # seconds the ranks wait for each other at start-up, at least the TIMEOUT
 DEFAULT_KILL_WAIT = 30.0  # seconds the ranks have to end after SIGTERM to hpcdist mpirun (Slurm's KillWait)
 DEFAULT_BUILD_WAIT = 600.0  # seconds a process waits for another's build of the compiled mpi backend
 JOB_RATE = 8 << 20  # bytes per second the whole job's output may bring to the launcher, shared by the ranks
@@ -101,6 +105,14 @@ TIMEOUT = Setting(
     "300",
     "how long any wait of a rank may take (rendezvous, a communication call) before the hang report ends the job; "
     "`--timeout` and `hpcdist.init(timeout=)` take precedence",
+)
+STARTUP_TIMEOUT = Setting(
+    "HPCDIST_STARTUP_TIMEOUT",
+    "seconds",
+    f"{DEFAULT_STARTUP_TIMEOUT:g}",
+    "how long the ranks wait for each other at start-up (the rendezvous, init_process_group), at least "
+    "HPCDIST_TIMEOUT: ranks arrive after their own start-up, slower with many ranks importing torch from one "
+    "shared file system",
 )
 STORE = Setting(
     "HPCDIST_STORE",
@@ -212,6 +224,7 @@ FR_DIR = Setting(
 )
 SETTINGS = (
     TIMEOUT,
+    STARTUP_TIMEOUT,
     STORE,
     FORENSICS,
     FR_DIR,
@@ -257,6 +270,22 @@ def timeout(environ: Mapping[str, str]) -> float:
     if value is None:
         raise UsageError(f"{TIMEOUT.name}={raw!r} is not a number of seconds; set {example}")
     return check_seconds(value, f"{TIMEOUT.name}={raw!r}", example)
+
+
+def startup_timeout(environ: Mapping[str, str]) -> float:
+    """STARTUP_TIMEOUT in seconds (DEFAULT_STARTUP_TIMEOUT when unset): finite, above 0, at most 30 days.
+
+    Raises:
+        UsageError: the value is no such number of seconds.
+    """
+    raw = STARTUP_TIMEOUT.raw(environ)
+    if raw is None:
+        return DEFAULT_STARTUP_TIMEOUT
+    example = f"e.g. {STARTUP_TIMEOUT.name}=600"
+    value = parse_seconds(raw)
+    if value is None:
+        raise UsageError(f"{STARTUP_TIMEOUT.name}={raw!r} is not a number of seconds; set {example}")
+    return check_seconds(value, f"{STARTUP_TIMEOUT.name}={raw!r}", example)
 
 
 def store(environ: Mapping[str, str]) -> str:

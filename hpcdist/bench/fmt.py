@@ -24,7 +24,7 @@ __all__ = [
 
 
 REFERENCE = "raw-mpi4py"  # the impl column of --reference rows: raw mpi4py on numpy buffers
-FLOOR = "torch-floor"  # and of its floor rows: torch's dispatch on a group that does nothing, plus raw mpi4py's time
+FLOOR = "torch-floor"  # and of its floor rows: torch's call on a group doing nothing, then raw mpi4py's, timed as one
 
 
 @dataclass(frozen=True)

@@ -253,30 +253,38 @@ class MpiImpl:
 
 
 class FloorImpl(TorchImpl):
-    """torch's dispatch floor (the --reference row `torch-floor`): the same dist.* call on torch's FakeProcessGroup,
-    a C++ backend that does nothing, without hang forensics' wrapper; its row adds raw mpi4py's time (run.py),
-    so it is the limit a backend reaches through torch's API: torch's own cost, plus MPI's."""
+    """torch's floor (the --reference row `torch-floor`): each iteration the same dist.* call on torch's
+    FakeProcessGroup, a C++ backend that does nothing, without hang forensics' wrapper, then raw mpi4py's call on
+    numpy buffers. Timed together, so torch's dispatch costs what it costs beside MPI's call (caches, the ranks'
+    skew): what a backend that adds nothing to torch and MPI would take."""
+
+    # FakeProcessGroup copies the data of these, as if it had moved it: its dispatch is timed on empty tensors
+    _COPYING = frozenset({"all_gather", "reduce_scatter", "alltoall"})
 
     def __init__(self, plan: BenchPlan, session: Session) -> None:
         super().__init__(plan, session, fake_group(session))
-        self.name = FLOOR
+        self.name, self.raw = FLOOR, MpiImpl(plan, session)
+
+    def prepare(self, counts: Counts, in_place: bool) -> Callable[[], Any]:
+        """torch's call on the fake group, then raw mpi4py's on fresh buffers."""
+        dispatch = super().prepare(Counts(0, 0, 0) if self.plan.collective in self._COPYING else counts, in_place)
+        move = self.raw.prepare(counts, in_place)
+        return lambda: (dispatch(), move())
+
+    def result(self) -> Any:
+        """What raw mpi4py's call received."""
+        return self.raw.result()
 
     def _fn(self, name: str) -> Any:
         fn = getattr(self.dist, name)
         return getattr(fn, "__wrapped__", fn)
 
-    # The fake group moves nothing: the rounds meet and agree over MPI, as the raw rows' do (--reference needs it).
+    # The rounds meet and agree over MPI, as the raw rows' do (--reference needs it).
     def barrier(self) -> None:
-        from mpi4py import MPI
-
-        MPI.COMM_WORLD.Barrier()
+        self.raw.barrier()
 
     def max_over_ranks(self, value: float) -> float:
-        from mpi4py import MPI
-
-        return float(MPI.COMM_WORLD.allreduce(value, op=MPI.MAX))
+        return self.raw.max_over_ranks(value)
 
     def sum_over_ranks(self, value: int) -> int:
-        from mpi4py import MPI
-
-        return int(MPI.COMM_WORLD.allreduce(value, op=MPI.SUM))
+        return self.raw.sum_over_ranks(value)

@@ -1,7 +1,7 @@
 """`hpcdist bench`: nccl-tests' collective benchmark on torch.distributed backends side by side, beside raw mpi4py.
 
 `--backend mpi,gloo` runs every size on each backend's group (and with --reference raw mpi4py, and torch's
-dispatch floor: the same torch call on a group that does nothing, plus raw mpi4py's time) in interleaved
+floor: each iteration the same torch call on a group that does nothing, then raw mpi4py's call) in interleaved
 rounds, so machine noise touches them alike; `hpcdist bench ddp` times a DistributedDataParallel step per backend
 (see bench/ddp.py).
 
@@ -141,19 +141,11 @@ def _measure(
                 run()
             impl.sync()
             times.append(impl.max_over_ranks((time.perf_counter() - start) / iters))
-    seconds = _floored(impls, [statistics.median(times) for times in rounds])
+    seconds = [statistics.median(times) for times in rounds]
     return [
         _checked(impl, plan, counts, nbytes, in_place, want, median)
         for impl, median in zip(impls, seconds, strict=True)
     ]
-
-
-def _floored(impls: list[Implementation], seconds: list[float]) -> list[float]:
-    """The floor's time is torch's dispatch (what its rounds timed) plus raw mpi4py's, for the same size and form."""
-    from .impl import FloorImpl, MpiImpl
-
-    raw = next((t for impl, t in zip(impls, seconds, strict=True) if isinstance(impl, MpiImpl)), 0.0)
-    return [t + raw if isinstance(impl, FloorImpl) else t for impl, t in zip(impls, seconds, strict=True)]
 
 
 class Traced:
@@ -202,11 +194,9 @@ def _checked(
 ) -> Result:
     """The timing as a Result, with #wrong from fresh buffers run once (None when not checked)."""
     from .data import count_wrong
-    from .impl import FloorImpl
 
     wrong = None
-    checks = not isinstance(impl, FloorImpl)  # the fake group computes nothing to check
-    if checks and plan.check and (not in_place or COLLECTIVES[plan.collective].checks_in_place):
+    if plan.check and (not in_place or COLLECTIVES[plan.collective].checks_in_place):
         for _ in range(plan.check):
             impl.prepare(counts, in_place)()
             impl.sync()

@@ -28,7 +28,7 @@ from ..abort import abort_job, agreeing, before_finalize
 from ..contract import RankContract
 from ..errors import WaitTimeout
 from ..ranklist import ranks_text
-from ..settings import TIMEOUT
+from ..settings import STARTUP_TIMEOUT, TIMEOUT
 from ..waits import Backoff, poll_until
 from . import frdump, hung, pyspy, sources, stacks
 from .answers import MAX_ANSWER, bounded
@@ -299,7 +299,10 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
         if not ending and not why:
             return False  # the call that alarmed has ended since
     if kind == "init":
-        headline = f"init_process_group waited longer than its {init_timeout:g} s start-up timeout for the other ranks"
+        headline = (
+            f"init_process_group waited longer than its {init_timeout:g} s start-up timeout "
+            f"({STARTUP_TIMEOUT.name}) for the other ranks"
+        )
     else:
         headline = f"a communication call exceeded the {timeout:g} s timeout ({TIMEOUT.name})"
     print(f"hpcdist: {headline}", file=sys.stderr)

@@ -52,7 +52,6 @@ __all__ = [
 ]
 
 _BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the hang report comes first
-_STARTUP_FLOOR = 60.0  # rendezvous waits on every rank's start-up (import torch: seconds, more on a busy host)
 
 OVER_MPI = "hpcdist store over MPI"  # what mpi_store_arguments passes as the store: start_group makes it
 _IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # which interface gloo/NCCL sockets use
@@ -121,7 +120,7 @@ def prepare(process: RankProcess, timeout: float, env: LaunchEnv | None = None) 
 
     Raises:
         UsageError: the launch variables are inconsistent, or differ from torch variables the user set.
-        RendezvousTimeout: a rank did not reach the rendezvous within max(timeout, 60 s).
+        RendezvousTimeout: a rank did not reach the rendezvous within startup_timeout(timeout).
         RendezvousUnreachable: some rank cannot connect to the address rank 0 offers (a UsageError).
     """
     env = env or LaunchEnv.from_environ(os.environ)
@@ -130,9 +129,9 @@ def prepare(process: RankProcess, timeout: float, env: LaunchEnv | None = None) 
     os.environ.update(defaults)
     if "OMP_NUM_THREADS" in defaults and "torch" in sys.modules:  # loaded before hpcdist.init: make the value true
         sys.modules["torch"].set_num_threads(int(defaults["OMP_NUM_THREADS"]))
-    rdzv = _rendezvous(env, max(timeout, _STARTUP_FLOOR))
+    rdzv = _rendezvous(env, startup_timeout(timeout))
     if rdzv.listener is not None:  # a later prepare() (the program's own init under the shim) keeps it
-        process.listener = Listener(rdzv.listener, rdzv.addr, env.world_size, max(timeout, _STARTUP_FLOOR))
+        process.listener = Listener(rdzv.listener, rdzv.addr, env.world_size, startup_timeout(timeout))
     computed = dict(env.torch_env(rdzv.facts()), MASTER_ADDR=rdzv.addr, MASTER_PORT=str(rdzv.port))
     computed.update(socket_ifnames(rdzv.ifname, os.environ))
     os.environ.update(merge_environ(os.environ, computed))
@@ -232,8 +231,9 @@ def forensics_enabled(env: LaunchEnv, environ: Mapping[str, str] = os.environ) -
 
 
 def startup_timeout(seconds: float) -> float:
-    """How long a rank may wait for the others to arrive: they come after their own start-up (import torch)."""
-    return max(seconds, _STARTUP_FLOOR)
+    """How long a rank may wait for the others to arrive (they come after their own start-up): the STARTUP_TIMEOUT
+    setting, at least `seconds`."""
+    return max(seconds, settings.startup_timeout(os.environ))
 
 
 def start_group(process: RankProcess, backend: Any, seconds: float, forensics: bool, **kwargs: Any) -> None:

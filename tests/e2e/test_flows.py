@@ -51,7 +51,7 @@ def test_a_hang_at_eight_ranks_reports_the_seven_alike_as_one_group(hpcdist: str
         [hpcdist, "mpirun", "-np", "8", "--", "python", str(PROGRAMS / "hang.py")],
         timeout=400,
         HANG="collective",
-        HPCDIST_TIMEOUT="30",
+        HPCDIST_TIMEOUT="15",
         BACKEND="gloo",
     )
     assert result.returncode != 0

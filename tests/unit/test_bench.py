@@ -339,7 +339,7 @@ def test_each_size_prints_one_row_per_implementation() -> None:
         format_row(1048576, 262144, plan, Result(412.5, 2.542, 2.542, 0), Result(398.1, 2.634, 2.634, 0), impl)
         for impl in ("torch/mpi4py", "torch/gloo", "raw-mpi4py")
     ]
-    floor = Result(401.0, 2.615, 2.615, None)  # the fake group computes nothing: not checked
+    floor = Result(401.0, 2.615, 2.615, None)  # a row not checked (-c 0) says N/A
     rows.append(format_row(1048576, 262144, plan, floor, floor, FLOOR))
     assert rows == [
         "     1048576        262144     float     sum      -1   412.50    2.54    2.54       0   398.10    2.63    2.63"

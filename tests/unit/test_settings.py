@@ -50,6 +50,8 @@ def test_every_variable_the_package_names_is_a_setting_or_the_contract_s() -> No
     [
         (settings.timeout, {}, 300.0),
         (settings.timeout, {"HPCDIST_TIMEOUT": "2.5"}, 2.5),
+        (settings.startup_timeout, {}, 60.0),
+        (settings.startup_timeout, {"HPCDIST_STARTUP_TIMEOUT": "900"}, 900.0),
         (settings.store, {}, "auto"),
         (settings.store, {"HPCDIST_STORE": "mpi"}, "mpi"),
         (settings.forensics, {}, True),
@@ -82,6 +84,11 @@ def test_each_setting_is_read_as_its_kind(read, environ: dict[str, str], value: 
     [
         (settings.timeout, {"HPCDIST_TIMEOUT": "soon"}, "HPCDIST_TIMEOUT='soon' is not a number of seconds; set e.g."),
         (settings.timeout, {"HPCDIST_TIMEOUT": "0"}, "HPCDIST_TIMEOUT='0' must be a positive number of seconds"),
+        (
+            settings.startup_timeout,
+            {"HPCDIST_STARTUP_TIMEOUT": "1m"},
+            "HPCDIST_STARTUP_TIMEOUT='1m' is not a number of seconds; set e.g. HPCDIST_STARTUP_TIMEOUT=600",
+        ),
         (settings.store, {"HPCDIST_STORE": "redis"}, "unknown store 'redis'; choose one of auto, tcp, mpi (store= or"),
         (settings.heartbeat_timeout, {"HPCDIST_HEARTBEAT_TIMEOUT": "-1"}, "HPCDIST_HEARTBEAT_TIMEOUT='-1' must be"),
         (settings.kill_wait, {"HPCDIST_KILL_WAIT": "soon"}, "HPCDIST_KILL_WAIT='soon' must be a positive number"),
