@@ -459,7 +459,8 @@ def test_hostile_arguments_and_variables_reach_every_rank_as_given_in_each_launc
             assert prefixes == {str(venv)}, prefixes
 
 
-# each rank notes when it gets SIGTERM in termRANK, and when it was last alive in aliveRANK, until it is killed
+# each rank notes when it gets SIGTERM in termRANK, and when it was last alive in aliveRANK, until it is killed;
+# aliveRANK is written aside and renamed, so the SIGKILL never leaves it empty
 _COUNT_TERM = """\
 import os, signal, socket, time
 from pathlib import Path
@@ -468,7 +469,8 @@ rank = os.environ["RANK"]
 signal.signal(signal.SIGTERM, lambda signum, frame: open(f"term{rank}", "a").write(f"{time.time()}\\n"))
 Path(f"ready{rank}").write_text(socket.gethostname())
 while True:
-    Path(f"alive{rank}").write_text(str(time.time()))
+    Path(f"alive{rank}.new").write_text(str(time.time()))
+    os.replace(f"alive{rank}.new", f"alive{rank}")
     time.sleep(0.05)
 """
 KILL_WAIT = 5.0  # the test cluster's KillWait (slurm_cluster.sh): seconds from Slurm's SIGTERM to its SIGKILL
