@@ -262,14 +262,7 @@ def timeout(environ: Mapping[str, str]) -> float:
     Raises:
         UsageError: the value is no such number of seconds.
     """
-    raw = TIMEOUT.raw(environ)
-    if raw is None:
-        return DEFAULT_TIMEOUT
-    value = parse_seconds(raw)
-    example = f"e.g. {TIMEOUT.name}=300"
-    if value is None:
-        raise UsageError(f"{TIMEOUT.name}={raw!r} is not a number of seconds; set {example}")
-    return check_seconds(value, f"{TIMEOUT.name}={raw!r}", example)
+    return _positive_seconds(TIMEOUT, environ, DEFAULT_TIMEOUT, "300")
 
 
 def startup_timeout(environ: Mapping[str, str]) -> float:
@@ -278,14 +271,20 @@ def startup_timeout(environ: Mapping[str, str]) -> float:
     Raises:
         UsageError: the value is no such number of seconds.
     """
-    raw = STARTUP_TIMEOUT.raw(environ)
+    return _positive_seconds(STARTUP_TIMEOUT, environ, DEFAULT_STARTUP_TIMEOUT, "600")
+
+
+def _positive_seconds(setting: Setting, environ: Mapping[str, str], default: float, example: str) -> float:
+    """`setting` in seconds (`default` when unset): finite, above 0, at most 30 days (UsageError otherwise, with
+    `e.g. NAME=example`)."""
+    raw = setting.raw(environ)
     if raw is None:
-        return DEFAULT_STARTUP_TIMEOUT
-    example = f"e.g. {STARTUP_TIMEOUT.name}=600"
+        return default
     value = parse_seconds(raw)
+    hint = f"e.g. {setting.name}={example}"
     if value is None:
-        raise UsageError(f"{STARTUP_TIMEOUT.name}={raw!r} is not a number of seconds; set {example}")
-    return check_seconds(value, f"{STARTUP_TIMEOUT.name}={raw!r}", example)
+        raise UsageError(f"{setting.name}={raw!r} is not a number of seconds; set {hint}")
+    return check_seconds(value, f"{setting.name}={raw!r}", hint)
 
 
 def store(environ: Mapping[str, str]) -> str:
