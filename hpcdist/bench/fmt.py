@@ -10,6 +10,7 @@ from .plan import BenchPlan
 __all__ = [
     "BIG_BYTES",
     "FLOOR",
+    "RAW_AGAIN",
     "REFERENCE",
     "Comparison",
     "Result",
@@ -25,6 +26,7 @@ __all__ = [
 
 REFERENCE = "raw-mpi4py"  # the impl column of --reference rows: raw mpi4py on numpy buffers
 FLOOR = "torch-floor"  # and of its floor rows: torch's call on a group doing nothing, then raw mpi4py's, timed as one
+RAW_AGAIN = "raw-again"  # and raw mpi4py's call timed again in each round: raw against itself, the run's own noise
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,17 @@ class Result:
     algbw: float
     busbw: float
     wrong: int | None  # None when not checked (prints N/A)
+    rounds_us: tuple[float, ...] = ()  # each round's µs per iteration, in the order run (time is their median)
 
     def as_json(self) -> dict[str, Any]:
-        """nccl-tests' JSON keys."""
-        return {"time": self.time_us, "alg_bw": self.algbw, "bus_bw": self.busbw, "nwrong": self.wrong}
+        """nccl-tests' JSON keys, and each round's time (hpcdist's)."""
+        return {
+            "time": self.time_us,
+            "alg_bw": self.algbw,
+            "bus_bw": self.busbw,
+            "nwrong": self.wrong,
+            "rounds": list(self.rounds_us),
+        }
 
 
 def float_str(value: float, width: int) -> str:
@@ -195,7 +204,7 @@ def compare(rows: list[dict[str, Any]], reference: str) -> tuple[Comparison, ...
             smallest,
             latency(impl),
             latency(reference),
-            None if impl == FLOOR else floor,
+            None if impl in (FLOOR, RAW_AGAIN) else floor,
         )
         for impl in impls
     )

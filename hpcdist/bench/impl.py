@@ -160,20 +160,19 @@ class TorchImpl:
 
 
 class MpiImpl:
-    """The same collective as raw mpi4py calls on numpy buffers (the --reference rows).
+    """The same collective as raw mpi4py calls on numpy buffers (the --reference rows `raw-mpi4py`, and `raw-again`:
+    the same call timed a second time in each round, whose distance from the first is the run's own noise).
 
     The buffers are numpy's own, the memory a user's script would hand MPI: numpy asks the kernel for transparent
     huge pages for its large arrays, as torch's allocator does in hpcdist's ranks (THP_MEM_ALLOC_ENABLE=1 unless the
     user set it). With THP_MEM_ALLOC_ENABLE=0 the torch rows lose the huge pages and raw keeps them.
     """
 
-    name = REFERENCE
-
-    def __init__(self, plan: BenchPlan, session: Session) -> None:
+    def __init__(self, plan: BenchPlan, session: Session, name: str = REFERENCE) -> None:
         import numpy as np
         from mpi4py import MPI
 
-        self.np, self.MPI, self.comm, self.plan = np, MPI, MPI.COMM_WORLD, plan
+        self.name, self.np, self.MPI, self.comm, self.plan = name, np, MPI, MPI.COMM_WORLD, plan
         self.rank, self.nranks = self.comm.rank, self.comm.size
         if (self.rank, self.nranks) != (session.rank, session.world_size):
             raise UsageError(

@@ -277,7 +277,7 @@ def plan_from_options(args: BenchOptions) -> BenchPlan:
         )
     if args.reference and op == "avg":
         raise UsageError("--reference runs raw mpi4py, and MPI has no avg reduction; drop --reference or use --op sum")
-    rounds = _rounds(args, len(backends) * (1 + args.without_forensics) + 2 * args.reference)  # raw and the floor
+    rounds = _rounds(args, len(backends) * (1 + args.without_forensics) + 3 * args.reference)  # raw, floor, raw again
     factor = 1 if args.stepfactor is None else args.stepfactor
     if factor < 1:
         raise UsageError(f"-f {args.stepfactor} must be at least 1 (1 steps by -i bytes, 2 doubles each size)")

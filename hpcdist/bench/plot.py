@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..runtime.env import LaunchEnv
-from .fmt import FLOOR, REFERENCE, human_bytes
+from .fmt import FLOOR, RAW_AGAIN, REFERENCE, human_bytes
 from .plan import COLLECTIVE_OPTIONS, BenchOptions
 
 if TYPE_CHECKING:
@@ -180,10 +180,12 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _style(impl: str, index: int) -> dict[str, Any]:
-    """The reference black and dashed, the floor grey and dotted; each backend its own colour, the same in every
-    picture."""
+    """The reference black and dashed (again: lighter), the floor grey and dotted; each backend its own colour, the
+    same in every picture."""
     if impl == REFERENCE:
         return {"color": "black", "linestyle": "--", "marker": "s"}
+    if impl == RAW_AGAIN:
+        return {"color": "dimgrey", "linestyle": "--", "marker": "x"}
     if impl == FLOOR:
         return {"color": "grey", "linestyle": ":", "marker": "^"}
     return {"color": _COLOURS.get(impl, f"C{index + 3}"), "linestyle": "-", "marker": "o"}
@@ -334,7 +336,8 @@ def _collective_caption(doc: dict[str, Any]) -> str:
             f"implementations, time = the slowest rank; busbw as nccl-tests; {checked}",
             f"torch/<backend>: dist calls on that backend's group (torch/mpi4py is hpcdist's mpi backend); "
             f"{REFERENCE}: MPI itself on numpy buffers (--reference); {FLOOR}: torch's dispatch of the same call on a "
-            f"group that does nothing, plus {REFERENCE}'s time (the limit through torch's API)",
+            f"group that does nothing, plus {REFERENCE}'s time (the limit through torch's API); {RAW_AGAIN}: "
+            f"{REFERENCE} timed again, its distance from it the run's noise",
             _where(doc),
             _versions(doc),
         ]

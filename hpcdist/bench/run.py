@@ -1,9 +1,9 @@
 """`hpcdist bench`: nccl-tests' collective benchmark on torch.distributed backends side by side, beside raw mpi4py.
 
-`--backend mpi,gloo` runs every size on each backend's group (and with --reference raw mpi4py, and torch's
-floor: each iteration the same torch call on a group that does nothing, then raw mpi4py's call) in interleaved
-rounds, so machine noise touches them alike; `hpcdist bench ddp` times a DistributedDataParallel step per backend
-(see bench/ddp.py).
+`--backend mpi,gloo` runs every size on each backend's group (and with --reference raw mpi4py, torch's floor: each
+iteration the same torch call on a group that does nothing, then raw mpi4py's call, and raw mpi4py again, whose
+distance from the first is the run's own noise) in interleaved rounds, so machine noise touches them alike;
+`hpcdist bench ddp` times a DistributedDataParallel step per backend (see bench/ddp.py).
 
 Torch is imported only when the benchmark runs, so building the CLI parser stays cheap.
 """
@@ -20,7 +20,7 @@ from ..errors import UsageError
 from ..runtime.bootstrap import Session
 from ..settings import FORENSICS
 from .describe import describe, device_line
-from .fmt import Comparison, Result, compare, footer_lines, format_row, header_lines, json_row
+from .fmt import RAW_AGAIN, REFERENCE, Comparison, Result, compare, footer_lines, format_row, header_lines, json_row
 from .impl import Implementation
 from .plan import COLLECTIVES, BenchPlan, Counts, bandwidths, byte_counts, round_sizes
 
@@ -46,7 +46,7 @@ def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
         impls += [Traced(TorchImpl(plan, session, group)) for group in groups]
         _begin_tracing(session)
     if plan.reference:
-        impls += [MpiImpl(plan, session), FloorImpl(plan, session)]
+        impls += [MpiImpl(plan, session), FloorImpl(plan, session), MpiImpl(plan, session, RAW_AGAIN)]
     devices, env = describe(session, [g.name for g in groups], plan.dtype)
     show = (lambda line: print(line, file=out, flush=True)) if rank == 0 and not plan.json else (lambda line: None)
     for line in header_lines(plan, env["summary"], [device_line(d) for d in devices], len(impls) > 1):
@@ -64,7 +64,7 @@ def run_plan(plan: BenchPlan, session: Session, out: Any = None) -> int:
             rows.append(json_row(nbytes, counts.param, plan, impl.name, oop, inp))
     wrong = sum(1 for row in rows for key in ("out_of_place", "in_place") if row[key]["nwrong"])
     average = {name: sum(v) / len(v) if v else 0.0 for name, v in busbw.items()}
-    compared = compare(rows, MpiImpl.name) if plan.reference and plan.collective == "all_reduce" else ()
+    compared = compare(rows, REFERENCE) if plan.reference and plan.collective == "all_reduce" else ()
     for line in footer_lines(plan, wrong, average, compared):
         show(line)
     if rank == 0 and (plan.json or plan.plot):
@@ -141,10 +141,8 @@ def _measure(
                 run()
             impl.sync()
             times.append(impl.max_over_ranks((time.perf_counter() - start) / iters))
-    seconds = [statistics.median(times) for times in rounds]
     return [
-        _checked(impl, plan, counts, nbytes, in_place, want, median)
-        for impl, median in zip(impls, seconds, strict=True)
+        _checked(impl, plan, counts, nbytes, in_place, want, times) for impl, times in zip(impls, rounds, strict=True)
     ]
 
 
@@ -190,9 +188,9 @@ def _ledger(impl: Implementation) -> None:
 
 
 def _checked(
-    impl: Implementation, plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any, seconds: float
+    impl: Implementation, plan: BenchPlan, counts: Counts, nbytes: int, in_place: bool, want: Any, rounds: list[float]
 ) -> Result:
-    """The timing as a Result, with #wrong from fresh buffers run once (None when not checked)."""
+    """The rounds' median as a Result, with #wrong from fresh buffers run once (None when not checked)."""
     from .data import count_wrong
 
     wrong = None
@@ -203,5 +201,6 @@ def _checked(
             wrong = impl.sum_over_ranks(count_wrong(impl.result(), want, plan.dtype, plan.op))
             if wrong:
                 break
+    seconds = statistics.median(rounds)
     algbw, busbw = bandwidths(plan.collective, nbytes, seconds, impl.nranks)
-    return Result(seconds * 1e6, algbw, busbw, wrong)
+    return Result(seconds * 1e6, algbw, busbw, wrong, tuple(t * 1e6 for t in rounds))

@@ -11,7 +11,7 @@ from launching import launch
 
 SMALL = ["all_reduce", "-b", "8", "-e", "64K", "-f", "4", "--backend", "mpi,gloo", "--reference"]
 SIZES = [8, 32, 128, 512, 2048, 8192, 32768]
-IMPLS = ["torch/mpi4py", "torch/gloo", "raw-mpi4py", "torch-floor"]
+IMPLS = ["torch/mpi4py", "torch/gloo", "raw-mpi4py", "torch-floor", "raw-again"]
 
 
 def _bench(hpcdist: str, *argv: str, **env: str):

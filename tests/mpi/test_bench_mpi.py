@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import io
 import json
+import statistics
 
 import pytest
 
@@ -74,12 +75,18 @@ def test_mpi_and_gloo_side_by_side_with_raw_mpi4py(comm) -> None:
         assert text == ""
         return
     doc = json.loads(text)
-    impls = ["torch/mpi4py", "torch/gloo", "raw-mpi4py", "torch-floor"]
+    impls = ["torch/mpi4py", "torch/gloo", "raw-mpi4py", "torch-floor", "raw-again"]
     sizes = (4, 64, 1024, 16384, 262144)
     assert [(row["size"], row["impl"]) for row in doc["results"]] == [(size, impl) for size in sizes for impl in impls]
     # every row checked, the floor's too: its torch call moves nothing, its raw mpi4py call moves the data
     assert all(row["out_of_place"]["nwrong"] == 0 == row["in_place"]["nwrong"] for row in doc["results"])
     assert doc["out_of_bounds"] == {"count": 0, "okay": True}
+    # each row's time is the median of its rounds, kept in the order run (-n 2: two rounds of one iteration)
+    for row in doc["results"]:
+        for kind in ("out_of_place", "in_place"):
+            rounds = row[kind]["rounds"]
+            assert len(rounds) == 2 and all(t > 0 for t in rounds)
+            assert row[kind]["time"] == pytest.approx(statistics.median(rounds))
     assert list(doc["average_bus_bandwidth"]) == impls
     assert (doc["environment"]["backend"], doc["environment"]["backends"]) == ("mpi4py", ["mpi4py", "gloo"])
     assert doc["config"]["backends"] == ["mpi", "gloo"]
@@ -87,10 +94,11 @@ def test_mpi_and_gloo_side_by_side_with_raw_mpi4py(comm) -> None:
         ("torch/mpi4py", "raw-mpi4py", 4),
         ("torch/gloo", "raw-mpi4py", 4),
         ("torch-floor", "raw-mpi4py", 4),
+        ("raw-again", "raw-mpi4py", 4),
     ]
     assert all(c["bus_bw_ratio"] is None or c["bus_bw_ratio"] > 0 for c in doc["comparisons"])
     floor = doc["comparisons"][2]["latency"]
-    assert floor > 0 and [c["floor_latency"] for c in doc["comparisons"]] == [floor, floor, None]
+    assert floor > 0 and [c["floor_latency"] for c in doc["comparisons"]] == [floor, floor, None, None]
 
 
 def test_the_side_by_side_table_has_an_impl_column_and_comparison_lines(comm) -> None:
@@ -105,14 +113,16 @@ def test_the_side_by_side_table_has_an_impl_column_and_comparison_lines(comm) ->
             "torch/gloo",
             "raw-mpi4py",
             "torch-floor",
+            "raw-again",
         ]
         compared = [line for line in lines if " vs raw-mpi4py in place: busbw " in line]
         assert [line.split(":")[0] for line in compared] == [
             "# torch/mpi4py vs raw-mpi4py in place",
             "# torch/gloo vs raw-mpi4py in place",
             "# torch-floor vs raw-mpi4py in place",
+            "# raw-again vs raw-mpi4py in place",
         ]
-        assert [" the floor (" in line for line in compared] == [True, True, False]
+        assert [" the floor (" in line for line in compared] == [True, True, False, False]
         assert "# time: median of 2 rounds (2 iters split), interleaved across implementations" in lines
 
 
@@ -176,7 +186,8 @@ def test_every_collective_is_right_beside_raw_mpi4py(session, comm, collective: 
     )
     assert env["torch"] and env["mpi4py"] and env["mpi_library"] and env["hpcdist"]
     assert [d["rank"] for d in doc["devices"]] == list(range(comm.size))
-    assert [r["impl"] for r in doc["results"]] == ["torch/gloo", "torch/mpi4py", "raw-mpi4py", "torch-floor"] * 4
+    impls = ["torch/gloo", "torch/mpi4py", "raw-mpi4py", "torch-floor", "raw-again"]
+    assert [r["impl"] for r in doc["results"]] == impls * 4
     for row in doc["results"]:  # the floor's rows too: its raw mpi4py call moves the data it is checked on
         assert set(row) == {"size", "count", "type", "redop", "root", "impl", "out_of_place", "in_place"}
         assert (row["type"], row["redop"]) == ("float", "sum" if COLLECTIVES[collective].reduces else "none")
@@ -186,8 +197,8 @@ def test_every_collective_is_right_beside_raw_mpi4py(session, comm, collective: 
         for variant in ("out_of_place", "in_place"):
             assert row[variant]["time"] > 0 and row[variant]["alg_bw"] >= 0 and row[variant]["bus_bw"] >= 0
     assert doc["out_of_bounds"] == {"count": 0, "okay": True}
-    assert list(doc["average_bus_bandwidth"]) == ["torch/gloo", "torch/mpi4py", "raw-mpi4py", "torch-floor"]
-    assert len(doc["comparisons"]) == (3 if collective == "all_reduce" else 0)
+    assert list(doc["average_bus_bandwidth"]) == impls
+    assert len(doc["comparisons"]) == (4 if collective == "all_reduce" else 0)
 
 
 @pytest.mark.parametrize(

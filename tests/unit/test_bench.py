@@ -21,6 +21,7 @@ from hpcdist.bench.ddp import (
 )
 from hpcdist.bench.fmt import (
     FLOOR,
+    RAW_AGAIN,
     Comparison,
     Result,
     compare,
@@ -397,11 +398,20 @@ def test_the_comparison_is_in_place_busbw_over_large_rows_and_latency_at_the_sma
     )
 
 
-def test_the_torch_backends_latency_is_also_given_against_the_floor() -> None:
+def test_the_torch_backends_latency_is_also_given_against_the_floor_and_raw_again_is_raw_against_itself() -> None:
     rows = [
         _row(size, impl, time_us, bw)
         for size, times in (
-            (8, {"torch/mpi4py": (7.0, 0.0), "torch/gloo": (350.0, 0.0), "raw-mpi4py": (1.3, 0.0), FLOOR: (6.3, 0.0)}),
+            (
+                8,
+                {
+                    "torch/mpi4py": (7.0, 0.0),
+                    "torch/gloo": (350.0, 0.0),
+                    "raw-mpi4py": (1.3, 0.0),
+                    FLOOR: (6.3, 0.0),
+                    RAW_AGAIN: (1.4, 0.0),
+                },
+            ),
             (
                 1048576,
                 {
@@ -409,12 +419,13 @@ def test_the_torch_backends_latency_is_also_given_against_the_floor() -> None:
                     "torch/gloo": (1500.0, 0.6),
                     "raw-mpi4py": (380.0, 3.0),
                     FLOOR: (384.0, 2.95),
+                    RAW_AGAIN: (390.0, 2.91),
                 },
             ),
         )
         for impl, (time_us, bw) in times.items()
     ]
-    mpi, gloo, floor = compare(rows, "raw-mpi4py")
+    mpi, gloo, floor, again = compare(rows, "raw-mpi4py")
     assert mpi.line() == (
         "# torch/mpi4py vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 7.0 us vs 1.3 us, "
         "1.11x the floor (6.3 us)"
@@ -422,6 +433,8 @@ def test_the_torch_backends_latency_is_also_given_against_the_floor() -> None:
     assert gloo.line().endswith("8 B latency 350.0 us vs 1.3 us, 55.56x the floor (6.3 us)")
     assert floor.line() == "# torch-floor vs raw-mpi4py in place: busbw 98% at >= 1 MiB, 8 B latency 6.3 us vs 1.3 us"
     assert (mpi.as_json()["floor_latency"], floor.as_json()["floor_latency"]) == (6.3, None)
+    assert again.line() == "# raw-again vs raw-mpi4py in place: busbw 97% at >= 1 MiB, 8 B latency 1.4 us vs 1.3 us"
+    assert again.as_json()["floor_latency"] is None
 
 
 def test_the_footer_gives_every_impl_its_average_then_the_comparisons() -> None:

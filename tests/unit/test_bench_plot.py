@@ -15,7 +15,7 @@ from typing import cast
 import pytest
 
 from hpcdist.bench.ddp import DdpResult, ddp_document, ddp_plan_from_options
-from hpcdist.bench.fmt import FLOOR, REFERENCE, Result, compare, json_row
+from hpcdist.bench.fmt import FLOOR, RAW_AGAIN, REFERENCE, Result, compare, json_row
 from hpcdist.bench.plan import BenchOptions, bandwidths, byte_counts, plan_from_options
 from hpcdist.bench.plot import check_plot_file, collective_figure, ddp_figure, draw, load_run
 from hpcdist.bench.run import collective_document
@@ -26,8 +26,8 @@ from hpcdist.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = "all_reduce -b 8 -e 64K -f 4 --backend mpi,gloo --reference"
-IMPLS = ("torch/mpi4py", "torch/gloo", REFERENCE, FLOOR)  # as run_plan orders them
-LATENCY_US = {"torch/mpi4py": 7.0, "torch/gloo": 250.0, REFERENCE: 1.5, FLOOR: 6.5}
+IMPLS = ("torch/mpi4py", "torch/gloo", REFERENCE, FLOOR, RAW_AGAIN)  # as run_plan orders them
+LATENCY_US = {"torch/mpi4py": 7.0, "torch/gloo": 250.0, REFERENCE: 1.5, FLOOR: 6.5, RAW_AGAIN: 1.6}
 ENV = {
     "backend": "mpi4py",
     "backends": ["mpi4py", "gloo"],
@@ -99,9 +99,10 @@ def test_the_collective_picture_has_one_log_log_line_per_implementation_from_the
         for line, impl in zip(axes.get_lines(), IMPLS, strict=True):
             want = [row["in_place"][key] for row in doc["results"] if row["impl"] == impl]
             assert list(_data(line.get_xdata())) == sizes and list(_data(line.get_ydata())) == want
-        reference, floor = axes.get_lines()[-2:]
+        reference, floor, again = axes.get_lines()[-3:]
         assert (reference.get_color(), reference.get_linestyle()) == ("black", "--")
         assert (floor.get_color(), floor.get_linestyle()) == ("grey", ":")
+        assert (again.get_color(), again.get_linestyle(), again.get_marker()) == ("dimgrey", "--", "x")
     assert bw_axes.get_ylabel().startswith("bus bandwidth (GB/s")
     assert time_axes.get_ylabel().startswith("time per call (µs)")
     fig.canvas.draw()
