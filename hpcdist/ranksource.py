@@ -24,9 +24,10 @@ class Source:
     markers: tuple[str, ...]
     started_by: str  # what sets them, as an error names it ("Open MPI's mpirun")
     node_count: str | None = None  # the number of nodes, which node_rank must be below
+    borrowed: tuple[str, ...] = ()  # read for a value, but set by other launchers too: they do not mark it present
 
     @property
     def variables(self) -> tuple[str, ...]:
         """Every variable that marks this source as present, in a fixed order."""
         names = (self.rank, *self.world_size, self.local_rank, *self.local_world_size, self.node_rank)
-        return tuple(n for n in (*names, *self.markers) if n)
+        return tuple(n for n in (*names, *self.markers) if n and n not in self.borrowed)

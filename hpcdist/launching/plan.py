@@ -21,7 +21,7 @@ from .._version import __version__
 from ..contract import NUMBERED, RESTART_VARS, RankContract
 from ..errors import UsageError
 from ..families.base import AppContext, MpirunSpec
-from ..hosts import HostSlots
+from ..hosts import HostSlots, hosts_text
 from ..placement.binding import check_bind
 from ..program import check_program
 from ..values import parse_ranks
@@ -90,14 +90,18 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         hosts = parse_hostfile(text, hostfile)
         if not families.lookup(family).reads_hostfile(text):
             hostfile = None  # MPICH's `host:N` for Open MPI, Open MPI's `slots=N` for Hydra: pass the hosts parsed
+    note, source = "", f"--hostfile {options.hostfile}" if options.hostfile is not None else f"-H {options.hosts}"
+    allocation = schedulers.current(world.environ) if not hosts else None
+    if allocation is not None and not allocation.launchers_read_hosts and world.here:
+        hosts, source = allocation.hosts(world.environ, read=read_hostfile_text), allocation.allocation(world.environ)
+        note = f"hpcdist mpirun: on the hosts of {source}: {hosts_text(hosts)}"
     picked = selection_option(options.include, options.exclude)
-    selected = _select(options, hosts, world.environ) if picked else tuple(Selected(h) for h in hosts)
+    selected = _select(options, hosts, source, world.environ) if picked else tuple(Selected(h) for h in hosts)
     hosts = tuple(s.host for s in selected)
-    in_allocation = not hosts and schedulers.current(world.environ) is not None  # mpirun reads the allocation itself
+    in_allocation = not hosts and allocation is not None  # mpirun reads the allocation itself
     np = options.np if options.np is not None else total_slots(hosts) if hosts else None
     if np is None and not in_allocation:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
-    note = ""
     if np is not None and not hosts and not in_allocation:
         note = _check_crowding(np, options.oversubscribe, world)
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
@@ -228,16 +232,18 @@ def output_from_options(options: MpirunOptions, np: int | None, world: World) ->
     )
 
 
-def _select(options: MpirunOptions, hosts: tuple[HostSlots, ...], environ: Mapping[str, str]) -> tuple[Selected, ...]:
-    """The hosts and slots --include/--exclude keep of the hostfile, -H or the Slurm allocation."""
-    if hosts:
-        source = f"--hostfile {options.hostfile}" if options.hostfile is not None else f"-H {options.hosts}"
-    elif (scheduler := schedulers.current(environ)) is not None:
+def _select(
+    options: MpirunOptions, hosts: tuple[HostSlots, ...], source: str, environ: Mapping[str, str]
+) -> tuple[Selected, ...]:
+    """The hosts and slots --include/--exclude keep of `hosts` (from `source`: the hostfile, -H or an allocation), or
+    of the allocation its MPI's launcher reads itself (Slurm's)."""
+    scheduler = schedulers.current(environ)
+    if not hosts and scheduler is not None:
         hosts, source = scheduler.hosts(environ, read=read_hostfile_text), scheduler.allocation(environ)
-    else:
+    elif not hosts:
         raise UsageError(
             "--include/--exclude choose from a host list: give --hostfile FILE or -H, e.g. -H localhost:4 "
-            "--exclude localhost:1 (or run inside a Slurm allocation)"
+            "--exclude localhost:1 (or run inside a Slurm, PBS, LSF or Grid Engine job)"
         )
     selected = select_hosts(hosts, options.include, options.exclude, source)
     left = total_slots(s.host for s in selected)

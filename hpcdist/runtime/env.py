@@ -354,7 +354,10 @@ def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
         if source.node_count and source.node_count in environ:
             _check_below(values["node_rank"], (source.node_count, _int(environ, source.node_count)))
     local_set = _first_set(environ, source.local_world_size)
-    if (source.local_rank and source.local_rank in environ) or local_set:
+    if scheduler is not None and not source.local_world_size:  # its tasks see no local size: the scheduler's rule
+        values |= scheduler.node_place(environ, values["rank"][1], values["world_size"][1])
+        _check_below(values["local_rank"], values["local_world_size"])
+    elif (source.local_rank and source.local_rank in environ) or local_set:
         local_size_var = local_set or source.local_world_size[0]
         local_var = source.local_rank or ""
         if scheduler is not None and source.node_rank:  # the local sizes of every node, by node id

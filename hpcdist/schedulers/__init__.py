@@ -1,8 +1,10 @@
 """The schedulers hpcdist runs under, one plug-in per scheduler, and the registry the rest of hpcdist asks.
 
-Each module of this package beside `base` is one scheduler (`slurm` now; PBS, LSF, Flux, Grid Engine and Kubernetes
-are one file each when they come): a `base.Scheduler` subclass registered with `@register`, which owns what hpcdist
-knows of it (an allocation's hosts and slots, whether it spans hosts, the variables its tasks see, its job ids). The
+Each module of this package beside `base` is one scheduler (`slurm`, `pbs`, `lsf`, `flux`, `gridengine`,
+`kubernetes`): a
+`base.Scheduler` subclass registered with `@register`, which owns what hpcdist knows of it (an allocation's hosts
+and slots, whether its MPI's launcher reads them itself, whether it spans hosts, the variables its tasks see and
+their nodes, its job ids). The
 modules are found and imported when this package is, so adding a scheduler is adding one file; a test may register
 one of its own.
 

@@ -1,11 +1,12 @@
 """The scheduler plug-in's base class: an allocation's hosts, the variables its tasks see, its submit command (pure).
 
-A scheduler hands out allocations of hosts (Slurm, and later PBS, LSF, Flux, Grid Engine, Kubernetes) and may start
-the tasks of a job itself (srun). hpcdist asks it: whether this process runs inside an allocation (`inside`), the
+A scheduler hands out allocations of hosts (Slurm, PBS, LSF, Flux, Grid Engine) and may start the tasks of a job
+itself (srun, jsrun, flux run). hpcdist asks it: whether this process runs inside an allocation (`inside`), the
 allocation's hosts and slots (`hosts`, reading a host file through the `read` it is given when the scheduler keeps
-them in one, as PBS_NODEFILE and PE_HOSTFILE do), whether it spans hosts (`spans_hosts`), the job's id (`job_id`),
+them in one, as PBS_NODEFILE and PE_HOSTFILE do; `slot_lines` reads the one-line-per-slot kind) and whether an MPI's
+mpirun reads them itself (`launchers_read_hosts`), whether it spans hosts (`spans_hosts`), the job's id (`job_id`),
 what its submit command printed (`submitted`), and the variables its task launcher sets in each task (`ranks`, with
-`task_step`, `local_size` and `step_hosts` to read them).
+`task_step`, `local_size`, `node_place` and `step_hosts` to read them).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 from ..errors import UsageError
-from ..hosts import HostSlots
+from ..hosts import HOST_NAME, HostSlots
 from ..ranksource import Source
 from ..values import parse_whole
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "host_file_path", "slot_lines"]
 
 
 class Scheduler:
@@ -27,6 +28,9 @@ class Scheduler:
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""  # as hpcdist shows it: 'Slurm'
     ranks: ClassVar[Source | None] = None  # the variables its task launcher sets in each task; None: it starts none
+    # an MPI's mpirun inside its allocation finds the hosts itself (Open MPI's and Hydra's read Slurm's); else
+    # hpcdist mpirun reads them (`hosts`) and passes them on
+    launchers_read_hosts: ClassVar[bool] = False
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Whether this process runs inside one of its allocations (an MPI launcher then finds the hosts itself)."""
@@ -83,6 +87,47 @@ class Scheduler:
             raise UsageError(f"{var}={text!r} is not a non-negative integer; fix or unset {var}")
         return count
 
+    def node_place(self, environ: Mapping[str, str], rank: int, world: int) -> dict[str, tuple[str, int]]:
+        """For a task launcher whose tasks see no local size (`ranks.local_world_size` empty): this task's
+        local_rank, local_world_size and node_rank, each (what an error names, value), from rank `rank` of `world`.
+
+        Raises:
+            UsageError: they cannot be told from what the launcher set.
+        """
+        raise UsageError(f"{self.title}'s tasks carry no local rank and size; set LOCAL_RANK and LOCAL_WORLD_SIZE")
+
     def step_hosts(self, environ: Mapping[str, str]) -> tuple[str, ...]:
         """The hosts of the task launch that started this process, in order (none when it does not say)."""
         return ()
+
+
+def host_file_path(environ: Mapping[str, str], var: str, title: str) -> str:
+    """The path in `var`, the host file of a `title` job.
+
+    Raises:
+        UsageError: `var` is unset or empty.
+    """
+    path = environ.get(var, "")
+    if not path:
+        raise UsageError(f"{var} is unset, so the hosts of this {title} job are unknown; give --hostfile or -H")
+    return path
+
+
+def slot_lines(text: str, where: str, slots: int | None = None) -> tuple[HostSlots, ...]:
+    """The hosts of a host file with one host name per line for each slot (PBS_NODEFILE, LSB_DJOB_HOSTFILE), in the
+    order first named, with their lines counted (or `slots` each); blank lines are skipped.
+
+    Raises:
+        UsageError: a line that is no host name, or no host at all (`where` names the file).
+    """
+    counts: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        host = line.strip()
+        if not host:
+            continue
+        if not HOST_NAME.match(host) or "@" in host:
+            raise UsageError(f"{where}:{number}: {host!r} is not a host name; the file lists one host per line")
+        counts[host] = counts.get(host, 0) + 1
+    if not counts:
+        raise UsageError(f"{where} lists no hosts; give --hostfile or -H")
+    return tuple(HostSlots(host, slots if slots is not None else n) for host, n in counts.items())

@@ -149,6 +149,7 @@ class Slurm(Scheduler):
 
     name = "slurm"
     title = "Slurm"
+    launchers_read_hosts = True
     # Counts only inside a real srun step (`task_step`); its local world size is SLURM_STEP_TASKS_PER_NODE (or
     # SLURM_TASKS_PER_NODE) indexed by SLURM_NODEID (`local_size`).
     ranks = Source(

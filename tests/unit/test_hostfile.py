@@ -236,7 +236,7 @@ def test_format_hostfile_default_style() -> None:
 
 
 def test_format_hostfile_unknown_style() -> None:
-    with pytest.raises(UsageError, match="unknown hostfile style 'slurm'; use one of openmpi, mpich, intel, mvapich"):
+    with pytest.raises(UsageError, match="unknown hostfile style 'slurm'; use one of openmpi, pals, mpich, intel"):
         format_hostfile(SEED_HOSTS, "slurm")
 
 

@@ -111,7 +111,7 @@ def test_intel_argv(changes: dict[str, Any], expected: list[str]) -> None:
         (dataclasses.replace(INTEL, np=4, hosts=UNEQUAL, oversubscribe=True), "-np 4 is more than the 3 slots"),
         (
             dataclasses.replace(MPICH, family="lam"),
-            "no launcher for MPI 'lam'; use one of openmpi, mpich, intel, mvapich, srun",
+            "no launcher for MPI 'lam'; use one of openmpi, pals, mpich, intel, mvapich, srun",
         ),
         (dataclasses.replace(MPICH, np=0), "-np must be at least 1"),
     ],
@@ -123,7 +123,7 @@ def test_launcher_refusals(spec: MpirunSpec, message: str) -> None:
 
 def test_every_family_builds_its_launcher_s_command_line() -> None:
     argv = {name: build_mpirun_argv(dataclasses.replace(MPICH, family=name))[0] for name in families.names()[:-1]}
-    assert argv == dict.fromkeys(("openmpi", "mpich", "intel", "mvapich"), "mpiexec")
+    assert argv == dict.fromkeys(("openmpi", "pals", "mpich", "intel", "mvapich"), "mpiexec")
     assert build_mpirun_argv(dataclasses.replace(MPICH, family="srun", slurm=True))[0] == "mpiexec"
     assert build_mpirun_argv(dataclasses.replace(MPICH, family="mvapich")) == build_mpirun_argv(MPICH)  # Hydra
 
@@ -199,7 +199,7 @@ def test_an_unknown_installation_stays_open_mpi(capsys: pytest.CaptureFixture[st
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--mpi", "lam", "-np", "2", "--", "x"], "hpcdist: error: --mpi 'lam' is not an MPI hpcdist knows; use one of "
-                                              "openmpi, mpich, intel, mvapich, srun\n"),
+                                              "openmpi, pals, mpich, intel, mvapich, srun\n"),
     (["--mpi", "mpich", "--mca", "btl", "tcp", "-np", "2", "--", "x"], "hpcdist: error: --mca is Open MPI's; mpich's "
      "settings are environment variables (MPIR_CVAR_*, FI_*, I_MPI_*): pass them with -x NAME=VALUE, or use --mpi "
      "openmpi\n"),

@@ -156,7 +156,7 @@ def test_inside_the_registered_scheduler_s_allocation_mpirun_finds_the_hosts(
     monkeypatch.setenv("FAKE_NODES", "2")
     status, out, err = _dry_run(capsys, "--mpirun", "mpirun", "--mpi", "openmpi", "-np", "4", "--bare", "--", "x")
     assert (status, err) == (0, "")
-    assert out.startswith("mpirun -np 4 --bind-to none --map-by slot ")  # no hosts: mpirun reads the allocation
+    assert out.startswith("mpirun -np 4 -H n1:2,n2:2 --bind-to none ")  # no hosts given: the node file's, read
     assert "--prtemca oob_tcp_keepalive_time 2" in out  # two hosts: a cut link is noticed in seconds
     status, out, err = _dry_run(capsys, "--mpirun", "mpirun", "--include", "n2", "--bare", "--", "x")
     assert (status, err) == (0, "")

@@ -428,6 +428,8 @@ LAUNCH_VARS = sorted(
         "SLURM_JOB_NODELIST",
         "GROUP_WORLD_SIZE",
         "SLURM_STEP_NUM_NODES",
+        "FLUX_JOB_NNODES",
+        "PMI_LOCAL_SIZE",
     }
 )
 SMALL = st.integers(0, 5).map(str)
@@ -438,8 +440,12 @@ def one_rank_per_node(launcher: str, size: int, rank: int) -> dict[str, str]:
     """A complete, consistent environment of `launcher` for `rank` of `size`, one rank per node."""
     source = next(s for s in sources() if s.launcher == launcher)
     env = {source.rank: str(rank), source.world_size[0]: str(size)}
-    if source.local_rank:
+    if source.local_rank and source.local_world_size:
         env |= {source.local_rank: "0", source.local_world_size[0]: "1"}
+    if launcher == "pals":  # Cray's PMI sets its rank beside PMI_SIZE
+        env |= {"PMI_RANK": str(rank)}
+    if launcher == "flux":  # no local size: one task per node is FLUX_JOB_SIZE tasks on as many nodes
+        env |= {"FLUX_TASK_LOCAL_ID": "0", "FLUX_JOB_NNODES": str(size)}
     if launcher == "slurm":
         env |= {"SLURM_STEP_ID": "0", "SLURM_NODEID": str(rank), source.local_world_size[0]: f"1(x{size})"}
     return env

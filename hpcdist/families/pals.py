@@ -1,0 +1,97 @@
+"""HPE Cray PALS's `mpiexec`, the launcher of HPE Cray EX machines under PBS (ALCF's Polaris and Aurora): its command
+line and the variables it gives each rank.
+
+PALS sets PALS_RANKID, PALS_LOCAL_RANKID and PALS_NODEID in every rank and, with Cray's PMI (its default), PMI_RANK,
+PMI_SIZE, PMI_LOCAL_RANK and PMI_LOCAL_SIZE beside them; no variable counts the nodes (ALCF's user guides; HPE's
+Slurm `mpi/cray_shasta` plug-in and LLNL's flux-coral2 `cray_pals` set the same for Cray MPICH). Its mpiexec takes
+`-n`, `--ppn` (ranks per node), `--hostfile` or `--hosts` (one name per host, no slot counts), `--env NAME=VALUE`
+and `--cpu-bind`, and passes the whole environment by default; it places a node's ranks together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from ..errors import UsageError
+from ..hosts import HostSlots
+from ..ranksource import Source
+from . import register
+from .base import Family, MpirunSpec
+
+__all__ = ["Pals"]
+
+_BIND = {"none": "none", "core": "core", "socket": "socket", "hwthread": "thread"}  # mpirun's --bind-to: PALS's
+
+
+@register
+class Pals(Family):
+    """Cray PALS's mpiexec (chosen with --mpi pals: its launcher is called mpiexec, as Hydra's is)."""
+
+    name = "pals"
+    title = "Cray PALS"
+    order = 15
+    program: ClassVar[str | None] = "mpiexec"  # PALS's, first on PATH on the machines that have it
+    ranks = Source(
+        "pals",
+        "PALS_RANKID",
+        ("PMI_SIZE",),
+        "PALS_LOCAL_RANKID",
+        ("PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE"),
+        "PALS_NODEID",
+        ("PALS_APID",),
+        "Cray PALS's mpiexec",
+        borrowed=("PMI_SIZE", "PMI_LOCAL_SIZE"),  # Cray's PMI's, which MPICH's Hydra and Flux set too
+    )
+
+    def command(self, spec: MpirunSpec) -> list[str]:
+        """The mpiexec argv for `spec`.
+
+        Raises:
+            UsageError: what PALS's mpiexec has no word for (Open MPI's --mca, a launch agent, app contexts,
+                fault tolerance, --map-by node, --oversubscribe, hosts of unequal slots).
+        """
+        given = next(
+            (
+                flag
+                for flag, used in (
+                    ("--mca", bool(spec.mca)),
+                    ("--launch-agent", spec.launch_agent is not None),
+                    ("--include/--exclude with slot lists", bool(spec.contexts)),
+                    ("--on-failure shrink", spec.fault_tolerance),
+                    ("--oversubscribe", spec.oversubscribe),
+                    ("--map-by node", spec.map_by != "slot"),
+                )
+                if used
+            ),
+            None,
+        )
+        if given is not None:
+            raise UsageError(f"{given} has no Cray PALS mpiexec equivalent; drop it, or use another --mpi")
+        if spec.bind_to not in _BIND:
+            raise UsageError(f"--bind-to {spec.bind_to!r} has no PALS --cpu-bind; use one of {', '.join(_BIND)}")
+        argv = [spec.mpirun, *([] if spec.np is None else ["-n", str(spec.np)]), *self.placement(spec)]
+        argv += ["--cpu-bind", _BIND[spec.bind_to]]
+        for name, value in spec.env:
+            argv += [] if value is None else ["--env", f"{name}={value}"]
+        return argv + list(spec.extra) + list(spec.program)
+
+    def placement(self, spec: MpirunSpec) -> list[str]:
+        """`--hostfile FILE`, else `--hosts a,b --ppn N` (every host the same N slots), else PALS's own
+        (PBS_NODEFILE)."""
+        if spec.hostfile is not None:
+            return ["--hostfile", spec.hostfile]
+        if not spec.hosts:
+            return []
+        slots = {h.slots for h in spec.hosts}
+        if len(slots) != 1:
+            listed = ", ".join(f"{h.host}:{h.slots}" for h in spec.hosts)
+            raise UsageError(
+                f"Cray PALS's mpiexec puts the same number of ranks on every host (--ppn), but the hosts have "
+                f"different slots ({listed}); give each host the same slots"
+            )
+        return ["--hosts", ",".join(h.host for h in spec.hosts), "--ppn", str(slots.pop())]
+
+    def hostfile(self, hosts: Sequence[HostSlots]) -> str:
+        """One host name per line, as PALS reads a hostfile (the slots go to --ppn)."""
+        return "".join(h.host + "\n" for h in hosts)

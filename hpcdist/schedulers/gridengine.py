@@ -1,0 +1,80 @@
+"""Grid Engine (Son of Grid Engine, Debian's gridengine): a parallel job's hosts and slots from PE_HOSTFILE, its id,
+and what qsub prints.
+
+Grid Engine sets no per-rank variables: the ranks come from the MPI's launcher. A parallel job's host file has one
+line per host and queue, `host slots queue binding` (sge_pe(5)), so a host on several lines has their slots summed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from ..errors import UsageError
+from ..hosts import HOST_NAME, HostSlots
+from ..values import MAX_COUNT, parse_whole
+from . import register
+from .base import Scheduler, host_file_path
+
+__all__ = ["GridEngine"]
+
+# qsub prints `Your job 12 ("name") has been submitted`, or `Your job-array 12.1-10:1 ("name") has been submitted`;
+# with -terse the id alone, `12` or `12.1-10:1` (Son of Grid Engine 8.1.9, source/clients/qsub/qsub.c)
+_SENTENCE = re.compile(r"Your job(?:-array)? (\d+)[ .]")
+_TERSE = re.compile(r"(\d+)(?:\.\d+-\d+:\d+)?")
+
+
+@register
+class GridEngine(Scheduler):
+    """Grid Engine: its parallel jobs (qsub -pe) and their host file."""
+
+    name = "gridengine"
+    title = "Grid Engine"
+
+    def inside(self, environ: Mapping[str, str]) -> bool:
+        """Inside a parallel job when Grid Engine has written its host file (PE_HOSTFILE)."""
+        return "PE_HOSTFILE" in environ
+
+    def allocation(self, environ: Mapping[str, str]) -> str:
+        """'the Grid Engine job 12'."""
+        return f"the Grid Engine job {environ.get('JOB_ID', '')}".rstrip()
+
+    def hosts(
+        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+    ) -> tuple[HostSlots, ...]:
+        """PE_HOSTFILE's hosts with their slots summed over their lines (or `slots` each)."""
+        path = host_file_path(environ, "PE_HOSTFILE", self.title)
+        if read is None:
+            raise UsageError(f"hpcdist cannot read PE_HOSTFILE={path} here; give --hostfile or -H")
+        counts: dict[str, int] = {}
+        for number, line in enumerate(read(path).splitlines(), start=1):
+            words = line.split()
+            if not words:
+                continue
+            count = parse_whole(words[1]) if len(words) > 1 else None
+            if not HOST_NAME.match(words[0]) or "@" in words[0] or count is None or not 1 <= count <= MAX_COUNT:
+                raise UsageError(
+                    f"PE_HOSTFILE {path}:{number}: {line.strip()!r} is not 'HOST SLOTS QUEUE BINDING'; "
+                    "run inside a parallel job (qsub -pe NAME N) or give --hostfile"
+                )
+            counts[words[0]] = counts.get(words[0], 0) + count
+        if not counts:
+            raise UsageError(f"PE_HOSTFILE {path} lists no hosts; give --hostfile or -H")
+        return tuple(HostSlots(host, slots if slots is not None else n) for host, n in counts.items())
+
+    def spans_hosts(self, environ: Mapping[str, str]) -> bool:
+        """A parallel job on more than one host (NHOSTS)."""
+        return "PE_HOSTFILE" in environ and (parse_whole(environ.get("NHOSTS", "1")) or 1) > 1
+
+    def job_id(self, environ: Mapping[str, str]) -> str | None:
+        """JOB_ID, in a Grid Engine job (which also sets SGE_TASK_ID, 'undefined' outside an array)."""
+        return environ.get("JOB_ID") if "SGE_TASK_ID" in environ else None
+
+    def submitted(self, output: str) -> str:
+        """The job id qsub printed (its sentence, or -terse's id alone)."""
+        lines = output.strip().splitlines()
+        last = lines[-1].strip() if lines else ""
+        found = _TERSE.fullmatch(last) or _SENTENCE.match(last)
+        if found is None:
+            raise UsageError(f"qsub printed {output.strip()!r} instead of a job id")
+        return found[1]

@@ -1,0 +1,63 @@
+"""Kubernetes with Kubeflow's mpi-operator: an MPIJob's hosts and slots from the host file it mounts in its launcher.
+
+An MPIJob (kubeflow.org/v2beta1) mounts `/etc/mpi/hostfile` in its launcher pod, one line per worker pod:
+`<job>-worker-0.<job>.<namespace>.svc slots=N` for Open MPI, `…:N` for Intel MPI and MPICH; it names the file in
+OMPI_MCA_orte_default_hostfile, I_MPI_HYDRA_HOST_FILE or HYDRA_HOST_FILE by the job's mpiImplementation, and sets
+K_MPI_JOB_ROLE=launcher (mpi-operator's pkg/controller/mpi_job_controller.go). Open MPI 5's mpirun no longer reads
+the orte_ name, so hpcdist reads the file and passes its hosts on. The ranks' variables are the MPI's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..errors import UsageError
+from ..hosts import HOST_NAME, HostSlots
+from ..values import MAX_COUNT, parse_whole
+from . import register
+from .base import Scheduler
+
+__all__ = ["Kubernetes"]
+
+# where an MPIJob's launcher is told its host file, by mpiImplementation: OpenMPI, Intel, MPICH
+_HOST_FILE = ("OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
+
+
+@register
+class Kubernetes(Scheduler):
+    """An MPIJob of Kubeflow's mpi-operator, seen from its launcher pod."""
+
+    name = "kubernetes"
+    title = "Kubernetes MPIJob"
+
+    def inside(self, environ: Mapping[str, str]) -> bool:
+        """In an MPIJob's launcher pod (K_MPI_JOB_ROLE=launcher) that names its host file."""
+        return environ.get("K_MPI_JOB_ROLE") == "launcher" and any(v in environ for v in _HOST_FILE)
+
+    def allocation(self, environ: Mapping[str, str]) -> str:
+        """'the Kubernetes MPIJob's workers'."""
+        return "the Kubernetes MPIJob's workers"
+
+    def hosts(
+        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+    ) -> tuple[HostSlots, ...]:
+        """The host file's worker pods, each with its `slots=N` (Open MPI) or `:N` (Intel MPI, MPICH)."""
+        var = next((v for v in _HOST_FILE if environ.get(v)), None)
+        if var is None or read is None:
+            raise UsageError("this MPIJob names no host file hpcdist can read; give --hostfile or -H")
+        path = environ[var]
+        found: dict[str, int] = {}
+        for number, line in enumerate(read(path).splitlines(), start=1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            host, _, count_text = text.replace(" slots=", ":").partition(":")
+            count = parse_whole(count_text) if count_text else 1
+            if not HOST_NAME.match(host) or "@" in host or count is None or not 1 <= count <= MAX_COUNT:
+                raise UsageError(
+                    f"{var} {path}:{number}: {line.strip()!r} is not 'HOST slots=N' or 'HOST:N'; give --hostfile"
+                )
+            found[host] = found.get(host, 0) + count
+        if not found:
+            raise UsageError(f"{var} {path} lists no hosts; give --hostfile or -H")
+        return tuple(HostSlots(host, slots if slots is not None else n) for host, n in found.items())

@@ -1,0 +1,87 @@
+"""IBM Spectrum LSF: a job's hosts and slots (LSB_DJOB_HOSTFILE, else LSB_MCPU_HOSTS), its id, what bsub prints, and
+the variables jsrun gives each task.
+
+jsrun (LSF's Job Step Manager) sets JSM_NAMESPACE_RANK, _SIZE, _LOCAL_RANK and _LOCAL_SIZE in every task; no
+variable names a task's node. LSB_DJOB_HOSTFILE lists one host per slot; LSB_MCPU_HOSTS is `hostA 4 hostB 4`. On
+LSF's CSM clusters (`bsub -nnodes`) both begin with the launch node, where the job script runs and no rank may.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from ..errors import UsageError
+from ..hosts import HOST_NAME, HostSlots
+from ..ranksource import Source
+from ..values import MAX_COUNT, parse_whole
+from . import register
+from .base import Scheduler, slot_lines
+
+__all__ = ["Lsf"]
+
+# bsub prints `Job <779469> is submitted to default queue <batch>.` (or `… to queue <q>.`)
+_SUBMITTED = re.compile(r"Job <(\d+)> is submitted to ")
+
+
+@register
+class Lsf(Scheduler):
+    """LSF: its jobs (bsub), their hosts, and jsrun, the task launcher of its CSM clusters."""
+
+    name = "lsf"
+    title = "LSF"
+    ranks = Source(
+        "jsrun",
+        "JSM_NAMESPACE_RANK",
+        ("JSM_NAMESPACE_SIZE",),
+        "JSM_NAMESPACE_LOCAL_RANK",
+        ("JSM_NAMESPACE_LOCAL_SIZE",),
+        None,
+        (),
+        "LSF's jsrun",
+    )
+
+    def inside(self, environ: Mapping[str, str]) -> bool:
+        """Inside a job when LSF names its hosts (LSB_DJOB_HOSTFILE or LSB_MCPU_HOSTS) and its id (LSB_JOBID)."""
+        return "LSB_JOBID" in environ and ("LSB_DJOB_HOSTFILE" in environ or "LSB_MCPU_HOSTS" in environ)
+
+    def allocation(self, environ: Mapping[str, str]) -> str:
+        """'the LSF job 779469'."""
+        return f"the LSF job {environ.get('LSB_JOBID', '')}".rstrip()
+
+    def hosts(
+        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+    ) -> tuple[HostSlots, ...]:
+        """LSB_DJOB_HOSTFILE's hosts with a slot per line when it is set and readable, else LSB_MCPU_HOSTS's pairs."""
+        path = environ.get("LSB_DJOB_HOSTFILE", "")
+        if path and read is not None:
+            return slot_lines(read(path), f"LSB_DJOB_HOSTFILE {path}", slots)
+        pairs = environ.get("LSB_MCPU_HOSTS", "")
+        words = pairs.split()
+        counts = [parse_whole(w) for w in words[1::2]]
+        if not words or len(words) % 2 or any(c is None or not 1 <= c <= MAX_COUNT for c in counts):
+            raise UsageError(
+                f"LSB_MCPU_HOSTS={pairs!r} is not 'HOST SLOTS HOST SLOTS …', so this LSF job's hosts are unknown; "
+                "give --hostfile or -H"
+            )
+        found: dict[str, int] = {}
+        for host, count in zip(words[::2], counts, strict=True):
+            if not HOST_NAME.match(host) or "@" in host:
+                raise UsageError(f"LSB_MCPU_HOSTS names {host!r}, which is not a host name; give --hostfile or -H")
+            found[host] = found.get(host, 0) + (count or 0)
+        return tuple(HostSlots(host, slots if slots is not None else n) for host, n in found.items())
+
+    def spans_hosts(self, environ: Mapping[str, str]) -> bool:
+        """A job whose LSB_MCPU_HOSTS names more than one host."""
+        return len(set(environ.get("LSB_MCPU_HOSTS", "").split()[::2])) > 1
+
+    def job_id(self, environ: Mapping[str, str]) -> str | None:
+        """LSB_JOBID."""
+        return environ.get("LSB_JOBID")
+
+    def submitted(self, output: str) -> str:
+        """The job id bsub printed."""
+        found = _SUBMITTED.search(output)
+        if found is None:
+            raise UsageError(f"bsub printed {output.strip()!r} instead of a job id")
+        return found[1]
