@@ -5,11 +5,14 @@ PALS sets PALS_RANKID, PALS_LOCAL_RANKID and PALS_NODEID in every rank and, with
 PMI_SIZE, PMI_LOCAL_RANK and PMI_LOCAL_SIZE beside them; no variable counts the nodes (ALCF's user guides; HPE's
 Slurm `mpi/cray_shasta` plug-in and LLNL's flux-coral2 `cray_pals` set the same for Cray MPICH). Its mpiexec takes
 `-n`, `--ppn` (ranks per node), `--hostfile` or `--hosts` (one name per host, no slot counts), `--env NAME=VALUE`
-and `--cpu-bind`, and passes the whole environment by default; it places a node's ranks together.
+and `--cpu-bind`, and passes the whole environment by default; it places a node's ranks together. It says how each
+rank that failed ended, one line each (`x1001c0s0b0n0: rank 3 exited with code 1`, `…: rank 1 died from signal 9`,
+HPE's craycli, cray/pals.py), which hpcdist's own summary says instead; its status is the worst of its ranks'.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -17,10 +20,14 @@ from ..errors import UsageError
 from ..hosts import HostSlots
 from ..ranksource import Source
 from . import register
-from .base import Family, MpirunSpec
+from .base import Family, MpirunSpec, Observation, RankKilled, Scanner
 
 __all__ = ["Pals"]
 
+_ENDED = re.compile(
+    r"(?P<host>[A-Za-z0-9][\w.-]*): rank (?P<rank>\d+) (?:exited with code \d+|died from signal (?P<signal>\d+))"
+    r"(?: and dumped core)?"
+)
 _BIND = {"none": "none", "core": "core", "socket": "socket", "hwthread": "thread"}  # mpirun's --bind-to: PALS's
 
 
@@ -32,6 +39,7 @@ class Pals(Family):
     title = "Cray PALS"
     order = 15
     program: ClassVar[str | None] = "mpiexec"  # PALS's, first on PATH on the machines that have it
+    status_of_all = True  # its status is the highest of its ranks' (128 + the signal for a killed one)
     ranks = Source(
         "pals",
         "PALS_RANKID",
@@ -95,3 +103,22 @@ class Pals(Family):
     def hostfile(self, hosts: Sequence[HostSlots]) -> str:
         """One host name per line, as PALS reads a hostfile (the slots go to --ppn)."""
         return "".join(h.host + "\n" for h in hosts)
+
+    def scanner(self) -> Scanner:
+        """A reader of its lines on ranks that died from a signal."""
+        return PalsScanner()
+
+    def hides(self, text: str) -> bool:
+        """Its line on how a failed rank ended: the summary says it."""
+        return bool(_ENDED.fullmatch(text.strip()))
+
+
+class PalsScanner(Scanner):
+    """PALS's word of a rank killed by a signal: `x1001c0s0b0n0: rank 1 died from signal 9`."""
+
+    def scan(self, stream: str, line: str) -> list[Observation]:
+        """What one line says."""
+        ended = _ENDED.fullmatch(line.strip())
+        if ended is None or ended["signal"] is None:
+            return []
+        return [RankKilled(int(ended["rank"]), ended["host"], int(ended["signal"]))]

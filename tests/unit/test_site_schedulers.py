@@ -19,7 +19,7 @@ import pytest
 from hpcdist import families, schedulers
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
-from hpcdist.families.base import MpirunSpec
+from hpcdist.families.base import MpirunSpec, RankKilled
 from hpcdist.hosts import HostSlots as H
 from hpcdist.launching.mpirun import build_mpirun_argv
 from hpcdist.launching.options import MpirunOptions
@@ -320,3 +320,15 @@ def test_what_pals_mpiexec_cannot_say_is_a_clear_error(given: dict[str, object],
     with pytest.raises(UsageError) as caught:
         _pals(**given)
     assert needle in str(caught.value), caught.value
+
+
+def test_pals_lines_on_failed_ranks_are_read_and_left_to_hpcdists_summary() -> None:
+    """craycli's cray/pals.py log_rank_exit, as Polaris logs show it."""
+    pals = families.lookup("pals")
+    killed = "x3006c0s1b0n0.hsn.cm.polaris.alcf.anl.gov: rank 1 died from signal 9 and dumped core"
+    assert pals.scanner().scan("stderr", killed + "\n") == [
+        RankKilled(1, "x3006c0s1b0n0.hsn.cm.polaris.alcf.anl.gov", 9)
+    ]
+    exited = "x3006c0s1b0n0.hsn.cm.polaris.alcf.anl.gov: rank 0 exited with code 2"
+    assert pals.scanner().scan("stderr", exited) == [] and pals.hides(exited) and pals.hides(killed)
+    assert not pals.hides("rank 0 exited with code 2 while training")  # a program's own line is shown
