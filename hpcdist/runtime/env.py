@@ -211,7 +211,8 @@ class LaunchEnv:
         """The variables torchrun's agent gives a worker, for this process, all strings.
 
         Under torchrun itself only this process's place (its agent set the rest); otherwise also its node
-        (the launcher's node id, else the host's place `facts.node` from the rendezvous), torchrun's one role,
+        (the launcher's node id and count, else the host's place `facts.node` from the rendezvous, whose count also
+        stands in for a launcher that names its nodes but does not count them, as PALS), torchrun's one role,
         the restart counters, and the run id and store of the rendezvous (`facts`) where they are known.
         """
         facts = facts or AgentFacts()
@@ -221,7 +222,10 @@ class LaunchEnv:
             "LOCAL_RANK": str(self.local_rank),
             "LOCAL_WORLD_SIZE": str(self.local_world_size),
         }
-        node = (self.node_rank, self.node_count) if self.node_rank is not None else facts.node or (None, None)
+        node = facts.node or (None, None)
+        if self.node_rank is not None:  # the launcher's node id; its count, else the rendezvous's hosts when they fit
+            count = self.node_count if self.node_count is not None else node[1]
+            node = (self.node_rank, count if count is not None and self.node_rank < count else None)
         if node[0] is not None:
             env["GROUP_RANK"] = str(node[0])
         if self.master_addr is not None:

@@ -52,6 +52,15 @@ def srun(rank: int, size: int, local: int, node: int, tasks_per_node: str = "2(x
     }
 
 
+# a rank of Cray PALS's `mpiexec -n 8 --ppn 4` on two nodes (docs/schedulers.md); PALS counts no nodes
+PALS_RANK = {
+    "PALS_RANKID": "5",
+    "PALS_LOCAL_RANKID": "1",
+    "PALS_NODEID": "1",
+    "PMI_RANK": "5",
+    "PMI_SIZE": "8",
+    "PMI_LOCAL_SIZE": "4",
+}
 TORCHRUN = {
     "RANK": "5",
     "WORLD_SIZE": "8",
@@ -241,6 +250,24 @@ def place(*values: int) -> dict[str, str]:
             | {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
             | {"TORCHELASTIC_RUN_ID": "hpcdist-4242", "TORCHELASTIC_USE_AGENT_STORE": "False"},
             id="srun-node-id-and-job-run-id",
+        ),
+        pytest.param(
+            PALS_RANK,
+            AgentFacts((1, 2), "hpcdist-r", True),
+            place(5, 8, 1, 4)
+            | role(5, 8)
+            | {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+            | {"TORCHELASTIC_RUN_ID": "hpcdist-r", "TORCHELASTIC_USE_AGENT_STORE": "True"},
+            id="pals-node-id-and-the-rendezvous-node-count",
+        ),
+        pytest.param(
+            PALS_RANK,
+            AgentFacts((0, 1), "hpcdist-r", True),  # the rendezvous saw one host: PALS_NODEID=1 does not fit it
+            place(5, 8, 1, 4)
+            | role(5, 8)
+            | {"GROUP_RANK": "1"}
+            | {"TORCHELASTIC_RUN_ID": "hpcdist-r", "TORCHELASTIC_USE_AGENT_STORE": "True"},
+            id="pals-node-id-and-a-count-that-does-not-fit",
         ),
         pytest.param(
             TORCHRUN | {"HPCDIST_RESTART_COUNT": "3"},
