@@ -222,7 +222,7 @@ class LaunchEnv:
             "LOCAL_RANK": str(self.local_rank),
             "LOCAL_WORLD_SIZE": str(self.local_world_size),
         }
-        node = facts.node or (None, None)
+        node: tuple[int | None, int | None] = facts.node or (None, None)
         if self.node_rank is not None:  # the launcher's node id; its count, else the rendezvous's hosts when they fit
             count = self.node_count if self.node_count is not None else node[1]
             node = (self.node_rank, count if count is not None and self.node_rank < count else None)
