@@ -95,6 +95,12 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     if allocation is not None and not allocation.launchers_read_hosts and world.here:
         hosts, source = allocation.hosts(world.environ, read=read_hostfile_text), allocation.allocation(world.environ)
         note = f"hpcdist mpirun: on the hosts of {source}: {hosts_text(hosts)}"
+        if options.np is not None and options.np > total_slots(hosts) and not options.oversubscribe:
+            asked = f"-np {options.np}" if caller is None else f"{caller}'s np={options.np}"
+            raise UsageError(
+                f"{asked} is more than the {total_slots(hosts)} slots of {source} ({hosts_text(hosts)}); "
+                f"{allocation.more_slots}; or ask for fewer ranks, oversubscribe, or give the hosts yourself"
+            )
     picked = selection_option(options.include, options.exclude)
     selected = _select(options, hosts, source, world.environ) if picked else tuple(Selected(h) for h in hosts)
     hosts = tuple(s.host for s in selected)

@@ -31,6 +31,7 @@ class Scheduler:
     # an MPI's mpirun inside its allocation finds the hosts itself (Open MPI's and Hydra's read Slurm's); else
     # hpcdist mpirun reads them (`hosts`) and passes them on
     launchers_read_hosts: ClassVar[bool] = False
+    more_slots: ClassVar[str] = ""  # how a job asks it for more slots, for an error: 'qsub -l select=…:mpiprocs=N'
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Whether this process runs inside one of its allocations (an MPI launcher then finds the hosts itself)."""

@@ -30,6 +30,7 @@ class GridEngine(Scheduler):
 
     name = "gridengine"
     title = "Grid Engine"
+    more_slots = "the job's slots are its parallel environment's: qsub -pe NAME 8 gives it 8"
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Inside a parallel job when Grid Engine has written its host file (PE_HOSTFILE)."""

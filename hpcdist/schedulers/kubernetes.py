@@ -29,6 +29,7 @@ class Kubernetes(Scheduler):
 
     name = "kubernetes"
     title = "Kubernetes MPIJob"
+    more_slots = "a worker pod's slots are the MPIJob's spec.slotsPerWorker"
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """In an MPIJob's launcher pod (K_MPI_JOB_ROLE=launcher) that names its host file."""

@@ -30,6 +30,7 @@ class Lsf(Scheduler):
 
     name = "lsf"
     title = "LSF"
+    more_slots = "the job's slots are bsub -n's: bsub -n 8 gives it 8"
     ranks = Source(
         "jsrun",
         "JSM_NAMESPACE_RANK",

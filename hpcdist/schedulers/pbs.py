@@ -27,6 +27,7 @@ class Pbs(Scheduler):
 
     name = "pbs"
     title = "PBS"
+    more_slots = "a host's slots are its chunk's mpiprocs: qsub -l select=2:ncpus=64:mpiprocs=4 gives two hosts 4 each"
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Inside a job when PBS has written its node file (PBS_NODEFILE)."""

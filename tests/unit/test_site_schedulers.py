@@ -270,6 +270,25 @@ def test_mpirun_inside_a_grid_engine_or_lsf_job_runs_on_its_hosts(tmp_path: Path
     assert lsf.spec.hosts == (H("hostA", 2), H("hostB", 2)) and "the LSF job 7" in lsf.note
 
 
+@pytest.mark.parametrize(
+    ("environ", "text", "hint"),
+    [
+        ({"PBS_NODEFILE": "{}", "PBS_JOBID": "9.pbs"}, "n1\n", "qsub -l select=2:ncpus=64:mpiprocs=4"),
+        ({"PE_HOSTFILE": "{}", "JOB_ID": "12", "SGE_TASK_ID": "x"}, "n1 1 all.q UNDEFINED\n", "qsub -pe NAME 8"),
+    ],
+)
+def test_more_ranks_than_the_jobs_slots_say_how_to_ask_the_scheduler_for_more(
+    tmp_path: Path, environ: dict[str, str], text: str, hint: str
+) -> None:
+    (tmp_path / "hosts").write_text(text)
+    located = {name: value.format(tmp_path / "hosts") for name, value in environ.items()}
+    with pytest.raises(UsageError) as caught:
+        _plan(located, np=8)
+    said = str(caught.value)
+    assert said.startswith("-np 8 is more than the 1 slots of the ") and "(n1:1)" in said and hint in said, said
+    assert _plan(located, np=8, oversubscribe=True).spec.np == 8  # asked for: the job's hosts, oversubscribed
+
+
 def test_a_users_hostfile_wins_over_the_jobs_and_slurms_allocation_is_read_by_mpirun(tmp_path: Path) -> None:
     nodefile, mine = tmp_path / "nodefile", tmp_path / "mine"
     nodefile.write_text("n1\nn2\n")
