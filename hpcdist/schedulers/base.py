@@ -17,9 +17,9 @@ from typing import ClassVar
 from ..errors import UsageError
 from ..hosts import HOST_NAME, HostSlots
 from ..ranksource import Source
-from ..values import parse_whole
+from ..values import MAX_COUNT, parse_whole
 
-__all__ = ["Scheduler", "host_file_path", "slot_lines"]
+__all__ = ["Scheduler", "host_and_slots", "host_lines", "read_host_file", "slot_lines"]
 
 
 class Scheduler:
@@ -102,33 +102,63 @@ class Scheduler:
         return ()
 
 
-def host_file_path(environ: Mapping[str, str], var: str, title: str) -> str:
-    """The path in `var`, the host file of a `title` job.
+def read_host_file(
+    environ: Mapping[str, str], var: str, title: str, read: Callable[[str], str] | None
+) -> tuple[str, str]:
+    """The host file `var` names, of a `title` job: how an error names it (`VAR PATH`), and its text (`read(path)`).
 
     Raises:
-        UsageError: `var` is unset or empty.
+        UsageError: `var` is unset or empty, or there is no way to read it here.
     """
     path = environ.get(var, "")
     if not path:
         raise UsageError(f"{var} is unset, so the hosts of this {title} job are unknown; give --hostfile or -H")
-    return path
+    if read is None:
+        raise UsageError(f"hpcdist cannot read {var}={path} here; give --hostfile or -H")
+    return f"{var} {path}", read(path)
 
 
 def slot_lines(text: str, where: str, slots: int | None = None) -> tuple[HostSlots, ...]:
-    """The hosts of a host file with one host name per line for each slot (PBS_NODEFILE, LSB_DJOB_HOSTFILE), in the
-    order first named, with their lines counted (or `slots` each); blank lines are skipped.
+    """`host_lines` of a host file that names a host once for each of its slots (PBS_NODEFILE, LSB_DJOB_HOSTFILE)."""
+    return host_lines(text, where, "a host name, one line for each slot", _one_host, slots)
+
+
+def _one_host(line: str) -> tuple[str, str | None] | None:
+    """A line of a host file naming a host for one slot: (host, None)."""
+    host = line.strip()
+    return (host, None) if host else None
+
+
+def host_and_slots(line: str) -> tuple[str, str | None] | None:
+    """A `HOST SLOTS …` line (Grid Engine's PE_HOSTFILE, LSB_MCPU_HOSTS's pairs): (host, its slots' text)."""
+    words = line.split()
+    return (words[0], words[1] if len(words) > 1 else "") if words else None
+
+
+def host_lines(
+    text: str,
+    where: str,
+    form: str,
+    parse: Callable[[str], tuple[str, str | None] | None],
+    slots: int | None = None,
+) -> tuple[HostSlots, ...]:
+    """The hosts of a host file's `text`, in the order first named, with their slots summed over their lines (or
+    `slots` each). `parse` gives a line's (host, its slots' text, None for one slot), or None for a line to skip.
 
     Raises:
-        UsageError: a line that is no host name, or no host at all (`where` names the file).
+        UsageError: a line with no host name or no slot count from 1 to MAX_COUNT (`where` names the file, `form`
+            what its lines should be), or no host at all.
     """
     counts: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
-        host = line.strip()
-        if not host:
+        found = parse(line)
+        if found is None:
             continue
-        if not HOST_NAME.match(host) or "@" in host:
-            raise UsageError(f"{where}:{number}: {host!r} is not a host name; the file lists one host per line")
-        counts[host] = counts.get(host, 0) + 1
+        host, count_text = found
+        count = 1 if count_text is None else parse_whole(count_text)
+        if not HOST_NAME.match(host) or "@" in host or count is None or not 1 <= count <= MAX_COUNT:
+            raise UsageError(f"{where}:{number}: {line.strip()!r} is not {form}; give --hostfile or -H")
+        counts[host] = counts.get(host, 0) + count
     if not counts:
         raise UsageError(f"{where} lists no hosts; give --hostfile or -H")
     return tuple(HostSlots(host, slots if slots is not None else n) for host, n in counts.items())

@@ -11,10 +11,10 @@ import re
 from collections.abc import Callable, Mapping
 
 from ..errors import UsageError
-from ..hosts import HOST_NAME, HostSlots
-from ..values import MAX_COUNT, parse_whole
+from ..hosts import HostSlots
+from ..values import parse_whole
 from . import register
-from .base import Scheduler, host_file_path
+from .base import Scheduler, host_and_slots, host_lines, read_host_file
 
 __all__ = ["GridEngine"]
 
@@ -44,24 +44,8 @@ class GridEngine(Scheduler):
         self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
     ) -> tuple[HostSlots, ...]:
         """PE_HOSTFILE's hosts with their slots summed over their lines (or `slots` each)."""
-        path = host_file_path(environ, "PE_HOSTFILE", self.title)
-        if read is None:
-            raise UsageError(f"hpcdist cannot read PE_HOSTFILE={path} here; give --hostfile or -H")
-        counts: dict[str, int] = {}
-        for number, line in enumerate(read(path).splitlines(), start=1):
-            words = line.split()
-            if not words:
-                continue
-            count = parse_whole(words[1]) if len(words) > 1 else None
-            if not HOST_NAME.match(words[0]) or "@" in words[0] or count is None or not 1 <= count <= MAX_COUNT:
-                raise UsageError(
-                    f"PE_HOSTFILE {path}:{number}: {line.strip()!r} is not 'HOST SLOTS QUEUE BINDING'; "
-                    "run inside a parallel job (qsub -pe NAME N) or give --hostfile"
-                )
-            counts[words[0]] = counts.get(words[0], 0) + count
-        if not counts:
-            raise UsageError(f"PE_HOSTFILE {path} lists no hosts; give --hostfile or -H")
-        return tuple(HostSlots(host, slots if slots is not None else n) for host, n in counts.items())
+        where, text = read_host_file(environ, "PE_HOSTFILE", self.title, read)
+        return host_lines(text, where, "'HOST SLOTS QUEUE BINDING'", host_and_slots, slots)
 
     def spans_hosts(self, environ: Mapping[str, str]) -> bool:
         """A parallel job on more than one host (NHOSTS)."""

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ..errors import UsageError
-from ..hosts import HOST_NAME, HostSlots
-from ..values import MAX_COUNT, parse_whole
+from ..hosts import HostSlots
 from . import register
-from .base import Scheduler
+from .base import Scheduler, host_lines, read_host_file
 
 __all__ = ["Kubernetes"]
 
@@ -43,22 +41,15 @@ class Kubernetes(Scheduler):
         self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
     ) -> tuple[HostSlots, ...]:
         """The host file's worker pods, each with its `slots=N` (Open MPI) or `:N` (Intel MPI, MPICH)."""
-        var = next((v for v in _HOST_FILE if environ.get(v)), None)
-        if var is None or read is None:
-            raise UsageError("this MPIJob names no host file hpcdist can read; give --hostfile or -H")
-        path = environ[var]
-        found: dict[str, int] = {}
-        for number, line in enumerate(read(path).splitlines(), start=1):
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            host, _, count_text = text.replace(" slots=", ":").partition(":")
-            count = parse_whole(count_text) if count_text else 1
-            if not HOST_NAME.match(host) or "@" in host or count is None or not 1 <= count <= MAX_COUNT:
-                raise UsageError(
-                    f"{var} {path}:{number}: {line.strip()!r} is not 'HOST slots=N' or 'HOST:N'; give --hostfile"
-                )
-            found[host] = found.get(host, 0) + count
-        if not found:
-            raise UsageError(f"{var} {path} lists no hosts; give --hostfile or -H")
-        return tuple(HostSlots(host, slots if slots is not None else n) for host, n in found.items())
+        var = next((v for v in _HOST_FILE if environ.get(v)), _HOST_FILE[0])
+        where, text = read_host_file(environ, var, self.title, read)
+        return host_lines(text, where, "'HOST slots=N' or 'HOST:N'", _worker, slots)
+
+
+def _worker(line: str) -> tuple[str, str | None] | None:
+    """A line of mpi-operator's host file, `HOST slots=N` or `HOST:N` (a `#` starts a comment): (host, N)."""
+    text = line.split("#", 1)[0].strip()
+    if not text:
+        return None
+    host, _, count = text.replace(" slots=", ":").partition(":")
+    return host, count or None

@@ -12,11 +12,10 @@ import re
 from collections.abc import Callable, Mapping
 
 from ..errors import UsageError
-from ..hosts import HOST_NAME, HostSlots
+from ..hosts import HostSlots
 from ..ranksource import Source
-from ..values import MAX_COUNT, parse_whole
 from . import register
-from .base import Scheduler, slot_lines
+from .base import Scheduler, host_and_slots, host_lines, slot_lines
 
 __all__ = ["Lsf"]
 
@@ -59,18 +58,13 @@ class Lsf(Scheduler):
             return slot_lines(read(path), f"LSB_DJOB_HOSTFILE {path}", slots)
         pairs = environ.get("LSB_MCPU_HOSTS", "")
         words = pairs.split()
-        counts = [parse_whole(w) for w in words[1::2]]
-        if not words or len(words) % 2 or any(c is None or not 1 <= c <= MAX_COUNT for c in counts):
+        if not words or len(words) % 2:
             raise UsageError(
                 f"LSB_MCPU_HOSTS={pairs!r} is not 'HOST SLOTS HOST SLOTS …', so this LSF job's hosts are unknown; "
                 "give --hostfile or -H"
             )
-        found: dict[str, int] = {}
-        for host, count in zip(words[::2], counts, strict=True):
-            if not HOST_NAME.match(host) or "@" in host:
-                raise UsageError(f"LSB_MCPU_HOSTS names {host!r}, which is not a host name; give --hostfile or -H")
-            found[host] = found.get(host, 0) + (count or 0)
-        return tuple(HostSlots(host, slots if slots is not None else n) for host, n in found.items())
+        lines = "\n".join(f"{host} {count}" for host, count in zip(words[::2], words[1::2], strict=True))
+        return host_lines(lines, "LSB_MCPU_HOSTS", "'HOST SLOTS'", host_and_slots, slots)
 
     def spans_hosts(self, environ: Mapping[str, str]) -> bool:
         """A job whose LSB_MCPU_HOSTS names more than one host."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from ..errors import UsageError
 from ..hosts import HostSlots
 from . import register
-from .base import Scheduler, host_file_path, slot_lines
+from .base import Scheduler, read_host_file, slot_lines
 
 __all__ = ["Pbs"]
 
@@ -41,10 +41,8 @@ class Pbs(Scheduler):
         self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
     ) -> tuple[HostSlots, ...]:
         """PBS_NODEFILE's hosts, each with as many slots as it has lines (or `slots` each)."""
-        path = host_file_path(environ, "PBS_NODEFILE", self.title)
-        if read is None:
-            raise UsageError(f"hpcdist cannot read PBS_NODEFILE={path} here; give --hostfile or -H")
-        return slot_lines(read(path), f"PBS_NODEFILE {path}", slots)
+        where, text = read_host_file(environ, "PBS_NODEFILE", self.title, read)
+        return slot_lines(text, where, slots)
 
     def job_id(self, environ: Mapping[str, str]) -> str | None:
         """PBS_JOBID."""
