@@ -2,7 +2,8 @@
 
 - `process`: this rank process's contract with its launcher, read once (by the shim, else `hpcdist.init`), and what
   the shim and init set up in it;
-- `env`: launch detection (LaunchEnv), pure; `slurm`: what srun says about a task's step, pure;
+- `env`: launch detection (LaunchEnv), pure; `readings`: what each launcher's variables say, read and checked,
+  pure; `slurm`: what srun says about a task's step, pure;
 - `netif`: this host's interfaces and name resolution; `sockets`: this process's TCP sockets, and cutting some;
 - `addresses`: the address rank 0 offers and each rank's interface towards it (pure, but one probe);
 - `rendezvous`: MASTER_ADDR/MASTER_PORT by MPI, Slurm or this host, and the reachability check;

@@ -10,7 +10,8 @@ from .. import families, schedulers
 from ..contract import RankContract
 from ..errors import UsageError
 from ..ranksource import Source
-from ..values import ADDRESS, MAX_COUNT, parse_whole
+from ..values import ADDRESS, parse_whole
+from .readings import FIELDS, HalfSet, Reading, check_agree, check_below, read_present, read_source, whole
 
 __all__ = [
     "AGENT_VARIABLES",
@@ -66,19 +67,6 @@ def sources() -> tuple[Source, ...]:
     return (_TORCHRUN, *families.rank_sources(), *schedulers.rank_sources(), _PMIX)
 
 
-_FIELDS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank")
-
-
-@dataclass(frozen=True)
-class _Reading:
-    """What one present source says: field -> (variable shown in errors, value)."""
-
-    source: Source
-    values: dict[str, tuple[str, int]]
-    nodelist: tuple[str, ...] = ()
-    step_id: str | None = None
-
-
 @dataclass(frozen=True)
 class AgentFacts:
     """What hpcdist's rendezvous learnt that torchrun's agent tells its workers: the nodes, the run, the store."""
@@ -115,15 +103,15 @@ class LaunchEnv:
         A torch variable left over in the environment (`WORLD_SIZE` without `RANK`) is accepted when a complete
         launcher source agrees with it, and refused when one disagrees; with no other source it is half-set.
         """
-        readings: list[_Reading] = []
-        stray: tuple[_Reading, _HalfSet] | None = None
+        readings: list[Reading] = []
+        stray: tuple[Reading, HalfSet] | None = None
         for source in sources():
             try:
-                reading = _read(source, environ)
-            except _HalfSet as half:
+                reading = read_source(source, environ)
+            except HalfSet as half:
                 if source.launcher != "torchrun":
                     raise
-                stray = (_read_present(source, environ), half)
+                stray = (read_present(source, environ), half)
                 continue
             if reading is not None:
                 readings.append(reading)
@@ -158,8 +146,8 @@ class LaunchEnv:
         readings = _comparable(first, readings, environ)
         checked = readings + ([stray[0]] if stray else [])  # a stray torch variable is checked, never taken
         for other in checked[1:]:
-            _check_agree(first, other)
-        value = {f: next((r.values[f][1] for r in readings if f in r.values), None) for f in _FIELDS}
+            check_agree(first, other)
+        value = {f: next((r.values[f][1] for r in readings if f in r.values), None) for f in FIELDS}
         world = first.values["world_size"][1]
         for var, node_rank in (r.values["node_rank"] for r in checked if "node_rank" in r.values):
             if node_rank >= world:  # every node runs at least one rank
@@ -289,22 +277,22 @@ def _run_id(environ: Mapping[str, str]) -> str | None:
 
 def _restarts(environ: Mapping[str, str]) -> tuple[int, int]:
     """This attempt's index and the most restarts, from hpcdist's own counters (unset: 0), the one at most the other."""
-    count, most = (_int(environ, var) if var in environ else 0 for var in (RESTART_ENV, MAX_RESTARTS_ENV))
+    count, most = (whole(environ, var) if var in environ else 0 for var in (RESTART_ENV, MAX_RESTARTS_ENV))
     if MAX_RESTARTS_ENV in environ:
-        _check_below((RESTART_ENV, count), (MAX_RESTARTS_ENV, most), inclusive=True)
+        check_below((RESTART_ENV, count), (MAX_RESTARTS_ENV, most), inclusive=True)
     return count, most
 
 
-def _node_count(readings: list[_Reading], environ: Mapping[str, str], nodelist: tuple[str, ...]) -> int | None:
+def _node_count(readings: list[Reading], environ: Mapping[str, str], nodelist: tuple[str, ...]) -> int | None:
     """The number of nodes, from the source that gave the node rank (GROUP_WORLD_SIZE, SLURM_STEP_NUM_NODES)."""
     for reading in readings:
         var = reading.source.node_count
         if "node_rank" in reading.values and var and var in environ:
-            return _int(environ, var)
+            return whole(environ, var)
     return len(nodelist) or None
 
 
-def _comparable(first: _Reading, readings: list[_Reading], environ: Mapping[str, str]) -> list[_Reading]:
+def _comparable(first: Reading, readings: list[Reading], environ: Mapping[str, str]) -> list[Reading]:
     """The readings that describe this process, `first` leading; see the notes above `sources`."""
     if first.source.launcher == "torchrun" and _under_agent(environ):
         return [first]
@@ -314,82 +302,10 @@ def _comparable(first: _Reading, readings: list[_Reading], environ: Mapping[str,
     return [r for r in readings if r is first or _same_launch(r, environ, world)]
 
 
-def _same_launch(reading: _Reading, environ: Mapping[str, str], world: int) -> bool:
+def _same_launch(reading: Reading, environ: Mapping[str, str], world: int) -> bool:
     """Whether `reading` describes this process's launch of `world` ranks (Scheduler.same_step)."""
     scheduler = schedulers.of_ranks(reading.source.launcher)
     return scheduler is None or (reading.values["world_size"][1] == world and scheduler.same_step(environ, world))
-
-
-def _check_agree(first: _Reading, other: _Reading) -> None:
-    """Raise if `other` carries a value that differs from `first`'s."""
-    for field in _FIELDS:
-        if field in first.values and field in other.values:
-            (a_var, a), (b_var, b) = first.values[field], other.values[field]
-            if a != b:
-                raise UsageError(
-                    f"launcher variables disagree: {a_var}={a} but {b_var}={b}; unset the stale "
-                    f"{first.source.launcher} variables ({', '.join(first.source.variables)}) "
-                    f"or the {other.source.launcher} ones, or launch with one launcher"
-                )
-
-
-def _read(source: Source, environ: Mapping[str, str]) -> _Reading | None:
-    """What `source` says about this process, or None when none of its variables is set."""
-    present = [v for v in source.variables if v in environ]
-    scheduler = schedulers.of_ranks(source.launcher)
-    step_id = None
-    if scheduler is not None:
-        step_id = scheduler.task_step(environ)
-        if step_id is None:  # no task launch (an sbatch script, a salloc shell): its variables describe the
-            return None  # allocation, yet this is ONE process, so the scheduler is not a rank source here
-    if not present:
-        return None
-    values = {"rank": (source.rank, _require(environ, source.rank, present[0], source))}
-    if source.world_size:
-        size_var = _first_set(environ, source.world_size) or source.world_size[0]
-        values["world_size"] = (size_var, _require(environ, size_var, present[0], source))
-        if values["world_size"][1] < 1:
-            raise UsageError(
-                f"{size_var}={environ[size_var]!r} must be at least 1; check how {source.started_by} was invoked"
-            )
-        _check_below(values["rank"], values["world_size"])
-    if source.node_rank and source.node_rank in environ:
-        values["node_rank"] = (source.node_rank, _int(environ, source.node_rank))
-        if source.node_count and source.node_count in environ:
-            _check_below(values["node_rank"], (source.node_count, _int(environ, source.node_count)))
-    local_set = _first_set(environ, source.local_world_size)
-    if scheduler is not None and not source.local_world_size:  # its tasks see no local size: the scheduler's rule
-        values |= scheduler.node_place(environ, values["rank"][1], values["world_size"][1])
-        _check_below(values["local_rank"], values["local_world_size"])
-    elif (source.local_rank and source.local_rank in environ) or local_set:
-        local_size_var = local_set or source.local_world_size[0]
-        local_var = source.local_rank or ""
-        if scheduler is not None and source.node_rank:  # the local sizes of every node, by node id
-            if local_size_var not in environ:
-                raise _missing(local_var, local_size_var, source)
-            node_id = _require(environ, source.node_rank, local_size_var, source)
-            local_size = scheduler.local_size(local_size_var, environ[local_size_var], node_id)
-            values["local_world_size"] = (f"{local_size_var}[{node_id}]", local_size)
-        else:
-            values["local_world_size"] = (local_size_var, _require(environ, local_size_var, local_var, source))
-        values["local_rank"] = (local_var, _require(environ, local_var, local_size_var, source))
-        _check_below(values["local_rank"], values["local_world_size"])
-        _check_below(values["local_world_size"], values["world_size"], inclusive=True)
-    if scheduler is None:
-        return _Reading(source, values)
-    return _Reading(source, values, scheduler.step_hosts(environ), step_id)
-
-
-def _read_present(source: Source, environ: Mapping[str, str]) -> _Reading:
-    """What the variables of `source` that are set say, each alone (a half-set source, only to cross-check)."""
-    fields = (
-        ("rank", source.rank),
-        ("world_size", _first_set(environ, source.world_size)),
-        ("local_rank", source.local_rank),
-        ("local_world_size", _first_set(environ, source.local_world_size)),
-        ("node_rank", source.node_rank),
-    )
-    return _Reading(source, {f: (v, _int(environ, v)) for f, v in fields if v and v in environ})
 
 
 def _master(environ: Mapping[str, str]) -> tuple[str | None, int | None]:
@@ -409,48 +325,3 @@ def _master(environ: Mapping[str, str]) -> tuple[str | None, int | None]:
     if port is None or not 1 <= port <= 65535:
         raise UsageError(f"MASTER_PORT={port_text!r} is not a TCP port (1-65535); set it to a free port such as 29500")
     return addr, port
-
-
-def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
-    """The first of `names` that is set in `environ`."""
-    return next((n for n in names if n in environ), None)
-
-
-def _require(environ: Mapping[str, str], var: str, because: str, source: Source) -> int:
-    """The integer in `var`, which must be set because `because` is."""
-    if var not in environ:
-        raise _missing(because, var, source)
-    return _int(environ, var)
-
-
-class _HalfSet(UsageError):
-    """A launcher's variables are only partly set."""
-
-
-def _missing(because: str, var: str, source: Source) -> _HalfSet:
-    """The error for a half-present variable set: `because` is set but `var` is not."""
-    return _HalfSet(
-        f"{because} is set but {var} is not; these variables come from {source.started_by}: "
-        f"launch with it, or unset {because} if it is left over from another job"
-    )
-
-
-def _int(environ: Mapping[str, str], var: str) -> int:
-    """The non-negative integer in `var`, at most MAX_COUNT (no launcher starts more ranks)."""
-    text = environ[var]
-    number = parse_whole(text)
-    if number is None:
-        raise UsageError(f"{var}={text!r} is not a non-negative integer; fix or unset {var}")
-    if number > MAX_COUNT:
-        raise UsageError(f"{var}={text!r} is more than the {MAX_COUNT} ranks any launcher starts; fix or unset {var}")
-    return number
-
-
-def _check_below(small: tuple[str, int], big: tuple[str, int], inclusive: bool = False) -> None:
-    """Raise unless small < big (or <= when `inclusive`)."""
-    (s_var, s), (b_var, b) = small, big
-    if s > b or (s == b and not inclusive):
-        raise UsageError(
-            f"{s_var}={s} is out of range for {b_var}={b}; "
-            f"{s_var} must be {'at most' if inclusive else 'below'} {b_var}"
-        )
