@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from .. import families
 from ..errors import UsageError
-from ..hosts import HOST_NAME, HostSlots
+from ..hosts import HOST_NAME, HostSlots, hosts_text
 from ..values import MAX_COUNT, parse_whole
 
 __all__ = [
@@ -103,14 +103,29 @@ def format_hostfile(hosts: Iterable[HostSlots], style: str = "openmpi") -> str:
     return families.lookup(style).hostfile(tuple(hosts))
 
 
-def check_np(np: int, hosts: Sequence[HostSlots], oversubscribe: bool, caller: str | None = None) -> None:
-    """Raise UsageError if `np` ranks do not fit on `hosts`; `caller` names the Python API that asked (None: CLI)."""
+def check_np(
+    np: int,
+    hosts: Sequence[HostSlots],
+    oversubscribe: bool,
+    caller: str | None = None,
+    job: tuple[str, str] | None = None,
+) -> None:
+    """Raise UsageError if `np` ranks do not fit on `hosts`; `caller` names the Python API that asked (None: CLI);
+    `job`, for the hosts of a scheduler's job: (the job as a message names it, how to ask the scheduler for more)."""
     what = "-np" if caller is None else f"{caller}'s np="
     if np < 1:
         raise UsageError(f"{what} must be at least 1, got {np}")
     if np > MAX_COUNT:
         raise UsageError(f"{what} must be at most {MAX_COUNT} (MPI counts ranks in an int), got {np}")
     total = total_slots(hosts)
+    if np > total and not oversubscribe and job is not None:
+        asked, fix = (
+            (f"-np {np}", "lower -np, pass --oversubscribe, or give --hostfile or -H")
+            if caller is None
+            else (f"{caller}'s np={np}", "lower np, or give the hosts in a hostfile")
+        )
+        listed = hosts_text(hosts)
+        raise UsageError(f"{asked} is more than the {total} slots of {job[0]} ({listed}); {job[1]}; or {fix}")
     if np > total and not oversubscribe:
         if caller is None:
             raise UsageError(

@@ -91,16 +91,11 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         if not families.lookup(family).reads_hostfile(text):
             hostfile = None  # MPICH's `host:N` for Open MPI, Open MPI's `slots=N` for Hydra: pass the hosts parsed
     note, source = "", f"--hostfile {options.hostfile}" if options.hostfile is not None else f"-H {options.hosts}"
+    job: tuple[str, str] | None = None  # hosts read from a scheduler's job: the job, and how to ask for more slots
     allocation = schedulers.current(world.environ) if not hosts else None
     if allocation is not None and not allocation.launchers_read_hosts and world.here:
         hosts, source = allocation.hosts(world.environ, read=read_hostfile_text), allocation.allocation(world.environ)
-        note = f"hpcdist mpirun: on the hosts of {source}: {hosts_text(hosts)}"
-        if options.np is not None and options.np > total_slots(hosts) and not options.oversubscribe:
-            asked = f"-np {options.np}" if caller is None else f"{caller}'s np={options.np}"
-            raise UsageError(
-                f"{asked} is more than the {total_slots(hosts)} slots of {source} ({hosts_text(hosts)}); "
-                f"{allocation.more_slots}; or ask for fewer ranks, oversubscribe, or give the hosts yourself"
-            )
+        note, job = f"hpcdist mpirun: on the hosts of {source}: {hosts_text(hosts)}", (source, allocation.more_slots)
     picked = selection_option(options.include, options.exclude)
     selected = _select(options, hosts, source, world.environ) if picked else tuple(Selected(h) for h in hosts)
     hosts = tuple(s.host for s in selected)
@@ -113,7 +108,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
     sliced = picked is not None and any(s.indices is not None for s in selected)
     if np is not None and hosts:
-        check_np(np, hosts, options.oversubscribe and not sliced, caller)
+        check_np(np, hosts, options.oversubscribe and not sliced, caller, job)
     if picked:
         hostfile = None  # the selected hosts go to mpirun as -H (or app contexts), not the whole hostfile
     contexts = _contexts(selected, np or 0, world.environ, options.export, picked) if picked and sliced else ()
