@@ -126,9 +126,9 @@ def add_parsers(sub: Any) -> None:
     mpirun.add_argument(
         "--mpi",
         metavar="|".join(families.names()),
-        help="the MPI whose launcher --mpirun is, and so its command-line dialect, or srun: Slurm's own launcher, "
-        "inside an allocation (default: told by the launcher's name and the files installed beside it; Open MPI "
-        "when they do not say)",
+        help="the MPI whose launcher --mpirun is, and so its command-line dialect, or a scheduler's own launcher "
+        "inside its job: srun (Slurm), jsrun (LSF's CSM clusters), flux (flux run) (default: told by the launcher's "
+        "name and the files installed beside it; Open MPI when they do not say)",
     )
     mpirun.add_argument(
         "--launch-agent",

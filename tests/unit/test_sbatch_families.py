@@ -147,7 +147,7 @@ def test_sbatch_cli_detects_and_takes_mpi(
     (["--mpi", "mpich"], "hpcdist: error: --mpi mpich names the dialect of an mpirun line; it needs --launch mpirun, "
                          "not srun\n"),
     (["--launch", "mpirun", "--mpi", "lam"], "hpcdist: error: --mpi 'lam' is not an MPI hpcdist knows; use one of "
-                                             "openmpi, pals, mpich, intel, mvapich, srun\n"),
+                                             "openmpi, pals, mpich, intel, mvapich, srun, jsrun, flux\n"),
     (["--launch", "mpirun", "--mpi", "srun"], "hpcdist: error: --mpi srun is --launch srun's launcher; use --launch "
                                               "srun\n"),
 ])  # fmt: skip
