@@ -1,10 +1,11 @@
 """The launcher families hpcdist launches with, one plug-in per family, and the registry the rest of hpcdist asks.
 
 Each module of this package beside `base` is one family (`openmpi`, `mpich` for Hydra, `intel`, `mvapich`, `pals`
-for Cray PALS's mpiexec, and `srun`, Slurm's own launcher): a `base.Family` subclass registered with `@register`,
-which owns everything hpcdist knows of that launcher (its command line, banners, exit codes, hostfile, fault
-tolerance, rank variables, identity, signals and quirks). The modules are found and imported when this package
-is, so adding a launcher is adding one file; a test may register a family of its own.
+for Cray PALS's mpiexec, and the schedulers' own launchers: `srun`, `jsrun` for LSF's, `fluxrun` for Flux's `flux
+run`): a `base.Family` subclass registered with `@register`, which owns everything hpcdist knows of that launcher
+(its command line, banners, exit codes, hostfile, fault tolerance, rank variables, identity, signals and quirks).
+The modules are found and imported when this package is, so adding a launcher is adding one file; a test may
+register a family of its own.
 
 The registry: `lookup` (by name), `names`, `every` (in the order to test them), `identify`/`from_version`/`titled` (from
 version text), `from_files` (from the files beside a launcher), `of_ranks` (the family whose variables a rank saw),
