@@ -1,16 +1,16 @@
 """Flux's `flux run` as the launcher: its command line inside a Flux instance, and its lines about a failed task.
 
 From flux-core's manuals (flux-run(1), its job-param-common, job-param-perres and job-environment parts, and
-flux-shell-options(7)): `-N NODES --tasks-per-node=N` runs N tasks on each of NODES whole nodes (-N without a task
-count asks for them exclusively), the nodes and N from `-np` and `--map-by ppr:N:node`; tasks are placed in blocks,
-a node's together, as `hpcdist.schedulers.flux` needs to tell a task's node (hpcdist never passes --taskmap).
-`-o cpu-affinity=` binds: `off` for `--bind-to none`, `per-task` (the node's cores divided among its tasks) for
-`core`. GPUs keep the shell's default, `gpu-affinity=on`: every task sees all the job's GPUs of its node and takes
-the one at LOCAL_RANK. `-o exit-on-error` ends the job at once when the first task to exit failed; without it the
-shell waits `exit-timeout` (30 s by default) after the first exit before ending the job. flux run copies its own
-environment into the job, and its `--env=NAME=VALUE` expands `$name` and mustache templates in the value, so the
-values hpcdist passes are set by `env` before flux run instead. Its status is the largest of its tasks' (128 + the
-signal for a task killed by one).
+flux-shell-options(7)): `-N NODES --tasks-per-node=N` runs N tasks on each of NODES whole nodes (-N without --cores
+asks for them exclusively: its python/flux/cli/base.py), the nodes and N from `-np` and `--map-by ppr:N:node`.
+Tasks are placed in blocks, a node's together, as `hpcdist.schedulers.flux` needs to tell a task's node (hpcdist
+never passes --taskmap). `-o cpu-affinity=` binds: `off` for `--bind-to none`, `per-task` (the node's cores divided
+among its tasks) for `core`. GPUs keep the shell's default, `gpu-affinity=on`: every task sees all the job's GPUs of
+its node and takes the one at LOCAL_RANK. `-o exit-on-error` ends the job at once when the first task to exit
+failed; without it the shell waits `exit-timeout` (30 s by default) after the first exit before ending the job. flux
+run copies its own environment into the job, and its `--env=NAME=VALUE` expands `$name` and mustache templates in
+the value, so the values hpcdist passes are set by `env` before flux run instead. Its status is the largest of its
+tasks' (128 + the signal for a task killed by one).
 
 Its lines on a failed task, from flux-core's source (src/shell/doom.c, src/cmd/job/attach.c, src/common/libjob/job.c):
     0.532s: flux-shell[0]: FATAL: task-exit: python3: task rank 1 on host node2 failed (Killed) and exit-on-error is set

@@ -13,8 +13,8 @@ for `--bind-to`: `none`, or `packed:1` (one core each, jsrun's default at OLCF).
 jsrun passes the caller's environment on (`-D`/`--env_no_propagate` names what it keeps back), so the variables
 hpcdist passes by name are left to it and those with a value go as `--env NAME=VALUE`.
 
-What jsrun prints when a task fails, and what its status says, is not in the documentation read (IBM's page and
-OLCF's guide): hpcdist reads none of its lines and takes its status as it is. Its ranks' variables
+What jsrun prints when a task fails, and what its status then means, OLCF's guide does not say (nor the part of
+IBM's page read): hpcdist reads none of its lines and takes its status as it is. Its ranks' variables
 (JSM_NAMESPACE_*) are read by `hpcdist.schedulers.lsf`.
 """
 

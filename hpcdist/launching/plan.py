@@ -66,7 +66,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     Raises:
         UsageError: no program, a hostfile that cannot be read or parsed, an --include/--exclude that names what
             is not there or leaves nothing, -np that does not fit the (selected) slots, restart or output options
-            that do not fit the job, or an mpirun that cannot run.
+            that do not fit the job, an mpirun that cannot run, or hosts given to a launcher that reads its job's own.
     """
     program = options.program
     if not program:
@@ -172,8 +172,13 @@ def _job_hosts(options: MpirunOptions, family: Family) -> bool:
     """
     if not family.job_hosts:
         return False
-    flags = (("--hostfile", options.hostfile), ("-H", options.hosts), ("--include", options.include))
-    given = [flag for flag, value in (*flags, ("--exclude", options.exclude)) if value is not None]
+    named = {
+        "--hostfile": options.hostfile,
+        "-H": options.hosts,
+        "--include": options.include,
+        "--exclude": options.exclude,
+    }
+    given = [flag for flag, value in named.items() if value is not None]
     if given:
         raise UsageError(
             f"{family.title} starts the ranks on the hosts of the {family.job_hosts} job it runs in, which it reads "
