@@ -54,7 +54,9 @@ def add_parsers(sub: Any) -> None:
     _common(mj)
     m = mj.add_argument_group("MPI (spec)")
     m.add_argument("--workers", type=count, default=1, metavar="N", help="mpiReplicaSpecs.Worker.replicas (default: 1)")
-    m.add_argument("--slots-per-worker", type=count, default=1, metavar="N", help="slotsPerWorker: ranks per worker")
+    m.add_argument(
+        "--slots-per-worker", type=count, default=1, metavar="N", help="slotsPerWorker: ranks per worker (default: 1)"
+    )
     m.add_argument(
         "--mpi",
         choices=tuple(MPI_IMPLEMENTATIONS),

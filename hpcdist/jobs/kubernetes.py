@@ -96,7 +96,8 @@ class MPIJobSpec(PodOptions):
 
 def trainjob(spec: TrainJobSpec) -> dict[str, Any]:
     """The TrainJob that runs `torchrun PROGRAM` on spec.num_nodes pods of the runtime spec.runtime."""
-    _check_name(spec.name, "--name", "")
+    # JobSet names the pods <name>-node-0-<index>-<5 random characters> and refuses a name that makes one too long
+    _check_name(spec.name, "--name", f"-node-0-{spec.num_nodes - 1}-xxxxx")
     reserved = sorted(name for name, _ in spec.env if name in _RESERVED)
     if reserved:
         raise UsageError(
@@ -128,7 +129,7 @@ def trainjob(spec: TrainJobSpec) -> dict[str, Any]:
 
 def mpijob(spec: MPIJobSpec) -> dict[str, Any]:
     """The MPIJob whose launcher runs `hpcdist mpirun -- PROGRAM` over spec.workers sshd workers."""
-    _check_name(spec.name, "--name", f"-worker-{spec.workers - 1}")
+    _check_name(spec.name, "--name", f"-worker-{spec.workers - 1}")  # mpi-operator's worker pods (validation.go)
     if spec.mpi not in MPI_IMPLEMENTATIONS:
         raise UsageError(
             f"--mpi {spec.mpi!r}: an MPIJob runs Open MPI, Intel MPI or MPICH (mpi-operator's mpiImplementation); "
@@ -222,7 +223,7 @@ def check_namespace(name: str) -> str:
 
 
 def _check_name(name: str, option: str, suffix: str) -> None:
-    """Raise UsageError unless `name` (and `name + suffix`, the longest pod host name) is an RFC 1035 label."""
+    """Raise UsageError unless `name`, and `name + suffix` (its longest pod's name), are RFC 1035 labels."""
     if not _DNS_LABEL.match(name):
         fixed = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
         fixed = fixed if fixed[:1].isalpha() else f"job-{fixed}".rstrip("-")
@@ -232,10 +233,9 @@ def _check_name(name: str, option: str, suffix: str) -> None:
             f"e.g. {option} {fixed[:63].rstrip('-')}"
         )
     if len(name + suffix) > 63:
-        room = 63 - len(suffix)
-        longest = f" (its pods are named up to {name + suffix!r})" if suffix else ""
         raise UsageError(
-            f"{option} {name!r} is too long{longest}: a DNS label holds at most 63 characters; use at most {room}"
+            f"{option} {name!r} is too long (its pods are named up to {name + suffix!r}): a DNS label holds at most "
+            f"63 characters; use at most {63 - len(suffix)}"
         )
 
 

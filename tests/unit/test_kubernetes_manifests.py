@@ -251,6 +251,11 @@ def test_the_mpijob_check_bites(change: Any, what: str) -> None:
         ),
         (["trainjob", "--name", "7b", "--image", "i", "--", "t.py"], "e.g. --name job-7b"),
         (
+            ["trainjob", "--name", "a" * 48, "--num-nodes", "16", "--image", "i", "--", "t.py"],
+            f"--name {'a' * 48!r} is too long (its pods are named up to {'a' * 48 + '-node-0-15-xxxxx'!r}): a DNS "
+            "label holds at most 63 characters; use at most 47",
+        ),
+        (
             ["mpijob", "--name", "a" * 55, "--workers", "10", "--image", "i", "--", "./pi"],
             f"--name {'a' * 55!r} is too long (its pods are named up to {'a' * 55 + '-worker-9'!r}): a DNS label holds "
             "at most 63 characters; use at most 54",
