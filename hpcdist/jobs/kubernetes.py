@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import UsageError
 from ..launching.names import ENV_NAME
 from ..program import check_program
+from ..values import check_count
 from .torchrun import program_words
 
 __all__ = [
@@ -96,6 +97,7 @@ class MPIJobSpec(PodOptions):
 
 def trainjob(spec: TrainJobSpec) -> dict[str, Any]:
     """The TrainJob that runs `torchrun PROGRAM` on spec.num_nodes pods of the runtime spec.runtime."""
+    _check_counts(spec, (("--num-nodes", spec.num_nodes, 1), ("--num-proc-per-node", spec.num_proc_per_node, 1)))
     # JobSet names the pods <name>-node-0-<index>-<5 random characters> and refuses a name that makes one too long
     _check_name(spec.name, "--name", f"-node-0-{spec.num_nodes - 1}-xxxxx")
     reserved = sorted(name for name, _ in spec.env if name in _RESERVED)
@@ -129,6 +131,14 @@ def trainjob(spec: TrainJobSpec) -> dict[str, Any]:
 
 def mpijob(spec: MPIJobSpec) -> dict[str, Any]:
     """The MPIJob whose launcher runs `hpcdist mpirun -- PROGRAM` over spec.workers sshd workers."""
+    counts = (
+        ("--workers", spec.workers, 1),
+        ("--slots-per-worker", spec.slots_per_worker, 1),
+        ("--backoff-limit", spec.backoff_limit, 0),
+        ("--ttl-seconds-after-finished", spec.ttl_seconds_after_finished, 0),
+        ("--max-restarts", spec.max_restarts, 0),
+    )
+    _check_counts(spec, counts)
     _check_name(spec.name, "--name", f"-worker-{spec.workers - 1}")  # mpi-operator's worker pods (validation.go)
     if spec.mpi not in MPI_IMPLEMENTATIONS:
         raise UsageError(
@@ -220,6 +230,14 @@ def check_namespace(name: str) -> str:
             "starting and ending with a letter or digit, e.g. --namespace team-vision"
         )
     return name
+
+
+def _check_counts(spec: PodOptions, counts: Sequence[tuple[str, int | None, int]]) -> None:
+    """Raise UsageError for a count below its least (or not a whole number); None is a count left out."""
+    shared = (("--gpus", spec.gpus, 1), ("--active-deadline-seconds", spec.active_deadline_seconds, 1))
+    for option, value, low in (*counts, *shared):
+        if value is not None:
+            check_count(value, option, low, f"e.g. {option} {max(low, 1)}", 2**31 - 1)  # Kubernetes' int32 fields
 
 
 def _check_name(name: str, option: str, suffix: str) -> None:

@@ -17,6 +17,7 @@ import yaml
 from kubeflow_trainer_api.models import IoK8sApiCoreV1PodTemplateSpec, TrainerV1alpha1TrainJob
 
 from hpcdist.cli import main
+from hpcdist.errors import UsageError
 from hpcdist.jobs.kubernetes import MPIJobSpec, TrainJobSpec, manifest_text, mpijob, trainjob
 
 
@@ -301,6 +302,21 @@ def test_bad_input_is_a_clear_error(argv: list[str], message: str, capsys: pytes
     err = capsys.readouterr().err
     assert err.startswith("hpcdist: error: ") and message in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (TrainJobSpec(name="a", image="i", program=("t.py",), num_nodes=0), "--num-nodes must be at least 1, got 0"),
+        (TrainJobSpec(name="a", image="i", program=("t.py",), gpus=0), "--gpus must be at least 1, got 0"),
+        (MPIJobSpec(name="a", image="i", program=("./pi",), workers=0), "--workers must be at least 1, got 0"),
+        (MPIJobSpec(name="a", image="i", program=("./pi",), backoff_limit=-1), "--backoff-limit must be at least 0"),
+        (MPIJobSpec(name="a", image="i", program=("./pi",), slots_per_worker=2**31), "must be at most 2147483647"),
+    ],
+)
+def test_the_builders_check_their_counts(spec: TrainJobSpec | MPIJobSpec, message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        trainjob(spec) if isinstance(spec, TrainJobSpec) else mpijob(spec)
 
 
 def test_write_puts_the_manifest_in_a_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
