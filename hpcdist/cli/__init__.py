@@ -135,7 +135,7 @@ def other_spellings(parser: argparse.ArgumentParser) -> dict[str, argparse.Actio
 
 def build_parser() -> _Parser:
     """All subcommands and their options."""
-    from . import diagnose, follow, generate, launch, trace
+    from . import diagnose, follow, generate, kubernetes, launch, trace
 
     parser = _Parser(
         prog="hpcdist",
@@ -147,6 +147,7 @@ def build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     launch.add_parsers(sub)
     generate.add_parsers(sub)
+    kubernetes.add_parsers(sub)
     diagnose.add_parsers(sub)
     follow.add_parsers(sub)
     trace.add_parsers(sub)
@@ -158,11 +159,18 @@ _PEER_LOST = re.compile(r"gloo/transport/|[Cc]onnection (?:reset|closed) by peer
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user mistakes print `hpcdist: error: …` and return 2, a bug in hpcdist returns 70."""
-    from . import diagnose, follow, generate, launch, trace
+    from . import diagnose, follow, generate, kubernetes, launch, trace
 
     try:
         args = build_parser().parse_args(argv)
-        commands = {**launch.COMMANDS, **generate.COMMANDS, **diagnose.COMMANDS, **follow.COMMANDS, **trace.COMMANDS}
+        commands = {
+            **launch.COMMANDS,
+            **generate.COMMANDS,
+            **kubernetes.COMMANDS,
+            **diagnose.COMMANDS,
+            **follow.COMMANDS,
+            **trace.COMMANDS,
+        }
         return commands[args.command](args)
     except UsageError as exc:
         if not _told(str(exc)):  # a rank of hpcdist mpirun: the launcher says it once for the job

@@ -9,6 +9,7 @@
 - `submit`: `hpcdist.submit`, a Python function as a Slurm job, and its `Job` handle;
 - `torchrunlogs`: where torchrun-mode jobs' ranks wrote their files (the script's layout, read back; lookups only);
 - `examples`: the rendered example files of hostfiles/ and slurm/;
+- `kubernetes`: a Kubeflow Trainer TrainJob and an mpi-operator MPIJob for a program, as JSON manifests (pure);
 - `templates/`: the bundled template set (a site's --template-dir is searched first).
 
 May import: the leaves (errors, values, waits, contract, events, lines, settings, program, proctree: `capture` for
