@@ -19,6 +19,8 @@ from ..values import BACKENDS
 from .types import Seconds, Size, Whole, count
 
 if TYPE_CHECKING:
+    from ..containers import Container
+    from ..launching.world import World
     from ..runtime.bootstrap import Session
 
 __all__ = ["COMMANDS", "add_parsers", "bench", "bench_options", "doctor"]
@@ -216,6 +218,16 @@ def _add_doctor(subparsers: Any) -> None:
     doctor.add_argument(
         "--topology", metavar="FILE", help="plan from this hwloc XML (lstopo --of xml) instead of sysfs"
     )
+    doctor.add_argument(
+        "--container-image",
+        "--container",
+        metavar="IMAGE",
+        help="also check that this image's MPI (mpi4py's library, else ompi_info or mpichversion inside) is the "
+        "launcher's family and major version, as `hpcdist mpirun --container-image` needs",
+    )
+    doctor.add_argument(
+        "--container-runtime", metavar="NAME", help="the runtime that runs it (default: the first installed)"
+    )
     doctor.add_argument("--json", action="store_true", help="print machine-readable results")
 
 
@@ -229,7 +241,9 @@ def doctor(args: argparse.Namespace) -> int:
     rank, note = job_place(world.environ, world.hostname)  # in `hpcdist mpirun -- hpcdist doctor`: rank 0 reports
     if rank != 0:
         return 0
-    facts = gather_facts(world, args.hostfile, args.mpirun, args.timeout, args.local_world_size, args.topology)
+    facts = gather_facts(
+        world, args.hostfile, args.mpirun, args.timeout, args.local_world_size, args.topology, _container(args, world)
+    )
     checks = run_checks(facts)
     checks = [note, *checks] if note is not None else checks
     failed = any(c.status == "fail" for c in checks)
@@ -248,6 +262,21 @@ def doctor(args: argparse.Namespace) -> int:
                 print(f"      {'':<{width}}  fix: {c.fix}")
         print(f"{counts['pass']} passed, {counts['warn']} warnings, {counts['fail']} failed, {counts['info']} info")
     return 1 if failed else 0
+
+
+def _container(args: argparse.Namespace, world: World) -> Container | None:
+    """The image `--container-image` names, run as `hpcdist mpirun --container-image` would run it (None: none).
+
+    Raises:
+        UsageError: a runtime that is not one, or none installed.
+    """
+    from ..launching.options import MpirunOptions
+    from ..launching.plan import container_for
+
+    options = MpirunOptions(
+        program=("true",), container_image=args.container_image, container_runtime=args.container_runtime
+    )
+    return container_for(options, world, None)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"bench": bench, "doctor": doctor}

@@ -9,6 +9,7 @@ import shlex
 from .. import families, settings
 from .bindplan import check_binding
 from .facts import Check, Facts, Probe, mpi_identity, tail
+from .image import check_container
 from .network import check_interfaces
 
 __all__ = [
@@ -333,6 +334,7 @@ def run_checks(f: Facts) -> list[Check]:
     multi_host = len({h.host for h in f.hosts}) > 1
     return [
         *check_mpi(f),
+        *check_container(f),
         *check_torch(f),
         *check_hosts(f),
         *check_rendezvous(f),

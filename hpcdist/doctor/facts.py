@@ -67,6 +67,8 @@ class Facts:
     bind_environ: Mapping[str, str] = field(default_factory=dict)  # CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, NCCL_*
     python: str = ""  # the interpreter the doctor and its probes ran with
     beside: Mapping[str, str] = field(default_factory=dict)  # MPI name ("MPICH") -> its launcher beside that python
+    container: str | None = None  # --container-image: the image whose MPI is compared with the launcher's
+    container_probe: Probe | None = None  # image.IDENTIFY run inside it
 
 
 def tail(text: str, lines: int = 4) -> str:

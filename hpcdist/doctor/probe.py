@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .. import families, settings
+from .. import containers, families, settings
+from ..containers.base import Container
 from ..contract import RankContract
 from ..errors import UsageError
 from ..hosts import HostSlots, resolve
@@ -31,6 +32,7 @@ from ..placement.topology import load_topology
 from ..proctree import capture
 from ..runtime.env import AGENT_VARIABLES, LaunchEnv
 from .facts import DEFAULT_TIMEOUT, Check, Facts, Probe, tail
+from .image import IDENTIFY
 
 __all__ = ["gather_facts", "job_place", "outside_the_job", "probe_command", "probe_options"]
 
@@ -198,8 +200,10 @@ def gather_facts(
     timeout: float = DEFAULT_TIMEOUT,
     local_world_size: int | None = None,
     topology: str | None = None,
+    container: Container | None = None,
 ) -> Facts:
-    """Probe this machine (and the hostfile's hosts) as `world` describes it; every command runs with `timeout`."""
+    """Probe this machine (and the hostfile's hosts, and the image of `container`) as `world` describes it; every
+    command runs with `timeout`."""
     mpirun = mpirun or world.mpirun()
     outside = dataclasses.replace(world, environ=outside_the_job(world.environ) or world.environ)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -256,7 +260,15 @@ def gather_facts(
         **_binding_facts(local_world_size, topology, world),
         python=world.python,
         beside=_launchers_beside(world),
+        container=container.image if container is not None else None,
+        container_probe=_container_probe(container, timeout, outside) if container is not None else None,
     )
+
+
+def _container_probe(container: Container, timeout: float, world: World) -> Probe:
+    """image.IDENTIFY run once inside the image, by its runtime (a first run may unpack the image: 4x the time)."""
+    runtime = containers.lookup(container.runtime)
+    return _probe(runtime.probe(container, ["sh", "-c", IDENTIFY], world.python), timeout * 4, world)
 
 
 def _launchers_beside(world: World) -> dict[str, str]:

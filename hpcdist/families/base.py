@@ -73,6 +73,7 @@ class MpirunSpec:
     exit_codes: bool = False  # Hydra: print every rank's exit status at the end (-print-all-exitcodes)
     fault_tolerance: bool = False  # the survivors carry on after a rank is lost (Open MPI's ULFM)
     python: str | None = None  # the Python with hpcdist where the launcher runs (None: --bare, no hpcdist needed)
+    container: tuple[str, ...] = ()  # the launcher's own options that start each rank in a container (pyxis: srun's)
 
 
 HELD = "hpcdist.launching.heldterm"  # the module that runs a launcher with SIGTERM held (Family.held)

@@ -96,7 +96,7 @@ class Srun(Family):
         ranks_bind = dict(spec.env).get(RankContract.variable("bind")) == "auto"
         argv += [*self.binding(spec.bind_to, ranks_bind), *self.distribution(spec.map_by)]
         argv += ["--overcommit"] if spec.oversubscribe else []
-        argv += ["--export=ALL", *spec.extra]
+        argv += ["--export=ALL", *spec.container, *spec.extra]  # pyxis's --container-* (hpcdist.containers)
         return argv + list(spec.program)
 
     def binding(self, bind_to: str, ranks_bind: bool) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from .. import containers
+from ..containers.base import parse_mounts
 from ..errors import UsageError
 from ..values import ON_FAILURE, check_count, check_seconds
 
@@ -26,7 +28,9 @@ _FLAGS = {"np": "-np", "hostfile": "--hostfile", "hosts": "-H", "include": "--in
           "mpirun": "--mpirun", "mpi": "--mpi", "launch_agent": "--launch-agent", "tag": "--tag",
           "log_dir": "--log-dir", "ranks": "--ranks", "tail": "--tail", "heartbeat_timeout": "--heartbeat-timeout",
           "trace": "--trace", "outcome": "--outcome", "on_failure": "--on-failure", "min_np": "--min-np",
-          "max_restarts": "--max-restarts"}  # fmt: skip
+          "max_restarts": "--max-restarts", "container_image": "--container-image",
+          "container_runtime": "--container-runtime", "container_mounts": "--container-mounts",
+          "container_gpus": "--container-gpus"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,10 @@ class MpirunOptions:
     on_failure: str = "end"  # a lost rank ends the job (end), or the survivors carry on (shrink: Open MPI's ULFM)
     min_np: int | None = None  # the fewest ranks the job may go on with: after a lost host's restart, or a shrink
     max_restarts: int = 0  # start the whole job again after a failure, up to this many times
+    container_image: str | None = None  # each rank runs inside this image (hpcdist.containers)
+    container_runtime: str | None = None  # the runtime that runs it (None: the first installed)
+    container_mounts: tuple[str, ...] = ()  # SRC:DST[:ro][,...] host directories mounted in
+    container_gpus: bool = False  # NVIDIA GPUs inside, the runtime's own way
     mode: str = RUN  # RUN, DRY_RUN (print the command) or SCRIPT (a script runs it later)
     script: str | None = None  # SCRIPT: the file `hpcdist mpirun --script` writes ("-": print it)
 
@@ -74,7 +82,7 @@ class MpirunOptions:
             flag = _FLAGS[field.name]
             if isinstance(value, bool):  # a switch; False off its default: --tag's other side, --no-tag
                 argv.append(flag if value else f"--no-{flag.removeprefix('--')}")
-            elif field.name == "export":
+            elif field.name in ("export", "container_mounts"):
                 argv += [word for name in value for word in (flag, name)]
             elif field.name == "mca":
                 argv += [word for key, setting in value for word in (flag, key, setting)]
@@ -110,7 +118,7 @@ class MpirunOptions:
             check_count(self.tail, "--tail", 0, "e.g. --tail 20")
         if self.heartbeat_timeout is not None and self.heartbeat_timeout != 0:
             check_seconds(self.heartbeat_timeout, "--heartbeat-timeout", "e.g. --heartbeat-timeout 30 (0: off)")
-        for name in ("program", "export"):
+        for name in ("program", "export", "container_mounts"):
             value = getattr(self, name)
             if not (isinstance(value, tuple) and all(isinstance(item, str) for item in value)):
                 raise UsageError(f"MpirunOptions.{name} must be a tuple of strings, got {value!r}")
@@ -122,3 +130,22 @@ class MpirunOptions:
             raise UsageError("--outcome is written as the job ends, and --dry-run and --script run nothing; drop one")
         if not all(isinstance(pair, tuple) and len(pair) == 2 for pair in self.mca):
             raise UsageError(f"MpirunOptions.mca must be (KEY, VALUE) pairs, got {self.mca!r}")
+        self._check_container()
+
+    def _check_container(self) -> None:
+        """Refuse container options without an image, an unknown runtime, or mounts that are not SRC:DST pairs."""
+        if self.container_image is None:
+            given = [f for f in ("container_runtime", "container_mounts", "container_gpus") if getattr(self, f)]
+            if given:
+                raise UsageError(
+                    f"{_FLAGS[given[0]]} says how to run each rank in a container, and no image is given; add "
+                    "--container-image IMAGE, or drop it"
+                )
+            return
+        if not (isinstance(self.container_image, str) and self.container_image.strip()):
+            raise UsageError(
+                f"--container-image takes an image, e.g. --container-image train.sif; got {self.container_image!r}"
+            )
+        if self.container_runtime is not None:
+            containers.lookup(self.container_runtime)
+        parse_mounts(self.container_mounts)

@@ -16,8 +16,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .. import families, schedulers, settings
+from .. import containers, families, schedulers, settings
 from .._version import __version__
+from ..containers.base import PYTHON, Container, parse_mounts
 from ..contract import NUMBERED, RESTART_VARS, RankContract
 from ..errors import UsageError
 from ..families.base import AppContext, Family, MpirunSpec
@@ -35,7 +36,7 @@ from .restarts import RestartPolicy, check_restarts
 from .selection import Selected, select_hosts, selection_option
 from .world import World
 
-__all__ = ["PER_RUN", "LaunchPlan", "attempt_spec", "check_launcher", "find_mpirun", "plan"]
+__all__ = ["PER_RUN", "LaunchPlan", "attempt_spec", "check_launcher", "container_for", "find_mpirun", "plan"]
 
 PER_RUN = ("token", "run_id", "restart_count")  # the contract's fields made afresh for each attempt of a launch
 MOST_RANKS_A_CPU = 4  # ranks for each CPU of this machine that -np may ask for without --oversubscribe
@@ -127,8 +128,11 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     given = [f"{name}={value}" for name, value in contract.environ().items()]
     if script:  # the script exports the contract's variables and the launcher passes them on by name
         given = [*contract.environ(), *_told_when_run(options.max_restarts, world)]
+    container = container_for(options, world, family)
+    shim = () if options.bare else (PYTHON if container else world.python, *SHIM)
+    rank = (*shim, *program)
     spec = MpirunSpec(
-        program=(*(() if options.bare else (world.python, *SHIM)), *program),
+        program=tuple(containers.lookup(container.runtime).wrap(container, rank, world.python)) if container else rank,
         np=np,
         hostfile=hostfile,
         hosts=() if hostfile else hosts,
@@ -148,6 +152,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         exit_codes=routed,  # the watch reads Hydra's exit-code lines (launching/exitcodes.py)
         fault_tolerance=shrink,
         python=None if options.bare else world.python,
+        container=tuple(containers.lookup(container.runtime).launcher_options(container)) if container else (),
     )
     return LaunchPlan(
         options=options,
@@ -228,6 +233,36 @@ def _contract(
         # ranks' stdout looks like a terminal under Open MPI even when piped: say so when ours really is one (a
         # user's own setting is passed on as it is; unset: each rank asks its own stdout)
         progress=True if options.mode != SCRIPT and world.stdout_tty and progress not in world.environ else None,
+    )
+
+
+def container_for(options: MpirunOptions, world: World, family: str | None) -> Container | None:
+    """The container each rank runs in (None: none asked): its runtime, or the first installed; `family` is the
+    launcher's (None: not checked against a runtime that is its launcher's own).
+
+    Raises:
+        UsageError: no runtime is installed, or a runtime that is its launcher's own (pyxis) under another launcher.
+    """
+    if options.container_image is None:
+        return None
+    runtime = (
+        containers.lookup(options.container_runtime)
+        if options.container_runtime is not None
+        else containers.installed(world.which)
+    )
+    if runtime.launcher_only and family is not None and family != runtime.program:
+        raise UsageError(
+            f"--container-runtime {runtime.name} gives {runtime.program}'s own container options, and this launch "
+            f"runs {families.lookup(family).title}'s launcher; add --mpi {runtime.program} inside a Slurm "
+            "allocation, or choose another runtime"
+        )
+    return Container(
+        image=options.container_image,
+        runtime=runtime.name,
+        mounts=parse_mounts(options.container_mounts),
+        gpus=options.container_gpus,
+        workdir=world.cwd,
+        tmpdir=world.environ.get("TMPDIR") or "/tmp",
     )
 
 

@@ -38,6 +38,7 @@ class World:
     hostname: str = "localhost"
     cpus: frozenset[int] = frozenset({0})  # the CPUs this process may run on (its affinity)
     here: bool = True  # the command runs on this machine: the files it names are checked here, paths made absolute
+    cwd: str = "/"  # the launch's working directory (the ranks' under Open MPI and Hydra)
 
     @classmethod
     def current(cls) -> World:
@@ -52,6 +53,7 @@ class World:
             python=sys.executable,
             hostname=socket.gethostname(),
             cpus=frozenset(os.sched_getaffinity(0)),
+            cwd=os.getcwd(),
         )
 
     def which(self, name: str) -> str | None:
