@@ -33,7 +33,7 @@ NATIVE_ONLY := -m 'not python_backend'
 PYTHON_ONLY := -m 'not native_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest test-extended demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-cluster test-gpu bench-startup bench-recovery clean
+.PHONY: env lock test-latest test-extended demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-containers test-cluster test-gpu bench-startup bench-recovery clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -94,7 +94,7 @@ demo: env
 		$(BIN)/hpcdist run p2p broadcast allreduce reduce gather taskmap ddp --backend mpi \
 		--checkpoint-dir $(DEMO_DIR)
 
-test: lint docs test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-cluster
+test: lint docs test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-containers test-cluster
 
 # Each tier of `make test` has a budget: the minutes it may take on the project's 2-core machine when quiet, written
 # beside it as `BUDGET := N`, what it took there on 2026-11-29 rounded up. The whole, `make env` included (about 5
@@ -245,6 +245,15 @@ test-hosts: BUDGET := 4
 test-hosts: env
 	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/hosts
+	$(tier-end)
+
+# Ranks inside podman containers started by the host's mpirun (root only): images of Debian 12 from debootstrap,
+# built once per machine by tests/containers/build_image.sh (about 4 minutes cold on a quiet machine, then found in
+# podman's store by their inputs' hash), a job on this host and on two namespace hosts, and the doctor's image check.
+test-containers: BUDGET := 3
+test-containers: env
+	$(tier-begin)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=5 tests/containers
 	$(tier-end)
 
 # A real four-node Slurm cluster on this machine, node1 to node4 (root only; tests/cluster/slurm_cluster.sh brings it

@@ -6,7 +6,8 @@ How they run: tests/doc_runner.py. The conventions (the writer's side: docs/cont
   text implies: `# exit N` ending the command, else 2 when an `hpcdist: error:` line is shown, else 0.
 - A block with `title="PATH"` (any language) is a FILE written there; an untitled ```` ```python ```` block is a
   SNIPPET executed in the document's one namespace; the languages of SHOWN are only shown.
-- `<!-- example: WORDS -->` on the line before a block: `tier=cluster`, `tier=hosts`, `skip "reason"`, `unordered`.
+- `<!-- example: WORDS -->` on the line before a block: `tier=cluster`, `tier=hosts`,
+  `tier=containers`, `skip "reason"`, `unordered`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from sybil.parsers.markdown.lexers import FENCE, RawFencedCodeBlockLexer
 from sybil.region import Region
 
 ROOT = Path(__file__).resolve().parents[1]
-TIERS = ("docs", "cluster", "hosts")
+TIERS = ("docs", "cluster", "hosts", "containers")
 # languages that are only shown
 SHOWN = frozenset(
     {"bash", "sh", "shell", "text", "ini", "yaml", "toml", "json", "cfg", "conf", "diff", "jinja", "c", "cpp"}
@@ -172,7 +173,8 @@ def _block(path: Path, example: Example, marker: re.Match[str] | None, strict: b
             unordered = True
         else:
             raise ExampleError(
-                f'{where}: unknown marker word {word!r}: use tier=cluster, tier=hosts, skip "reason" or unordered'
+                f"{where}: unknown marker word {word!r}: use tier=cluster, tier=hosts, tier=containers, "
+                'skip "reason" or unordered'
             )
     if title:
         if language == "console":

