@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import HERE
 from hosts.netns_hosts import Hosts
 
+HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 PROGRAM = "allreduce.py"

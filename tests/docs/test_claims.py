@@ -13,6 +13,7 @@ TIER_TESTS = {
     "docs": "tests/docs/test_examples_docs.py",
     "cluster": "tests/cluster/test_examples_slurm.py",
     "hosts": "tests/hosts/test_examples_hosts.py",
+    "containers": "tests/containers/test_examples_containers.py",
 }
 
 

@@ -9,6 +9,8 @@ import dataclasses
 import pytest
 
 from hpcdist import containers
+from hpcdist.cli import build_parser
+from hpcdist.cli.launch import mpirun_options
 from hpcdist.containers.base import Container, parse_mounts, passed
 from hpcdist.containers.passenv import with_environment
 from hpcdist.doctor.facts import Facts, Probe
@@ -228,3 +230,16 @@ def test_the_doctor_compares_the_images_mpi_with_the_launchers(
     [check] = check_container(facts)
     assert (check.area, check.status, check.detail, check.fix) == ("container", status, detail, fix)
     assert check_container(dataclasses.replace(facts, container=None)) == []
+
+
+def test_the_cli_parses_the_container_options_into_the_options_the_api_builds() -> None:
+    argv = ["mpirun", "-np", "2", "--container", "img", "--container-runtime", "podman", "--container-mounts",
+            "/a:/b", "--container-mounts", "/c:/d:ro", "--container-gpus", "--", "python", "t.py"]  # fmt: skip
+    assert mpirun_options(build_parser().parse_args(argv)) == MpirunOptions(
+        program=("python", "t.py"),
+        np=2,
+        container_image="img",
+        container_runtime="podman",
+        container_mounts=("/a:/b", "/c:/d:ro"),
+        container_gpus=True,
+    )
