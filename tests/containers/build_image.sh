@@ -47,6 +47,13 @@ install_tools() {
         die "apt-get install ${missing[*]} failed; see /var/tmp/hpcdist-apt.log"
 }
 
+keep_only() {  # keep_only TAG: remove the other tags of TAG's repository (older inputs' images), those not in use
+    local repository=${1%:*} other
+    podman images --format '{{.Repository}}:{{.Tag}}' "$repository" | while read -r other; do
+        [ "$other" = "$1" ] || podman rmi "$other" >/dev/null 2>&1 || true
+    done
+}
+
 # tree_image TAG PACKAGES [SETUP]: debootstrap a minimal bookworm with PACKAGES, run SETUP (a function) on the
 # tree, and import it as TAG
 tree_image() {
@@ -99,6 +106,8 @@ wheel_image() {
         printf 'FROM %s\nCOPY hpcdist %s/hpcdist\n' "$base" "$site" >"$context/Containerfile"
         podman build -q -t "$tag" "$context" >/dev/null
         say "$tag: hpcdist added"
+        keep_only "$tag"
+        keep_only "$base"  # after the images built on the older bases are gone
     fi
     echo "$tag"
 }
@@ -107,6 +116,7 @@ debian_image() {
     local tag
     tag="localhost/hpcdist-test-debian-openmpi:$(printf '%s\n' "$(cat "$0")" debian | sha256sum | cut -c1-16)"
     tree_image "$tag" "$PACKAGES_DEBIAN"
+    keep_only "$tag"
     echo "$tag"
 }
 
