@@ -42,9 +42,10 @@ class Registry(Generic[_T]):
         return tuple(self.by_name.values())
 
 
-def discover(path: Iterable[str], package: str) -> None:
-    """Import every module of `package` (found on `path`, the package's `__path__`) but `base`: each registers its
-    plug-in."""
+def discover(path: Iterable[str], package: str, besides: Iterable[str] = ()) -> None:
+    """Import every module of `package` (found on `path`, the package's `__path__`) but `base` and those named in
+    `besides` (a module run with `python -m`, which must not be imported before): each registers its plug-in."""
+    skipped = {"base", *besides}
     for module in pkgutil.iter_modules(path):
-        if module.name != "base":
+        if module.name not in skipped:
             importlib.import_module(f"{package}.{module.name}")

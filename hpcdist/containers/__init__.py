@@ -2,10 +2,12 @@
 
 The hybrid model of HPC sites: the host's launcher (mpirun, srun) starts every rank, and each rank's program runs
 inside an image whose own MPI meets the host's launcher through PMIx or PMI. Each module of this package beside
-`base` and `passenv` is one runtime (`apptainer`, `singularity`, `podman`, `docker`, `enroot`, `pyxis`): a
+`base` and `enter` is one runtime (`apptainer`, `singularity`, `podman`, `docker`, `enroot`, `pyxis`): a
 `base.Runtime` subclass registered with `@register`, which owns its run line around a rank's program (`wrap`), the
 words its launcher takes instead (`launcher_options`: pyxis's for srun) and the one command the doctor runs inside
-the image (`probe`). `passenv` carries a rank's launcher variables into a runtime that cannot take them by prefix.
+the image (`probe`). `enter` starts a runtime from the host side of a rank: it carries the rank's launcher variables
+into a runtime that cannot take them by prefix, and passes on the signal Open MPI relays for SIGTERM, which Go's
+runtimes drop.
 
 The registry: `lookup` (by name), `names`, `every`, `installed` (the first runtime whose program a PATH has).
 
@@ -72,4 +74,4 @@ def installed(which: Callable[[str], str | None]) -> Runtime:
     )
 
 
-discover(__path__, __name__)  # each module but base registers its runtime
+discover(__path__, __name__, besides=("enter",))  # each module but base and enter registers its runtime

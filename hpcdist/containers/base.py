@@ -16,7 +16,17 @@ from typing import ClassVar
 from ..contract import PREFIX
 from ..errors import UsageError
 
-__all__ = ["PASSED_NAMES", "PASSED_PREFIXES", "PYTHON", "Container", "Runtime", "parse_mounts", "passed"]
+__all__ = [
+    "PASSED_NAMES",
+    "PASSED_PREFIXES",
+    "PYTHON",
+    "Container",
+    "Runtime",
+    "entering",
+    "parse_mounts",
+    "passed",
+    "with_environment",
+]
 
 # a rank's launcher variables (Open MPI/PRRTE, PMIx, Hydra and PMI-1/2, Intel MPI, MVAPICH, MPICH, Cray PALS,
 # libfabric and UCX settings, Slurm), then hpcdist's and torch's
@@ -25,6 +35,7 @@ PASSED_PREFIXES = (
     PREFIX, "TORCHELASTIC_", "NCCL_", "GLOO_", "TORCH_",
 )  # fmt: skip
 PASSED_NAMES = ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "THP_MEM_ALLOC_ENABLE")
+ENTER = "hpcdist.containers.enter"  # the rank's host side of a runtime (enter.py), run with `python -m`
 PYTHON = "python3"  # the image's Python on its PATH: it runs hpcdist's shim inside (hpcdist installed there)
 _MOUNT = re.compile(r"(?P<src>/[^:,]*):(?P<dst>/[^:,]*)(?::(?P<mode>ro|rw))?")
 
@@ -42,8 +53,15 @@ class Container:
     runtime: str
     mounts: tuple[tuple[str, str, bool], ...] = ()  # (host path, path inside, read-only)
     gpus: bool = False  # NVIDIA GPUs, the runtime's own way (apptainer --nv, podman's CDI device, docker --gpus)
+    exported: tuple[str, ...] = ()  # the names `-x` exports to the ranks: they go in too
     workdir: str = "/"
     tmpdir: str = "/tmp"
+
+    def names(self) -> tuple[str, ...]:
+        """The names a runtime is given one by one (`-e NAME`): the exported ones that no prefix carries in."""
+        return tuple(
+            n for n in dict.fromkeys(self.exported) if not (n.startswith(PASSED_PREFIXES) or n in PASSED_NAMES)
+        )
 
     def binds(self) -> tuple[tuple[str, str, bool], ...]:
         """Every mount: the session directory's, the working directory's (each once, never /), then the user's."""
@@ -75,6 +93,18 @@ def passed(environ: Mapping[str, str]) -> list[str]:
     return sorted(n for n in environ if n.startswith(PASSED_PREFIXES) or n in PASSED_NAMES)
 
 
+def entering(python: str, argv: Sequence[str], flag: str | None = None, at: int = 0) -> list[str]:
+    """The rank's command that starts the runtime's `argv` through `python -m hpcdist.containers.enter` (`python`:
+    the host's), which adds `flag NAME` after `at` words for each of the rank's variables when `flag` is given."""
+    return [python, "-m", ENTER, *([flag, str(at)] if flag is not None else []), "--", *argv]
+
+
+def with_environment(argv: Sequence[str], flag: str, at: int, environ: Mapping[str, str]) -> list[str]:
+    """`argv` with `flag NAME` after its first `at` words for each name of `environ` a container carries."""
+    added = [word for name in passed(environ) for word in (flag, name)]
+    return [*argv[:at], *added, *argv[at:]]
+
+
 class Runtime:
     """One container runtime; a subclass registered with `hpcdist.containers.register` is one --container-runtime."""
 
@@ -86,7 +116,7 @@ class Runtime:
     documented: ClassVar[str] = ""  # where its run line is documented
 
     def wrap(self, container: Container, program: Sequence[str], python: str) -> list[str]:
-        """Each rank's command: `program` run inside `container` (`python`: the host's, for `passenv`)."""
+        """Each rank's command: `program` run inside `container` (`python`: the host's, for `enter`)."""
         raise NotImplementedError
 
     def launcher_options(self, container: Container) -> list[str]:

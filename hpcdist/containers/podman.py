@@ -8,7 +8,9 @@ directory mounted at the same paths (`-v`, `-w`), and its launcher variables pas
 takes every host variable that starts so ("As a special case, if an environment variable ending in * is specified
 without a value, Podman will search the host environment for variables starting with the prefix", podman-run(1),
 Podman 4.3). GPUs through the Container Device Interface: `--device nvidia.com/gpu=all` (NVIDIA Container
-Toolkit's "Support for Container Device Interface" page). Ran for real here with Podman 4.3.1.
+Toolkit's "Support for Container Device Interface" page). Each rank starts it through `enter`, which passes on
+the signal Open MPI's launcher relays for SIGTERM (SIGURG), which Podman does not. Ran for real here with Podman
+4.3.1.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import register
-from .base import PASSED_NAMES, PASSED_PREFIXES, Container, Runtime
+from .base import PASSED_NAMES, PASSED_PREFIXES, Container, Runtime, entering
 
 __all__ = ["Podman", "namespaces"]
 
@@ -31,7 +33,7 @@ def namespaces(container: Container, volume: str = "-v") -> list[str]:
 
 @register
 class Podman(Runtime):
-    """`podman run --rm --network=host … -e 'OMPI_*' … IMAGE PROGRAM`."""
+    """`enter -- podman run --rm --network=host … -e 'OMPI_*' … IMAGE PROGRAM`."""
 
     name = "podman"
     title = "Podman"
@@ -40,9 +42,9 @@ class Podman(Runtime):
     documented = "https://docs.podman.io/en/v4.3/markdown/podman-run.1.html"
 
     def wrap(self, container: Container, program: Sequence[str], python: str) -> list[str]:
-        """The rank's `podman run` line."""
+        """The rank's `podman run` line, started through `enter`."""
         argv = [self.program, "run", *namespaces(container)]
         argv += ["--device", "nvidia.com/gpu=all"] if container.gpus else []
-        for name in (*(f"{prefix}*" for prefix in PASSED_PREFIXES), *PASSED_NAMES):
+        for name in (*(f"{prefix}*" for prefix in PASSED_PREFIXES), *PASSED_NAMES, *container.names()):
             argv += ["-e", name]
-        return [*argv, container.image, *program]
+        return entering(python, [*argv, container.image, *program])

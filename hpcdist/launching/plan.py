@@ -261,6 +261,7 @@ def container_for(options: MpirunOptions, world: World, family: str | None) -> C
         runtime=runtime.name,
         mounts=parse_mounts(options.container_mounts),
         gpus=options.container_gpus,
+        exported=tuple(item.partition("=")[0] for item in options.export),
         workdir=world.cwd,
         tmpdir=world.environ.get("TMPDIR") or "/tmp",
     )

