@@ -404,6 +404,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         "array": spec.array is not None,
         "restarts": spec.max_restarts,
         "counters": list(RESTART_VARS),
+        "torchrun_restarts": True,
         "gpus": spec.gpus_per_node is not None,
     }
     if spec.requeue:
