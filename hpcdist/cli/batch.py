@@ -1,0 +1,150 @@
+"""The job-script commands of the schedulers beside Slurm (`hpcdist gridengine`, …): argparse -> spec -> text.
+
+Each takes its submit command's options in that command's own spelling, and hpcdist's job options (the launch,
+environment, setup lines, restarts and requeue) as `hpcdist sbatch` spells them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from .. import families
+from ..errors import UsageError
+from ..schedulers.gridengine import QSUB_OPTIONS
+from .generate import _check_shell, _common, _environment, _program, emit
+from .types import Whole, add_output_options, count
+
+__all__ = ["COMMANDS", "add_parsers"]
+
+
+def _job_options(p: argparse.ArgumentParser, requeue: str) -> None:
+    """hpcdist's own options of every job script: the ranks, the launch, setup lines, restarts and `requeue`."""
+    r = p.add_argument_group("launch (hpcdist's own options)")
+    r.add_argument("-np", type=count, metavar="N", help="ranks (default: one in each slot of the job)")
+    r.add_argument("--setup", action="append", default=[], metavar="LINE", help="a setup line, e.g. 'module load cuda'")
+    r.add_argument("--python", help="the Python on the compute nodes (default: this one)")
+    r.add_argument("--mpirun", help="the mpirun hpcdist mpirun runs (default: beside --python)")
+    r.add_argument(
+        "--mpi",
+        metavar="|".join(families.names()),
+        help="the MPI whose launcher --mpirun is (default: told by the files installed beside it)",
+    )
+    r.add_argument("--probe-fabrics", action="store_true", help="keep Open MPI's libfabric probe")
+    r.add_argument("--bind", default="none", metavar="auto|none", help="as hpcdist mpirun --bind (default: none)")
+    r.add_argument(
+        "--max-restarts",
+        type=Whole(0),
+        default=0,
+        metavar="N",
+        help="run the launch again after a failure, up to N times, from a loop in the script (default: 0)",
+    )
+    r.add_argument("--requeue", action="store_true", help=requeue)
+    add_output_options(p, script=True)
+    _common(p)
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the job-script subcommands to the CLI's subparsers."""
+    ge = sub.add_parser(
+        "gridengine",
+        help="write a Grid Engine job script (options as qsub's)",
+        description="Options as Grid Engine's qsub; any other qsub option (-M me@site, -m e, -hold_jid 12, ...) "
+        "goes into the script as a #$ line. Everything after `--` is the program each rank runs.",
+    )
+    ge.passes_words = (QSUB_OPTIONS, "qsub")
+    a = ge.add_argument_group("job (as qsub)")
+    a.add_argument(
+        "-pe", nargs="+", metavar="NAME SLOTS", help="parallel environment and slots, e.g. mpi 8 or mpi 4-16"
+    )
+    a.add_argument(
+        "-l", action="append", default=[], metavar="NAME=VALUE", help="a resource, e.g. h_rt=4:00:00 (repeatable)"
+    )
+    for flag, help_text in (
+        ("-N", "job name"),
+        ("-q", "queue"),
+        ("-P", "project"),
+        ("-A", "account string"),
+        ("-o", "stdout path, e.g. logs/$JOB_NAME.$JOB_ID"),
+        ("-e", "stderr path"),
+        ("-j", "y: stderr into stdout"),
+        ("-t", "array task ids, e.g. 1-10 or 2-20:2"),
+        ("-r", "y: rerun the job when its host fails"),
+    ):
+        a.add_argument(flag, help=help_text)
+    a.add_argument("-cwd", action="store_true", help="run in the directory qsub was run in")
+    a.add_argument("-V", action="store_true", help="pass qsub's whole environment on")
+    a.add_argument("-notify", action="store_true", help="SIGUSR1/SIGUSR2 ahead of suspend/kill")
+    _job_options(ge, "on Grid Engine's notice, pass USR1 to the ranks, then exit 99 so the job is rescheduled")
+
+
+def _job(args: argparse.Namespace, command: str) -> Any:
+    """The BatchJob the options describe."""
+    from ..jobs.batch import BatchJob
+    from ..jobs.local import local_tools
+    from ..launching.output import OutputOptions
+    from ..launching.world import World
+
+    program = _program(args.program, command)
+    if args.setup:  # complete on their own: an open quote or here-document would swallow the script after them
+        _check_shell(
+            "".join(line + "\n" for line in args.setup),
+            "the --setup lines",
+            "each must be complete: close its quotes, if/fi, loops and here-documents",
+        )
+    tools = local_tools(World.current(), "mpirun", args.python, args.mpirun, None, False, args.mpi)
+    return BatchJob(
+        program=program,
+        np=args.np,
+        env=tuple(_environment(args, 1).items()),
+        setup=tuple(args.setup),
+        python=tools["python"],
+        mpirun=tools["mpirun"],
+        mpi=tools["mpi"],
+        probe_fabrics=args.probe_fabrics,
+        bind=args.bind,
+        rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
+        max_restarts=args.max_restarts,
+        requeue=args.requeue,
+    )
+
+
+def _pe(words: list[str] | None) -> tuple[str, str] | None:
+    """-pe's two values, NAME and SLOTS."""
+    if words is None:
+        return None
+    if len(words) != 2:
+        raise UsageError(f"-pe takes NAME and SLOTS, got {' '.join(words)!r}; e.g. -pe mpi 8 or -pe mpi 4-16")
+    return words[0], words[1]
+
+
+def _gridengine(args: argparse.Namespace) -> int:
+    """`hpcdist gridengine`: print the script or write it (--write)."""
+    from ..jobs.gridengine import QsubSpec, render_gridengine
+    from ..jobs.render import make_environment
+
+    spec = QsubSpec(
+        job=_job(args, "gridengine"),
+        pe=_pe(args.pe),
+        resources=tuple(args.l),
+        name=args.N,
+        queue=args.q,
+        project=args.P,
+        account=args.A,
+        output=args.o,
+        error=args.e,
+        join=args.j,
+        array=args.t,
+        rerun=args.r,
+        cwd=args.cwd,
+        export_all=args.V,
+        notify=args.notify,
+        extra=tuple(args.passed),
+    )
+    emit(render_gridengine(spec, make_environment(args.template_dir)), args.write, 0o755)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"gridengine": _gridengine}
