@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import families
 from ..errors import UsageError
-from ..schedulers.gridengine import QSUB_OPTIONS
+from ..schedulers import gridengine, pbs
 from .generate import _check_shell, _common, _environment, _program, emit
 from .types import Whole, add_output_options, count
 
@@ -54,7 +54,7 @@ def add_parsers(sub: Any) -> None:
         description="Options as Grid Engine's qsub; any other qsub option (-M me@site, -m e, -hold_jid 12, ...) "
         "goes into the script as a #$ line. Everything after `--` is the program each rank runs.",
     )
-    ge.passes_words = (QSUB_OPTIONS, "qsub")
+    ge.passes_words = (gridengine.QSUB_OPTIONS, "qsub")
     a = ge.add_argument_group("job (as qsub)")
     a.add_argument(
         "-pe", nargs="+", metavar="NAME SLOTS", help="parallel environment and slots, e.g. mpi 8 or mpi 4-16"
@@ -78,6 +78,35 @@ def add_parsers(sub: Any) -> None:
     a.add_argument("-V", action="store_true", help="pass qsub's whole environment on")
     a.add_argument("-notify", action="store_true", help="SIGUSR1/SIGUSR2 ahead of suspend/kill")
     _job_options(ge, "on Grid Engine's notice, pass USR1 to the ranks, then exit 99 so the job is rescheduled")
+
+    pb = sub.add_parser(
+        "pbs",
+        help="write a PBS Pro / OpenPBS job script (options as qsub's)",
+        description="Options as PBS's qsub; any other qsub option (-M me@site, -m e, -W depend=afterok:12, ...) "
+        "goes into the script as a #PBS line. Everything after `--` is the program each rank runs.",
+    )
+    pb.passes_words = (pbs.QSUB_OPTIONS, "qsub")
+    a = pb.add_argument_group("job (as qsub)")
+    a.add_argument(
+        "-l",
+        action="append",
+        default=[],
+        metavar="RESOURCES",
+        help="select=2:ncpus=64:mpiprocs=4:ngpus=4, walltime=4:00:00, place=scatter, ... (repeatable)",
+    )
+    for flag, help_text in (
+        ("-N", "job name"),
+        ("-q", "queue (destination)"),
+        ("-A", "account"),
+        ("-o", "stdout path"),
+        ("-e", "stderr path"),
+        ("-j", "oe: stderr into stdout; eo; n"),
+        ("-J", "array subjob indices, e.g. 0-15 or 1-99:2"),
+        ("-r", "y|n: rerunnable (PBS's default: y)"),
+    ):
+        a.add_argument(flag, help=help_text)
+    a.add_argument("-V", action="store_true", help="pass qsub's whole environment on")
+    _job_options(pb, "keep the script waiting after PBS's SIGTERM for the ranks to checkpoint; -r y")
 
 
 def _job(args: argparse.Namespace, command: str) -> Any:
@@ -147,4 +176,27 @@ def _gridengine(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"gridengine": _gridengine}
+def _pbs(args: argparse.Namespace) -> int:
+    """`hpcdist pbs`: print the script or write it (--write)."""
+    from ..jobs.pbs import PbsSpec, render_pbs
+    from ..jobs.render import make_environment
+
+    spec = PbsSpec(
+        job=_job(args, "pbs"),
+        resources=tuple(args.l),
+        name=args.N,
+        queue=args.q,
+        account=args.A,
+        output=args.o,
+        error=args.e,
+        join=args.j,
+        array=args.J,
+        rerun=args.r,
+        export_all=args.V,
+        extra=tuple(args.passed),
+    )
+    emit(render_pbs(spec, make_environment(args.template_dir)), args.write, 0o755)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"gridengine": _gridengine, "pbs": _pbs}

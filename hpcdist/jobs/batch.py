@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from .. import schedulers
 from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
 from ..launching.mpirun import build_mpirun_argv
@@ -31,7 +32,7 @@ from .render import render_template
 if TYPE_CHECKING:
     import jinja2
 
-__all__ = ["BatchJob", "Words", "check_word", "mpirun_step", "render_batch"]
+__all__ = ["BatchJob", "Words", "check_choice", "check_word", "mpirun_step", "render_batch"]
 
 _UNTAGGED = OutputOptions(tag=False)  # scripts print as the launcher does unless asked (--tag, --log-dir, --ranks)
 
@@ -58,6 +59,7 @@ class BatchJob:
 class Words:
     """What one scheduler says in a script: its directives and what its job holds for the launch line."""
 
+    scheduler: str  # its name in hpcdist.schedulers
     command: str  # `hpcdist gridengine`, for a message
     directives: tuple[str, ...]  # whole lines: `#$ -pe mpi 8`
     allocation: Mapping[str, str]  # variables that tell hpcdist mpirun it runs in this scheduler's job (planning)
@@ -80,6 +82,13 @@ def check_word(option: str, value: str, plain: re.Pattern[str], allowed: str) ->
     return value
 
 
+def check_choice(option: str, value: str, choices: tuple[str, ...]) -> str:
+    """`value` when it is one of `choices` (a y|n or oe|eo|n of a submit command's), else UsageError."""
+    if value not in choices:
+        raise UsageError(f"{option} {value!r}: give one of {', '.join(choices)}, e.g. {option} {choices[0]}")
+    return value
+
+
 def _check(job: BatchJob, words: Words) -> None:
     """Raise UsageError for a job no script of `words`'s scheduler can run."""
     if not job.program:
@@ -93,7 +102,7 @@ def _check(job: BatchJob, words: Words) -> None:
     if job.np is not None and words.slots is not None and job.np > words.slots:
         raise UsageError(
             f"-np {job.np} is more ranks than the {words.slots} slots the job is sure to get; give -np {words.slots} "
-            "or fewer, or ask for more slots"
+            f"or fewer, or more slots ({schedulers.lookup(words.scheduler).more_slots})"
         )
     out = job.rank_output
     if out.ranks is not None and job.np is not None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..values import MAX_COUNT, parse_whole
-from .batch import BatchJob, Words, check_word, render_batch
+from .batch import BatchJob, Words, check_choice, check_word, render_batch
 
 if TYPE_CHECKING:
     import jinja2
@@ -29,6 +29,7 @@ _SLOTS = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _TIME = re.compile(r"([0-9]+)|([0-9]*):([0-9]*):([0-9]*)")
 _TIMES = ("h_rt", "s_rt")  # the wall-clock limits (queue_conf(5)), checked as times
 _ARRAY = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
+_YES_NO = ("y", "n", "yes", "no")
 _RESOURCE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)=(.+)")
 
 
@@ -81,13 +82,6 @@ def parse_slots(value: str) -> tuple[int, int]:
     return low, high
 
 
-def _yes_no(option: str, value: str) -> str:
-    """A y|n value of qsub's (`-j`, `-r`)."""
-    if value not in ("y", "n", "yes", "no"):
-        raise UsageError(f"{option} {value!r}: give y or n, e.g. {option} y")
-    return value
-
-
 def _resources(values: tuple[str, ...]) -> list[str]:
     """The -l values, each NAME=VALUE[,...], their time limits checked."""
     for value in values:
@@ -127,11 +121,11 @@ def _directives(spec: QsubSpec) -> list[str]:
         if value is not None:
             lines.append([option, check_word(option, value, _PLAIN, _PLAIN_TEXT)])
     if spec.join is not None:
-        lines.append(["-j", _yes_no("-j", spec.join)])
+        lines.append(["-j", check_choice("-j", spec.join, _YES_NO)])
     if spec.array is not None:
         lines.append(["-t", _array(spec.array)])
     if spec.rerun is not None:
-        lines.append(["-r", _yes_no("-r", spec.rerun)])
+        lines.append(["-r", check_choice("-r", spec.rerun, _YES_NO)])
     lines += [[flag] for flag, on in (("-cwd", spec.cwd), ("-V", spec.export_all)) if on]
     if spec.notify or spec.job.requeue:
         lines.append(["-notify"])
@@ -155,6 +149,7 @@ def render_gridengine(spec: QsubSpec, jinja: jinja2.Environment | None = None) -
     low, _ = parse_slots(spec.pe[1])
     directives = _directives(spec)
     words = Words(
+        scheduler="gridengine",
         command="hpcdist gridengine",
         directives=tuple(directives),
         allocation={"PE_HOSTFILE": "", "JOB_ID": "", "SGE_TASK_ID": "undefined"},
