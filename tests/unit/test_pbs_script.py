@@ -184,7 +184,7 @@ def test_hostile_values_stay_literal_or_are_refused() -> None:
     hostile = "$(rm -rf ~)\n`id`; echo 'x\""
     for field in ("name", "queue", "output"):
         with pytest.raises(UsageError, match=r"cannot be written into a directive line"):
-            render_pbs(dataclasses.replace(SPEC, **{field: hostile}), JINJA)
+            render_pbs(dataclasses.replace(SPEC, **{field: hostile}), JINJA)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=r"cannot be written into a directive line"):
         render_pbs(dataclasses.replace(SPEC, extra=(("-W", "x\n#PBS -q evil"),)), JINJA)
     text = render_pbs(dataclasses.replace(SPEC, job=dataclasses.replace(JOB, program=("python", hostile))), JINJA)
