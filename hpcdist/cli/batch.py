@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import families
 from ..errors import UsageError
-from ..schedulers import gridengine, pbs
+from ..schedulers import gridengine, lsf, pbs
 from .generate import _check_shell, _common, _environment, _program, emit
 from .types import Whole, add_output_options, count
 
@@ -62,18 +62,18 @@ def add_parsers(sub: Any) -> None:
     a.add_argument(
         "-l", action="append", default=[], metavar="NAME=VALUE", help="a resource, e.g. h_rt=4:00:00 (repeatable)"
     )
-    for flag, help_text in (
-        ("-N", "job name"),
-        ("-q", "queue"),
-        ("-P", "project"),
-        ("-A", "account string"),
-        ("-o", "stdout path, e.g. logs/$JOB_NAME.$JOB_ID"),
-        ("-e", "stderr path"),
-        ("-j", "y: stderr into stdout"),
-        ("-t", "array task ids, e.g. 1-10 or 2-20:2"),
-        ("-r", "y: rerun the job when its host fails"),
+    for flag, metavar, help_text in (
+        ("-N", "NAME", "job name"),
+        ("-q", "QUEUE", "queue"),
+        ("-P", "PROJECT", "project"),
+        ("-A", "ACCOUNT", "account string"),
+        ("-o", "PATH", "stdout path, e.g. logs/$JOB_NAME.$JOB_ID"),
+        ("-e", "PATH", "stderr path"),
+        ("-j", "y|n", "y: stderr into stdout"),
+        ("-t", "N[-M[:S]]", "array task ids, e.g. 1-10 or 2-20:2"),
+        ("-r", "y|n", "y: rerun the job when its host fails"),
     ):
-        a.add_argument(flag, help=help_text)
+        a.add_argument(flag, metavar=metavar, help=help_text)
     a.add_argument("-cwd", action="store_true", help="run in the directory qsub was run in")
     a.add_argument("-V", action="store_true", help="pass qsub's whole environment on")
     a.add_argument("-notify", action="store_true", help="SIGUSR1/SIGUSR2 ahead of suspend/kill")
@@ -94,19 +94,46 @@ def add_parsers(sub: Any) -> None:
         metavar="RESOURCES",
         help="select=2:ncpus=64:mpiprocs=4:ngpus=4, walltime=4:00:00, place=scatter, ... (repeatable)",
     )
-    for flag, help_text in (
-        ("-N", "job name"),
-        ("-q", "queue (destination)"),
-        ("-A", "account"),
-        ("-o", "stdout path"),
-        ("-e", "stderr path"),
-        ("-j", "oe: stderr into stdout; eo; n"),
-        ("-J", "array subjob indices, e.g. 0-15 or 1-99:2"),
-        ("-r", "y|n: rerunnable (PBS's default: y)"),
+    for flag, metavar, help_text in (
+        ("-N", "NAME", "job name"),
+        ("-q", "DESTINATION", "queue"),
+        ("-A", "ACCOUNT", "account"),
+        ("-o", "PATH", "stdout path"),
+        ("-e", "PATH", "stderr path"),
+        ("-j", "oe|eo|n", "oe: stderr into stdout"),
+        ("-J", "X-Y[:Z]", "array subjob indices, e.g. 0-15 or 1-99:2"),
+        ("-r", "y|n", "rerunnable (PBS's default: y)"),
     ):
-        a.add_argument(flag, help=help_text)
+        a.add_argument(flag, metavar=metavar, help=help_text)
     a.add_argument("-V", action="store_true", help="pass qsub's whole environment on")
     _job_options(pb, "keep the script waiting after PBS's SIGTERM for the ranks to checkpoint; -r y")
+
+    ls = sub.add_parser(
+        "lsf",
+        help="write an LSF job script (options as bsub's)",
+        description="Options as LSF's bsub; any other bsub option (-alloc_flags 'gpumps smt1', -B, -w 'done(12)', "
+        "...) goes into the script as a #BSUB line. Everything after `--` is the program each rank runs. Submit it "
+        "with `bsub < job.sh`.",
+    )
+    ls.passes_words = (lsf.BSUB_OPTIONS, "bsub")
+    a = ls.add_argument_group("job (as bsub)")
+    a.add_argument("-n", metavar="MIN[,MAX]", help="slots (the ranks, unless -np)")
+    a.add_argument("-nnodes", type=count, metavar="N", help="whole nodes (LSF's CSM clusters)")
+    a.add_argument("-R", action="append", default=[], metavar="REQ", help='e.g. "span[ptile=4]" (repeatable)')
+    a.add_argument("-gpu", metavar="SPEC", help='GPUs per host, e.g. "num=4"')
+    for flag, metavar, help_text in (
+        ("-W", "[HH:]MM", "run limit"),
+        ("-q", "QUEUE", "queue"),
+        ("-P", "PROJECT", "project"),
+        ("-J", "NAME", "job name, or an array: 'name[1-10]%%2'"),
+        ("-o", "FILE", "stdout file, e.g. out.%%J"),
+        ("-e", "FILE", "stderr file"),
+        ("-wa", "SIGNAL", "the warning signal (with --requeue: USR1)"),
+        ("-wt", "[HH:]MM", "its time ahead of the action (with --requeue: 2)"),
+    ):
+        a.add_argument(flag, metavar=metavar, help=help_text)
+    a.add_argument("-r", action="store_true", help="rerun the job when its host fails")
+    _job_options(ls, "on LSF's warning (-wa/-wt), pass USR1 to the ranks, then exit 99, which -Q 99 requeues")
 
 
 def _job(args: argparse.Namespace, command: str) -> Any:
@@ -199,4 +226,30 @@ def _pbs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"gridengine": _gridengine, "pbs": _pbs}
+def _lsf(args: argparse.Namespace) -> int:
+    """`hpcdist lsf`: print the script or write it (--write)."""
+    from ..jobs.lsf import BsubSpec, render_lsf
+    from ..jobs.render import make_environment
+
+    spec = BsubSpec(
+        job=_job(args, "lsf"),
+        slots=args.n,
+        nnodes=args.nnodes,
+        requirements=tuple(args.R),
+        gpu=args.gpu,
+        runlimit=args.W,
+        queue=args.q,
+        project=args.P,
+        name=args.J,
+        output=args.o,
+        error=args.e,
+        rerun=args.r,
+        warning=args.wa,
+        warning_time=args.wt,
+        extra=tuple(args.passed),
+    )
+    emit(render_lsf(spec, make_environment(args.template_dir)), args.write, 0o755)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"gridengine": _gridengine, "pbs": _pbs, "lsf": _lsf}
