@@ -76,8 +76,8 @@ def check_word(option: str, value: str, plain: re.Pattern[str], allowed: str) ->
     """
     if not plain.fullmatch(value):
         raise UsageError(
-            f"{option} {value!r} cannot be written into a directive line, which the submit command reads itself (a "
-            f"blank, quote or $ would be misread there); use {allowed}"
+            f"{option} {value!r} cannot be written into a directive line, which the submit command reads with its own "
+            f"rules, not bash's; use {allowed}"
         )
     return value
 

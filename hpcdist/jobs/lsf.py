@@ -25,7 +25,7 @@ REQUEUE_STATUS = 99  # the exit status --requeue lists in -Q, so that LSF requeu
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./~-]+")  # written as it is
 # written in double quotes, as bsub reads them in #BSUB lines (-R "span[ptile=4]"): no quote, $, ` or # inside
 _QUOTABLE = re.compile(r"[^\"'\\$`#\x00-\x1f\x7f]+")
-_QUOTABLE_TEXT = 'a value without quotes, backslashes, $, `, # or line breaks (bsub reads it in double quotes)'
+_QUOTABLE_TEXT = "a value without quotes, backslashes, $, `, # or line breaks (bsub reads it in double quotes)"
 _SLOTS = re.compile(r"([0-9]+)(?:,([0-9]+))?")
 _RUNLIMIT = re.compile(r"(?:([0-9]+):)?([0-9]+)(?:/[A-Za-z0-9_.-]+)?")
 _ARRAY = re.compile(r"[^\[\]]*\[([0-9][0-9,:-]*)\](?:%[0-9]+)?")
@@ -150,5 +150,5 @@ def render_lsf(spec: BsubSpec, jinja: jinja2.Environment | None = None) -> str:
         array_dir='/"${LSB_JOBID}_${LSB_JOBINDEX}"' if array else "",
         slots=parse_slots(spec.slots) if spec.slots is not None else None,
     )
-    warning = dict((option, values[0]) for option, *values in options if values).get("-wa", "")
+    warning = {option: values[0] for option, *values in options if values}.get("-wa", "")
     return render_batch("lsf.sh.j2", spec.job, words, {"np": spec.job.np, "warning": warning}, jinja)

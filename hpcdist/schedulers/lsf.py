@@ -34,7 +34,9 @@ BSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
             ("-F", "-f", "-G", "-g", "-i", "-is", "-jsdl", "-k", "-L", "-Lp", "-M", "-m", "-oo", "-outdir", "-p", "-Q"),
             (1, 1),
         ),
-        **dict.fromkeys(("-ptl", "-rnc", "-S", "-s", "-sla", "-smt", "-sp", "-T", "-t", "-U", "-u", "-v", "-w"), (1, 1)),
+        **dict.fromkeys(
+            ("-ptl", "-rnc", "-S", "-s", "-sla", "-smt", "-sp", "-T", "-t", "-U", "-u", "-v", "-w"), (1, 1)
+        ),
     }
 )
 

@@ -52,13 +52,13 @@ def test_a_job_s_script_reads_its_slots_from_the_job() -> None:
 def test_the_directives_of_olcf_s_summit_example() -> None:
     """OLCF's Summit user guide (olcf/olcf-user-docs, systems/summit_user_guide.rst, "Batch Scripts") shows:
 
-        #BSUB -P ABC123
-        #BSUB -W 3:00
-        #BSUB -nnodes 2048
-        #BSUB -alloc_flags gpumps
-        #BSUB -J RunSim123
-        #BSUB -o RunSim123.%J
-        #BSUB -e RunSim123.%J
+    #BSUB -P ABC123
+    #BSUB -W 3:00
+    #BSUB -nnodes 2048
+    #BSUB -alloc_flags gpumps
+    #BSUB -J RunSim123
+    #BSUB -o RunSim123.%J
+    #BSUB -e RunSim123.%J
     """
     spec = BsubSpec(
         dataclasses.replace(JOB, np=12288),
