@@ -39,8 +39,8 @@ class _Parser(argparse.ArgumentParser):
 
     habits: Mapping[str, str] = {}  # other launchers' options, each with the spelling here (habits.py)
     passes: Mapping[str, str] | None = None  # another tool's options this command writes on (`passed` in the result)
-    # or a tool's single-dash options (qsub's, bsub's), each with its fewest and most values, and the tool's name
-    passes_words: tuple[Mapping[str, tuple[int, int]], str] | None = None
+    passes_words: Mapping[str, tuple[int, int]] | None = None  # or its single-dash ones (qsub's), fewest/most values
+    tool = "sbatch"  # that tool, as a message names it
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
@@ -56,10 +56,9 @@ class _Parser(argparse.ArgumentParser):
             self._option_string_actions.setdefault(spelling, action)
         passed: list[tuple[str, str | None]] | list[tuple[str, ...]] = []
         if self.passes is not None and args is not None:
-            args, passed = passed_on(list(args), self.passes, self._option_string_actions, self.habits)
+            args, passed = passed_on(list(args), self.passes, self._option_string_actions, self.habits, self.tool)
         if self.passes_words is not None and args is not None:
-            options, tool = self.passes_words
-            args, passed = passed_words(list(args), options, self._option_string_actions, tool)
+            args, passed = passed_words(list(args), self.passes_words, self._option_string_actions, self.tool)
         parsed, extras = super().parse_known_args(args, namespace)
         if self.passes is not None or self.passes_words is not None:
             parsed.passed = passed

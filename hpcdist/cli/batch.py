@@ -7,32 +7,26 @@ environment, setup lines, restarts and requeue) as `hpcdist sbatch` spells them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from .. import families
 from ..errors import UsageError
-from ..schedulers import gridengine, lsf, pbs
+from ..schedulers import flux, gridengine, lsf, pbs
 from .generate import _check_shell, _common, _environment, _program, emit
-from .types import Whole, add_output_options, count
+from .types import Whole, add_output_options, count, port
 
 __all__ = ["COMMANDS", "add_parsers"]
 
 
-def _job_options(p: argparse.ArgumentParser, requeue: str) -> None:
-    """hpcdist's own options of every job script: the ranks, the launch, setup lines, restarts and `requeue`."""
+def _job_options(p: argparse.ArgumentParser, requeue: str | None) -> None:
+    """hpcdist's own options of a job script: the ranks, setup lines, restarts and, where hpcdist mpirun is the
+    launch (`requeue`: the scheduler's requeue, in a line), the launch's, per-rank output and --requeue."""
     r = p.add_argument_group("launch (hpcdist's own options)")
     r.add_argument("-np", type=count, metavar="N", help="ranks (default: one in each slot of the job)")
     r.add_argument("--setup", action="append", default=[], metavar="LINE", help="a setup line, e.g. 'module load cuda'")
     r.add_argument("--python", help="the Python on the compute nodes (default: this one)")
-    r.add_argument("--mpirun", help="the mpirun hpcdist mpirun runs (default: beside --python)")
-    r.add_argument(
-        "--mpi",
-        metavar="|".join(families.names()),
-        help="the MPI whose launcher --mpirun is (default: told by the files installed beside it)",
-    )
-    r.add_argument("--probe-fabrics", action="store_true", help="keep Open MPI's libfabric probe")
-    r.add_argument("--bind", default="none", metavar="auto|none", help="as hpcdist mpirun --bind (default: none)")
     r.add_argument(
         "--max-restarts",
         type=Whole(0),
@@ -40,8 +34,17 @@ def _job_options(p: argparse.ArgumentParser, requeue: str) -> None:
         metavar="N",
         help="run the launch again after a failure, up to N times, from a loop in the script (default: 0)",
     )
-    r.add_argument("--requeue", action="store_true", help=requeue)
-    add_output_options(p, script=True)
+    if requeue is not None:
+        r.add_argument("--mpirun", help="the mpirun hpcdist mpirun runs (default: beside --python)")
+        r.add_argument(
+            "--mpi",
+            metavar="|".join(families.names()),
+            help="the MPI whose launcher --mpirun is (default: told by the files installed beside it)",
+        )
+        r.add_argument("--probe-fabrics", action="store_true", help="keep Open MPI's libfabric probe")
+        r.add_argument("--bind", default="none", metavar="auto|none", help="as hpcdist mpirun --bind (default: none)")
+        r.add_argument("--requeue", action="store_true", help=requeue)
+        add_output_options(p, script=True)
     _common(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
@@ -54,7 +57,7 @@ def add_parsers(sub: Any) -> None:
         description="Options as Grid Engine's qsub; any other qsub option (-M me@site, -m e, -hold_jid 12, ...) "
         "goes into the script as a #$ line. Everything after `--` is the program each rank runs.",
     )
-    ge.passes_words = (gridengine.QSUB_OPTIONS, "qsub")
+    ge.passes_words, ge.tool = gridengine.QSUB_OPTIONS, "qsub"
     a = ge.add_argument_group("job (as qsub)")
     a.add_argument(
         "-pe", nargs="+", metavar="NAME SLOTS", help="parallel environment and slots, e.g. mpi 8 or mpi 4-16"
@@ -85,7 +88,7 @@ def add_parsers(sub: Any) -> None:
         description="Options as PBS's qsub; any other qsub option (-M me@site, -m e, -W depend=afterok:12, ...) "
         "goes into the script as a #PBS line. Everything after `--` is the program each rank runs.",
     )
-    pb.passes_words = (pbs.QSUB_OPTIONS, "qsub")
+    pb.passes_words, pb.tool = pbs.QSUB_OPTIONS, "qsub"
     a = pb.add_argument_group("job (as qsub)")
     a.add_argument(
         "-l",
@@ -115,7 +118,7 @@ def add_parsers(sub: Any) -> None:
         "...) goes into the script as a #BSUB line. Everything after `--` is the program each rank runs. Submit it "
         "with `bsub < job.sh`.",
     )
-    ls.passes_words = (lsf.BSUB_OPTIONS, "bsub")
+    ls.passes_words, ls.tool = lsf.BSUB_OPTIONS, "bsub"
     a = ls.add_argument_group("job (as bsub)")
     a.add_argument("-n", metavar="MIN[,MAX]", help="slots (the ranks, unless -np)")
     a.add_argument("-nnodes", type=count, metavar="N", help="whole nodes (LSF's CSM clusters)")
@@ -135,9 +138,33 @@ def add_parsers(sub: Any) -> None:
     a.add_argument("-r", action="store_true", help="rerun the job when its host fails")
     _job_options(ls, "on LSF's warning (-wa/-wt), pass USR1 to the ranks, then exit 99, which -Q 99 requeues")
 
+    fl = sub.add_parser(
+        "flux",
+        help="write a Flux batch script (options as flux batch's)",
+        description="Options as flux batch's; any other long option of flux batch's (--setattr=KEY=VAL, "
+        "--dependency=afterok:JOBID, ...) goes into the script as a `# flux:` line. Everything after `--` is the "
+        "program each rank runs; flux run starts the ranks, as many on every node.",
+    )
+    fl.passes, fl.tool = flux.BATCH_OPTIONS, "flux batch"
+    fl.habits = {"--requeue": "Flux requeues no job; --max-restarts N runs the launch again from the script"}
+    a = fl.add_argument_group("job (as flux batch)")
+    a.add_argument("-N", "--nodes", type=count, help="nodes (the ranks are spread evenly over them)")
+    a.add_argument("-n", "--nslots", type=count, help="slots: a rank in each, unless -np")
+    a.add_argument("-c", "--cores-per-slot", type=count, metavar="N", help="cores of each slot (rank)")
+    a.add_argument("-g", "--gpus-per-slot", type=count, metavar="N", help="GPUs of each slot (rank)")
+    a.add_argument("-t", "--time-limit", metavar="MINUTES|FSD", help="e.g. 30 or 2h")
+    a.add_argument("-q", "--queue", help="queue")
+    a.add_argument("-B", "--bank", help="bank")
+    a.add_argument("--job-name", help="job name")
+    a.add_argument("--output", metavar="TEMPLATE", help="stdout file (flux batch's default: flux-{{id}}.out)")
+    a.add_argument("--error", metavar="TEMPLATE", help="stderr file")
+    a.add_argument("-x", "--exclusive", action="store_true", help="whole nodes only")
+    a.add_argument("--master-port", type=port, help="where the ranks meet (default: a free port held for the job)")
+    _job_options(fl, None)
+
 
 def _job(args: argparse.Namespace, command: str) -> Any:
-    """The BatchJob the options describe."""
+    """The BatchJob the options describe (a Flux script's has no mpirun of its own)."""
     from ..jobs.batch import BatchJob
     from ..jobs.local import local_tools
     from ..launching.output import OutputOptions
@@ -150,19 +177,25 @@ def _job(args: argparse.Namespace, command: str) -> Any:
             "the --setup lines",
             "each must be complete: close its quotes, if/fi, loops and here-documents",
         )
-    tools = local_tools(World.current(), "mpirun", args.python, args.mpirun, None, False, args.mpi)
-    return BatchJob(
+    world = World.current()
+    job = BatchJob(
         program=program,
         np=args.np,
         env=tuple(_environment(args, 1).items()),
         setup=tuple(args.setup),
-        python=tools["python"],
+        python=args.python or world.python,
+        max_restarts=args.max_restarts,
+    )
+    if "mpirun" not in args:
+        return job
+    tools = local_tools(world, "mpirun", args.python, args.mpirun, None, False, args.mpi)
+    return dataclasses.replace(
+        job,
         mpirun=tools["mpirun"],
         mpi=tools["mpi"],
         probe_fabrics=args.probe_fabrics,
         bind=args.bind,
         rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
-        max_restarts=args.max_restarts,
         requeue=args.requeue,
     )
 
@@ -252,4 +285,34 @@ def _lsf(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"gridengine": _gridengine, "pbs": _pbs, "lsf": _lsf}
+def _flux(args: argparse.Namespace) -> int:
+    """`hpcdist flux`: print the script or write it (--write)."""
+    from ..jobs.flux import FluxSpec, render_flux
+    from ..jobs.render import make_environment
+
+    spec = FluxSpec(
+        job=_job(args, "flux"),
+        nodes=args.nodes,
+        nslots=args.nslots,
+        cores_per_slot=args.cores_per_slot,
+        gpus_per_slot=args.gpus_per_slot,
+        time_limit=args.time_limit,
+        queue=args.queue,
+        bank=args.bank,
+        job_name=args.job_name,
+        output=args.output,
+        error=args.error,
+        exclusive=args.exclusive,
+        master_port=args.master_port,
+        extra=tuple(args.passed),
+    )
+    emit(render_flux(spec, make_environment(args.template_dir)), args.write, 0o755)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "gridengine": _gridengine,
+    "pbs": _pbs,
+    "lsf": _lsf,
+    "flux": _flux,
+}

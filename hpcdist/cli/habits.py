@@ -71,7 +71,11 @@ def habit(habits: Mapping[str, str], option: str) -> str | None:
 
 
 def passed_on(
-    args: Sequence[str], options: Mapping[str, str], own: Collection[str], habits: Mapping[str, str]
+    args: Sequence[str],
+    options: Mapping[str, str],
+    own: Collection[str],
+    habits: Mapping[str, str],
+    tool: str = "sbatch",
 ) -> tuple[list[str], list[tuple[str, str | None]]]:
     """`args` without the long `options` (name -> 'value', 'optional' or 'flag') found before `--`, and those as
     (name, value) pairs; options in `own` (the parser's) or `habits` (refused with their spelling) stay in `args`.
@@ -98,7 +102,7 @@ def passed_on(
         elif takes == "value":
             following = next(words, "--")
             if following == "--":
-                raise UsageError(f"{given} needs a value, as sbatch's {name} does; e.g. {name}=VALUE")
+                raise UsageError(f"{given} needs a value, as {tool}'s {name} does; e.g. {name}=VALUE")
             found.append((name[2:], following))
         else:
             found.append((name[2:], None))

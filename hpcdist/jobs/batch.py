@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from .. import schedulers
 from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
-from ..launching.mpirun import build_mpirun_argv
+from ..launching.mpirun import SHIM, build_mpirun_argv
 from ..launching.names import check_env_name
 from ..launching.options import MpirunOptions
 from ..launching.output import OutputOptions
@@ -66,6 +66,9 @@ class Words:
     array_vars: tuple[str, ...] = ()  # an array task's variables, passed on to every rank
     array_dir: str = ""  # appended to --log-dir in an array task: '/"${JOB_ID}.${SGE_TASK_ID}"'
     slots: int | None = None  # the fewest slots the job gets, when known: -np may not exceed them
+    # the scheduler's own task launcher, when it starts the ranks (flux run), each through hpcdist's wrapper; else
+    # the launch line is hpcdist mpirun's
+    launcher: tuple[str, ...] = ()
 
 
 def check_word(option: str, value: str, plain: re.Pattern[str], allowed: str) -> str:
@@ -100,9 +103,10 @@ def _check(job: BatchJob, words: Words) -> None:
     for name, _ in job.env:
         check_env_name(name)
     if job.np is not None and words.slots is not None and job.np > words.slots:
+        more = schedulers.lookup(words.scheduler).more_slots
         raise UsageError(
             f"-np {job.np} is more ranks than the {words.slots} slots the job is sure to get; give -np {words.slots} "
-            f"or fewer, or more slots ({schedulers.lookup(words.scheduler).more_slots})"
+            f"or fewer, or more slots{f' ({more})' if more else ''}"
         )
     out = job.rank_output
     if out.ranks is not None and job.np is not None:
@@ -156,8 +160,8 @@ def render_batch(
         "env": env,
         "opal_python": "",
         "requeue": job.requeue,
-        "launcher": _step(job, words, env),
-        "program": list(job.program),
+        "launcher": list(words.launcher) or _step(job, words, env),
+        "program": [job.python, *SHIM, *job.program] if words.launcher else list(job.program),
         "log_dir": job.rank_output.log_dir or "",
         "array_dir": words.array_dir,
         "python": job.python,

@@ -163,7 +163,7 @@ def test_slots() -> None:
         ({"array": "0-3"}, "-t '0-3': give task ids FIRST[-LAST[:STEP]], each from 1"),
         ({"array": "5-2"}, "-t '5-2': give task ids FIRST[-LAST[:STEP]], each from 1"),
         ({"job": dataclasses.replace(JOB, np=9)}, "-np 9 is more ranks than the 8 slots the job is sure to get"),
-        ({"name": "a b"}, "-N 'a b' cannot be written into a directive line, which the submit command reads with its own rules"),
+        ({"name": "a b"}, "-N 'a b' cannot be written into a directive line, which the submit command reads"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(changes: dict[str, object], message: str) -> None:
