@@ -8,7 +8,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-from test_render import bash_words, check_script
+from hostile import hostile, launch_words
+from test_render import check_script
 
 from hpcdist import __version__
 from hpcdist.cli import main
@@ -161,13 +162,12 @@ def test_bad_values_name_the_option_and_the_fix(changes: dict[str, object], mess
     assert str(raised.value).startswith(message)
 
 
-def test_hostile_values_stay_literal() -> None:
-    hostile = "$(rm -rf ~) `id`; echo 'x\" # not a comment"
-    spec = dataclasses.replace(SPEC, job_name=hostile, job=dataclasses.replace(JOB, program=("python", hostile)))
+def test_hostile_values_stay_literal(tmp_path: Path) -> None:
+    value = hostile(tmp_path)
+    spec = dataclasses.replace(SPEC, job_name=value, job=dataclasses.replace(JOB, program=("python", value)))
     text = render_flux(spec, JINJA)
-    assert flux_batch_options(directive_words(text)).job_name == hostile
-    launch = text[text.index("flux run -N") :]
-    assert bash_words(launch.replace("\\\n", ""))[-2:] == ["python", hostile]
+    assert flux_batch_options(directive_words(text)).job_name == value
+    assert launch_words(text, "flux run -N", tmp_path)[-2:] == ["python", value]
 
 
 def test_the_command_passes_flux_batch_s_other_options_on(capsys: pytest.CaptureFixture[str]) -> None:

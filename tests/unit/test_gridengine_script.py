@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from pathlib import Path
 
 import pytest
-from test_render import bash_words, check_script
+from hostile import hostile, launch_words
+from test_render import check_script
 
 from hpcdist import __version__
 from hpcdist.cli import main
@@ -172,18 +174,19 @@ def test_bad_values_name_the_option_and_the_fix(changes: dict[str, object], mess
     assert str(raised.value).startswith(message)
 
 
-def test_hostile_values_stay_literal_or_are_refused() -> None:
-    hostile = "$(rm -rf ~)\n`id`; echo 'x\""
-    with pytest.raises(UsageError, match=r"^-N .* cannot be written into a directive line"):
-        render_gridengine(dataclasses.replace(SPEC, name="$(rm -rf ~)"), JINJA)
+def test_hostile_values_stay_literal_or_are_refused(tmp_path: Path) -> None:
+    value = hostile(tmp_path)
+    for field in ("name", "output", "queue"):
+        with pytest.raises(UsageError, match=r"^-[Noq] .* cannot be written into a directive line"):
+            render_gridengine(dataclasses.replace(SPEC, **{field: value}), JINJA)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=r"^-o .* cannot be written into a directive line"):
         render_gridengine(dataclasses.replace(SPEC, output="out\n#$ -q evil"), JINJA)
-    job = dataclasses.replace(JOB, program=("python", "train.py", hostile), env=(("NOTE", hostile),))
+    job = dataclasses.replace(JOB, program=("python", "train.py", value), env=(("NOTE", value + "\nline 2"),))
     text = render_gridengine(dataclasses.replace(SPEC, job=job), JINJA)
-    exports = [line for line in text.splitlines() if line.startswith("export NOTE=")]
-    assert len(exports) == 1
-    launch = text[text.index("/venv/bin/python -m hpcdist") :]
-    assert bash_words(launch.replace("\\\n", ""))[-3:] == ["python", "train.py", hostile]
+    words = shlex.shlex(text[text.index("export NOTE=") :], posix=True)
+    words.whitespace_split = True
+    assert [next(words), next(words)] == ["export", f"NOTE={value}\nline 2"]  # one word, read without running it
+    assert launch_words(text, "/venv/bin/python -m hpcdist", tmp_path)[-3:] == ["python", "train.py", value]
 
 
 def test_the_command_passes_qsub_s_other_options_on(capsys: pytest.CaptureFixture[str]) -> None:

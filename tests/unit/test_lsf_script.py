@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from test_render import bash_words, check_script
+from hostile import hostile, launch_words
+from test_render import check_script
 
 from hpcdist import __version__
 from hpcdist.cli import main
@@ -177,14 +178,13 @@ def test_bad_values_name_the_option_and_the_fix(changes: dict[str, object], mess
     assert str(raised.value).startswith(message)
 
 
-def test_hostile_values_stay_literal_or_are_refused() -> None:
-    hostile = "$(rm -rf ~)\n`id`; echo 'x\""
-    for value in (hostile, "$(rm -rf ~)", 'a" -q evil "b', "a\n#BSUB -q evil"):
+def test_hostile_values_stay_literal_or_are_refused(tmp_path: Path) -> None:
+    value = hostile(tmp_path)
+    for name in (value, "$(touch ran)", 'a" -q evil "b', "a\n#BSUB -q evil"):
         with pytest.raises(UsageError, match=r"^-J .* cannot be written into a directive line"):
-            render_lsf(dataclasses.replace(SPEC, name=value), JINJA)
-    text = render_lsf(dataclasses.replace(SPEC, job=dataclasses.replace(JOB, program=("python", hostile))), JINJA)
-    launch = text[text.index("/venv/bin/python -m hpcdist") :]
-    assert bash_words(launch.replace("\\\n", ""))[-2:] == ["python", hostile]
+            render_lsf(dataclasses.replace(SPEC, name=name), JINJA)
+    text = render_lsf(dataclasses.replace(SPEC, job=dataclasses.replace(JOB, program=("python", value))), JINJA)
+    assert launch_words(text, "/venv/bin/python -m hpcdist", tmp_path)[-2:] == ["python", value]
 
 
 def test_the_command_passes_bsub_s_other_options_on(capsys: pytest.CaptureFixture[str]) -> None:
