@@ -15,14 +15,15 @@ from .. import families
 from ..errors import UsageError
 from ..schedulers import flux, gridengine, lsf, pbs
 from .generate import _check_shell, _common, _environment, _program, emit
-from .types import Whole, add_output_options, count, port
+from .types import Whole, add_output_options, count
 
 __all__ = ["COMMANDS", "add_parsers"]
 
 
-def _job_options(p: argparse.ArgumentParser, requeue: str | None) -> None:
-    """hpcdist's own options of a job script: the ranks, setup lines, restarts and, where hpcdist mpirun is the
-    launch (`requeue`: the scheduler's requeue, in a line), the launch's, per-rank output and --requeue."""
+def _job_options(p: argparse.ArgumentParser, requeue: str | None, mpirun: bool = True) -> None:
+    """hpcdist's own options of a job script: the ranks, setup lines, restarts, per-rank output, the MPI whose
+    mpirun the launch runs (`mpirun`: not where the scheduler's own launcher starts the ranks) and --requeue
+    (`requeue`: the scheduler's requeue, in a line; None where it has none)."""
     r = p.add_argument_group("launch (hpcdist's own options)")
     r.add_argument("-np", type=count, metavar="N", help="ranks (default: one in each slot of the job)")
     r.add_argument("--setup", action="append", default=[], metavar="LINE", help="a setup line, e.g. 'module load cuda'")
@@ -34,7 +35,7 @@ def _job_options(p: argparse.ArgumentParser, requeue: str | None) -> None:
         metavar="N",
         help="run the launch again after a failure, up to N times, from a loop in the script (default: 0)",
     )
-    if requeue is not None:
+    if mpirun:
         r.add_argument("--mpirun", help="the mpirun hpcdist mpirun runs (default: beside --python)")
         r.add_argument(
             "--mpi",
@@ -43,8 +44,9 @@ def _job_options(p: argparse.ArgumentParser, requeue: str | None) -> None:
         )
         r.add_argument("--probe-fabrics", action="store_true", help="keep Open MPI's libfabric probe")
         r.add_argument("--bind", default="none", metavar="auto|none", help="as hpcdist mpirun --bind (default: none)")
+    if requeue is not None:
         r.add_argument("--requeue", action="store_true", help=requeue)
-        add_output_options(p, script=True)
+    add_output_options(p, script=True)
     _common(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
@@ -136,6 +138,12 @@ def add_parsers(sub: Any) -> None:
     ):
         a.add_argument(flag, metavar=metavar, help=help_text)
     a.add_argument("-r", action="store_true", help="rerun the job when its host fails")
+    a.add_argument(
+        "--launch",
+        choices=("mpirun", "jsrun"),
+        default="mpirun",
+        help="mpirun (default): the MPI's, on the job's hosts; jsrun: LSF's own (CSM clusters, -nnodes and -np)",
+    )
     _job_options(ls, "on LSF's warning (-wa/-wt), pass USR1 to the ranks, then exit 99, which -Q 99 requeues")
 
     fl = sub.add_parser(
@@ -143,7 +151,7 @@ def add_parsers(sub: Any) -> None:
         help="write a Flux batch script (options as flux batch's)",
         description="Options as flux batch's; any other long option of flux batch's (--setattr=KEY=VAL, "
         "--dependency=afterok:JOBID, ...) goes into the script as a `# flux:` line. Everything after `--` is the "
-        "program each rank runs; flux run starts the ranks, as many on every node.",
+        "program each rank runs; hpcdist mpirun --mpi flux starts the ranks with flux run, as many on every node.",
     )
     fl.passes, fl.tool = flux.BATCH_OPTIONS, "flux batch"
     fl.habits = {"--requeue": "Flux requeues no job; --max-restarts N runs the launch again from the script"}
@@ -159,12 +167,11 @@ def add_parsers(sub: Any) -> None:
     a.add_argument("--output", metavar="TEMPLATE", help="stdout file (flux batch's default: flux-{{id}}.out)")
     a.add_argument("--error", metavar="TEMPLATE", help="stderr file")
     a.add_argument("-x", "--exclusive", action="store_true", help="whole nodes only")
-    a.add_argument("--master-port", type=port, help="where the ranks meet (default: a free port held for the job)")
-    _job_options(fl, None)
+    _job_options(fl, None, mpirun=False)
 
 
 def _job(args: argparse.Namespace, command: str) -> Any:
-    """The BatchJob the options describe (a Flux script's has no mpirun of its own)."""
+    """The BatchJob the options describe (without --mpirun where the scheduler's own launcher starts the ranks)."""
     from ..jobs.batch import BatchJob
     from ..jobs.local import local_tools
     from ..launching.output import OutputOptions
@@ -184,19 +191,15 @@ def _job(args: argparse.Namespace, command: str) -> Any:
         env=tuple(_environment(args, 1).items()),
         setup=tuple(args.setup),
         python=args.python or world.python,
+        rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
         max_restarts=args.max_restarts,
+        requeue=getattr(args, "requeue", False),
     )
-    if "mpirun" not in args:
+    if "mpirun" not in args or getattr(args, "launch", "mpirun") != "mpirun":
         return job
     tools = local_tools(world, "mpirun", args.python, args.mpirun, None, False, args.mpi)
     return dataclasses.replace(
-        job,
-        mpirun=tools["mpirun"],
-        mpi=tools["mpi"],
-        probe_fabrics=args.probe_fabrics,
-        bind=args.bind,
-        rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
-        requeue=args.requeue,
+        job, mpirun=tools["mpirun"], mpi=tools["mpi"], probe_fabrics=args.probe_fabrics, bind=args.bind
     )
 
 
@@ -264,6 +267,8 @@ def _lsf(args: argparse.Namespace) -> int:
     from ..jobs.lsf import BsubSpec, render_lsf
     from ..jobs.render import make_environment
 
+    if args.launch == "jsrun" and (args.mpirun or args.mpi):
+        raise UsageError("--mpirun and --mpi name the MPI of --launch mpirun; with --launch jsrun, drop them")
     spec = BsubSpec(
         job=_job(args, "lsf"),
         slots=args.n,
@@ -279,6 +284,7 @@ def _lsf(args: argparse.Namespace) -> int:
         rerun=args.r,
         warning=args.wa,
         warning_time=args.wt,
+        launch=args.launch,
         extra=tuple(args.passed),
     )
     emit(render_lsf(spec, make_environment(args.template_dir)), args.write, 0o755)
@@ -303,7 +309,6 @@ def _flux(args: argparse.Namespace) -> int:
         output=args.output,
         error=args.error,
         exclusive=args.exclusive,
-        master_port=args.master_port,
         extra=tuple(args.passed),
     )
     emit(render_flux(spec, make_environment(args.template_dir)), args.write, 0o755)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from .. import schedulers
 from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
-from ..launching.mpirun import SHIM, build_mpirun_argv
+from ..launching.mpirun import build_mpirun_argv
 from ..launching.names import check_env_name
 from ..launching.options import MpirunOptions
 from ..launching.output import OutputOptions
@@ -66,9 +66,8 @@ class Words:
     array_vars: tuple[str, ...] = ()  # an array task's variables, passed on to every rank
     array_dir: str = ""  # appended to --log-dir in an array task: '/"${JOB_ID}.${SGE_TASK_ID}"'
     slots: int | None = None  # the fewest slots the job gets, when known: -np may not exceed them
-    # the scheduler's own task launcher, when it starts the ranks (flux run), each through hpcdist's wrapper; else
-    # the launch line is hpcdist mpirun's
-    launcher: tuple[str, ...] = ()
+    family: str | None = None  # the scheduler's own launcher that starts the ranks (--mpi flux, jsrun), else the MPI's
+    per_node: int | None = None  # the ranks on each node, for a launcher that places as many on every node
 
 
 def check_word(option: str, value: str, plain: re.Pattern[str], allowed: str) -> str:
@@ -131,14 +130,16 @@ def _step(job: BatchJob, words: Words, env: Sequence[tuple[str, str]]) -> list[s
         program=job.program,
         np=job.np,
         export=tuple(names),
-        mpirun=job.mpirun,
-        mpi=job.mpi,
+        mpirun=None if words.family else job.mpirun,
+        mpi=words.family or job.mpi,
         probe_fabrics=job.probe_fabrics,
         bind=job.bind,
         tag=True if out.tag else None,
         log_dir=out.log_dir,
         ranks=out.ranks,
     )
+    if words.per_node:
+        options = dataclasses.replace(options, map_by=f"ppr:{words.per_node}:node")
     environ = {**dict(env), **words.allocation}
     world = World(environ=MappingProxyType(environ), python=job.python, hostname="", here=False)
     return mpirun_step(options, world)
@@ -160,8 +161,8 @@ def render_batch(
         "env": env,
         "opal_python": "",
         "requeue": job.requeue,
-        "launcher": list(words.launcher) or _step(job, words, env),
-        "program": [job.python, *SHIM, *job.program] if words.launcher else list(job.program),
+        "launcher": _step(job, words, env),
+        "program": list(job.program),
         "log_dir": job.rank_output.log_dir or "",
         "array_dir": words.array_dir,
         "python": job.python,

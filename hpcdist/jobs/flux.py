@@ -1,13 +1,14 @@
 """Flux: FluxSpec -> a batch script of `# flux:` directives (pure), its options checked as flux-batch(1) reads them.
 
 flux-core's flux-batch(1) and RFC 36 (submission directives, read with shell quoting) are the references. The script
-runs on the first node of the job's Flux instance and starts the ranks with `flux run`, the same number on every
-node, each through hpcdist's wrapper, which gives it torchrun's variables from Flux's; they meet on this node.
-Flux requeues no job: a failed launch is run again by the script's own loop (`--max-restarts`).
+runs on the first node of the job's Flux instance; its launch is `hpcdist mpirun --mpi flux`, which starts the ranks
+with `flux run`, the same number on every node. Flux requeues no job: a failed launch is run again by the script's
+own loop (`--max-restarts`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from dataclasses import dataclass
@@ -43,7 +44,6 @@ class FluxSpec:
     output: str | None = None  # --output (flux batch's default: flux-{{id}}.out)
     error: str | None = None  # --error
     exclusive: bool = False  # -x
-    master_port: int | None = None  # where the ranks meet on this node; default: a free port held for the job
     extra: tuple[tuple[str, str | None], ...] = ()  # flux batch's other long options: ('setattr', 'x=1')
 
 
@@ -93,8 +93,8 @@ def render_flux(spec: FluxSpec, jinja: jinja2.Environment | None = None) -> str:
     """The Flux batch script for `spec`, rendered from flux.sh.j2 (pure: nothing is submitted).
 
     Raises:
-        UsageError: no -N (flux run must put as many ranks on every node), no rank count (-n or -np), ranks that do
-            not divide evenly among the nodes, a value flux batch would refuse, or --requeue (Flux requeues no job).
+        UsageError: no -N (flux run puts as many ranks on every node), no rank count (-n or -np), ranks that do not
+            divide evenly among the nodes, a value flux batch would refuse, or --requeue (Flux requeues no job).
     """
     if spec.job.requeue:
         raise UsageError("Flux requeues no job; drop --requeue, and have --max-restarts N run the launch again")
@@ -108,20 +108,13 @@ def render_flux(spec: FluxSpec, jinja: jinja2.Environment | None = None) -> str:
             f"{ranks} ranks do not divide evenly among -N {spec.nodes} nodes, which torch's LOCAL_WORLD_SIZE needs; "
             f"give a multiple of {spec.nodes}, {_SLOTS_FORM}"
         )
-    out = spec.job.rank_output
-    if out.tag or out.log_dir is not None or out.ranks is not None:
-        raise UsageError("--tag, --log-dir and --ranks need hpcdist mpirun, which a Flux script does not run")
-    launcher = ["flux", "run", "-N", str(spec.nodes), f"--tasks-per-node={ranks // spec.nodes}"]
-    for option, count in (("-c", spec.cores_per_slot), ("-g", spec.gpus_per_slot)):
-        if count is not None:
-            launcher += [option, str(count)]
     words = Words(
         scheduler="flux",
         command="hpcdist flux",
         directives=tuple(_directives(spec)),
         allocation={},
         slots=spec.nslots,
-        launcher=tuple(launcher),
+        family="flux",
+        per_node=ranks // spec.nodes,
     )
-    context = {"master_port": str(spec.master_port or "")}
-    return render_batch("flux.sh.j2", spec.job, words, context, jinja)
+    return render_batch("flux.sh.j2", dataclasses.replace(spec.job, np=ranks), words, {}, jinja)

@@ -2,7 +2,8 @@
 
 IBM's bsub(1) pages for LSF 10.1 and OLCF's Summit user guide are the references. A job's slots are `-n`'s (or
 whole nodes, `-nnodes`, on LSF's CSM clusters); `hpcdist mpirun` reads the job's hosts from LSB_DJOB_HOSTFILE or
-LSB_MCPU_HOSTS when it runs. A job that exits with one of its `-Q` values is requeued.
+LSB_MCPU_HOSTS when it runs, or (`--launch jsrun`) has LSF's jsrun start the ranks. A job that exits with one of
+its `-Q` values is requeued.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class BsubSpec:
     rerun: bool = False  # -r
     warning: str | None = None  # -wa SIGNAL (default with --requeue: USR1)
     warning_time: str | None = None  # -wt [HH:]MM (default with --requeue: 2)
+    launch: str = "mpirun"  # or "jsrun": LSF's own launcher starts the ranks (CSM clusters: -nnodes, and -np)
     extra: tuple[tuple[str, ...], ...] = ()  # bsub's other options: ('-alloc_flags', 'gpumps smt1')
 
 
@@ -138,6 +140,14 @@ def render_lsf(spec: BsubSpec, jinja: jinja2.Environment | None = None) -> str:
         raise UsageError("-n SLOTS is missing: it gives the job's ranks; e.g. -n 8 (or -nnodes N on a CSM cluster)")
     if spec.nnodes is not None and not 1 <= spec.nnodes <= MAX_COUNT:
         raise UsageError(f"-nnodes {spec.nnodes}: give 1 to {MAX_COUNT} nodes, e.g. -nnodes 2")
+    if spec.launch not in ("mpirun", "jsrun"):
+        raise UsageError(f"--launch {spec.launch!r}: use mpirun or jsrun")
+    jsrun = spec.launch == "jsrun"
+    if jsrun and (spec.nnodes is None or spec.job.np is None or spec.job.np % spec.nnodes):
+        raise UsageError(
+            "--launch jsrun starts as many ranks on every node of a CSM job: give -nnodes N and -np R, R a multiple of "
+            "N, e.g. -nnodes 2 -np 12 (six on each)"
+        )
     options = _directives(spec)
     lines = ["#BSUB " + " ".join([option, *(_value(option, value) for value in values)]) for option, *values in options]
     array = spec.name is not None and "[" in spec.name
@@ -149,6 +159,9 @@ def render_lsf(spec: BsubSpec, jinja: jinja2.Environment | None = None) -> str:
         array_vars=ARRAY_VARS if array else (),
         array_dir='/"${LSB_JOBID}_${LSB_JOBINDEX}"' if array else "",
         slots=parse_slots(spec.slots) if spec.slots is not None else None,
+        family="jsrun" if jsrun else None,
+        per_node=spec.job.np // spec.nnodes if jsrun and spec.job.np and spec.nnodes else None,
     )
     warning = {option: values[0] for option, *values in options if values}.get("-wa", "")
-    return render_batch("lsf.sh.j2", spec.job, words, {"np": spec.job.np, "warning": warning}, jinja)
+    context = {"np": spec.job.np, "warning": warning, "jsrun": jsrun}
+    return render_batch("lsf.sh.j2", spec.job, words, context, jinja)

@@ -135,6 +135,19 @@ def test_requeue_warns_passes_usr1_on_and_exits_99(tmp_path: Path) -> None:
     assert "trap hpcdist_preempted URG\n" in other
 
 
+def test_jsrun_starts_a_csm_job_s_ranks() -> None:
+    spec = BsubSpec(dataclasses.replace(JOB, np=12), nnodes=2, runlimit="30", project="ABC123", launch="jsrun")
+    text = render_lsf(spec, JINJA)
+    assert text.endswith(
+        "# hpcdist mpirun starts the ranks with jsrun, one resource set of a node's ranks on each node of the job; "
+        "each rank\n"
+        "# gets torchrun's variables, and a failure is told once.\n"
+        "/venv/bin/python -m hpcdist mpirun -np 12 --map-by ppr:6:node --mpi jsrun -- \\\n"
+        "    python train.py\n"
+    )
+    assert directives(text) == ["#BSUB -nnodes 2", "#BSUB -W 30", "#BSUB -P ABC123"]
+
+
 @pytest.mark.parametrize(
     "changes",
     [
@@ -170,6 +183,8 @@ def test_slots() -> None:
         ({"name": "a[x]"}, "-J 'a[x]': an array is NAME[INDICES][%LIMIT]"),
         ({"job": dataclasses.replace(JOB, np=9)}, "-np 9 is more ranks than the 8 slots the job is sure to get"),
         ({"job": dataclasses.replace(JOB, requeue=True), "extra": (("-Q", "all"),)}, "-Q is one --requeue writes"),
+        ({"launch": "jsrun"}, "--launch jsrun starts as many ranks on every node of a CSM job: give -nnodes N and -np"),
+        ({"launch": "jsrun", "nnodes": 2, "job": dataclasses.replace(JOB, np=5)}, "--launch jsrun starts as many"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(changes: dict[str, object], message: str) -> None:
@@ -205,6 +220,7 @@ def test_the_command_passes_bsub_s_other_options_on(capsys: pytest.CaptureFixtur
         (["-n", "4", "-alloc_flags", "--"], "hpcdist: error: -alloc_flags needs 1 value, as bsub's -alloc_flags does"),
         (["-n", "4", "-Is", "bash"], "hpcdist: error: unknown option -Is for `hpcdist lsf`"),
         (["-nnodes", "0"], "hpcdist: error: -nnodes must be at least 1, got 0"),
+        (["-nnodes", "2", "-np", "4", "--launch", "jsrun", "--mpi", "openmpi"], "hpcdist: error: --mpirun and --mpi"),
     ],
 )
 def test_the_command_s_mistakes(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
