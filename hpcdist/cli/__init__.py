@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from .. import settings
 from .._version import __version__
 from ..errors import UsageError, WaitTimeout
-from .habits import habit, passed_on
+from .habits import habit, passed_on, passed_words
 from .types import Checked
 
 __all__ = ["INTERNAL_ERROR", "build_parser", "main", "other_spellings"]
@@ -39,6 +39,8 @@ class _Parser(argparse.ArgumentParser):
 
     habits: Mapping[str, str] = {}  # other launchers' options, each with the spelling here (habits.py)
     passes: Mapping[str, str] | None = None  # another tool's options this command writes on (`passed` in the result)
+    passes_words: Mapping[str, tuple[int, int]] | None = None  # or its single-dash ones (qsub's), fewest/most values
+    tool = "sbatch"  # that tool, as a message names it
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
@@ -52,11 +54,13 @@ class _Parser(argparse.ArgumentParser):
         """Parse `args`; anything this parser does not know is a UsageError here, naming this subcommand."""
         for spelling, action in other_spellings(self).items():
             self._option_string_actions.setdefault(spelling, action)
-        passed: list[tuple[str, str | None]] = []
+        passed: list[tuple[str, str | None]] | list[tuple[str, ...]] = []
         if self.passes is not None and args is not None:
-            args, passed = passed_on(list(args), self.passes, self._option_string_actions, self.habits)
+            args, passed = passed_on(list(args), self.passes, self._option_string_actions, self.habits, self.tool)
+        if self.passes_words is not None and args is not None:
+            args, passed = passed_words(list(args), self.passes_words, self._option_string_actions, self.tool)
         parsed, extras = super().parse_known_args(args, namespace)
-        if self.passes is not None:
+        if self.passes is not None or self.passes_words is not None:
             parsed.passed = passed
         if extras:
             self._unknown(extras[0])
@@ -135,7 +139,7 @@ def other_spellings(parser: argparse.ArgumentParser) -> dict[str, argparse.Actio
 
 def build_parser() -> _Parser:
     """All subcommands and their options."""
-    from . import diagnose, follow, generate, kubernetes, launch, trace
+    from . import batch, diagnose, follow, generate, kubernetes, launch, trace
 
     parser = _Parser(
         prog="hpcdist",
@@ -147,6 +151,7 @@ def build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     launch.add_parsers(sub)
     generate.add_parsers(sub)
+    batch.add_parsers(sub)
     kubernetes.add_parsers(sub)
     diagnose.add_parsers(sub)
     follow.add_parsers(sub)
@@ -159,13 +164,14 @@ _PEER_LOST = re.compile(r"gloo/transport/|[Cc]onnection (?:reset|closed) by peer
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user mistakes print `hpcdist: error: …` and return 2, a bug in hpcdist returns 70."""
-    from . import diagnose, follow, generate, kubernetes, launch, trace
+    from . import batch, diagnose, follow, generate, kubernetes, launch, trace
 
     try:
         args = build_parser().parse_args(argv)
         commands = {
             **launch.COMMANDS,
             **generate.COMMANDS,
+            **batch.COMMANDS,
             **kubernetes.COMMANDS,
             **diagnose.COMMANDS,
             **follow.COMMANDS,

@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 from ..errors import UsageError
 
-__all__ = ["MPIRUN", "SBATCH", "habit", "passed_on"]
+__all__ = ["MPIRUN", "SBATCH", "habit", "passed_on", "passed_words"]
 
 _RENDEZVOUS = "hpcdist mpirun finds the rendezvous itself (MPI tells each rank its place): drop torchrun's {name}"
 _MODULE = "the program comes after --, as torchrun's -m MODULE: hpcdist mpirun -np N -- python -m MODULE"
@@ -71,7 +71,11 @@ def habit(habits: Mapping[str, str], option: str) -> str | None:
 
 
 def passed_on(
-    args: Sequence[str], options: Mapping[str, str], own: Collection[str], habits: Mapping[str, str]
+    args: Sequence[str],
+    options: Mapping[str, str],
+    own: Collection[str],
+    habits: Mapping[str, str],
+    tool: str = "sbatch",
 ) -> tuple[list[str], list[tuple[str, str | None]]]:
     """`args` without the long `options` (name -> 'value', 'optional' or 'flag') found before `--`, and those as
     (name, value) pairs; options in `own` (the parser's) or `habits` (refused with their spelling) stay in `args`.
@@ -98,8 +102,48 @@ def passed_on(
         elif takes == "value":
             following = next(words, "--")
             if following == "--":
-                raise UsageError(f"{given} needs a value, as sbatch's {name} does; e.g. {name}=VALUE")
+                raise UsageError(f"{given} needs a value, as {tool}'s {name} does; e.g. {name}=VALUE")
             found.append((name[2:], following))
         else:
             found.append((name[2:], None))
+    return kept, found
+
+
+def passed_words(
+    args: Sequence[str], options: Mapping[str, tuple[int, int]], own: Collection[str], tool: str
+) -> tuple[list[str], list[tuple[str, ...]]]:
+    """`args` without the single-dash `options` (name -> (fewest, most) values, `-pe` -> (2, 2)) found before `--`,
+    and those as (name, value...) tuples; an option in `own` (the parser's) stays in `args`. An option takes its
+    fewest values, then more up to its most while the next word is no option (`-binding pe linear:2`).
+
+    Raises:
+        UsageError: an option has fewer values than it takes before the next option, `--` or the end.
+    """
+    kept: list[str] = []
+    found: list[tuple[str, ...]] = []
+    words = list(args)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            kept += words[i:]
+            break
+        takes = options.get(word) if word not in own else None
+        if takes is None:
+            kept.append(word)
+            i += 1
+            continue
+        fewest, most = takes
+        values = []
+        for value in words[i + 1 : i + 1 + most]:
+            if value.startswith("-"):
+                break
+            values.append(value)
+        if len(values) < fewest:
+            raise UsageError(
+                f"{word} needs {fewest} value{'s' if fewest > 1 else ''}, as {tool}'s {word} does; give "
+                f"{word} {' '.join(['VALUE'] * fewest)} before --"
+            )
+        found.append((word, *values))
+        i += 1 + len(values)
     return kept, found

@@ -1,7 +1,9 @@
-"""Job generation: hostfiles, sbatch scripts, torchrun lines and mpirun scripts as text, and Slurm jobs followed.
+"""Job generation: hostfiles, batch scripts (five schedulers), torchrun lines, mpirun scripts; Slurm jobs followed.
 
 - `render`: the one Jinja environment and the quoting filters;
 - `sbatch`, `torchrun`: specs -> script text or argv (pure);
+- `batch`: what every scheduler's script shares (the job, its hpcdist mpirun line, the body job.sh.j2), and
+  `gridengine`, `pbs`, `lsf`, `flux`: each scheduler's job script in its submit command's words (pure);
 - `profiles`: NCCL/Gloo settings, env files and trap warnings;
 - `arrays`: Slurm's --array syntax (pure);
 - `slurmjob`: a submitted job as `scontrol` shows it (parsing is pure; the queries go through launching.spawn);

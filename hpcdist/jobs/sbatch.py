@@ -7,7 +7,6 @@ restart policy (launching.restarts).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,11 +16,10 @@ from typing import TYPE_CHECKING
 from .._version import __version__
 from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
-from ..launching.mpirun import SHIM, build_mpirun_argv
+from ..launching.mpirun import SHIM
 from ..launching.names import check_env_name
 from ..launching.options import MpirunOptions
 from ..launching.output import OutputOptions
-from ..launching.plan import plan
 from ..launching.world import World
 from ..placement.binding import check_bind
 from ..program import check_program
@@ -29,6 +27,7 @@ from ..schedulers.slurm import expand_nodelist
 from ..values import MAX_COUNT, parse_ranks, parse_whole
 from . import LAUNCHES
 from .arrays import ARRAY_VARS, check_array, check_task_file
+from .batch import mpirun_step
 from .render import render_template
 from .torchrun import TorchrunSpec, check_master, program_words, torchrun_options
 from .torchrunlogs import NODE_WRAPPER, PLAIN_WRAPPER
@@ -357,10 +356,7 @@ def step(spec: SbatchSpec, env: Mapping[str, str]) -> list[str]:
     """A batch script's step up to `--` (its --log-dir, which an array task extends when it runs, is the
     template's): `hpcdist mpirun` with `step_options`, planned in `batch_world` first, so that what it would refuse
     in the job is refused now."""
-    options = step_options(spec, env)
-    build_mpirun_argv(plan(options, batch_world(spec, env)).spec)
-    words = dataclasses.replace(options, log_dir=None, program=()).argv()[:-1]
-    return [spec.python, "-m", "hpcdist", "mpirun", *words]
+    return mpirun_step(step_options(spec, env), batch_world(spec, env))
 
 
 def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, option: Option = cli_option) -> str:
@@ -404,6 +400,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         "array": spec.array is not None,
         "restarts": spec.max_restarts,
         "counters": list(RESTART_VARS),
+        "torchrun_restarts": True,
         "gpus": spec.gpus_per_node is not None,
     }
     if spec.requeue:

@@ -11,6 +11,7 @@ FLUX_TASK_LOCAL_ID confirms.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 
 from ..errors import UsageError
 from ..ranksource import Source
@@ -18,7 +19,22 @@ from ..values import parse_whole
 from . import register
 from .base import Scheduler
 
-__all__ = ["Flux"]
+__all__ = ["BATCH_OPTIONS", "Flux"]
+
+# flux batch's long options (flux-core 0.88, flux-batch(1)) that `hpcdist flux` does not model, by what each takes (as
+# SBATCH_OPTIONS): they go into the script as `# flux:` lines. Not here: --env, --env-file and --env-remove (hpcdist's
+# own --env and --env-file set the job's variables), --wrap and --dry-run, and the options it models.
+BATCH_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        **dict.fromkeys(
+            ("add-file", "begin-time", "broker-opts", "conf", "cwd", "dependency", "flags", "input", "requires"),
+            "value",
+        ),
+        **dict.fromkeys(("rlimit", "setattr", "setopt", "signal", "urgency"), "value"),
+        "dump": "optional",
+        "unbuffered": "flag",
+    }
+)
 
 
 @register

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from ..errors import UsageError
 from ..hosts import HostSlots
@@ -16,7 +17,27 @@ from ..values import parse_whole
 from . import register
 from .base import Scheduler, host_and_slots, host_lines, read_host_file
 
-__all__ = ["GridEngine"]
+__all__ = ["QSUB_OPTIONS", "GridEngine"]
+
+# Grid Engine's qsub options (Son of Grid Engine 8.1.9, submit(1)) that `hpcdist gridengine` does not model, each with
+# its fewest and most values: they go into the script as `#$` lines. Not here: -b, -C, -S and -clear, which would
+# change how qsub reads the script itself; -hard and -soft, which apply to the -l and -q after them (written first);
+# -h (hold: the command's own -h is its help); and the options it models.
+QSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {
+        **dict.fromkeys(("-verify", "-terse"), (0, 0)),
+        **dict.fromkeys(
+            ("-@", "-a", "-ac", "-ar", "-c", "-ckpt", "-dc", "-display", "-dl", "-hold_jid", "-hold_jid_ad", "-i"),
+            (1, 1),
+        ),
+        **dict.fromkeys(
+            ("-js", "-jsv", "-m", "-M", "-masterq", "-now", "-p", "-pty", "-R", "-sc", "-shell", "-sync", "-tc"),
+            (1, 1),
+        ),
+        **dict.fromkeys(("-v", "-w", "-wd"), (1, 1)),
+        "-binding": (1, 2),  # [env|pe|set] STRATEGY
+    }
+)
 
 # qsub prints `Your job 12 ("name") has been submitted`, or `Your job-array 12.1-10:1 ("name") has been submitted`;
 # with -terse the id alone, `12` or `12.1-10:1` (Son of Grid Engine 8.1.9, source/clients/qsub/qsub.c)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from ..errors import UsageError
 from ..hosts import HostSlots
@@ -17,7 +18,27 @@ from ..ranksource import Source
 from . import register
 from .base import Scheduler, host_and_slots, host_lines, slot_lines
 
-__all__ = ["Lsf"]
+__all__ = ["BSUB_OPTIONS", "Lsf"]
+
+# bsub's options (IBM Spectrum LSF 10.1, bsub(1)) that `hpcdist lsf` does not model, each with its fewest and most
+# values: they go into the script as #BSUB lines. Not here: -I, -Ip, -Is and -K, which make bsub wait on a
+# terminal; -h (the command's own -h is its help); and the options it models.
+BSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {
+        **dict.fromkeys(("-B", "-H", "-N", "-hl", "-rn", "-ul", "-x", "-XF", "-Zs"), (0, 0)),
+        **dict.fromkeys(
+            ("-alloc_flags", "-app", "-b", "-C", "-c", "-csm", "-cwd", "-D", "-data", "-E", "-Ep", "-env", "-eo"),
+            (1, 1),
+        ),
+        **dict.fromkeys(
+            ("-F", "-f", "-G", "-g", "-i", "-is", "-jsdl", "-k", "-L", "-Lp", "-M", "-m", "-oo", "-outdir", "-p", "-Q"),
+            (1, 1),
+        ),
+        **dict.fromkeys(
+            ("-ptl", "-rnc", "-S", "-s", "-sla", "-smt", "-sp", "-T", "-t", "-U", "-u", "-v", "-w"), (1, 1)
+        ),
+    }
+)
 
 # bsub prints `Job <779469> is submitted to default queue <batch>.` (or `… to queue <q>.`)
 _SUBMITTED = re.compile(r"Job <(\d+)> is submitted to ")

@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from ..errors import UsageError
 from ..hosts import HostSlots
 from . import register
 from .base import Scheduler, read_host_file, slot_lines
 
-__all__ = ["Pbs"]
+__all__ = ["QSUB_OPTIONS", "Pbs"]
+
+# PBS's qsub options (OpenPBS qsub(1B)) that `hpcdist pbs` does not model, each with its fewest and most values: they
+# go into the script as #PBS lines. Not here: -C, -S and -I, which would change how the script is read or run; -h
+# (hold: the command's own -h is its help); and the options it models.
+QSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {
+        **dict.fromkeys(("-f", "-X", "-z"), (0, 0)),
+        **dict.fromkeys(("-a", "-c", "-k", "-m", "-M", "-p", "-P", "-R", "-u", "-v", "-W"), (1, 1)),
+    }
+)
 
 # qsub prints the new job's id, `<sequence number>.<server name>` (`1234[].pbs01` for an array): OpenPBS qsub(1B)
 _JOB_ID = re.compile(r"\d+(?:\[\d*\])?(?:\.[A-Za-z0-9_.-]+)?")

@@ -48,7 +48,7 @@ def test_drift_is_reported_and_only_write_fixes_it(tmp_path: Path) -> None:
         for path in (ROOT / folder).iterdir()
         if path.name != "README.md"
     )
-    assert len(checkout) == 12
+    assert len(checkout) == 17
     assert check_examples(str(tmp_path)) == [f"{path} is missing" for path in checkout]  # nothing written by a check
     assert not (tmp_path / "slurm").exists()
     assert sorted(write_examples(str(tmp_path))) == checkout

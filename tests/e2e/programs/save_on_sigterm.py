@@ -2,7 +2,8 @@
 
 It writes ready-RANK in $MARKERS and waits; on SIGTERM it spends a second on its "checkpoint" (longer than Open MPI's
 launcher leaves a rank it passed SIGTERM to), writes saved-RANK holding the signal's name, and exits 0. With
-IGNORE=1 it ignores SIGTERM instead, and waits to be killed.
+IGNORE=1 it ignores SIGTERM instead, and waits to be killed. SAVE_ON=USR1 saves on SIGUSR1 as well (a requeue
+notice passed on by a job script).
 """
 
 import os
@@ -23,6 +24,8 @@ def save(signum: int, frame: object) -> None:
 
 
 signal.signal(signal.SIGTERM, signal.SIG_IGN if os.environ.get("IGNORE") == "1" else save)
+if os.environ.get("SAVE_ON") == "USR1":
+    signal.signal(signal.SIGUSR1, save)
 open(os.path.join(markers, f"ready-{rank}"), "w").close()
 while True:
     signal.pause()
