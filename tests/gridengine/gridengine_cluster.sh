@@ -321,9 +321,14 @@ qsort_args         NONE
 EOF
 }
 
-# queue_conf(5): all.q, SLOTS slots on each host, no load threshold (a busy machine must not put it in alarm state)
+# queue_conf(5): all.q, SLOTS slots on each host, no load threshold (a busy machine must not put it in alarm state),
+# and each host's jobs' TMPDIR in a directory of its own (the hosts share /tmp, and job ids start at 1 in every cell)
 write_queue() {
-    local s=$1
+    local s=$1 host tmpdirs=/tmp
+    for host in "${HOSTS[@]}"; do
+        mkdir -p "$s/tmp/$host"
+        tmpdirs+=",[$host=$s/tmp/$host]"
+    done
     cat >"$s/etc/queue.all.q" <<EOF
 qname                 all.q
 hostlist              ${HOSTS[*]}
@@ -340,7 +345,7 @@ ckpt_list             NONE
 pe_list               mpi
 rerun                 FALSE
 slots                 $SLOTS
-tmpdir                /tmp
+tmpdir                $tmpdirs
 shell                 /bin/sh
 prolog                NONE
 epilog                NONE
