@@ -78,11 +78,12 @@ install_packages() {
         created_policy=1
         trap 'rm -f /usr/sbin/policy-rc.d' EXIT  # also when apt-get is interrupted
     fi
-    say "installing ${PACKAGES[*]} (apt-get update + install, ~30 s; log: $log)"
+    say "installing ${PACKAGES[*]} (apt-get update + install, ~20 s; log: $log)"
     local ok=1
-    { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"; } \
-        >"$log" 2>&1 || ok=""
+    # -o DPkg::Lock::Timeout: wait up to 2 minutes for another apt or dpkg to finish, instead of failing at once
+    { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 update -q &&
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -q --no-install-recommends \
+            "${PACKAGES[@]}"; } >"$log" 2>&1 || ok=""
     if [ -n "$created_policy" ]; then
         rm -f /usr/sbin/policy-rc.d
         trap - EXIT

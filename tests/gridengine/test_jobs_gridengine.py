@@ -176,7 +176,7 @@ def test_a_job_that_exits_99_is_rescheduled_and_runs_again_with_restarted_set(su
 def test_qsub_w_v_finds_a_queue_for_each_generated_script(cell, venv: Path, tmp_path: Path, options) -> None:
     """`qsub -w v` checks a script against the cell, as if empty, without submitting it (submit(1))."""
     script = tmp_path / "job.sh"
-    script.write_text(generated(venv, *options, program=["python", "train.py"]))
+    script.write_text(generated(venv, *options, program=["python", "train.py", "a 0", "a'; echo foo"]))
     verified = cell.run("qsub", "-w", "v", str(script), cwd=tmp_path)
     assert (verified.returncode, verified.stdout) == (0, "verification: found suitable queue(s)\n"), verified
 
