@@ -27,7 +27,7 @@
 # not to configure a cell of its own (shared/gridengineconfig false) and a temporary /usr/sbin/policy-rc.d, removed
 # again, so that apt starts no daemon.
 #
-# Knob: HPCDIST_GRIDENGINE_TIMEOUT (seconds `up` and `down` wait for each step, default 60).
+# Knob: HPCDIST_GRIDENGINE_TIMEOUT (seconds `up` waits for each step, default 60).
 set -euo pipefail
 
 PACKAGES=(gridengine-master gridengine-exec gridengine-client)
