@@ -25,7 +25,14 @@ def _killed_launchers_directory() -> Path:
     )
     session = Path(tempfile.gettempdir()) / f"ompi.{proc.pid}"
     wait_for(f"mpirun's rendezvous file in {session}", lambda: list(session.glob("pmix.*.tool*")), 60, proc)
-    below = proctree.descendants(proc.pid)  # its daemon's rank (sleep) is in a process group of its own
+    # its daemon's rank (sleep) is in a process group of its own, and may start after the rendezvous file appears
+    wait_for(
+        f"mpirun {proc.pid}'s rank, sleep 60",
+        lambda: any(_named(pid, "sleep") for pid in proctree.descendants(proc.pid)),
+        60,
+        proc,
+    )
+    below = proctree.descendants(proc.pid)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     for pid in below:  # the rank a killed mpirun leaves running goes too: the test leaves no process behind
@@ -48,3 +55,11 @@ def test_a_killed_launchers_directory_stops_the_next_with_its_pid_and_hpcdist_cl
         assert not left.exists()
     finally:
         shutil.rmtree(left, ignore_errors=True)
+
+
+def _named(pid: int, name: str) -> bool:
+    """Whether process `pid` runs the program `name` (its /proc comm); False once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == name
+    except OSError:
+        return False
