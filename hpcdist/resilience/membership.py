@@ -15,20 +15,19 @@ over their surviving members, renumbered. A failure during it starts it again (`
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from types import TracebackType
 from typing import Any
 
 import torch.distributed as dist
 from mpi4py import MPI
 
 from .. import mpi_backend
+from ..abort import survive_finalize
 from ..errors import RanksLost, TooFewRanks, lost_text
 from ..mpi_backend.lost import failed_starts, hosts, is_failure
 from ..ranklist import by_host
@@ -64,19 +63,7 @@ class _Unfinished:
     subgroups: Subgroups = field(default_factory=list)
 
 
-@dataclass
-class _Exit:
-    """How this process ends once a recovery has run: 1 after an uncaught exception, else 0 (`_skip_finalize`).
-
-    One per process (`_EXIT`): it is what an excepthook and an at-exit handler share.
-    """
-
-    registered: bool = False
-    status: int = 0
-
-
 _UNFINISHED = _Unfinished()
-_EXIT = _Exit()
 
 
 @dataclass(frozen=True)
@@ -199,7 +186,7 @@ def recover(error: BaseException | None = None) -> Recovery:
             last = exc
             continue
         _UNFINISHED.backend, _UNFINISHED.subgroups = None, []
-        _skip_finalize()
+        survive_finalize()
         return Recovery(lost, hosts(), before, shrunk.size, shrunk.rank, time.monotonic() - began, groups, during)
     raise RanksLost(
         [rank for rank in starts_before if rank not in _starts(ulfm.world())],
@@ -207,28 +194,6 @@ def recover(error: BaseException | None = None) -> Recovery:
         during,
         why=f"the recovery failed {_ATTEMPTS} times in a row as more ranks were lost; last: {last}",
     )
-
-
-def _skip_finalize() -> None:
-    """After a recovery, end this process at exit without MPI_Finalize (once): Open MPI 5.0's survivors of a failure
-    hang in it at random (measured here: 2 runs in 6 with two ranks lost; open-mpi/ompi#11404). The status is 1 after
-    an uncaught exception, else 0 (a sys.exit status is not seen at that point)."""
-    if _EXIT.registered:
-        return
-    previous = sys.excepthook
-
-    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        _EXIT.status = 1
-        previous(kind, value, tb)
-
-    def end() -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_EXIT.status)
-
-    sys.excepthook = hook
-    _EXIT.registered = True
-    atexit.register(end)
 
 
 def _lost(comm: MPI.Comm, during: str, error: BaseException) -> RanksLost:
