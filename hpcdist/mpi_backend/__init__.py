@@ -27,14 +27,18 @@ from __future__ import annotations
 import contextlib
 import weakref
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 from mpi4py import MPI
 
+from .. import abort
 from ..contract import RankContract
 from ..errors import check_same_world
+from . import shrinking
 from .crowding import node_crowded
 from .dtypes import reduction_plan
 from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
@@ -53,6 +57,7 @@ __all__ = [
     "RanksLostError",
     "configure",
     "crowded",
+    "follow_world",
     "native_active",
     "parent",
     "reduction_plan",
@@ -76,6 +81,7 @@ class _World:
     node_crowded: bool = False  # whether this rank's node runs more ranks than their affinity masks give cores
     crowded: dict[tuple[int, ...], bool] = field(default_factory=dict)  # each group's decision, by its global ranks
     groups: weakref.WeakSet[MPIProcessGroup] = field(default_factory=weakref.WeakSet)  # every Python group made
+    followers: list[Callable[[MPI.Intracomm], None]] = field(default_factory=list)  # `follow_world`'s callbacks
 
 
 _WORLD = _World()
@@ -91,6 +97,7 @@ def register() -> None:
     """Make "mpi4py" a torch.distributed backend (idempotent)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=list(DEVICES))
+    shrinking.install()
 
 
 def native_active() -> bool:
@@ -136,6 +143,13 @@ def set_parent(comm: MPI.Intracomm) -> None:
     _WORLD.crowded.clear()
 
 
+def follow_world(callback: Callable[[MPI.Intracomm], None]) -> None:
+    """Have `callback` called with the survivors' communicator (collectively, on every survivor) when torch's
+    shrink_group shrinks the default group: what lives on the old world (the store over MPI) moves there."""
+    if callback not in _WORLD.followers:
+        _WORLD.followers.append(callback)
+
+
 def revoke_all() -> None:
     """Revoke (ULFM) the parent and every communicator of every group made here, so no call on them waits any more;
     each group is aborted (its pending operations abandoned)."""
@@ -156,7 +170,6 @@ def _create(options: Any, backend_options: Any = None) -> Any:
     """
     base = parent()
     ranks = list(options.global_ranks_in_group)
-    timeout = options.timeout.total_seconds()
     name = str(ranks)  # the group as the ledger names it (as hang forensics name torch's subgroups)
     if not ranks:  # the default group: torch's ranks must be MPI's
         check_same_world("torch's init_process_group", (options.group_rank, options.group_size), (base.rank, base.size))
@@ -174,7 +187,39 @@ def _create(options: Any, backend_options: Any = None) -> Any:
         raise ValueError(
             f"MPI rank {comm.rank} in the new communicator differs from torch's group rank {options.group_rank}"
         )
-    reference = MPIProcessGroup(comm, ranks, timeout, name)
+    return _over(comm, ranks, options.timeout, name, group=True)
+
+
+def _shrink(reference: MPIProcessGroup, excluded: list[int]) -> Any:
+    """torch's shrink_group on `reference`'s group (or the compiled backend over it): the backend of its ranks but
+    `excluded`, which failed, on the survivors' communicator (shrinking.py); the old group is abandoned. Shrinking
+    the default group makes the survivors the world: the next groups, and the followers' (`follow_world`), are
+    theirs, and the process ends without MPI_Finalize, as survivors do."""
+    if not _WORLD.contract.shrinks:
+        raise ValueError(
+            f"{reference._who()}: shrink_group on the mpi backend needs MPI's fault tolerance (ULFM): run the job "
+            "under `hpcdist mpirun --on-failure shrink`"
+        )
+    comm = shrinking.survivors((reference._comm, reference._ring_comm), excluded, reference._who(), reference._desc)
+    reference.abort()
+    kept = [rank for at, rank in enumerate(reference._ranks) if at not in set(excluded)]
+    name = reference._ledger_name
+    if name == "world":  # torch renumbers the default group's ranks from 0
+        kept = list(range(comm.size))
+        set_parent(comm)
+        for follower in _WORLD.followers:
+            follower(comm)
+        abort.survive_finalize()
+        comm = comm.Dup()
+    else:
+        name = str(kept)
+    return _over(comm, kept, timedelta(seconds=reference._timeout), name, group=False)
+
+
+def _over(comm: MPI.Intracomm, ranks: list[int], timeout: timedelta, name: str, group: bool) -> Any:
+    """The backend over `comm` for torch (errors returned; `ranks` its global ranks): the compiled one over the
+    Python group where every rank has it, else the Python group itself; as a ProcessGroup (`group`) or a Backend."""
+    reference = MPIProcessGroup(comm, ranks, timeout.total_seconds(), name, shrinker=_shrink)
     _WORLD.groups.add(reference)
     from . import native  # not at import: `python -m hpcdist.mpi_backend.native` runs it as __main__
 
@@ -196,10 +241,11 @@ def _create(options: Any, backend_options: Any = None) -> Any:
         desc=reference._desc,
         name=name,
         ranks=ranks,
-        timeout=options.timeout,
+        timeout=timeout,
         ring_bytes=ring_min_bytes(compiled=True),
         ring_tag=COMPILED_TAG,
         ring_segment=SEGMENT,
         yielding=yielding,
     )
-    return compiled.make_group(comm=comm.handle, rank=comm.rank, size=comm.size, fallback=reference, spec=spec)
+    make = compiled.make_group if group else compiled.make_backend
+    return make(comm=comm.handle, rank=comm.rank, size=comm.size, fallback=reference, spec=spec)

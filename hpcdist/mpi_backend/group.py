@@ -41,7 +41,14 @@ _FAST_SPINS = 256  # Test() calls (~0.1-0.3 µs each) before a synchronous call 
 class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.ProcessGroup):  # type: ignore[misc]
     """A process group over `comm`; `global_ranks[i]` is the torch global rank of group rank i."""
 
-    def __init__(self, comm: MPI.Intracomm, global_ranks: list[int], timeout: float, name: str = "world") -> None:
+    def __init__(
+        self,
+        comm: MPI.Intracomm,
+        global_ranks: list[int],
+        timeout: float,
+        name: str = "world",
+        shrinker: Callable[[MPIProcessGroup, list[int]], Any] | None = None,
+    ) -> None:
         dist.ProcessGroup.__init__(self, comm.Get_rank(), comm.Get_size())  # type: ignore[call-arg]  # (rank, size) form
         self._comm = comm
         self._ring_comm = comm.Dup() if comm.Get_size() > 1 else comm  # internal traffic, apart from users' tags
@@ -63,6 +70,7 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         self._group_desc = ""
         self._ledger_name = name  # the group in the ledger: "world" or its global ranks, "[0, 1]"
         self._gseq = 0  # collectives issued on this group (the compiled backend over it sets it before each)
+        self._shrinker = shrinker  # what torch's shrink_group calls (the package's: it makes the next group)
 
     # -- identity -------------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's C++ name
@@ -73,10 +81,19 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
 
     # torch asks a group for its per-device c10d Backend (batch_isend_irecv, new_group's split source, abort, the
     # time estimator) and reads these flags off it. This group registers none: it is its own backend on the devices
-    # it is registered for, and does none of those optional things (batch_isend_irecv issues each op on its own).
+    # it is registered for, and does none of those optional things (batch_isend_irecv issues each op on its own),
+    # but shrinking: dist.shrink_group (shrinking.py).
     supports_splitting = False
     supports_coalescing = False
     supports_time_estimate = False
+    supports_shrinking = True
+
+    def shrink(self, ranks_to_exclude: list[int], shrink_flags: int = 0, opts_override: Any = None) -> Any:
+        """torch's shrink_group: the backend of this group's ranks but `ranks_to_exclude` (group ranks), which failed;
+        this group is abandoned. The compiled backend over this group calls it too."""
+        if self._shrinker is None:
+            raise ValueError(f"{self._who()}: {self._desc} cannot shrink (made outside torch's new_group)")
+        return self._shrinker(self, [int(rank) for rank in ranks_to_exclude])
 
     def _get_backend(self, device: Any) -> Any:
         kind = torch.device(device).type

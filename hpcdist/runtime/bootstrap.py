@@ -298,10 +298,12 @@ def _make_store(process: RankProcess, kwargs: dict[str, Any]) -> None:
         return
     from mpi4py import MPI
 
+    from .. import mpi_backend
     from .mpistore import MPIStore
 
     seconds = kwargs["timeout"].total_seconds()
     kwargs["store"] = process.mpi_store = MPIStore(MPI.COMM_WORLD, seconds)
+    mpi_backend.follow_world(process.mpi_store.rebase)  # torch's shrink_group of the default group moves it along
     release_store(process)  # the rendezvous's TCP port: nothing connects to it now, so it closes
 
 

@@ -74,9 +74,9 @@ class _Waiter:
 class _Server:
     """The keys, and the thread on rank 0 that answers every rank's requests."""
 
-    def __init__(self, comm: Any) -> None:
+    def __init__(self, comm: Any, table: dict[str, bytes] | None = None) -> None:
         self.comm = comm
-        self.table: dict[str, bytes] = {}
+        self.table: dict[str, bytes] = dict(table or {})
         self.local: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.waiting: dict[str, list[_Waiter]] = {}  # by the first key each waiter still lacks
         self.deadlines: list[tuple[float, int, _Waiter]] = []  # a heap, to time out the waiters
@@ -340,6 +340,18 @@ class MPIStore(dist.Store):
     def abandon(self) -> None:
         """Stop serving at once, not collectively: ranks died (ULFM), and the survivors make a new store."""
         self._stop(0.5)
+
+    def rebase(self, comm: Any) -> None:
+        """Serve from the survivors' `comm` from now on (collective over them), after torch's shrink_group shrank the
+        world: this object and its clones alike. The keys go along where rank 0 survived (it is rank 0 of `comm`);
+        else the survivors start with none (they were on the lost rank)."""
+        table = self._server.table if self._server is not None else {}
+        self._stop(0.5)
+        self._comm = comm.Dup()
+        comm.allreduce(0)  # mpi4py's hidden duplicate for pickled calls, made in step (see __init__)
+        self._rank = self._comm.rank
+        self._server = _Server(self._comm, table) if self._rank == _SERVER else None
+        self._closed = False
 
     def _at_exit(self) -> None:
         """Before mpi4py finalizes MPI: stop the server thread, if close did not."""

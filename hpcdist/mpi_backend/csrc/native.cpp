@@ -167,6 +167,14 @@ class NativeBackend : public c10d::Backend {
 
   const std::string getBackendName() const override { return spec_.backend_name; }
   bool supportsCoalescing() const override { return true; }
+  bool supportsShrinking() const override { return true; }
+
+  // torch's shrink_group: the Python group makes the backend of the ranks kept (shrinking.py) and abandons itself.
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& /*opts_override*/) override {
+    py::gil_scoped_acquire gil;
+    return py_.attr("shrink")(ranks_to_exclude, shrink_flags).cast<c10::intrusive_ptr<c10d::Backend>>();
+  }
 
   // The text of each call of this group past its deadline (the watchdog ends the job with it).
   void overdue(std::vector<std::string>& out) const {
@@ -656,6 +664,11 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(uint64_t comm, int rank, int s
   return c10::make_intrusive<NamedGroup>(backend, rank, size);
 }
 
+// The backend alone, as torch's shrink_group registers it on a process group of its own.
+c10::intrusive_ptr<c10d::Backend> make_backend(uint64_t comm, int rank, int size, py::object fallback, Spec spec) {
+  return c10::make_intrusive<NativeBackend>(comm, rank, size, std::move(spec), std::move(fallback));
+}
+
 // The ledger's calls, oldest first, each made by `call_type(**fields)` (hpcdist.commcall.Call): start and end in
 // seconds of CLOCK_MONOTONIC (end None: in flight), the root as "root=N" (else ""), dtypes as c10 names them.
 std::vector<py::object> ledger_calls(const py::object& call_type) {
@@ -694,6 +707,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            arg("timeout"), arg("ring_bytes"), arg("ring_tag"), arg("ring_segment"), arg("yielding"));
   m.def("make_group", &native::make_group, "A process group over an MPI communicator, with the Python group for the "
         "rest", arg("comm"), arg("rank"), arg("size"), arg("fallback"), arg("spec"));
+  m.def("make_backend", &native::make_backend, "The backend alone (shrink_group's new one), with the Python group "
+        "for the rest", arg("comm"), arg("rank"), arg("size"), arg("fallback"), arg("spec"));
   m.def("overdue", &native::overdue, "The calls of every group past their timeout, as the watchdog reports them");
   m.def("ledger", &native::ledger_calls, "The last calls of every group, oldest first, each made by "
         "call_type(**fields)", arg("call_type"));
