@@ -111,7 +111,21 @@ class RanksLost(Exception):
 
 
 class TooFewRanks(RanksLost):
-    """The survivors of a failure would be fewer than --min-np: the job ends (or restarts)."""
+    """The survivors of a failure would be fewer than --min-np: the job ends (or restarts, from its checkpoint).
+
+    `survivor` is this process's rank among the survivors: every survivor raises it alike, and 0 says it for them all.
+    """
+
+    def __init__(
+        self,
+        ranks: Iterable[int],
+        hosts: Mapping[int, str] | None = None,
+        during: str = "",
+        why: str = "",
+        survivor: int = 0,
+    ) -> None:
+        super().__init__(ranks, hosts, during, why)
+        self.survivor = survivor
 
 
 def lost_text(ranks: Iterable[int], hosts: Mapping[int, str], during: str = "") -> str:

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from .. import settings
 from .._version import __version__
-from ..errors import UsageError, WaitTimeout
+from ..errors import TooFewRanks, UsageError, WaitTimeout
 from .habits import habit, passed_on, passed_words
 from .types import Checked
 
@@ -182,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _told(str(exc)):  # a rank of hpcdist mpirun: the launcher says it once for the job
             print(f"hpcdist: error: {exc}", file=sys.stderr)
         return 2
+    except TooFewRanks as exc:  # every survivor alike: said once; the rank ends, and --max-restarts may start again
+        if exc.survivor == 0:
+            print(f"hpcdist: error: {exc} (--max-restarts N starts it again, from its checkpoint)", file=sys.stderr)
+        return 1
     except WaitTimeout as exc:  # the message says who waited for what; the other ranks may be waiting too
         print(f"hpcdist: error: {exc}", file=sys.stderr)
         return _end_job(1)

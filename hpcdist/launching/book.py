@@ -29,6 +29,7 @@ class RankBook:
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
         self.first_vanished: int | None = None  # the first of them, when it was heard before any failure
         self.usage: str | None = None  # the first usage error a rank told (said once for the job)
+        self.told_usage: set[int] = set()  # the ranks that told one: they end with it, no loss of the job's
         self.first_failure: tuple[float, int] | None = None  # when (the watch's clock), and which, rank first failed
 
     def hear(self, event: Event, now: float) -> None:
@@ -50,8 +51,9 @@ class RankBook:
             self.after_peer.add(rank)
         elif isinstance(event, Done):
             self.done.add(rank)
-        elif isinstance(event, Usage) and self.usage is None:
-            self.usage = event.message
+        elif isinstance(event, Usage):
+            self.usage = self.usage if self.usage is not None else event.message
+            self.told_usage.add(rank)
         elif isinstance(event, Vanished) and rank not in self.vanished:
             if not self.vanished and not self.began():
                 self.first_vanished = rank

@@ -116,8 +116,8 @@ class MpirunWatch:
             self.heartbeats.beat(event.rank, event.host, event.frozen)
         elif isinstance(event, (Done, Failed, Vanished)):  # no longer expected to beat
             self.heartbeats.ended(event.rank)
-        if self.shrink is not None and isinstance(event, (Failed, Vanished)):
-            how = self.book.failed.get(event.rank)
+        if self.shrink is not None and isinstance(event, (Failed, Vanished)) and event.rank not in self.book.told_usage:
+            how = self.book.failed.get(event.rank)  # a rank that told a usage error ends with it, said once at the end
             self._lose({event.rank: f"failed ({how})" if how else f"lost ({VANISHED})"})
 
     def _observe(self, seen: Observation) -> None:

@@ -7,11 +7,16 @@ the parameters and the optimizer's state after the last committed step are the s
 is lost inside a step or in the agreement, the survivors shrink (`membership.recover`), wrap the same module in a
 new DDP over the new default group, and redo the step with the samples it had, shared among themselves; rank 0
 prints one line per failure. Outside `--on-failure shrink` the same loop trains as plain DDP.
+
+With `checkpoint=PATH`, rank 0 writes PATH atomically at the end of every epoch (the model, the optimizer, the epochs
+and steps done), and a loop made with PATH present starts after that epoch: what a restart (`--max-restarts`) resumes
+from when the survivors are too few (`TooFewRanks`) or a host is lost. The survivors of a shrink never read it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -24,11 +29,15 @@ from torch.utils.data import default_collate
 from ..errors import RanksLost, UsageError
 from ..runtime.process import current
 from ..values import check_count
+from . import checkpoint as files
 from . import detector
 from .membership import Recovery, commit, failure_of, recover
 from .sharding import epoch_order, share, step_size
 
-__all__ = ["Survivors"]
+__all__ = ["CHECKPOINT_FORMAT", "Survivors"]
+
+CHECKPOINT_FORMAT = "survivors/1"
+_MUST_MATCH = ("seed", "samples")  # what the epochs' sample order depends on
 
 
 class Indexable(Protocol):
@@ -50,7 +59,8 @@ class Survivors:
                 loss_fn(loop.model(x), y).backward()
     ```
     `dataset` is indexable (`dataset[i]`, `len(dataset)`); a batch is `collate([dataset[i] for i in indices])`.
-    Keyword arguments beyond these are DistributedDataParallel's.
+    `checkpoint`: a file written atomically by rank 0 after every epoch, and resumed from when it exists (unless
+    `resume` is False). Keyword arguments beyond these are DistributedDataParallel's.
     """
 
     def __init__(
@@ -62,8 +72,15 @@ class Survivors:
         batch_size: int,
         seed: int = 0,
         collate: Callable[[list[Any]], Any] = default_collate,
+        checkpoint: str | os.PathLike[str] | None = None,
+        resume: bool = True,
         **ddp_options: Any,
     ) -> None:
+        """Hold them, resume from the checkpoint if there is one, wrap the module in DDP.
+
+        Raises:
+            UsageError: a batch size below 1, or a checkpoint of another format, seed or data set size.
+        """
         check_count(batch_size, "batch_size", 1, "e.g. batch_size=32")
         self.module, self.optimizer, self.dataset = model, optimizer, dataset
         self.batch_size, self.seed = batch_size, seed
@@ -73,12 +90,17 @@ class Survivors:
         self.steps = 0  # steps committed since the start
         self.committed = False  # whether the last `with loop.step():` was committed (False: it is redone)
         self.indices: list[int] = []  # the data set's indices in this rank's current batch
+        self.checkpoint = os.fspath(checkpoint) if checkpoint is not None else None
+        self.resumed = 0  # the epochs done by the checkpoint resumed from (0: none)
+        self.saved: int | None = None  # the step the last checkpoint was written after (None: none yet)
         self._collate, self._ddp_options = collate, ddp_options
         process = current()
         self._shrink = process.contract.shrinks
         self._order: list[int] = []
         self._cursor = 0  # samples of the epoch's order consumed by committed steps: the same on every survivor
         self._taking: int | None = None  # samples the current step takes, until it is committed or redone
+        if self.checkpoint is not None and resume:
+            self._resume(self.checkpoint)
         self.model = self._wrap()
         if self._shrink:
             detector.start(process)  # for gloo and nccl, MPI watches for failures (collective, once)
@@ -94,8 +116,9 @@ class Survivors:
         return dist.get_world_size()
 
     def epochs(self, count: int, start: int = 0) -> Iterator[int]:
-        """The epochs start..count-1; each begins at the first sample of its order, drawn from (seed, epoch)."""
-        for epoch in range(start, count):
+        """The epochs start..count-1, after those the checkpoint resumed from; each begins at the first sample of its
+        order, drawn from (seed, epoch)."""
+        for epoch in range(max(start, self.resumed), count):
             self.epoch, self.epoch_step, self._cursor = epoch, 0, 0
             self._order = epoch_order(len(self.dataset), self.seed, epoch)
             yield epoch
@@ -120,6 +143,8 @@ class Survivors:
                     "a batch of Survivors.batches() was used without `with loop.step():`; train each batch inside "
                     "`with loop.step():` (it commits the step, then steps the optimizer)"
                 )
+        if self.checkpoint is not None and self._order:  # the epoch's every step committed: its end is kept
+            self._save(self.checkpoint)
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
@@ -173,6 +198,55 @@ class Survivors:
                 self._recover(lost)
                 continue
             return tensor.copy_(summed)
+
+    def _save(self, path: str) -> None:
+        """Rank 0 writes the state after the epoch's last step atomically (the same on every survivor)."""
+        if self.rank == 0:
+            state = {
+                "format": CHECKPOINT_FORMAT,
+                "seed": self.seed,
+                "samples": len(self.dataset),
+                "epoch": self.epoch + 1,
+                "steps": self.steps,
+                "world_size": self.world_size,
+                "model": self.module.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+            }
+            files.save(state, path)
+        self.saved = self.steps
+
+    def _resume(self, path: str) -> None:
+        """Rank 0 reads the checkpoint, if there is one, for every rank; load it and say so on rank 0.
+
+        Raises:
+            UsageError: it was written in another format, or for another seed or data set size.
+        """
+        box: list[Any] = [files.load(path) if self.rank == 0 and os.path.exists(path) else None]
+        dist.broadcast_object_list(box, src=0)
+        state = box[0]
+        if state is None:
+            return
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise UsageError(
+                f"{path} is not a checkpoint of hpcdist.Survivors (format {state.get('format')!r}, not "
+                f"{CHECKPOINT_FORMAT!r}); give another path, or move the file away to start afresh"
+            )
+        here = {"seed": self.seed, "samples": len(self.dataset)}
+        for key in _MUST_MATCH:
+            if state[key] != here[key]:
+                raise UsageError(
+                    f"{path} was written with {key}={state[key]}, this loop has {key}={here[key]}; the epochs' "
+                    f"order depends on it: pass {key} {state[key]}, or move the file away to start afresh"
+                )
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.resumed, self.steps = state["epoch"], state["steps"]
+        if self.rank == 0:
+            print(
+                f"hpcdist: resumed from {path} after epoch {self.resumed}, step {self.steps} (written by "
+                f"{state['world_size']} ranks; {self.world_size} now)",
+                flush=True,
+            )
 
     def _wrap(self) -> DistributedDataParallel:
         """The module in a DDP over the current default group (its device's index for CUDA)."""

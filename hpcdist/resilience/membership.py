@@ -174,6 +174,7 @@ def recover(error: BaseException | None = None) -> Recovery:
                 during,
                 why=f"{lost_text(lost, hosts(), during)}: {shrunk.size} ranks are left, fewer than "
                 f"--min-np {min_np}; the job ends",
+                survivor=shrunk.rank,
             )
         ulfm.replace(shrunk)
         try:

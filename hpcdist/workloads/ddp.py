@@ -33,8 +33,9 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ..errors import UsageError
 from ..forensics.timeline import region, reporting
+from ..resilience import checkpoint
 from ..runtime.bootstrap import Session, forensics_enabled
-from . import WorkloadOptions, checkpoint, steplog
+from . import WorkloadOptions, steplog
 from .preemption import Preempted, StopAtStepBoundary
 
 __all__ = [
@@ -101,7 +102,8 @@ def run(session: Session, options: WorkloadOptions | None = None) -> str | None:
         dataset = make_dataset(opts.samples, opts.seed)
         from . import shrinking  # not at import: it loads mpi4py.MPI, which MPI_Inits a torchrun or srun worker
 
-        return check_identical(shrinking.train(session, opts, module, optimizer, dataset), session)
+        path = str(Path(opts.checkpoint_dir, CHECKPOINT_NAME)) if opts.checkpoint_dir else None
+        return check_identical(shrinking.train(session, opts, module, optimizer, dataset, path), session)
     if options is None or not options.report:
         return check_identical(train(session, options), session)
     with reporting(forensics_enabled(session.env), session.timeout):

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -192,4 +193,53 @@ def test_hpcdist_run_ddp_shrink_a_rank_sigkilled_in_epoch_2_the_survivors_finish
         r"^hpcdist: rank 2 on \S+ lost \(.*\); 3 of 4 ranks carry on from step \d+ \(recovered in ", text, re.M
     )
     assert LAUNCHER_LOST.findall(text) == ["2"], text
+    assert job.returncode == 0, text
+
+
+def test_hpcdist_run_ddp_shrink_with_checkpoints_one_loss_shrunk_then_below_min_np_restarted_from_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """`hpcdist mpirun -np 4 --on-failure shrink --min-np 3 --max-restarts 1 -- hpcdist run ddp --checkpoint-dir DIR
+    --resume`: rank 2 SIGKILLed in epoch 2, the 3 survivors carry on from memory; rank 3 SIGKILLed in epoch 3, the 2
+    left are too few, the job restarts on 4 ranks from epoch 2's checkpoint and ends with status 0."""
+    marker, log, logged = str(tmp_path), tmp_path / "out.txt", tmp_path / "steps.log"
+    argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", "--min-np", "3", "--max-restarts", "1"]
+    argv += ["--oversubscribe", "-np", str(NP), "-x", "SURVIVORS_TEST", "--", str(BIN / "hpcdist"), "run", "ddp"]
+    argv += ["--backend", "mpi", "--samples", "4096", "--batch-size", "8", "--step-log", str(logged)]
+    argv += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--resume"]
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "SURVIVORS_TEST": marker}
+
+    def begun(epoch: int, size: int) -> Callable[[], bool]:
+        """Whether a step of `epoch` was committed by `size` ranks, as the step log says."""
+        return lambda: logged.exists() and any(s.epoch == epoch and s.world_size == size for s in read(str(logged)))
+
+    with open(log, "w") as out, subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT) as job:
+        try:
+            for victim, epoch, size in ((2, 2, 4), (3, 3, 3)):
+                wait_for(f"epoch {epoch} to begin on {size} ranks", begun(epoch, size), 180, job)
+                pid = _rank_pid(marker, victim)
+                assert pid is not None
+                os.kill(pid, signal.SIGKILL)
+            job.wait(timeout=180)
+        finally:
+            job.kill()
+    text = log.read_text()
+    first, restarted = text.split("; restarting in ", 1) if "; restarting in " in text else (text, "")
+    assert re.search(r"^hpcdist: attempt 1/2 ended with .*$", first, re.M) and restarted, text
+    # the first loss shrunk around in-job: epoch 2 went on, and ended, on 3 ranks
+    assert re.search(r"^hpcdist: rank 2 on \S+ lost \(.*\); 3 of 4 ranks carry on from step \d+ ", first, re.M), text
+    saved = re.findall(
+        r"^rank 0: epoch (\d)/3 loss \S+ samples/s \d+, (\d) ranks, saved \S+ddp.pt after step (\d+)$", first, re.M
+    )
+    assert [(epoch, size) for epoch, size, _ in saved] == [("1", "4"), ("2", "3")], text
+    assert "fewer than --min-np 3; the job ends" in first, text
+    # the second loss went below --min-np: the restart resumed from the last checkpoint, epoch 2's, on 4 ranks
+    resumed = re.findall(
+        r"^hpcdist: resumed from \S+ddp.pt after epoch (\d), step (\d+) \(written by 3 ranks; 4 now\)$", restarted, re.M
+    )
+    assert resumed == [("2", saved[-1][2])], text
+    assert re.findall(r"^rank 0: epoch (\d)/3 .*, (\d) ranks, saved", restarted, re.M) == [("3", "4")], text
+    digests = re.findall(r"^rank (\d): parameters sha256 ([0-9a-f]{64}) identical on all 4 ranks$", restarted, re.M)
+    assert sorted(int(rank) for rank, _ in digests) == [0, 1, 2, 3] and len({d for _, d in digests}) == 1, text
+    assert "internal error" not in text and "Traceback" not in text, text
     assert job.returncode == 0, text

@@ -62,7 +62,7 @@ def test_training_leaves_identical_parameters_on_every_rank_and_learns(comm, ses
     assert check_identical(module, session) is None
     comm.Barrier()
     if comm.rank == 0:
-        from hpcdist.workloads import checkpoint
+        from hpcdist.resilience import checkpoint
 
         assert os.listdir(shared_dir) == ["ddp.pt"]  # rank 0 alone writes, and no temporary file is left
         state = checkpoint.load(os.path.join(shared_dir, "ddp.pt"))
@@ -137,7 +137,8 @@ def test_a_signal_to_one_rank_stops_all_at_one_step_and_the_resume_is_exact(
     import torch
     from torch.utils.data import TensorDataset
 
-    from hpcdist.workloads import checkpoint, ddp
+    from hpcdist.resilience import checkpoint
+    from hpcdist.workloads import ddp
 
     monkeypatch.setattr(ddp, "CHECK_EVERY", 1)
     whole = _digests(comm, ddp.train(session, _options(epochs=3, checkpoint_dir=os.path.join(shared_dir, "a"))))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from hpcdist.workloads import checkpoint
+from hpcdist.resilience import checkpoint
 
 
 def test_a_checkpoint_round_trips_tensors_and_plain_containers(tmp_path) -> None:

@@ -12,7 +12,7 @@ from hpcdist.cli import build_parser, main
 from hpcdist.cli.launch import mpirun_options
 from hpcdist.contract import RankContract
 from hpcdist.errors import UsageError
-from hpcdist.events import Beat, Done, Event, Failed, Ready, Vanished, encode
+from hpcdist.events import Beat, Done, Event, Failed, Ready, Usage, Vanished, encode
 from hpcdist.families.base import MpirunSpec
 from hpcdist.launching import heartbeat
 from hpcdist.launching.mpirun import build_mpirun_argv
@@ -184,6 +184,16 @@ def test_under_shrink_the_job_fails_when_no_survivor_finishes_well() -> None:
         "hpcdist: rank 2 on n1 failed (exit code 1); no rank is left (--on-failure shrink)",
     ]
     assert watch.outcome(3)[0].status == 3
+
+
+def test_under_shrink_a_usage_error_every_rank_meets_is_said_once_and_no_rank_is_a_loss() -> None:
+    watch = MpirunWatch(TOKEN, shrink=True, np=3)
+    for rank in range(3):
+        watch.feed("stderr", _line(Usage(rank, "--on-failure shrink does not take --report")))
+        watch.feed("stderr", _line(Failed(rank, "exit code 2", "n1")))
+    assert watch.news() == []
+    outcome, _ = watch.outcome(2)
+    assert (outcome.status, outcome.usage) == (2, "--on-failure shrink does not take --report")
 
 
 def test_under_shrink_the_launcher_is_not_ended_for_running_on(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -93,13 +93,18 @@ def test_mpirun_options_refuse_a_wrong_value_when_made(fields: dict[str, object]
         ({"stop_after_epoch": 0}, "--stop-after-epoch must be at least 1, got 0"),
         ({"resume": True}, "--resume needs --checkpoint-dir DIR"),
         ({"on_failure": "retry"}, "--on-failure 'retry': choose one of end, shrink"),
-        ({"on_failure": "shrink", "checkpoint_dir": "d"}, "--on-failure shrink does not take --checkpoint-dir"),
+        ({"on_failure": "shrink", "report": True}, "--on-failure shrink does not take --report"),
     ],
 )
 def test_workload_options_refuse_a_wrong_value_when_made(fields: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError) as error:
         WorkloadOptions(**fields)  # type: ignore[arg-type]
     assert message in str(error.value)
+
+
+def test_shrink_takes_checkpoints() -> None:
+    options = WorkloadOptions(on_failure="shrink", checkpoint_dir="d", resume=True, stop_after_epoch=2)
+    assert (options.checkpoint_dir, options.resume, options.stop_after_epoch) == ("d", True, 2)
 
 
 def test_a_checkpoint_dir_under_a_file_is_refused(tmp_path: Path) -> None:
