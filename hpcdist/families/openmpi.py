@@ -91,6 +91,12 @@ _FATAL_LINE = re.compile(r"\*\*\* ")
 # [warn] Epoll ADD(4) on fd 19 failed. Old events were 0; …: Bad file descriptor (measured 2026-11-26 with Open MPI
 # 5.0.11: rank 0, 9 jobs of 40 on 2 loaded cores); it changes nothing, and the rank's log keeps it
 _EVENT_BAD_FD = re.compile(r"\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\..*: Bad file descriptor\s*")
+# A survivor's non-blocking collective that a lost rank ended (libnbc; 75 is MPI_ERR_PROC_FAILED): its line, then a
+# blank one. hpcdist names the loss itself.
+_NBC_ABORTED = re.compile(
+    r"NBC_Progress: an error [0-9]+ was found during schedule 0x[0-9a-f]+ at row-offset [0-9]+ "
+    r"- aborting the schedule\s*"
+)
 
 
 class OpenMpiScanner(Scanner):
@@ -223,8 +229,8 @@ class OpenMpi(Family):
         return OpenMpiScanner()
 
     def hides(self, text: str) -> bool:
-        """The event library's warning about a lost peer's closed socket."""
-        return bool(_EVENT_BAD_FD.fullmatch(text))
+        """The event library's warning about a lost peer's closed socket, and libnbc's about a collective it ended."""
+        return bool(_EVENT_BAD_FD.fullmatch(text) or _NBC_ABORTED.fullmatch(text))
 
     def opens_block(self, line: str) -> bool:
         """A rule of dashes opens and closes a help message."""

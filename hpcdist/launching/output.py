@@ -71,6 +71,7 @@ class _Rank:
     arrived: int = 0  # the lines that came, which number the lines of a tagger that does not
     in_fatal: bool = False  # within its MPI's report of an error that ends this rank (Family.in_fatal_report)
     unseen: bool = False  # a line of its was kept but not shown (--ranks left it out)
+    hid: bool = False  # its last line was one its MPI's report replaces (Family.hides): a blank one after goes too
 
     def keep(self, number: int | None, line: bytes, most: int) -> None:
         """Keep `line` if it is among the `most` highest numbered (unnumbered: the `most` last to come)."""
@@ -139,8 +140,10 @@ class OutputRouter:
         kept = self._ranks.setdefault(rank, _Rank(host))
         kept.host = host
         text = rest.decode(errors="replace")
-        if self.hide_banners and self.family.hides(text):  # not in its tail either: the summary names the rank
+        if self.hide_banners and (self.family.hides(text) or (kept.hid and not text.strip())):
+            kept.hid = self.family.hides(text)  # not in its tail either: the summary names the rank
             return b""
+        kept.hid = False
         kept.in_fatal = self.family.in_fatal_report(text, kept.in_fatal)
         if kept.in_fatal and self.failed and rank not in self.failed:  # a consequence of a failure already heard
             return b""  # (the rank's log keeps it)
