@@ -4,7 +4,7 @@ agrees (`agreeing`).
 
 Under `hpcdist mpirun --on-failure shrink` (the contract's `shrinks`) a failing rank ends itself only
 (`leave_rank`): the survivors see a process failure (Open MPI's ULFM) and carry on without it, and end without
-MPI_Finalize (`survive_finalize`).
+MPI_Finalize, after every atexit hook, with their program's status (`survive_finalize`).
 """
 
 from __future__ import annotations
@@ -25,18 +25,21 @@ from types import TracebackType
 from typing import NoReturn
 
 from .contract import RankContract
-from .events import Failed
+from .events import Done, Failed
 
 __all__ = [
     "abort_job",
     "agreeing",
     "before_abort",
     "before_finalize",
+    "declare",
     "end_failed_rank",
+    "exit_status",
     "install_abort_hook",
     "leave_rank",
     "speak_under",
     "survive_finalize",
+    "survived",
 ]
 
 READ_SECONDS = 2.0  # how long a failing rank waits for its launcher to read its last output before MPI_Abort
@@ -54,7 +57,7 @@ class _Ending:
     hooks: list[Callable[[], None]] = field(default_factory=list)
     agreeing: threading.Lock = field(default_factory=threading.Lock)
     survived: bool = False  # a recovery ran: the process ends without MPI_Finalize (`survive_finalize`)
-    status: int = 0  # the status it then ends with: 1 after an uncaught exception
+    status: int = 0  # the status it then ends with: its program's (sys.exit's), 1 after an uncaught exception
 
 
 _ENDING = _Ending()
@@ -91,25 +94,66 @@ def before_finalize(stop: Callable[[], None]) -> None:
 
 
 def survive_finalize() -> None:
-    """After survivors recovered from a failure, end this process at exit without MPI_Finalize (once): Open MPI 5.0's
-    survivors of a failure hang in it at random (measured here: 2 runs in 6 with two ranks lost; open-mpi/ompi#11404).
-    The status is 1 after an uncaught exception, else 0 (a sys.exit status is not seen at that point)."""
+    """After survivors recovered from a failure, end this process without MPI_Finalize: Open MPI 5.0's survivors of a
+    failure hang in it at random (2 runs in 6 with two ranks lost; open-mpi/ompi#11404), and it waits for every other
+    survivor, so that one survivor cannot finalize alone (measured: one that did waited for a peer that skipped it).
+
+    Every atexit hook still runs, those registered before the recovery too: `_end`, registered as this module is
+    imported (first, so it runs last), then tells the launcher the program's status (`sys.exit`'s, 1 after an uncaught
+    exception) and exits with it; under hpcdist mpirun the status is told (a `Done` event), and the process exits 0,
+    since Open MPI ends the other survivors when one exits non-zero without MPI_Finalize (measured, 5.0.11). (A hook
+    registered before hpcdist was imported, which only a program run without hpcdist's runner can have, is skipped.)
+    """
     if _ENDING.survived:
         return
-    previous = sys.excepthook
+    previous_hook, previous_exit = sys.excepthook, sys.exit
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         _ENDING.status = 1
-        previous(kind, value, tb)
+        previous_hook(kind, value, tb)
 
-    def end() -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_ENDING.status)
+    def exit_told(status: str | int | None = None) -> NoReturn:  # sys.exit, its status kept: not seen at exit
+        declare(exit_status(status))
+        previous_exit(status)
 
-    sys.excepthook = hook
+    sys.excepthook, sys.exit = hook, exit_told
     _ENDING.survived = True
-    atexit.register(end)
+
+
+def declare(status: int) -> None:
+    """The status this process's program ended with (the runner's, or sys.exit's), for a survivor's `_end`."""
+    _ENDING.status = status
+
+
+def survived() -> bool:
+    """Whether this process survived a failure (`survive_finalize` ran): it ends as `_end` says."""
+    return _ENDING.survived
+
+
+def exit_status(code: object) -> int:
+    """The status `sys.exit(code)` leaves to the OS: None 0, an int its low byte (-1 is 255), anything else 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
+
+
+def _end() -> None:
+    """At exit, after every other atexit hook (registered first): a survivor tells its status and leaves without
+    MPI_Finalize (`survive_finalize`); any other process goes on to its normal end."""
+    if not _ENDING.survived:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    status, contract = _ENDING.status, _ENDING.contract
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        contract.tell(Done(mpi.COMM_WORLD.Get_rank(), status=status))
+    os._exit(0 if contract.routed else status)
+
+
+atexit.register(_end)
 
 
 def abort_job(code: int) -> None:

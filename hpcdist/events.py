@@ -87,9 +87,10 @@ class Hang(Event):
 
 @dataclass(frozen=True)
 class Done(Event):
-    """Every part of the rank's program ended well."""
+    """Every part of the rank's program ended: well, or, for a survivor of a failure, with the status it declared."""
 
     kind: ClassVar[str] = "done"
+    status: int = 0  # a survivor's program's exit status (sys.exit's), which it tells instead of exiting with it
 
 
 @dataclass(frozen=True)

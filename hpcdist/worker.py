@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import NoReturn
 
 from . import families, settings
-from .abort import abort_job, before_abort, end_failed_rank, speak_under
+from .abort import abort_job, before_abort, declare, end_failed_rank, exit_status, speak_under, survived
 from .contract import RankContract, check_version
 from .errors import RendezvousTimeout, UsageError
 from .events import Done, Failed
@@ -152,12 +152,9 @@ def _user_frames(tb: TracebackType | None) -> TracebackType | None:
 
 def _exit_code(code: object) -> int:
     """The status `sys.exit(code)` leaves to the OS: None 0, an int its low byte (-1 is 255), else printed and 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+    return exit_status(code)
 
 
 def _run_child(process: RankProcess, words: Sequence[str], env: dict[str, str], rank: int) -> int:
@@ -252,6 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         say_ready(contract, env.rank, env.world_size)  # the child cannot say it; its rendezvous is ready for it
         code, failed = _run_child(process, words, child_env, env.rank), None
+    if failed is None and survived():  # a survivor's own end: its status is told after its atexit hooks (abort._end)
+        declare(code)
+        return code
     if code != 0:
         # a usage error told to hpcdist mpirun is the job's one message; said only under a plain mpirun: hpcdist
         # mpirun, which this rank tells (routed), names the failure itself

@@ -23,7 +23,8 @@ class RankBook:
         self.at: dict[int, float] = {}  # rank -> when it failed or finished, by its own clock
         self.calls: dict[int, str] = {}  # rank -> the communication call it failed in
         self.finished: list[int] = []  # ranks whose programs ended well (they then wait for the others), as heard
-        self.done: set[int] = set()  # ranks that said they ended well
+        self.done: set[int] = set()  # ranks that said their program ended (well, or a survivor with a status)
+        self.declared: dict[int, int] = {}  # rank -> the status a survivor's program ended with (sys.exit's)
         self.hang: Hang | None = None  # the hang report's verdict (forensics/cause.py: tell_hang)
         self.hosts: dict[int, str] = {}
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
@@ -51,6 +52,8 @@ class RankBook:
             self.after_peer.add(rank)
         elif isinstance(event, Done):
             self.done.add(rank)
+            if event.status:
+                self.declared.setdefault(rank, event.status)
         elif isinstance(event, Usage):
             self.usage = self.usage if self.usage is not None else event.message
             self.told_usage.add(rank)

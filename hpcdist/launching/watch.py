@@ -210,7 +210,8 @@ class MpirunWatch:
         lost = tuple(dict.fromkeys([*self.lost.hosts, *beats.lost_hosts]))
         ended = blame.ended(book, failed, lost) if self.ending else {}
         if self.shrink is not None and self.shrink.finished_well(book.done, book.world_size):
-            status, problem, ended = 0, None, {}  # the survivors' status: each loss was named as it happened
+            # the survivors' status, the first one of them declared (sys.exit's); each loss was named as it happened
+            status, problem, ended = next(iter(book.declared.values()), 0), None, {}
             failed = {rank: failed[rank] for rank in self.shrink.lost if rank in failed}
         with self._lock:
             return LaunchOutcome(

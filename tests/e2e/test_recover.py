@@ -116,3 +116,15 @@ def test_every_rank_gets_the_same_agreement_while_its_threads_call_mpi(tmp_path:
     expected = [0b1111 & ~sum(1 << rank for rank in range(4) if (i + rank) % 3 == 0) for i in range(100)]
     for rank in range(4):
         assert json.loads((tmp_path / f"agree{rank}.json").read_text()) == expected, f"rank {rank}"
+
+
+def test_a_survivors_sys_exit_is_the_jobs_status_after_every_atexit_hook(hpcdist: str) -> None:
+    # rank 2 dies, ranks 0 and 1 recover; rank 0 registered an atexit hook before the failure and ends with sys.exit(3)
+    argv = [hpcdist, "mpirun", "--on-failure", "shrink", "--oversubscribe", "-np", "3", "--", str(BIN / "python")]
+    result = launch([*argv, str(PROGRAMS / "survivor_exit.py")], timeout=120)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stdout.count("rank 0: its atexit hook ran\n") == 1, result.stdout + result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if "recovered" in line) == [
+        "rank 0: recovered, 2 ranks",
+        "rank 1: recovered, 2 ranks",
+    ], result.stdout

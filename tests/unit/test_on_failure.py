@@ -174,6 +174,19 @@ def test_under_shrink_a_killed_rank_is_named_once_and_the_survivors_status_is_th
     assert dict(outcome.failed) == {2: "killed by SIGKILL"}  # as mpirun told it, after the rank was named
 
 
+def test_under_shrink_the_status_a_survivor_declared_is_the_jobs() -> None:
+    # a survivor tells its program's status (sys.exit's) and exits 0, so that Open MPI does not end the others
+    watch = MpirunWatch(TOKEN, heartbeat=None, shrink=True, np=3)
+    for rank in range(3):
+        watch.feed("stderr", _line(Ready(rank, "n1", 3)))
+    watch.feed("stderr", _line(Vanished(2, "n1")) + _line(Done(1)) + _line(Done(0, status=3)))
+    assert watch.news() == [
+        "hpcdist: rank 2 on n1 lost (killed or exited abruptly); 2 ranks carry on (--on-failure shrink)"
+    ]
+    outcome, problem = watch.outcome(0)  # mpirun's status: each survivor exited 0
+    assert (outcome.status, problem) == (3, None)
+
+
 def test_under_shrink_the_job_fails_when_no_survivor_finishes_well() -> None:
     watch = MpirunWatch(TOKEN, shrink=True, np=3)
     watch.feed("stderr", _line(Failed(1, "exit code 3", "n1")))
