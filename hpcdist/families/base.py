@@ -161,6 +161,11 @@ class Family:
     job_hosts: ClassVar[str] = ""  # the scheduler whose job's hosts its launcher starts the ranks on, reading them
     # itself ('LSF' for jsrun): hpcdist then hands it no hosts and refuses --hostfile, -H, --include and --exclude
 
+    def lost_host_warning(self, version: str) -> str:
+        """Said before a job on several hosts under --on-failure shrink whose runtime (its launcher's `--version`
+        text) ends the whole job when it loses a host; "" where it survives that, or has no word for it."""
+        return ""
+
     def command(self, spec: MpirunSpec) -> list[str]:
         """The argv that launches `spec` (checked by `launching.mpirun.build_mpirun_argv` first).
 

@@ -91,6 +91,7 @@ _FATAL_LINE = re.compile(r"\*\*\* ")
 # [warn] Epoll ADD(4) on fd 19 failed. Old events were 0; …: Bad file descriptor (measured 2026-11-26 with Open MPI
 # 5.0.11: rank 0, 9 jobs of 40 on 2 loaded cores); it changes nothing, and the rank's log keeps it
 _EVENT_BAD_FD = re.compile(r"\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\..*: Bad file descriptor\s*")
+_SURVIVES_LOST_HOSTS = 6  # the first Open MPI whose runtime (PRRTE) survives a lost daemon
 # A survivor's non-blocking collective that a lost rank ended (libnbc; 75 is MPI_ERR_PROC_FAILED): its line, then a
 # blank one. hpcdist names the loss itself.
 _NBC_ABORTED = re.compile(
@@ -167,6 +168,19 @@ class OpenMpi(Family):
         "Open MPI's runtime ends the whole job when it loses a host's daemon, even under --on-failure shrink "
         "(which carries on after lost ranks, not hosts); with --max-restarts N it starts again without the host"
     )
+
+    def lost_host_warning(self, version: str) -> str:
+        """Open MPI 5 and older: their runtime (PRRTE 3, ORTE) ends the job on a lost daemon. Open MPI 6's PRRTE
+        carries on without it (openpmix/prrte#2443), which no release had on 2026-11-30: taken on its word."""
+        match = self.identity.search(version) if self.identity is not None else None
+        if match is not None and int(match.group(1).split(".")[0]) >= _SURVIVES_LOST_HOSTS:
+            return ""
+        which = f"Open MPI {match.group(1)}" if match is not None else "this Open MPI"
+        return (
+            f"{which}'s runtime ends the whole job when it loses a host, even under --on-failure shrink (which carries "
+            "on after lost ranks, not hosts; from Open MPI 6 on, after lost hosts too); with --max-restarts N the job "
+            "starts again without the host"
+        )
 
     def command(self, spec: MpirunSpec) -> list[str]:
         """The mpirun argv for `spec`."""

@@ -154,6 +154,9 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         python=None if options.bare else world.python,
         container=tuple(containers.lookup(container.runtime).launcher_options(container)) if container else (),
     )
+    if shrink and (spec.keepalive or in_allocation or in_job):
+        warning = families.lookup(family).lost_host_warning(world.version(launcher))
+        note = "\n".join(line for line in (note, warning and f"hpcdist mpirun: note: {warning}") if line)
     return LaunchPlan(
         options=options,
         spec=spec,

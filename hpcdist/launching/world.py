@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -78,6 +79,19 @@ class World:
     def mpirun(self) -> str | None:
         """The mpirun to use when none is named: the MPIRUN setting, else the one beside this Python, else PATH's."""
         return settings.mpirun(self.environ) or self.tool("mpirun")
+
+    def version(self, program: str) -> str:
+        """What `program --version` prints here (stdout and stderr), "" when it cannot run or takes over 10 s, or
+        when this world describes another machine."""
+        if not self.here:
+            return ""
+        try:
+            done = subprocess.run(
+                [program, "--version"], capture_output=True, text=True, timeout=10, env=dict(self.environ), check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout + done.stderr
 
     def say(self, text: str, end: str = "\n") -> None:
         """Write one of hpcdist's own lines to this world's stderr (nothing when it has none)."""

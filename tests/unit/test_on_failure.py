@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,30 @@ def test_every_rank_is_told_to_carry_on_and_down_to_how_few(tmp_path: Path) -> N
     assert dict(spec.env)[MIN_NP_ENV] == "3"
     spec = plan(dataclasses.replace(options, on_failure="end"), World()).spec
     assert not spec.fault_tolerance and ON_FAILURE_ENV not in dict(spec.env) and MIN_NP_ENV not in dict(spec.env)
+
+
+@pytest.mark.parametrize("version", ["", "6.0.0"], ids=["the wheel's Open MPI", "Open MPI 6"])
+def test_a_job_on_several_hosts_is_told_before_launch_whether_a_lost_host_ends_it(version: str, tmp_path: Path) -> None:
+    # the wheel's real mpirun says its version; one that says 6.0.0 stands for Open MPI 6, which no release is yet
+    real = Path(sys.executable).with_name("mpirun")
+    mpirun = real if not version else tmp_path / "mpirun"
+    if version:
+        mpirun.write_text(f"#!/bin/sh\necho 'mpirun (Open MPI) {version}'\n")
+        mpirun.chmod(0o755)
+    options = MpirunOptions(
+        program=("x",), np=4, mpirun=str(mpirun), mpi="openmpi", on_failure="shrink", hosts="a:2,b:2"
+    )
+    world = World(environ=dict(os.environ))  # Open MPI's mpirun needs HOME to say its version
+    note = plan(options, world).note
+    said = (
+        "hpcdist mpirun: note: Open MPI 5.0.11's runtime ends the whole job when it loses a host, even under "
+        "--on-failure shrink (which carries on after lost ranks, not hosts; from Open MPI 6 on, after lost hosts "
+        "too); with --max-restarts N the job starts again without the host"
+    )
+    assert note == ("" if version else said)
+    # on one host, or without shrink, nothing to say
+    assert plan(dataclasses.replace(options, hosts="a:4"), world).note == ""
+    assert plan(dataclasses.replace(options, on_failure="end"), world).note == ""
 
 
 def test_the_dry_run_shows_the_ulfm_launch(capsys: pytest.CaptureFixture[str]) -> None:
