@@ -127,6 +127,10 @@ class TooFewRanks(RanksLost):
         super().__init__(ranks, hosts, during, why)
         self.survivor = survivor
 
+    def line(self) -> str:
+        """What the job says of it, once: the loss, the survivors left, and what starts it again."""
+        return f"{self} (--max-restarts N starts the job again, from its last checkpoint)"
+
 
 def lost_text(ranks: Iterable[int], hosts: Mapping[int, str], during: str = "") -> str:
     """`ranks 2-3 on n2 were lost (process failed) during all_reduce #57`."""

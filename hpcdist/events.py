@@ -112,10 +112,12 @@ class Beat(Event):
 
 @dataclass(frozen=True)
 class Usage(Event):
-    """A usage error the rank met, which the launcher says once for the job however many ranks tell it."""
+    """An error every rank meets alike, which the launcher says once for the job however many ranks tell it: a usage
+    error (status 2), or survivors too few to go on (status 1: a restart may go on, from a checkpoint)."""
 
     kind: ClassVar[str] = "usage"
     message: str = ""
+    status: int = 2
 
 
 EVENTS: Mapping[str, type[Event]] = {

@@ -26,7 +26,7 @@ from typing import NoReturn
 from . import families, settings
 from .abort import abort_job, before_abort, declare, end_failed_rank, exit_status, speak_under, survived
 from .contract import RankContract, check_version
-from .errors import RendezvousTimeout, UsageError
+from .errors import RendezvousTimeout, TooFewRanks, UsageError
 from .events import Done, Failed
 from .forensics.cause import failed_call, peer_lost, said_finished
 from .placement.binding import binding_env, plan_binding
@@ -118,6 +118,10 @@ def _run_in_process(process: RankProcess, target: PythonTarget, rank: int) -> tu
     except ModuleNotFoundError as exc:  # the same on every rank (not installed, or misspelt): said once for the job
         _usage_error(process, rank, _missing_module(exc))
         return 2, None
+    except TooFewRanks as exc:  # every survivor alike: said once for the job; --max-restarts may start it again
+        if not process.tell_usage(exc.line(), status=1) and exc.survivor == 0:
+            print(f"hpcdist: error: {exc.line()}", file=sys.stderr, flush=True)
+        return 1, None
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
         how = Failed(rank, after_peer=peer_lost(str(exc)), call=failed_call(exc), at=time.time())
         if not process.contract.shrinks:  # the others' stacks, while they still wait where this rank left them

@@ -183,8 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"hpcdist: error: {exc}", file=sys.stderr)
         return 2
     except TooFewRanks as exc:  # every survivor alike: said once; the rank ends, and --max-restarts may start again
-        if exc.survivor == 0:
-            print(f"hpcdist: error: {exc} (--max-restarts N starts it again, from its checkpoint)", file=sys.stderr)
+        if not _told(exc.line(), status=1) and exc.survivor == 0:
+            print(f"hpcdist: error: {exc.line()}", file=sys.stderr)
         return 1
     except WaitTimeout as exc:  # the message says who waited for what; the other ranks may be waiting too
         print(f"hpcdist: error: {exc}", file=sys.stderr)
@@ -207,12 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _internal_error(exc)
 
 
-def _told(message: str) -> bool:
-    """Whether this command runs as a rank of `hpcdist mpirun` (in the shim's process) and told it `message`."""
+def _told(message: str, status: int = 2) -> bool:
+    """Whether this command runs as a rank of `hpcdist mpirun` (in the shim's process) and told it `message` (an
+    error every rank meets alike, the job's status with it)."""
     from ..runtime.process import existing
 
     process = existing()  # made by the shim (or hpcdist.init) only: a plain command reads no contract
-    return process is not None and process.tell_usage(message)
+    return process is not None and process.tell_usage(message, status)
 
 
 def _distributed_failure(exc: Exception) -> bool:

@@ -30,6 +30,7 @@ class RankBook:
         self.vanished: list[int] = []  # ranks whose taggers saw them end without a word, in the order heard
         self.first_vanished: int | None = None  # the first of them, when it was heard before any failure
         self.usage: str | None = None  # the first usage error a rank told (said once for the job)
+        self.usage_status = 2  # the job's status with it: 2, or 1 for survivors too few to go on
         self.told_usage: set[int] = set()  # the ranks that told one: they end with it, no loss of the job's
         self.first_failure: tuple[float, int] | None = None  # when (the watch's clock), and which, rank first failed
 
@@ -55,7 +56,8 @@ class RankBook:
             if event.status:
                 self.declared.setdefault(rank, event.status)
         elif isinstance(event, Usage):
-            self.usage = self.usage if self.usage is not None else event.message
+            if self.usage is None:
+                self.usage, self.usage_status = event.message, event.status
             self.told_usage.add(rank)
         elif isinstance(event, Vanished) and rank not in self.vanished:
             if not self.vanished and not self.began():

@@ -21,7 +21,7 @@ from . import blame
 from .book import RankBook
 from .heartbeat import Heartbeats
 from .lost import LostHosts
-from .outcome import LOST_HOST_STATUS, USAGE_STATUS, VANISHED, LaunchOutcome
+from .outcome import LOST_HOST_STATUS, VANISHED, LaunchOutcome
 from .shrink import ShrinkWatch
 
 __all__ = ["LAUNCHER_GRACE", "MpirunWatch"]
@@ -199,10 +199,12 @@ class MpirunWatch:
         if problem and self.shrink is not None and not self.lost.agent_status and self.family.lost_host_note:
             problem += f"; {self.family.lost_host_note}"
         failed = self.named(returncode)
+        if self.shrink is not None:  # a rank that told the job's one error (said once) ended with it, as no loss
+            failed = {rank: how for rank, how in failed.items() if rank not in book.told_usage}
         first = status_of(next(iter(failed.values()), "")) if self.family.status_of_all and returncode else None
         status = first or status  # the first failure's status, as an MPI's launcher returns it
         if book.usage is not None:
-            status = USAGE_STATUS
+            status = book.usage_status
         if self.stalled is not None:
             problem = problem or f"{self.stalled}; hpcdist mpirun ended it"
         if beats.problem is not None:  # hpcdist mpirun ended the job, saying why as it did: the silent ranks and hosts

@@ -45,12 +45,13 @@ class RankProcess:
     listening: frozenset[int] = frozenset()  # under shrink: the TCP ports listened on before torch's groups were made
     told: str | None = None  # the usage error this process told its launcher (which says it once for the job)
 
-    def tell_usage(self, message: str) -> bool:
-        """Hand a usage error to `hpcdist mpirun`, which says it once for the job; False when no launcher listens or
-        the rank is not known yet (then the caller prints it)."""
+    def tell_usage(self, message: str, status: int = 2) -> bool:
+        """Hand an error every rank meets alike (a usage error; status 1: survivors too few) to `hpcdist mpirun`,
+        which says it once for the job; False when no launcher listens or the rank is not known yet (then the
+        caller prints it)."""
         if not self.contract.routed or self.rank is None:
             return False
-        self.contract.tell(Usage(self.rank, message))
+        self.contract.tell(Usage(self.rank, message, status))
         self.told = message
         return True
 

@@ -232,7 +232,9 @@ def test_hpcdist_run_ddp_shrink_with_checkpoints_one_loss_shrunk_then_below_min_
         r"^rank 0: epoch (\d)/3 loss \S+ samples/s \d+, (\d) ranks, saved \S+ddp.pt after step (\d+)$", first, re.M
     )
     assert [(epoch, size) for epoch, size, _ in saved] == [("1", "4"), ("2", "3")], text
-    assert "fewer than --min-np 3; the job ends" in first, text
+    # said once for the job, and no survivor is named as failed for it
+    assert first.count("fewer than --min-np 3; the job ends (--max-restarts N starts the job again") == 1, text
+    assert not re.search(r"^hpcdist: rank [01] on \S+ failed", first, re.M), text
     # the second loss went below --min-np: the restart resumed from the last checkpoint, epoch 2's, on 4 ranks
     resumed = re.findall(
         r"^hpcdist: resumed from \S+ddp.pt after epoch (\d), step (\d+) \(written by 3 ranks; 4 now\)$", restarted, re.M

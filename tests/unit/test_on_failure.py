@@ -270,3 +270,17 @@ def test_hpcdist_launch_takes_on_failure_as_the_cli_does() -> None:
 
     with pytest.raises(UsageError, match=r"^--on-failure must be one of end, shrink, got 'restart'"):
         hpcdist.launch(lambda: 0, np=2, on_failure="restart")
+
+
+def test_survivors_too_few_to_go_on_are_said_once_and_named_as_no_failure() -> None:
+    # ranks 0 and 1 outlived rank 2 but are fewer than --min-np: each tells it (status 1), then ends with exit code 1
+    watch = MpirunWatch(TOKEN, shrink=True, np=3)
+    events: list[Event] = [Ready(0, world=3), Ready(1, world=3), Ready(2, world=3), Vanished(2)]
+    said = "rank 2 on n1 was lost (process failed): 2 ranks are left, fewer than --min-np 3; the job ends (…)"
+    events += [Usage(0, said, status=1), Usage(1, said, status=1), Failed(0, how="exit code 1")]
+    events += [Failed(1, how="exit code 1")]
+    watch.feed("stdout", b"".join(_line(event) for event in events))
+    assert watch.news() == ["hpcdist: rank 2 lost (killed or exited abruptly); 2 ranks carry on (--on-failure shrink)"]
+    outcome, _ = watch.outcome(1)
+    assert (outcome.status, outcome.usage) == (1, said)
+    assert sorted(outcome.failed) == [2]  # the survivors ended with the job's one error, not a failure of their own
