@@ -4,6 +4,7 @@ one of sbatch's that `hpcdist sbatch` does not model goes into the script as it 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 
@@ -61,6 +62,8 @@ SBATCH: Mapping[str, str] = MappingProxyType(
         "-np": "mpirun's -np R is --nodes N --ntasks-per-node R/N here",
     }
 )
+
+_NEGATIVE = re.compile(r"-\d+(?:\.\d+)?")  # a negative number: a value (a priority), never an option
 
 
 def habit(habits: Mapping[str, str], option: str) -> str | None:
@@ -136,7 +139,7 @@ def passed_words(
         fewest, most = takes
         values = []
         for value in words[i + 1 : i + 1 + most]:
-            if value.startswith("-"):
+            if value.startswith("-") and not _NEGATIVE.fullmatch(value):  # qsub -p -10: a value, not an option
                 break
             values.append(value)
         if len(values) < fewest:

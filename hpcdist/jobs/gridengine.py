@@ -138,15 +138,15 @@ def render_gridengine(spec: QsubSpec, jinja: jinja2.Environment | None = None) -
     """The Grid Engine job script for `spec`, rendered from gridengine.sh.j2 (pure: nothing is submitted).
 
     Raises:
-        UsageError: no -pe (Grid Engine gives several slots only to a parallel job), a value qsub would refuse or
-            misread, or a launch hpcdist mpirun would refuse in the job.
+        UsageError: no -pe for more than one rank (Grid Engine gives several slots only to a parallel job), a value
+            qsub would refuse or misread, or a launch hpcdist mpirun would refuse in the job.
     """
-    if spec.pe is None:
+    if spec.pe is None and spec.job.np != 1:
         raise UsageError(
             "-pe NAME SLOTS is missing: Grid Engine gives a job several slots only in a parallel environment; "
-            "e.g. -pe mpi 8 (`qconf -spl` lists the environments)"
+            "e.g. -pe mpi 8 (`qconf -spl` lists the environments), or -np 1 for a job of one rank"
         )
-    low, _ = parse_slots(spec.pe[1])
+    low = parse_slots(spec.pe[1])[0] if spec.pe is not None else 1  # a serial job: its one slot
     directives = _directives(spec)
     words = Words(
         scheduler="gridengine",
@@ -157,4 +157,4 @@ def render_gridengine(spec: QsubSpec, jinja: jinja2.Environment | None = None) -
         array_dir='/"${JOB_ID}.${SGE_TASK_ID}"' if spec.array is not None else "",
         slots=low,
     )
-    return render_batch("gridengine.sh.j2", spec.job, words, {"np": spec.job.np}, jinja)
+    return render_batch("gridengine.sh.j2", spec.job, words, {"np": spec.job.np, "pe": spec.pe is not None}, jinja)

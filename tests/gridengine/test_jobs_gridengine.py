@@ -170,8 +170,9 @@ def test_a_job_that_exits_99_is_rescheduled_and_runs_again_with_restarted_set(su
         ("-pe", "mpi", "2", "-r", "y", "--requeue", "--max-restarts", "2", "-l", "h_rt=3600", "-q", "all.q"),
         ("-pe", "mpi", "4", "-t", "1-3", "-A", "group1", "-V", "-m", "e", "-M", "me@example.org"),
         ("-pe", "mpi", "1", "-np", "1", "--setup", "ulimit -c 0", "-l", "s_rt=0:9:0,h_rt=0:10:0", "-notify"),
+        ("-np", "1", "-l", "h_rt=0:10:00", "-p", "-10"),
     ],
-    ids=["slots", "times-and-paths", "requeue-and-restarts", "array-and-mail", "one-rank"],
+    ids=["slots", "times-and-paths", "requeue-and-restarts", "array-and-mail", "one-rank", "serial"],
 )
 def test_qsub_w_v_finds_a_queue_for_each_generated_script(cell, venv: Path, tmp_path: Path, options) -> None:
     """`qsub -w v` checks a script against the cell, as if empty, without submitting it (submit(1))."""

@@ -147,6 +147,15 @@ def test_grid_engine_times(value: str, seconds: int) -> None:
     assert parse_time(value) == seconds
 
 
+def test_a_job_of_one_rank_needs_no_parallel_environment(tmp_path: Path) -> None:
+    serial = dataclasses.replace(SPEC, pe=None, job=dataclasses.replace(JOB, np=1))
+    text = render_gridengine(serial, JINJA)
+    assert "#$ -pe" not in text
+    assert "# A serial job (no -pe): hpcdist mpirun runs its one rank on the job's host;\n" in text
+    assert "/venv/bin/python -m hpcdist mpirun -np 1 -x NCCL_DEBUG " in text
+    check_script(text, tmp_path)
+
+
 def test_slots() -> None:
     assert parse_slots("8") == (8, 8)
     assert parse_slots("4-16") == (4, 16)
@@ -156,6 +165,7 @@ def test_slots() -> None:
     ("changes", "message"),
     [
         ({"pe": None}, "-pe NAME SLOTS is missing: Grid Engine gives a job several slots only in a parallel"),
+        ({"pe": None, "job": dataclasses.replace(JOB, np=2)}, "-pe NAME SLOTS is missing"),
         ({"pe": ("mpi", "eight")}, "-pe SLOTS 'eight': give a number of slots from 1 to"),
         ({"pe": ("mpi", "16-4")}, "-pe SLOTS '16-4': give a number of slots from 1 to"),
         ({"resources": ("h_rt=4h",)}, "-l h_rt='4h' is not a Grid Engine time; use HH:MM:SS"),
@@ -190,12 +200,13 @@ def test_hostile_values_stay_literal_or_are_refused(tmp_path: Path) -> None:
 
 
 def test_the_command_passes_qsub_s_other_options_on(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["gridengine", "-pe", "mpi", "4", "-M", "me@site", "-binding", "pe", "linear:2", "-m", "e", "-l"]
-    assert main([*argv, "h_rt=60", "--python", "/venv/bin/python", "--mpirun", "/venv/bin/mpirun", "--", "p"]) == 0
+    argv = ["gridengine", "-pe", "mpi", "4", "-M", "me@site", "-binding", "pe", "linear:2", "-m", "e", "-p", "-10"]
+    argv += ["-l", "h_rt=60", "--python", "/venv/bin/python", "--mpirun", "/venv/bin/mpirun", "--", "p"]
+    assert main(argv) == 0
     text = capsys.readouterr().out
     lines = [line for line in text.splitlines() if line.startswith("#$")]
     assert lines == ["#$ -S /bin/bash", "#$ -pe mpi 4", "#$ -l h_rt=60", "#$ -M me@site", "#$ -binding pe linear:2",
-                     "#$ -m e"]  # fmt: skip
+                     "#$ -m e", "#$ -p -10"]  # fmt: skip  # a negative priority is -p's value
 
 
 @pytest.mark.parametrize(
