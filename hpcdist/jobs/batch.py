@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from .. import schedulers
+from .. import families, schedulers
 from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
 from ..launching.mpirun import build_mpirun_argv
@@ -101,6 +101,7 @@ def _check(job: BatchJob, words: Words) -> None:
         raise UsageError(f"--max-restarts must be a whole number from 0 to {MAX_COUNT}, got {job.max_restarts}")
     for name, _ in job.env:
         check_env_name(name)
+    check_job_launcher(words.family or job.mpi, schedulers.lookup(words.scheduler).title, "--mpi")
     if job.np is not None and words.slots is not None and job.np > words.slots:
         more = schedulers.lookup(words.scheduler).more_slots
         raise UsageError(
@@ -112,6 +113,23 @@ def _check(job: BatchJob, words: Words) -> None:
         parse_ranks(out.ranks, job.np)
     if out.log_dir is not None and not out.log_dir.strip():
         raise UsageError("--log-dir needs a directory, e.g. --log-dir logs")
+
+
+def check_job_launcher(mpi: str, scheduler: str, option: str) -> None:
+    """Refuse a launcher that starts ranks only in another scheduler's job (jsrun: LSF's; flux run: Flux's) in a
+    script for `scheduler` (its title: 'Slurm').
+
+    Raises:
+        UsageError: `mpi`'s launcher reads the hosts of another scheduler's job.
+    """
+    family = families.lookup(mpi)
+    home = family.job_hosts
+    if home and home != scheduler:
+        command = next(s.name for s in schedulers.every() if s.title == home)
+        raise UsageError(
+            f"{option} {mpi}: {family.title} starts ranks only inside {home} jobs, and this script is for "
+            f"{scheduler}; write the script with `hpcdist {command}`, or give another {option}"
+        )
 
 
 def mpirun_step(options: MpirunOptions, world: World) -> list[str]:

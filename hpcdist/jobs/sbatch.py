@@ -27,7 +27,7 @@ from ..schedulers.slurm import expand_nodelist
 from ..values import MAX_COUNT, parse_ranks, parse_whole
 from . import LAUNCHES
 from .arrays import ARRAY_VARS, check_array, check_task_file
-from .batch import mpirun_step
+from .batch import check_job_launcher, mpirun_step
 from .render import render_template
 from .torchrun import TorchrunSpec, check_master, program_words, torchrun_options
 from .torchrunlogs import NODE_WRAPPER, PLAIN_WRAPPER
@@ -199,6 +199,8 @@ def _check(spec: SbatchSpec, option: Option) -> int | None:
         raise UsageError("no program given; usage: hpcdist sbatch [options] -- PROGRAM [ARGS...]")
     check_program(spec.program, "torchrun" if spec.launch == "torchrun" else "hpcdist's wrapper around each rank")
     check_bind(spec.bind, "none", option("bind"))
+    if spec.launch == "mpirun":
+        check_job_launcher(spec.mpi, "Slurm", option("mpi"))
     for name, count in (
         ("nodes", spec.nodes),
         ("ntasks_per_node", spec.ntasks_per_node),

@@ -210,6 +210,12 @@ def test_the_command_passes_qsub_s_other_options_on(capsys: pytest.CaptureFixtur
         (["-l", "select=2", "-W", "--"], "hpcdist: error: -W needs 1 value, as qsub's -W does; give -W VALUE"),
         (["-l", "select=2", "-I"], "hpcdist: error: unknown option -I for `hpcdist pbs`"),
         (["-l", "select=2", "-j", "x"], "hpcdist: error: -j 'x': give one of oe, eo, n, e.g. -j oe"),
+        (
+            ["-l", "select=2", "--mpi", "flux"],
+            "hpcdist: error: --mpi flux: Flux's flux run starts ranks only inside "
+            "Flux jobs, and this script is for PBS; write the script with `hpcdist "
+            "flux`, or give another --mpi",
+        ),
     ],
 )
 def test_the_command_s_mistakes(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -150,6 +150,9 @@ def test_sbatch_cli_detects_and_takes_mpi(
                                              "openmpi, pals, mpich, intel, mvapich, srun, jsrun, flux\n"),
     (["--launch", "mpirun", "--mpi", "srun"], "hpcdist: error: --mpi srun is --launch srun's launcher; use --launch "
                                               "srun\n"),
+    (["--launch", "mpirun", "--mpi", "jsrun"], "hpcdist: error: --mpi jsrun: LSF's jsrun starts ranks only inside LSF "
+                                               "jobs, and this script is for Slurm; write the script with `hpcdist "
+                                               "lsf`, or give another --mpi\n"),
 ])  # fmt: skip
 def test_sbatch_mpi_mistakes_are_usage_errors(argv: list[str], message: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
