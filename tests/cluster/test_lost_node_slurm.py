@@ -32,6 +32,7 @@ LOST = "node4"  # rank 3's node
 # MPI_Init's PMIx fence crashes it in mca_pml_ob1_recv_frag_callback_match (open-mpi/ompi#12495; 2 of 7 runs here).
 RANKS = """
     import socket, sys, time
+    from array import array
     from pathlib import Path
     from mpi4py import MPI
     rank = MPI.COMM_WORLD.Get_rank()
@@ -41,17 +42,20 @@ RANKS = """
         time.sleep(0.05)
     comm = MPI.COMM_WORLD.Dup()
     comm.Set_errhandler(MPI.ERRORS_RETURN)
-    comm.allreduce(1)
+    def total(c, value):  # a buffer Allreduce: mpi4py's pickled one is not interrupted by a revoke
+        out = array("l", [0])
+        c.Allreduce(array("l", [value]), out)
+        return out[0]
+    total(comm, 1)
     Path(f"ready{rank}").write_text(socket.gethostname())
     while time.monotonic() < deadline:
         try:
-            comm.allreduce(1)
+            total(comm, 1)
         except MPI.Exception as error:
             print(f"rank {rank}: {error.Get_error_string()}", flush=True)
             comm.Revoke()
             small = comm.Shrink()
-            total = small.allreduce(rank + 1)
-            print(f"rank {rank}: shrunk to {small.Get_size()} ranks, all_reduce {total}", flush=True)
+            print(f"rank {rank}: shrunk to {small.Get_size()} ranks, all_reduce {total(small, rank + 1)}", flush=True)
             sys.exit(0)
         time.sleep(0.2)
     print(f"rank {rank}: no failure seen", flush=True)
