@@ -4,7 +4,8 @@ Its ranks see Slurm's variables (SLURM_PROCID and kin: `hpcdist.schedulers.slurm
 Measured with Slurm 22.05.8: srun passes SIGUSR1 and SIGUSR2 on to every task, prints its step's state on one
 SIGINT (a second within a second ends the step), ends the step at once on SIGTERM ("forcing job termination":
 SIGKILL to every task), and passes neither SIGURG nor any other signal hpcdist could relay as SIGTERM, so a SIGTERM
-reaches the ranks from Slurm itself (scancel, preemption, the time limit), never through srun.
+reaches the ranks from Slurm itself (scancel, preemption, the time limit), never through srun. Its PMIx server (in
+slurmstepd) kills the whole step when a rank reports a lost peer, even under `srun --no-kill`: no survivors under srun.
 """
 
 from __future__ import annotations
@@ -98,6 +99,18 @@ class Srun(Family):
         argv += ["--overcommit"] if spec.oversubscribe else []
         argv += ["--export=ALL", *spec.container, *spec.extra]  # pyxis's --container-* (hpcdist.containers)
         return argv + list(spec.program)
+
+    def check_fault_tolerance(self, launcher: str, mpi: str | None) -> None:
+        """Refuse: Open MPI's ULFM ranks under srun see MPI_ERR_PROC_FAILED, then report the lost rank to their PMIx
+        server (PMIX_ERR_PROC_TERM_WO_SYNC), and Slurm's mpi/pmix plugin answers any such event by killing the step
+        (Slurm 22.05.8 with Open MPI 5.0.11, a node's slurmd and ranks killed: tests/cluster/test_lost_node_slurm.py).
+        """
+        raise UsageError(
+            "--on-failure shrink cannot keep survivors under srun: Slurm's PMIx plugin kills the whole job step as "
+            "soon as a rank reports a lost peer (measured with Slurm 22.05.8, also under srun --no-kill), so a lost "
+            "rank or node ends the job; drop --on-failure shrink and give --max-restarts N (a lost rank) or sbatch "
+            "--requeue (a lost node), or run Open MPI's mpirun (--mpi openmpi) for survivors after a lost rank"
+        )
 
     def binding(self, bind_to: str, ranks_bind: bool) -> list[str]:
         """srun's --cpu-bind for mpirun's --bind-to; none leaves srun's own (the site's default) unless each rank

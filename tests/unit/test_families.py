@@ -120,6 +120,8 @@ def test_only_open_mpi_starts_with_fault_tolerance() -> None:
         MPICH.check_fault_tolerance("/v/bin/mpiexec", "mpich")
     with pytest.raises(UsageError, match=r"is Intel MPI's \(as the files beside it say\)"):
         INTEL.check_fault_tolerance("/v/bin/mpiexec.hydra", None)
+    with pytest.raises(UsageError, match=r"^--on-failure shrink cannot keep survivors under srun: Slurm's PMIx plugin"):
+        families.lookup("srun").check_fault_tolerance("srun", "srun")
 
 
 def test_each_family_writes_the_hostfile_its_launcher_reads() -> None:
