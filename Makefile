@@ -33,7 +33,7 @@ NATIVE_ONLY := -m 'not python_backend'
 PYTHON_ONLY := -m 'not native_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest test-extended demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-containers test-cluster test-gridengine test-gpu bench-startup bench-recovery clean
+.PHONY: env lock test-latest test-extended demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-containers test-images test-cluster test-gridengine test-gpu bench-startup bench-recovery clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -94,7 +94,7 @@ demo: env
 		$(BIN)/hpcdist run p2p broadcast allreduce reduce gather taskmap ddp --backend mpi \
 		--checkpoint-dir $(DEMO_DIR)
 
-test: lint docs test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-containers test-cluster test-gridengine
+test: test-images lint docs test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-containers test-cluster test-gridengine
 
 # Each tier of `make test` has a budget: the minutes it may take on the project's 2-core machine when quiet, written
 # beside it as `BUDGET := N`, what it took there on 2026-11-29 rounded up. The whole, `make env` included (about 5
@@ -252,6 +252,18 @@ test-hosts: env
 # built once per machine by tests/containers/build_image.sh and then found in podman's store by their inputs' hash
 # (cold: debootstrap 66 s to 199 s each as the machine's load varied, 251 s and 281 s for both on 2026-11-30), a job
 # on this host and on two namespace hosts, and the doctor's image check (about 25 s with the images built).
+# The container tier's images, built in the background from the start of `make test` while the tiers before it run
+# (debootstrap mostly waits on apt's mirror): the tier's own build_image.sh waits for that build (one build at a time)
+# and finds them, or builds what it left undone and says why. Root only, as the tier; the log is .venv/images.log.
+IMAGES_CONF := $(abspath $(VENV))/images.conf
+test-images: env
+	@if [ "$$(id -u)" = 0 ]; then \
+		printf '[engine]\nruntime = "runc"\n' >$(IMAGES_CONF); \
+		CONTAINERS_CONF=$(IMAGES_CONF) setsid sh -c 'tests/containers/build_image.sh wheel "$$1" && \
+			tests/containers/build_image.sh debian' images $(abspath $(PY)) >$(VENV)/images.log 2>&1 </dev/null & \
+		echo "make $@: building the container tier's images in the background (log: $(VENV)/images.log)"; \
+	fi
+
 test-containers: BUDGET := 4
 test-containers: env
 	$(tier-begin)
