@@ -56,7 +56,7 @@ def gather(optimizer: torch.optim.Optimizer) -> None:
 def lost_state(recovery: Recovery, shard: str, checkpoint: str | None, restarts: int) -> StateLost:
     """The error each survivor raises when the lost ranks held `shard` (`restarts`: those --max-restarts has left)."""
     ranks = ", ".join(str(rank) for rank in recovery.lost)
-    whose = f"rank {ranks}" if len(recovery.lost) == 1 else f"ranks {ranks}"
+    whose, them = (f"rank {ranks}", "it") if len(recovery.lost) == 1 else (f"ranks {ranks}", "them")
     if checkpoint is not None and restarts > 0:
         then = f"the job resumes from its checkpoint {checkpoint}"
     elif checkpoint is not None:
@@ -67,6 +67,6 @@ def lost_state(recovery: Recovery, shard: str, checkpoint: str | None, restarts:
         recovery.lost,
         recovery.hosts,
         recovery.during,
-        why=f"the optimizer's state of {whose} ({shard}) was lost with it; {then}",
+        why=f"the optimizer's state of {whose} ({shard}) was lost with {them}; {then}",
         survivor=recovery.rank,
     )
