@@ -101,9 +101,9 @@ class Survivors:
         self.saved: int | None = None  # the step the last checkpoint was written after (None: none yet)
         self._collate, self._ddp_options = collate, ddp_options
         process = current()
-        self._shrink = process.contract.shrinks
-        self._shard = sharded.shard_of(optimizer)  # state each rank holds alone (None: every rank holds it all)
         contract = process.contract
+        self._shrink = contract.shrinks
+        self._shard = sharded.shard_of(optimizer)  # state each rank holds alone (None: every rank holds it all)
         self._restarts = contract.max_restarts - (contract.restart_count or 0)  # those left to --max-restarts
         self._order: list[int] = []
         self._cursor = 0  # samples of the epoch's order consumed by committed steps: the same on every survivor
@@ -281,7 +281,8 @@ class Survivors:
             if self._shard is not None:
                 ended = sharded.lost_state(recovery, self._shard, self.checkpoint, self._restarts)
                 if recovery.rank == 0:
-                    print(f"hpcdist: {by_host(recovery.lost, recovery.hosts)} lost; {ended}", flush=True)
+                    who = f"{by_host(recovery.lost, recovery.hosts)} lost; " if recovery.lost else ""
+                    print(f"hpcdist: {who}{ended}", flush=True)
                 raise ended
             if recovery.rank == 0:
                 print(recovery.line(self.steps + 1), flush=True)  # the step they redo, counted from 1

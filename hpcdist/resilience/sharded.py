@@ -54,9 +54,16 @@ def gather(optimizer: torch.optim.Optimizer) -> None:
 
 
 def lost_state(recovery: Recovery, shard: str, checkpoint: str | None, restarts: int) -> StateLost:
-    """The error each survivor raises when the lost ranks held `shard` (`restarts`: those --max-restarts has left)."""
+    """The error each survivor raises when the lost ranks held `shard` (`restarts`: those --max-restarts has left).
+
+    A recovery that lost no rank (the ranks' agreement failed) still rebuilt the groups, which the sharded optimizer
+    keeps its own of: it cannot step on them either.
+    """
     ranks = ", ".join(str(rank) for rank in recovery.lost)
     whose, them = (f"rank {ranks}", "it") if len(recovery.lost) == 1 else (f"ranks {ranks}", "them")
+    lost = f"the optimizer's state of {whose} ({shard}) was lost with {them}"
+    if not recovery.lost:
+        lost = f"the optimizer ({shard}s) cannot step on the survivors' rebuilt groups"
     if checkpoint is not None and restarts > 0:
         then = f"the job resumes from its checkpoint {checkpoint}"
     elif checkpoint is not None:
@@ -67,6 +74,6 @@ def lost_state(recovery: Recovery, shard: str, checkpoint: str | None, restarts:
         recovery.lost,
         recovery.hosts,
         recovery.during,
-        why=f"the optimizer's state of {whose} ({shard}) was lost with {them}; {then}",
+        why=f"{lost}; {then}",
         survivor=recovery.rank,
     )
