@@ -211,8 +211,18 @@ class Survivors:
             return tensor.copy_(summed)
 
     def _save(self, path: str) -> None:
-        """Rank 0 writes the state after the epoch's last step atomically (the same on every survivor)."""
-        sharded.gather(self.optimizer)  # a sharded optimizer's whole state, on rank 0
+        """Rank 0 writes the state after the epoch's last step atomically (the same on every survivor).
+
+        Raises:
+            StateLost: a rank was lost while a sharded optimizer's state was gathered on rank 0.
+        """
+        try:
+            sharded.gather(self.optimizer)  # a sharded optimizer's whole state, on rank 0 (collective)
+        except Exception as error:
+            lost = _lost(error) if self._shrink else None
+            if lost is None:
+                raise
+            self._recover(lost)  # raises StateLost: only a sharded optimizer gathers
         if self.rank == 0:
             state = {
                 "format": CHECKPOINT_FORMAT,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from launching import BIN, PROGRAMS, ROOT, wait_for
 from ulfm import ULFM_MPIRUN
 
@@ -245,19 +246,19 @@ def test_hpcdist_run_ddp_shrink_with_checkpoints_one_loss_shrunk_then_below_min_
     assert job.returncode == 0, text
 
 
-def _launch(out: Path, victim: int | None, *options: str, **extra: str) -> tuple[int, str]:
+def _launch(out: Path, victim: tuple[int, int, int] | None, *options: str, **extra: str) -> tuple[int, str]:
     """`hpcdist mpirun --on-failure shrink OPTIONS -np 4` of the program, $VICTIMS and `extra` passed on; SIGKILL the
     victim once it waits at its step; (status, output)."""
     argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", *options, "--oversubscribe", "-np", str(NP)]
     argv += [arg for name in ("VICTIMS", *extra) for arg in ("-x", name)]
     argv += ["--", str(BIN / "python"), str(PROGRAMS / "survivors_loop.py"), str(out), "mpi"]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **extra}
-    env["VICTIMS"] = f"{victim}:1:5" if victim is not None else ""
+    env["VICTIMS"] = ":".join(map(str, victim)) if victim is not None else ""
     with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as job:
         try:
             if victim is not None:
-                pid = out / f"victim-{victim}.pid"
-                wait_for(f"rank {victim} to reach epoch 1 step 5", pid.exists, 180, job)
+                pid = out / f"victim-{victim[0]}.pid"
+                wait_for(f"rank {victim[0]} to reach epoch {victim[1]} step {victim[2]}", pid.exists, 180, job)
                 os.kill(int(pid.read_text()), signal.SIGKILL)
             text, _ = job.communicate(timeout=180)
         finally:
@@ -277,7 +278,7 @@ def test_zero_redundancy_optimizer_a_rank_lost_the_survivors_end_the_restart_end
     expected = PARAMETERS.findall(whole)
     assert len(expected) == NP and len({digest for *_, digest in expected}) == 1, whole
     checkpoint = tmp_path / "ckpt.pt"
-    status, text = _launch(tmp_path, 2, "--max-restarts", "1", SHARDED="zero", CHECKPOINT=str(checkpoint))
+    status, text = _launch(tmp_path, (2, 1, 5), "--max-restarts", "1", SHARDED="zero", CHECKPOINT=str(checkpoint))
     first, restarted = text.split("; restarting in ", 1) if "; restarting in " in text else (text, "")
     said = re.findall(r"^hpcdist: rank 2 on \S+ lost; (.*)$", first, re.M)
     assert said == [
@@ -303,3 +304,20 @@ def test_a_model_sharded_by_fsdp_is_refused_with_one_usage_error_and_no_restart(
     ), text
     assert "restarting in" not in text and not PARAMETERS.findall(text) and "Traceback" not in text, text
     assert status == 2, text
+
+
+def test_zero_redundancy_optimizer_a_rank_lost_as_its_shards_are_gathered_for_the_checkpoint_said_once(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 SIGKILLed as epoch 1's end gathers the shards on rank 0: the survivors say it once and end, and no
+    checkpoint of epoch 1 is written (the job would resume after epoch 0)."""
+    checkpoint = tmp_path / "ckpt.pt"
+    status, text = _launch(tmp_path, (1, 1, -1), SHARDED="zero", CHECKPOINT=str(checkpoint))
+    said = re.findall(r"^hpcdist: rank 1 on \S+ lost; (.*)$", text, re.M)
+    assert said == [
+        "the optimizer's state of rank 1 (ZeroRedundancyOptimizer shard) was lost with it; the job ends "
+        f"(hpcdist mpirun --max-restarts N resumes it from its checkpoint {checkpoint})"
+    ], text
+    assert torch.load(checkpoint, weights_only=False)["epoch"] == 1, text  # epoch 0's, counted from 1
+    assert not RECOVERY.findall(text) and not PARAMETERS.findall(text) and "Traceback" not in text, text
+    assert status != 0, text

@@ -7,7 +7,8 @@ as the others shut down. A survivor that meets TooFewRanks prints it and exits. 
 OUT_DIR/seen-RANK.txt for each sample of every committed step; rank 0 prints each epoch's loss; at the end every
 survivor prints its parameters' digest and the world size, and touches OUT_DIR/past-barrier-RANK once past the final
 barrier. $SHARDED `zero` shards the optimizer's state (ZeroRedundancyOptimizer over SGD with momentum), `fsdp` the
-model (fully_shard); $CHECKPOINT is Survivors' checkpoint=PATH.
+model (fully_shard); with `zero`, STEP -1 stops the victim as that epoch's end gathers the optimizer's shards for
+the checkpoint. $CHECKPOINT is Survivors' checkpoint=PATH.
 """
 
 import contextlib
@@ -70,6 +71,16 @@ with hpcdist.init(sys.argv[2]):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     data, checkpoint = TensorDataset(x, y), os.environ.get("CHECKPOINT")
     loop = hpcdist.Survivors(model, optimizer, data, batch_size=BATCH, seed=1, checkpoint=checkpoint)
+    if sharded == "zero" and any(step == -1 for _, step in pauses):
+        consolidate = optimizer.consolidate_state_dict
+
+        def pause_then_consolidate(to: int = 0) -> None:
+            """Stop for the kill as the paused epoch's end gathers the shards (once), else gather them."""
+            if (loop.epoch, -1) in pauses and not (out / f"victim-{start_rank}.pid").exists():
+                pause_for_the_kill()
+            consolidate(to)
+
+        optimizer.consolidate_state_dict = pause_then_consolidate
     with open(out / f"seen-{start_rank}.txt", "a") as seen, report_too_few():
         for epoch in loop.epochs(EPOCHS):
             totals = torch.zeros(2, dtype=torch.float64)
