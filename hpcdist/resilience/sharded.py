@@ -22,7 +22,7 @@ __all__ = ["StateLost", "check_model", "gather", "lost_state", "shard_of"]
 
 class StateLost(TooFewRanks):
     """State that only the lost ranks held (an optimizer's shard) is gone: the survivors end, and a restart resumes
-    from the checkpoint. Every survivor raises it alike; `survivor` 0 says it for them all."""
+    from the checkpoint. Every survivor raises it alike, after Survivors' rank 0 printed it once (`survivor` is 0)."""
 
 
 def check_model(model: nn.Module) -> None:
