@@ -258,7 +258,7 @@ test-hosts: env
 IMAGES_CONF := $(abspath $(VENV))/images.conf
 test-images: env
 	@if [ "$$(id -u)" = 0 ]; then \
-		printf '[engine]\nruntime = "runc"\n' >$(IMAGES_CONF); \
+		$(PY) tests/containers/podman_conf.py $(IMAGES_CONF); \
 		CONTAINERS_CONF=$(IMAGES_CONF) setsid sh -c 'tests/containers/build_image.sh wheel "$$1" && \
 			tests/containers/build_image.sh debian' images $(abspath $(PY)) >$(VENV)/images.log 2>&1 </dev/null & \
 		echo "make $@: building the container tier's images in the background (log: $(VENV)/images.log)"; \

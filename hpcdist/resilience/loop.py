@@ -11,6 +11,9 @@ prints one line per failure. Outside `--on-failure shrink` the same loop trains 
 With `checkpoint=PATH`, rank 0 writes PATH atomically at the end of every epoch (the model, the optimizer, the epochs
 and steps done), and a loop made with PATH present starts after that epoch: what a restart (`--max-restarts`) resumes
 from when the survivors are too few (`TooFewRanks`) or a host is lost. The survivors of a shrink never read it.
+
+Sharded state (`sharded`): with a ZeroRedundancyOptimizer a lost rank takes its shard of the optimizer's state, so
+the survivors end (`StateLost`) for a restart from the checkpoint; a model sharded by FSDP is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from ..errors import RanksLost, UsageError
 from ..runtime.process import current
 from ..values import check_count
 from . import checkpoint as files
-from . import detector
+from . import detector, sharded
 from .membership import Recovery, commit, failure_of, recover
 from .sharding import epoch_order, share, step_size
 
@@ -79,9 +82,11 @@ class Survivors:
         """Hold them, resume from the checkpoint if there is one, wrap the module in DDP.
 
         Raises:
-            UsageError: a batch size below 1, or a checkpoint of another format, seed or data set size.
+            UsageError: a batch size below 1, a model sharded by FSDP, or a checkpoint of another format, seed or
+                data set size.
         """
         check_count(batch_size, "batch_size", 1, "e.g. batch_size=32")
+        sharded.check_model(model)
         self.module, self.optimizer, self.dataset = model, optimizer, dataset
         self.batch_size, self.seed = batch_size, seed
         self.recoveries: list[Recovery] = []  # one per failure survived, in order
@@ -95,7 +100,10 @@ class Survivors:
         self.saved: int | None = None  # the step the last checkpoint was written after (None: none yet)
         self._collate, self._ddp_options = collate, ddp_options
         process = current()
-        self._shrink = process.contract.shrinks
+        contract = process.contract
+        self._shrink = contract.shrinks
+        self._shard = sharded.shard_of(optimizer)  # state each rank holds alone (None: every rank holds it all)
+        self._restarts = contract.max_restarts - (contract.restart_count or 0)  # those left to --max-restarts
         self._order: list[int] = []
         self._cursor = 0  # samples of the epoch's order consumed by committed steps: the same on every survivor
         self._taking: int | None = None  # samples the current step takes, until it is committed or redone
@@ -154,7 +162,8 @@ class Survivors:
         and the same samples come again from `batches()`, shared among the survivors (`loop.committed` is False).
 
         Raises:
-            TooFewRanks: the survivors would be fewer than --min-np.
+            TooFewRanks: the survivors would be fewer than --min-np, or (`StateLost`) the lost ranks held a shard
+                of the optimizer's state.
             UsageError: outside a batch of `batches()`.
         """
         if self._taking is None:
@@ -183,7 +192,8 @@ class Survivors:
         """Sum `tensor` over the ranks there are, in place; a rank lost meanwhile: recover, sum over the survivors.
 
         Raises:
-            TooFewRanks: the survivors would be fewer than --min-np.
+            TooFewRanks: the survivors would be fewer than --min-np, or (`StateLost`) the lost ranks held a shard
+                of the optimizer's state.
         """
         while True:
             summed = tensor.clone()
@@ -200,7 +210,18 @@ class Survivors:
             return tensor.copy_(summed)
 
     def _save(self, path: str) -> None:
-        """Rank 0 writes the state after the epoch's last step atomically (the same on every survivor)."""
+        """Rank 0 writes the state after the epoch's last step atomically (the same on every survivor).
+
+        Raises:
+            StateLost: a rank was lost while a sharded optimizer's state was gathered on rank 0.
+        """
+        try:
+            sharded.gather(self.optimizer)  # a sharded optimizer's whole state, on rank 0 (collective)
+        except Exception as error:
+            lost = _lost(error) if self._shrink else None
+            if lost is None:
+                raise
+            self._recover(lost)  # raises StateLost: only a sharded optimizer gathers
         if self.rank == 0:
             state = {
                 "format": CHECKPOINT_FORMAT,
@@ -258,11 +279,16 @@ class Survivors:
         """Shrink to the survivors, drop the failed step's gradients, wrap the module in a new DDP; say it on rank 0.
 
         A rank lost while the new DDP is made (it broadcasts rank 0's parameters) is one more failure: recover again.
+
+        Raises:
+            StateLost: the lost ranks held a shard of the optimizer's state (said once for the job).
         """
         del self.model  # its reducer's hooks on the module's parameters go with it
         while True:
             recovery = recover(error)
             self.recoveries.append(recovery)
+            if self._shard is not None:  # said once for the job, as TooFewRanks is (hpcdist mpirun, or survivor 0)
+                raise sharded.lost_state(recovery, self._shard, self.checkpoint, self._restarts)
             if recovery.rank == 0:
                 print(recovery.line(self.steps + 1), flush=True)  # the step they redo, counted from 1
             self.optimizer.zero_grad(set_to_none=True)

@@ -1,17 +1,13 @@
 """Fixtures for the container tier: podman's images built once per machine (build_image.sh), and the podman
 settings this machine kind needs.
 
-On this project's machines (Firecracker VMs, cgroup v1 with an empty cgroup2 beside it) Debian 12's crun 1.8.1 cannot
-start a container ("cgroups in hybrid mode not supported"), and neither runtime may raise a container's RLIMIT_NPROC
-or RLIMIT_NOFILE (no CAP_SYS_RESOURCE), so the tier points podman at a containers.conf of its own: runc, with limits
-no higher than this process's (CONTAINERS_CONF, podman's containers.conf(5)). hpcdist's run line is the same as
-anywhere.
+The tier points podman at a containers.conf of its own (podman_conf.py: runc, with limits no higher than this
+process's); hpcdist's run line is the same as anywhere.
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -19,20 +15,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import podman_conf
 import pytest
 from hosts.netns_hosts import NETNS, Hosts  # the namespace hosts of tests/hosts
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "build_image.sh"
-NPROC = 32768  # runc here refused 65536 and took 32768 for a container's RLIMIT_NPROC (measured)
-
-
-def _limit(which: int, most: int | None = None) -> str:
-    """A ulimit value `soft:hard` no higher than this process's (nor `most`)."""
-    soft, hard = resource.getrlimit(which)
-    cap = [v for v in (soft, hard, most) if v is not None and v != resource.RLIM_INFINITY]
-    top = min(cap) if cap else 1048576
-    return f"{top}:{top}"
 
 
 @pytest.fixture(scope="session")
@@ -40,10 +28,7 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment podman runs in here: os.environ with CONTAINERS_CONF naming the tier's containers.conf."""
     if os.geteuid() != 0:
         pytest.skip("the container tier needs root (rootful podman, apt-get, network namespaces)")
-    conf = tmp_path_factory.mktemp("podman") / "containers.conf"
-    nofile, nproc = _limit(resource.RLIMIT_NOFILE), _limit(resource.RLIMIT_NPROC, NPROC)
-    limits = f'default_ulimits = ["nofile={nofile}", "nproc={nproc}"]'
-    conf.write_text(f'[containers]\n{limits}\n[engine]\nruntime = "runc"\n')
+    conf = podman_conf.write(tmp_path_factory.mktemp("podman") / "containers.conf")
     return {**os.environ, "CONTAINERS_CONF": str(conf)}
 
 

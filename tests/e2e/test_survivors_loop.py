@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from launching import BIN, PROGRAMS, ROOT, wait_for
 from ulfm import ULFM_MPIRUN
 
@@ -245,3 +246,80 @@ def test_hpcdist_run_ddp_shrink_with_checkpoints_one_loss_shrunk_then_below_min_
     assert sorted(int(rank) for rank, _ in digests) == [0, 1, 2, 3] and len({d for _, d in digests}) == 1, text
     assert "internal error" not in text and "Traceback" not in text, text
     assert job.returncode == 0, text
+
+
+def _launch(out: Path, victim: tuple[int, int, int] | None, *options: str, **extra: str) -> tuple[int, str]:
+    """`hpcdist mpirun --on-failure shrink OPTIONS -np 4` of the program, $VICTIMS and `extra` passed on; SIGKILL the
+    victim once it waits at its step; (status, output)."""
+    argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", *options, "--oversubscribe", "-np", str(NP)]
+    argv += [arg for name in ("VICTIMS", *extra) for arg in ("-x", name)]
+    argv += ["--", str(BIN / "python"), str(PROGRAMS / "survivors_loop.py"), str(out), "mpi"]
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **extra}
+    env["VICTIMS"] = ":".join(map(str, victim)) if victim is not None else ""
+    with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as job:
+        try:
+            if victim is not None:
+                pid = out / f"victim-{victim[0]}.pid"
+                wait_for(f"rank {victim[0]} to reach epoch {victim[1]} step {victim[2]}", pid.exists, 180, job)
+                os.kill(int(pid.read_text()), signal.SIGKILL)
+            text, _ = job.communicate(timeout=180)
+        finally:
+            job.kill()
+    return job.returncode, text
+
+
+def test_zero_redundancy_optimizer_a_rank_lost_the_survivors_end_the_restart_ends_as_a_job_without_the_loss(
+    tmp_path: Path,
+) -> None:
+    """The lost rank's shard of a ZeroRedundancyOptimizer's state is gone: the survivors say so once and end, and
+    --max-restarts resumes from Survivors' checkpoint (the whole optimizer state, gathered on rank 0), on 4 ranks, to
+    parameters bit-identical to those of a job that lost no rank."""
+    (tmp_path / "whole").mkdir()
+    status, whole = _launch(tmp_path / "whole", None, SHARDED="zero")
+    assert status == 0, whole
+    expected = PARAMETERS.findall(whole)
+    assert len(expected) == NP and len({digest for *_, digest in expected}) == 1, whole
+    checkpoint = tmp_path / "ckpt.pt"
+    status, text = _launch(tmp_path, (2, 1, 5), "--max-restarts", "1", SHARDED="zero", CHECKPOINT=str(checkpoint))
+    first, restarted = text.split("; restarting in ", 1) if "; restarting in " in text else (text, "")
+    said = re.findall(r"^hpcdist: error: rank 2 on \S+ lost; (.*)$", first, re.M)
+    assert said == [
+        f"the optimizer's state of rank 2 (ZeroRedundancyOptimizer shard) was lost with it; the job resumes from its "
+        f"checkpoint {checkpoint}"
+    ], text
+    assert not RECOVERY.findall(text) and "epoch 1 loss" not in first, text  # no survivor carried on
+    resumed = re.findall(
+        r"^hpcdist: resumed from \S+ after epoch (\d), step (\d+) \(written by 4 ranks; 4 now\)$", text, re.M
+    )
+    assert resumed == [("1", "15")] and restarted, text
+    finished = PARAMETERS.findall(restarted)
+    assert sorted(start for start, *_ in finished) == ["0", "1", "2", "3"], text
+    assert {digest for *_, digest in finished} == {expected[0][3]}, text
+    assert "Traceback" not in text and status == 0, text
+
+
+def test_a_model_sharded_by_fsdp_is_refused_with_one_usage_error_and_no_restart(tmp_path: Path) -> None:
+    status, text = _launch(tmp_path, None, "--max-restarts", "1", SHARDED="fsdp")
+    errors = re.findall(r"^hpcdist: error: .*$", text, re.M)
+    assert len(errors) == 1 and errors[0].startswith(
+        "hpcdist: error: hpcdist.Survivors was given a model sharded by FSDP (the model itself, a FSDPSequential): "
+    ), text
+    assert "restarting in" not in text and not PARAMETERS.findall(text) and "Traceback" not in text, text
+    assert status == 2, text
+
+
+def test_zero_redundancy_optimizer_a_rank_lost_as_its_shards_are_gathered_for_the_checkpoint_said_once(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 SIGKILLed as epoch 1's end gathers the shards on rank 0: the survivors say it once and end, and no
+    checkpoint of epoch 1 is written (the job would resume after epoch 0)."""
+    checkpoint = tmp_path / "ckpt.pt"
+    status, text = _launch(tmp_path, (1, 1, -1), SHARDED="zero", CHECKPOINT=str(checkpoint))
+    said = re.findall(r"^hpcdist: error: rank 1 on \S+ lost; (.*)$", text, re.M)
+    assert said == [
+        "the optimizer's state of rank 1 (ZeroRedundancyOptimizer shard) was lost with it; the job ends "
+        f"(hpcdist mpirun --max-restarts N resumes it from its checkpoint {checkpoint})"
+    ], text
+    assert torch.load(checkpoint, weights_only=False)["epoch"] == 1, text  # epoch 0's, counted from 1
+    assert not RECOVERY.findall(text) and not PARAMETERS.findall(text) and "Traceback" not in text, text
+    assert status != 0, text
