@@ -102,7 +102,9 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     selected = _select(options, hosts, source, world.environ) if picked else tuple(Selected(h) for h in hosts)
     hosts = tuple(s.host for s in selected)
     in_allocation = not hosts and allocation is not None  # mpirun reads the allocation itself
-    np = options.np if options.np is not None else total_slots(hosts) if hosts else None
+    np = options.np + options.spares if options.np is not None else total_slots(hosts) if hosts else None
+    if np is not None and options.spares >= np:
+        raise UsageError(f"--spares {options.spares} leaves no rank to train of {np}; give fewer spares, or more -np")
     if np is None and not in_allocation and not in_job:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
     if np is not None and not hosts and not in_allocation and not in_job:
@@ -225,6 +227,7 @@ def _contract(
         trace=_trace(options, world),
         on_failure=options.on_failure,
         min_np=(options.min_np or 1) if shrink else 1,  # the ranks' side reads both (resilience/ulfm.py)
+        spares=options.spares if shrink else 0,
         tag=tag,
         log_dir=output.log_dir,
         ranks=None if routed else output.ranks,

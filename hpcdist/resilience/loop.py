@@ -30,7 +30,7 @@ from ..errors import RanksLost, UsageError
 from ..runtime.process import current
 from ..values import check_count
 from . import checkpoint as files
-from . import detector
+from . import detector, spares
 from .membership import Recovery, commit, failure_of, recover
 from .sharding import epoch_order, share, step_size
 
@@ -99,9 +99,13 @@ class Survivors:
         self._order: list[int] = []
         self._cursor = 0  # samples of the epoch's order consumed by committed steps: the same on every survivor
         self._taking: int | None = None  # samples the current step takes, until it is committed or redone
-        if self.checkpoint is not None and resume:
-            self._resume(self.checkpoint)
-        self.model = self._wrap()
+        self._joined_at: tuple[int, int, int] | None = None  # a spare's (epoch, epoch_step, cursor) as it joined
+        if self._shrink and spares.stand_by(process):  # a spare waits there until it takes a lost rank's place
+            self._recover(None)
+        else:
+            if self.checkpoint is not None and resume:
+                self._resume(self.checkpoint)
+            self.model = self._wrap()
         if self._shrink:
             detector.start(process)  # for gloo and nccl, MPI watches for failures (collective, once)
 
@@ -117,9 +121,13 @@ class Survivors:
 
     def epochs(self, count: int, start: int = 0) -> Iterator[int]:
         """The epochs start..count-1, after those the checkpoint resumed from; each begins at the first sample of its
-        order, drawn from (seed, epoch)."""
-        for epoch in range(max(start, self.resumed), count):
+        order, drawn from (seed, epoch). A spare that joined begins where the others are."""
+        joined, self._joined_at = self._joined_at, None
+        first = joined[0] if joined is not None else 0
+        for epoch in range(max(start, self.resumed, first), count):
             self.epoch, self.epoch_step, self._cursor = epoch, 0, 0
+            if joined is not None and epoch == joined[0]:
+                self.epoch_step, self._cursor = joined[1], joined[2]
             self._order = epoch_order(len(self.dataset), self.seed, epoch)
             yield epoch
 
@@ -248,18 +256,33 @@ class Survivors:
                 flush=True,
             )
 
+    def _hand_over(self) -> None:
+        """Rank 0 sends the model, the optimizer's state and the loop's place to every rank; the spares that joined
+        take them (the others hold them already, the same as rank 0's)."""
+        place = (self.epoch, self.epoch_step, self._cursor, self.steps, self.saved)
+        state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), "place": place}
+        box: list[Any] = [state if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        if spares.joining():
+            self.module.load_state_dict(box[0]["model"])
+            self.optimizer.load_state_dict(box[0]["optimizer"])
+            epoch, epoch_step, cursor, self.steps, self.saved = box[0]["place"]
+            self._joined_at = (epoch, epoch_step, cursor)
+
     def _wrap(self) -> DistributedDataParallel:
         """The module in a DDP over the current default group (its device's index for CUDA)."""
         device = next(self.module.parameters()).device
         ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(self.module, device_ids=ids, **self._ddp_options)
 
-    def _recover(self, error: BaseException) -> None:
-        """Shrink to the survivors, drop the failed step's gradients, wrap the module in a new DDP; say it on rank 0.
+    def _recover(self, error: BaseException | None) -> None:
+        """Shrink to the survivors, drop the failed step's gradients, hand joining spares the state, wrap the module in
+        a new DDP; say it on rank 0.
 
         A rank lost while the new DDP is made (it broadcasts rank 0's parameters) is one more failure: recover again.
         """
-        del self.model  # its reducer's hooks on the module's parameters go with it
+        with contextlib.suppress(AttributeError):  # a spare that joins has none yet
+            del self.model  # its reducer's hooks on the module's parameters go with it
         while True:
             recovery = recover(error)
             self.recoveries.append(recovery)
@@ -267,6 +290,8 @@ class Survivors:
                 print(recovery.line(self.steps + 1), flush=True)  # the step they redo, counted from 1
             self.optimizer.zero_grad(set_to_none=True)
             try:
+                if recovery.joined:
+                    self._hand_over()
                 self.model = self._wrap()
                 return
             except Exception as again:

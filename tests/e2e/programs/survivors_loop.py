@@ -5,7 +5,8 @@ from 0): that rank, about to train that step, writes OUT_DIR/victim-RANK.pid and
 the test SIGKILLs it; epoch 3 (past the last) stops it after the final barrier, as the others shut down. A survivor
 that meets TooFewRanks prints it and exits. Every rank appends `epoch index` to OUT_DIR/seen-RANK.txt for each sample
 of every committed step; rank 0 prints each epoch's loss; at the end every survivor prints its parameters' digest and
-the world size, and touches OUT_DIR/past-barrier-RANK once past the final barrier.
+the world size, and touches OUT_DIR/past-barrier-RANK once past the final barrier. After a recovery, rank 0 prints
+the time of the first step committed since (`first step after recovery at T on N ranks`).
 """
 
 import contextlib
@@ -58,6 +59,7 @@ with hpcdist.init(sys.argv[2]):
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loop = hpcdist.Survivors(model, optimizer, TensorDataset(x, y), batch_size=BATCH, seed=1)
+    told = 0  # the recoveries whose first step after was told
     with open(out / f"seen-{start_rank}.txt", "a") as seen, report_too_few():
         for epoch in loop.epochs(EPOCHS):
             totals = torch.zeros(2, dtype=torch.float64)
@@ -67,7 +69,10 @@ with hpcdist.init(sys.argv[2]):
                         pause_for_the_kill()
                     loss = torch.nn.functional.mse_loss(loop.model(xb), yb)
                     loss.backward()
+                if loop.committed and len(loop.recoveries) > told and loop.rank == 0:
+                    print(f"first step after recovery at {time.time():.6f} on {loop.world_size} ranks", flush=True)
                 if loop.committed:
+                    told = len(loop.recoveries)
                     seen.write("".join(f"{epoch} {index}\n" for index in loop.indices))
                     seen.flush()
                     totals += torch.tensor([loss.item() * len(xb), len(xb)], dtype=torch.float64)
