@@ -243,3 +243,70 @@ def test_hpcdist_run_ddp_shrink_with_checkpoints_one_loss_shrunk_then_below_min_
     assert sorted(int(rank) for rank, _ in digests) == [0, 1, 2, 3] and len({d for _, d in digests}) == 1, text
     assert "internal error" not in text and "Traceback" not in text, text
     assert job.returncode == 0, text
+
+
+def _launch(out: Path, backend: str, spares: int = 0, victim: tuple[int, int, int] | None = None) -> tuple[int, str]:
+    """`hpcdist mpirun --on-failure shrink [--spares N] -np 4` of the program; SIGKILL the victim (start rank, epoch,
+    step) once it waits at its step: (status, output)."""
+    out.mkdir()
+    argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", "--spares", str(spares), "--oversubscribe"]
+    argv += ["-np", str(NP), "-x", "VICTIMS", "--", str(BIN / "python"), str(PROGRAMS / "survivors_loop.py")]
+    argv += [str(out), backend]
+    victims = f"{victim[0]}:{victim[1]}:{victim[2]}" if victim is not None else ""
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "VICTIMS": victims}
+    with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as job:
+        try:
+            if victim is not None:
+                pid = out / f"victim-{victim[0]}.pid"
+                wait_for(f"rank {victim[0]} to reach epoch {victim[1]} step {victim[2]}", pid.exists, 180, job)
+                os.kill(int(pid.read_text()), signal.SIGKILL)
+            text, _ = job.communicate(timeout=180)
+        finally:
+            job.kill()
+    return job.returncode, text
+
+
+@pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["on-mpi", "on-gloo"])
+def test_with_a_spare_a_rank_killed_in_epoch_2_four_ranks_finish_bit_for_bit_as_a_run_without_the_failure(
+    tmp_path: Path, backend: str
+) -> None:
+    """`--spares 1`: rank 2 SIGKILLed in epoch 2, the spare (start rank 4) takes its place in the recovery, gets the
+    model, the optimizer and the loop's place from rank 0, and every step after is at 4 ranks again, each with the
+    samples it would have had: the parameters equal, bit for bit, those of `-np 4` without spares or failure."""
+    status, text = _launch(tmp_path / "lost", backend, spares=1, victim=(2, 1, 5))
+    finished = PARAMETERS.findall(text)
+    assert {int(start): int(rank) for start, rank, _, _ in finished} == {0: 0, 1: 1, 3: 2, 4: 3}, text
+    assert {(size, digest) for _, _, size, digest in finished} == {("4", finished[0][3])}, text
+    # epoch 1 has 15 steps of 32 samples; steps 1-5 of epoch 2 were committed: step 21 is redone by 4 ranks again
+    assert re.findall(r"^hpcdist: rank 2 on \S+ lost \(process failed\); (.*) \(recovered in ", text, re.M) == [
+        "3 of 4 ranks carry on and 1 spare joins them: 4 ranks again from step 21"
+    ], text
+    assert re.findall(r"^first step after recovery at \S+ on (\d) ranks$", text, re.M) == ["4"], text
+    seen = Counter(
+        tuple(map(int, line.split()))
+        for rank in range(NP + 1)
+        for line in (tmp_path / "lost" / f"seen-{rank}.txt").read_text().split("\n")
+        if line
+    )
+    assert set(seen.values()) == {1}
+    assert sorted(seen) == [(epoch, index) for epoch in range(EPOCHS) for index in range(SAMPLES)]
+    assert LAUNCHER_LOST.findall(text) == ["2"], text
+    assert "internal error" not in text and "Traceback" not in text, text
+    assert status == 0, text
+    status, whole = _launch(tmp_path / "whole", backend)
+    assert status == 0, whole
+    assert {digest for _, _, _, digest in PARAMETERS.findall(whole)} == {finished[0][3]}, whole + text
+
+
+def test_a_spare_never_needed_waits_outside_torchs_world_and_ends_with_the_job(tmp_path: Path) -> None:
+    """`--spares 1` and no failure: 4 ranks train (the spare, start rank 4, never in torch's world: it prints no
+    parameters), and at the end rank 0 releases it: the job ends with status 0."""
+    status, text = _launch(tmp_path / "out", "mpi", spares=1)
+    finished = PARAMETERS.findall(text)
+    assert sorted((int(start), int(rank), size) for start, rank, size, _ in finished) == [
+        (rank, rank, "4") for rank in range(NP)
+    ], text
+    assert len({digest for _, _, _, digest in finished}) == 1, text
+    assert not (tmp_path / "out" / "seen-4.txt").exists(), text  # a spare opens it once it has joined: never
+    assert not RECOVERY.findall(text) and "lost" not in text and "Traceback" not in text, text
+    assert status == 0, text
