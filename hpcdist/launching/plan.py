@@ -122,7 +122,8 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
             "--tag/--no-tag, --log-dir, --ranks and --tail need hpcdist's wrapper around each rank "
             "(it tags each rank's lines); drop --bare"
         )
-    check_restarts(options.max_restarts, options.min_np, np, options.on_failure)
+    trained = np - options.spares if np is not None else None  # the spares train only in lost ranks' places
+    check_restarts(options.max_restarts, options.min_np, trained, options.on_failure)
     routed = options.mode != SCRIPT and not options.bare  # hpcdist runs it: the ranks' lines come through us
     limit = heartbeat_limit(options.heartbeat_timeout, world.environ, np or 1) if routed else None
     contract = _contract(options, output, world, routed, limit, np or total_slots(hosts))
