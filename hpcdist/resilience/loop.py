@@ -6,7 +6,9 @@ agree that every one of them finished the step (`membership.commit`) before any 
 the parameters and the optimizer's state after the last committed step are the same on every survivor. When a rank
 is lost inside a step or in the agreement, the survivors shrink (`membership.recover`), wrap the same module in a
 new DDP over the new default group, and redo the step with the samples it had, shared among themselves; rank 0
-prints one line per failure. Outside `--on-failure shrink` the same loop trains as plain DDP.
+prints one line per failure. Under `--spares N`, as many spares as ranks were lost join in the recovery and take
+the state from rank 0 (spares.py), so the world is back to its size. Outside `--on-failure shrink` the same loop
+trains as plain DDP.
 
 With `checkpoint=PATH`, rank 0 writes PATH atomically at the end of every epoch (the model, the optimizer, the epochs
 and steps done), and a loop made with PATH present starts after that epoch: what a restart (`--max-restarts`) resumes
@@ -26,7 +28,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import default_collate
 
-from ..errors import RanksLost, UsageError
+from ..errors import RanksLost, TooFewRanks, UsageError, lost_text
 from ..runtime.process import current
 from ..values import check_count
 from . import checkpoint as files
@@ -76,10 +78,13 @@ class Survivors:
         resume: bool = True,
         **ddp_options: Any,
     ) -> None:
-        """Hold them, resume from the checkpoint if there is one, wrap the module in DDP.
+        """Hold them, resume from the checkpoint if there is one, wrap the module in DDP. Under `--spares N` the
+        last N ranks wait here, outside torch's world, until a recovery makes them take lost ranks' places: then
+        they take the model, the optimizer's state and the loop's place from rank 0, and return.
 
         Raises:
             UsageError: a batch size below 1, or a checkpoint of another format, seed or data set size.
+            SystemExit: on a spare never needed, with status 0, as the job ends.
         """
         check_count(batch_size, "batch_size", 1, "e.g. batch_size=32")
         self.module, self.optimizer, self.dataset = model, optimizer, dataset
@@ -162,7 +167,7 @@ class Survivors:
         and the same samples come again from `batches()`, shared among the survivors (`loop.committed` is False).
 
         Raises:
-            TooFewRanks: the survivors would be fewer than --min-np.
+            TooFewRanks: the survivors would be fewer than --min-np, or every rank that trained was lost.
             UsageError: outside a batch of `batches()`.
         """
         if self._taking is None:
@@ -289,6 +294,15 @@ class Survivors:
             if recovery.rank == 0:
                 print(recovery.line(self.steps + 1), flush=True)  # the step they redo, counted from 1
             self.optimizer.zero_grad(set_to_none=True)
+            if len(recovery.joined) == recovery.after:  # every rank that trained was lost: no one holds the state
+                raise TooFewRanks(
+                    recovery.lost,
+                    recovery.hosts,
+                    recovery.during,
+                    why=f"{lost_text(recovery.lost, recovery.hosts, recovery.during)}: every rank that trained was "
+                    "lost, so the spares have no state to take; the job ends (or restarts from its checkpoint)",
+                    survivor=recovery.rank,
+                )
             try:
                 if recovery.joined:
                     self._hand_over()
