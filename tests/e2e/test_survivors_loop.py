@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -245,9 +246,15 @@ def test_hpcdist_run_ddp_shrink_with_checkpoints_one_loss_shrunk_then_below_min_
     assert job.returncode == 0, text
 
 
-def _launch(out: Path, backend: str, spares: int = 0, victim: tuple[int, int, int] | None = None) -> tuple[int, str]:
+def _launch(
+    out: Path,
+    backend: str,
+    spares: int = 0,
+    victim: tuple[int, int, int] | None = None,
+    watch: Callable[[subprocess.Popen[str]], None] | None = None,
+) -> tuple[int, str]:
     """`hpcdist mpirun --on-failure shrink [--spares N] -np 4` of the program; SIGKILL the victim (start rank, epoch,
-    step) once it waits at its step: (status, output)."""
+    step) once it waits at its step; `watch` the job while it runs: (status, output)."""
     out.mkdir()
     argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", "--spares", str(spares), "--oversubscribe"]
     argv += ["-np", str(NP), "-x", "VICTIMS", "--", str(BIN / "python"), str(PROGRAMS / "survivors_loop.py")]
@@ -260,6 +267,8 @@ def _launch(out: Path, backend: str, spares: int = 0, victim: tuple[int, int, in
                 pid = out / f"victim-{victim[0]}.pid"
                 wait_for(f"rank {victim[0]} to reach epoch {victim[1]} step {victim[2]}", pid.exists, 180, job)
                 os.kill(int(pid.read_text()), signal.SIGKILL)
+            if watch is not None:
+                watch(job)
             text, _ = job.communicate(timeout=180)
         finally:
             job.kill()
@@ -300,8 +309,22 @@ def test_with_a_spare_a_rank_killed_in_epoch_2_four_ranks_finish_bit_for_bit_as_
 
 def test_a_spare_never_needed_waits_outside_torchs_world_and_ends_with_the_job(tmp_path: Path) -> None:
     """`--spares 1` and no failure: 4 ranks train (the spare, start rank 4, never in torch's world: it prints no
-    parameters), and at the end rank 0 releases it: the job ends with status 0."""
-    status, text = _launch(tmp_path / "out", "mpi", spares=1)
+    parameters) while the spare takes a few percent of a core at most, and at the end rank 0 releases it: the job ends
+    with status 0."""
+    out, used = tmp_path / "out", []
+
+    def spare_cpu(job: subprocess.Popen[str]) -> None:
+        """The spare's share of a core over 2 s of training (its user and system time, from /proc)."""
+        wait_for("the ranks to train", lambda: bool(_lines(out / "seen-0.txt")), 180, job)
+        stat = Path("/proc") / (out / "pid-4").read_text() / "stat"
+        ticks = os.sysconf("SC_CLK_TCK")
+        before, began = sum(map(int, stat.read_text().rsplit(")", 1)[1].split()[11:13])), time.monotonic()
+        wait_for("2 s of training", lambda: time.monotonic() - began >= 2, 10, job)
+        after = sum(map(int, stat.read_text().rsplit(")", 1)[1].split()[11:13]))
+        used.append((after - before) / ticks / (time.monotonic() - began))
+
+    status, text = _launch(out, "mpi", spares=1, watch=spare_cpu)
+    assert used and used[0] < 0.15, used  # measured: 0.03 on a loaded 2-core machine; a spinning wait takes 1.0
     finished = PARAMETERS.findall(text)
     assert sorted((int(start), int(rank), size) for start, rank, size, _ in finished) == [
         (rank, rank, "4") for rank in range(NP)

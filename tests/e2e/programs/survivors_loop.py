@@ -6,7 +6,8 @@ the test SIGKILLs it; epoch 3 (past the last) stops it after the final barrier, 
 that meets TooFewRanks prints it and exits. Every rank appends `epoch index` to OUT_DIR/seen-RANK.txt for each sample
 of every committed step; rank 0 prints each epoch's loss; at the end every survivor prints its parameters' digest and
 the world size, and touches OUT_DIR/past-barrier-RANK once past the final barrier. After a recovery, rank 0 prints
-the time of the first step committed since (`first step after recovery at T on N ranks`).
+the time of the first step committed since (`first step after recovery at T on N ranks`). Every rank writes its pid
+to OUT_DIR/pid-RANK before it makes the loop.
 """
 
 import contextlib
@@ -58,6 +59,7 @@ with hpcdist.init(sys.argv[2]):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    (out / f"pid-{start_rank}").write_text(str(os.getpid()))  # a spare waits in Survivors, just below
     loop = hpcdist.Survivors(model, optimizer, TensorDataset(x, y), batch_size=BATCH, seed=1)
     told = 0  # the recoveries whose first step after was told
     with open(out / f"seen-{start_rank}.txt", "a") as seen, report_too_few():
