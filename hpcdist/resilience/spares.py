@@ -93,8 +93,8 @@ def stand_by(process: RankProcess) -> bool:
 
 
 def split(shrunk: MPI.Intracomm) -> MPI.Intracomm | None:
-    """After `shrunk` = whole.Shrink(): the new whole, and the actives' communicator (this rank's), or None on a spare
-    that stays one. Collective over `shrunk`."""
+    """After `shrunk` = whole.Shrink(), which becomes the whole: the actives' communicator (its first ranks, as many
+    as trained at the start if there are), or None on a spare that stays one. Collective over `shrunk`."""
     starts = _starts(shrunk)
     size = min(_SPARES.size, shrunk.size)
     _SPARES.whole = shrunk
