@@ -63,6 +63,7 @@ class RankContract:
     trace: str | None = None  # --trace: the absolute path rank 0 writes every rank's calls to
     on_failure: str = "end"  # end: a failing rank ends the job; shrink: it ends alone, the survivors carry on
     min_np: int = 1  # under shrink: the fewest ranks the survivors carry on with
+    spares: int = 0  # under shrink: the last this many ranks wait idle, to take the place of lost ones
     tag: str = ""  # "1": each line tagged [host:rank]; NUMBERED: also numbered for the router; "" or "0": untagged
     log_dir: str | None = None  # each rank also writes its lines to DIR/rank-NNN.log
     ranks: str | None = None  # only these ranks' lines reach the console (e.g. 0,3 or 0-3,7)
@@ -80,6 +81,7 @@ class RankContract:
         "trace": "HPCDIST_TRACE",
         "on_failure": "HPCDIST_ON_FAILURE",
         "min_np": "HPCDIST_MIN_NP",
+        "spares": "HPCDIST_SPARES",
         "tag": "HPCDIST_TAG",
         "log_dir": "HPCDIST_LOG_DIR",
         "ranks": "HPCDIST_RANKS",
@@ -145,6 +147,11 @@ class RankContract:
             raise UsageError(
                 f"{self.variable('min_np')}={self.min_np!r} is not a positive whole number; unset it or give a rank "
                 "count (hpcdist mpirun --min-np sets it)"
+            )
+        if self.spares and not self.shrinks:
+            raise UsageError(
+                f"{self.variable('spares')}={self.spares} needs {self.variable('on_failure')}=shrink; unset it "
+                "(hpcdist mpirun --on-failure shrink --spares N sets both)"
             )
         if self.bind not in ("auto", "none"):
             raise UsageError(f"{self.variable('bind')}={self.bind!r}: set it to auto or none (hpcdist mpirun --bind)")

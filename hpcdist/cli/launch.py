@@ -103,6 +103,15 @@ def add_parsers(sub: Any) -> None:
         "rebuilt on the survivors, and the job's status is the survivors'",
     )
     mpirun.add_argument(
+        "--spares",
+        type=Whole(0),
+        default=0,
+        metavar="N",
+        help="with --on-failure shrink: launch N more ranks that wait idle outside torch's world; after a loss, as "
+        "many of them as ranks were lost join the survivors, with the model, the optimizer and the loop's place "
+        "(hpcdist.Survivors), and training goes on at full size",
+    )
+    mpirun.add_argument(
         "--heartbeat-timeout",
         type=Seconds(off=True),
         metavar="SECONDS",
@@ -339,6 +348,7 @@ def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
         outcome=args.outcome,
         on_failure=args.on_failure,
         min_np=args.min_np,
+        spares=args.spares,
         max_restarts=args.max_restarts,
         container_image=args.container_image,
         container_runtime=args.container_runtime,

@@ -28,6 +28,7 @@ _FLAGS = {"np": "-np", "hostfile": "--hostfile", "hosts": "-H", "include": "--in
           "mpirun": "--mpirun", "mpi": "--mpi", "launch_agent": "--launch-agent", "tag": "--tag",
           "log_dir": "--log-dir", "ranks": "--ranks", "tail": "--tail", "heartbeat_timeout": "--heartbeat-timeout",
           "trace": "--trace", "outcome": "--outcome", "on_failure": "--on-failure", "min_np": "--min-np",
+          "spares": "--spares",
           "max_restarts": "--max-restarts", "container_image": "--container-image",
           "container_runtime": "--container-runtime", "container_mounts": "--container-mounts",
           "container_gpus": "--container-gpus"}  # fmt: skip
@@ -63,6 +64,7 @@ class MpirunOptions:
     outcome: str | None = None  # FILE.json: how the job ended, written when it ends, for tools
     on_failure: str = "end"  # a lost rank ends the job (end), or the survivors carry on (shrink: Open MPI's ULFM)
     min_np: int | None = None  # the fewest ranks the job may go on with: after a lost host's restart, or a shrink
+    spares: int = 0  # under shrink: this many more ranks wait idle, each to take a lost rank's place
     max_restarts: int = 0  # start the whole job again after a failure, up to this many times
     container_image: str | None = None  # each rank runs inside this image (hpcdist.containers)
     container_runtime: str | None = None  # the runtime that runs it (None: the first installed)
@@ -104,6 +106,12 @@ class MpirunOptions:
             check_count(self.np, "-np", 1, "e.g. -np 4")
         if self.min_np is not None:
             check_count(self.min_np, "--min-np", 1, "e.g. --min-np 2")
+        check_count(self.spares, "--spares", 0, "e.g. --spares 1")
+        if self.spares and self.on_failure != "shrink":
+            raise UsageError(
+                f"--spares {self.spares} replaces lost ranks of a shrinking job; add --on-failure shrink, or drop "
+                "--spares"
+            )
         if self.on_failure not in ON_FAILURE:
             raise UsageError(
                 f"--on-failure must be one of {', '.join(ON_FAILURE)}, got {self.on_failure!r}; e.g. --on-failure "

@@ -102,7 +102,9 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     selected = _select(options, hosts, source, world.environ) if picked else tuple(Selected(h) for h in hosts)
     hosts = tuple(s.host for s in selected)
     in_allocation = not hosts and allocation is not None  # mpirun reads the allocation itself
-    np = options.np if options.np is not None else total_slots(hosts) if hosts else None
+    np = options.np + options.spares if options.np is not None else total_slots(hosts) if hosts else None
+    if np is not None and options.spares >= np:
+        raise UsageError(f"--spares {options.spares} leaves no rank to train of {np}; give fewer spares, or more -np")
     if np is None and not in_allocation and not in_job:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
     if np is not None and not hosts and not in_allocation and not in_job:
@@ -120,7 +122,8 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
             "--tag/--no-tag, --log-dir, --ranks and --tail need hpcdist's wrapper around each rank "
             "(it tags each rank's lines); drop --bare"
         )
-    check_restarts(options.max_restarts, options.min_np, np, options.on_failure)
+    trained = np - options.spares if np is not None else None  # the spares train only in lost ranks' places
+    check_restarts(options.max_restarts, options.min_np, trained, options.on_failure)
     routed = options.mode != SCRIPT and not options.bare  # hpcdist runs it: the ranks' lines come through us
     limit = heartbeat_limit(options.heartbeat_timeout, world.environ, np or 1) if routed else None
     contract = _contract(options, output, world, routed, limit, np or total_slots(hosts))
@@ -228,6 +231,7 @@ def _contract(
         trace=_trace(options, world),
         on_failure=options.on_failure,
         min_np=(options.min_np or 1) if shrink else 1,  # the ranks' side reads both (resilience/ulfm.py)
+        spares=options.spares if shrink else 0,
         tag=tag,
         log_dir=output.log_dir,
         ranks=None if routed else output.ranks,

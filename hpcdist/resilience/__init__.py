@@ -6,9 +6,10 @@ rebuild of torch's groups, and the training loop that resumes.
     detector.py    for gloo and nccl, a thread that hears of a failure through MPI
     sharding.py    an epoch's sample order and each rank's share of a step for any world size (pure)
     loop.py        hpcdist.Survivors: the training loop that commits, recovers, re-wraps DDP and re-shares
+    spares.py      --spares: the idle ranks' wait outside torch's world, and their joining after a shrink
     checkpoint.py  atomic checkpoint files: what a restart resumes from when the survivors are too few
 
-Whether the job shrinks, and how far, is the launcher's contract (`RankContract.shrinks`, `min_np`), read once per
-process (runtime.process). May import: the leaves (errors, values, waits, contract, ranklist, abort), mpi_backend,
-runtime, torch and mpi4py. Never launching, jobs, the CLI or the workloads.
+Whether the job shrinks, how far, and with how many spares is the launcher's contract (`RankContract.shrinks`,
+`min_np`, `spares`), read once per process (runtime.process). May import: the leaves (errors, values, waits, contract,
+ranklist, abort), mpi_backend, runtime, torch and mpi4py. Never launching, jobs, the CLI or the workloads.
 """

@@ -6,7 +6,9 @@ agree that every one of them finished the step (`membership.commit`) before any 
 the parameters and the optimizer's state after the last committed step are the same on every survivor. When a rank
 is lost inside a step or in the agreement, the survivors shrink (`membership.recover`), wrap the same module in a
 new DDP over the new default group, and redo the step with the samples it had, shared among themselves; rank 0
-prints one line per failure. Outside `--on-failure shrink` the same loop trains as plain DDP.
+prints one line per failure. Under `--spares N`, as many spares as ranks were lost join in the recovery and take
+the state from rank 0 (spares.py), so the world is back to its size. Outside `--on-failure shrink` the same loop
+trains as plain DDP.
 
 With `checkpoint=PATH`, rank 0 writes PATH atomically at the end of every epoch (the model, the optimizer, the epochs
 and steps done), and a loop made with PATH present starts after that epoch: what a restart (`--max-restarts`) resumes
@@ -29,11 +31,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import default_collate
 
-from ..errors import RanksLost, UsageError
+from ..errors import RanksLost, TooFewRanks, UsageError, lost_text
 from ..runtime.process import current
 from ..values import check_count
 from . import checkpoint as files
-from . import detector, sharded
+from . import detector, sharded, spares
 from .membership import Recovery, commit, failure_of, recover
 from .sharding import epoch_order, share, step_size
 
@@ -79,11 +81,14 @@ class Survivors:
         resume: bool = True,
         **ddp_options: Any,
     ) -> None:
-        """Hold them, resume from the checkpoint if there is one, wrap the module in DDP.
+        """Hold them, resume from the checkpoint if there is one, wrap the module in DDP. Under `--spares N` the
+        last N ranks wait here, outside torch's world, until a recovery makes them take lost ranks' places: then
+        they take the model, the optimizer's state and the loop's place from rank 0, and return.
 
         Raises:
             UsageError: a batch size below 1, a model sharded by FSDP, or a checkpoint of another format, seed or
                 data set size.
+            SystemExit: on a spare never needed, with status 0, as the job ends.
         """
         check_count(batch_size, "batch_size", 1, "e.g. batch_size=32")
         sharded.check_model(model)
@@ -107,9 +112,13 @@ class Survivors:
         self._order: list[int] = []
         self._cursor = 0  # samples of the epoch's order consumed by committed steps: the same on every survivor
         self._taking: int | None = None  # samples the current step takes, until it is committed or redone
-        if self.checkpoint is not None and resume:
-            self._resume(self.checkpoint)
-        self.model = self._wrap()
+        self._joined_at: tuple[int, int, int] | None = None  # a spare's (epoch, epoch_step, cursor) as it joined
+        if self._shrink and spares.stand_by(process):  # a spare waits there until it takes a lost rank's place
+            self._recover(None)
+        else:
+            if self.checkpoint is not None and resume:
+                self._resume(self.checkpoint)
+            self.model = self._wrap()
         if self._shrink:
             detector.start(process)  # for gloo and nccl, MPI watches for failures (collective, once)
 
@@ -125,9 +134,13 @@ class Survivors:
 
     def epochs(self, count: int, start: int = 0) -> Iterator[int]:
         """The epochs start..count-1, after those the checkpoint resumed from; each begins at the first sample of its
-        order, drawn from (seed, epoch)."""
-        for epoch in range(max(start, self.resumed), count):
+        order, drawn from (seed, epoch). A spare that joined begins where the others are."""
+        joined, self._joined_at = self._joined_at, None
+        first = joined[0] if joined is not None else 0
+        for epoch in range(max(start, self.resumed, first), count):
             self.epoch, self.epoch_step, self._cursor = epoch, 0, 0
+            if joined is not None and epoch == joined[0]:
+                self.epoch_step, self._cursor = joined[1], joined[2]
             self._order = epoch_order(len(self.dataset), self.seed, epoch)
             yield epoch
 
@@ -162,8 +175,8 @@ class Survivors:
         and the same samples come again from `batches()`, shared among the survivors (`loop.committed` is False).
 
         Raises:
-            TooFewRanks: the survivors would be fewer than --min-np, or (`StateLost`) the lost ranks held a shard
-                of the optimizer's state.
+            TooFewRanks: the survivors would be fewer than --min-np, every rank that trained was lost, or
+                (`StateLost`) the lost ranks held a shard of the optimizer's state.
             UsageError: outside a batch of `batches()`.
         """
         if self._taking is None:
@@ -269,21 +282,36 @@ class Survivors:
                 flush=True,
             )
 
+    def _hand_over(self) -> None:
+        """Rank 0 sends the model, the optimizer's state and the loop's place to every rank; the spares that joined
+        take them (the others hold them already, the same as rank 0's)."""
+        place = (self.epoch, self.epoch_step, self._cursor, self.steps, self.saved)
+        state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(), "place": place}
+        box: list[Any] = [state if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        if spares.joining():
+            self.module.load_state_dict(box[0]["model"])
+            self.optimizer.load_state_dict(box[0]["optimizer"])
+            epoch, epoch_step, cursor, self.steps, self.saved = box[0]["place"]
+            self._joined_at = (epoch, epoch_step, cursor)
+
     def _wrap(self) -> DistributedDataParallel:
         """The module in a DDP over the current default group (its device's index for CUDA)."""
         device = next(self.module.parameters()).device
         ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(self.module, device_ids=ids, **self._ddp_options)
 
-    def _recover(self, error: BaseException) -> None:
-        """Shrink to the survivors, drop the failed step's gradients, wrap the module in a new DDP; say it on rank 0.
+    def _recover(self, error: BaseException | None) -> None:
+        """Shrink to the survivors, drop the failed step's gradients, hand joining spares the state, wrap the module in
+        a new DDP; say it on rank 0.
 
         A rank lost while the new DDP is made (it broadcasts rank 0's parameters) is one more failure: recover again.
 
         Raises:
             StateLost: the lost ranks held a shard of the optimizer's state (said once for the job).
         """
-        del self.model  # its reducer's hooks on the module's parameters go with it
+        with contextlib.suppress(AttributeError):  # a spare that joins has none yet
+            del self.model  # its reducer's hooks on the module's parameters go with it
         while True:
             recovery = recover(error)
             self.recoveries.append(recovery)
@@ -292,7 +320,18 @@ class Survivors:
             if recovery.rank == 0:
                 print(recovery.line(self.steps + 1), flush=True)  # the step they redo, counted from 1
             self.optimizer.zero_grad(set_to_none=True)
+            if len(recovery.joined) == recovery.after:  # every rank that trained was lost: no one holds the state
+                raise TooFewRanks(
+                    recovery.lost,
+                    recovery.hosts,
+                    recovery.during,
+                    why=f"{lost_text(recovery.lost, recovery.hosts, recovery.during)}: every rank that trained was "
+                    "lost, so the spares have no state to take; the job ends (or restarts from its checkpoint)",
+                    survivor=recovery.rank,
+                )
             try:
+                if recovery.joined:
+                    self._hand_over()
                 self.model = self._wrap()
                 return
             except Exception as again:

@@ -34,7 +34,7 @@ from ..ranklist import by_host
 from ..runtime import bootstrap
 from ..runtime.mpistore import MPIStore
 from ..runtime.process import RankProcess, current
-from . import detector, ulfm
+from . import detector, spares, ulfm
 
 __all__ = ["Recovery", "commit", "failure_of", "recover"]
 
@@ -79,6 +79,7 @@ class Recovery:
     seconds: float
     groups: dict[Any, Any] = field(default_factory=dict)
     during: str = ""
+    joined: tuple[int, ...] = ()  # the spares (start ranks) that took lost ranks' places (--spares)
 
     def line(self, step: int | None = None) -> str:
         """The one line rank 0 prints: `hpcdist: rank 2 on n1 lost (process failed during all_reduce #57 on world);
@@ -86,6 +87,13 @@ class Recovery:
         why = f"process failed during {self.during}" if self.during else "process failed"
         verb = "carry on" if self.after > 1 else "carries on"
         since = f" from step {step}" if step is not None else ""
+        if self.joined:  # `...; 3 of 4 ranks carry on and 1 spare joins them: 4 ranks again from step 21 (...)`
+            spares = f"{len(self.joined)} spares join" if len(self.joined) > 1 else "1 spare joins"
+            return (
+                f"hpcdist: {by_host(self.lost, self.hosts)} lost ({why}); {self.after - len(self.joined)} of "
+                f"{self.before} ranks carry on and {spares} them: {self.after} ranks again{since} (recovered in "
+                f"{self.seconds:.2f} s)"
+            )
         return (
             f"hpcdist: {by_host(self.lost, self.hosts)} lost ({why}); {self.after} of {self.before} ranks {verb}"
             f"{since} (recovered in {self.seconds:.2f} s)"
@@ -149,7 +157,7 @@ def recover(error: BaseException | None = None) -> Recovery:
     before = old.size
     starts_before = _starts(old)
     if _UNFINISHED.backend is None:
-        _UNFINISHED.backend = str(dist.get_backend()) if dist.is_initialized() else ""
+        _UNFINISHED.backend = str(dist.get_backend()) if dist.is_initialized() else spares.backend()
         _UNFINISHED.subgroups = _own_subgroups()
     backend, subgroups, min_np = _UNFINISHED.backend, _UNFINISHED.subgroups, process.contract.min_np
     seconds = bootstrap.job_timeout(os.environ)
@@ -158,8 +166,9 @@ def recover(error: BaseException | None = None) -> Recovery:
     for _ in range(_ATTEMPTS):
         world = ulfm.world()
         _tear_down(process, world)
+        spares.revoke()
         try:
-            shrunk: MPI.Intracomm = world.Shrink()  # type: ignore[assignment]  # an Intracomm's shrink is one
+            shrunk: MPI.Intracomm = (spares.whole() or world).Shrink()  # type: ignore[assignment]  # an Intracomm
         except MPI.Exception as exc:  # a failure while shrinking: shrink what is left
             if not is_failure(exc):
                 raise
@@ -167,6 +176,13 @@ def recover(error: BaseException | None = None) -> Recovery:
             continue
         survivors = _starts(shrunk)
         lost = tuple(rank for rank in starts_before if rank not in survivors)
+        if spares.whole() is not None:  # the actives, spares joining them; a spare that stays one waits again
+            actives = spares.split(shrunk)
+            if actives is None:
+                _UNFINISHED.backend, _UNFINISHED.subgroups = None, []
+                spares.wait_again()
+                return recover(error)
+            shrunk = actives
         if shrunk.size < min_np:
             raise TooFewRanks(
                 lost,
@@ -188,7 +204,9 @@ def recover(error: BaseException | None = None) -> Recovery:
             continue
         _UNFINISHED.backend, _UNFINISHED.subgroups = None, []
         survive_finalize()
-        return Recovery(lost, hosts(), before, shrunk.size, shrunk.rank, time.monotonic() - began, groups, during)
+        joined = tuple(spares.joined())
+        took = time.monotonic() - began
+        return Recovery(lost, hosts(), before, shrunk.size, shrunk.rank, took, groups, during, joined)
     raise RanksLost(
         [rank for rank in starts_before if rank not in _starts(ulfm.world())],
         hosts(),

@@ -327,12 +327,17 @@ def _turn_on_nccl_recorder(contract: RankContract, backend: Any) -> None:
 def stacks_on_failure(rank: int, error: BaseException) -> None:
     """A rank's program raised on its own (not Ctrl-C, not a peer gone): print the others' stacks, with forensics."""
     collect = sys.modules.get("hpcdist.forensics.collect")  # loaded where forensics run
-    if collect is None or isinstance(error, (KeyboardInterrupt, RanksLost)):
+    if collect is None or isinstance(error, (KeyboardInterrupt, RanksLost)) or _ended_well(error):
         return
     from ..forensics.cause import peer_lost
 
     if not peer_lost(str(error)):
         collect.on_failure(rank)
+
+
+def _ended_well(error: BaseException) -> bool:
+    """Whether `error` is a sys.exit with status 0 (a spare released at the job's end)."""
+    return isinstance(error, SystemExit) and error.code in (0, None)
 
 
 def program_finished() -> None:
@@ -428,6 +433,9 @@ def mpi_store_arguments(env: LaunchEnv) -> dict[str, Any]:
 def shutdown() -> None:
     """Stop the watchdog, tear down the process group (if any) and release the rendezvous store."""
     process = existing()
+    spares = sys.modules.get("hpcdist.resilience.spares")  # loaded where a shrinking job has spares
+    if spares is not None:
+        spares.release()  # the spares still waiting end with the job
     if process is not None and process.watchdog:
         process.watchdog = False
         sys.modules["hpcdist.forensics.watchdog"].stop()

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -248,12 +249,22 @@ def test_hpcdist_run_ddp_shrink_with_checkpoints_one_loss_shrunk_then_below_min_
     assert job.returncode == 0, text
 
 
-def _launch(out: Path, victim: tuple[int, int, int] | None, *options: str, **extra: str) -> tuple[int, str]:
-    """`hpcdist mpirun --on-failure shrink OPTIONS -np 4` of the program, $VICTIMS and `extra` passed on; SIGKILL the
-    victim once it waits at its step; (status, output)."""
-    argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", *options, "--oversubscribe", "-np", str(NP)]
-    argv += [arg for name in ("VICTIMS", *extra) for arg in ("-x", name)]
-    argv += ["--", str(BIN / "python"), str(PROGRAMS / "survivors_loop.py"), str(out), "mpi"]
+def _launch(
+    out: Path,
+    victim: tuple[int, int, int] | None = None,
+    *options: str,
+    backend: str = "mpi",
+    spares: int = 0,
+    watch: Callable[[subprocess.Popen[str]], None] | None = None,
+    **extra: str,
+) -> tuple[int, str]:
+    """`hpcdist mpirun --on-failure shrink [--spares N] OPTIONS -np 4` of the program on `backend`, $VICTIMS and
+    `extra` passed on; SIGKILL the victim (start rank, epoch, step) once it waits at its step; `watch` the job while it
+    runs: (status, output)."""
+    out.mkdir(exist_ok=True)
+    argv = [str(BIN / "hpcdist"), "mpirun", "--on-failure", "shrink", "--spares", str(spares), *options]
+    argv += ["--oversubscribe", "-np", str(NP), *(arg for name in ("VICTIMS", *extra) for arg in ("-x", name))]
+    argv += ["--", str(BIN / "python"), str(PROGRAMS / "survivors_loop.py"), str(out), backend]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **extra}
     env["VICTIMS"] = ":".join(map(str, victim)) if victim is not None else ""
     with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as job:
@@ -262,6 +273,8 @@ def _launch(out: Path, victim: tuple[int, int, int] | None, *options: str, **ext
                 pid = out / f"victim-{victim[0]}.pid"
                 wait_for(f"rank {victim[0]} to reach epoch {victim[1]} step {victim[2]}", pid.exists, 180, job)
                 os.kill(int(pid.read_text()), signal.SIGKILL)
+            if watch is not None:
+                watch(job)
             text, _ = job.communicate(timeout=180)
         finally:
             job.kill()
@@ -274,7 +287,6 @@ def test_zero_redundancy_optimizer_a_rank_lost_the_survivors_end_the_restart_end
     """The lost rank's shard of a ZeroRedundancyOptimizer's state is gone: the survivors say so once and end, and
     --max-restarts resumes from Survivors' checkpoint (the whole optimizer state, gathered on rank 0), on 4 ranks, to
     parameters bit-identical to those of a job that lost no rank."""
-    (tmp_path / "whole").mkdir()
     status, whole = _launch(tmp_path / "whole", None, SHARDED="zero")
     assert status == 0, whole
     expected = PARAMETERS.findall(whole)
@@ -323,3 +335,63 @@ def test_zero_redundancy_optimizer_a_rank_lost_as_its_shards_are_gathered_for_th
     assert torch.load(checkpoint, weights_only=False)["epoch"] == 1, text  # epoch 0's, counted from 1
     assert not RECOVERY.findall(text) and not PARAMETERS.findall(text) and "Traceback" not in text, text
     assert status != 0, text
+
+
+@pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["on-mpi", "on-gloo"])
+def test_with_a_spare_a_rank_killed_in_epoch_2_four_ranks_finish_bit_for_bit_as_a_run_without_the_failure(
+    tmp_path: Path, backend: str
+) -> None:
+    """`--spares 1`: rank 2 SIGKILLed in epoch 2, the spare (start rank 4) takes its place in the recovery, gets the
+    model, the optimizer and the loop's place from rank 0, and every step after is at 4 ranks again, each with the
+    samples it would have had: the parameters equal, bit for bit, those of `-np 4` without spares or failure."""
+    status, text = _launch(tmp_path / "lost", (2, 1, 5), backend=backend, spares=1)
+    finished = PARAMETERS.findall(text)
+    assert {int(start): int(rank) for start, rank, _, _ in finished} == {0: 0, 1: 1, 3: 2, 4: 3}, text
+    assert {(size, digest) for _, _, size, digest in finished} == {("4", finished[0][3])}, text
+    # epoch 1 has 15 steps of 32 samples; steps 1-5 of epoch 2 were committed: step 21 is redone by 4 ranks again
+    assert re.findall(r"^hpcdist: rank 2 on \S+ lost \(process failed\); (.*) \(recovered in ", text, re.M) == [
+        "3 of 4 ranks carry on and 1 spare joins them: 4 ranks again from step 21"
+    ], text
+    assert re.findall(r"^first step after recovery at \S+ on (\d) ranks$", text, re.M) == ["4"], text
+    seen = Counter(
+        tuple(map(int, line.split()))
+        for rank in range(NP + 1)
+        for line in (tmp_path / "lost" / f"seen-{rank}.txt").read_text().split("\n")
+        if line
+    )
+    assert set(seen.values()) == {1}
+    assert sorted(seen) == [(epoch, index) for epoch in range(EPOCHS) for index in range(SAMPLES)]
+    assert LAUNCHER_LOST.findall(text) == ["2"], text
+    assert "internal error" not in text and "Traceback" not in text, text
+    assert status == 0, text
+    status, whole = _launch(tmp_path / "whole", backend=backend)
+    assert status == 0, whole
+    assert {digest for _, _, _, digest in PARAMETERS.findall(whole)} == {finished[0][3]}, whole + text
+
+
+def test_a_spare_never_needed_waits_outside_torchs_world_and_ends_with_the_job(tmp_path: Path) -> None:
+    """`--spares 1` and no failure: 4 ranks train (the spare, start rank 4, never in torch's world: it prints no
+    parameters) while the spare takes a few percent of a core at most, and at the end rank 0 releases it: the job ends
+    with status 0."""
+    out, used = tmp_path / "out", []
+
+    def spare_cpu(job: subprocess.Popen[str]) -> None:
+        """The spare's share of a core over 2 s of training (its user and system time, from /proc)."""
+        wait_for("the ranks to train", lambda: bool(_lines(out / "seen-0.txt")), 180, job)
+        stat = Path("/proc") / (out / "pid-4").read_text() / "stat"
+        ticks = os.sysconf("SC_CLK_TCK")
+        before, began = sum(map(int, stat.read_text().rsplit(")", 1)[1].split()[11:13])), time.monotonic()
+        wait_for("2 s of training", lambda: time.monotonic() - began >= 2, 10, job)
+        after = sum(map(int, stat.read_text().rsplit(")", 1)[1].split()[11:13]))
+        used.append((after - before) / ticks / (time.monotonic() - began))
+
+    status, text = _launch(out, spares=1, watch=spare_cpu)
+    assert used and used[0] < 0.15, used  # measured: 0.03 on a loaded 2-core machine; a spinning wait takes 1.0
+    finished = PARAMETERS.findall(text)
+    assert sorted((int(start), int(rank), size) for start, rank, size, _ in finished) == [
+        (rank, rank, "4") for rank in range(NP)
+    ], text
+    assert len({digest for _, _, _, digest in finished}) == 1, text
+    assert not (tmp_path / "out" / "seen-4.txt").exists(), text  # a spare opens it once it has joined: never
+    assert not RECOVERY.findall(text) and "lost" not in text and "Traceback" not in text, text
+    assert status == 0, text

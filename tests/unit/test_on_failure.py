@@ -284,3 +284,28 @@ def test_survivors_too_few_to_go_on_are_said_once_and_named_as_no_failure() -> N
     outcome, _ = watch.outcome(1)
     assert (outcome.status, outcome.usage) == (1, said)
     assert sorted(outcome.failed) == [2]  # the survivors ended with the job's one error, not a failure of their own
+
+
+def test_spares_launch_that_many_more_ranks_and_each_rank_is_told_how_many(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["mpirun", "--dry-run", "--mpirun", "mpirun", "--mpi", "openmpi", "-np", "4", "--on-failure", "shrink"]
+    assert main([*argv, "--spares", "1", "--", "python", "t.py"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mpirun -np 5 ") and " -x HPCDIST_ON_FAILURE=shrink -x HPCDIST_SPARES=1 " in out
+    assert main([*argv, "--spares", "1", "--min-np", "5", "--", "x"]) == 2  # the spares are not counted in -np
+    assert "--min-np 5 is more than -np 4" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"spares": 1}, "--spares 1 replaces lost ranks of a shrinking job; add --on-failure shrink, or drop --spares"),
+        ({"spares": -1, "on_failure": "shrink"}, "--spares must be at least 0, got -1; e.g. --spares 1"),
+    ],
+)
+def test_spares_are_refused_without_shrink_or_below_zero(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        MpirunOptions(program=("x",), **changes)  # type: ignore[arg-type]
+    assert message in str(info.value)
+    with pytest.raises(UsageError, match=r"^HPCDIST_SPARES=1 needs HPCDIST_ON_FAILURE=shrink; unset it"):
+        RankContract.from_environ({"HPCDIST_SPARES": "1"})
+    assert RankContract.from_environ({"HPCDIST_SPARES": "2", "HPCDIST_ON_FAILURE": "shrink"}).spares == 2

@@ -45,6 +45,14 @@ def test_recovery_line() -> None:
     assert Recovery((1,), {}, 2, 1, 0, 0.05).line() == (
         "hpcdist: rank 1 lost (process failed); 1 of 2 ranks carries on (recovered in 0.05 s)"
     )
+    assert Recovery((1, 2), {}, 4, 4, 0, 0.5, joined=(4, 5)).line(21) == (
+        "hpcdist: ranks 1-2 lost (process failed); 2 of 4 ranks carry on and 2 spares join them: 4 ranks again "
+        "from step 21 (recovered in 0.50 s)"
+    )
+    assert (
+        "; 2 of 3 ranks carry on and 1 spare joins them: 3 ranks again ("
+        in Recovery((0,), {}, 3, 3, 0, 1, joined=(3,)).line()
+    )
 
 
 def test_shrink_mode_and_min_np_from_the_contract() -> None:

@@ -6,9 +6,11 @@ sleeps there, inside the step, until the test SIGKILLs it; epoch 3 (past the las
 as the others shut down. A survivor that meets TooFewRanks prints it and exits. Every rank appends `epoch index` to
 OUT_DIR/seen-RANK.txt for each sample of every committed step; rank 0 prints each epoch's loss; at the end every
 survivor prints its parameters' digest and the world size, and touches OUT_DIR/past-barrier-RANK once past the final
-barrier. $SHARDED `zero` shards the optimizer's state (ZeroRedundancyOptimizer over SGD with momentum), `fsdp` the
-model (fully_shard); with `zero`, STEP -1 stops the victim as that epoch's end gathers the optimizer's shards for
-the checkpoint. $CHECKPOINT is Survivors' checkpoint=PATH.
+barrier. After a recovery, rank 0 prints the time of the first step committed since (`first step after recovery at T
+on N ranks`). Every rank writes its pid to OUT_DIR/pid-RANK before it makes the loop. $SHARDED `zero` shards the
+optimizer's state (ZeroRedundancyOptimizer over SGD with momentum), `fsdp` the model (fully_shard); with `zero`, STEP
+-1 stops the victim as that epoch's end gathers the optimizer's shards for the checkpoint. $CHECKPOINT is Survivors'
+checkpoint=PATH.
 """
 
 import contextlib
@@ -73,7 +75,9 @@ with hpcdist.init(sys.argv[2]):
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     data, checkpoint = TensorDataset(x, y), os.environ.get("CHECKPOINT")
+    (out / f"pid-{start_rank}").write_text(str(os.getpid()))  # a spare waits in Survivors, just below
     loop = hpcdist.Survivors(model, optimizer, data, batch_size=BATCH, seed=1, checkpoint=checkpoint)
+    told = 0  # the recoveries whose first step after was told
     if sharded == "zero" and any(step == -1 for _, step in pauses):
         consolidate = optimizer.consolidate_state_dict
 
@@ -93,7 +97,10 @@ with hpcdist.init(sys.argv[2]):
                         pause_for_the_kill()  # once: a restart trains on
                     loss = torch.nn.functional.mse_loss(loop.model(xb), yb)
                     loss.backward()
+                if loop.committed and len(loop.recoveries) > told and loop.rank == 0:
+                    print(f"first step after recovery at {time.time():.6f} on {loop.world_size} ranks", flush=True)
                 if loop.committed:
+                    told = len(loop.recoveries)
                     seen.write("".join(f"{epoch} {index}\n" for index in loop.indices))
                     seen.flush()
                     totals += torch.tensor([loss.item() * len(xb), len(xb)], dtype=torch.float64)
