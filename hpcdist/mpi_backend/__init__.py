@@ -16,7 +16,9 @@ Both record every call for hang forensics once the runtime turns it on (`record.
 
 Under --on-failure shrink (ULFM) an operation that fails because ranks died raises `RanksLostError` (a
 CollectiveError and an hpcdist.RanksLost) naming them (lost.py); a recovery revokes every communicator made here
-(`revoke_all`) and hands the survivors' communicator to `set_parent`, on which the next groups are made.
+(`revoke_all`) and hands the survivors' communicator to `set_parent`, on which the next groups are made. torch's own
+`dist.shrink_group` works on both implementations (shrinking.py); when it shrinks the default group, what lives on
+the old world follows the survivors (`follow_world`).
 
 May import: the leaves (errors, values, waits, abort, contract, settings, commcall), torch and mpi4py. Never the
 runtime, launching, jobs or the CLI.

@@ -8,6 +8,7 @@ rebuild of torch's groups, and the training loop that resumes.
     loop.py        hpcdist.Survivors: the training loop that commits, recovers, re-wraps DDP and re-shares
     spares.py      --spares: the idle ranks' wait outside torch's world, and their joining after a shrink
     checkpoint.py  atomic checkpoint files: what a restart resumes from when the survivors are too few
+    sharded.py     state a lost rank takes with it (a ZeroRedundancyOptimizer's shard: StateLost), FSDP refused
 
 Whether the job shrinks, how far, and with how many spares is the launcher's contract (`RankContract.shrinks`,
 `min_np`, `spares`), read once per process (runtime.process). May import: the leaves (errors, values, waits, contract,
