@@ -217,7 +217,9 @@ class Console:
             shown += self.watch.feed(stream, b"")
         if self.watch.usage is not None:  # a rank told a usage error: hpcdist says it, Open MPI's banners go
             self.router.hide_banners = True
-        self.router.failed = self.watch.failed
+        # another rank's fatal-error report after a failure, or after a usage error told (its MPI_Abort's echo), is
+        # the consequence of what hpcdist says: the rank's log keeps it
+        self.router.failed = {*self.watch.failed, *self.watch.book.told_usage}
         routed = self.router.feed(stream, shown) if shown else b""
         return routed if chunk else routed + self.router.finish(stream)
 

@@ -85,6 +85,20 @@ def test_the_first_usage_error_told_is_the_job_s_message_and_open_mpi_s_banners_
     assert (outcome.status, outcome.usage) == (2, "first")
 
 
+def test_after_a_usage_error_told_another_ranks_fatal_error_report_is_left_out() -> None:
+    # measured on the namespace hosts: rank 0 told an unreachable rendezvous and called MPI_Abort; rank 3, on n2,
+    # printed Open MPI's report of its closed socket before rank 0's own failure was heard
+    watch = MpirunWatch(TOKEN)
+    console = Console(watch, OutputRouter(OutputOptions(tag=False), 4))
+    report = (
+        "*** An error occurred in Socket closed\n*** reported by process [2810183681,3]\n*** on a NULL communicator\n"
+    )
+    shown = console.feed("stderr", f"[n1:0] {encode(Usage(0, 'unreachable'), TOKEN)}".encode())
+    shown += console.feed("stderr", "".join(f"[n2:3] {line}\n" for line in report.splitlines()).encode())
+    shown += console.feed("stderr", b"[n2:3] its own line\n")
+    assert shown == b"its own line\n"
+
+
 def test_an_interrupted_router_shows_the_ranks_but_not_mpirun() -> None:
     router = OutputRouter(OutputOptions(tag=True), 2)
     router.launcher_quiet = True
