@@ -309,7 +309,10 @@ def _same_launch(reading: Reading, environ: Mapping[str, str], world: int) -> bo
 
 
 def _master(environ: Mapping[str, str]) -> tuple[str | None, int | None]:
-    """MASTER_ADDR and MASTER_PORT when set, checked."""
+    """MASTER_ADDR and MASTER_PORT when set (else the Kubeflow Trainer's PET_MASTER_ADDR and PET_MASTER_PORT, which
+    torchrun would have made them), checked."""
+    if "MASTER_ADDR" not in environ and "MASTER_PORT" not in environ and "PET_MASTER_ADDR" in environ:
+        environ = {"MASTER_ADDR": environ["PET_MASTER_ADDR"], "MASTER_PORT": environ.get("PET_MASTER_PORT", "29500")}
     addr = environ.get("MASTER_ADDR")
     if addr is not None and not addr.strip():
         raise UsageError("MASTER_ADDR is set but empty; set it to the hostname of rank 0 or unset it")

@@ -1,5 +1,6 @@
-"""Two ranks started as Cray PALS's mpiexec, LSF's jsrun and Flux's flux run start them, with exactly the variables
-their documentation lists (docs/schedulers.md) and one rank on each of two nodes: an unmodified torchrun-style
+"""Two ranks started as Cray PALS's mpiexec, LSF's jsrun and Flux's flux run start them, and as the Kubeflow Trainer's
+torch runtime starts two nodes' programs, with exactly the variables their documentation lists (docs/schedulers.md)
+and one rank on each of two nodes: an unmodified torchrun-style
 program under hpcdist's wrapper, and one that calls hpcdist.init(), meet over gloo and see torchrun's variables."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from launching import PROGRAMS, ROOT
 
 PROGRAM = str(PROGRAMS / "torchrun_style.py")
 Launcher = Callable[[int], dict[str, str]]  # a rank's variables as the launcher sets them
-_LAUNCHER_PREFIXES = ("OMPI_", "PMI", "PALS_", "JSM_", "FLUX_", "SLURM_", "MPI_", "MV2_", "RANK", "WORLD_SIZE")
+_LAUNCHER_PREFIXES = ("OMPI_", "PMI", "PALS_", "JSM_", "FLUX_", "SLURM_", "MPI_", "MV2_", "PET_", "RANK", "WORLD_SIZE")
 
 
 def pals(rank: int) -> dict[str, str]:
@@ -44,6 +45,11 @@ def flux(rank: int) -> dict[str, str]:
     }  # fmt: skip
 
 
+def kubeflow_trainer(rank: int) -> dict[str, str]:
+    """A TrainJob of two nodes with numProcPerNode 1, its program run without torchrun (the rendezvous: _run's)."""
+    return {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank)}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -57,6 +63,8 @@ def _run(variables: Launcher, wrapped: bool) -> list[dict[str, object]]:
     wrapper = [sys.executable, "-m", "hpcdist.worker", "--", "python"] if wrapped else [sys.executable]
     program = [*wrapper, PROGRAM, *([] if wrapped else ["--hpcdist-init"])]
     rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    if variables is kubeflow_trainer:  # the Trainer names its rendezvous in torchrun's PET_ variables
+        rendezvous = {"PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": port}
     ranks = [
         subprocess.Popen(
             program,
@@ -80,7 +88,10 @@ def _run(variables: Launcher, wrapped: bool) -> list[dict[str, object]]:
     return lines
 
 
-@pytest.mark.parametrize(("variables", "wrapped"), [(pals, True), (jsrun, True), (flux, True), (flux, False)])
+@pytest.mark.parametrize(
+    ("variables", "wrapped"),
+    [(pals, True), (jsrun, True), (flux, True), (flux, False), (kubeflow_trainer, True), (kubeflow_trainer, False)],
+)
 def test_the_ranks_see_torchruns_variables_and_meet(variables: Launcher, wrapped: bool) -> None:
     lines = _run(variables, wrapped)
     group = [None, None] if variables is jsrun else ["0", "1"]  # jsrun names no node

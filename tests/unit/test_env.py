@@ -363,7 +363,7 @@ def test_is_mpi(launcher: str, expected: bool) -> None:
 def test_sources_are_in_precedence_order() -> None:
     assert [s.launcher for s in sources()] == [
         *("torchrun", "openmpi", "pals", "mvapich2", "mpich"),  # the MPI families, by their order
-        *("flux", "jsrun", "slurm"),  # the schedulers' task launchers
+        *("flux", "kubeflow-trainer", "jsrun", "slurm"),  # the schedulers' task launchers
         "pmix",
     ]
 

@@ -91,6 +91,34 @@ def test_a_jsrun_task_gets_torchruns_variables() -> None:
     assert _torch(only_jsm) == _torch(JSRUN) and LaunchEnv.from_environ(only_jsm).job_id == "779469"
 
 
+# the Kubeflow Trainer's torch runtime, node 2 of a 4-node TrainJob (kubeflow/trainer's torch plug-in)
+TRAINER = {
+    "PET_NNODES": "4",
+    "PET_NPROC_PER_NODE": "1",
+    "PET_NODE_RANK": "2",
+    "PET_MASTER_ADDR": "train-node-0-0.train",
+    "PET_MASTER_PORT": "29400",
+}
+
+
+def test_a_trainjob_nodes_program_without_torchrun_is_its_one_rank_with_the_trainers_rendezvous() -> None:
+    assert _torch(TRAINER) == {
+        "RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "2",
+        "GROUP_WORLD_SIZE": "4",
+    }  # fmt: skip
+    env = LaunchEnv.from_environ(TRAINER)
+    assert (env.launcher, env.master_addr, env.master_port) == ("kubeflow-trainer", "train-node-0-0.train", 29400)
+
+
+def test_more_than_one_process_per_trainjob_node_is_torchruns_to_start() -> None:
+    with pytest.raises(UsageError, match=r"^PET_NPROC_PER_NODE='4': the Kubeflow Trainer asks for that many "):
+        LaunchEnv.from_environ({**TRAINER, "PET_NPROC_PER_NODE": "4"})
+    # under torchrun (the TrainJob `hpcdist trainjob` writes) the worker's own variables say its place
+    worker = {"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "2"}
+    env = LaunchEnv.from_environ({**TRAINER, "PET_NPROC_PER_NODE": "4", **worker, "TORCHELASTIC_RUN_ID": "t"})
+    assert (env.launcher, env.rank, env.local_rank, env.node_rank) == ("torchrun", 9, 1, 2)
+
+
 def test_a_flux_task_gets_its_node_from_the_block_placement() -> None:
     assert _torch(FLUX) == {
         "RANK": "6",
