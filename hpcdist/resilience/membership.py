@@ -155,7 +155,7 @@ def recover(error: BaseException | None = None) -> Recovery:
     process = current()
     old = ulfm.world()
     before = old.size
-    starts_before = _starts(old)
+    starts_before = ulfm.starts(old)
     if _UNFINISHED.backend is None:
         _UNFINISHED.backend = str(dist.get_backend()) if dist.is_initialized() else spares.backend()
         _UNFINISHED.subgroups = _own_subgroups()
@@ -174,13 +174,13 @@ def recover(error: BaseException | None = None) -> Recovery:
                 raise
             last = exc
             continue
-        survivors = _starts(shrunk)
+        survivors = ulfm.starts(shrunk)
         lost = tuple(rank for rank in starts_before if rank not in survivors)
         if spares.whole() is not None:  # the actives, spares joining them; a spare that stays one waits again
             actives = spares.split(shrunk)
             if actives is None:
                 _UNFINISHED.backend, _UNFINISHED.subgroups = None, []
-                spares.wait_again()
+                spares.wait_again(shrunk)
                 return recover(error)
             shrunk = actives
         if shrunk.size < min_np:
@@ -208,7 +208,7 @@ def recover(error: BaseException | None = None) -> Recovery:
         took = time.monotonic() - began
         return Recovery(lost, hosts(), before, shrunk.size, shrunk.rank, took, groups, during, joined)
     raise RanksLost(
-        [rank for rank in starts_before if rank not in _starts(ulfm.world())],
+        [rank for rank in starts_before if rank not in ulfm.starts(ulfm.world())],
         hosts(),
         during,
         why=f"the recovery failed {_ATTEMPTS} times in a row as more ranks were lost; last: {last}",
@@ -223,22 +223,12 @@ def _lost(comm: MPI.Comm, during: str, error: BaseException) -> RanksLost:
     return RanksLost(ranks, hosts(), during)
 
 
-def _starts(comm: MPI.Comm) -> list[int]:
-    """The start rank (COMM_WORLD's) of each rank of `comm`."""
-    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
-    try:
-        return list(MPI.Group.Translate_ranks(group, list(range(group.size)), world))
-    finally:
-        group.Free()
-        world.Free()
-
-
 def _own_subgroups() -> Subgroups:
     """This rank's torch subgroups, in creation order: (name, members' start ranks, backend, the group)."""
     if not dist.is_initialized():
         return []
     c10d = dist.distributed_c10d
-    starts = _starts(ulfm.world())
+    starts = ulfm.starts(ulfm.world())
     default = c10d._get_default_group()
     found: Subgroups = []
     for group, name in c10d._world.pg_names.items():
@@ -273,7 +263,7 @@ def _rebuild(
     store = process.mpi_store = MPIStore(comm, seconds)  # the one shutdown closes
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)
     init(backend, store=store, rank=comm.rank, world_size=comm.size, timeout=timedelta(seconds=seconds))
-    starts = _starts(comm)
+    starts = ulfm.starts(comm)
     known: dict[str, tuple[tuple[int, ...], str]] = {}
     for theirs in comm.allgather([(name, members, kind) for name, members, kind, _ in subgroups]):
         for name, members, kind in theirs:

@@ -75,7 +75,7 @@ def stand_by(process: RankProcess) -> bool:
         return False
     comm = ulfm.world()
     _SPARES.whole, _SPARES.size = comm, comm.size - count
-    _SPARES.actives = _starts(comm)[: _SPARES.size]
+    _SPARES.actives = ulfm.starts(comm)[: _SPARES.size]
     _SPARES.backend = str(dist.get_backend())
     detector.stop()
     dist.destroy_process_group()
@@ -95,7 +95,7 @@ def stand_by(process: RankProcess) -> bool:
 def split(shrunk: MPI.Intracomm) -> MPI.Intracomm | None:
     """After `shrunk` = whole.Shrink(), which becomes the whole: the actives' communicator (its first ranks, as many
     as trained at the start if there are), or None on a spare that stays one. Collective over `shrunk`."""
-    starts = _starts(shrunk)
+    starts = ulfm.starts(shrunk)
     size = min(_SPARES.size, shrunk.size)
     _SPARES.whole = shrunk
     _SPARES.joined = [rank for rank in starts[:size] if rank not in _SPARES.actives]
@@ -126,10 +126,9 @@ def release() -> None:
             comm.Send(done, dest=rank, tag=_TAG)
 
 
-def wait_again() -> None:
-    """On a spare that stayed one in a recovery: wait again, on the shrunk whole."""
-    assert _SPARES.whole is not None
-    _wait(_SPARES.whole)
+def wait_again(shrunk: MPI.Intracomm) -> None:
+    """On a spare that stayed one in a recovery: wait again, on `shrunk`, the whole that `split` was given."""
+    _wait(shrunk)
 
 
 def _wait(comm: MPI.Intracomm) -> None:
@@ -166,13 +165,3 @@ def _start(process: RankProcess, comm: MPI.Intracomm, seconds: float) -> None:
     watchdog = sys.modules.get("hpcdist.forensics.watchdog")  # loaded where hang forensics run
     if watchdog is not None:
         watchdog.rebase(comm)
-
-
-def _starts(comm: MPI.Intracomm) -> list[int]:
-    """The start rank (COMM_WORLD's) of each rank of `comm`."""
-    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
-    try:
-        return list(MPI.Group.Translate_ranks(group, list(range(group.size)), world))
-    finally:
-        group.Free()
-        world.Free()

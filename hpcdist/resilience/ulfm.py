@@ -16,7 +16,7 @@ from .. import mpi_backend
 from ..abort import agreeing
 from ..waits import Backoff, poll_until
 
-__all__ = ["agree", "replace", "start_rank", "unavailable", "world"]
+__all__ = ["agree", "replace", "start_rank", "starts", "unavailable", "world"]
 
 _FT_ENABLE = "OMPI_MCA_" + "mpi_ft_enable"  # what `mpirun --with-ft ulfm` sets in every rank (Open MPI 5)
 
@@ -57,6 +57,16 @@ def agree(comm: MPI.Intracomm, value: int) -> int:
 
     poll_until(done, None, lambda: "unreachable: no deadline", backoff=Backoff(1e-5, 1e-3, spin=1e-4))
     return int(flag[0])
+
+
+def starts(comm: MPI.Comm) -> list[int]:
+    """The start rank (COMM_WORLD's) of each rank of `comm`."""
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        return list(MPI.Group.Translate_ranks(group, list(range(group.size)), world))
+    finally:
+        group.Free()
+        world.Free()
 
 
 def start_rank(rank: int) -> int:
