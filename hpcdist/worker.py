@@ -13,12 +13,10 @@ import importlib.util
 import math
 import os
 import runpy
-import shutil
 import signal
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NoReturn
@@ -29,8 +27,6 @@ from .contract import RankContract, check_version
 from .errors import RendezvousTimeout, TooFewRanks, UsageError
 from .events import Done, Failed
 from .forensics.cause import failed_call, peer_lost, said_finished
-from .placement.binding import binding_env, plan_binding
-from .placement.topology import load_topology
 from .program import PythonTarget, is_python, parse_python_argv
 from .rank.child import relay_sigterm, run_child
 from .rank.tagger import leave_time_to_peers
@@ -47,12 +43,16 @@ __all__ = ["FINALIZE_SECONDS", "bind", "format_failure", "main", "python_target"
 FINALIZE_SECONDS = 10.0  # under --on-failure shrink: how long a survivor's MPI_Finalize may take before it leaves
 
 
-def python_target(argv: Sequence[str], which: Callable[[str], str | None] = shutil.which) -> PythonTarget | None:
-    """How to run `argv` in-process, or None when it is not a Python program."""
+def python_target(argv: Sequence[str], which: Callable[[str], str | None] | None = None) -> PythonTarget | None:
+    """How to run `argv` in-process, or None when it is not a Python program (`which`: shutil.which unless given)."""
     if not argv:
         raise UsageError("no program given; usage: hpcdist mpirun [options] -- PROGRAM [ARGS...]")
     if is_python(argv[0]):
         return parse_python_argv(argv)
+    if which is None:
+        import shutil  # a rank whose program is python's never needs it
+
+        which = shutil.which
     path = which(argv[0])
     if path and _has_python_shebang(path):
         return PythonTarget("path", path, tuple(argv[1:]))
@@ -88,6 +88,8 @@ def _has_python_shebang(path: str) -> bool:
 
 def format_failure(rank: int, exc: BaseException) -> str:
     """A rank-prefixed traceback, so the failing rank is obvious in interleaved output."""
+    import traceback  # loaded by a failing rank only, as in the two functions below
+
     lines = "".join(traceback.format_exception(exc)).rstrip("\n").splitlines()
     return "\n".join(f"[rank {rank}] {line}" for line in lines)
 
@@ -141,6 +143,8 @@ def _told_in_one_line(contract: RankContract, how: Failed) -> bool:
 
 def _missing_module(exc: ModuleNotFoundError) -> str:
     """'train.py:3: no module named 'x'; …': where the program imported a module this Python does not have."""
+    import traceback
+
     frames = traceback.extract_tb(_user_frames(exc.__traceback__))
     user = [frame for frame in frames if not frame.filename.startswith("<frozen ")]
     where = f"{user[-1].filename}:{user[-1].lineno}: " if user else ""
@@ -191,6 +195,9 @@ def bind(contract: RankContract, local_rank: int, local_world_size: int) -> None
     """
     if contract.bind == "none":
         return
+    from .placement.binding import binding_env, plan_binding
+    from .placement.topology import load_topology
+
     topology = load_topology(os.environ, os.sched_getaffinity(0))
     share = plan_binding(topology, local_world_size, os.environ)[local_rank]
     os.sched_setaffinity(0, share.cpus)
@@ -228,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bind(process.contract, env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
         env = prepare(process, seconds, env)[0]  # the rendezvous itself is not kept: the store over MPI may replace it
+        # the program's own init_process_group gets hpcdist.init's protection
+        adopted = adopt(process, env, seconds) if target is not None else None
     except (UsageError, RendezvousTimeout) as exc:
         _usage_error(process if isinstance(exc, UsageError) else None, rank, str(exc), where=True)
         if process is not None and rank.isdigit():
@@ -235,8 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         abort_job(2)
         return 2
     contract = process.contract
-    if target is not None:
-        adopted = adopt(process, env, seconds)  # the program's own init_process_group gets hpcdist.init's protection
+    if target is not None and adopted is not None:
         code, failed = _run_in_process(process, target, env.rank)
         if code == 0:
             program_finished()  # before it says so: a peer failing from now on finds no stack of its to show

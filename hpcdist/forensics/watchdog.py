@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import socket
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from typing import Any
 
 from ..abort import abort_job, agreeing, before_finalize
 from ..contract import RankContract
-from ..errors import WaitTimeout
+from ..errors import RendezvousTimeout, WaitTimeout
 from ..ranklist import ranks_text
 from ..settings import STARTUP_TIMEOUT, TIMEOUT
 from ..waits import Backoff, poll_until
@@ -40,8 +41,9 @@ __all__ = ["ask_all", "contribute", "each_cycle", "finish", "rebase", "reporter"
 
 _ALARM, _ASK, _ANSWER = 7301, 7302, 7303
 _POLL = 0.1
+_FIRST = 1e-3  # once the program has ended: the first pause before the others' agreement is tested, doubling to _POLL
 _ANSWER_WINDOW = 3.0
-_FINALIZE_WAIT = 2.0  # seconds MPI_Finalize waits for the thread to stop: it checks every _POLL
+_FINALIZE_WAIT = 2.0  # seconds MPI_Finalize waits for the thread to stop (it is woken at once)
 
 
 @dataclass
@@ -59,6 +61,7 @@ class _Watchdog:
     thread: threading.Thread | None = None
     stopping: threading.Event | None = None
     finishing: threading.Event | None = None  # set while the program has ended and the rank waits for the others
+    nudge: threading.Event = field(default_factory=threading.Event)  # cuts the thread's pause short: finish, stop
     lost: set[int] = field(default_factory=set)  # under shrink: ranks of `comm` that failed (acknowledged)
     quiet_until: float = 0.0  # alarms before this (monotonic) time belong to the verdict just given
     since: float = 0.0  # when it was last rebased: calls in flight from before are void
@@ -104,6 +107,9 @@ def reserve(contract: RankContract, timeout: float, init_timeout: float) -> bool
 
     The shim calls this while every rank is in step, before the program runs; the timeouts are those a
     thread started by `finish` uses. False when MPI cannot host a watchdog thread.
+
+    Raises:
+        RendezvousTimeout: a rank did not come to the duplication within `init_timeout`.
     """
     from mpi4py import MPI
 
@@ -111,10 +117,33 @@ def reserve(contract: RankContract, timeout: float, init_timeout: float) -> bool
     if _WATCHDOG.comm is None:
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             return False
-        _WATCHDOG.comm = MPI.COMM_WORLD.Dup()
+        _WATCHDOG.comm = _duplicate(MPI.COMM_WORLD, init_timeout)
         before_finalize(lambda: stop(_FINALIZE_WAIT))  # the thread stops before the program's own MPI.Finalize()
     _WATCHDOG.limits = (timeout, init_timeout)
     return True
+
+
+def _duplicate(world: Any, timeout: float) -> Any:
+    """`world`'s duplicate, its completion waited for in pauses: in a blocking MPI_Comm_dup the ranks that came first
+    spin and take the cores of those still starting (measured: 1.6 s of 16 ranks' start-up, oversubscribed on 2
+    cores).
+
+    Raises:
+        RendezvousTimeout: it did not complete within `timeout` seconds; the message says who waited for what.
+    """
+    comm, request = world.Idup()
+    poll_until(
+        request.Test,
+        time.monotonic() + timeout,
+        lambda: (
+            f"rank {world.rank} of {world.size} on {socket.gethostname()} waited {timeout:g} s for every rank to "
+            "copy the world communicator for hang forensics during start-up; a rank may have died or hung before "
+            f"reaching it (raise {STARTUP_TIMEOUT.name} if start-up is just slow)"
+        ),
+        backoff=Backoff(1e-5, 0.01),
+        error=RendezvousTimeout,
+    )
+    return comm
 
 
 def start(contract: RankContract, timeout: float, init_timeout: float | None = None) -> bool:
@@ -153,6 +182,7 @@ def finish() -> None:
     if _WATCHDOG.thread is None:
         start(_WATCHDOG.contract, *_WATCHDOG.limits)
     done = _WATCHDOG.finishing = threading.Event()
+    _WATCHDOG.nudge.set()
     done.wait()
     stop()
 
@@ -164,6 +194,7 @@ def stop(wait: float | None = None) -> None:
     _WATCHDOG.thread = _WATCHDOG.stopping = _WATCHDOG.comm = _WATCHDOG.finishing = None
     if thread is not None and stopping is not None:
         stopping.set()
+        _WATCHDOG.nudge.set()
         thread.join(wait)
 
 
@@ -197,7 +228,9 @@ def _serve(comm: Any, stopping: threading.Event) -> None:
     """
     shrinking = _WATCHDOG.contract.shrinks
     seen: dict[str, Any] = {"alarmed": None, "sent": [], "barrier": None}
-    while not stopping.wait(_POLL):
+    pause = _POLL
+    while not _rest(stopping, pause):
+        waited = seen["barrier"] is not None
         if _WATCHDOG.comm is not None and _WATCHDOG.comm is not comm:  # rebased on the survivors of a failure
             comm, seen = _WATCHDOG.comm, {"alarmed": None, "sent": [], "barrier": None}
         try:
@@ -208,6 +241,14 @@ def _serve(comm: Any, stopping: threading.Event) -> None:
                 raise
             _acknowledge(comm)
             seen["barrier"] = None  # a finishing agreement starts again among the survivors
+        pause = min(_POLL, 2 * pause) if waited else _FIRST if seen["barrier"] is not None else _POLL
+
+
+def _rest(stopping: threading.Event, seconds: float) -> bool:
+    """Pause the thread `seconds` at most, less when nudged (the program finished, or `stop`); whether to stop."""
+    _WATCHDOG.nudge.wait(seconds)
+    _WATCHDOG.nudge.clear()
+    return stopping.is_set()
 
 
 def _acknowledge(comm: Any) -> None:
