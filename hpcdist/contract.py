@@ -15,7 +15,6 @@ import dataclasses
 import math
 import os
 import re
-import secrets
 import signal
 import typing
 from collections.abc import Mapping
@@ -231,4 +230,6 @@ def check_version(contract: RankContract, where: str, own: str = __version__) ->
 
 def new_token() -> str:
     """A fresh token for one launch, so that no program output can pass for an event line by chance."""
+    import secrets  # the launcher's alone: a rank reads its token
+
     return secrets.token_hex(8)

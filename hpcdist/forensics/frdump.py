@@ -13,13 +13,9 @@ A ledger-built dump gives each call its group, shape, dtype and state (`started`
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import pickle
 import re
-import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
@@ -94,6 +90,8 @@ _DUMP_NAME = re.compile(rf"{PREFIX}[0-9]+")
 def dump_dir(contract: RankContract, environ: Mapping[str, str], cwd: str) -> str:
     """The absolute directory for this run's dumps: the FR_DIR setting, else the launch's log directory's `fr`, else
     a temporary one, named after the launch (its run id, else SLURM_JOB_ID), which every rank knows."""
+    import tempfile  # loaded when a hang's dump is written, as json, pickle and shlex below
+
     log_dir = contract.log_dir
     given = settings.fr_dir(environ) or (os.path.join(log_dir, "fr") if log_dir else "")
     if given:
@@ -115,6 +113,8 @@ def nccl_environ(environ: Mapping[str, str], directory: str) -> dict[str, str]:
 
 def command(directory: str, incomplete: bool = False) -> str:
     """The shell command that analyses the dumps in `directory`."""
+    import shlex
+
     words = ["torchfrtrace", directory, "-p", PREFIX] + (["--allow-incomplete-ranks"] if incomplete else [])
     return shlex.join(words)
 
@@ -149,6 +149,8 @@ def _groups(ledgers: Mapping[int, list[Call]], world_size: int) -> dict[_Key, _G
     torchfrtrace expects every member of a call's group to make the call, so each send and its receive go in a
     group of their own two ranks, the k-th send on a channel matching its k-th receive (MPI's and gloo's order).
     """
+    import json
+
     groups: dict[_Key, _Group] = {_WORLD: _Group("0", "default_pg", list(range(world_size)))}
     for name in sorted({record.group for records in ledgers.values() for record in records} - {_WORLD}):
         groups[name] = _Group(str(len(groups)), "undefined", json.loads(name))
@@ -272,6 +274,8 @@ def dumps(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: fl
     The two kinds are never mixed: they name process groups differently. `now_ns` stands for the wall clock of a
     rank whose answer has none.
     """
+    import pickle
+
     parts = {rank: answer.get(PART) or {} for rank, answer in answers.items()}
     if parts and all(part.get("torch_dump") for part in parts.values()):
         return {rank: part["torch_dump"] for rank, part in parts.items()}

@@ -12,7 +12,6 @@ a hang in start-up, every awaited rank in a call) ends the job as without shrink
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -116,6 +115,8 @@ def _pending(calls: Sequence[Call]) -> list[Call]:
 
 def _awaited(call: Call, ranks: Sequence[int], renumbered: bool) -> list[int]:
     """The ranks a call in flight waits for: a send's or a receive's peer, a collective's group; [] when unknown."""
+    import json  # a hang's report alone reads a group's ranks
+
     if call.op in _P2P:
         number = call.peer.partition("=")[2]
         return [int(number)] if number.isdigit() else []  # from any source: whoever it waits for is unknown

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -142,6 +141,8 @@ def first_divergence(ledgers: dict[int, list[Call]], phases: Mapping[int, Phase]
 
 def _divergence(ledgers: dict[int, list[Call]], phases: Mapping[int, Phase]) -> tuple[str | None, str]:
     """The first divergence in words and the advice that fits it ("" when there is none)."""
+    import json  # a hang's report alone reads a group's ranks
+
     entries = dict(sorted(ledgers.items()))
     waiting = {rank: next((e for e in rows if not e.done), None) for rank, rows in entries.items()}
     for rank, entry in waiting.items():

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 from collections.abc import Sequence
 
-from .. import proctree
 from .stacks import Stacks, frame, normalised
 
 __all__ = ["fill", "parse", "spy"]
@@ -32,6 +30,10 @@ def fill(found: dict[int, Stacks], missing: Sequence[int]) -> list[int]:
 
 def spy(ranks: Sequence[int]) -> dict[int, Stacks]:
     """The stacks py-spy reads of those `ranks` that run on this host; none without py-spy."""
+    import shutil  # loaded by a hang's report alone, as proctree (subprocess)
+
+    from .. import proctree
+
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     tool = beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
     if tool is None or not ranks:
@@ -61,6 +63,8 @@ def parse(text: str) -> Stacks:
 
 def _siblings_by_rank() -> dict[int, int]:
     """rank -> pid of this process's siblings that an MPI launcher started (their rank from their environment)."""
+    from .. import proctree
+
     found = {}
     for sibling in proctree.children().get(os.getppid(), []):
         environ = proctree.environ(sibling)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import faulthandler
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -42,6 +41,8 @@ _MAX_GROUPS = 12  # distinct stacks shown; the others' ranks are named
 
 def capture() -> str:
     """faulthandler's dump of every thread of this process (most recent call first), as text."""
+    import tempfile  # a hang's report alone takes stacks
+
     with tempfile.TemporaryFile() as handle:
         faulthandler.dump_traceback(handle, all_threads=True)
         handle.seek(0)

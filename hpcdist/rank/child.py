@@ -14,7 +14,6 @@ import threading
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
-from .. import proctree
 from ..contract import RELAYED_SIGTERM
 
 __all__ = ["relay_sigterm", "run_child"]
@@ -38,6 +37,8 @@ def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     Raises:
         UsageError: the program cannot start (missing, not executable, no program); the message says what to do.
     """
+    from .. import proctree  # subprocess's cost, paid by a rank whose program is not Python only
+
     proc = proctree.start(argv, env=dict(env))
 
     def forward(signum: int, frame: FrameType | None) -> None:

@@ -16,7 +16,6 @@ MASTER_ADDR:MASTER_PORT, so a program that never imports torch never loads it. N
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import inspect
 import os
 import sys
@@ -127,8 +126,9 @@ def _arm(dist: ModuleType, process: RankProcess, seconds: float, forensics: bool
         watchdog.start(process.contract, seconds, startup_timeout(seconds))
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds torch.distributed through the other finders, with a loader that arms the module once loaded."""
+class _Finder:
+    """Finds torch.distributed through the other finders, with a loader that arms the module once loaded (a meta
+    path finder by its method, without importlib.abc's import cost)."""
 
     def __init__(self, arm: Callable[[ModuleType], None]) -> None:
         self._arm = arm
@@ -154,7 +154,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         self._arm(module)
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     """The real loader, then a callback on the executed module; anything else is the real loader's."""
 
     def __init__(self, inner: Any, then: Callable[[ModuleType], None]) -> None:

@@ -13,7 +13,6 @@ import os
 import socket
 import sys
 import time
-import uuid
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
@@ -157,7 +156,7 @@ Bind = Callable[[str, int, float, int], Rendezvous]  # (addr, world_size, timeou
 
 def new_run_id() -> str:
     """A fresh TORCHELASTIC_RUN_ID, marked as hpcdist's (torchrun --standalone's is a uuid too)."""
-    return f"{RUN_ID_PREFIX}{uuid.uuid4().hex[:12]}"
+    return f"{RUN_ID_PREFIX}{os.urandom(6).hex()}"  # as random as uuid4's first 12 digits, without uuid
 
 
 def mpi_rendezvous(comm: Any, env: LaunchEnv, timeout: float) -> Rendezvous:
