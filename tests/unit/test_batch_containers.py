@@ -22,7 +22,8 @@ from hpcdist.jobs.pbs import PbsSpec, render_pbs
 from hpcdist.jobs.render import make_environment
 from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
 from hpcdist.launching.mpirun import build_mpirun_argv
-from hpcdist.launching.plan import plan
+from hpcdist.launching.options import MpirunOptions
+from hpcdist.launching.plan import container_for, plan
 from hpcdist.launching.world import World
 
 JINJA = make_environment(None, {})
@@ -188,3 +189,11 @@ def test_a_runtime_without_an_image_is_refused(capsys: pytest.CaptureFixture[str
         "hpcdist: error: --container-runtime says how to run each rank in a container, and no image is given; add "
         "--container-image IMAGE, or drop it\n"
     )
+
+
+def test_a_script_leaves_the_runtime_to_the_node_and_a_launch_here_takes_the_first_installed() -> None:
+    options = MpirunOptions(program=("python", "t.py"), np=2, mpirun="mpirun", container_image="img")
+    node = World(environ={"PATH": "/usr/bin:/bin"}, python=PY, here=False)  # podman may be there: it is not asked
+    assert container_for(options, node, "openmpi") is None
+    with pytest.raises(UsageError, match="--container-image needs a container runtime, and none of apptainer, "):
+        container_for(options, World(environ={"PATH": "/nonexistent"}, python=PY), "openmpi")
