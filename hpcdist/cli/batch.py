@@ -15,7 +15,7 @@ from .. import families
 from ..errors import UsageError
 from ..schedulers import flux, gridengine, lsf, pbs
 from .generate import _check_shell, _common, _environment, _program, emit
-from .types import Whole, add_output_options, count
+from .types import Whole, add_container_options, add_output_options, container_settings, count
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -46,6 +46,7 @@ def _job_options(p: argparse.ArgumentParser, requeue: str | None, mpirun: bool =
         r.add_argument("--bind", default="none", metavar="auto|none", help="as hpcdist mpirun --bind (default: none)")
     if requeue is not None:
         r.add_argument("--requeue", action="store_true", help=requeue)
+    add_container_options(p, script=True)
     add_output_options(p, script=True)
     _common(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
@@ -194,6 +195,7 @@ def _job(args: argparse.Namespace, command: str) -> Any:
         rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
         max_restarts=args.max_restarts,
         requeue=getattr(args, "requeue", False),
+        **container_settings(args),
     )
     if "mpirun" not in args or getattr(args, "launch", "mpirun") != "mpirun":
         return job

@@ -13,7 +13,17 @@ from .. import families, settings
 from ..errors import UsageError
 from ..schedulers.slurm import SBATCH_OPTIONS
 from . import habits
-from .types import Later, Whole, WholeOrWord, add_output_options, count, port, rank
+from .types import (
+    Later,
+    Whole,
+    WholeOrWord,
+    add_container_options,
+    add_output_options,
+    container_settings,
+    count,
+    port,
+    rank,
+)
 
 __all__ = ["COMMANDS", "add_parsers", "emit"]
 
@@ -148,6 +158,7 @@ def add_parsers(sub: Any) -> None:
         help="run the launch again after a failure, up to N times, from a loop in the script (default: 0)",
     )
     r.add_argument("--submit", action="store_true", help="submit with sbatch and print the job id")
+    add_container_options(sb, script=True)
     add_output_options(sb, script=True)
     _common(sb)
     sb.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
@@ -296,6 +307,7 @@ def _sbatch(args: argparse.Namespace) -> int:
         bind=args.bind,
         rank_output=OutputOptions(tag=args.tag, log_dir=args.log_dir, ranks=args.ranks),
         max_restarts=args.max_restarts,
+        **container_settings(args),
         extra=tuple(args.passed),
     )
     text = render_sbatch(spec, make_environment(args.template_dir))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import families, settings
 from . import habits
-from .types import Seconds, Whole, add_output_options, count
+from .types import Seconds, Whole, add_container_options, add_output_options, container_settings, count
 
 if TYPE_CHECKING:
     from ..contract import RankContract
@@ -145,7 +145,7 @@ def add_parsers(sub: Any) -> None:
         help="the command the launcher starts its daemons on other hosts with, in place of ssh (Open MPI: "
         "--prtemca plm_ssh_agent CMD; MPICH and Intel MPI: -launcher ssh -launcher-exec CMD, one program)",
     )
-    _container_options(mpirun)
+    add_container_options(mpirun)
     mpirun.add_argument("--dry-run", action="store_true", help="print the exact command and run nothing")
     mpirun.add_argument(
         "--script", metavar="FILE", help="write the launch as a reusable shell script (- prints it) and run nothing"
@@ -253,41 +253,6 @@ def workload_options(args: argparse.Namespace, contract: RankContract | None = N
     )
 
 
-def _container_options(p: Any) -> None:
-    """--container-image and its kin (pyxis's spellings): each rank's program runs inside an image (hybrid model)."""
-    from .. import containers
-
-    group = p.add_argument_group(
-        "containers", "run each rank inside an image, started by the host's launcher (docs/containers.md)"
-    )
-    group.add_argument(
-        "--container-image",
-        "--container",
-        metavar="IMAGE",
-        help="the image each rank runs in; its MPI must be the host launcher's family and version (`hpcdist doctor "
-        "--container-image IMAGE` checks) and its python3 must have this hpcdist unless --bare",
-    )
-    group.add_argument(
-        "--container-runtime",
-        metavar="|".join(containers.names()),
-        help="the runtime that runs it (default: the first of apptainer, singularity, podman, docker, enroot on PATH; "
-        "pyxis: srun's own --container-image, with --mpi srun)",
-    )
-    group.add_argument(
-        "--container-mounts",
-        action="append",
-        default=[],
-        metavar="SRC:DST[:ro][,...]",
-        help="host directories mounted inside, e.g. /data:/data:ro (repeatable); the working directory and the "
-        "launcher's session directory ($TMPDIR or /tmp) always are",
-    )
-    group.add_argument(
-        "--container-gpus",
-        action="store_true",
-        help="NVIDIA GPUs inside (apptainer --nv, podman --device nvidia.com/gpu=all, docker --gpus all)",
-    )
-
-
 def _selection_options(p: Any) -> None:
     """--include and --exclude, DeepSpeed's host and slot selection (they exclude each other)."""
     p.add_argument(
@@ -350,10 +315,7 @@ def mpirun_options(args: argparse.Namespace) -> MpirunOptions:
         min_np=args.min_np,
         spares=args.spares,
         max_restarts=args.max_restarts,
-        container_image=args.container_image,
-        container_runtime=args.container_runtime,
-        container_mounts=tuple(args.container_mounts),
-        container_gpus=args.container_gpus,
+        **container_settings(args),
         mode=DRY_RUN if args.dry_run else SCRIPT if args.script else RUN,
         script=None if args.dry_run else args.script,
     )

@@ -1,4 +1,5 @@
-"""argparse types shared by the subcommands: every count, duration and size is checked here, at parse time.
+"""argparse types shared by the subcommands, every count, duration and size checked here at parse time, and the
+option groups several share (per-rank output, containers).
 
 Each type is a `Checked`: `_Parser` hands it the option's name, so a refusal names the option and shows a value
 that works. The parse itself is values.py's (ASCII digits only), shared with the Python API and the environment.
@@ -7,6 +8,7 @@ that works. The parse itself is values.py's (ASCII digits only), shared with the
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .. import settings
 from ..errors import UsageError
@@ -19,7 +21,9 @@ __all__ = [
     "Size",
     "Whole",
     "WholeOrWord",
+    "add_container_options",
     "add_output_options",
+    "container_settings",
     "count",
     "port",
     "rank",
@@ -145,3 +149,57 @@ def add_output_options(parser: argparse.ArgumentParser, script: bool = False) ->
             "failed rank in place of the MPI launcher's own banners (Open MPI's MPI_ABORT was invoked…, MPICH's "
             f"Abort(N) on node…), which {settings.DEBUG.name}=1 keeps on the console",
         )
+
+
+def add_container_options(parser: argparse.ArgumentParser, script: bool = False) -> None:
+    """--container-image and its kin (pyxis's spellings): each rank's program runs inside an image (hybrid model),
+    in `hpcdist mpirun`'s launch or (`script`) in the launch of the scripts `hpcdist sbatch` and its kin write,
+    where --container stays sbatch's own (Slurm's OCI bundle, passed on as an #SBATCH line)."""
+    from .. import containers
+
+    group = parser.add_argument_group(
+        "containers", "run each rank inside an image, started by the host's launcher (docs/containers.md)"
+    )
+    group.add_argument(
+        "--container-image",
+        *(() if script else ("--container",)),
+        metavar="IMAGE",
+        help="the image each rank runs in; its MPI must be the host launcher's family and version (`hpcdist doctor "
+        "--container-image IMAGE` checks) and its python3 must have this hpcdist unless --bare",
+    )
+    default = (
+        "hpcdist sbatch --launch srun: pyxis, srun's own --container-image; otherwise the first of apptainer, "
+        "singularity, podman, docker, enroot on the node's PATH when the job runs"
+        if script
+        else "the first of apptainer, singularity, podman, docker, enroot on PATH; pyxis: srun's own "
+        "--container-image, with --mpi srun"
+    )
+    group.add_argument(
+        "--container-runtime",
+        metavar="|".join(containers.names()),
+        help=f"the runtime that runs it (default: {default})",
+    )
+    group.add_argument(
+        "--container-mounts",
+        action="append",
+        default=[],
+        metavar="SRC:DST[:ro][,...]",
+        help="host directories mounted inside, e.g. /data:/data:ro (repeatable); the working directory and the "
+        "launcher's session directory ($TMPDIR or /tmp) always are",
+    )
+    group.add_argument(
+        "--container-gpus",
+        action="store_true",
+        help="NVIDIA GPUs inside (apptainer --nv, podman --device nvidia.com/gpu=all, docker --gpus all)",
+    )
+
+
+def container_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The container options `add_container_options` parsed, as the fields of MpirunOptions, BatchJob and SbatchSpec
+    that take them."""
+    return {
+        "container_image": args.container_image,
+        "container_runtime": args.container_runtime,
+        "container_mounts": tuple(args.container_mounts),
+        "container_gpus": args.container_gpus,
+    }

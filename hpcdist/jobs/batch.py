@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from .. import families, schedulers
+from .. import containers, families, schedulers
 from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
 from ..launching.mpirun import build_mpirun_argv
@@ -32,7 +32,16 @@ from .render import render_template
 if TYPE_CHECKING:
     import jinja2
 
-__all__ = ["BatchJob", "Words", "check_choice", "check_word", "mpirun_step", "render_batch"]
+__all__ = [
+    "BatchJob",
+    "Words",
+    "check_choice",
+    "check_container_launch",
+    "check_word",
+    "container_kind",
+    "mpirun_step",
+    "render_batch",
+]
 
 _UNTAGGED = OutputOptions(tag=False)  # scripts print as the launcher does unless asked (--tag, --log-dir, --ranks)
 
@@ -53,6 +62,10 @@ class BatchJob:
     rank_output: OutputOptions = _UNTAGGED
     max_restarts: int = 0  # run the launch again after a failure, up to this many times (a loop in the script)
     requeue: bool = False  # on the scheduler's notice, pass it to the ranks and have the job requeued
+    container_image: str | None = None  # each rank runs inside this image (hpcdist mpirun --container-image)
+    container_runtime: str | None = None  # None: the first installed on the node, chosen when the job runs
+    container_mounts: tuple[str, ...] = ()  # SRC:DST[:ro][,...] host directories mounted in
+    container_gpus: bool = False  # NVIDIA GPUs inside, the runtime's own way
 
 
 @dataclass(frozen=True)
@@ -101,7 +114,14 @@ def _check(job: BatchJob, words: Words) -> None:
         raise UsageError(f"--max-restarts must be a whole number from 0 to {MAX_COUNT}, got {job.max_restarts}")
     for name, _ in job.env:
         check_env_name(name)
-    check_job_launcher(words.family or job.mpi, schedulers.lookup(words.scheduler).title, "--mpi")
+    title = schedulers.lookup(words.scheduler).title
+    check_job_launcher(words.family or job.mpi, title, "--mpi")
+    check_container_launch(
+        job.container_runtime,
+        f"this {title} script starts the ranks under {families.lookup(words.family or job.mpi).title}",
+        "name a runtime that wraps each rank (apptainer, singularity, podman, docker, enroot), or write a Slurm "
+        "script: hpcdist sbatch --launch srun",
+    )
     if job.np is not None and words.slots is not None and job.np > words.slots:
         more = schedulers.lookup(words.scheduler).more_slots
         raise UsageError(
@@ -132,6 +152,25 @@ def check_job_launcher(mpi: str, scheduler: str, option: str) -> None:
         )
 
 
+def check_container_launch(runtime: str | None, launch: str, fix: str) -> None:
+    """Refuse a runtime whose words go on its own launcher's line (pyxis: srun's) in a script whose `launch` (what
+    starts the ranks, in words) is another; `fix` says what to do instead.
+
+    Raises:
+        UsageError: a runtime hpcdist does not know, or a launcher's own under another launcher.
+    """
+    found = containers.lookup(runtime) if runtime is not None else None
+    if found is not None and found.launcher_only:
+        raise UsageError(
+            f"--container-runtime {runtime} gives {found.program}'s own container options, and {launch}; {fix}"
+        )
+
+
+def container_kind(image: str | None, runtime: str | None) -> str:
+    """What a script's comment says of the ranks' image: "" (none), the runtime's name, or "any" (the node's)."""
+    return "" if image is None else runtime or "any"
+
+
 def mpirun_step(options: MpirunOptions, world: World) -> list[str]:
     """`hpcdist mpirun` with `options` up to `--`, planned in `world` (a node of the job) first, so that what it would
     refuse in the job is refused now; its --log-dir is left to the template (an array task extends it)."""
@@ -155,6 +194,10 @@ def _step(job: BatchJob, words: Words, env: Sequence[tuple[str, str]]) -> list[s
         tag=True if out.tag else None,
         log_dir=out.log_dir,
         ranks=out.ranks,
+        container_image=job.container_image,
+        container_runtime=job.container_runtime,
+        container_mounts=job.container_mounts,
+        container_gpus=job.container_gpus,
     )
     if words.per_node:
         options = dataclasses.replace(options, map_by=f"ppr:{words.per_node}:node")
@@ -187,5 +230,6 @@ def render_batch(
         "restarts": job.max_restarts,
         "counters": list(RESTART_VARS),
         "torchrun_restarts": False,
+        "container": container_kind(job.container_image, job.container_runtime),
     }
     return render_template(template, {**shared, **context}, jinja)

@@ -1,8 +1,9 @@
 """Slurm: SbatchSpec -> sbatch script text (pure), and checks of times, memory, nodelists and signals.
 
-A script's srun or mpirun step is `hpcdist mpirun` (`step`: the job's options, planned by the launch pipeline in the
-World of a batch node inside its allocation, then written as that command), and its restart loop asks the one
-restart policy (launching.restarts).
+A script's srun or mpirun step is `hpcdist mpirun` (`step_options`: the job's options, the image its ranks run in
+too, planned by the launch pipeline in `batch_world`, a batch node inside its allocation, then written as that
+command by `batch.mpirun_step`; its --log-dir, which an array task extends when it runs, is the template's), and its
+restart loop asks the one restart policy (launching.restarts).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from .. import families
 from .._version import __version__
+from ..containers.pyxis import Pyxis
 from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
 from ..launching.mpirun import SHIM
@@ -27,7 +30,7 @@ from ..schedulers.slurm import expand_nodelist
 from ..values import MAX_COUNT, parse_ranks, parse_whole
 from . import LAUNCHES
 from .arrays import ARRAY_VARS, check_array, check_task_file
-from .batch import check_job_launcher, mpirun_step
+from .batch import check_container_launch, check_job_launcher, container_kind, mpirun_step
 from .render import render_template
 from .torchrun import TorchrunSpec, check_master, program_words, torchrun_options
 from .torchrunlogs import NODE_WRAPPER, PLAIN_WRAPPER
@@ -46,7 +49,6 @@ __all__ = [
     "parse_signal",
     "parse_time",
     "render_sbatch",
-    "step",
     "step_options",
 ]
 
@@ -109,6 +111,10 @@ class SbatchSpec:
     bind: str = "none"  # auto: the shim binds each rank (the contract's bind), srun's own binding off (--cpu-bind=none)
     rank_output: OutputOptions = _UNTAGGED  # per-rank output: tags, log files, the console's ranks
     max_restarts: int = 0  # run the launch again after a failure, up to this many times (a loop in the script)
+    container_image: str | None = None  # srun and mpirun modes: each rank runs inside this image
+    container_runtime: str | None = None  # None: pyxis under srun; under mpirun the first installed on the node
+    container_mounts: tuple[str, ...] = ()  # SRC:DST[:ro][,...] host directories mounted in
+    container_gpus: bool = False  # NVIDIA GPUs inside, the runtime's own way
     extra: tuple[tuple[str, str | None], ...] = ()  # sbatch's options hpcdist does not model: #SBATCH --name[=value]
 
     @property
@@ -201,6 +207,18 @@ def _check(spec: SbatchSpec, option: Option) -> int | None:
     check_bind(spec.bind, "none", option("bind"))
     if spec.launch == "mpirun":
         check_job_launcher(spec.mpi, "Slurm", option("mpi"))
+        check_container_launch(
+            spec.container_runtime,
+            f"{option('launch')} mpirun starts the ranks with {families.lookup(spec.mpi).title}'s mpirun",
+            f"use {option('launch')} srun, or a runtime that wraps each rank (apptainer, singularity, podman, docker, "
+            "enroot)",
+        )
+    if spec.launch == "torchrun" and spec.container_image is not None:
+        raise UsageError(
+            f"{option('container_image')} runs each rank in an image under hpcdist mpirun, and {option('launch')} "
+            f"torchrun starts torchrun on each node without it; use {option('launch')} srun or mpirun, or drop "
+            f"{option('container_image')}"
+        )
     for name, count in (
         ("nodes", spec.nodes),
         ("ntasks_per_node", spec.ntasks_per_node),
@@ -327,9 +345,10 @@ def _step_env(spec: SbatchSpec) -> dict[str, str]:
 
 def step_options(spec: SbatchSpec, env: Mapping[str, str]) -> MpirunOptions:
     """The options of a batch script's step under srun or mpirun: hpcdist mpirun with the job's ranks, its launcher
-    (Slurm's srun; or the MPI's mpirun, passed the script's variables `env` by name) and per-rank output. The
-    script's own loop restarts it."""
+    (Slurm's srun; or the MPI's mpirun, passed the script's variables `env` by name), per-rank output and the image
+    each rank runs in (under srun, pyxis's unless another runtime is named). The script's own loop restarts it."""
     srun = spec.launch == "srun"
+    pyxis = srun and spec.container_image is not None and spec.container_runtime is None  # srun's own, by default
     array = ARRAY_VARS if spec.array is not None else ()
     names = [*sorted(env), *array, *(RESTART_VARS if spec.max_restarts else ())]
     out = spec.rank_output
@@ -344,6 +363,10 @@ def step_options(spec: SbatchSpec, env: Mapping[str, str]) -> MpirunOptions:
         tag=True if out.tag else None,
         log_dir=out.log_dir,
         ranks=out.ranks,
+        container_image=spec.container_image,
+        container_runtime=Pyxis.name if pyxis else spec.container_runtime,
+        container_mounts=spec.container_mounts,
+        container_gpus=spec.container_gpus,
     )
 
 
@@ -352,13 +375,6 @@ def batch_world(spec: SbatchSpec, env: Mapping[str, str]) -> World:
     set, its Python, and output to a file; whoever runs it (root or not) is known only when it runs."""
     allocation = {"SLURM_JOB_NODELIST": spec.nodelist or "", "SLURM_JOB_NUM_NODES": str(spec.nodes)}
     return World(environ=MappingProxyType({**env, **allocation}), python=spec.python, hostname="", here=False)
-
-
-def step(spec: SbatchSpec, env: Mapping[str, str]) -> list[str]:
-    """A batch script's step up to `--` (its --log-dir, which an array task extends when it runs, is the
-    template's): `hpcdist mpirun` with `step_options`, planned in `batch_world` first, so that what it would refuse
-    in the job is refused now."""
-    return mpirun_step(step_options(spec, env), batch_world(spec, env))
 
 
 def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, option: Option = cli_option) -> str:
@@ -404,6 +420,7 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         "counters": list(RESTART_VARS),
         "torchrun_restarts": True,
         "gpus": spec.gpus_per_node is not None,
+        "container": "",
     }
     if spec.requeue:
         # torchrun dies of SIGUSR1 but passes SIGTERM on to its workers (sent by scancel: srun would kill the step);
@@ -411,7 +428,12 @@ def render_sbatch(spec: SbatchSpec, jinja: jinja2.Environment | None = None, opt
         context["requeue"] = parse_signal(spec.requeue_signal)[0]
         context["forward"] = "TERM" if spec.launch == "torchrun" else "USR1"
     if stepped:
-        context.update(launcher=step(spec, own), program=list(spec.program))
+        stepping = step_options(spec, own)
+        context.update(
+            launcher=mpirun_step(stepping, batch_world(spec, own)),
+            program=list(spec.program),
+            container=container_kind(stepping.container_image, stepping.container_runtime),
+        )
     else:
         trun = TorchrunSpec(
             spec.program,

