@@ -32,6 +32,10 @@ class Scheduler:
     # hpcdist mpirun reads them (`hosts`) and passes them on
     launchers_read_hosts: ClassVar[bool] = False
     more_slots: ClassVar[str] = ""  # how a job asks it for more slots, for an error: 'qsub -l select=…:mpiprocs=N'
+    # the signal it sends every process of a job it ends (cancelled, preempted, out of time), SIGKILL following a
+    # grace time later; None: it signals no process but the job script's, or kills outright. An MPI's launcher
+    # then gets it beside the ranks, and holds SIGTERM (families.base.Family.held)
+    signals_job: ClassVar[int | None] = None
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Whether this process runs inside one of its allocations (an MPI launcher then finds the hosts itself)."""

@@ -43,6 +43,9 @@ class Flux(Scheduler):
 
     name = "flux"
     title = "Flux"
+    # flux cancel signals the job's shells, which pass SIGTERM on to their tasks, SIGKILL kill-timeout later
+    # (flux-cancel(1), flux-config-exec(5)): in a batch job, the instance's brokers, not the processes of its script
+    signals_job = None
     ranks = Source(
         "flux",
         "FLUX_TASK_RANK",

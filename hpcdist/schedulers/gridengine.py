@@ -52,6 +52,8 @@ class GridEngine(Scheduler):
     name = "gridengine"
     title = "Grid Engine"
     more_slots = "the job's slots are its parallel environment's: qsub -pe NAME 8 gives it 8"
+    # qdel kills with SIGKILL, which nothing holds; -notify sends SIGUSR2 the queue's notify time ahead (queue_conf(5))
+    signals_job = None
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Inside a parallel job when Grid Engine has written its host file (PE_HOSTFILE)."""

@@ -9,6 +9,7 @@ LSF's CSM clusters (`bsub -nnodes`) both begin with the launch node, where the j
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
@@ -51,6 +52,9 @@ class Lsf(Scheduler):
     name = "lsf"
     title = "LSF"
     more_slots = "the job's slots are bsub -n's: bsub -n 8 gives it 8"
+    # bkill (bkill(1)): SIGINT, SIGTERM, then SIGKILL, JOB_TERMINATE_INTERVAL (10 s) apart; to a parallel job
+    # SIGKILL alone unless LSB_USE_SEQUENTIAL_SIGNAL=Y. SIGINT first ends the launcher as Ctrl-C: nothing to hold
+    signals_job = signal.SIGINT
     ranks = Source(
         "jsrun",
         "JSM_NAMESPACE_RANK",

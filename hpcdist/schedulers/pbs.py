@@ -8,6 +8,7 @@ machines: `hpcdist.families.pals`). Its node file lists each chunk's host once f
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
@@ -39,6 +40,7 @@ class Pbs(Scheduler):
     name = "pbs"
     title = "PBS"
     more_slots = "a host's slots are its chunk's mpiprocs: qsub -l select=2:ncpus=64:mpiprocs=4 gives two hosts 4 each"
+    signals_job = signal.SIGTERM  # qdel, a preemption (pbs_deljob(3B)): SIGTERM, then SIGKILL after kill_delay
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Inside a job when PBS has written its node file (PBS_NODEFILE)."""

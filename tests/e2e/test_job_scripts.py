@@ -82,12 +82,6 @@ def test_lsf_s_warning_saves_the_ranks_work_and_exits_99(tmp_path: Path) -> None
     assert saved(tmp_path) == dict.fromkeys(range(2), "SIGUSR1")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PBS signals every process of the job, Open MPI's launcher too, which ends the ranks within half a second, "
-    "before a second's checkpoint; inside a Slurm allocation hpcdist holds SIGTERM in the launcher (heldterm), not "
-    "yet inside a PBS job",
-)
 def test_pbs_s_sigterm_to_the_whole_job_saves_the_ranks_work(tmp_path: Path) -> None:
     (tmp_path / "nodefile").write_text("localhost\nlocalhost\n")
     text = render_pbs(PbsSpec(JOB, resources=("select=1:mpiprocs=2",)))

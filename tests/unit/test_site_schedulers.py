@@ -283,7 +283,8 @@ def test_mpirun_inside_a_pbs_job_runs_on_its_hosts_and_says_so(tmp_path: Path) -
     assert (launch.spec.np, launch.spec.hosts) == (4, (H("n1", 2), H("n2", 2)))
     assert launch.note == "hpcdist mpirun: on the hosts of the PBS job 1234.pbs01: n1:2,n2:2"
     assert _plan(environ).spec.np == 4  # no -np: every slot of the job
-    assert shlex.join(build_mpirun_argv(launch.spec)[:5]) == "mpirun -np 4 -H n1:2,n2:2"
+    held = "/venv/bin/python -m hpcdist.launching.heldterm"  # PBS's SIGTERM to every process: held in the launcher
+    assert shlex.join(build_mpirun_argv(launch.spec)[:8]) == f"{held} mpirun -np 4 -H n1:2,n2:2"
 
 
 def test_mpirun_inside_a_grid_engine_or_lsf_job_runs_on_its_hosts(tmp_path: Path) -> None:
