@@ -8,7 +8,7 @@ line per host and queue, `host slots queue binding` (sge_pe(5)), so a host on se
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..errors import UsageError
@@ -64,7 +64,11 @@ class GridEngine(Scheduler):
         return f"the Grid Engine job {environ.get('JOB_ID', '')}".rstrip()
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """PE_HOSTFILE's hosts with their slots summed over their lines (or `slots` each)."""
         where, text = read_host_file(environ, "PE_HOSTFILE", self.title, read)

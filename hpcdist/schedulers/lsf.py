@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..errors import UsageError
@@ -75,7 +75,11 @@ class Lsf(Scheduler):
         return f"the LSF job {environ.get('LSB_JOBID', '')}".rstrip()
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """LSB_DJOB_HOSTFILE's hosts with a slot per line when it is set and readable, else LSB_MCPU_HOSTS's pairs."""
         path = environ.get("LSB_DJOB_HOSTFILE", "")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..errors import UsageError
@@ -51,7 +51,11 @@ class Pbs(Scheduler):
         return f"the PBS job {environ.get('PBS_JOBID', '')}".rstrip()
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """PBS_NODEFILE's hosts, each with as many slots as it has lines (or `slots` each)."""
         where, text = read_host_file(environ, "PBS_NODEFILE", self.title, read)

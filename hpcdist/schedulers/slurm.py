@@ -175,7 +175,11 @@ class Slurm(Scheduler):
         return f"the Slurm allocation {environ.get('SLURM_JOB_NODELIST', '')}".rstrip()
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """SLURM_JOB_NODELIST with SLURM_TASKS_PER_NODE (or `slots` each); Slurm keeps no host file to `read`."""
         nodelist = environ.get("SLURM_JOB_NODELIST")
