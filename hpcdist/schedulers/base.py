@@ -5,7 +5,8 @@ itself (srun, jsrun, flux run). hpcdist asks it: whether this process runs insid
 allocation's hosts and slots (`hosts`, reading a host file through the `read` it is given when the scheduler keeps
 them in one, as PBS_NODEFILE and PE_HOSTFILE do, or asking a command of the scheduler's through the `ask` it is given,
 as Flux's `flux resource R`; `slot_lines` reads the one-line-per-slot kind) and whether an MPI's
-mpirun reads them itself (`launchers_read_hosts`), whether it spans hosts (`spans_hosts`), the job's id (`job_id`),
+mpirun reads them itself (`launchers_read_hosts`), the signal it sends every process of a job it ends
+(`signals_job`), whether it spans hosts (`spans_hosts`), the job's id (`job_id`),
 what its submit command printed (`submitted`), and the variables its task launcher sets in each task (`ranks`, with
 `task_step`, `local_size`, `node_place` and `step_hosts` to read them).
 """

@@ -58,6 +58,7 @@ class Flux(Scheduler):
 
     name = "flux"
     title = "Flux"
+    more_slots = "a host's slots are the job's cores there: flux batch -N 2 --exclusive gives it two whole nodes"
     # flux cancel signals the job's shells, which pass SIGTERM on to their tasks, SIGKILL kill-timeout later
     # (flux-cancel(1), flux-config-exec(5)): in a batch job, the instance's brokers, not the processes of its script
     signals_job = None
