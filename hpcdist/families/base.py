@@ -70,6 +70,7 @@ class MpirunSpec:
     family: str = "openmpi"  # the launcher's dialect: a family's name (hpcdist.families.names())
     launch_agent: str | None = None  # the remote shell that starts the launcher's daemons on other hosts (ssh's)
     slurm: bool = False  # ranks placed by the Slurm allocation it runs in: Hydra starts its proxies with srun
+    signalled: int | None = None  # what the scheduler of the job it runs in sends every process (Scheduler.signals_job)
     exit_codes: bool = False  # Hydra: print every rank's exit status at the end (-print-all-exitcodes)
     fault_tolerance: bool = False  # the survivors carry on after a rank is lost (Open MPI's ULFM)
     python: str | None = None  # the Python with hpcdist where the launcher runs (None: --bare, no hpcdist needed)
@@ -175,12 +176,15 @@ class Family:
         raise NotImplementedError
 
     def held(self, spec: MpirunSpec) -> list[str]:
-        """The command that starts its launcher with SIGTERM held (`hpcdist.launching.heldterm`) inside a Slurm
-        allocation, for a family whose launcher would pass Slurm's SIGTERM on to ranks Slurm signals itself (MPICH's
-        Hydra a second SIGTERM; Open MPI's, SIGTERM then SIGKILL half a second later). Empty elsewhere, without
-        hpcdist's Python (--bare), with a launch agent, or with a space in a path (PRRTE splits its agent at spaces).
+        """The command that starts its launcher with SIGTERM held (`hpcdist.launching.heldterm`) in the job of a
+        scheduler that sends SIGTERM to every process of it (`spec.signalled`: Slurm, PBS), whose ranks get it too:
+        the launcher would pass it on (MPICH's Hydra a second SIGTERM; Open MPI's, SIGTERM then SIGKILL half a second
+        later). Empty elsewhere; where hpcdist mpirun passes SIGTERM on itself (ranks outside the scheduler's steps)
+        and this family's launcher takes that as SIGTERM; without hpcdist's Python (--bare); with a launch agent; or
+        with a space in a path (PRRTE splits its agent at spaces).
         """
-        if not spec.slurm or spec.python is None or spec.launch_agent is not None:
+        relays = spec.slurm or self.sigterm != signal.SIGTERM  # hpcdist's own SIGTERM for the ranks still gets through
+        if spec.signalled != signal.SIGTERM or not relays or spec.python is None or spec.launch_agent is not None:
             return []
         held = [spec.python, "-m", HELD]
         return [] if any(" " in word for word in (*held, spec.mpirun)) else held

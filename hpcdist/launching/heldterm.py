@@ -1,13 +1,13 @@
 """`python -m hpcdist.launching.heldterm PROGRAM [ARGS...]`: run PROGRAM with SIGTERM held (blocked), by exec.
 
-For an MPI's launcher inside a Slurm allocation (families.base.Family.held). Slurm sends SIGTERM to every process of
-a cancelled, preempted or timed-out job, the ranks included, and SIGKILL to what is left KillWait later. Open MPI's
-launcher and daemons (PRRTE) answer SIGTERM by ending their ranks themselves (SIGCONT, SIGTERM, then SIGKILL a
-quarter second apart), MPICH's Hydra by passing it on (measured): each rank would be signalled twice, under Open
-MPI killed half a second after Slurm's SIGTERM instead of at KillWait. Held, the signal stays pending in them; PRRTE
-and Hydra unblock every signal in each rank they start, so the ranks get Slurm's SIGTERM once and keep KillWait to
-end in, and Slurm's SIGKILL ends the launchers with them. hpcdist mpirun ends such a job with SIGINT (Ctrl-C, a
-failure, its own kill wait).
+For an MPI's launcher in the job of a scheduler that sends SIGTERM to every process of a job it ends
+(`Scheduler.signals_job`; families.base.Family.held): Slurm (then SIGKILL KillWait later) and PBS (kill_delay
+later), the ranks included. Open MPI's launcher and daemons (PRRTE) answer SIGTERM by ending their ranks themselves
+(SIGCONT, SIGTERM, then SIGKILL a quarter second apart), MPICH's Hydra by passing it on (measured): each rank would
+be signalled twice, under Open MPI killed half a second after the scheduler's SIGTERM instead of at the grace time's
+end. Held, the signal stays pending in them; PRRTE and Hydra unblock every signal in each rank they start, so the
+ranks get the scheduler's SIGTERM once and keep the grace time to end in, and its SIGKILL ends the launchers with
+them. hpcdist mpirun ends such a job with SIGINT (Ctrl-C, a failure, its own kill wait).
 """
 
 from __future__ import annotations

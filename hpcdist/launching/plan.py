@@ -94,9 +94,11 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
             hostfile = None  # MPICH's `host:N` for Open MPI, Open MPI's `slots=N` for Hydra: pass the hosts parsed
     note, source = "", f"--hostfile {options.hostfile}" if options.hostfile is not None else f"-H {options.hosts}"
     job: tuple[str, str] | None = None  # hosts read from a scheduler's job: the job, and how to ask for more slots
-    allocation = schedulers.current(world.environ) if not hosts and not in_job else None
+    scheduler = schedulers.current(world.environ)
+    allocation = scheduler if not hosts and not in_job else None
     if allocation is not None and not allocation.launchers_read_hosts and world.here:
-        hosts, source = allocation.hosts(world.environ, read=read_hostfile_text), allocation.allocation(world.environ)
+        hosts = allocation.hosts(world.environ, read=read_hostfile_text, ask=world.ask)
+        source = allocation.allocation(world.environ)
         note, job = f"hpcdist mpirun: on the hosts of {source}: {hosts_text(hosts)}", (source, allocation.more_slots)
     picked = selection_option(options.include, options.exclude)
     selected = _select(options, hosts, source, world.environ) if picked else tuple(Selected(h) for h in hosts)
@@ -152,6 +154,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         family=family,
         launch_agent=options.launch_agent,
         slurm=in_allocation,
+        signalled=scheduler.signals_job if scheduler is not None else None,
         exit_codes=routed,  # the watch reads Hydra's exit-code lines (launching/exitcodes.py)
         fault_tolerance=shrink,
         python=None if options.bare else world.python,
@@ -313,7 +316,7 @@ def _select(
     elif not hosts:
         raise UsageError(
             "--include/--exclude choose from a host list: give --hostfile FILE or -H, e.g. -H localhost:4 "
-            "--exclude localhost:1 (or run inside a Slurm, PBS, LSF or Grid Engine job)"
+            "--exclude localhost:1 (or run inside a Slurm, PBS, LSF, Grid Engine or Flux job)"
         )
     selected = select_hosts(hosts, options.include, options.exclude, source)
     left = total_slots(s.host for s in selected)

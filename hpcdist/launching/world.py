@@ -11,16 +11,18 @@ batch node of a Slurm allocation, or a script whose user and terminal are known 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import IO
 
 from .. import settings
+from ..errors import UsageError
 
 __all__ = ["World"]
 
@@ -93,6 +95,29 @@ class World:
             return ""
         return done.stdout + done.stderr
 
+    def ask(self, argv: Sequence[str]) -> str:
+        """What the command `argv` (a scheduler's, `flux resource R`) prints here, run with this world's environment.
+
+        Raises:
+            UsageError: it is not on PATH, fails, or takes over 60 s.
+        """
+        command = shlex.join(argv)
+        fix = "run hpcdist mpirun where it works, or give --hostfile or -H"
+        if self.which(argv[0]) is None:
+            raise UsageError(f"{argv[0]} is not on PATH, so hpcdist cannot run {command}; {fix}")
+        try:
+            done = subprocess.run(
+                list(argv), capture_output=True, text=True, timeout=_ASK_SECONDS, env=dict(self.environ), check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"{command} did not answer within {_ASK_SECONDS} s; {fix}") from None
+        except OSError as exc:
+            raise UsageError(f"cannot run {command}: {exc.strerror or exc}; {fix}") from None
+        if done.returncode:
+            said = done.stderr.strip().splitlines()
+            raise UsageError(f"{command} failed ({said[-1] if said else f'exit status {done.returncode}'}); {fix}")
+        return done.stdout
+
     def say(self, text: str, end: str = "\n") -> None:
         """Write one of hpcdist's own lines to this world's stderr (nothing when it has none)."""
         if self.stderr is not None:
@@ -103,6 +128,9 @@ class World:
         if self.stdout is not None:
             self.stdout.write(text)
             self.stdout.flush()
+
+
+_ASK_SECONDS = 60  # a scheduler's command that answers no sooner is stuck (its server unreachable)
 
 
 def _isatty(stream: IO[str] | None) -> bool:

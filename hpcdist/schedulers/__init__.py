@@ -3,8 +3,8 @@
 Each module of this package beside `base` is one scheduler (`slurm`, `pbs`, `lsf`, `flux`, `gridengine`,
 `kubernetes`): a
 `base.Scheduler` subclass registered with `@register`, which owns what hpcdist knows of it (an allocation's hosts
-and slots, whether its MPI's launcher reads them itself, whether it spans hosts, the variables its tasks see and
-their nodes, its job ids). The
+and slots, whether its MPI's launcher reads them itself, the signal it sends every process of a job it ends,
+whether it spans hosts, the variables its tasks see and their nodes, its job ids). The
 modules are found and imported when this package is, so adding a scheduler is adding one file; a test may register
 one of its own.
 
@@ -12,8 +12,8 @@ The registry: `lookup` (by name), `names`, `every`, `current` (the scheduler who
 `spans_hosts`, `job_id`, `of_ranks` (the scheduler whose variables a task saw) and `rank_sources`.
 
 Pure: imports only the leaves (errors, values, hosts, ranksource, plugins: the registry's kind) and its own modules;
-never launching, the runtime, torch or mpi4py. The environment is passed in as a mapping, and a file is read
-through a function given.
+never launching, the runtime, torch or mpi4py. The environment is passed in as a mapping, and a file is read, or a
+scheduler's command run, through a function given.
 """
 
 from __future__ import annotations

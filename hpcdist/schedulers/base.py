@@ -3,15 +3,17 @@
 A scheduler hands out allocations of hosts (Slurm, PBS, LSF, Flux, Grid Engine) and may start the tasks of a job
 itself (srun, jsrun, flux run). hpcdist asks it: whether this process runs inside an allocation (`inside`), the
 allocation's hosts and slots (`hosts`, reading a host file through the `read` it is given when the scheduler keeps
-them in one, as PBS_NODEFILE and PE_HOSTFILE do; `slot_lines` reads the one-line-per-slot kind) and whether an MPI's
-mpirun reads them itself (`launchers_read_hosts`), whether it spans hosts (`spans_hosts`), the job's id (`job_id`),
+them in one, as PBS_NODEFILE and PE_HOSTFILE do, or asking a command of the scheduler's through the `ask` it is given,
+as Flux's `flux resource R`; `slot_lines` reads the one-line-per-slot kind) and whether an MPI's
+mpirun reads them itself (`launchers_read_hosts`), the signal it sends every process of a job it ends
+(`signals_job`), whether it spans hosts (`spans_hosts`), the job's id (`job_id`),
 what its submit command printed (`submitted`), and the variables its task launcher sets in each task (`ranks`, with
 `task_step`, `local_size`, `node_place` and `step_hosts` to read them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 from ..errors import UsageError
@@ -32,6 +34,10 @@ class Scheduler:
     # hpcdist mpirun reads them (`hosts`) and passes them on
     launchers_read_hosts: ClassVar[bool] = False
     more_slots: ClassVar[str] = ""  # how a job asks it for more slots, for an error: 'qsub -l select=…:mpiprocs=N'
+    # the signal it sends every process of a job it ends (cancelled, preempted, out of time), SIGKILL following a
+    # grace time later; None: it signals no process but the job script's, or kills outright. An MPI's launcher
+    # then gets it beside the ranks, and holds SIGTERM (families.base.Family.held)
+    signals_job: ClassVar[int | None] = None
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Whether this process runs inside one of its allocations (an MPI launcher then finds the hosts itself)."""
@@ -42,9 +48,14 @@ class Scheduler:
         return f"the {self.title} allocation"
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
-        """The allocation's hosts and their slots (`slots` each when given); `read(path)` reads a host file's text.
+        """The allocation's hosts and their slots (`slots` each when given); `read(path)` reads a host file's text,
+        `ask(argv)` runs a command of the scheduler's and gives what it printed.
 
         Raises:
             UsageError: not inside an allocation, or what the scheduler says of it cannot be read.

@@ -1,4 +1,11 @@
-"""Flux: the variables `flux run` gives each task, and the job's id.
+"""Flux: an allocation's hosts and slots from its resource set R, the variables `flux run` gives each task, and the
+job's id.
+
+A batch script (`flux batch`) or `flux alloc`'s shell is the initial program of the job's own Flux instance: Flux
+sets FLUX_URI there and unsets FLUX_JOB_ID and the task variables (flux-environment(7)). `flux resource R` prints
+the instance's resources as an RFC 20 resource set (flux-resource(1)): `execution.R_lite` gives each broker rank's
+cores (`children.core`, an RFC 22 idset), and `execution.nodelist` the ranks' hosts in rank order (RFC 29
+hostlists); a host's slots are its cores.
 
 A Flux task sees FLUX_TASK_RANK, FLUX_TASK_LOCAL_ID, FLUX_JOB_SIZE and FLUX_JOB_NNODES (flux-core's
 flux-environment(7)), but no count of its node's tasks nor its node's index: those are in the job's task map
@@ -10,16 +17,24 @@ FLUX_TASK_LOCAL_ID confirms.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
+from typing import Any
 
 from ..errors import UsageError
+from ..hosts import HOST_NAME, HostSlots
 from ..ranksource import Source
-from ..values import parse_whole
+from ..values import MAX_COUNT, parse_whole
 from . import register
 from .base import Scheduler
 
-__all__ = ["BATCH_OPTIONS", "Flux"]
+__all__ = ["BATCH_OPTIONS", "RESOURCES", "Flux", "resource_hosts"]
+
+RESOURCES = ("flux", "resource", "R")  # prints the instance's resource set, RFC 20 (flux-resource(1))
+_IDSET = re.compile(r"\[?([0-9]{1,10}(?:-[0-9]{1,10})?(?:,[0-9]{1,10}(?:-[0-9]{1,10})?)*)\]?")  # RFC 22: 0-3,7
+_FIX = "give --hostfile or -H"
 
 # flux batch's long options (flux-core 0.88, flux-batch(1)) that `hpcdist flux` does not model, by what each takes (as
 # SBATCH_OPTIONS): they go into the script as `# flux:` lines. Not here: --env, --env-file and --env-remove (hpcdist's
@@ -43,6 +58,10 @@ class Flux(Scheduler):
 
     name = "flux"
     title = "Flux"
+    more_slots = "a host's slots are the job's cores there: flux batch -N 2 --exclusive gives it two whole nodes"
+    # flux cancel signals the job's shells, which pass SIGTERM on to their tasks, SIGKILL kill-timeout later
+    # (flux-cancel(1), flux-config-exec(5)): in a batch job, the instance's brokers, not the processes of its script
+    signals_job = None
     ranks = Source(
         "flux",
         "FLUX_TASK_RANK",
@@ -54,6 +73,27 @@ class Flux(Scheduler):
         "Flux's flux run",
         "FLUX_JOB_NNODES",
     )
+
+    def inside(self, environ: Mapping[str, str]) -> bool:
+        """Inside a job's Flux instance, in its initial program (a batch script, flux alloc's shell): FLUX_URI set,
+        FLUX_JOB_ID not (a task of a job has both, and FLUX_URI names the instance that runs it, not its own)."""
+        return "FLUX_URI" in environ and "FLUX_JOB_ID" not in environ
+
+    def allocation(self, environ: Mapping[str, str]) -> str:
+        """'the Flux allocation (flux resource R)'."""
+        return f"the Flux allocation ({' '.join(RESOURCES)})"
+
+    def hosts(
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
+    ) -> tuple[HostSlots, ...]:
+        """The hosts and cores of the resource set `flux resource R` prints, through `ask` (or `slots` each)."""
+        if ask is None:
+            raise UsageError(f"hpcdist cannot run {' '.join(RESOURCES)} here; {_FIX}")
+        return resource_hosts(ask(RESOURCES), slots)
 
     def job_id(self, environ: Mapping[str, str]) -> str | None:
         """FLUX_JOB_ID, in a task of a Flux job (its F58 form, `ƒM7Zq9AKHno`)."""
@@ -90,3 +130,79 @@ class Flux(Scheduler):
             "local_world_size": (size, per_node),
             "node_rank": (f"FLUX_TASK_RANK/({size})", rank // per_node),
         }
+
+
+def resource_hosts(text: str, slots: int | None = None) -> tuple[HostSlots, ...]:
+    """The hosts of an RFC 20 resource set `text` (JSON) in the order of their broker ranks, each with its cores as
+    its slots (or `slots` each); a host named for several ranks has their cores summed.
+
+    Raises:
+        UsageError: `text` is no version 1 resource set with an R_lite and a nodelist whose hosts match its ranks.
+    """
+    where = f"the resource set {' '.join(RESOURCES)} printed"
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    execution = found.get("execution") if isinstance(found, dict) and found.get("version") == 1 else None
+    lite, nodelist = (execution.get("R_lite"), execution.get("nodelist")) if isinstance(execution, dict) else (0, 0)
+    if not isinstance(lite, list) or not isinstance(nodelist, list) or not all(isinstance(n, str) for n in nodelist):
+        raise UsageError(f"{where} is not an RFC 20 resource set of version 1 with R_lite and nodelist; {_FIX}")
+    hosts = [host for entry in nodelist for host in _hostlist(entry, where)]
+    cores: dict[int, int] = {}
+    for entry in lite:
+        ranks, count = _rank_cores(entry, where)
+        if len(cores) + sum(last - first + 1 for first, last in ranks) > len(hosts):
+            raise UsageError(f"{where} has more ranks in R_lite than the {len(hosts)} hosts of its nodelist; {_FIX}")
+        for first, last in ranks:
+            for rank in range(first, last + 1):
+                cores[rank] = cores.get(rank, 0) + count
+    if len(cores) != len(hosts):
+        raise UsageError(f"{where} names {len(hosts)} hosts in its nodelist for {len(cores)} ranks in R_lite; {_FIX}")
+    counts: dict[str, int] = {}
+    for host, rank in zip(hosts, sorted(cores), strict=True):
+        counts[host] = min(counts.get(host, 0) + cores[rank], MAX_COUNT)
+    return tuple(HostSlots(host, slots if slots is not None else n) for host, n in counts.items())
+
+
+def _rank_cores(entry: Any, where: str) -> tuple[list[tuple[int, int]], int]:
+    """An R_lite entry's broker ranks, as ranges, and the cores each has.
+
+    Raises:
+        UsageError: no `rank` idset, or no `children.core` idset.
+    """
+    children = entry.get("children") if isinstance(entry, dict) else None
+    core = children.get("core") if isinstance(children, dict) else None
+    ranks = _idset(entry.get("rank") if isinstance(entry, dict) else None)
+    cores = _idset(core)
+    if ranks is None or cores is None:
+        raise UsageError(
+            f"{where}: R_lite entry {json.dumps(entry)[:200]} lacks a rank or a children.core idset; {_FIX}"
+        )
+    return ranks, min(sum(last - first + 1 for first, last in cores), MAX_COUNT)
+
+
+def _idset(value: object) -> list[tuple[int, int]] | None:
+    """An RFC 22 idset (`0-47`, `[1-3,5]`) as its ranges (first, last), or None when `value` is none."""
+    found = _IDSET.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        return None
+    ranges = [(int(a), int(b or a)) for a, _, b in (item.partition("-") for item in found[1].split(","))]
+    return ranges if all(first <= last for first, last in ranges) else None
+
+
+def _hostlist(entry: str, where: str) -> list[str]:
+    """The host names of a nodelist entry, a host name or an RFC 29 hostlist (`node[186-189]`): python-hostlist.
+
+    Raises:
+        UsageError: it is neither.
+    """
+    import hostlist
+
+    try:
+        hosts = hostlist.expand_hostlist(entry)
+    except hostlist.BadHostlist:
+        hosts = []
+    if not hosts or not all(HOST_NAME.match(host) and "@" not in host for host in hosts):
+        raise UsageError(f"{where}: {entry!r} in its nodelist is not a hostlist such as 'node[186-189]'; {_FIX}")
+    return list(hosts)

@@ -8,7 +8,7 @@ line per host and queue, `host slots queue binding` (sge_pe(5)), so a host on se
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..errors import UsageError
@@ -52,6 +52,8 @@ class GridEngine(Scheduler):
     name = "gridengine"
     title = "Grid Engine"
     more_slots = "the job's slots are its parallel environment's: qsub -pe NAME 8 gives it 8"
+    # qdel kills with SIGKILL, which nothing holds; -notify sends SIGUSR2 the queue's notify time ahead (queue_conf(5))
+    signals_job = None
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Inside a parallel job when Grid Engine has written its host file (PE_HOSTFILE)."""
@@ -62,7 +64,11 @@ class GridEngine(Scheduler):
         return f"the Grid Engine job {environ.get('JOB_ID', '')}".rstrip()
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """PE_HOSTFILE's hosts with their slots summed over their lines (or `slots` each)."""
         where, text = read_host_file(environ, "PE_HOSTFILE", self.title, read)

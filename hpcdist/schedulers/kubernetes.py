@@ -16,7 +16,7 @@ PET_MASTER_PORT (`runtime.env`). More processes per node are torchrun's to start
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import UsageError
 from ..hosts import HostSlots
@@ -47,7 +47,11 @@ class Kubernetes(Scheduler):
         return "the Kubernetes MPIJob's workers"
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """The host file's worker pods, each with its `slots=N` (Open MPI) or `:N` (Intel MPI, MPICH)."""
         var = next((v for v in _HOST_FILE if environ.get(v)), _HOST_FILE[0])

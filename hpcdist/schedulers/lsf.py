@@ -9,7 +9,8 @@ LSF's CSM clusters (`bsub -nnodes`) both begin with the launch node, where the j
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+import signal
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..errors import UsageError
@@ -51,6 +52,9 @@ class Lsf(Scheduler):
     name = "lsf"
     title = "LSF"
     more_slots = "the job's slots are bsub -n's: bsub -n 8 gives it 8"
+    # bkill (bkill(1)): SIGINT, SIGTERM, then SIGKILL, JOB_TERMINATE_INTERVAL (10 s) apart; to a parallel job
+    # SIGKILL alone unless LSB_USE_SEQUENTIAL_SIGNAL=Y. SIGINT first ends the launcher as Ctrl-C: nothing to hold
+    signals_job = signal.SIGINT
     ranks = Source(
         "jsrun",
         "JSM_NAMESPACE_RANK",
@@ -71,7 +75,11 @@ class Lsf(Scheduler):
         return f"the LSF job {environ.get('LSB_JOBID', '')}".rstrip()
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """LSB_DJOB_HOSTFILE's hosts with a slot per line when it is set and readable, else LSB_MCPU_HOSTS's pairs."""
         path = environ.get("LSB_DJOB_HOSTFILE", "")

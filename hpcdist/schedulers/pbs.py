@@ -8,7 +8,8 @@ machines: `hpcdist.families.pals`). Its node file lists each chunk's host once f
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+import signal
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..errors import UsageError
@@ -39,6 +40,7 @@ class Pbs(Scheduler):
     name = "pbs"
     title = "PBS"
     more_slots = "a host's slots are its chunk's mpiprocs: qsub -l select=2:ncpus=64:mpiprocs=4 gives two hosts 4 each"
+    signals_job = signal.SIGTERM  # qdel, a preemption (pbs_deljob(3B)): SIGTERM, then SIGKILL after kill_delay
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Inside a job when PBS has written its node file (PBS_NODEFILE)."""
@@ -49,7 +51,11 @@ class Pbs(Scheduler):
         return f"the PBS job {environ.get('PBS_JOBID', '')}".rstrip()
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """PBS_NODEFILE's hosts, each with as many slots as it has lines (or `slots` each)."""
         where, text = read_host_file(environ, "PBS_NODEFILE", self.title, read)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import UsageError
@@ -150,6 +151,7 @@ class Slurm(Scheduler):
     name = "slurm"
     title = "Slurm"
     launchers_read_hosts = True
+    signals_job = signal.SIGTERM  # scancel, a preemption, the time limit: SIGTERM to every process, KillWait later KILL
     # Counts only inside a real srun step (`task_step`); its local world size is SLURM_STEP_TASKS_PER_NODE (or
     # SLURM_TASKS_PER_NODE) indexed by SLURM_NODEID (`local_size`).
     ranks = Source(
@@ -173,7 +175,11 @@ class Slurm(Scheduler):
         return f"the Slurm allocation {environ.get('SLURM_JOB_NODELIST', '')}".rstrip()
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """SLURM_JOB_NODELIST with SLURM_TASKS_PER_NODE (or `slots` each); Slurm keeps no host file to `read`."""
         nodelist = environ.get("SLURM_JOB_NODELIST")

@@ -1,9 +1,11 @@
 """The job scripts of Grid Engine, PBS and LSF run for real, as each scheduler would run them: on this host, with the
 host file and variables it sets, hpcdist mpirun starting the ranks on Open MPI; on the scheduler's notice the ranks
-save their work and the script ends as the scheduler needs it to (exit 99 to be requeued; PBS: the ranks' status)."""
+save their work and the script ends as the scheduler needs it to (exit 99 to be requeued; PBS: the ranks' status).
+And hpcdist mpirun in a Flux batch script, on the hosts of the allocation's resource set."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launching import BIN, PROGRAMS, ROOT, wait_for
+from launching import BIN, PROGRAMS, ROOT, launch, wait_for
 
 from hpcdist.jobs.batch import BatchJob
 from hpcdist.jobs.gridengine import QsubSpec, render_gridengine
@@ -82,12 +84,6 @@ def test_lsf_s_warning_saves_the_ranks_work_and_exits_99(tmp_path: Path) -> None
     assert saved(tmp_path) == dict.fromkeys(range(2), "SIGUSR1")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PBS signals every process of the job, Open MPI's launcher too, which ends the ranks within half a second, "
-    "before a second's checkpoint; inside a Slurm allocation hpcdist holds SIGTERM in the launcher (heldterm), not "
-    "yet inside a PBS job",
-)
 def test_pbs_s_sigterm_to_the_whole_job_saves_the_ranks_work(tmp_path: Path) -> None:
     (tmp_path / "nodefile").write_text("localhost\nlocalhost\n")
     text = render_pbs(PbsSpec(JOB, resources=("select=1:mpiprocs=2",)))
@@ -100,3 +96,28 @@ def test_pbs_s_sigterm_to_the_whole_job_saves_the_ranks_work(tmp_path: Path) -> 
         "hpcdist: the ranks ended with status 143 after SIGTERM; PBS requeues job 12.pbs01 if it preempted it\n"
     )
     assert saved(tmp_path) == dict.fromkeys(range(2), "SIGTERM")
+
+
+def test_open_mpi_in_a_flux_allocation_runs_on_the_hosts_of_its_resource_set(tmp_path: Path) -> None:
+    """In a `flux batch` script (its instance's initial program: FLUX_URI set, FLUX_JOB_ID not), hpcdist mpirun asks
+    `flux resource R` for the allocation's hosts and starts Open MPI's ranks on them. No Flux instance can run here:
+    a stand-in `flux` on PATH prints the RFC 20 resource set one would, this host with two cores."""
+    resources = {"version": 1, "execution": {"R_lite": [{"rank": "0", "children": {"core": "0-1"}}],
+                                             "nodelist": ["localhost"]}}  # fmt: skip
+    (tmp_path / "R.json").write_text(json.dumps(resources))
+    flux = tmp_path / "flux"
+    flux.write_text(f'#!/bin/sh\n[ "$*" = "resource R" ] && exec cat {tmp_path / "R.json"}\nexit 64\n')
+    flux.chmod(0o755)
+    code = "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'])"
+    argv = [sys.executable, "-m", "hpcdist", "mpirun", "--mpirun", str(BIN / "mpirun"), "--", "python", "-c", code]
+    environ = {"FLUX_URI": f"local://{tmp_path}/local-0", "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    result = launch(argv, **environ)
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stderr.splitlines()[0]
+        == "hpcdist mpirun: on the hosts of the Flux allocation (flux resource R): localhost:2"
+    )
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("rank ")) == [
+        "rank 0 of 2 0",
+        "rank 1 of 2 1",
+    ]

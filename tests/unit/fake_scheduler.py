@@ -7,7 +7,7 @@ its allocation, which shows that adding a scheduler is adding one file.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from hpcdist.errors import UsageError
 from hpcdist.hosts import HostSlots
@@ -38,7 +38,11 @@ class FakeScheduler(Scheduler):
         return f"the FakeSched job {environ.get('FAKE_JOB', '?')}"
 
     def hosts(
-        self, environ: Mapping[str, str], slots: int | None = None, read: Callable[[str], str] | None = None
+        self,
+        environ: Mapping[str, str],
+        slots: int | None = None,
+        read: Callable[[str], str] | None = None,
+        ask: Callable[[Sequence[str]], str] | None = None,
     ) -> tuple[HostSlots, ...]:
         """The node file's hosts, a slot per line."""
         if read is None or "FAKE_NODEFILE" not in environ:

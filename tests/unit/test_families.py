@@ -246,10 +246,13 @@ def test_an_unknown_family_s_exit_codes_are_read_as_the_family_whose_lines_they_
     assert every.exit_codes(INTEL_ONE_HOST) == INTEL.exit_codes(INTEL_ONE_HOST)
 
 
-# -- Open MPI inside a Slurm allocation: its launcher and daemons hold SIGTERM ---------------------------------------
+# -- Open MPI inside a Slurm allocation or a PBS job: its launcher and daemons hold SIGTERM -------------------------
 
 HELD = ["/venv/bin/python", "-m", "hpcdist.launching.heldterm"]
-IN_SLURM = MpirunSpec(program=("x",), np=4, mpirun="/venv/bin/mpirun", slurm=True, python="/venv/bin/python")
+IN_SLURM = MpirunSpec(
+    program=("x",), np=4, mpirun="/venv/bin/mpirun", slurm=True, signalled=signal.SIGTERM, python="/venv/bin/python"
+)
+IN_PBS = dataclasses.replace(IN_SLURM, slurm=False, hosts=(HostSlots("n1", 2), HostSlots("n2", 2)))
 
 
 def test_inside_slurm_open_mpi_s_launcher_and_daemons_start_with_sigterm_held() -> None:
@@ -265,8 +268,18 @@ def test_inside_slurm_hydra_s_launcher_starts_with_sigterm_held_after_its_srun_s
         assert argv[:6] == ["env", "SLURM_MPI_TYPE=none", *HELD, "/venv/bin/mpirun"], family.name
 
 
+def test_in_a_pbs_job_open_mpi_holds_sigterm_and_hydra_which_hpcdist_passes_it_on_to_does_not() -> None:
+    """PBS signals every process of the job; hpcdist mpirun passes SIGTERM on to the ranks on other hosts itself,
+    through Open MPI's launcher as RELAYED_SIGTERM (it gets through), through Hydra's as SIGTERM (it would not)."""
+    assert OPEN_MPI.command(IN_PBS)[:4] == [*HELD, "/venv/bin/mpirun"]
+    for family in (MPICH, INTEL, MVAPICH):
+        argv = family.command(dataclasses.replace(IN_PBS, family=family.name))
+        assert argv[0] == "/venv/bin/mpirun", family.name
+
+
 @pytest.mark.parametrize("change", [
-    {"slurm": False}, {"python": None}, {"launch_agent": "ssh"}, {"mpirun": "/opt/my mpi/bin/mpirun"},
+    {"signalled": None}, {"signalled": signal.SIGINT}, {"python": None}, {"launch_agent": "ssh"},
+    {"mpirun": "/opt/my mpi/bin/mpirun"},
 ])  # fmt: skip
 def test_elsewhere_without_hpcdist_or_with_a_path_prrte_would_split_nothing_is_held(change: dict) -> None:
     argv = OPEN_MPI.command(dataclasses.replace(IN_SLURM, **change))

@@ -9,6 +9,7 @@ PE_HOSTFILE, Son of Grid Engine 8.1.9's sge_pe(5); LSB_MCPU_HOSTS, the LSF admin
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.plan import LaunchPlan, plan
 from hpcdist.launching.world import World
 from hpcdist.runtime.env import LaunchEnv
+from hpcdist.schedulers.flux import resource_hosts
 
 # Polaris, `mpiexec -n 8 --ppn 4` on 2 nodes, rank 5 (the second node's second rank), Cray's PMI
 PALS = {
@@ -283,7 +285,8 @@ def test_mpirun_inside_a_pbs_job_runs_on_its_hosts_and_says_so(tmp_path: Path) -
     assert (launch.spec.np, launch.spec.hosts) == (4, (H("n1", 2), H("n2", 2)))
     assert launch.note == "hpcdist mpirun: on the hosts of the PBS job 1234.pbs01: n1:2,n2:2"
     assert _plan(environ).spec.np == 4  # no -np: every slot of the job
-    assert shlex.join(build_mpirun_argv(launch.spec)[:5]) == "mpirun -np 4 -H n1:2,n2:2"
+    held = "/venv/bin/python -m hpcdist.launching.heldterm"  # PBS's SIGTERM to every process: held in the launcher
+    assert shlex.join(build_mpirun_argv(launch.spec)[:8]) == f"{held} mpirun -np 4 -H n1:2,n2:2"
 
 
 def test_mpirun_inside_a_grid_engine_or_lsf_job_runs_on_its_hosts(tmp_path: Path) -> None:
@@ -333,6 +336,112 @@ def test_mpirun_in_a_pbs_job_whose_node_file_is_gone_is_a_clear_error(capsys: py
         status = main(["mpirun", "--dry-run", "--mpirun", "mpirun", "-np", "2", "--", "prog"])
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("hpcdist: error: cannot read hostfile '/nonexistent/nodefile'"), err
+
+
+# -- Flux: the hosts of an allocation from its resource set R ------------------------------------------------------
+
+# RFC 20's own example R (flux-framework/rfc, spec_20.rst "Example R", data/spec_20/example1.json): ranks 19-22 are
+# node186 to node189, each with 48 cores and 8 GPUs; 32 slots of the allocation in all
+RFC20_EXAMPLE = """{
+  "version": 1,
+  "execution": {
+    "R_lite": [{"rank": "19-22", "children": {"core": "0-47", "gpu": "0-7"}}],
+    "nodelist": ["node[186-189]"],
+    "nslots": 32,
+    "starttime": 1676560542,
+    "expiration": 1676562342
+  }
+}"""
+# R_lite's entries in no particular order, a bracketed idset, one nodelist entry per host or a hostlist for several
+# (RFC 20's R_lite and nodelist, RFC 22's idsets): the hosts follow the ranks' order, not R_lite's
+UNEVEN = {
+    "version": 1,
+    "execution": {
+        "R_lite": [
+            {"rank": "2-3", "children": {"core": "0-3"}},
+            {"rank": "[0-1]", "children": {"core": "0-7", "gpu": "0-1"}},
+        ],
+        "nodelist": ["big[0-1]", "small0,small1"],
+    },
+}
+
+
+def test_flux_s_resource_set_gives_each_host_its_cores_as_slots_in_rank_order() -> None:
+    example = tuple(H(f"node{n}", 48) for n in range(186, 190))
+    assert resource_hosts(RFC20_EXAMPLE) == example
+    assert resource_hosts(RFC20_EXAMPLE, slots=8) == tuple(H(h.host, 8) for h in example)
+    assert resource_hosts(json.dumps(UNEVEN)) == (H("big0", 8), H("big1", 8), H("small0", 4), H("small1", 4))
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("flux-resource: ERROR", "is not an RFC 20 resource set of version 1 with R_lite and nodelist"),
+        # R before RFC 20 required a nodelist (flux-workflow-examples' job-submit-cli: `flux job info ID R`)
+        ('{"version":1,"execution":{"R_lite":[{"rank":"0-1","children":{"core":"0-3"}}]}}', "with R_lite and nodelist"),
+        ('{"version":2,"execution":{"R_lite":[],"nodelist":[]}}', "of version 1"),
+        ('{"version":1,"execution":{"R_lite":[{"rank":"0-1","children":{"core":"0-3"}}],"nodelist":["n1"]}}',
+         "more ranks in R_lite than the 1 hosts of its nodelist"),
+        ('{"version":1,"execution":{"R_lite":[{"rank":"0","children":{"core":"0"}}],"nodelist":["n[1-2]"]}}',
+         "names 2 hosts in its nodelist for 1 ranks in R_lite"),
+        ('{"version":1,"execution":{"R_lite":[{"rank":"0","children":{"core":"3-0"}}],"nodelist":["n1"]}}',
+         "lacks a rank or a children.core idset"),
+        ('{"version":1,"execution":{"R_lite":[{"rank":"0","children":{"core":"0"}}],"nodelist":["n[1-"]}}',
+         "'n[1-' in its nodelist is not a hostlist"),
+    ],
+)  # fmt: skip
+def test_a_resource_set_that_is_not_one_is_a_clear_error(text: str, needle: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        resource_hosts(text)
+    said = str(caught.value)
+    assert said.startswith("the resource set flux resource R printed") and needle in said, said
+    assert said.endswith("; give --hostfile or -H"), said
+
+
+def test_a_flux_allocation_is_its_initial_program_not_a_task_of_a_job() -> None:
+    """flux-environment(7): a batch script or flux alloc's shell has FLUX_URI, and FLUX_JOB_ID unset; a task of
+    `flux run` has both, FLUX_URI then naming the instance that runs it, whose resources are not the task's."""
+    scheduler = schedulers.current({"FLUX_URI": "local:///tmp/flux-a1b2/local-0"})
+    assert scheduler is not None and scheduler.name == "flux"
+    assert schedulers.current(FLUX) is None
+
+
+def _flux_on_path(folder: Path, printed: str, status: int = 0) -> dict[str, str]:
+    """A Flux allocation's variables, with a stand-in `flux` on PATH that prints `printed` when asked
+    `flux resource R` (no Flux instance can run here)."""
+    flux = folder / "flux"
+    flux.write_text(
+        f'#!/bin/sh\n[ "$*" = "resource R" ] || exit 64\nprintf %s {shlex.quote(printed)}\n'
+        f"[ {status} = 0 ] || echo 'flux-resource: ERROR: the broker cannot be reached' >&2\nexit {status}\n"
+    )
+    flux.chmod(0o755)
+    return {"FLUX_URI": "local:///tmp/flux-a1b2/local-0", "PATH": f"{folder}:/usr/bin:/bin"}
+
+
+def test_mpirun_in_a_flux_allocation_runs_on_its_hosts_and_says_so(tmp_path: Path) -> None:
+    launch = _plan(_flux_on_path(tmp_path, json.dumps(UNEVEN)), np=8)
+    assert launch.spec.hosts == (H("big0", 8), H("big1", 8), H("small0", 4), H("small1", 4))
+    assert launch.note == (
+        "hpcdist mpirun: on the hosts of the Flux allocation (flux resource R): big0:8,big1:8,small0:4,small1:4"
+    )
+    assert _plan(_flux_on_path(tmp_path, RFC20_EXAMPLE), exclude="node187").spec.np == 3 * 48
+
+
+@pytest.mark.parametrize(
+    ("printed", "status", "needle"),
+    [
+        ("", 1, "flux resource R failed (flux-resource: ERROR: the broker cannot be reached); run hpcdist mpirun "),
+        ("", 0, "the resource set flux resource R printed is not an RFC 20 resource set"),
+    ],
+)
+def test_mpirun_in_a_flux_allocation_whose_resources_cannot_be_read_says_why(
+    tmp_path: Path, printed: str, status: int, needle: str
+) -> None:
+    with pytest.raises(UsageError) as caught:
+        _plan(_flux_on_path(tmp_path, printed, status), np=2)
+    assert str(caught.value).startswith(needle), caught.value
+    with pytest.raises(UsageError, match=r"^flux is not on PATH, so hpcdist cannot run flux resource R; "):
+        _plan({"FLUX_URI": "local:///tmp/flux-a1b2/local-0", "PATH": str(tmp_path / "none")}, np=2)
 
 
 # -- Cray PALS's mpiexec --------------------------------------------------------------------------------------------
