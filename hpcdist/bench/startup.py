@@ -297,16 +297,18 @@ def table_lines(
     rows: Sequence[str], ranks: Sequence[int], points: Sequence[Point], stops: dict[str, tuple[int, str]]
 ) -> list[str]:
     """The plain-text table: per row and rank count the median wall time and its spread, the last rank's time to
-    each phase, the job's CPU seconds and the largest rank's memory; then where each row stopped and why."""
+    each phase, the job's CPU seconds, the median rank's and the largest rank's memory; then where each row stopped
+    and why."""
     summary = summarise(points)
     phase_names = [phase for phase in PHASES if any(phase in s["phases"] for s in summary.values())]
     lines = [
         "# hpcdist bench startup: seconds from launch; wall = launch to exit (median of the repeats, min-max);",
         "# a phase = when the last rank passed it (start: its program runs; under hpcdist mpirun, after the",
-        "# rendezvous); cpu = every process of the job, launcher included; rss = the largest rank's peak",
+        "# rendezvous); cpu = every process of the job, launcher included; rank ms = the median rank's CPU, its",
+        "# helper beside it included; rss = the largest rank's peak",
         f"# {'row':<14} {'ranks':>5} {'wall':>8} {'min-max':>15} "
         + " ".join(f"{phase:>7}" for phase in phase_names)
-        + f" {'cpu':>8} {'rss MB':>7} {'n':>2}",
+        + f" {'cpu':>8} {'rank ms':>7} {'rss MB':>7} {'n':>2}",
     ]
     for row in rows:
         for n in ranks:
@@ -318,7 +320,7 @@ def table_lines(
             )
             lines.append(
                 f"  {row:<14} {n:>5} {s['wall']:8.2f} {s['low']:7.2f}-{s['high']:<7.2f} {cells} "
-                f"{s['cpu_total']:8.2f} {s['rss_mb']:7.0f} {s['repeats']:>2}"
+                f"{s['cpu_total']:8.2f} {1000 * s['cpu_rank_median']:7.0f} {s['rss_mb']:7.0f} {s['repeats']:>2}"
             )
     for row in rows:
         if row in stops:

@@ -177,8 +177,8 @@ def test_the_table_shows_medians_their_spread_and_where_rows_stopped() -> None:
     lines = table_lines(["hpcdist", "mpirun"], [2, 4], points, {"mpirun": (4, "ran past the 9 s timeout per job")})
     body = [line.split() for line in lines if not line.startswith("#")]
     assert body == [
-        ["hpcdist", "2", "2.00", "1.00-3.00", "1.00", "2.00", "4.00", "50", "3"],
-        ["mpirun", "2", "0.50", "0.50-0.50", "0.25", "0.50", "4.00", "50", "1"],
+        ["hpcdist", "2", "2.00", "1.00-3.00", "1.00", "2.00", "4.00", "1000", "50", "3"],
+        ["mpirun", "2", "0.50", "0.50-0.50", "0.25", "0.50", "4.00", "1000", "50", "1"],
     ]
     assert lines[-1] == "# mpirun stopped at 4 ranks: ran past the 9 s timeout per job"
 

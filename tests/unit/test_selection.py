@@ -154,7 +154,9 @@ def test_mpirun_selects_from_a_hostfile(capsys: pytest.CaptureFixture[str], tmp_
 def test_mpirun_selects_from_the_slurm_allocation(capsys: pytest.CaptureFixture[str]) -> None:
     env = {"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_TASKS_PER_NODE": "2(x3)", "SLURM_JOB_NUM_NODES": "3"}
     words = dry(capsys, "--exclude", "n2", env=env)
-    assert shlex.join(words[:5]) == "mpirun -np 4 -H n1:2,n3:2"
+    # inside the allocation Slurm signals every process of the job: the launcher runs with SIGTERM held
+    assert words[1:3] == ["-m", "hpcdist.launching.heldterm"]
+    assert shlex.join(words[3:8]) == "mpirun -np 4 -H n1:2,n3:2"
 
 
 @pytest.mark.parametrize(
