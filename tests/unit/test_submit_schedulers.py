@@ -235,3 +235,23 @@ def test_wrong_input_is_a_one_line_usage_error_before_anything_is_submitted(tmp_
         hpcdist.submit(print, 1, folder=tmp_path / "jobs", **options)
     assert expected in str(error.value) and "\n" not in str(error.value)
     assert not (tmp_path / "jobs").exists() or list((tmp_path / "jobs").iterdir()) == []
+
+
+def test_without_the_scheduler_s_commands_submit_and_the_handle_say_which_is_missing(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(UsageError) as error:
+        hpcdist.submit(print, 1, scheduler="pbs", nodes=2, folder=tmp_path / "jobs")
+    assert str(error.value) == "qsub not found on PATH; submit from a PBS login node"
+    assert list((tmp_path / "jobs").iterdir()) == []  # its directory removed again
+    with pytest.raises(UsageError, match=r"^bjobs not found on PATH; run this where LSF's commands are"):
+        hpcdist.Job("779469", tmp_path, 2, scheduler="lsf").state()
+    with pytest.raises(UsageError, match=r"^qdel not found on PATH; run this where Grid Engine's commands are"):
+        hpcdist.Job("12", tmp_path, 2, scheduler="gridengine").cancel()
+    assert not (tmp_path / "cancelled").exists()  # nothing was cancelled
+
+
+def test_attach_finds_the_scheduler_in_job_json_and_slurm_in_older_records(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text('{"job_id": "12", "ranks": 2, "tasks": [], "scheduler": "gridengine"}')
+    assert hpcdist.Job.attach(tmp_path).scheduler.name == "gridengine"
+    (tmp_path / "job.json").write_text('{"job_id": "7", "ranks": 4, "tasks": []}')
+    assert hpcdist.Job.attach(tmp_path).scheduler.name == "slurm"
