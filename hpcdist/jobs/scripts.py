@@ -99,7 +99,8 @@ def render(
             spec["resources"] = (*spec.get("resources", ()), f"{field}={common[key]}")
         else:
             spec[field] = common[key]
-    spec.setdefault("job_name" if scheduler == "flux" else "name", directory.name.rpartition("-")[0] or "job")
+    name = directory.name.rpartition("-")[0].lstrip("_.-") or "job"  # the function's; PBS's -N begins alphanumeric
+    spec.setdefault("job_name" if scheduler == "flux" else "name", name)
     spec["output"] = str(directory / "job.out")
     if scheduler in ("gridengine", "pbs"):
         spec["join"] = "y" if scheduler == "gridengine" else "oe"  # stderr into job.out (LSF, Flux: by default)

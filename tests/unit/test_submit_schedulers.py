@@ -198,6 +198,14 @@ def test_scripts_speak_each_scheduler_s_words_for_nodes_tasks_time_and_partition
     assert f" --log-dir {tmp_path}/where-abc/logs " in text or f"--log-dir {tmp_path}/where-abc/logs" in text
 
 
+def test_the_job_is_named_after_the_function_as_each_scheduler_allows(tmp_path: Path) -> None:
+    directory = tmp_path / "_lambda_-k2j4x9"  # hpcdist.submit's directory for a lambda
+    program = ("-m", "hpcdist.runtime.pycall")
+    common = {"nodes": 1, "ntasks_per_node": 2, "time": None, "partition": None}
+    text, _ = scripts.render("pbs", {}, common, program, directory, World.current(), lambda f: f"{f}=")
+    assert "\n#PBS -N lambda_\n" in text
+
+
 def test_a_pbs_select_statement_gives_the_ranks_itself(tmp_path: Path) -> None:
     text, ranks = render("pbs", tmp_path, {}, resources=("select=3:ncpus=8:mpiprocs=2",))
     assert ranks == 6 and "\n#PBS -l select=3:ncpus=8:mpiprocs=2\n" in text
