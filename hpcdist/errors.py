@@ -85,7 +85,8 @@ class RankFailed(Exception):
 class JobFailed(Exception):
     """A job of `hpcdist.submit` ended without every rank's value, and no rank raised: cancelled, out of time, killed.
 
-    `job_id` and `state` (Slurm's JobState: CANCELLED, TIMEOUT, NODE_FAIL, …) say which job and how it ended.
+    `job_id` and `state` (in Slurm's words under every scheduler: CANCELLED, TIMEOUT, NODE_FAIL, …) say which job and
+    how it ended.
     """
 
     def __init__(self, job_id: str, state: str, message: str) -> None:

@@ -1,4 +1,5 @@
-"""The supervisor's one module that starts processes it watches: mpirun for a launch, sbatch, `bash -n`.
+"""The supervisor's one module that starts processes it watches: mpirun for a launch, a job's submit command
+(sbatch, qsub, bsub, flux batch), `bash -n`.
 
 A launch's process gets the World's environment, and its output goes to the World's streams (launching/world.py). A
 tool whose output is only read (scontrol, the doctor's probes) runs through `proctree.capture`, which the rank side
@@ -30,7 +31,7 @@ from .sessions import clear_stale_sessions
 from .watch import MpirunWatch
 from .world import World
 
-__all__ = ["run_mpirun", "shell_syntax_errors", "submit_sbatch"]
+__all__ = ["run_mpirun", "shell_syntax_errors", "submit_sbatch", "submit_script"]
 
 _DRAIN_SECONDS = 2.0  # after mpirun exits, how long its output may take to reach end-of-file
 _SYNTAX_SECONDS = 30.0  # how long `bash -n` may take to read a generated script
@@ -389,16 +390,33 @@ def submit_sbatch(path: str, otherwise: str = "") -> str:
 
     `otherwise` ends the message when there is no sbatch: what the caller can do instead (`, or drop --submit`).
     """
+    return submit_script("slurm", path, otherwise)
+
+
+def submit_script(scheduler: str, path: str, otherwise: str = "") -> str:
+    """Submit the job script at `path` with `scheduler`'s submit command and return the job id it prints.
+
+    `otherwise` ends the message when there is no such command: what the caller can do instead.
+
+    Raises:
+        UsageError: the command is missing, did not answer within 120 s, or refused the job.
+    """
+    words = schedulers.lookup(scheduler)
+    argv = words.submit_argv(path)
+    script = open(path, "rb") if words.script_on_stdin else None  # noqa: SIM115 (closed below)
     try:
-        done = subprocess.run(["sbatch", "--parsable", path], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(argv, stdin=script, capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
-        raise UsageError(f"sbatch not found on PATH; submit from a Slurm login node{otherwise}") from None
+        raise UsageError(f"{argv[0]} not found on PATH; submit from a {words.title} login node{otherwise}") from None
     except subprocess.TimeoutExpired:
-        raise UsageError("sbatch did not answer within 120 s; check `scontrol ping`, then submit again") from None
+        raise UsageError(f"{argv[0]} did not answer within 120 s; check `{words.ping}`, then submit again") from None
+    finally:
+        if script is not None:
+            script.close()
     if done.returncode != 0:
         reason = done.stderr.strip() or f"exit status {done.returncode}"
-        raise UsageError(f"sbatch rejected {path}: {reason}")
-    return schedulers.lookup("slurm").submitted(done.stdout)
+        raise UsageError(f"{argv[0]} rejected {path}: {reason}")
+    return words.submitted(done.stdout)
 
 
 def shell_syntax_errors(text: str) -> str:

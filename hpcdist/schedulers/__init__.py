@@ -9,7 +9,8 @@ modules are found and imported when this package is, so adding a scheduler is ad
 one of its own.
 
 The registry: `lookup` (by name), `names`, `every`, `current` (the scheduler whose allocation this process runs in),
-`spans_hosts`, `job_id`, `of_ranks` (the scheduler whose variables a task saw) and `rank_sources`.
+`spans_hosts`, `job_id`, `of_ranks` (the scheduler whose variables a task saw), `rank_sources` and `on_path` (the
+scheduler whose commands a login node has).
 
 Pure: imports only the leaves (errors, values, hosts, ranksource, plugins: the registry's kind) and its own modules;
 never launching, the runtime, torch or mpi4py. The environment is passed in as a mapping, and a file is read, or a
@@ -18,7 +19,7 @@ scheduler's command run, through a function given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from ..errors import UsageError
@@ -33,6 +34,7 @@ __all__ = [
     "lookup",
     "names",
     "of_ranks",
+    "on_path",
     "rank_sources",
     "register",
     "spans_hosts",
@@ -93,6 +95,25 @@ def of_ranks(launcher: str) -> Scheduler | None:
 def rank_sources() -> tuple[Source, ...]:
     """The variables each scheduler's tasks see."""
     return tuple(s.ranks for s in every() if s.ranks is not None)
+
+
+def on_path(present: Callable[[str], bool]) -> Scheduler:
+    """The scheduler whose client commands are all on PATH (`present(command)`); Slurm's sbatch decides alone.
+
+    Raises:
+        UsageError: no scheduler's commands are there, or several schedulers' are.
+    """
+    found = [s for s in every() if s.clients and all(present(command) for command in s.clients)]
+    first = [s for s in found if s.first_on_path]
+    if first or len(found) == 1:
+        return (first or found)[0]
+    submitting = [s for s in every() if s.clients]
+    choice = f"pass scheduler= one of {', '.join(repr(s.name) for s in submitting)}"
+    if not found:
+        looked = ", ".join(f"{s.title}'s {' and '.join(s.clients)}" for s in submitting)
+        raise UsageError(f"no scheduler's commands are on PATH (looked for {looked}); run on a login node, or {choice}")
+    both = " and ".join(f"{s.title}'s ({' '.join(s.clients)})" for s in found)
+    raise UsageError(f"the commands of {both} are all on PATH, so which scheduler is meant is unclear; {choice}")
 
 
 discover(__path__, __name__)  # each module but base registers its scheduler

@@ -8,7 +8,9 @@ as Flux's `flux resource R`; `slot_lines` reads the one-line-per-slot kind) and 
 mpirun reads them itself (`launchers_read_hosts`), the signal it sends every process of a job it ends
 (`signals_job`), whether it spans hosts (`spans_hosts`), the job's id (`job_id`),
 what its submit command printed (`submitted`), and the variables its task launcher sets in each task (`ranks`, with
-`task_step`, `local_size`, `node_place` and `step_hosts` to read them).
+`task_step`, `local_size`, `node_place` and `step_hosts` to read them). A scheduler with a command-line client also
+says how a batch job is submitted, asked about and cancelled (`clients`, `submit_argv`, `state_argv`, `job_state`,
+`cancel_argv`): the command lines and the reading of their output, never the running of them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..hosts import HOST_NAME, HostSlots
 from ..ranksource import Source
 from ..values import MAX_COUNT, parse_whole
 
-__all__ = ["Scheduler", "host_and_slots", "host_lines", "read_host_file", "slot_lines"]
+__all__ = ["Scheduler", "failed_command", "host_and_slots", "host_lines", "read_host_file", "slot_lines"]
 
 
 class Scheduler:
@@ -38,6 +40,12 @@ class Scheduler:
     # grace time later; None: it signals no process but the job script's, or kills outright. An MPI's launcher
     # then gets it beside the ranks, and holds SIGTERM (families.base.Family.held)
     signals_job: ClassVar[int | None] = None
+    # the commands on PATH that tell a login node of it (all of them; none: hpcdist submits no batch job to it)
+    clients: ClassVar[tuple[str, ...]] = ()
+    # its client on PATH decides alone: a Slurm site may carry other schedulers' commands (slurm-torque's qsub)
+    first_on_path: ClassVar[bool] = False
+    ping: ClassVar[str] = ""  # a command that tells whether its server answers, for an error: 'scontrol ping'
+    script_on_stdin: ClassVar[bool] = False  # its submit command reads the job script on stdin (bsub < job.lsf)
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Whether this process runs inside one of its allocations (an MPI launcher then finds the hosts itself)."""
@@ -77,6 +85,28 @@ class Scheduler:
             UsageError: the output holds no job id.
         """
         raise UsageError(f"{self.title}'s submit command printed {output.strip()!r} instead of a job id")
+
+    def submit_argv(self, script: str) -> tuple[str, ...]:
+        """The command that submits the job script at `script` (given on stdin instead when `script_on_stdin`)."""
+        raise UsageError(f"hpcdist submits no batch job to {self.title}; write its job with `hpcdist {self.name}`")
+
+    def state_argv(self, job_id: str) -> tuple[str, ...]:
+        """The command whose output `job_state` reads."""
+        raise UsageError(f"hpcdist cannot ask {self.title} about job {job_id}; use its own commands")
+
+    def job_state(self, job_id: str, status: int, out: str, err: str) -> str | None:
+        """The job's state in the words every handle speaks (Slurm's: PENDING, RUNNING, SUSPENDED, COMPLETED,
+        FAILED, CANCELLED, TIMEOUT), from what `state_argv` printed and its exit status; None when the scheduler
+        no longer knows the job.
+
+        Raises:
+            UsageError: the command failed for another reason, or printed what is not its documented form.
+        """
+        raise UsageError(f"hpcdist cannot read {self.title}'s state of job {job_id}")
+
+    def cancel_argv(self, job_id: str) -> tuple[str, ...]:
+        """The command that ends the job, or takes it out of the queue."""
+        raise UsageError(f"hpcdist cannot cancel {self.title}'s job {job_id}; use its own commands")
 
     def task_step(self, environ: Mapping[str, str]) -> str | None:
         """The id of its task launch (a step) that started this process, '' when it has no ids, or None when this
@@ -173,3 +203,10 @@ def host_lines(
     if not counts:
         raise UsageError(f"{where} lists no hosts; give --hostfile or -H")
     return tuple(HostSlots(host, slots if slots is not None else n) for host, n in counts.items())
+
+
+def failed_command(argv: tuple[str, ...], status: int, err: str, ping: str) -> UsageError:
+    """The error for a client's command that failed (`argv`, its exit status and stderr): its last line says why."""
+    lines = err.strip().splitlines()
+    reason = lines[-1] if lines else f"exit status {status}"
+    return UsageError(f"`{' '.join(argv)}` failed ({reason}); check that its server answers (`{ping}`), then try again")

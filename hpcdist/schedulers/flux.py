@@ -1,5 +1,5 @@
-"""Flux: an allocation's hosts and slots from its resource set R, the variables `flux run` gives each task, and the
-job's id.
+"""Flux: an allocation's hosts and slots from its resource set R, the variables `flux run` gives each task, the job's
+id, what `flux batch` prints, and a job's status.
 
 A batch script (`flux batch`) or `flux alloc`'s shell is the initial program of the job's own Flux instance: Flux
 sets FLUX_URI there and unsets FLUX_JOB_ID and the task variables (flux-environment(7)). `flux resource R` prints
@@ -28,7 +28,7 @@ from ..hosts import HOST_NAME, HostSlots
 from ..ranksource import Source
 from ..values import MAX_COUNT, parse_whole
 from . import register
-from .base import Scheduler
+from .base import Scheduler, failed_command
 
 __all__ = ["BATCH_OPTIONS", "RESOURCES", "Flux", "resource_hosts"]
 
@@ -50,6 +50,12 @@ BATCH_OPTIONS: Mapping[str, str] = MappingProxyType(
         "unbuffered": "flag",
     }
 )
+
+# a job id in RFC 19's F58 form, as flux batch prints it: ƒ (f where the locale has no UTF-8) and base58 digits
+_F58 = re.compile(r"[ƒf][1-9A-HJ-NP-Za-km-z]+")
+# flux-jobs(1)'s {status}, a job's state and result in one word (flux-core, "JOB STATUS"): Flux spells CANCELED
+_STATUS = {status: status for status in ("PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT")}
+_STATUS["CANCELED"] = "CANCELLED"
 
 
 @register
@@ -73,6 +79,8 @@ class Flux(Scheduler):
         "Flux's flux run",
         "FLUX_JOB_NNODES",
     )
+    clients = ("flux",)
+    ping = "flux uptime"
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Inside a job's Flux instance, in its initial program (a batch script, flux alloc's shell): FLUX_URI set,
@@ -130,6 +138,37 @@ class Flux(Scheduler):
             "local_world_size": (size, per_node),
             "node_rank": (f"FLUX_TASK_RANK/({size})", rank // per_node),
         }
+
+    def submitted(self, output: str) -> str:
+        """The job id flux batch printed: its last line, in F58."""
+        lines = output.strip().splitlines()
+        job = lines[-1].strip() if lines else ""
+        if not _F58.fullmatch(job):
+            raise UsageError(f"flux batch printed {output.strip()!r} instead of a job id")
+        return job
+
+    def submit_argv(self, script: str) -> tuple[str, ...]:
+        """`flux batch SCRIPT`."""
+        return ("flux", "batch", script)
+
+    def state_argv(self, job_id: str) -> tuple[str, ...]:
+        """`flux jobs -n -o {status} JOB_ID`: the job's status alone, without a header; inactive jobs too."""
+        return ("flux", "jobs", "-n", "-o", "{status}", job_id)
+
+    def job_state(self, job_id: str, status: int, out: str, err: str) -> str | None:
+        """The status flux jobs printed; None when it knows no such job (purged from its list)."""
+        if status != 0:
+            if "not found" in err or "unknown" in err.lower():
+                return None
+            raise failed_command(self.state_argv(job_id), status, err, self.ping)
+        word = out.strip()
+        if word not in _STATUS:
+            raise UsageError(f"`{' '.join(self.state_argv(job_id))}` printed {word!r}, not a status of flux-jobs(1)")
+        return _STATUS[word]
+
+    def cancel_argv(self, job_id: str) -> tuple[str, ...]:
+        """`flux cancel JOB_ID`."""
+        return ("flux", "cancel", job_id)
 
 
 def resource_hosts(text: str, slots: int | None = None) -> tuple[HostSlots, ...]:

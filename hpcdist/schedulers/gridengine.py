@@ -1,5 +1,5 @@
 """Grid Engine (Son of Grid Engine, Debian's gridengine): a parallel job's hosts and slots from PE_HOSTFILE, its id,
-and what qsub prints.
+what qsub prints, and a job's state in qstat's table.
 
 Grid Engine sets no per-rank variables: the ranks come from the MPI's launcher. A parallel job's host file has one
 line per host and queue, `host slots queue binding` (sge_pe(5)), so a host on several lines has their slots summed.
@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..hosts import HostSlots
 from ..values import parse_whole
 from . import register
-from .base import Scheduler, host_and_slots, host_lines, read_host_file
+from .base import Scheduler, failed_command, host_and_slots, host_lines, read_host_file
 
 __all__ = ["QSUB_OPTIONS", "GridEngine"]
 
@@ -43,6 +43,9 @@ QSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 # with -terse the id alone, `12` or `12.1-10:1` (Son of Grid Engine 8.1.9, source/clients/qsub/qsub.c)
 _SENTENCE = re.compile(r"Your job(?:-array)? (\d+)[ .]")
 _TERSE = re.compile(r"(\d+)(?:\.\d+-\d+:\d+)?")
+# qstat(1)'s state letters: r(unning), t(ransferring), R(estarted); s, S, T: suspended; the rest (qw, hqw, Eqw, dr…)
+# waits or is being deleted; a job that has ended is no longer listed
+_RUNNING, _SUSPENDED = set("rtR"), set("sST")
 
 
 @register
@@ -54,6 +57,8 @@ class GridEngine(Scheduler):
     more_slots = "the job's slots are its parallel environment's: qsub -pe NAME 8 gives it 8"
     # qdel kills with SIGKILL, which nothing holds; -notify sends SIGUSR2 the queue's notify time ahead (queue_conf(5))
     signals_job = None
+    clients = ("qsub", "qconf")  # PBS has a qsub too, but no qconf
+    ping = "qhost"
 
     def inside(self, environ: Mapping[str, str]) -> bool:
         """Inside a parallel job when Grid Engine has written its host file (PE_HOSTFILE)."""
@@ -90,3 +95,29 @@ class GridEngine(Scheduler):
         if found is None:
             raise UsageError(f"qsub printed {output.strip()!r} instead of a job id")
         return found[1]
+
+    def submit_argv(self, script: str) -> tuple[str, ...]:
+        """`qsub SCRIPT`."""
+        return ("qsub", script)
+
+    def state_argv(self, job_id: str) -> tuple[str, ...]:
+        """`qstat`: the table of the user's pending, running and suspended jobs."""
+        return ("qstat",)
+
+    def job_state(self, job_id: str, status: int, out: str, err: str) -> str | None:
+        """The state column of the job's row in qstat's table (job-ID prior name user state …); None when it has no
+        row (Grid Engine forgets a job as it ends)."""
+        if status != 0:
+            raise failed_command(self.state_argv(job_id), status, err, self.ping)
+        for line in out.splitlines():
+            words = line.split()
+            if len(words) >= 5 and words[0] == job_id:
+                letters = set(words[4])
+                if letters & _SUSPENDED:
+                    return "SUSPENDED"
+                return "RUNNING" if letters & _RUNNING else "PENDING"
+        return None
+
+    def cancel_argv(self, job_id: str) -> tuple[str, ...]:
+        """`qdel JOB_ID`."""
+        return ("qdel", job_id)

@@ -1,5 +1,5 @@
-"""IBM Spectrum LSF: a job's hosts and slots (LSB_DJOB_HOSTFILE, else LSB_MCPU_HOSTS), its id, what bsub prints, and
-the variables jsrun gives each task.
+"""IBM Spectrum LSF: a job's hosts and slots (LSB_DJOB_HOSTFILE, else LSB_MCPU_HOSTS), its id, what bsub prints, a
+job's state in bjobs, and the variables jsrun gives each task.
 
 jsrun (LSF's Job Step Manager) sets JSM_NAMESPACE_RANK, _SIZE, _LOCAL_RANK and _LOCAL_SIZE in every task; no
 variable names a task's node. LSB_DJOB_HOSTFILE lists one host per slot; LSB_MCPU_HOSTS is `hostA 4 hostB 4`. On
@@ -17,7 +17,7 @@ from ..errors import UsageError
 from ..hosts import HostSlots
 from ..ranksource import Source
 from . import register
-from .base import Scheduler, host_and_slots, host_lines, slot_lines
+from .base import Scheduler, failed_command, host_and_slots, host_lines, slot_lines
 
 __all__ = ["BSUB_OPTIONS", "Lsf"]
 
@@ -43,6 +43,15 @@ BSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 
 # bsub prints `Job <779469> is submitted to default queue <batch>.` (or `… to queue <q>.`)
 _SUBMITTED = re.compile(r"Job <(\d+)> is submitted to ")
+# bjobs(1)'s job states (IBM Spectrum LSF 10.1, bjobs, "Job status"); UNKWN and ZOMBI may still turn into EXIT
+_STATES = {
+    **dict.fromkeys(("PEND", "PROV", "WAIT"), "PENDING"),
+    "RUN": "RUNNING",
+    **dict.fromkeys(("PSUSP", "USUSP", "SSUSP"), "SUSPENDED"),
+    "DONE": "COMPLETED",
+    "EXIT": "FAILED",
+    **dict.fromkeys(("UNKWN", "ZOMBI"), "UNKNOWN"),
+}
 
 
 @register
@@ -55,6 +64,9 @@ class Lsf(Scheduler):
     # bkill (bkill(1)): SIGINT, SIGTERM, then SIGKILL, JOB_TERMINATE_INTERVAL (10 s) apart; to a parallel job
     # SIGKILL alone unless LSB_USE_SEQUENTIAL_SIGNAL=Y. SIGINT first ends the launcher as Ctrl-C: nothing to hold
     signals_job = signal.SIGINT
+    clients = ("bsub",)
+    ping = "lsid"
+    script_on_stdin = True  # bsub reads a script's #BSUB lines only from stdin (`bsub < job.lsf`)
     ranks = Source(
         "jsrun",
         "JSM_NAMESPACE_RANK",
@@ -109,3 +121,26 @@ class Lsf(Scheduler):
         if found is None:
             raise UsageError(f"bsub printed {output.strip()!r} instead of a job id")
         return found[1]
+
+    def submit_argv(self, script: str) -> tuple[str, ...]:
+        """`bsub`, the script on stdin."""
+        return ("bsub",)
+
+    def state_argv(self, job_id: str) -> tuple[str, ...]:
+        """`bjobs -noheader -o stat JOB_ID`: the job's state alone; finished jobs for CLEAN_PERIOD (an hour)."""
+        return ("bjobs", "-noheader", "-o", "stat", job_id)
+
+    def job_state(self, job_id: str, status: int, out: str, err: str) -> str | None:
+        """The STAT bjobs printed; None when it says `Job <ID> is not found`."""
+        if f"Job <{job_id}> is not found" in out + err:
+            return None
+        if status != 0:
+            raise failed_command(self.state_argv(job_id), status, err, self.ping)
+        word = out.strip()
+        if word not in _STATES:
+            raise UsageError(f"`{' '.join(self.state_argv(job_id))}` printed {word!r}, not a job state of bjobs(1)")
+        return _STATES[word]
+
+    def cancel_argv(self, job_id: str) -> tuple[str, ...]:
+        """`bkill JOB_ID`."""
+        return ("bkill", job_id)

@@ -152,6 +152,9 @@ class Slurm(Scheduler):
     title = "Slurm"
     launchers_read_hosts = True
     signals_job = signal.SIGTERM  # scancel, a preemption, the time limit: SIGTERM to every process, KillWait later KILL
+    clients = ("sbatch",)
+    first_on_path = True
+    ping = "scontrol ping"
     # Counts only inside a real srun step (`task_step`); its local world size is SLURM_STEP_TASKS_PER_NODE (or
     # SLURM_TASKS_PER_NODE) indexed by SLURM_NODEID (`local_size`).
     ranks = Source(
@@ -222,6 +225,10 @@ class Slurm(Scheduler):
         if not job.isdigit():
             raise UsageError(f"sbatch printed {output.strip()!r} instead of a job id")
         return job
+
+    def submit_argv(self, script: str) -> tuple[str, ...]:
+        """`sbatch --parsable SCRIPT`: it prints the job id alone."""
+        return ("sbatch", "--parsable", script)
 
     def task_step(self, environ: Mapping[str, str]) -> str | None:
         """The srun step id, or None outside a real step (no id, or batch/extern/interactive): in an sbatch script or

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -120,6 +121,19 @@ class Cell:
         if proc.returncode != 0:
             raise SubmitRejected((proc.stdout + proc.stderr).strip() or f"qsub exited {proc.returncode}, silent")
         return lookup("gridengine").submitted(proc.stdout)
+
+    def clients(self, folder: Path) -> str:
+        """A PATH with `folder` first, holding qsub, qstat, qdel and qconf that run Grid Engine's own on n1, as a
+        login node's would: what hpcdist.submit finds and runs."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for command in ("qsub", "qstat", "qdel", "qconf"):
+            real = shutil.which(command)  # by its full path: inside n1 this folder is first on PATH too
+            assert real is not None, f"{command} is not on PATH"
+            wrapper = folder / command
+            argv = shlex.join(["bash", str(SCRIPT), "exec", str(self.state), "--on", "n1", "--", real])
+            wrapper.write_text(f'#!/bin/sh\nexec {argv} "$@"\n')
+            wrapper.chmod(0o755)
+        return f"{folder}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
 
     def accounting(self, job_id: str) -> list[dict[str, str]]:
         """The job's records in the cell's accounting file (accounting(5)), oldest first: what `qacct -j` reads and

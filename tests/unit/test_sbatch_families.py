@@ -164,5 +164,5 @@ def test_submit_refuses_mpi_for_srun_before_making_its_directory(tmp_path: Path)
     import hpcdist
 
     with pytest.raises(UsageError, match=r"hpcdist\.submit's mpi= mpich names the dialect of an mpirun line"):
-        hpcdist.submit(print, mpi="mpich", folder=tmp_path / "jobs")
+        hpcdist.submit(print, mpi="mpich", folder=tmp_path / "jobs", scheduler="slurm")
     assert not (tmp_path / "jobs").exists()

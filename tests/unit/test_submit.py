@@ -42,7 +42,7 @@ from hpcdist.jobs.submit import Job
 )
 def test_wrong_options_are_usage_errors_and_leave_no_directory(tmp_path: Path, options, expected) -> None:
     with pytest.raises(hpcdist.UsageError) as error:
-        hpcdist.submit(print, 1, folder=tmp_path / "jobs", **options)
+        hpcdist.submit(print, 1, folder=tmp_path / "jobs", scheduler="slurm", **options)
     assert expected in str(error.value)
     assert " --" not in str(error.value), "an error of the Python API names a command-line option"
     assert list((tmp_path / "jobs").iterdir()) == [] if (tmp_path / "jobs").exists() else True
@@ -50,23 +50,30 @@ def test_wrong_options_are_usage_errors_and_leave_no_directory(tmp_path: Path, o
 
 def test_an_unsendable_argument_is_named_and_a_non_function_refused(tmp_path: Path) -> None:
     with pytest.raises(hpcdist.UsageError, match=r"hpcdist.submit cannot send argument 0 of print \(lock\)"):
-        hpcdist.submit(print, threading.Lock(), folder=tmp_path)
+        hpcdist.submit(print, threading.Lock(), folder=tmp_path, scheduler="slurm")
     with pytest.raises(hpcdist.UsageError, match=r"its first argument is str 'train\.py'; pass the function itself"):
-        hpcdist.submit("train.py", folder=tmp_path)  # type: ignore[call-overload]
+        hpcdist.submit("train.py", folder=tmp_path, scheduler="slurm")  # type: ignore[call-overload]
 
 
 def test_without_sbatch_on_path_submit_says_so_and_cleans_up(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(hpcdist.UsageError) as error:
-        hpcdist.submit(functools.partial(print, end=""), 1, folder=tmp_path / "jobs", gpus_per_node=4)
+        hpcdist.submit(
+            functools.partial(print, end=""), 1, folder=tmp_path / "jobs", scheduler="slurm", gpus_per_node=4
+        )
     assert str(error.value) == "sbatch not found on PATH; submit from a Slurm login node"  # no CLI flag to drop
     assert list((tmp_path / "jobs").iterdir()) == []
+    with pytest.raises(hpcdist.UsageError) as error:
+        hpcdist.submit(print, 1, folder=tmp_path / "jobs")
+    assert str(error.value).startswith("no scheduler's commands are on PATH (looked for Flux's flux, Grid Engine's ")
+    assert str(error.value).endswith("run on a login node, or pass scheduler= one of 'flux', 'gridengine', 'lsf', "
+                                     "'pbs', 'slurm'")  # fmt: skip
 
 
 def test_an_unwritable_folder_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(hpcdist.UsageError, match=r"cannot make its job directory in .*/file/jobs: Not a directory"):
-        hpcdist.submit(print, folder=tmp_path / "file" / "jobs")
+        hpcdist.submit(print, folder=tmp_path / "file" / "jobs", scheduler="slurm")
 
 
 def test_logs_of_a_rank_outside_the_job_is_a_usage_error(tmp_path: Path) -> None:
