@@ -32,6 +32,7 @@ __all__ = [
     "SCALES",
     "Cluster",
     "RowModel",
+    "check_lines",
     "fit_models",
     "fit_row",
     "model_lines",
@@ -192,6 +193,27 @@ def fit_models(
         if model is not None:
             models.append(model)
     return models
+
+
+def check_lines(rows: Sequence[str], summary: Mapping[tuple[str, int], Mapping[str, float]], cores: int) -> list[str]:
+    """The model checked against a count it was not fitted to: each row fitted to the counts up to a quarter of its
+    largest, its prediction of the largest beside the measured median (rows with too few counts left out)."""
+    lines = []
+    for row in rows:
+        mine = {n: s for (name, n), s in summary.items() if name == row}
+        if not mine:
+            continue
+        largest = max(mine)
+        model = fit_row(row, {n: s for n, s in mine.items() if n <= largest // 4}, cores)
+        if model is None:
+            continue
+        measured = mine[largest]
+        predicted = model.here(largest, measured.get("others_busy", 0.0))
+        lines.append(
+            f"  {row:<14} fitted to {min(mine)}-{model.largest} ranks, predicts {predicted:.2f} s at {largest}; "
+            f"measured {measured['wall']:.2f} s ({100 * (predicted - measured['wall']) / measured['wall']:+.0f}%)"
+        )
+    return ["# check: the model fitted to the smaller counts, against the largest", *lines] if lines else []
 
 
 def _dominant(terms: Mapping[str, float]) -> str:

@@ -40,7 +40,7 @@ from .startup import (
     summarise,
     table_lines,
 )
-from .startup_model import CLUSTERS, REFERENCES, SCALES, fit_models, model_lines
+from .startup_model import CLUSTERS, REFERENCES, SCALES, check_lines, fit_models, model_lines
 
 __all__ = ["document", "kill_tree", "machine_facts", "run_startup", "show"]
 
@@ -110,7 +110,8 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
     points = points_from_json(doc["results"])
     stops = {stop["row"]: (stop["ranks"], stop["reason"]) for stop in doc["stops"]}
     cores = env["cores"]
-    models = fit_models(config["rows"], summarise(points), cores)
+    summary = summarise(points)
+    models = fit_models(config["rows"], summary, cores)
     clusters = {row: CLUSTERS[ROWS[row].mode] for row in config["rows"]}
     busy = sorted(point.others_busy for point in points)
     return [
@@ -129,6 +130,7 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
         *table_lines(config["rows"], config["ranks"], points, stops),
         *([f"# {doc['interrupted']}"] if doc.get("interrupted") else []),
         *model_lines(models, SCALES, clusters),
+        *check_lines(config["rows"], summary, cores),
         *(f"# reference: {text}" for text in REFERENCES),
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -23,7 +24,15 @@ from hpcdist.bench.startup import (
     summarise,
     table_lines,
 )
-from hpcdist.bench.startup_model import Cluster, RowModel, fit_row, free_cores, model_lines, nonneg_line
+from hpcdist.bench.startup_model import (
+    Cluster,
+    RowModel,
+    check_lines,
+    fit_row,
+    free_cores,
+    model_lines,
+    nonneg_line,
+)
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.diagnose import bench_options
 from hpcdist.errors import UsageError
@@ -223,6 +232,17 @@ def test_the_fit_recovers_the_terms_that_made_the_points() -> None:
     assert got is not None
     assert got.as_json() == pytest.approx({**TRUE.as_json(), "worst": 0.0}, abs=1e-9)
     assert fit_row("hpcdist", _summary_of(TRUE, [4]), 2) is None  # one count fits nothing
+
+
+def test_the_check_predicts_the_largest_count_from_a_quarter_of_it() -> None:
+    summary = {("hpcdist", n): s for n, s in _summary_of(TRUE, [1, 2, 4, 8, 16, 32, 64, 256]).items()}
+    summary["hpcdist", 256] = {**summary["hpcdist", 256], "wall": summary["hpcdist", 256]["wall"] * 1.25}
+    summary["mpirun", 4] = summary["hpcdist", 4]  # one count: nothing to check
+    head, line = check_lines(["hpcdist", "mpirun"], summary, 2)
+    assert head == "# check: the model fitted to the smaller counts, against the largest"
+    found = re.fullmatch(r"  hpcdist +fitted to 1-64 ranks, predicts (\S+) s at 256; measured (\S+) s \(-20%\)", line)
+    assert found is not None, line
+    assert [float(found[1]), float(found[2])] == pytest.approx([TRUE.here(256), TRUE.here(256) * 1.25], abs=0.01)
 
 
 def test_on_a_cluster_per_rank_costs_are_paid_per_node_and_rank_0_s_serially() -> None:
