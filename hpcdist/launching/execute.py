@@ -190,6 +190,7 @@ def execute(
             family=current.family,
             world=world,
             scheduler_signals=current.slurm,
+            spares=launch.contract.spares,
         )
         attempts.append(Attempt(index, current.np, hosts, outcome))
         stop = next((sig for sig in outcome.signals if sig in proctree.STOPS), None)

@@ -20,8 +20,9 @@ __all__ = ["ShrinkWatch"]
 class ShrinkWatch:
     """The ranks lost while the survivors carry on, and the lines that name them (taken by whoever prints)."""
 
-    def __init__(self, np: int | None = None) -> None:
-        self.np = np  # the job's ranks as launched, when the ranks do not say (`world=`)
+    def __init__(self, np: int | None = None, spares: int = 0) -> None:
+        self.np = np  # the job's ranks as launched, when the ranks do not say (`world=`), its spares included
+        self.spares = spares  # the last ranks launched wait idle to take lost ranks' places (--spares)
         self.lost: dict[int, str] = {}  # rank -> how it was lost, in the order heard
         self._news: list[str] = []
         self._lock = threading.Lock()
@@ -29,8 +30,9 @@ class ShrinkWatch:
     def lose(self, ranks: Mapping[int, str], hosts: Mapping[int, str], size: int | None = None) -> None:
         """Note ranks lost (rank -> how, e.g. 'failed (exit code 3)'); those not heard of before make one line.
 
-        'hpcdist: rank 2 on n1 failed (killed by SIGKILL); 3 ranks carry on (--on-failure shrink)'. `size`: the
-        job's ranks, when the watch was not told them.
+        'hpcdist: rank 2 on n1 failed (killed by SIGKILL); 3 ranks carry on (--on-failure shrink)'; with spares, the
+        ranks that train on, the spares among them and those left. `size`: the job's ranks, when the watch was not
+        told them.
         """
         with self._lock:
             new = {rank: how for rank, how in ranks.items() if rank not in self.lost}
@@ -41,18 +43,34 @@ class ShrinkWatch:
             for rank, how in new.items():
                 groups.setdefault(how, []).append(rank)
             said = "; ".join(f"{by_host(group, hosts)} {how}" for how, group in groups.items())
-            total = size or self.np
-            left = None if total is None else total - len(self.lost)
-            carry = (
-                "the others carry on"
-                if left is None
-                else "no rank is left"
-                if left <= 0
-                else f"{left} ranks carry on"
-                if left > 1
-                else "1 rank carries on"
+            self._news.append(f"hpcdist: {said}; {self._carry(size or self.np)} (--on-failure shrink)")
+
+    def _carry(self, total: int | None) -> str:
+        """Who goes on after the losses so far, of `total` ranks launched: '3 ranks carry on', or with spares '4 ranks
+        carry on, a spare among them in a lost rank's place; no spare left'."""
+        if total is None:
+            return "the others carry on"
+        actives = total - self.spares  # the spares are the last ranks launched
+        lost_spares = sum(1 for rank in self.lost if rank >= actives)
+        lost_actives = len(self.lost) - lost_spares
+        joined = min(self.spares - lost_spares, lost_actives)
+        training, waiting = actives - lost_actives + joined, self.spares - lost_spares - joined
+        carry = (
+            "no rank is left"
+            if training <= 0
+            else f"{training} ranks carry on"
+            if training > 1
+            else "1 rank carries on"
+        )
+        if not self.spares or training <= 0:
+            return carry
+        if joined:
+            carry += (
+                ", a spare among them in a lost rank's place"
+                if joined == 1
+                else f", {joined} spares among them in lost ranks' places"
             )
-            self._news.append(f"hpcdist: {said}; {carry} (--on-failure shrink)")
+        return f"{carry}; {'no spare' if not waiting else '1 spare' if waiting == 1 else f'{waiting} spares'} left"
 
     def news(self) -> list[str]:
         """The lines not taken yet, each naming one loss (printed as it happens)."""

@@ -48,6 +48,7 @@ class MpirunWatch:
         shrink: bool = False,
         np: int | None = None,
         family: str | None = None,
+        spares: int = 0,
     ) -> None:
         self.token = token
         self.family = families.listening(family)
@@ -55,7 +56,7 @@ class MpirunWatch:
         self.book = RankBook()
         self.lost = LostHosts()
         self.heartbeats = Heartbeats(heartbeat)
-        self.shrink = ShrinkWatch(np) if shrink else None
+        self.shrink = ShrinkWatch(np, spares) if shrink else None
         self.stalled: str | None = None  # set when the launcher left the job running after a rank failed
         self._scanner = self.family.scanner()
         self._causes: set[int] | None = None  # when hpcdist mpirun ended the job: the ranks named before it did

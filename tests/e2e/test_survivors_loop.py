@@ -23,7 +23,7 @@ NP, SAMPLES, EPOCHS = 4, 480, 3
 DDP_SAMPLES = 16384  # 512 steps an epoch at 4 ranks of 8: the kill lands within epoch 2, however fast the steps
 PARAMETERS = re.compile(r"^start rank (\d): rank (\d) of (\d): parameters ([0-9a-f]{64})$", re.M)
 RECOVERY = re.compile(r"^hpcdist: .* lost \(.*\); \d of \d ranks carry on from step .*$", re.M)  # the loop's, rank 0
-LAUNCHER_LOST = re.compile(r"^hpcdist: rank (\d) on \S+ lost \(killed or exited abruptly\); \d ranks carry on ", re.M)
+LAUNCHER_LOST = re.compile(r"^hpcdist: rank (\d) on \S+ lost \(killed or exited abruptly\); \d ranks carry on\b", re.M)
 
 
 def _train(out: Path, victims: list[tuple[int, int, int]], backend: str, **extra: str) -> tuple[int, str, str]:
@@ -362,6 +362,9 @@ def test_with_a_spare_a_rank_killed_in_epoch_2_four_ranks_finish_bit_for_bit_as_
     assert set(seen.values()) == {1}
     assert sorted(seen) == [(epoch, index) for epoch in range(EPOCHS) for index in range(SAMPLES)]
     assert LAUNCHER_LOST.findall(text) == ["2"], text
+    assert re.findall(
+        r"^hpcdist: rank 2 on \S+ lost \(killed or exited abruptly\); (.*) \(--on-failure shrink\)$", text, re.M
+    ) == ["4 ranks carry on, a spare among them in a lost rank's place; no spare left"], text
     assert "internal error" not in text and "Traceback" not in text, text
     assert status == 0, text
     status, whole = _launch(tmp_path / "whole", backend=backend)

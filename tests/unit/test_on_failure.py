@@ -184,6 +184,28 @@ def test_each_loss_is_one_line_and_the_count_goes_down() -> None:
     assert not ShrinkWatch(np=4).finished_well({0, 1, 3}, None)  # rank 2 neither lost nor done
 
 
+def test_with_spares_the_line_counts_the_ranks_that_train_and_the_spares_left() -> None:
+    watch = ShrinkWatch(np=6, spares=2)  # ranks 0-3 train, 4 and 5 wait
+    hosts = dict.fromkeys(range(6), "n1")
+    watch.lose({2: "failed (exit code 1)"}, hosts)
+    watch.lose({5: "lost (killed or exited abruptly)"}, hosts)  # a spare that waited
+    watch.lose({0: "failed (exit code 1)", 1: "failed (exit code 1)"}, hosts)
+    assert watch.news() == [
+        "hpcdist: rank 2 on n1 failed (exit code 1); 4 ranks carry on, a spare among them in a lost rank's place; "
+        "1 spare left (--on-failure shrink)",
+        "hpcdist: rank 5 on n1 lost (killed or exited abruptly); 4 ranks carry on, a spare among them in a lost "
+        "rank's place; no spare left (--on-failure shrink)",
+        "hpcdist: ranks 0-1 on n1 failed (exit code 1); 2 ranks carry on, a spare among them in a lost rank's "
+        "place; no spare left (--on-failure shrink)",
+    ]
+    two = ShrinkWatch(np=6, spares=2)
+    two.lose({0: "failed (exit code 1)", 3: "failed (exit code 1)"}, hosts)
+    assert two.news() == [
+        "hpcdist: ranks 0,3 on n1 failed (exit code 1); 4 ranks carry on, 2 spares among them in lost ranks' places; "
+        "no spare left (--on-failure shrink)"
+    ]
+
+
 def test_under_shrink_a_killed_rank_is_named_once_and_the_survivors_status_is_the_jobs() -> None:
     watch = MpirunWatch(TOKEN, heartbeat=None, shrink=True, np=4)
     for rank in range(4):
