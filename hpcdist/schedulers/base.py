@@ -15,6 +15,7 @@ says how a batch job is submitted, asked about and cancelled (`clients`, `submit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
@@ -35,6 +36,7 @@ class Scheduler:
     # an MPI's mpirun inside its allocation finds the hosts itself (Open MPI's and Hydra's read Slurm's); else
     # hpcdist mpirun reads them (`hosts`) and passes them on
     launchers_read_hosts: ClassVar[bool] = False
+    printed_id: ClassVar[re.Pattern[str] | None] = None  # its submit command's last line; group 1: the job id
     more_slots: ClassVar[str] = ""  # how a job asks it for more slots, for an error: 'qsub -l select=…:mpiprocs=N'
     # the signal it sends every process of a job it ends (cancelled, preempted, out of time), SIGKILL following a
     # grace time later; None: it signals no process but the job script's, or kills outright. An MPI's launcher
@@ -79,12 +81,20 @@ class Scheduler:
         return None
 
     def submitted(self, output: str) -> str:
-        """The job id its submit command printed in `output`.
+        """The job id its submit command printed in `output`: the first group of `printed_id` matching the last line.
 
         Raises:
             UsageError: the output holds no job id.
         """
-        raise UsageError(f"{self.title}'s submit command printed {output.strip()!r} instead of a job id")
+        if self.printed_id is None:
+            raise UsageError(f"{self.title}'s submit command printed {output.strip()!r} instead of a job id")
+        lines = output.strip().splitlines()
+        found = self.printed_id.fullmatch(lines[-1].strip()) if lines else None
+        if found is None:
+            words = self.submit_argv("")[:2]  # its program and subcommand, before the options and the script
+            command = " ".join(word for word in words if word and not word.startswith("-"))
+            raise UsageError(f"{command} printed {output.strip()!r} instead of a job id")
+        return found[1]
 
     def submit_argv(self, script: str) -> tuple[str, ...]:
         """The command that submits the job script at `script` (given on stdin instead when `script_on_stdin`)."""

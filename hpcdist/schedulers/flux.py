@@ -52,7 +52,7 @@ BATCH_OPTIONS: Mapping[str, str] = MappingProxyType(
 )
 
 # a job id in RFC 19's F58 form, as flux batch prints it: ƒ (f where the locale has no UTF-8) and base58 digits
-_F58 = re.compile(r"[ƒf][1-9A-HJ-NP-Za-km-z]+")
+_F58 = re.compile(r"([ƒf][1-9A-HJ-NP-Za-km-z]+)")
 # flux-jobs(1)'s {status}, a job's state and result in one word (flux-core, "JOB STATUS"): Flux spells CANCELED
 _STATUS = {status: status for status in ("PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT")}
 _STATUS["CANCELED"] = "CANCELLED"
@@ -64,6 +64,7 @@ class Flux(Scheduler):
 
     name = "flux"
     title = "Flux"
+    printed_id = _F58  # flux batch: the job's id in F58
     more_slots = "a host's slots are the job's cores there: flux batch -N 2 --exclusive gives it two whole nodes"
     # flux cancel signals the job's shells, which pass SIGTERM on to their tasks, SIGKILL kill-timeout later
     # (flux-cancel(1), flux-config-exec(5)): in a batch job, the instance's brokers, not the processes of its script
@@ -138,14 +139,6 @@ class Flux(Scheduler):
             "local_world_size": (size, per_node),
             "node_rank": (f"FLUX_TASK_RANK/({size})", rank // per_node),
         }
-
-    def submitted(self, output: str) -> str:
-        """The job id flux batch printed: its last line, in F58."""
-        lines = output.strip().splitlines()
-        job = lines[-1].strip() if lines else ""
-        if not _F58.fullmatch(job):
-            raise UsageError(f"flux batch printed {output.strip()!r} instead of a job id")
-        return job
 
     def submit_argv(self, script: str) -> tuple[str, ...]:
         """`flux batch SCRIPT`."""

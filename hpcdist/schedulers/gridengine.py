@@ -11,7 +11,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
-from ..errors import UsageError
 from ..hosts import HostSlots
 from ..values import parse_whole
 from . import register
@@ -41,8 +40,7 @@ QSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 
 # qsub prints `Your job 12 ("name") has been submitted`, or `Your job-array 12.1-10:1 ("name") has been submitted`;
 # with -terse the id alone, `12` or `12.1-10:1` (Son of Grid Engine 8.1.9, source/clients/qsub/qsub.c)
-_SENTENCE = re.compile(r"Your job(?:-array)? (\d+)[ .]")
-_TERSE = re.compile(r"(\d+)(?:\.\d+-\d+:\d+)?")
+_PRINTED = re.compile(r"(?:Your job(?:-array)? )?(\d+)(?:\.\d+-\d+:\d+)?(?: \(.*\) has been submitted)?")
 # qstat(1)'s state letters: r(unning), t(ransferring), R(estarted); s, S, T: suspended; the rest (qw, hqw, Eqw, dr…)
 # waits or is being deleted; a job that has ended is no longer listed
 _RUNNING, _SUSPENDED = set("rtR"), set("sST")
@@ -54,6 +52,7 @@ class GridEngine(Scheduler):
 
     name = "gridengine"
     title = "Grid Engine"
+    printed_id = _PRINTED
     more_slots = "the job's slots are its parallel environment's: qsub -pe NAME 8 gives it 8"
     # qdel kills with SIGKILL, which nothing holds; -notify sends SIGUSR2 the queue's notify time ahead (queue_conf(5))
     signals_job = None
@@ -86,15 +85,6 @@ class GridEngine(Scheduler):
     def job_id(self, environ: Mapping[str, str]) -> str | None:
         """JOB_ID, in a Grid Engine job (which also sets SGE_TASK_ID, 'undefined' outside an array)."""
         return environ.get("JOB_ID") if "SGE_TASK_ID" in environ else None
-
-    def submitted(self, output: str) -> str:
-        """The job id qsub printed (its sentence, or -terse's id alone)."""
-        lines = output.strip().splitlines()
-        last = lines[-1].strip() if lines else ""
-        found = _TERSE.fullmatch(last) or _SENTENCE.match(last)
-        if found is None:
-            raise UsageError(f"qsub printed {output.strip()!r} instead of a job id")
-        return found[1]
 
     def submit_argv(self, script: str) -> tuple[str, ...]:
         """`qsub SCRIPT`."""

@@ -32,7 +32,7 @@ QSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 )
 
 # qsub prints the new job's id, `<sequence number>.<server name>` (`1234[].pbs01` for an array): OpenPBS qsub(1B)
-_JOB_ID = re.compile(r"\d+(?:\[\d*\])?(?:\.[A-Za-z0-9_.-]+)?")
+_JOB_ID = re.compile(r"(\d+(?:\[\d*\])?(?:\.[A-Za-z0-9_.-]+)?)")  # qsub's last line
 # job_state's letters (PBS Professional 2022.1 Reference Guide, "Job States"): F and X have ended, and Exit_status
 # says how (-29: JOB_EXEC_KILL_WALLTIME, past its walltime)
 _STATES = {
@@ -49,6 +49,7 @@ class Pbs(Scheduler):
 
     name = "pbs"
     title = "PBS"
+    printed_id = _JOB_ID
     more_slots = "a host's slots are its chunk's mpiprocs: qsub -l select=2:ncpus=64:mpiprocs=4 gives two hosts 4 each"
     signals_job = signal.SIGTERM  # qdel, a preemption (pbs_deljob(3B)): SIGTERM, then SIGKILL after kill_delay
     clients = ("qsub", "pbsnodes")  # Grid Engine has a qsub too, but no pbsnodes
@@ -76,14 +77,6 @@ class Pbs(Scheduler):
     def job_id(self, environ: Mapping[str, str]) -> str | None:
         """PBS_JOBID."""
         return environ.get("PBS_JOBID")
-
-    def submitted(self, output: str) -> str:
-        """The job id qsub printed: its last line."""
-        lines = output.strip().splitlines()
-        job = lines[-1].strip() if lines else ""
-        if not _JOB_ID.fullmatch(job):
-            raise UsageError(f"qsub printed {output.strip()!r} instead of a job id")
-        return job
 
     def submit_argv(self, script: str) -> tuple[str, ...]:
         """`qsub SCRIPT`."""

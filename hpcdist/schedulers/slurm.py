@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 
@@ -150,6 +151,7 @@ class Slurm(Scheduler):
 
     name = "slurm"
     title = "Slurm"
+    printed_id = re.compile(r"(\d+)(?:;.*)?")  # sbatch --parsable: JOBID[;CLUSTER]
     launchers_read_hosts = True
     signals_job = signal.SIGTERM  # scancel, a preemption, the time limit: SIGTERM to every process, KillWait later KILL
     clients = ("sbatch",)
@@ -217,14 +219,6 @@ class Slurm(Scheduler):
     def job_id(self, environ: Mapping[str, str]) -> str | None:
         """SLURM_JOB_ID."""
         return environ.get("SLURM_JOB_ID")
-
-    def submitted(self, output: str) -> str:
-        """The job id `sbatch --parsable` printed: its last line's `JOBID[;CLUSTER]`."""
-        lines = output.strip().splitlines()
-        job = lines[-1].split(";")[0] if lines else ""
-        if not job.isdigit():
-            raise UsageError(f"sbatch printed {output.strip()!r} instead of a job id")
-        return job
 
     def submit_argv(self, script: str) -> tuple[str, ...]:
         """`sbatch --parsable SCRIPT`: it prints the job id alone."""
