@@ -110,8 +110,7 @@ def test_open_mpi_in_a_flux_allocation_runs_on_the_hosts_of_its_resource_set(tmp
     flux.chmod(0o755)
     code = "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'])"
     argv = [sys.executable, "-m", "hpcdist", "mpirun", "--mpirun", str(BIN / "mpirun"), "--", "python", "-c", code]
-    environ = {"FLUX_URI": f"local://{tmp_path}/local-0", "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    result = launch(argv, **environ)
+    result = launch(argv, FLUX_URI=f"local://{tmp_path}/local-0", PATH=f"{tmp_path}:{os.environ['PATH']}")
     assert result.returncode == 0, result.stderr
     assert (
         result.stderr.splitlines()[0]
