@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import quote, unquote
 
+from .ranklist import rank_ranges
+from .values import parse_ranks
+
 __all__ = [
     "EVENTS",
     "Beat",
@@ -103,11 +106,28 @@ class Vanished(Event):
 
 @dataclass(frozen=True)
 class Beat(Event):
-    """From the rank's tagger, every `beat_interval` seconds while the rank runs."""
+    """From the tagger of the lowest rank of a host still beating, every `beat_interval` seconds: the host's ranks
+    that beat, and how those frozen are (rank.hostbeat)."""
 
     kind: ClassVar[str] = "beat"
     host: str = ""
-    frozen: str = ""  # how the rank's process is frozen, as its tagger sees it: 'stopped (state T)' ('' when not)
+    ranks: str = ""  # the ranks it speaks for, as --ranks reads them: '0-3,7' ('': `rank` alone)
+    frozen: str = ""  # how those frozen are, as their taggers see it: '2:stopped (state T); 5:in a frozen cgroup'
+
+    @classmethod
+    def of(cls, rank: int, host: str, ranks: Mapping[int, str]) -> Beat:
+        """`rank`'s beat on `host` for `ranks` (rank -> how it is frozen, '' when it is not)."""
+        frozen = "; ".join(f"{other}:{how}" for other, how in sorted(ranks.items()) if how)
+        return cls(rank, host=host, ranks=rank_ranges(ranks), frozen=frozen)
+
+    def members(self) -> dict[int, str]:
+        """The ranks it speaks for, each with how it is frozen ('' when it is not)."""
+        ranks = dict.fromkeys(parse_ranks(self.ranks) if self.ranks else (self.rank,), "")
+        for said in filter(None, self.frozen.split("; ")):
+            rank, _, how = said.partition(":")
+            if rank.isdigit() and int(rank) in ranks:
+                ranks[int(rank)] = how
+        return ranks
 
 
 @dataclass(frozen=True)

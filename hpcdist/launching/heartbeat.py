@@ -2,11 +2,12 @@
 
 Hydra has no keepalive: with a host's link cut and its ranks idle, MPICH's mpiexec waits forever (measured with
 MPICH 5.0.2). `hpcdist mpirun` therefore hands every rank the contract's beat interval (the seconds between beats: a
-sixth of the limit, at most 5 s, or past 5,000 ranks what keeps the launcher to MAX_BEATS lines a second); the
-rank's tagger, a process of its own, sends a `beat` event that often, however busy the rank is (in a blocking MPI
-call, or a loop that holds the GIL). The watch ends the job when a rank that was beating, and has not said how it
-ended, is silent longer than the limit: `--heartbeat-timeout`, else the HEARTBEAT_TIMEOUT setting, else
-DEFAULT_HEARTBEAT_TIMEOUT (longer past 5,000 ranks); 0 turns it off.
+sixth of the limit, at most 5 s, or past 5,000 hosts what keeps the launcher to MAX_BEATS lines a second); the
+rank's tagger, a process of its own, beats that often, however busy the rank is (in a blocking MPI call, or a loop
+that holds the GIL), and the lowest rank of each host still beating sends its host's beats as one `beat` event
+(rank.hostbeat). The watch ends the job when a rank that was beating, and has not said how it ended, is silent
+longer than the limit: `--heartbeat-timeout`, else the HEARTBEAT_TIMEOUT setting, else DEFAULT_HEARTBEAT_TIMEOUT
+(longer past 5,000 hosts); 0 turns it off.
 
 The beats come from the tagger, not the rank, so each one also says whether the rank's process is frozen (stopped,
 in a frozen cgroup, or in uninterruptible sleep using no CPU: rank.frozen): a beat of a frozen rank counts as none,
@@ -38,13 +39,13 @@ _CHECK_HOSTS = (
     "limit)"
 )
 _MOST_HOSTS = 4  # hosts named one by one in what fell silent; the rest are counted
-MAX_BEATS = 1000  # beat lines a second the launcher reads at most, at the default limit: 60 s at 10,000 ranks
-_MAX_INTERVAL = 5.0  # seconds between beats at most: 12 short lines a minute per rank
+MAX_BEATS = 1000  # beat lines a second the launcher reads at most, at the default limit: 60 s at 10,000 hosts
+_MAX_INTERVAL = 5.0  # seconds between beats at most: 12 short lines a minute per host
 
 
-def heartbeat_limit(option: float | None, environ: Mapping[str, str], np: int = 1) -> float | None:
+def heartbeat_limit(option: float | None, environ: Mapping[str, str], hosts: int = 1) -> float | None:
     """The heartbeat limit in seconds: `option` (MpirunOptions checked it), else the HEARTBEAT_TIMEOUT setting, else 30
-    (for `np` ranks, at least six beats of `beat_interval`, so that the launcher hears MAX_BEATS a second at most);
+    (for `hosts` hosts, at least six beats of `beat_interval`, so that the launcher hears MAX_BEATS a second at most);
     None when 0 (off).
 
     Raises:
@@ -54,14 +55,14 @@ def heartbeat_limit(option: float | None, environ: Mapping[str, str], np: int = 
         return option or None
     value = settings.heartbeat_timeout(environ)
     if value is None:
-        return max(DEFAULT_HEARTBEAT_TIMEOUT, 6 * np / MAX_BEATS)
+        return max(DEFAULT_HEARTBEAT_TIMEOUT, 6 * hosts / MAX_BEATS)
     return value or None
 
 
-def beat_interval(limit: float, np: int = 1) -> float:
-    """Seconds between a rank's beats for a `limit`: a sixth of it, at most 5 s, or for `np` ranks, where the
-    limit allows, as long as the launcher needs to hear MAX_BEATS a second at most (10 s at 10,000 ranks)."""
-    return min(limit / 6, max(_MAX_INTERVAL, np / MAX_BEATS))
+def beat_interval(limit: float, hosts: int = 1) -> float:
+    """Seconds between a rank's beats for a `limit`: a sixth of it, at most 5 s, or for `hosts` hosts, where the
+    limit allows, as long as the launcher needs to hear MAX_BEATS a second at most (10 s at 10,000 hosts)."""
+    return min(limit / 6, max(_MAX_INTERVAL, hosts / MAX_BEATS))
 
 
 class Heartbeats:

@@ -127,8 +127,9 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     trained = np - options.spares if np is not None else None  # the spares train only in lost ranks' places
     check_restarts(options.max_restarts, options.min_np, trained, options.on_failure)
     routed = options.mode != SCRIPT and not options.bare  # hpcdist runs it: the ranks' lines come through us
-    limit = heartbeat_limit(options.heartbeat_timeout, world.environ, np or 1) if routed else None
-    contract = _contract(options, output, world, routed, limit, np or total_slots(hosts))
+    beating = min(len(hosts), np) if hosts and np else np or len(hosts) or 1  # each host beats once an interval
+    limit = heartbeat_limit(options.heartbeat_timeout, world.environ, beating) if routed else None
+    contract = _contract(options, output, world, routed, limit, np or total_slots(hosts), beating)
     script = options.mode == SCRIPT
     given = [f"{name}={value}" for name, value in contract.environ().items()]
     if script:  # the script exports the contract's variables and the launcher passes them on by name
@@ -216,9 +217,15 @@ def attempt_spec(launch: LaunchPlan, spec: MpirunSpec, index: int, token: str | 
 
 
 def _contract(
-    options: MpirunOptions, output: OutputOptions, world: World, routed: bool, limit: float | None, np: int
+    options: MpirunOptions,
+    output: OutputOptions,
+    world: World,
+    routed: bool,
+    limit: float | None,
+    np: int,
+    beating: int,
 ) -> RankContract:
-    """What every rank is handed (but for the values made per attempt).
+    """What every rank is handed (but for the values made per attempt); `beating`: the hosts that beat.
 
     Routed (hpcdist runs the launch): every line tagged and numbered for the launcher to route, the heartbeat, and
     each rank's share of the output rate. Otherwise the tagger starts only when an output option asks for it.
@@ -230,7 +237,7 @@ def _contract(
     return RankContract(
         version=__version__,
         max_restarts=options.max_restarts,
-        beat_interval=beat_interval(limit, np or 1) if limit is not None else None,
+        beat_interval=beat_interval(limit, beating) if limit is not None else None,
         trace=_trace(options, world),
         on_failure=options.on_failure,
         min_np=(options.min_np or 1) if shrink else 1,  # the ranks' side reads both (resilience/ulfm.py)

@@ -7,7 +7,8 @@ lines over both streams) to the original stdout or stderr, and with a log direct
 Being a process, not a thread, it still drains the pipes when the rank segfaults or is killed: the pipes
 reach end-of-file only when the rank and its children are gone. A rank that ends without
 saying how (no `Done` or `Failed` event: a signal, or os._exit) is then reported `Vanished`. When the contract
-asks for beats (its `beat_interval`) it also sends a `Beat` event that often, whatever the rank is doing.
+asks for beats (its `beat_interval`) it also notes a beat that often, whatever the rank is doing, and the lowest rank
+of each host still beating sends its host's beats as one `Beat` event (`hostbeat`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..values import parse_ranks
 from ..waits import Backoff, poll_until
 from .budget import Budget
 from .frozen import FrozenWatch
+from .hostbeat import HostBeat, directory
 
 __all__ = ["DRAIN_SECONDS", "PEER_GRACE_SECONDS", "Tagger", "leave_time_to_peers", "start"]
 
@@ -124,6 +126,8 @@ def start(contract: RankContract, rank: int, size: int, host: str) -> Tagger | N
             pump.beats = _beats(contract, rank, host)
             pump.budget, pump.kept = budget, kept
             pump.run()
+            if pump.beats is not None:
+                pump.beats[2]()  # its note in the host's beat goes
             if not pump.said:  # the rank ended without saying how: killed by a signal, or os._exit
                 contract.tell(Vanished(rank, host=host))
         except BaseException:  # noqa: BLE001 - whatever happens, never return into the rank's code
@@ -149,15 +153,18 @@ def leave_time_to_peers(seconds: float = PEER_GRACE_SECONDS) -> None:
     time.sleep(seconds)
 
 
-def _beats(contract: RankContract, rank: int, host: str) -> tuple[float, Callable[[], None]] | None:
-    """(seconds between beats, what sends one) when the contract asks for beats, else None.
+def _beats(contract: RankContract, rank: int, host: str) -> tuple[float, Callable[[], None], Callable[[], None]] | None:
+    """(seconds between beats, what sends one, what ends them) when the contract asks for beats, else None.
 
-    Each beat says whether the rank (the tagger's parent) is frozen. Under --on-failure shrink, a rank frozen for
-    six beats (the heartbeat limit) is said failed and killed, so that its peers see it gone and carry on.
+    Each rank notes its beat in its host's directory, and the lowest rank of the host still beating sends the host's
+    in one `Beat` (rank.hostbeat). Each beat says whether the rank (the tagger's parent) is frozen. Under
+    --on-failure shrink, a rank frozen for six beats (the heartbeat limit) is said failed and killed, so that its
+    peers see it gone and carry on.
     """
     interval = contract.beat_interval
     if interval is None or not 0 < interval < float("inf"):
         return None
+    notes = HostBeat(directory(contract.token or "", host), rank, interval)
     watch = FrozenWatch(os.getppid())
     since: float | None = None  # since when the rank has been seen frozen (None: it is not)
 
@@ -165,13 +172,15 @@ def _beats(contract: RankContract, rank: int, host: str) -> tuple[float, Callabl
         nonlocal since
         how = watch.look()
         since = (since or time.monotonic()) if how else None
-        contract.tell(Beat(rank, host=host, frozen=how))
+        ranks = notes.note(how)
+        if ranks is not None:  # this rank speaks for its host
+            contract.tell(Beat.of(rank, host, ranks))
         if how and contract.shrinks and time.monotonic() - (since or 0) >= _FROZEN_BEATS * interval:
             contract.tell(Failed(rank, how=f"frozen: {how} for {_FROZEN_BEATS * interval:g} s", host=host))
             with contextlib.suppress(OSError):
                 os.kill(watch.pid, signal.SIGKILL)
 
-    return interval, beat
+    return interval, beat, notes.leave
 
 
 def _open_log(log_dir: str, rank: int, size: int, restart: int = 0) -> int:
@@ -207,7 +216,7 @@ class _Pump:
         self.token = contract.token or ""
         self.dead: set[int] = set()  # sinks that refused a write (e.g. a closed pipe): still drained, not written
         self.said = False  # whether the rank said how it ended (a `Done` or `Failed` event passed)
-        self.beats: tuple[float, Callable[[], None]] | None = None  # (interval, beat) when the rank beats
+        self.beats: tuple[float, Callable[[], None], Callable[[], None]] | None = None  # (interval, beat, end)
         self._next_beat = time.monotonic()
         self.budget: Budget | None = None  # what of the rank's output may go to the launcher (None: all of it)
         self.kept = ""  # where the lines the budget held back are kept, said when they are counted
@@ -273,7 +282,7 @@ class _Pump:
         """Beat when it is time; how long (ms) poll may wait until the next beat (None: no beats, no limit)."""
         if self.beats is None:
             return None
-        interval, beat = self.beats
+        interval, beat, _ = self.beats
         now = time.monotonic()
         if now >= self._next_beat:
             beat()

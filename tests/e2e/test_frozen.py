@@ -25,8 +25,8 @@ LIMIT = 6  # --heartbeat-timeout: the job ends within it and 10 s more
 NP = 4
 
 
-def frozen_job(hpcdist: str, markers: Path, freeze: Callable[[int], None]) -> tuple[int, str]:
-    """Run the 4-rank job, `freeze` rank 2's process once every rank runs; the job's status and stderr, which must
+def frozen_job(hpcdist: str, markers: Path, freeze: Callable[[int], None], rank: int = 2) -> tuple[int, str]:
+    """Run the 4-rank job, `freeze` `rank`'s process once every rank runs; the job's status and stderr, which must
     come within the limit and 10 s more."""
     argv = [hpcdist, "mpirun", "-np", str(NP), "--heartbeat-timeout", str(LIMIT), "--", "python"]
     argv.append(str(PROGRAMS / "frozen_target.py"))
@@ -34,7 +34,7 @@ def frozen_job(hpcdist: str, markers: Path, freeze: Callable[[int], None]) -> tu
     with subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True) as job:
         try:
             wait_for(f"the {NP} ranks to run", lambda: len(list(markers.glob("pid-*"))) == NP, job=job)
-            freeze(int((markers / "pid-2").read_text()))
+            freeze(int((markers / f"pid-{rank}").read_text()))
             _, err = job.communicate(timeout=LIMIT + 10)
         finally:
             job.kill()
@@ -83,3 +83,25 @@ def test_under_shrink_a_stopped_rank_is_ended_and_the_others_finish(hpcdist: str
     for record in records.values():  # the 3 survivors went on from step 3 to the last, summing their own values
         assert [step for step, _, _ in record["steps"]] == list(range(8))
         assert {(size, total) for step, size, total in record["steps"] if step >= 3} == {(3, 1.0 + 2.0 + 4.0)}
+
+
+def test_a_frozen_leader_of_the_hosts_beat_leaves_its_host_seen_and_is_named_alone(
+    hpcdist: str, tmp_path: Path
+) -> None:
+    """Rank 0's helper process speaks for the host's beats; stopped, rank 1's takes over within 2.5 beats, so only
+    rank 0 (its own beat unsent) is named silent, and the host is not lost."""
+    stopped: list[int] = []
+
+    def stop_its_helper(pid: int) -> None:
+        helper = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])  # the rank's first child
+        os.kill(helper, signal.SIGSTOP)
+        stopped.append(helper)
+
+    try:
+        status, err = frozen_job(hpcdist, tmp_path, stop_its_helper, rank=0)
+    finally:
+        for helper in stopped:
+            os.kill(helper, signal.SIGCONT)  # it reads its rank's pipes to their end and goes
+    assert status == 1, err
+    first = err.removeprefix(crowded(NP)).splitlines()[0]
+    assert first == f"hpcdist: rank 0 on {HOST} silent: no heartbeat for {LIMIT} s; ending the job", err

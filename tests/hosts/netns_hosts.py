@@ -121,6 +121,14 @@ class Hosts:
         clean_agent: the agent passes only what ssh would (PATH, HOME, USER…), so a variable reaches the
         ranks on n2 only if hpcdist forwards it with -x.
         """
+        argv = [*self.hpcdist, *(hpcdist_args if doctor else
+                                 ["mpirun", "--hostfile", str(self.hostfile_for(slots)),
+                                  "-np", str(sum(slots.values())), *hpcdist_args])]  # fmt: skip
+        return self.on_n1(argv, workdir, clean_agent=clean_agent, **env)
+
+    def on_n1(self, argv: list[str], workdir: Path, *, clean_agent: bool = True, **env: str) -> Launch:
+        """Start `argv` inside n1 (hostname n1), as `launch` starts hpcdist mpirun there: with the agent for this Hosts'
+        MPI, and as root."""
         full_env = {
             **os.environ,
             "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -131,13 +139,8 @@ class Hosts:
             "HPCDIST_MARKER_DIR": str(workdir),
             **env,
         }
-        argv = [
-            "ip", "netns", "exec", "hpc-n1", "unshare", "--uts", "sh", "-c", 'hostname n1 && exec "$@"', "sh",
-            *self.hpcdist, *(hpcdist_args if doctor else
-                                    ["mpirun", "--hostfile", str(self.hostfile_for(slots)),
-                                     "-np", str(sum(slots.values())), *hpcdist_args]),
-        ]  # fmt: skip
-        return Launch(argv, full_env, workdir)
+        on_n1 = ["ip", "netns", "exec", "hpc-n1", "unshare", "--uts", "sh", "-c", 'hostname n1 && exec "$@"', "sh"]
+        return Launch([*on_n1, *argv], full_env, workdir)
 
     @staticmethod
     def pids(host: str) -> list[int]:

@@ -1,0 +1,79 @@
+"""A host's beat: each rank's tagger notes its beat in a directory of its host's, and the lowest rank of the host
+still beating speaks for them all, so that hpcdist mpirun reads one beat line per host, not one per rank.
+
+A note is a file named for the rank, rewritten at each beat with how the rank is frozen ('' when it is not); it is
+fresh for FRESH beats. A tagger that finds no fresh note of a lower rank speaks: a leader that dies, or whose tagger
+freezes, leaves a stale note, and within FRESH beats the next rank up speaks for the host, inside the heartbeat
+limit of six beats. A rank whose own tagger is frozen or gone is in no host's beat: hpcdist mpirun names it silent
+after the limit, as when each rank beat for itself. The directory is in /dev/shm (else the temporary directory),
+named for the launch's token and the host, so hosts that share a file system keep apart. Where it cannot be
+written, each rank speaks for itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+
+__all__ = ["FRESH", "HostBeat", "directory"]
+
+FRESH = 2.5  # beats a rank's note stays fresh: a leader gone is replaced within this, well inside six beats
+
+
+def directory(token: str, host: str) -> str:
+    """Where the ranks of `host` note their beats in the launch of `token`."""
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else tempfile.gettempdir()
+    return os.path.join(base, f"hpcdist-beats-{token}-{host}")
+
+
+class HostBeat:
+    """This rank's notes in its host's directory, and whom its beat speaks for."""
+
+    def __init__(self, where: str, rank: int, interval: float) -> None:
+        self.where = where
+        self.rank = rank
+        self.stale = FRESH * interval  # seconds after which a note is stale
+        self.shared = True  # False once the directory failed: the rank speaks for itself
+
+    def note(self, frozen: str) -> dict[int, str] | None:
+        """Note this rank's beat (`frozen`: how its rank is frozen, '' when it is not); the ranks this beat speaks
+        for, each with how it is frozen, or None when a lower rank of the host speaks for them."""
+        if self.shared:
+            try:
+                return self._lead(frozen)
+            except OSError:
+                self.shared = False
+        return {self.rank: frozen}
+
+    def _lead(self, frozen: str) -> dict[int, str] | None:
+        """Write this rank's note, then read the host's fresh notes: theirs when no lower rank's is fresh."""
+        os.makedirs(self.where, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(self.where, str(self.rank)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, f"+{frozen}".encode())  # never empty: the write itself marks the note fresh
+        finally:
+            os.close(fd)
+        now = time.time()
+        paths: dict[int, str] = {}
+        with os.scandir(self.where) as notes:
+            for entry in notes:
+                with contextlib.suppress(OSError):  # a note that went meanwhile is no rank's
+                    if entry.name.isdigit() and now - entry.stat().st_mtime <= self.stale:
+                        paths[int(entry.name)] = entry.path
+        if min(paths, default=self.rank) < self.rank:
+            return None
+        fresh: dict[int, str] = {}
+        for rank, path in paths.items():
+            with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as text:
+                fresh[rank] = text.read()[1:]
+        fresh[self.rank] = frozen
+        return fresh
+
+    def leave(self) -> None:
+        """The rank ended: its note goes, and the directory with the host's last."""
+        if self.shared:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.where, str(self.rank)))
+                os.rmdir(self.where)
