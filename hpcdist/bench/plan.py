@@ -74,6 +74,7 @@ class BenchOptions:
     ranks: str | None = None  # bench startup: the rank counts, e.g. "1,2,4"
     rows: str | None = None  # bench startup: the rows to run, e.g. "hpcdist,mpirun"
     repeats: int | None = None  # bench startup: jobs per row and rank count
+    hosts: str | None = None  # bench startup: the hosts each job's ranks spread over, e.g. "n1,n2"
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,7 @@ def recovery_plan(options: BenchOptions) -> RecoveryPlan:
     foreign += [flag for flag, on in (("--reference", options.reference), ("--report", options.report)) if on]
     foreign += ["--backend"] if options.backend != "auto" else []
     foreign += ["--plot"] if options.plot is not None else []
+    foreign += ["--hosts"] if options.hosts is not None else []
     if foreign:
         raise UsageError(
             f"bench recovery times whole jobs that lose a rank, so {', '.join(foreign)} means nothing to it; drop it "

@@ -1,13 +1,16 @@
 """`hpcdist bench startup`'s request and results (pure): the rows, the interleaved jobs, the stop rules, the table.
 
-Each row starts one job per rank count on this host, oversubscribed, and times it from launch to exit; each rank
-also stamps its phases (bench/startup_probe.py). The jobs run interleaved across rank counts and rows, repeated,
-so the machine's noise touches every row alike; a row stops at the first rank count where a job fails, runs past
-its timeout, or would not fit in memory. bench/startup_run.py runs the jobs; bench/startup_model.py fits them.
+Each row starts one job per rank count on this host, oversubscribed (or with --hosts spread evenly over those
+hosts), and times it from launch to exit; each rank also stamps its phases (bench/startup_probe.py). The jobs run
+interleaved across rank counts and rows, repeated, so the machine's noise touches every row alike; a row stops at
+the first rank count where a job fails, runs past its timeout, or would not fit in memory. bench/startup_run.py runs
+the jobs; bench/startup_model.py fits them.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -75,6 +78,29 @@ class StartupPlan:
     timeout: float  # seconds one job may take, from launch to exit
     json: bool = False
     plot: str | None = None
+    hosts: tuple[str, ...] = ()  # the hosts each job spreads over (none: this host alone)
+
+
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+_ONE_HOST_ROWS = ("torchrun-gloo", "mpirun-gloo")  # torchrun starts one host at a time; the other's address is local
+
+
+def parse_hosts(text: str, rows: Sequence[str]) -> tuple[str, ...]:
+    """`--hosts n1,n2` -> the host names, each once; refused with a row that runs on one host only."""
+    hosts = tuple(name.strip() for name in text.split(","))
+    bad = next((name for name in hosts if not _HOST.fullmatch(name)), None)
+    if bad is not None or len(set(hosts)) != len(hosts):
+        said = f"{bad!r} is no host name" if bad is not None else "it names a host twice"
+        raise UsageError(f"--hosts {text}: {said}; give host names, each once, e.g. --hosts n1,n2")
+    alone = [row for row in rows if row in _ONE_HOST_ROWS]
+    if alone:
+        one = len(alone) == 1
+        raise UsageError(
+            f"--hosts {text}: {'row' if one else 'rows'} {', '.join(alone)} {'starts' if one else 'start'} on one "
+            f"host only; leave {'it' if one else 'them'} out with --rows "
+            f"{','.join(row for row in rows if row not in _ONE_HOST_ROWS) or 'hpcdist,mpirun'}"
+        )
+    return hosts
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
@@ -103,14 +129,15 @@ def startup_plan(options: BenchOptions) -> StartupPlan:
     if foreign:
         raise UsageError(
             f"bench startup times whole jobs, so {', '.join(foreign)} means nothing to it; drop it "
-            "(it takes --ranks, --rows, --repeats, --timeout, --json and --plot)"
+            "(it takes --ranks, --rows, --repeats, --hosts, --timeout, --json and --plot)"
         )
     ranks = DEFAULT_RANKS if options.ranks is None else parse_ranks(options.ranks)
     rows = tuple(ROWS) if options.rows is None else parse_rows(options.rows, ROWS)
     repeats = 3 if options.repeats is None else options.repeats
     check_counts((("--repeats", repeats, 1),))
     timeout = 300.0 if options.timeout is None else options.timeout
-    return StartupPlan(ranks, rows, repeats, timeout, options.json, options.plot)
+    hosts = parse_hosts(options.hosts, rows) if options.hosts is not None else ()
+    return StartupPlan(ranks, rows, repeats, timeout, options.json, options.plot, hosts)
 
 
 @dataclass(frozen=True)
@@ -181,16 +208,20 @@ class Launchers:
     root: bool  # Open MPI refuses root without --allow-run-as-root
 
 
-def job_argv(row: Row, ranks: int, where: Launchers, folder: str) -> list[str]:
-    """The command line of one job: `folder` receives each rank's record."""
+def job_argv(row: Row, ranks: int, where: Launchers, folder: str, hosts: Sequence[str] = ()) -> list[str]:
+    """The command line of one job: `folder` receives each rank's record; with `hosts`, the ranks spread evenly over
+    them (-H, as many slots on each as the most any takes)."""
     program = [where.python, where.probe, row.mode, folder]
+    each = math.ceil(ranks / len(hosts)) if hosts else 0
+    spread = ["-H", ",".join(f"{host}:{each}" for host in hosts)] if hosts else []
     if row.launcher == "hpcdist":
-        return [where.hpcdist, "mpirun", "--oversubscribe", "-np", str(ranks), "--", *program]
+        return [where.hpcdist, "mpirun", *spread, "--oversubscribe", "-np", str(ranks), "--", *program]
     if row.launcher == "torchrun":
         return [where.torchrun, "--standalone", "--nproc-per-node", str(ranks), *program[1:]]
     root = ["--allow-run-as-root"] if where.root else []
     # without Open MPI's fabric probe (btl ofi), as hpcdist mpirun starts it: the rows then differ by hpcdist alone
-    return [where.mpirun, *root, "--oversubscribe", "--mca", "btl", "^ofi", "-np", str(ranks), *program]
+    placed = [*spread, "--map-by", "slot", "--bind-to", "none"] if hosts else []  # as hpcdist mpirun places them
+    return [where.mpirun, *root, *placed, "--oversubscribe", "--mca", "btl", "^ofi", "-np", str(ranks), *program]
 
 
 @dataclass(frozen=True)
@@ -209,6 +240,7 @@ class Point:
     rss_mb: float  # the largest rank's peak resident memory
     cpu_machine: float = 0.0  # every process on the host while the job ran (/proc/stat), the job's included
     rss_sum_mb: float = 0.0  # every rank's peak resident memory, summed (0: not recorded)
+    hosts: int = 1  # the hosts its ranks ran on
 
     @property
     def others_busy(self) -> float:
@@ -239,6 +271,7 @@ class Point:
             "rss_mb": self.rss_mb,
             "cpu_machine": self.cpu_machine,
             "rss_sum_mb": self.rss_sum_mb,
+            "hosts": self.hosts,
         }
 
 
@@ -264,6 +297,7 @@ def point_from_ranks(
         max(record["rss_mb"] for record in by_rank),
         cpu_machine,
         sum(record["rss_mb"] for record in by_rank),
+        len({record.get("host", "") for record in by_rank}),
     )
 
 

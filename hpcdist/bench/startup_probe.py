@@ -80,6 +80,7 @@ def main(argv: list[str]) -> int:
     helper = _children_cpu()
     phases["end"] = time.time() - launch
     record = {"rank": rank, "size": size, "phases": phases, "cpu": usage.ru_utime + usage.ru_stime + helper}
+    record["host"] = os.uname().nodename
     record["helper_cpu"] = helper
     record["rss_mb"] = usage.ru_maxrss / 1024.0
     path = os.path.join(folder, f"rank-{rank}.json")

@@ -82,6 +82,7 @@ def document(plan: StartupPlan, environment: dict[str, Any], points: list[Point]
             "rows": list(plan.rows),
             "repeats": plan.repeats,
             "timeout": plan.timeout,
+            "hosts": list(plan.hosts),
         },
         "environment": environment,
         "results": [point.as_json() for point in points],
@@ -117,7 +118,7 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
     return [
         f"# {env['date']}: {env['host_os']}, {cores} cores, {env['memory_gb']:.0f} GB; load average "
         f"{env['load_before']:.2f} before, {env['load_after']:.2f} after; {config['repeats']} repeats, "
-        f"oversubscribed on one host",
+        f"oversubscribed on {_where(config.get('hosts') or [])}",
         *(
             [
                 f"# other work kept {busy[len(busy) // 2]:.2f} of the {cores} cores busy during the median job "
@@ -127,6 +128,11 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
             else []
         ),
         f"# {env['versions']}",
+        *(
+            ["# over hosts, cpu counts what this host's processes reaped: the other hosts' ranks and daemons escape it"]
+            if config.get("hosts")
+            else []
+        ),
         *table_lines(config["rows"], config["ranks"], points, stops),
         *([f"# {doc['interrupted']}"] if doc.get("interrupted") else []),
         *model_lines(models, SCALES, clusters),
@@ -153,6 +159,11 @@ def _launchers(plan: StartupPlan) -> Launchers:
     return Launchers(sys.executable, found["hpcdist"], found["mpirun"], found["torchrun"], probe, os.geteuid() == 0)
 
 
+def _where(hosts: list[str]) -> str:
+    """Where the jobs ran: 'one host', or '4 hosts (n1, n2, n3, n4)'."""
+    return f"{len(hosts)} hosts ({', '.join(hosts)})" if hosts else "one host"
+
+
 def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops]:
     """Every job of the schedule that its row's stops allow, and where the rows stopped (SIGINT or SIGTERM keeps what
     was measured and ends the run at the job it is in)."""
@@ -171,7 +182,7 @@ def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops]:
             print(f"{label}: not started, {verdict}", file=sys.stderr, flush=True)
             continue
         try:
-            point, why = _run_job(job, where, plan.timeout)
+            point, why = _run_job(job, where, plan.timeout, plan.hosts)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what was measured, stop every row here
             stops.interrupted = (
                 f"interrupted in repeat {job.repeat + 1} at {job.row} with {job.ranks} ranks: that job and the "
@@ -190,15 +201,16 @@ def _run_jobs(plan: StartupPlan, where: Launchers) -> tuple[list[Point], Stops]:
     return points, stops
 
 
-def _run_job(job: Job, where: Launchers, timeout: float) -> tuple[Point | None, str]:
-    """Launch one job and wait for it (at most `timeout` s): its Point, or None and why it has none."""
+def _run_job(job: Job, where: Launchers, timeout: float, hosts: tuple[str, ...]) -> tuple[Point | None, str]:
+    """Launch one job (over `hosts`, if any) and wait for it (at most `timeout` s): its Point, or None and why it has
+    none."""
     row = ROWS[job.row]
     folder = tempfile.mkdtemp(prefix="hpcdist-startup-")
     try:
         env = dict(os.environ)
         if job.row == "mpirun-gloo":
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-        argv = [*job_argv(row, job.ranks, where, folder), f"{timeout:g}"]  # the probe's last words: its timeout,
+        argv = [*job_argv(row, job.ranks, where, folder, hosts), f"{timeout:g}"]  # the probe's last words: its timeout,
         log_path = os.path.join(folder, "output.log")
         with open(log_path, "w+b") as log:
             before, busy = resource.getrusage(resource.RUSAGE_CHILDREN), _machine_busy()

@@ -122,6 +122,12 @@ def _add_bench(subparsers: Any) -> None:
         "--repeats", type=count, help="bench startup and recovery: jobs per row (and rank count) (default: 3)"
     )
     p.add_argument(
+        "--hosts",
+        metavar="HOST,...",
+        help="bench startup: spread each job's ranks evenly over these hosts, reached as mpirun reaches them "
+        "(default: this host alone)",
+    )
+    p.add_argument(
         "--from",
         dest="source",
         metavar="FILE.json",
@@ -152,7 +158,9 @@ def bench(args: argparse.Namespace) -> int:
         from ..bench.recovery_run import run_recovery
 
         return run_recovery(options)
-    startup_only = [flag for flag in ("--ranks", "--rows", "--repeats") if getattr(args, flag[2:]) is not None]
+    startup_only = [
+        flag for flag in ("--ranks", "--rows", "--repeats", "--hosts") if getattr(args, flag[2:]) is not None
+    ]
     if startup_only:
         raise UsageError(
             f"{', '.join(startup_only)} belong to `hpcdist bench startup` and `recovery`; drop them or name one"

@@ -65,6 +65,13 @@ PLAIN_MPIRUN = ["/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "--mca"
         (["--rows", "mpirun,mpirun"], "names a row twice"),
         (["-b", "8"], "bench startup times whole jobs, so -b means nothing to it; drop it"),
         (["--backend", "mpi", "--reference"], "so --reference, --backend means nothing to it"),
+        (["--hosts", "n1,n1"], "--hosts n1,n1: it names a host twice; give host names, each once"),
+        (["--hosts", "n1,-x"], "--hosts n1,-x: '-x' is no host name"),
+        (
+            ["--hosts", "n1,n2"],
+            "rows mpirun-gloo, torchrun-gloo start on one host only; leave them out with --rows "
+            "hpcdist,mpirun,hpcdist-gloo$",
+        ),
     ],
 )
 def test_mistakes_are_usage_errors_that_say_how_to_fix_them(argv: list[str], message: str) -> None:
@@ -145,6 +152,18 @@ WHERE = Launchers("/py", "/bin/hpcdist", "/bin/mpirun", "/bin/torchrun", "/p/pro
 )
 def test_each_row_starts_its_launcher_oversubscribed_on_this_host(row: str, argv: list[str]) -> None:
     assert job_argv(ROWS[row], 4, WHERE, "/d") == argv
+
+
+def test_over_hosts_each_row_spreads_its_ranks_evenly_and_plain_mpirun_places_them_as_hpcdist_does() -> None:
+    plan = _plan("--hosts", "n1,n2,n3,n4", "--rows", "hpcdist,mpirun")
+    assert plan.hosts == ("n1", "n2", "n3", "n4")
+    spread = ["-H", "n1:3,n2:3,n3:3,n4:3"]  # 10 ranks: 3 slots on each, the last host takes 1
+    assert job_argv(ROWS["hpcdist"], 10, WHERE, "/d", plan.hosts)[:7] == [
+        "/bin/hpcdist", "mpirun", *spread, "--oversubscribe", "-np", "10"
+    ]  # fmt: skip
+    assert job_argv(ROWS["mpirun"], 10, WHERE, "/d", plan.hosts)[:8] == [
+        "/bin/mpirun", "--allow-run-as-root", *spread, "--map-by", "slot", "--bind-to", "none"
+    ]  # fmt: skip
 
 
 def test_plain_mpirun_asks_for_root_only_as_root() -> None:
