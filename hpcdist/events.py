@@ -111,23 +111,36 @@ class Beat(Event):
 
     kind: ClassVar[str] = "beat"
     host: str = ""
-    ranks: str = ""  # the ranks it speaks for, as --ranks reads them: '0-3,7' ('': `rank` alone)
+    ranks: str = ""  # the ranks that beat now, as --ranks reads them: '0-3,7' ('': `rank` alone)
+    late: str = ""  # ranks whose last beat is older, with its age in seconds: '5:12.5; 9:20'
     frozen: str = ""  # how those frozen are, as their taggers see it: '2:stopped (state T); 5:in a frozen cgroup'
 
     @classmethod
-    def of(cls, rank: int, host: str, ranks: Mapping[int, str]) -> Beat:
-        """`rank`'s beat on `host` for `ranks` (rank -> how it is frozen, '' when it is not)."""
-        frozen = "; ".join(f"{other}:{how}" for other, how in sorted(ranks.items()) if how)
-        return cls(rank, host=host, ranks=rank_ranges(ranks), frozen=frozen)
+    def of(cls, rank: int, host: str, notes: Mapping[int, tuple[float, str]], interval: float) -> Beat:
+        """`rank`'s beat on `host` for the ranks of `notes` (rank -> (its last beat's age, how it is frozen)): those
+        older than `interval` are late."""
+        now = [other for other, (age, _) in notes.items() if age <= interval]
+        late = "; ".join(f"{other}:{age:.1f}" for other, (age, _) in sorted(notes.items()) if age > interval)
+        frozen = "; ".join(f"{other}:{how}" for other, (_, how) in sorted(notes.items()) if how)
+        return cls(rank, host=host, ranks=rank_ranges(now), late=late, frozen=frozen)
 
-    def members(self) -> dict[int, str]:
-        """The ranks it speaks for, each with how it is frozen ('' when it is not)."""
-        ranks = dict.fromkeys(parse_ranks(self.ranks) if self.ranks else (self.rank,), "")
-        for said in filter(None, self.frozen.split("; ")):
-            rank, _, how = said.partition(":")
-            if rank.isdigit() and int(rank) in ranks:
-                ranks[int(rank)] = how
-        return ranks
+    def members(self) -> dict[int, tuple[float, str]]:
+        """The ranks it speaks for, each with its last beat's age in seconds and how it is frozen ('' when not)."""
+        ages = dict.fromkeys(parse_ranks(self.ranks) if self.ranks else () if self.late else (self.rank,), 0.0)
+        ages.update((rank, float(age)) for rank, age in _pairs(self.late) if _seconds(age))
+        frozen = dict(_pairs(self.frozen))
+        return {rank: (age, frozen.get(rank, "")) for rank, age in ages.items()}
+
+
+def _pairs(text: str) -> list[tuple[int, str]]:
+    """'2:a; 5:b' -> [(2, 'a'), (5, 'b')] (items without a rank left out)."""
+    said = (item.partition(":") for item in text.split("; ") if item)
+    return [(int(rank), value) for rank, _, value in said if rank.isdigit()]
+
+
+def _seconds(text: str) -> bool:
+    """Whether `text` is a number of seconds, as a beat's ages are written."""
+    return re.fullmatch(r"[0-9]{1,9}(\.[0-9])?", text) is not None
 
 
 @dataclass(frozen=True)

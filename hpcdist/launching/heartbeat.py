@@ -80,19 +80,20 @@ class Heartbeats:
         self._checked = time.monotonic()
         self._lock = threading.Lock()
 
-    def beat(self, rank: int, host: str, frozen: str = "") -> None:
-        """Note a beat of `rank` on `host` (ignored once the rank said how it ended); a beat that says the rank is
-        `frozen` counts as none (its silence goes on from its last beat before it froze)."""
+    def beat(self, rank: int, host: str, frozen: str = "", age: float = 0.0) -> None:
+        """Note a beat of `rank` on `host`, `age` seconds ago (ignored once the rank said how it ended); a beat that
+        says the rank is `frozen` counts as none (its silence goes on from its last beat before it froze)."""
         with self._lock:
             if rank in self._ended:
                 return
             self._hosts[rank] = host or "unknown host"
+            when = time.monotonic() - age
             if frozen:
                 self._frozen[rank] = frozen
-                self._last.setdefault(rank, time.monotonic())
+                self._last.setdefault(rank, when)
             else:
                 self._frozen.pop(rank, None)
-                self._last[rank] = time.monotonic()
+                self._last[rank] = max(when, self._last.get(rank, when))
 
     def ended(self, rank: int) -> None:
         """`rank` said how it ended (done, failed, vanished): its silence from now on is no loss."""

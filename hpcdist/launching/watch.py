@@ -114,8 +114,8 @@ class MpirunWatch:
         """A rank's event: into the book, the heartbeats, and under shrink a loss."""
         self.book.hear(event, time.monotonic())
         if isinstance(event, Beat):
-            for rank, frozen in event.members().items():  # a host's ranks, in one beat
-                self.heartbeats.beat(rank, event.host, frozen)
+            for rank, (age, frozen) in event.members().items():  # a host's ranks, in one beat
+                self.heartbeats.beat(rank, event.host, frozen, age)
         elif isinstance(event, (Done, Failed, Vanished)):  # no longer expected to beat
             self.heartbeats.ended(event.rank)
         if self.shrink is not None and isinstance(event, (Failed, Vanished)) and event.rank not in self.book.told_usage:

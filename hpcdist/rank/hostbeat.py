@@ -1,11 +1,12 @@
 """A host's beat: each rank's tagger notes its beat in a directory of its host's, and the lowest rank of the host
 still beating speaks for them all, so that hpcdist mpirun reads one beat line per host, not one per rank.
 
-A note is a file named for the rank, rewritten at each beat with how the rank is frozen ('' when it is not); it is
-fresh for FRESH beats. A tagger that finds no fresh note of a lower rank speaks: a leader that dies, or whose tagger
+A note is a file named for the rank, rewritten at each beat with how the rank is frozen ('' when it is not). A
+tagger that finds no note of a lower rank younger than FRESH beats speaks: a leader that dies, or whose tagger
 freezes, leaves a stale note, and within FRESH beats the next rank up speaks for the host, inside the heartbeat
-limit of six beats. A rank whose own tagger is frozen or gone is in no host's beat: hpcdist mpirun names it silent
-after the limit, as when each rank beat for itself. The directory is in /dev/shm (else the temporary directory),
+limit of six beats. The beat gives each note's age, so hpcdist mpirun counts a rank's silence from its own last
+note, as when each rank beat for itself: a rank whose tagger is starved, frozen or gone is named silent after the
+limit, and no sooner. The directory is in /dev/shm (else the temporary directory),
 named for the launch's token and the host, so hosts that share a file system keep apart. Where it cannot be
 written, each rank speaks for itself.
 """
@@ -37,18 +38,18 @@ class HostBeat:
         self.stale = FRESH * interval  # seconds after which a note is stale
         self.shared = True  # False once the directory failed: the rank speaks for itself
 
-    def note(self, frozen: str) -> dict[int, str] | None:
+    def note(self, frozen: str) -> dict[int, tuple[float, str]] | None:
         """Note this rank's beat (`frozen`: how its rank is frozen, '' when it is not); the ranks this beat speaks
-        for, each with how it is frozen, or None when a lower rank of the host speaks for them."""
+        for, each with its note's age in seconds and how it is frozen, or None when a lower rank of the host speaks."""
         if self.shared:
             try:
                 return self._lead(frozen)
             except OSError:
                 self.shared = False
-        return {self.rank: frozen}
+        return {self.rank: (0.0, frozen)}
 
-    def _lead(self, frozen: str) -> dict[int, str] | None:
-        """Write this rank's note, then read the host's fresh notes: theirs when no lower rank's is fresh."""
+    def _lead(self, frozen: str) -> dict[int, tuple[float, str]] | None:
+        """Write this rank's note, then read the host's notes: theirs when no lower rank's is fresh."""
         os.makedirs(self.where, mode=0o700, exist_ok=True)
         fd = os.open(os.path.join(self.where, str(self.rank)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -56,20 +57,20 @@ class HostBeat:
         finally:
             os.close(fd)
         now = time.time()
-        paths: dict[int, str] = {}
+        ages: dict[int, tuple[float, str]] = {}
         with os.scandir(self.where) as notes:
             for entry in notes:
                 with contextlib.suppress(OSError):  # a note that went meanwhile is no rank's
-                    if entry.name.isdigit() and now - entry.stat().st_mtime <= self.stale:
-                        paths[int(entry.name)] = entry.path
-        if min(paths, default=self.rank) < self.rank:
+                    if entry.name.isdigit():
+                        ages[int(entry.name)] = (max(0.0, now - entry.stat().st_mtime), entry.path)
+        if any(rank < self.rank and age <= self.stale for rank, (age, _) in ages.items()):
             return None
-        fresh: dict[int, str] = {}
-        for rank, path in paths.items():
+        heard: dict[int, tuple[float, str]] = {}
+        for rank, (age, path) in ages.items():
             with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as text:
-                fresh[rank] = text.read()[1:]
-        fresh[self.rank] = frozen
-        return fresh
+                heard[rank] = (age, text.read()[1:])
+        heard[self.rank] = (0.0, frozen)
+        return heard
 
     def leave(self) -> None:
         """The rank ended: its note goes, and the directory with the host's last."""

@@ -174,7 +174,7 @@ def _beats(contract: RankContract, rank: int, host: str) -> tuple[float, Callabl
         since = (since or time.monotonic()) if how else None
         ranks = notes.note(how)
         if ranks is not None:  # this rank speaks for its host
-            contract.tell(Beat.of(rank, host, ranks))
+            contract.tell(Beat.of(rank, host, ranks, interval))
         if how and contract.shrinks and time.monotonic() - (since or 0) >= _FROZEN_BEATS * interval:
             contract.tell(Failed(rank, how=f"frozen: {how} for {_FROZEN_BEATS * interval:g} s", host=host))
             with contextlib.suppress(OSError):

@@ -1,0 +1,38 @@
+"""256 ranks on the four namespace hosts (64 on each, no torch): a failing rank is named with its host, and every
+rank's log is written, as at four ranks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from netns_hosts import FOUR_HOSTS, PROGRAMS, Hosts, ranks_on
+
+SLOTS = dict.fromkeys(FOUR_HOSTS, 64)
+FAILING = 201  # on n4
+
+
+def test_at_256_ranks_the_failing_rank_is_named_with_its_host_and_every_rank_logs(
+    cluster: Hosts, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    args = [
+        "--heartbeat-timeout",
+        "120",
+        "--log-dir",
+        str(logs),
+        "-x",
+        f"FAIL_RANK={FAILING}",
+        "--",
+        sys.executable,
+        str(PROGRAMS / "scale_fail.py"),
+    ]
+    result = cluster.launch(args, tmp_path, slots=SLOTS).wait(400)
+    hosts = ranks_on(SLOTS)
+    assert result.returncode == 1, result.stderr
+    first = f"hpcdist: first failure: rank {FAILING} on {hosts[FAILING]} failed"
+    assert first in result.stderr and f"ValueError: deliberate failure on rank {FAILING}" in result.stderr
+    assert sorted(path.name for path in logs.iterdir()) == [f"rank-{rank:03d}.log" for rank in range(256)]
+    for rank in range(256):
+        assert f"line {rank}" in (logs / f"rank-{rank:03d}.log").read_text().splitlines(), rank
+    print(f"256 ranks on 4 hosts: {result.seconds:.1f} s")
