@@ -27,6 +27,11 @@ RESTART_ENV, MAX_RESTARTS_ENV, RUN_ID_ENV = map(RankContract.variable, ("restart
 RUN_ID_PREFIX = "hpcdist-"  # a TORCHELASTIC_RUN_ID hpcdist made, which no torchrun agent stands behind
 ROLE = "default"  # torchrun's one role (WorkerSpec.role's default)
 _THP = "THP_MEM_ALLOC_ENABLE"  # torch's CPU allocator: transparent huge pages for tensors of 2 MiB and more
+# Above this many ranks, torch's nccl groups start with ncclCommInitRankScalable: ceil(N / it) roots each make a unique
+# id, and every rank fetches them all from the group's store (torch 2.13 ProcessGroupNCCL::initNCCLComm, which reads
+# it at each communicator it makes). 128 is torch's default, "the default NCCL recommended" in its comment there.
+RANKS_PER_ROOT, TORCH_RANKS_PER_ROOT = "TORCH_NCCL_RANKS_PER_ROOT", 128
+_INT_MAX = 2**31 - 1  # the largest value torch's getCvarInt (std::stoi) reads
 # Every name `LaunchEnv.torch_env` may set: what a launch gives each rank, as torchrun's agent gives a worker
 AGENT_VARIABLES = (
     "RANK",
@@ -250,17 +255,39 @@ class LaunchEnv:
 
 def torch_defaults(env: LaunchEnv, current: Mapping[str, str]) -> dict[str, str]:
     """What a rank gets unless set: torchrun's own (OMP_NUM_THREADS=1 beside other local ranks, NCCL's async error
-    handling; none under torchrun, whose agent has set them) and huge pages for torch's large CPU tensors.
+    handling; none under torchrun, whose agent has set them), huge pages for torch's large CPU tensors, and nccl's
+    ranks per bootstrap root.
 
     THP_MEM_ALLOC_ENABLE=1 has torch's CPU allocator ask for transparent huge pages for tensors of 2 MiB and more, as
     numpy does for its arrays; torch reads it once, at its first CPU tensor (not at import).
+    TORCH_NCCL_RANKS_PER_ROOT=128 is torch's own default, written down so that the job's threshold for nccl's
+    scalable start-up shows in each rank's environment and stays if torch's default moves (docs/scale.md); every
+    backend's ranks get it, for the nccl groups a gloo job may make beside its default group.
+
+    Raises:
+        UsageError: a TORCH_NCCL_RANKS_PER_ROOT of the user's that is not a whole number from 1 to 2**31 - 1.
     """
-    wanted = {_THP: "1"}
+    _check_ranks_per_root(current)
+    wanted = {_THP: "1", RANKS_PER_ROOT: str(TORCH_RANKS_PER_ROOT)}
     if env.launcher != "torchrun":  # torch/distributed/run.py, local_elastic_agent.py
         wanted["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
         if env.local_world_size > 1:
             wanted["OMP_NUM_THREADS"] = "1"
     return {name: value for name, value in wanted.items() if name not in current}
+
+
+def _check_ranks_per_root(current: Mapping[str, str]) -> None:
+    """A TORCH_NCCL_RANKS_PER_ROOT the user set is a C int above 0: torch parses it with std::stoi and divides by it."""
+    text = current.get(RANKS_PER_ROOT)
+    if text is None:
+        return
+    number = parse_whole(text)
+    if number is None or not 1 <= number <= _INT_MAX:
+        raise UsageError(
+            f"{RANKS_PER_ROOT}={text!r} in this rank's environment is not a whole number from 1 to {_INT_MAX}, and "
+            f"torch divides each nccl group's ranks by it; set it to e.g. {TORCH_RANKS_PER_ROOT} (torch's default) "
+            "or unset it"
+        )
 
 
 def _under_agent(environ: Mapping[str, str]) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -127,3 +128,23 @@ def test_a_ranks_large_cpu_tensors_get_huge_pages_unless_its_user_says_otherwise
         assert [(row["rank"], row["thp"]) for row in rows] == [(0, value), (1, value)], result.stdout
         for row in rows:  # at least 7 of the 16 MiB's 8 huge pages: the tensor need not start on a 2 MiB boundary
             assert (row["huge_kib"] >= 14 << 10) if huge else row["huge_kib"] == 0, (mode, value, row)
+
+
+def test_a_rank_starts_with_nccls_ranks_per_root_unless_its_user_set_one() -> None:
+    """hpcdist's ranks see TORCH_NCCL_RANKS_PER_ROOT=128 (torch's threshold for nccl's scalable start-up) from their
+    first line; a user's value stays, and one torch cannot read is refused in one line before the program runs."""
+    show = "import os; print(os.environ['RANK'], os.environ['TORCH_NCCL_RANKS_PER_ROOT'])"
+    argv = [sys.executable, "-m", "hpcdist", "mpirun", "-np", "2", "--", sys.executable, "-c", show]
+    assert "TORCH_NCCL_RANKS_PER_ROOT" not in os.environ  # the first run is to show hpcdist's own value
+    for mine, seen in ((None, "128"), ("16", "16")):
+        result = launch(argv, 180, **({} if mine is None else {"TORCH_NCCL_RANKS_PER_ROOT": mine}))
+        assert result.returncode == 0, result.stderr
+        assert sorted(result.stdout.splitlines()) == [f"0 {seen}", f"1 {seen}"], result.stdout
+    refused = launch(argv, TORCH_NCCL_RANKS_PER_ROOT="0")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert re.fullmatch(
+        r"hpcdist: error: rank [01] on \S+: TORCH_NCCL_RANKS_PER_ROOT='0' in this rank's environment is not a whole "
+        r"number from 1 to 2147483647, and torch divides each nccl group's ranks by it; set it to e\.g\. 128 "
+        r"\(torch's default\) or unset it\n",
+        refused.stderr,
+    ), refused.stderr

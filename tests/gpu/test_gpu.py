@@ -103,6 +103,21 @@ def test_nccl_takes_its_unique_id_over_the_mpi_store(hpcdist: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_nccl_starts_from_two_roots_whose_ids_go_over_the_mpi_store(hpcdist: str) -> None:
+    """TORCH_NCCL_RANKS_PER_ROOT=1 puts two ranks above torch's threshold: each makes a unique id, both ids reach both
+    ranks through the store over MPI, ncclCommInitRankScalable starts nccl, and the all-reduce checks its own sum.
+    Two GPUs on the host at least: nccl refuses two ranks on one GPU."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"nccl's scalable start-up needs two ranks on two GPUs; torch sees {torch.cuda.device_count()}")
+    argv = [hpcdist, "mpirun", "-np", "2", "--", hpcdist, "run", "allreduce", "--backend", "nccl", "--store", "mpi"]
+    done = launch(argv, TORCH_NCCL_RANKS_PER_ROOT="1", TORCH_CPP_LOG_LEVEL="INFO")
+    assert done.returncode == 0, done.stderr
+    # ProcessGroupNCCL::initNCCLComm logs this on the scalable path only (broadcast unique ID on the other)
+    assert (done.stdout + done.stderr).count("all-gather unique IDs through store took") >= 2, done.stderr
+
+
 def test_ddp_on_nccl_trains_through_the_survivors_loop(hpcdist: str) -> None:
     """`hpcdist run ddp` under `hpcdist mpirun --on-failure shrink` on nccl: the shrinkable loop (an agreement over MPI
     after every step, DDP on the GPU) trains and the parameter check passes; one GPU allows no second rank to lose."""

@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from nccl_roots import nccl_roots
 
 pytestmark = pytest.mark.mpi
 
@@ -151,3 +152,31 @@ def test_init_gloo_on_the_store_over_mpi(comm) -> None:
         if comm.rank % 2 == 0:
             dist.all_reduce(tensor, group=sub)
             assert tensor.item() == len(range(0, comm.size, 2)) * comm.size * (comm.size + 1) / 2
+
+
+@pytest.mark.parametrize("mine", [None, "2"])
+def test_nccls_root_ids_reach_every_rank_over_mpi_as_torch_fetches_them(comm, monkeypatch, mine: str | None) -> None:
+    """torch 2.13's scalable nccl start-up on the store over MPI, without the GPU: with the TORCH_NCCL_RANKS_PER_ROOT
+    hpcdist.init leaves (128, or the user's), each root `set`s its 128-byte id under `UniqueNCCLID:<i>` and every rank
+    `multi_get`s them all through torch's PrefixStore (ProcessGroupNCCL::allgatherUniqueNCCLIDs); random bytes stand
+    for ncclGetUniqueId's."""
+    import torch.distributed as dist
+
+    import hpcdist
+
+    if mine is None:
+        monkeypatch.delenv("TORCH_NCCL_RANKS_PER_ROOT", raising=False)
+    else:
+        monkeypatch.setenv("TORCH_NCCL_RANKS_PER_ROOT", mine)
+    with hpcdist.init("gloo", timeout=60, store="mpi"):
+        per_root = int(os.environ["TORCH_NCCL_RANKS_PER_ROOT"])
+        assert comm.allgather(per_root) == [int(mine or 128)] * comm.size
+        roots = nccl_roots(comm.size, per_root)
+        keys = [f"UniqueNCCLID:{i}" for i in range(len(roots))]
+        ours = os.urandom(128) if comm.rank in roots else None
+        made = [id_ for id_ in comm.allgather(ours) if id_ is not None]  # the ids, in root order
+        group_store = dist.PrefixStore(f"nccl-ids-{mine}", dist.distributed_c10d._get_default_store())
+        if ours is not None:
+            group_store.set(keys[roots.index(comm.rank)], ours)  # type: ignore[arg-type]  # torch takes bytes too
+        assert group_store.multi_get(keys) == made  # waits for the roots that are late
+        assert len(made) == (2 if (mine, comm.size) == ("2", 4) else 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from nccl_roots import nccl_roots
 
 from hpcdist.errors import UsageError
 from hpcdist.runtime.env import AGENT_VARIABLES, AgentFacts, LaunchEnv, sources, torch_defaults
@@ -302,17 +303,28 @@ def test_echo_of_hpcdist_run_id_is_no_agent() -> None:
 @pytest.mark.parametrize(
     ("environ", "expected"),
     [
-        ({}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "THP_MEM_ALLOC_ENABLE": "1"}),
+        ({}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "THP_MEM_ALLOC_ENABLE": "1", "TORCH_NCCL_RANKS_PER_ROOT": "128"}),
         (
             ompi(0, 4, 0, 2),
-            {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1", "THP_MEM_ALLOC_ENABLE": "1"},
+            {
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+                "OMP_NUM_THREADS": "1",
+                "THP_MEM_ALLOC_ENABLE": "1",
+                "TORCH_NCCL_RANKS_PER_ROOT": "128",
+            },
         ),
         (
             ompi(0, 4, 0, 2)
-            | {"OMP_NUM_THREADS": "3", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "THP_MEM_ALLOC_ENABLE": "0"},
+            | {
+                "OMP_NUM_THREADS": "3",
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
+                "THP_MEM_ALLOC_ENABLE": "0",
+                "TORCH_NCCL_RANKS_PER_ROOT": "7",
+            },
             {},
         ),
-        (TORCHRUN, {"THP_MEM_ALLOC_ENABLE": "1"}),  # torchrun's agent sets the others, never this one
+        # torchrun's agent sets the others, never these two
+        (TORCHRUN, {"THP_MEM_ALLOC_ENABLE": "1", "TORCH_NCCL_RANKS_PER_ROOT": "128"}),
     ],
 )
 def test_torch_defaults_leave_set_values(environ: dict[str, str], expected: dict[str, str]) -> None:
@@ -552,3 +564,32 @@ def test_intel_mpi_ranks_under_sbatch_ignore_the_proxies_slurm_step() -> None:
     hydra = {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
     env = LaunchEnv.from_environ(step | hydra)
     assert (env.launcher, env.rank, env.world_size, env.local_rank, env.local_world_size) == ("mpich", 3, 4, 1, 2)
+
+
+@pytest.mark.parametrize(
+    ("world", "roots", "first"),
+    [(8, 1, [0]), (128, 1, [0]), (129, 2, [0, 65]), (10_000, 79, [0, 127, 254]), (100_000, 782, [0, 128, 256])],
+)
+def test_nccl_ranks_per_root_is_torchs_128_at_every_size_and_a_users_value_stays(
+    world: int, roots: int, first: list[int]
+) -> None:
+    """Every rank of a job of any size gets 128, torch's default, and with it the roots the docs count (one up to 128
+    ranks, ceil(N / 128) above); a value the user set is kept as it is."""
+    environ = ompi(world - 1, world, 0, 1)
+    per_root = int(torch_defaults(LaunchEnv.from_environ(environ), environ)["TORCH_NCCL_RANKS_PER_ROOT"])
+    assert per_root == 128
+    assert len(nccl_roots(world, per_root)) == roots and nccl_roots(world, per_root)[: len(first)] == first
+    assert nccl_roots(7, 3) == [0, 3, 5]  # NCCL's own example: 3 ids over 7 ranks, roots 0, 3 and 5
+    mine = environ | {"TORCH_NCCL_RANKS_PER_ROOT": "1"}
+    assert "TORCH_NCCL_RANKS_PER_ROOT" not in torch_defaults(LaunchEnv.from_environ(mine), mine)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "", "2147483648", "1.5"])
+def test_a_ranks_per_root_torch_cannot_use_is_refused_in_one_line(value: str) -> None:
+    environ = ompi(0, 4, 0, 2) | {"TORCH_NCCL_RANKS_PER_ROOT": value}
+    with pytest.raises(UsageError) as refused:
+        torch_defaults(LaunchEnv.from_environ(environ), environ)
+    assert str(refused.value) == (
+        f"TORCH_NCCL_RANKS_PER_ROOT={value!r} in this rank's environment is not a whole number from 1 to 2147483647, "
+        "and torch divides each nccl group's ranks by it; set it to e.g. 128 (torch's default) or unset it"
+    )
