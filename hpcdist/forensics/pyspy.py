@@ -20,6 +20,8 @@ _THREAD = re.compile(r'^Thread (\S+) \(([^)]*)\): "(.*)"$')
 _FRAME = re.compile(r"^    (\S.*) \((.*):(\d+)\)$")
 _RANK_VARIABLES = (b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"PMIX_RANK")
 _SECONDS = 10.0  # for one py-spy dump
+_MOST = 16  # ranks read at most: a report of 64 ranks a host waits for 16 dumps, 8 at a time, not 64 in turn
+_AT_ONCE = 8
 
 
 def fill(found: dict[int, Stacks], missing: Sequence[int]) -> list[int]:
@@ -29,8 +31,10 @@ def fill(found: dict[int, Stacks], missing: Sequence[int]) -> list[int]:
 
 
 def spy(ranks: Sequence[int]) -> dict[int, Stacks]:
-    """The stacks py-spy reads of those `ranks` that run on this host; none without py-spy."""
+    """The stacks py-spy reads of the first _MOST of those `ranks` that run on this host, _AT_ONCE at a time; none
+    without py-spy."""
     import shutil  # loaded by a hang's report alone, as proctree (subprocess)
+    from concurrent.futures import ThreadPoolExecutor
 
     from .. import proctree
 
@@ -39,13 +43,10 @@ def spy(ranks: Sequence[int]) -> dict[int, Stacks]:
     if tool is None or not ranks:
         return {}
     pids = _siblings_by_rank()
-    found = {}
-    for rank in ranks:
-        if rank in pids:
-            status, out, _ = proctree.capture([tool, "dump", "--pid", str(pids[rank])], _SECONDS)
-            if status == 0:
-                found[rank] = parse(out)
-    return found
+    here = [rank for rank in ranks if rank in pids][:_MOST]
+    with ThreadPoolExecutor(_AT_ONCE) as pool:
+        dumps = pool.map(lambda rank: proctree.capture([tool, "dump", "--pid", str(pids[rank])], _SECONDS), here)
+        return {rank: parse(out) for rank, (status, out, _) in zip(here, dumps, strict=True) if status == 0}
 
 
 def parse(text: str) -> Stacks:

@@ -174,3 +174,23 @@ Thread 4330 (idle): "hpcdist-watchdog"
     wait (threading.py:324)
 """
     assert parse_pyspy(dump) == (("MainThread [py-spy: active+gil]", ("hold (train.py:3)", "<module> (train.py:4)")),)
+
+
+SPIED = """
+import os, subprocess, sys, time
+sleeper = [sys.executable, "-c", "import sys, time; sys.stdout.write('up\\\\n'); sys.stdout.flush(); time.sleep(60)"]
+ranks = [subprocess.Popen(sleeper, env={**os.environ, "OMPI_COMM_WORLD_RANK": str(r)}, stdout=subprocess.PIPE)
+         for r in range(20)]
+for rank in ranks:
+    rank.stdout.readline()  # each runs its Python now
+spy = [sys.executable, "-c", "from hpcdist.forensics.pyspy import spy; print(sorted(spy(list(range(20)))))"]
+print(subprocess.run(spy, capture_output=True, text=True, timeout=120).stdout, end="")
+for rank in ranks:
+    rank.kill()
+"""
+
+
+def test_py_spy_reads_at_most_sixteen_ranks_of_a_host() -> None:
+    """Ranks that could not answer are read by py-spy, 8 at a time and 16 at most: 64 ranks a host stay seconds."""
+    done = subprocess.run([sys.executable, "-c", SPIED], capture_output=True, text=True, timeout=180)
+    assert done.stdout == f"{list(range(16))}\n", done.stderr
