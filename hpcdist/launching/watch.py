@@ -72,8 +72,8 @@ class MpirunWatch:
 
     @property
     def hosts(self) -> dict[int, str]:
-        """Each rank's host, where heard."""
-        return self.book.hosts
+        """Each rank's host, where heard: from its events, else from its host's beats."""
+        return {**self.heartbeats.hosts, **self.book.hosts}
 
     @property
     def usage(self) -> str | None:

@@ -106,9 +106,14 @@ def test_the_ranks_hpcdist_mpirun_ends_after_a_silent_host_are_said_in_one_line_
     now = [1000.0]
     monkeypatch.setattr(heartbeat.time, "monotonic", lambda: now[0])
     console = Console(MpirunWatch(TOKEN, heartbeat=6), OutputRouter(OutputOptions(tag=False), 8))
-    console.feed("stderr", b"".join(_control(Beat(rank, host)) for rank, host in EIGHT.items()))
+
+    def beats(hosts: set[str]) -> bytes:  # one beat a host, from its lowest rank, for all its ranks
+        on = {host: {r: (0.0, "") for r, h in EIGHT.items() if h == host} for host in hosts}
+        return b"".join(_control(Beat.of(min(ranks), host, ranks, 1.0)) for host, ranks in on.items())
+
+    console.feed("stderr", beats(set(EIGHT.values())))
     for now[0] in range(1001, 1007):  # the others beat on, the watcher checks once a second
-        console.feed("stderr", b"".join(_control(Beat(r, h)) for r, h in EIGHT.items() if h != "n3"))
+        console.feed("stderr", beats(set(EIGHT.values()) - {"n3"}))
         console.watch.check()
     now[0] = 1007.0
     shown = console.feed("stderr", b"[n1:0:1] still working\n")
@@ -122,6 +127,8 @@ def test_the_ranks_hpcdist_mpirun_ends_after_a_silent_host_are_said_in_one_line_
     outcome, _ = console.watch.outcome(143)
     assert sorted(outcome.failed) == [4, 5]
     assert outcome.ended_line() == "ranks 0-3,6-7 on n1, n2, n4 were ended by the launcher (killed by SIGTERM)"
+    # the silent ranks never printed a line: their host is the one their beats came from
+    assert {(failure.rank, failure.host) for failure in console.failures(143)} == {(4, "n3"), (5, "n3")}
 
 
 def test_a_peers_fatal_error_report_after_a_failure_is_left_out_but_a_first_failures_is_shown() -> None:
