@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 
 __all__ = ["FRESH", "HostBeat", "directory"]
@@ -25,7 +24,12 @@ FRESH = 2.5  # beats a rank's note stays fresh: a leader gone is replaced within
 
 def directory(token: str, host: str) -> str:
     """Where the ranks of `host` note their beats in the launch of `token`."""
-    base = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else tempfile.gettempdir()
+    if os.access("/dev/shm", os.W_OK | os.X_OK):
+        base = "/dev/shm"
+    else:
+        import tempfile  # imports random and shutil: a rank's start-up need not pay for them where /dev/shm serves
+
+        base = tempfile.gettempdir()
     return os.path.join(base, f"hpcdist-beats-{token}-{host}")
 
 
