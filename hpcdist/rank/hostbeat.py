@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 
 __all__ = ["FRESH", "HostBeat", "directory"]
@@ -25,7 +24,11 @@ FRESH = 2.5  # beats a rank's note stays fresh: a leader gone is replaced within
 
 def directory(token: str, host: str) -> str:
     """Where the ranks of `host` note their beats in the launch of `token`."""
-    base = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else tempfile.gettempdir()
+    base = "/dev/shm"
+    if not os.access(base, os.W_OK | os.X_OK):
+        import tempfile  # here: it loads shutil, random and three compressors, which a rank's start-up never needs
+
+        base = tempfile.gettempdir()
     return os.path.join(base, f"hpcdist-beats-{token}-{host}")
 
 

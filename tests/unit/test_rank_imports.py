@@ -40,7 +40,7 @@ def _shim_imports() -> dict[str, list[str]]:
 def test_the_shim_loads_no_launcher_side_module_and_no_library_of_another_feature() -> None:
     loaded = set(_shim_imports()["loaded"])
     assert "hpcdist.families.openmpi" in loaded  # every plug-in, for its ranks' variables: the probe saw them
-    unwanted = {"torch", "numpy", "json", "datetime", "subprocess", "hpcdist.forensics.pyspy"}
+    unwanted = {"torch", "numpy", "json", "datetime", "subprocess", "tempfile", "shutil", "hpcdist.forensics.pyspy"}
     assert loaded & unwanted == set()
     wings = ("hpcdist.launching", "hpcdist.cli", "hpcdist.calling", "hpcdist.jobs", "hpcdist.doctor", "hpcdist.bench")
     assert [name for name in loaded if name.startswith(wings)] == []
