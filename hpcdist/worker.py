@@ -294,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _collect_from_now() -> None:
     """Turn the garbage collector on for the program if the shim turned it off, with the shim's start-up objects
     frozen out of its reach: they live as long as the rank, and the two dozen collections that went through them as
-    they were made cost a rank about 3 ms of CPU (docs/measurements/scale.md)."""
+    they were made cost a rank about 3 ms of CPU (docs/measurements/rank-cost.md)."""
     if not gc.isenabled():
         gc.freeze()
         gc.enable()

@@ -1,4 +1,4 @@
-"""What a rank's shim loads before its program (a rank's start-up cost, docs/measurements/scale.md): counted in a
+"""What a rank's shim loads before its program (a rank's start-up cost, docs/measurements/rank-cost.md): counted in a
 fresh interpreter, so the guard cannot flake on a loaded machine."""
 
 from __future__ import annotations
