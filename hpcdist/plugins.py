@@ -2,16 +2,19 @@
 
 A wing of plug-ins keeps one `Registry`; each of its modules registers its class with the registry, and `discover`
 imports every module of the wing but `base` when the wing is imported, so adding a plug-in is adding one file.
+Every process that reads a launch imports every plug-in, each rank too (for its rank variables), so a plug-in's
+patterns for reading its launcher's output are `LazyPattern`s, compiled by the launcher when it first reads.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
-__all__ = ["Registry", "discover"]
+__all__ = ["LazyPattern", "Registry", "discover"]
 
 _T = TypeVar("_T")
 
@@ -49,3 +52,32 @@ def discover(path: Iterable[str], package: str, besides: Iterable[str] = ()) -> 
     for module in pkgutil.iter_modules(path):
         if module.name not in skipped:
             importlib.import_module(f"{package}.{module.name}")
+
+
+class LazyPattern:
+    """A regular expression compiled when first used: a rank, which imports every plug-in, never compiles it."""
+
+    __slots__ = ("_compiled", "_flags", "pattern")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern = pattern
+        self._flags = flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def compiled(self) -> re.Pattern[str]:
+        """The compiled expression (compiled now, the first time)."""
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern, self._flags)
+        return self._compiled
+
+    def search(self, text: str) -> re.Match[str] | None:
+        """re.Pattern.search."""
+        return self.compiled().search(text)
+
+    def match(self, text: str) -> re.Match[str] | None:
+        """re.Pattern.match."""
+        return self.compiled().match(text)
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        """re.Pattern.fullmatch."""
+        return self.compiled().fullmatch(text)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from datetime import timedelta
 
 from .errors import WaitTimeout
 
@@ -68,6 +67,8 @@ def as_seconds(value: object) -> float | None:
 
     torch passes -1 ms for "no timeout given", hence negative means unset.
     """
+    from datetime import timedelta  # torch's timeouts: loaded with torch
+
     if value is None:
         return None
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)  # type: ignore[arg-type]

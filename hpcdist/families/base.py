@@ -12,7 +12,6 @@ ranks on each) and its quirks that the rest of hpcdist asks about.
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import ClassVar
 
 from ..errors import UsageError
 from ..hosts import HostSlots, host_slots
+from ..plugins import LazyPattern
 from ..ranksource import Source
 
 __all__ = [
@@ -80,7 +80,7 @@ class MpirunSpec:
 HELD = "hpcdist.launching.heldterm"  # the module that runs a launcher with SIGTERM held (Family.held)
 
 
-_PPR = re.compile(r"ppr:(\d{1,9}):node")  # Open MPI's --map-by ranks per node, as hpcdist spells them
+_PPR = LazyPattern(r"ppr:(\d{1,9}):node")  # Open MPI's --map-by ranks per node, as hpcdist spells them
 
 # -- what a family's scanner finds in its launcher's lines --------------------------------------------------------
 
@@ -143,7 +143,7 @@ class Family:
     name: ClassVar[str] = ""  # what --mpi takes, and MpirunSpec.family
     title: ClassVar[str] = ""  # as hpcdist shows it: 'Open MPI'
     order: ClassVar[int] = 100  # where --mpi lists it (a family that is a kind of another is tested before it)
-    identity: ClassVar[re.Pattern[str] | None] = None  # `mpirun --version` or MPI_Get_library_version: group 1 version
+    identity: ClassVar[LazyPattern | None] = None  # `mpirun --version` or MPI_Get_library_version: group 1 version
     markers: ClassVar[tuple[str, ...]] = ()  # files an installation has beside its launcher
     launcher_names: ClassVar[tuple[str, ...]] = ()  # launcher names that say the family (mpirun.openmpi)
     program: ClassVar[str | None] = None  # the launcher it runs unless --mpirun names one (srun); None: an mpirun

@@ -22,11 +22,11 @@ SIGALRM, SIGUSR1 and SIGUSR2 on to every task, and cancels the job on a second C
 
 from __future__ import annotations
 
-import re
 import signal
 from typing import ClassVar
 
 from ..errors import UsageError
+from ..plugins import LazyPattern
 from . import register
 from .base import Family, HostLost, MpirunSpec, Observation, RankKilled, Scanner, check_job_launch, per_node
 
@@ -37,9 +37,9 @@ _FAILED = (
     r".+?: (?P<what>task|shell) rank (?P<rank>\d+) on host (?P<host>\S+) failed(?: \((?P<how>[^)]*)\))? "
     r"and exit-on-error is set"
 )
-_EXCEPTION = re.compile(rf"\d+\.\d+s: job\.exception \S+ type=exec severity=0 {_FAILED}")
-_FATAL = re.compile(rf"\d+\.\d+s: flux-shell\[\d+\]: FATAL: task-exit: {_FAILED}")
-_ENDED = re.compile(r"flux-job: task\(s\) (?:exited with exit code \d+|[A-Z][\w ]*)")
+_EXCEPTION = LazyPattern(rf"\d+\.\d+s: job\.exception \S+ type=exec severity=0 {_FAILED}")
+_FATAL = LazyPattern(rf"\d+\.\d+s: flux-shell\[\d+\]: FATAL: task-exit: {_FAILED}")
+_ENDED = LazyPattern(r"flux-job: task\(s\) (?:exited with exit code \d+|[A-Z][\w ]*)")
 _SIGNALS = {signal.strsignal(s): int(s) for s in signal.valid_signals() if signal.strsignal(s)}  # "Killed": 9
 
 

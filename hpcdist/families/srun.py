@@ -10,12 +10,12 @@ slurmstepd) kills the whole step when a rank reports a lost peer, even under `sr
 
 from __future__ import annotations
 
-import re
 import signal
 from typing import ClassVar
 
 from ..contract import RankContract
 from ..errors import UsageError
+from ..plugins import LazyPattern
 from . import register
 from .base import Family, MpirunSpec, Observation, RankKilled, Scanner
 
@@ -32,8 +32,8 @@ __all__ = ["Srun"]
 #   srun: Force Terminated StepId=12.0
 #   slurmstepd-node1: error: *** STEP 12.0 ON node1 CANCELLED AT 2026-11-29T18:26:51 ***
 _TASKS = r"tasks? (?P<first>\d+)(?:-(?P<last>\d+))?(?:,\d+(?:-\d+)?)*"
-_ENDED = re.compile(rf"srun: error: (?P<host>\S+): {_TASKS}: (?P<how>Exited with exit code \d+|[A-Z][\w ]*)$")
-_STEP_END = re.compile(
+_ENDED = LazyPattern(rf"srun: error: (?P<host>\S+): {_TASKS}: (?P<how>Exited with exit code \d+|[A-Z][\w ]*)$")
+_STEP_END = LazyPattern(
     r"srun: (?:Job step aborted: Waiting up to \d+ seconds for job step to finish\.|forcing job termination"
     r"|launch/slurm: _step_signal: Terminating StepId=\S+|Force Terminated StepId=\S+|got SIGCONT"
     r"|Job step \S+ aborted before step completely launched\.)$"

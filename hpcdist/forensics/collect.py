@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import pyspy, stacks, watchdog
+from . import stacks, watchdog
 from .recording import LEDGER
 
 __all__ = ["SIGNAL", "install", "on_failure"]
@@ -86,6 +86,8 @@ def on_failure(rank: int) -> None:
     found = {peer: stack for peer, stack in found.items() if any(frames for _, frames in stack)}  # else in hpcdist's
     if not found:  # no other rank is still running its program (one failing too is in hpcdist's own frames)
         return
+    from . import pyspy  # loaded by a failure's report alone, as by the other two reports
+
     missing = pyspy.fill(found, [peer for peer in range(_world_size()) if peer != rank and peer not in answers])
     headline = (
         f"hpcdist: rank {rank} failed; the other ranks' Python stacks (most recent call first; identical merged):"
@@ -154,6 +156,8 @@ def _print_signalled(size: int) -> None:
         asked = watchdog.ask_all() or {}
         dumps.update({rank: answer for rank, answer in asked.items() if rank not in dumps})
     found, finished = stacks.in_answers(dumps)
+    from . import pyspy
+
     missing = pyspy.fill(found, [rank for rank in range(size) if rank not in found and rank not in finished])
     headline = f"hpcdist: {SIGNAL.name}: every rank's Python stacks (most recent call first; identical stacks merged):"
     print(stacks.report(found, missing, headline, finished), file=sys.stderr, flush=True)

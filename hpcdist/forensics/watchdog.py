@@ -31,7 +31,7 @@ from ..errors import RendezvousTimeout, WaitTimeout
 from ..ranklist import ranks_text
 from ..settings import STARTUP_TIMEOUT, TIMEOUT
 from ..waits import Backoff, poll_until
-from . import frdump, hung, pyspy, sources, stacks
+from . import frdump, hung, sources, stacks
 from .answers import MAX_ANSWER, bounded
 from .cause import tell_hang
 from .ledger import FINISHED, INITIALISING, describe_hang
@@ -375,6 +375,8 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
         print(frdump.save(answers, comm.size, timeout, _WATCHDOG.contract), file=sys.stderr, flush=True)
         found, finished = stacks.in_answers(answers)
         if found:
+            from . import pyspy  # loaded by a hang's report alone
+
             print(stacks.report(found, pyspy.fill(found, missing), finished=finished), file=sys.stderr, flush=True)
     finally:
         abort_job(1)  # whatever happened to the dumps and the stacks

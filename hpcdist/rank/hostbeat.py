@@ -24,10 +24,9 @@ FRESH = 2.5  # beats a rank's note stays fresh: a leader gone is replaced within
 
 def directory(token: str, host: str) -> str:
     """Where the ranks of `host` note their beats in the launch of `token`."""
-    if os.access("/dev/shm", os.W_OK | os.X_OK):
-        base = "/dev/shm"
-    else:
-        import tempfile  # imports random and shutil: a rank's start-up need not pay for them where /dev/shm serves
+    base = "/dev/shm"
+    if not os.access(base, os.W_OK | os.X_OK):
+        import tempfile  # here: it loads shutil, random and three compressors, which a rank's start-up never needs
 
         base = tempfile.gettempdir()
     return os.path.join(base, f"hpcdist-beats-{token}-{host}")

@@ -14,6 +14,7 @@ of each host still beating sends its host's beats as one `Beat` event (`hostbeat
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import select
 import signal
@@ -116,6 +117,8 @@ def start(contract: RankContract, rank: int, size: int, host: str) -> Tagger | N
     pid = os.fork()
     if pid == 0:  # the tagger
         status = 0
+        gc.freeze()  # the rank's objects, never its: no collection writes to (so copies) their pages
+        gc.enable()  # the shim starts with the collector off (worker.py); the tagger runs as long as the job
         try:
             os.close(out_write)
             os.close(err_write)

@@ -13,7 +13,6 @@ import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
@@ -243,6 +242,8 @@ def start_group(process: RankProcess, backend: Any, seconds: float, forensics: b
     a little after hpcdist's, so the watchdog's hang report comes first; without, it is `seconds`. The
     ledger records the wait in init_process_group, which the watchdog allows `startup_timeout(seconds)`.
     """
+    from datetime import timedelta  # as torch is: a rank that never loads torch never needs it
+
     import torch.distributed as dist
 
     contract = process.contract

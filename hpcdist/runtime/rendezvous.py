@@ -17,8 +17,7 @@ import zlib
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RendezvousTimeout, UsageError
 from ..settings import TIMEOUT
@@ -36,6 +35,9 @@ from .addresses import (
 )
 from .env import RUN_ID_PREFIX, AgentFacts, LaunchEnv
 from .netif import interfaces
+
+if TYPE_CHECKING:
+    from datetime import timedelta
 
 __all__ = [
     "Bind",
@@ -134,6 +136,8 @@ def store_over(listener: socket.socket, addr: str, world_size: int, timeout: flo
     `addr` is the address rank 0 offered: the store's own client connects there, as every rank's does (the
     socket listens on every interface, and its own address, 0.0.0.0, names no peer torch can log).
     """
+    from datetime import timedelta  # as torch is: a rank that never loads torch never needs it
+
     from torch.distributed import TCPStore
 
     store = TCPStore(

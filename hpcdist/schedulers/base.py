@@ -15,12 +15,12 @@ says how a batch job is submitted, asked about and cancelled (`clients`, `submit
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 from ..errors import UsageError
 from ..hosts import HOST_NAME, HostSlots
+from ..plugins import LazyPattern
 from ..ranksource import Source
 from ..values import MAX_COUNT, parse_whole
 
@@ -36,7 +36,7 @@ class Scheduler:
     # an MPI's mpirun inside its allocation finds the hosts itself (Open MPI's and Hydra's read Slurm's); else
     # hpcdist mpirun reads them (`hosts`) and passes them on
     launchers_read_hosts: ClassVar[bool] = False
-    printed_id: ClassVar[re.Pattern[str] | None] = None  # its submit command's last line; group 1: the job id
+    printed_id: ClassVar[LazyPattern | None] = None  # its submit command's last line; group 1: the job id
     more_slots: ClassVar[str] = ""  # how a job asks it for more slots, for an error: 'qsub -l select=…:mpiprocs=N'
     # the signal it sends every process of a job it ends (cancelled, preempted, out of time), SIGKILL following a
     # grace time later; None: it signals no process but the job script's, or kills outright. An MPI's launcher

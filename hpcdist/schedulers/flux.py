@@ -17,14 +17,13 @@ FLUX_TASK_LOCAL_ID confirms.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from ..errors import UsageError
 from ..hosts import HOST_NAME, HostSlots
+from ..plugins import LazyPattern
 from ..ranksource import Source
 from ..values import MAX_COUNT, parse_whole
 from . import register
@@ -33,7 +32,7 @@ from .base import Scheduler, failed_command
 __all__ = ["BATCH_OPTIONS", "RESOURCES", "Flux", "resource_hosts"]
 
 RESOURCES = ("flux", "resource", "R")  # prints the instance's resource set, RFC 20 (flux-resource(1))
-_IDSET = re.compile(r"\[?([0-9]{1,10}(?:-[0-9]{1,10})?(?:,[0-9]{1,10}(?:-[0-9]{1,10})?)*)\]?")  # RFC 22: 0-3,7
+_IDSET = LazyPattern(r"\[?([0-9]{1,10}(?:-[0-9]{1,10})?(?:,[0-9]{1,10}(?:-[0-9]{1,10})?)*)\]?")  # RFC 22: 0-3,7
 _FIX = "give --hostfile or -H"
 
 # flux batch's long options (flux-core 0.88, flux-batch(1)) that `hpcdist flux` does not model, by what each takes (as
@@ -52,7 +51,7 @@ BATCH_OPTIONS: Mapping[str, str] = MappingProxyType(
 )
 
 # a job id in RFC 19's F58 form, as flux batch prints it: ƒ (f where the locale has no UTF-8) and base58 digits
-_F58 = re.compile(r"([ƒf][1-9A-HJ-NP-Za-km-z]+)")
+_F58 = LazyPattern(r"([ƒf][1-9A-HJ-NP-Za-km-z]+)")
 # flux-jobs(1)'s {status}, a job's state and result in one word (flux-core, "JOB STATUS"): Flux spells CANCELED
 _STATUS = {status: status for status in ("PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT")}
 _STATUS["CANCELED"] = "CANCELLED"
@@ -171,6 +170,8 @@ def resource_hosts(text: str, slots: int | None = None) -> tuple[HostSlots, ...]
     Raises:
         UsageError: `text` is no version 1 resource set with an R_lite and a nodelist whose hosts match its ranks.
     """
+    import json  # here: a rank, which imports every scheduler, never reads a resource set
+
     where = f"the resource set {' '.join(RESOURCES)} printed"
     try:
         found = json.loads(text)
@@ -208,6 +209,8 @@ def _rank_cores(entry: Any, where: str) -> tuple[list[tuple[int, int]], int]:
     ranks = _idset(entry.get("rank") if isinstance(entry, dict) else None)
     cores = _idset(core)
     if ranks is None or cores is None:
+        import json
+
         raise UsageError(
             f"{where}: R_lite entry {json.dumps(entry)[:200]} lacks a rank or a children.core idset; {_FIX}"
         )

@@ -7,11 +7,11 @@ line per host and queue, `host slots queue binding` (sge_pe(5)), so a host on se
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..hosts import HostSlots
+from ..plugins import LazyPattern
 from ..values import parse_whole
 from . import register
 from .base import Scheduler, failed_command, host_and_slots, host_lines, read_host_file
@@ -40,7 +40,7 @@ QSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 
 # qsub prints `Your job 12 ("name") has been submitted`, or `Your job-array 12.1-10:1 ("name") has been submitted`;
 # with -terse the id alone, `12` or `12.1-10:1` (Son of Grid Engine 8.1.9, source/clients/qsub/qsub.c)
-_PRINTED = re.compile(r"(?:Your job(?:-array)? )?(\d+)(?:\.\d+-\d+:\d+)?(?: \(.*\) has been submitted)?")
+_PRINTED = LazyPattern(r"(?:Your job(?:-array)? )?(\d+)(?:\.\d+-\d+:\d+)?(?: \(.*\) has been submitted)?")
 # qstat(1)'s state letters: r(unning), t(ransferring), R(estarted); s, S, T: suspended; the rest (qw, hqw, Eqw, dr…)
 # waits or is being deleted; a job that has ended is no longer listed
 _RUNNING, _SUSPENDED = set("rtR"), set("sST")

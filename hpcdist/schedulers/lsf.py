@@ -8,13 +8,13 @@ LSF's CSM clusters (`bsub -nnodes`) both begin with the launch node, where the j
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..errors import UsageError
 from ..hosts import HostSlots
+from ..plugins import LazyPattern
 from ..ranksource import Source
 from . import register
 from .base import Scheduler, failed_command, host_and_slots, host_lines, slot_lines
@@ -42,7 +42,7 @@ BSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 )
 
 # bsub prints `Job <779469> is submitted to default queue <batch>.` (or `… to queue <q>.`)
-_SUBMITTED = re.compile(r"Job <(\d+)> is submitted to ")
+_SUBMITTED = LazyPattern(r"Job <(\d+)> is submitted to ")
 # bjobs(1)'s job states (IBM Spectrum LSF 10.1, bjobs, "Job status"); UNKWN and ZOMBI may still turn into EXIT
 _STATES = {
     **dict.fromkeys(("PEND", "PROV", "WAIT"), "PENDING"),

@@ -8,14 +8,13 @@ machines: `hpcdist.families.pals`). Its node file lists each chunk's host once f
 
 from __future__ import annotations
 
-import json
-import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..errors import UsageError
 from ..hosts import HostSlots
+from ..plugins import LazyPattern
 from . import register
 from .base import Scheduler, failed_command, read_host_file, slot_lines
 
@@ -32,7 +31,7 @@ QSUB_OPTIONS: Mapping[str, tuple[int, int]] = MappingProxyType(
 )
 
 # qsub prints the new job's id, `<sequence number>.<server name>` (`1234[].pbs01` for an array): OpenPBS qsub(1B)
-_JOB_ID = re.compile(r"(\d+(?:\[\d*\])?(?:\.[A-Za-z0-9_.-]+)?)")  # qsub's last line
+_JOB_ID = LazyPattern(r"(\d+(?:\[\d*\])?(?:\.[A-Za-z0-9_.-]+)?)")  # qsub's last line
 # job_state's letters (PBS Professional 2022.1 Reference Guide, "Job States"): F and X have ended, and Exit_status
 # says how (-29: JOB_EXEC_KILL_WALLTIME, past its walltime)
 _STATES = {
@@ -93,6 +92,8 @@ class Pbs(Scheduler):
             if "Unknown Job Id" in err:
                 return None
             raise failed_command(self.state_argv(job_id), status, err, self.ping)
+        import json  # here: a rank, which imports every scheduler, never reads a job's state
+
         try:
             jobs = json.loads(out).get("Jobs") or {}
             # the server names the job in full: 123 is 123.pbs01

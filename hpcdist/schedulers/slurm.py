@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import UsageError
 from ..hosts import HOST_NAME, HostSlots
+from ..plugins import LazyPattern
 from ..ranksource import Source
 from ..values import MAX_COUNT, parse_whole, slurm_counts
 from . import register
@@ -151,7 +151,7 @@ class Slurm(Scheduler):
 
     name = "slurm"
     title = "Slurm"
-    printed_id = re.compile(r"(\d+)(?:;.*)?")  # sbatch --parsable: JOBID[;CLUSTER]
+    printed_id = LazyPattern(r"(\d+)(?:;.*)?")  # sbatch --parsable: JOBID[;CLUSTER]
     launchers_read_hosts = True
     signals_job = signal.SIGTERM  # scancel, a preemption, the time limit: SIGTERM to every process, KillWait later KILL
     clients = ("sbatch",)

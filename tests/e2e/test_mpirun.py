@@ -162,6 +162,17 @@ def test_a_program_that_never_imports_torch_loads_it_on_no_rank(hpcdist: str) ->
     ]
 
 
+def test_the_program_runs_with_the_garbage_collector_on_and_the_shims_objects_frozen(hpcdist: str) -> None:
+    """The shim starts with the collector off (a rank's start-up cost); the program gets it on, as under python."""
+    code = "import gc, os; print('gc', os.environ['RANK'], gc.isenabled(), gc.get_freeze_count() > 0)"
+    result = launch([hpcdist, "mpirun", "-np", "2", "--", "python", "-c", code])
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("gc ")) == [
+        "gc 0 True True",
+        "gc 1 True True",
+    ]
+
+
 def test_commands_that_only_render_text_do_not_import_torch() -> None:
     code = (
         "import sys; from hpcdist.cli import main; "

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from hpcdist.families.base import Family, HostLost, MpirunSpec, Observation, RankAborted, RankKilled, Scanner
 from hpcdist.hosts import HostSlots, hosts_text
+from hpcdist.plugins import LazyPattern
 from hpcdist.ranksource import Source
 from hpcdist.status import describe_status
 
@@ -45,7 +46,7 @@ class FakeMpi(Family):
     name = "fake"
     title = "Fake MPI"
     order = 50
-    identity = re.compile(r"Fake MPI (\d+\.\d+)")
+    identity = LazyPattern(r"Fake MPI (\d+\.\d+)")
     markers = ("fake_info",)
     launcher_names = ("fakerun",)
     ranks = Source("fake", "FAKE_RANK", ("FAKE_SIZE",), "FAKE_LOCAL_RANK", ("FAKE_LOCAL_SIZE",), None, (), "fakerun")
