@@ -33,7 +33,7 @@ NATIVE_ONLY := -m 'not python_backend'
 PYTHON_ONLY := -m 'not native_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest test-extended demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-containers test-images test-cluster test-gridengine test-gpu bench-startup bench-recovery clean
+.PHONY: env lock test-latest test-extended demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-containers test-images test-cluster test-gridengine test-gpu bench-startup bench-startup-hosts bench-recovery clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -312,6 +312,17 @@ bench-startup: env
 	$(BIN)/hpcdist bench startup --json --plot $(STARTUP)/startup.png >$(STARTUP)/startup.json.new
 	mv $(STARTUP)/startup.json.new $(STARTUP)/startup.json
 	$(BIN)/hpcdist bench startup --from $(STARTUP)/startup.json >$(STARTUP)/startup.txt
+
+# The same across the four namespace hosts (tests/hosts/netns.sh, root), hpcdist and plain mpirun: where the ranks
+# start and what crosses hosts, on this machine's cores (the hosts share them).
+STARTUP_HOSTS := docs/assets/startup-hosts
+bench-startup-hosts: env
+	tests/hosts/netns.sh up
+	tests/hosts/on_n1 $(BIN)/hpcdist bench startup --hosts n1,n2,n3,n4 --rows hpcdist,mpirun --json \
+		--plot $(STARTUP_HOSTS)/startup.png >$(STARTUP_HOSTS)/startup.json.new; status=$$?; tests/hosts/netns.sh down; \
+		exit $$status
+	mv $(STARTUP_HOSTS)/startup.json.new $(STARTUP_HOSTS)/startup.json
+	$(BIN)/hpcdist bench startup --from $(STARTUP_HOSTS)/startup.json >$(STARTUP_HOSTS)/startup.txt
 
 # Recovery from a rank SIGKILLed in epoch 2 of the same DDP job, each way (in-job shrink, hpcdist mpirun's relaunch,
 # torchrun's), 3 repeats: the time from the kill to the next step completed, read from the job's step log.
