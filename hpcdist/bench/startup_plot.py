@@ -70,8 +70,10 @@ def startup_figure(doc: dict[str, Any]) -> Figure:
             fontsize=8,
             textcoords="offset points",
         )
+    hosts = config.get("hosts") or []
+    where = f"on {len(hosts)} hosts sharing them" if hosts else "on this host"
     for axes, title in (
-        (here, f"measured on this host ({env['cores']} cores, oversubscribed); dotted: the model, under the same load"),
+        (here, f"measured {where} ({env['cores']} cores, oversubscribed); dotted: the model, under the same load"),
         (cluster, "on a cluster (gloo rows 8 ranks a node, others 128); dashed: without peers"),
     ):
         axes.set_xscale("log", base=2)
