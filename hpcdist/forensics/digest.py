@@ -175,7 +175,7 @@ def _aged(calls: list[Call], age: float) -> list[Call]:
 
 @dataclass
 class Intake:
-    """What the reporting rank received for one report: messages and bytes, and the messages by kind."""
+    """What the reporting rank received for one report: messages, bytes, and messages by kind ('host summary')."""
 
     messages: int = 0
     bytes: int = 0
@@ -188,9 +188,16 @@ class Intake:
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
     def __str__(self) -> str:
-        """'10 messages (2,345 bytes): 3 full answers, 4 host summaries, …'."""
-        kinds = ", ".join(f"{number} {kind}" for kind, number in sorted(self.kinds.items()))
+        """'10 messages (2,345 bytes): 3 full answers, 1 host summary, …'."""
+        kinds = ", ".join(f"{number} {_plural(kind, number)}" for kind, number in sorted(self.kinds.items()))
         return f"{self.messages} messages ({self.bytes:,} bytes){': ' + kinds if kinds else ''}"
+
+
+def _plural(kind: str, number: int) -> str:
+    """'host summary' as `number` of them are called: 'host summaries', or itself for one."""
+    if number == 1:
+        return kind
+    return kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
 
 
 def sent(summary: Summary) -> dict[int, tuple[Any, ...]]:

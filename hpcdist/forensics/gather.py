@@ -24,7 +24,7 @@ from ..waits import Backoff, poll_until
 from . import hung
 from .digest import Digest, Intake, Tally, hosts, merge, sent
 
-__all__ = ["ANSWER", "ASK", "LEAD_WINDOW", "WINDOW", "Link", "full", "gather", "register", "serve"]
+__all__ = ["ANSWER", "ASK", "LEAD_WINDOW", "WINDOW", "Link", "full", "gather", "lead", "register", "serve"]
 
 ASK, ANSWER = 7302, 7303  # the reporter's ask for a full answer, and the answer
 _REGISTER, _DIGEST_ASK, _DIGEST, _HOST_ASK, _HOST = 7306, 7307, 7308, 7309, 7310
@@ -56,8 +56,9 @@ def register(comm: Any, ranks: Sequence[int], reporter: int, link: Link) -> None
         link.kept.append(comm.isend(list(ranks), dest=reporter, tag=_REGISTER))
 
 
-def serve(comm: Any, link: Link) -> None:
-    """On every rank's watchdog cycle: send its digest to whoever asks, and lead its host when the reporter asks."""
+def serve(comm: Any, link: Link) -> tuple[int, int, list[int]] | None:
+    """On every rank's watchdog cycle: send its digest to whoever asks; the reporter's ask to lead its host, if one
+    came: (the reporter, the report's number, the ranks to ask), for `lead`."""
     from mpi4py import MPI
 
     status = MPI.Status()
@@ -66,13 +67,16 @@ def serve(comm: Any, link: Link) -> None:
         number = message.recv()
         _send(comm, (number, tuple(link.digest())), status.Get_source(), _DIGEST, link)
     message = comm.improbe(source=MPI.ANY_SOURCE, tag=_HOST_ASK, status=status)
-    if message is not None:
-        asker, (number, members) = status.Get_source(), message.recv()
-        _send(comm, _lead(comm, number, members, link), asker, _HOST, link)
+    if message is None:
+        return None
+    number, members = message.recv()
+    return status.Get_source(), number, members
 
 
-def _lead(comm: Any, number: int, members: Sequence[int], link: Link) -> tuple[Any, ...]:
-    """The leader's round: its members' digests, waited for LEAD_WINDOW at most; (number, summary, silent ranks)."""
+def lead(comm: Any, asker: int, number: int, members: Sequence[int], link: Link) -> None:
+    """The leader's round: its members' digests, waited for LEAD_WINDOW at most, sent to `asker` as one summary
+    (with the ranks it did not hear from). Like the reporter's rounds, it waits on other ranks' watchdogs, so it
+    runs outside the lock around the world's agreement (`abort.agreeing`)."""
     for rank in members:
         _send(comm, number, rank, _DIGEST_ASK, link)
     digests = {comm.rank: link.digest()}
@@ -82,7 +86,8 @@ def _lead(comm: Any, number: int, members: Sequence[int], link: Link) -> tuple[A
             digests[source] = Digest(*taken[1])
 
     _receive(comm, {_DIGEST: heard}, lambda: set(members) <= digests.keys() | link.lost(), LEAD_WINDOW, link)
-    return number, sent(merge(digests)), [rank for rank in members if rank not in digests]
+    silent = [rank for rank in members if rank not in digests]
+    _send(comm, (number, sent(merge(digests)), silent), asker, _HOST, link)
 
 
 def gather(comm: Any, number: int, link: Link) -> tuple[dict[int, dict[str, Any]], list[int], Intake]:
@@ -93,7 +98,7 @@ def gather(comm: Any, number: int, link: Link) -> tuple[dict[int, dict[str, Any]
     intake, status = Intake(), MPI.Status()
     while (message := _probe(comm, _REGISTER, status, link)) is not None:
         link.registered[status.Get_source()] = message.recv()
-        intake.count("host registrations", status.Get_count())
+        intake.count("host registration", status.Get_count())
     groups, direct = hosts(link.registered, comm.size, comm.rank, link.lost())
     tally = Tally()
     tally.add(merge({comm.rank: link.digest()}))
@@ -150,7 +155,7 @@ def full(comm: Any, ranks: Sequence[int], link: Link, intake: Intake | None = No
     return answers
 
 
-_KINDS = {ANSWER: "full answers", _HOST: "host summaries", _DIGEST: "rank summaries"}
+_KINDS = {ANSWER: "full answer", _HOST: "host summary", _DIGEST: "rank summary"}
 
 
 def _receive(

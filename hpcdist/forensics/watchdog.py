@@ -284,6 +284,9 @@ def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
     the other ranks' watchdogs, and they on their own agreement."""
     with agreeing():
         kind = _listen(comm, seen, shrinking)
+    if "lead" in seen:  # the reporter asked this rank to gather its host's digests
+        asker, number, members = seen.pop("lead")
+        gather.lead(comm, asker, number, members, _link(comm))
     if kind and _report(comm, kind, shrinking):
         return True
     if _WATCHDOG.finishing is not None:
@@ -306,7 +309,9 @@ def _listen(comm: Any, seen: dict[str, Any], shrinking: bool) -> str:
     if message is not None:
         message.recv()
         comm.send(_answer(), dest=status.Get_source(), tag=gather.ANSWER)
-    gather.serve(comm, _link(comm))
+    asked = gather.serve(comm, _link(comm))
+    if asked is not None:
+        seen["lead"] = asked
     if shrinking and (word := comm.improbe(source=MPI.ANY_SOURCE, tag=hung.END_TAG)) is not None:
         hung.heard(_WATCHDOG.contract, comm.rank, word.recv(), sources.snapshot(LEDGER))
     for work in _WATCHDOG.cycles:
