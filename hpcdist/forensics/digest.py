@@ -175,21 +175,25 @@ def _aged(calls: list[Call], age: float) -> list[Call]:
 
 @dataclass
 class Intake:
-    """What the reporting rank received for one report: messages, bytes, and messages by kind ('host summary')."""
+    """What the reporting rank received for one report: messages and bytes, by kind ('host summary')."""
 
     messages: int = 0
     bytes: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (messages, bytes)
 
     def count(self, kind: str, size: int) -> None:
         """One message of `kind` and `size` bytes."""
         self.messages += 1
         self.bytes += size
-        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        number, total = self.kinds.get(kind, (0, 0))
+        self.kinds[kind] = (number + 1, total + size)
 
     def __str__(self) -> str:
-        """'10 messages (2,345 bytes): 3 full answers, 1 host summary, …'."""
-        kinds = ", ".join(f"{number} {_plural(kind, number)}" for kind, number in sorted(self.kinds.items()))
+        """'10 messages (2,345 bytes): 3 full answers (1,800 bytes), 1 host summary (87 bytes), …'."""
+        kinds = ", ".join(
+            f"{number} {_plural(kind, number)} ({total:,} bytes)"
+            for kind, (number, total) in sorted(self.kinds.items())
+        )
         return f"{self.messages} messages ({self.bytes:,} bytes){': ' + kinds if kinds else ''}"
 
 

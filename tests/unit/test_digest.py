@@ -138,4 +138,8 @@ def test_an_intake_counts_messages_and_bytes_by_kind() -> None:
     intake.count("full answer", 1100)
     intake.count("rank summary", 50)
     intake.count("rank summary", 50)
-    assert str(intake) == "5 messages (2,180 bytes): 2 full answers, 1 host summary, 2 rank summaries"
+    assert intake.kinds["full answer"] == (2, 2000)
+    assert str(intake) == (
+        "5 messages (2,180 bytes): 2 full answers (2,000 bytes), 1 host summary (80 bytes), "
+        "2 rank summaries (100 bytes)"
+    )
