@@ -39,7 +39,7 @@ from .cause import tell_hang
 from .ledger import FINISHED, INITIALISING, describe_hang
 from .recording import LEDGER
 
-__all__ = ["ask_all", "contribute", "each_cycle", "finish", "intake", "rebase", "reporter", "reserve", "start", "stop"]
+__all__ = ["ask_all", "contribute", "each_cycle", "finish", "rebase", "reporter", "reserve", "start", "stop"]
 
 _ALARM = 7301
 _POLL = 0.1
@@ -69,10 +69,8 @@ class _Watchdog:
     parts: dict[str, Callable[[], Any]] = field(default_factory=dict)  # what an answer adds to phase and ledger
     cycles: list[Callable[[Any], None]] = field(default_factory=list)  # what else the thread does each cycle
     asks: list[Any] = field(default_factory=list)  # asks sent to ranks that have not answered: kept until the end
-    host: list[int] = field(default_factory=list)  # the ranks of this rank's host, as the default placement has them
     link: gather.Link | None = None  # what the report's gathering reaches of this watchdog (for its communicator)
     reports: int = 0  # hang reports this rank has gathered: each one's messages carry its number
-    intake: digest.Intake | None = None  # what this rank received for the last report it gathered
 
 
 _WATCHDOG = _Watchdog()
@@ -93,11 +91,6 @@ def ask_all() -> dict[int, dict[str, Any]] | None:
     """Every rank's full answer (waiting a few seconds at most); None without a watchdog."""
     comm = _WATCHDOG.comm
     return None if comm is None else gather.full(comm, _others(comm), _link(comm))
-
-
-def intake() -> digest.Intake | None:
-    """What this rank received for the last hang report it gathered (messages, bytes, by kind); None before one."""
-    return _WATCHDOG.intake
 
 
 def _calls() -> list[Call]:
@@ -175,9 +168,8 @@ def start(contract: RankContract, timeout: float, init_timeout: float | None = N
         return False
     if not reserve(contract, *limits):
         return False
-    comm = _WATCHDOG.comm
-    _WATCHDOG.host = digest.place(os.environ, comm.rank, comm.size)
-    gather.register(comm, _WATCHDOG.host, reporter(comm), _link(comm))
+    comm = _WATCHDOG.comm  # its host's leader says which ranks it leads (torch's variables, which the bootstrap set)
+    gather.register(comm, digest.place(os.environ, comm.rank, comm.size), reporter(comm), _link(comm))
     stopping = threading.Event()
     thread = threading.Thread(target=_watch, args=(_WATCHDOG.comm, stopping), name="hpcdist-watchdog", daemon=True)
     _WATCHDOG.thread, _WATCHDOG.stopping = thread, stopping
@@ -209,7 +201,7 @@ def stop(wait: float | None = None) -> None:
     """Stop this rank's watchdog thread, waiting `wait` seconds at most (None: until it ends); local, and the
     duplicate communicator is left to MPI_Finalize."""
     thread, stopping = _WATCHDOG.thread, _WATCHDOG.stopping
-    _WATCHDOG.thread = _WATCHDOG.stopping = _WATCHDOG.comm = _WATCHDOG.finishing = None
+    _WATCHDOG.thread = _WATCHDOG.stopping = _WATCHDOG.comm = _WATCHDOG.finishing = _WATCHDOG.link = None
     if thread is not None and stopping is not None:
         stopping.set()
         _WATCHDOG.nudge.set()
@@ -350,7 +342,7 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
     """The reporter: gather every rank's ledger (waiting briefly) and print the hang report; under shrink, the ranks
     that never arrived end themselves and the job goes on (False); otherwise, or when that cannot be, the job ends."""
     _WATCHDOG.reports += 1
-    answers, whole, _WATCHDOG.intake = gather.gather(comm, _WATCHDOG.reports, _link(comm))
+    answers, whole, intake = gather.gather(comm, _WATCHDOG.reports, _link(comm))
     ledgers = {rank: answer["ledger"] for rank, answer in answers.items()}
     phases = {rank: answer["phase"] for rank, answer in answers.items()}
     lost = _WATCHDOG.lost
@@ -388,7 +380,7 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
             flush=True,
         )
     if debug(os.environ):
-        print(f"hpcdist: rank {comm.rank} received {_WATCHDOG.intake} for this report", file=sys.stderr, flush=True)
+        print(f"hpcdist: rank {comm.rank} received {intake} for this report", file=sys.stderr, flush=True)
     if ending:
         _WATCHDOG.asks.extend(hung.tell(comm, ending, ledgers, why))
         one = len(ending) == 1
