@@ -15,8 +15,6 @@ a rank that no leader covers, or two do, is asked for its digest directly.
 
 from __future__ import annotations
 
-import hashlib
-import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +51,8 @@ Summary = dict[int, State]  # a host's ranks by the key of their state: what its
 def key(calls: Sequence[Call], phase: str) -> int:
     """The state of a rank's calls and phase, times left out, as 64 bits: equal for ranks whose report lines and
     verdicts are alike."""
+    import hashlib  # a hang's report alone keys a rank's calls
+
     fields = [(c.op, c.peer, tuple(c.shape), str(c.dtype), c.group, c.gseq, c.seq, c.done, c.backward) for c in calls]
     return int.from_bytes(hashlib.blake2b(repr((phase, fields)).encode(), digest_size=8).digest(), "big")
 
@@ -214,6 +214,7 @@ def fan_in(ranks: int, per_host: int, states: int = 1, direct: bool = False, rep
     ask in full chosen; the median of `repeats`), and the tally: as one summary per host of `per_host` ranks, or
     with `direct` one digest per rank; `states` distinct states, rank r in state r % states."""
     import pickle
+    import statistics
 
     digests = {rank: Digest(rank % states, "initialised", 5.0 + (rank % 7) / 10) for rank in range(ranks)}
     if direct:
