@@ -97,7 +97,8 @@ DEBUG = Setting(
     "HPCDIST_DEBUG",
     "1 or 0",
     "0",
-    "keeps MPI's own failure banners on the console and prints the traceback of an error inside hpcdist",
+    "keeps MPI's own failure banners on the console, prints the traceback of an error inside hpcdist, and has a "
+    "hang report say how many messages and bytes its rank received",
 )
 TIMEOUT = Setting(
     "HPCDIST_TIMEOUT",

@@ -3,6 +3,8 @@
 - `ledger`: the ledger and the divergence analysis (pure);
 - `recording`: this rank's ledger (`LEDGER`) and the wrappers that record torch.distributed's calls in it;
 - `watchdog`: gathers every ledger over MPI at a timeout, reports the hang, ends the job;
+- `gather`: the report's gathering over MPI: each rank's digest through its host's leader, then a few full answers;
+- `digest`: a rank's digest, a host's summary of them, the reporter's tally and the fan-in emulator (pure);
 - `sources`: calls recorded below dist.* (a backend's own records, torch's Flight Recorder), merged into the ledger;
 - `frdump`: every rank's calls as Flight Recorder dumps for torch's `torchfrtrace`, and where they go;
 - `stacks`: a rank's Python stacks through faulthandler, and every rank's grouped into one report (pure but the dump);

@@ -7,16 +7,17 @@ polled with the ledger for a call older than the timeout.
 Every rank runs a watchdog thread on its own duplicate of COMM_WORLD. When a rank's oldest
 unfinished call is older than the job's timeout (or its init_process_group older than the start-up
 timeout), it alarms rank 0, whose watchdog asks every rank for its phase and ledger (the threads
-answer even while their main threads are blocked in a call), prints what each rank was doing and
-the first divergence, and aborts the job; under --on-failure shrink, the ranks that never arrived end
-themselves instead and the others carry on (`hung`). Under the shim, a rank whose program has ended keeps
-answering until every rank's program has (`finish`), so the report can name it.
+answer even while their main threads are blocked in a call; `gather`: a digest of each by host first, then a few
+full answers per state), prints what each rank was doing and the first divergence, and aborts the job; under
+--on-failure shrink, the ranks that never arrived end themselves instead and the others carry on (`hung`). Under
+the shim, a rank whose program has ended keeps answering until every rank's program has (`finish`), so the report
+can name it.
 """
 
 from __future__ import annotations
 
 import array
-import contextlib
+import os
 import socket
 import sys
 import threading
@@ -26,12 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..abort import abort_job, agreeing, before_finalize
+from ..commcall import Call
 from ..contract import RankContract
-from ..errors import RendezvousTimeout, WaitTimeout
+from ..errors import RendezvousTimeout
 from ..ranklist import ranks_text
-from ..settings import STARTUP_TIMEOUT, TIMEOUT
+from ..settings import STARTUP_TIMEOUT, TIMEOUT, debug
 from ..waits import Backoff, poll_until
-from . import frdump, hung, sources, stacks
+from . import digest, frdump, gather, hung, sources, stacks
 from .answers import MAX_ANSWER, bounded
 from .cause import tell_hang
 from .ledger import FINISHED, INITIALISING, describe_hang
@@ -39,10 +41,9 @@ from .recording import LEDGER
 
 __all__ = ["ask_all", "contribute", "each_cycle", "finish", "rebase", "reporter", "reserve", "start", "stop"]
 
-_ALARM, _ASK, _ANSWER = 7301, 7302, 7303
+_ALARM = 7301
 _POLL = 0.1
 _FIRST = 1e-3  # once the program has ended: the first pause before the others' agreement is tested, doubling to _POLL
-_ANSWER_WINDOW = 3.0
 _FINALIZE_WAIT = 2.0  # seconds MPI_Finalize waits for the thread to stop (it is woken at once)
 
 
@@ -68,6 +69,8 @@ class _Watchdog:
     parts: dict[str, Callable[[], Any]] = field(default_factory=dict)  # what an answer adds to phase and ledger
     cycles: list[Callable[[Any], None]] = field(default_factory=list)  # what else the thread does each cycle
     asks: list[Any] = field(default_factory=list)  # asks sent to ranks that have not answered: kept until the end
+    link: gather.Link | None = None  # what the report's gathering reaches of this watchdog (for its communicator)
+    reports: int = 0  # hang reports this rank has gathered: each one's messages carry its number
 
 
 _WATCHDOG = _Watchdog()
@@ -85,18 +88,23 @@ def each_cycle(work: Callable[[Any], None]) -> None:
 
 
 def ask_all() -> dict[int, dict[str, Any]] | None:
-    """Every rank's answer, as the hang report gathers them (waiting a few seconds at most); None without a watchdog."""
+    """Every rank's full answer (waiting a few seconds at most); None without a watchdog."""
     comm = _WATCHDOG.comm
-    return None if comm is None else _gather(comm)
+    return None if comm is None else gather.full(comm, _others(comm), _link(comm))
 
 
-def _answer() -> dict[str, Any]:
-    """What this rank tells the rank that asks: its phase, its ledger, and every contributed part."""
+def _calls() -> list[Call]:
+    """This rank's calls as an answer sends them (ages relative to now), those from before a rebase ended."""
     calls, void = sources.snapshot(LEDGER), time.monotonic() - _WATCHDOG.since
     for call in calls:
         if call.age > void:  # it started before a rebase: the recovery voided it
             call.done = True
-    answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": calls}
+    return calls
+
+
+def _answer() -> dict[str, Any]:
+    """What this rank tells the rank that asks: its phase, its ledger, and every contributed part."""
+    answer: dict[str, Any] = {"phase": LEDGER.state(), "ledger": _calls()}
     for name, part in _WATCHDOG.parts.items():
         answer[name] = part()
     return bounded(answer)
@@ -160,6 +168,8 @@ def start(contract: RankContract, timeout: float, init_timeout: float | None = N
         return False
     if not reserve(contract, *limits):
         return False
+    comm = _WATCHDOG.comm  # its host's leader says which ranks it leads (torch's variables, which the bootstrap set)
+    gather.register(comm, digest.place(os.environ, comm.rank, comm.size), reporter(comm), _link(comm))
     stopping = threading.Event()
     thread = threading.Thread(target=_watch, args=(_WATCHDOG.comm, stopping), name="hpcdist-watchdog", daemon=True)
     _WATCHDOG.thread, _WATCHDOG.stopping = thread, stopping
@@ -191,7 +201,7 @@ def stop(wait: float | None = None) -> None:
     """Stop this rank's watchdog thread, waiting `wait` seconds at most (None: until it ends); local, and the
     duplicate communicator is left to MPI_Finalize."""
     thread, stopping = _WATCHDOG.thread, _WATCHDOG.stopping
-    _WATCHDOG.thread = _WATCHDOG.stopping = _WATCHDOG.comm = _WATCHDOG.finishing = None
+    _WATCHDOG.thread = _WATCHDOG.stopping = _WATCHDOG.comm = _WATCHDOG.finishing = _WATCHDOG.link = None
     if thread is not None and stopping is not None:
         stopping.set()
         _WATCHDOG.nudge.set()
@@ -216,6 +226,7 @@ def rebase(comm: Any) -> None:
             if not entry.done:
                 entry.finish()  # the call that failed: the recovery voided it
         _WATCHDOG.comm, _WATCHDOG.lost, _WATCHDOG.quiet_until = comm.Dup(), set(), 0.0
+        _WATCHDOG.link = None  # no leader has registered on the survivors' communicator: digests come directly
         _WATCHDOG.since = time.monotonic()
 
 
@@ -265,6 +276,9 @@ def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
     the other ranks' watchdogs, and they on their own agreement."""
     with agreeing():
         kind = _listen(comm, seen, shrinking)
+    if "lead" in seen:  # the reporter asked this rank to gather its host's digests
+        asker, number, members = seen.pop("lead")
+        gather.lead(comm, asker, number, members, _link(comm))
     if kind and _report(comm, kind, shrinking):
         return True
     if _WATCHDOG.finishing is not None:
@@ -283,10 +297,13 @@ def _listen(comm: Any, seen: dict[str, Any], shrinking: bool) -> str:
     from mpi4py import MPI
 
     status = _status()
-    message = comm.improbe(source=MPI.ANY_SOURCE, tag=_ASK, status=status)
+    message = comm.improbe(source=MPI.ANY_SOURCE, tag=gather.ASK, status=status)
     if message is not None:
         message.recv()
-        comm.send(_answer(), dest=status.Get_source(), tag=_ANSWER)
+        comm.send(_answer(), dest=status.Get_source(), tag=gather.ANSWER)
+    asked = gather.serve(comm, _link(comm))
+    if asked is not None:
+        seen["lead"] = asked
     if shrinking and (word := comm.improbe(source=MPI.ANY_SOURCE, tag=hung.END_TAG)) is not None:
         hung.heard(_WATCHDOG.contract, comm.rank, word.recv(), sources.snapshot(LEDGER))
     for work in _WATCHDOG.cycles:
@@ -324,7 +341,8 @@ def _late(timeout: float, init_timeout: float) -> str:
 def _report(comm: Any, kind: str, shrinking: bool) -> bool:
     """The reporter: gather every rank's ledger (waiting briefly) and print the hang report; under shrink, the ranks
     that never arrived end themselves and the job goes on (False); otherwise, or when that cannot be, the job ends."""
-    answers = _gather(comm)
+    _WATCHDOG.reports += 1
+    answers, whole, intake = gather.gather(comm, _WATCHDOG.reports, _link(comm))
     ledgers = {rank: answer["ledger"] for rank, answer in answers.items()}
     phases = {rank: answer["phase"] for rank, answer in answers.items()}
     lost = _WATCHDOG.lost
@@ -353,6 +371,16 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
         most = max(answers[rank]["trimmed"] for rank in trimmed)
         said = f"{ranks_text(trimmed)}: answers of up to {most:,} bytes trimmed to {MAX_ANSWER:,} (oldest calls first)"
         print(f"hpcdist: {said}", file=sys.stderr, flush=True)
+    if len(whole) < len(answers):
+        print(
+            f"hpcdist: {ranks_text(whole)} answered in full; the other {len(answers) - len(whole):,} ranks sent a "
+            "summary of their state and are shown with the calls of a rank in the same state (only the ranks that "
+            "answered in full give stacks)",
+            file=sys.stderr,
+            flush=True,
+        )
+    if debug(os.environ):
+        print(f"hpcdist: rank {comm.rank} received {intake} for this report", file=sys.stderr, flush=True)
     if ending:
         _WATCHDOG.asks.extend(hung.tell(comm, ending, ledgers, why))
         one = len(ending) == 1
@@ -363,7 +391,7 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
             file=sys.stderr,
             flush=True,
         )
-        _WATCHDOG.quiet_until = time.monotonic() + _ANSWER_WINDOW  # alarms sent before the verdict took effect wait
+        _WATCHDOG.quiet_until = time.monotonic() + gather.WINDOW  # alarms sent before the verdict took effect wait
         if comm.rank in ending:
             word = (hung.progress(ledgers[comm.rank]), why)
             hung.heard(_WATCHDOG.contract, comm.rank, word, sources.snapshot(LEDGER))
@@ -383,38 +411,22 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
     return True
 
 
-def _gather(comm: Any) -> dict[int, dict[str, Any]]:
-    """Ask every other rank for its answer and wait briefly: rank -> answer, this rank's own included.
+def _link(comm: Any) -> gather.Link:
+    """What the report's gathering reaches of this watchdog, made once for its communicator (a rebase starts anew)."""
+    if _WATCHDOG.link is None:
+        _WATCHDOG.link = gather.Link(
+            digest=lambda: digest.digest(_calls(), LEDGER.state()),
+            answer=_answer,
+            lost=lambda: _WATCHDOG.lost,
+            failed=lambda: _acknowledge(comm),
+            kept=_WATCHDOG.asks,
+        )
+    return _WATCHDOG.link
 
-    A rank that does not answer within the window is left out (the caller names it); so is one that failed (under
-    shrink). The asks are kept alive until the job ends, as a rank that never answers never receives its ask.
-    """
-    for rank in range(comm.size):
-        if rank != comm.rank and rank not in _WATCHDOG.lost:
-            try:
-                _WATCHDOG.asks.append(comm.isend(None, dest=rank, tag=_ASK))
-            except Exception as exc:  # the rank failed (ULFM): it is not waited for
-                if not hung.is_failure(exc):
-                    raise
-                _acknowledge(comm)
-    answers = {comm.rank: _answer()}
 
-    def answered() -> bool:
-        status = _status()
-        try:
-            message = comm.improbe(tag=_ANSWER, status=status)
-        except Exception as exc:  # a rank failed meanwhile (ULFM): it is not waited for
-            if not hung.is_failure(exc):
-                raise
-            _acknowledge(comm)
-            message = None
-        if message is not None:
-            answers[status.Get_source()] = message.recv()
-        return len(answers.keys() | _WATCHDOG.lost) == comm.size
-
-    with contextlib.suppress(WaitTimeout):  # a rank that does not answer is named in the report
-        poll_until(answered, time.monotonic() + _ANSWER_WINDOW, str, backoff=Backoff(0.01, 0.01))
-    return answers
+def _others(comm: Any) -> list[int]:
+    """Every rank of `comm` but this one and those that failed."""
+    return [rank for rank in range(comm.size) if rank != comm.rank and rank not in _WATCHDOG.lost]
 
 
 def _status() -> Any:
