@@ -125,7 +125,7 @@ class Tally:
     ages: dict[int, float] = field(default_factory=dict)  # rank -> the age its report line shows
     keys: dict[int, int] = field(default_factory=dict)  # rank -> the key of its state
 
-    def add(self, summary: Summary) -> None:
+    def add(self, summary: Mapping[int, tuple[Any, ...]]) -> None:
         """One host's summary (or one rank's digest, `merge`d); ranks already heard from keep what they said.
 
         Each rank is given its host's youngest age, the host's last rank in the state its oldest, so that a state's
