@@ -132,7 +132,8 @@ class Heartbeats:
         """Under --on-failure shrink, instead of `check`: the ranks silent longer than the limit (rank -> host), each
         said once and watched no more, for the survivors carry on without them.
 
-        With the first past the limit go those that missed two beats: a host's ranks go silent together.
+        With the first past the limit go those that missed two beats: a host's ranks go silent together. A rank
+        whose beats say it is frozen is left to its helper process, which ends it after as long and says so.
         """
         now = time.monotonic()
         with self._lock:
@@ -143,7 +144,11 @@ class Heartbeats:
             self._checked = now
             if all(now - last <= self.limit for last in self._last.values()):
                 return {}
-            silent = {rank: self._hosts[rank] for rank, last in self._last.items() if now - last > self.limit / 3}
+            silent = {
+                rank: self._hosts[rank]
+                for rank, last in self._last.items()
+                if now - last > self.limit / 3 and rank not in self._frozen
+            }
             for rank in silent:
                 self._ended.add(rank)
                 del self._last[rank]

@@ -76,7 +76,7 @@ def test_under_shrink_a_stopped_rank_is_ended_and_the_others_finish(hpcdist: str
     result = launch([*argv, "python", str(PROGRAMS / "shrink_kill.py"), "mpi", "frozen", str(tmp_path)], timeout=150)
     assert result.returncode == 0, result.stderr
     assert (
-        f"hpcdist: rank 2 on {HOST} lost (frozen: stopped (state T) for {LIMIT} s); 3 ranks carry on" in result.stderr
+        f"hpcdist: rank 2 on {HOST} failed (frozen: stopped (state T) for {LIMIT} s); 3 ranks carry on" in result.stderr
     )
     records = {int(path.stem[4:]): json.loads(path.read_text()) for path in tmp_path.glob("rank*.json")}
     assert sorted(records) == [0, 1, 3], result.stderr
