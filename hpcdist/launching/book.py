@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..events import Done, Event, Failed, Finished, Hang, Ready, Usage, Vanished
+from ..events import Beat, Done, Event, Failed, Finished, Hang, Ready, Usage, Vanished
 from ..families.base import RankAborted, RankKilled
 from ..status import describe_status
 
@@ -67,7 +67,8 @@ class RankBook:
             self.first_failure = (now, rank)
         host = getattr(event, "host", "")
         if host:
-            self.hosts.setdefault(rank, host)
+            for member in event.members() if isinstance(event, Beat) else (rank,):  # a host's beat: its ranks
+                self.hosts.setdefault(member, host)
 
     def reported(self, seen: RankKilled | RankAborted) -> str:
         """Note what the launcher said of a rank: killed by a signal, or called MPI_Abort; how it ended, as noted."""

@@ -196,7 +196,7 @@ class MpirunWatch:
         """The launch's outcome for the launcher's `returncode`, and the lost-host error to print (None if none)."""
         book, beats = self.book, self.heartbeats
         with self._lock:
-            hosts = {**beats.silent, **book.hosts}
+            hosts = {**beats.silent, **self.hosts}
             status, problem = self.lost.verdict(returncode, hosts)
         if problem and self.shrink is not None and not self.lost.agent_status and self.family.lost_host_note:
             problem += f"; {self.family.lost_host_note}"
