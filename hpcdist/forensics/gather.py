@@ -24,7 +24,19 @@ from ..waits import Backoff, poll_until
 from . import hung
 from .digest import Digest, Intake, Tally, hosts, merge, sent
 
-__all__ = ["ANSWER", "ASK", "LEAD_WINDOW", "WINDOW", "Link", "full", "gather", "lead", "register", "serve"]
+__all__ = [
+    "ANSWER",
+    "ASK",
+    "LEAD_WINDOW",
+    "WINDOW",
+    "Link",
+    "full",
+    "gather",
+    "lead",
+    "register",
+    "serve",
+    "take_registrations",
+]
 
 ASK, ANSWER = 7302, 7303  # the reporter's ask for a full answer, and the answer
 _REGISTER, _DIGEST_ASK, _DIGEST, _HOST_ASK, _HOST = 7306, 7307, 7308, 7309, 7310
@@ -44,6 +56,7 @@ class Link:
     failed: Callable[[], None]  # acknowledge a failure MPI just reported (under shrink)
     kept: list[Any]  # requests that may never complete (their peer died or froze): kept until the job ends
     registered: dict[int, Sequence[int]] = field(default_factory=dict)  # leader -> the ranks it said it leads
+    registrations: list[int] = field(default_factory=list)  # their sizes in bytes, until a report counts them
 
 
 def register(comm: Any, ranks: Sequence[int], reporter: int, link: Link) -> None:
@@ -56,11 +69,23 @@ def register(comm: Any, ranks: Sequence[int], reporter: int, link: Link) -> None
         link.kept.append(comm.isend(list(ranks), dest=reporter, tag=_REGISTER))
 
 
-def serve(comm: Any, link: Link) -> tuple[int, int, list[int]] | None:
-    """On every rank's watchdog cycle: send its digest to whoever asks; the reporter's ask to lead its host, if one
-    came: (the reporter, the report's number, the ranks to ask), for `lead`."""
+def take_registrations(comm: Any, link: Link) -> None:
+    """The reporter: receive the leaders' registrations that came, each cycle, so that none is left unreceived when
+    MPI finalizes (MPICH over UCX warns of each such message as the job ends)."""
     from mpi4py import MPI
 
+    status = MPI.Status()
+    while (message := _probe(comm, _REGISTER, status, link)) is not None:
+        link.registered[status.Get_source()] = message.recv()
+        link.registrations.append(status.Get_count())
+
+
+def serve(comm: Any, link: Link) -> tuple[int, int, list[int]] | None:
+    """On every rank's watchdog cycle: take the registrations that came, send its digest to whoever asks; the
+    reporter's ask to lead its host, if one came: (the reporter, the report's number, the ranks to ask), for `lead`."""
+    from mpi4py import MPI
+
+    take_registrations(comm, link)
     status = MPI.Status()
     message = comm.improbe(source=MPI.ANY_SOURCE, tag=_DIGEST_ASK, status=status)
     if message is not None:
@@ -93,12 +118,11 @@ def lead(comm: Any, asker: int, number: int, members: Sequence[int], link: Link)
 def gather(comm: Any, number: int, link: Link) -> tuple[dict[int, dict[str, Any]], list[int], Intake]:
     """The reporter's two rounds: every rank's answer it could make (full or filled), the ranks that answered in
     full, and what it received."""
-    from mpi4py import MPI
-
-    intake, status = Intake(), MPI.Status()
-    while (message := _probe(comm, _REGISTER, status, link)) is not None:
-        link.registered[status.Get_source()] = message.recv()
-        intake.count("host registration", status.Get_count())
+    intake = Intake()
+    take_registrations(comm, link)
+    for size in link.registrations:
+        intake.count("host registration", size)
+    link.registrations.clear()
     groups, direct = hosts(link.registered, comm.size, comm.rank, link.lost())
     tally = Tally()
     tally.add(merge({comm.rank: link.digest()}))
