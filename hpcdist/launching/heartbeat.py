@@ -95,12 +95,6 @@ class Heartbeats:
                 self._frozen.pop(rank, None)
                 self._last[rank] = max(when, self._last.get(rank, when))
 
-    @property
-    def hosts(self) -> dict[int, str]:
-        """Each rank's host, as its beats said."""
-        with self._lock:
-            return dict(self._hosts)
-
     def ended(self, rank: int) -> None:
         """`rank` said how it ended (done, failed, vanished): its silence from now on is no loss."""
         with self._lock:

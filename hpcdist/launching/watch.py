@@ -72,8 +72,8 @@ class MpirunWatch:
 
     @property
     def hosts(self) -> dict[int, str]:
-        """Each rank's host, where heard: from its events, else from its host's beats."""
-        return {**self.heartbeats.hosts, **self.book.hosts}
+        """Each rank's host, where heard (its events, its host's beats)."""
+        return self.book.hosts
 
     @property
     def usage(self) -> str | None:
@@ -196,7 +196,7 @@ class MpirunWatch:
         """The launch's outcome for the launcher's `returncode`, and the lost-host error to print (None if none)."""
         book, beats = self.book, self.heartbeats
         with self._lock:
-            hosts = {**beats.silent, **self.hosts}
+            hosts = {**beats.silent, **book.hosts}
             status, problem = self.lost.verdict(returncode, hosts)
         if problem and self.shrink is not None and not self.lost.agent_status and self.family.lost_host_note:
             problem += f"; {self.family.lost_host_note}"
