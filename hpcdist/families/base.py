@@ -157,7 +157,6 @@ class Family:
     refuses_root: ClassVar[bool] = False  # its launcher will not run as root unless told (a script checks its user)
     sigterm: ClassVar[int] = signal.SIGTERM  # sent to its launcher, every rank gets SIGTERM and the job goes on
     ends_job: ClassVar[int] = signal.SIGINT  # sent to its launcher, it ends the job now, as Ctrl-C does
-    status_of_all: ClassVar[bool] = False  # its launcher's status sums up every rank's, not the first failure's
     lost_host_note: ClassVar[str] = ""  # said after a lost host under --on-failure shrink
     job_hosts: ClassVar[str] = ""  # the scheduler whose job's hosts its launcher starts the ranks on, reading them
     # itself ('LSF' for jsrun): hpcdist then hands it no hosts and refuses --hostfile, -H, --include and --exclude

@@ -67,7 +67,6 @@ class FluxRun(Family):
     launcher_names: ClassVar[tuple[str, ...]] = ("flux",)
     program: ClassVar[str | None] = "flux"
     job_hosts = "Flux"
-    status_of_all = True  # the largest of its tasks' statuses (flux-run(1), EXIT STATUS)
     ends_job: ClassVar[int] = signal.SIGHUP  # passed on to every task, whose default is to end; one SIGINT only warns
 
     def command(self, spec: MpirunSpec) -> list[str]:

@@ -43,7 +43,6 @@ class Pals(Family):
     title = "Cray PALS"
     order = 15
     program: ClassVar[str | None] = "mpiexec"  # PALS's, first on PATH on the machines that have it
-    status_of_all = True  # its status is the highest of its ranks' (128 + the signal for a killed one)
     ranks = Source(
         "pals",
         "PALS_RANKID",

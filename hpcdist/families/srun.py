@@ -78,7 +78,6 @@ class Srun(Family):
     launcher_names: ClassVar[tuple[str, ...]] = ("srun",)
     program: ClassVar[str | None] = "srun"
     ends_job: ClassVar[int] = signal.SIGTERM  # one SIGINT only prints the step's state
-    status_of_all = True  # its status is the worst of its tasks' (the others', killed by its SIGTERM: 143)
 
     def command(self, spec: MpirunSpec) -> list[str]:
         """`srun` for `spec`: every value it passes set by `env` before it, as srun's --export cannot hold a comma."""

@@ -203,8 +203,10 @@ class MpirunWatch:
         failed = self.named(returncode)
         if self.shrink is not None:  # a rank that told the job's one error (said once) ended with it, as no loss
             failed = {rank: how for rank, how in failed.items() if rank not in book.told_usage}
-        first = status_of(next(iter(failed.values()), "")) if self.family.status_of_all and returncode else None
-        status = first or status  # the first failure's status, as an MPI's launcher returns it
+        # the first failure's status, as it is named: what Open MPI's and MPICH's launchers return, where srun, PALS
+        # and flux run sum up every rank's, and the same whatever a launcher's teardown made of its own
+        first = status_of(next(iter(failed.values()), "")) if returncode else None
+        status = first or status
         if book.usage is not None:
             status = book.usage_status
         if self.stalled is not None:

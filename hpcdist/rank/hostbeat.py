@@ -1,14 +1,15 @@
-"""A host's beat: each rank's tagger notes its beat in a directory of its host's, and the lowest rank of the host
-still beating speaks for them all, so that hpcdist mpirun reads one beat line per host, not one per rank.
+"""A host's beat: each rank's tagger notes its beat in a directory of its host's, and the lowest rank of the host still
+beating speaks for them all, so that hpcdist mpirun reads one beat line per host, not one per rank.
 
 A note is a file named for the rank, rewritten at each beat with how the rank is frozen ('' when it is not). A
 tagger that finds no note of a lower rank younger than FRESH beats speaks: a leader that dies, or whose tagger
 freezes, leaves a stale note, and within FRESH beats the next rank up speaks for the host, inside the heartbeat
 limit of six beats. The beat gives each note's age, so hpcdist mpirun counts a rank's silence from its own last
 note, as when each rank beat for itself: a rank whose tagger is starved, frozen or gone is named silent after the
-limit, and no sooner. The directory is in /dev/shm (else the temporary directory),
-named for the launch's token and the host, so hosts that share a file system keep apart. Where it cannot be
-written, each rank speaks for itself.
+limit, and no sooner. A rank's first beat is its own, whoever leads: hpcdist mpirun learns each rank's host as it
+starts, not a beat later (a host lost meanwhile is named with all its ranks). The directory is in /dev/shm (else the
+temporary directory), named for the launch's token and the host, so hosts that share a file system keep apart. Where
+it cannot be written, each rank speaks for itself.
 """
 
 from __future__ import annotations
@@ -40,15 +41,20 @@ class HostBeat:
         self.rank = rank
         self.stale = FRESH * interval  # seconds after which a note is stale
         self.shared = True  # False once the directory failed: the rank speaks for itself
+        self.told = False  # whether this rank's beat has been sent once (its first is its own)
 
     def note(self, frozen: str) -> dict[int, tuple[float, str]] | None:
         """Note this rank's beat (`frozen`: how its rank is frozen, '' when it is not); the ranks this beat speaks
         for, each with its note's age in seconds and how it is frozen, or None when a lower rank of the host speaks."""
+        told, self.told = self.told, True
         if self.shared:
             try:
-                return self._lead(frozen)
+                heard = self._lead(frozen)
             except OSError:
                 self.shared = False
+            else:
+                if heard is not None or told:
+                    return heard
         return {self.rank: (0.0, frozen)}
 
     def _lead(self, frozen: str) -> dict[int, tuple[float, str]] | None:

@@ -37,6 +37,15 @@ def test_the_lowest_rank_speaks_for_its_host_with_how_each_rank_is_frozen(tmp_pa
     assert notes[5].note("") is None
 
 
+def test_a_rank_s_first_beat_is_its_own_though_a_lower_rank_leads(tmp_path: Path) -> None:
+    """Its host is heard as it starts: a host lost before the leader's next beat is named with all its ranks."""
+    where = str(tmp_path / "n2")
+    leader, late = HostBeat(where, 2, 1.0), HostBeat(where, 3, 1.0)
+    assert _said(leader.note("")) == {2: ""}
+    assert _said(late.note("")) == {3: ""}  # rank 2's note is fresh, yet rank 3 tells itself once
+    assert late.note("") is None and _said(leader.note("")) == {2: "", 3: ""}
+
+
 def test_a_leader_whose_beat_went_stale_is_replaced_by_the_next_rank(tmp_path: Path) -> None:
     where = str(tmp_path / "n1")
     leader, next_up = HostBeat(where, 0, 1.0), HostBeat(where, 1, 1.0)

@@ -132,8 +132,8 @@ def test_flux_runs_exit_timeout_line_and_a_programs_own_lines_are_shown() -> Non
 def test_each_is_the_family_of_its_launcher_and_reports_as_it_does() -> None:
     assert families.from_files("/opt/ibm/jsm/bin/jsrun", []) is JSRUN
     assert families.from_files("/usr/bin/flux", []) is FLUX
-    assert (JSRUN.job_hosts, JSRUN.status_of_all, JSRUN.ends_job) == ("LSF", False, signal.SIGINT)
-    assert (FLUX.job_hosts, FLUX.status_of_all, FLUX.ends_job) == ("Flux", True, signal.SIGHUP)
+    assert (JSRUN.job_hosts, JSRUN.ends_job) == ("LSF", signal.SIGINT)
+    assert (FLUX.job_hosts, FLUX.ends_job) == ("Flux", signal.SIGHUP)
 
 
 # -- hpcdist mpirun inside the job: the launcher reads its hosts ----------------------------------------------------
