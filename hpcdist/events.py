@@ -1,7 +1,7 @@
-"""The events a rank tells its launcher in band (a leaf): one typed class per kind (`Ready`, `Failed`, `Finished`,
-`Hang`, `Done`, `Vanished`, `Beat`, `Usage`), written as one control line on the rank's stderr by `encode` and read
-back by `parse_event`, the one parser. The line carries the launch's random token (`contract.new_token`), so no
-program output passes for one.
+"""The events a rank tells its launcher in band (a leaf): one typed class per kind (`Started`, `Ready`, `Failed`,
+`Finished`, `Hang`, `Done`, `Vanished`, `Beat`, `Usage`), written as one control line on the rank's stderr by
+`encode` and read back by `parse_event`, the one parser. The line carries the launch's random token
+(`contract.new_token`), so no program output passes for one.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ __all__ = [
     "Finished",
     "Hang",
     "Ready",
+    "Started",
     "Usage",
     "Vanished",
     "encode",
@@ -44,6 +45,14 @@ class Event:
 
     kind: ClassVar[str] = ""
     rank: int
+
+
+@dataclass(frozen=True)
+class Started(Event):
+    """Every rank of the job is past MPI_Init: rank 0 says so once, when the rendezvous's first collective over
+    COMM_WORLD, to which every rank contributes, has completed."""
+
+    kind: ClassVar[str] = "started"
 
 
 @dataclass(frozen=True)
@@ -154,7 +163,7 @@ class Usage(Event):
 
 
 EVENTS: Mapping[str, type[Event]] = {
-    cls.kind: cls for cls in (Ready, Failed, Finished, Hang, Done, Vanished, Beat, Usage)
+    cls.kind: cls for cls in (Started, Ready, Failed, Finished, Hang, Done, Vanished, Beat, Usage)
 }
 
 

@@ -30,7 +30,7 @@ from . import families, settings
 from .abort import abort_job, before_abort, declare, end_failed_rank, exit_status, speak_under, survived
 from .contract import RankContract, check_version
 from .errors import RendezvousTimeout, TooFewRanks, UsageError
-from .events import Done, Failed
+from .events import Done, Failed, Started
 from .forensics.cause import failed_call, peer_lost, said_finished
 from .program import PythonTarget, is_python, parse_python_argv
 from .rank.child import relay_sigterm, run_child
@@ -239,7 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 before_abort(leave_time_to_peers)
         bind(process.contract, env.local_rank, env.local_world_size)
         seconds = job_timeout(os.environ)
-        env = prepare(process, seconds, env)[0]  # the rendezvous itself is not kept: the store over MPI may replace it
+        env, rdzv = prepare(process, seconds, env)  # the rendezvous is not kept: the store over MPI may replace it
+        if env.rank == 0 and env.is_mpi and not rdzv.given:  # its collectives are done: every rank is past MPI_Init
+            process.contract.tell(Started(0))  # hpcdist mpirun's heartbeat stops judging silence by start-up's limit
         # the program's own init_process_group gets hpcdist.init's protection
         adopted = adopt(process, env, seconds) if target is not None else None
     except (UsageError, RendezvousTimeout) as exc:

@@ -185,6 +185,7 @@ def execute(
             router,
             timeout=timeout,
             heartbeat=launch.heartbeat,
+            startup=launch.startup,
             shrink=current.fault_tolerance,
             np=current.np,
             family=current.family,

@@ -7,7 +7,9 @@ rank's tagger, a process of its own, beats that often, however busy the rank is 
 that holds the GIL), and the lowest rank of each host still beating sends its host's beats as one `beat` event
 (rank.hostbeat). The watch ends the job when a rank that was beating, and has not said how it ended, is silent
 longer than the limit: `--heartbeat-timeout`, else the HEARTBEAT_TIMEOUT setting, else DEFAULT_HEARTBEAT_TIMEOUT
-(longer past 5,000 hosts); 0 turns it off.
+(longer past 5,000 hosts); 0 turns it off. Until rank 0 says that every rank is past MPI_Init (`Started`), silence
+is judged by the ranks' own start-up wait instead, when longer: a host's launcher daemon, busy wiring up many ranks,
+forwards no line for tens of seconds (measured: 30 s and more at 256 ranks on four hosts sharing 2 cores).
 
 The beats come from the tagger, not the rank, so each one also says whether the rank's process is frozen (stopped,
 in a frozen cgroup, or in uninterruptible sleep using no CPU: rank.frozen): a beat of a frozen rank counts as none,
@@ -37,6 +39,10 @@ DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # Open MPI's PRRTE notices a cut link in ~5 s;
 _CHECK_HOSTS = (
     f" (check that the host is up and reachable; --heartbeat-timeout or ${settings.HEARTBEAT_TIMEOUT.name} sets the "
     "limit)"
+)
+_STARTING = (
+    f" (check that the host is up and reachable; until every rank is past MPI_Init the limit is the ranks' start-up "
+    f"wait, which ${settings.STARTUP_TIMEOUT.name} sets)"
 )
 _MOST_HOSTS = 4  # hosts named one by one in what fell silent; the rest are counted
 MAX_BEATS = 1000  # beat lines a second the launcher reads at most, at the default limit: 60 s at 10,000 hosts
@@ -68,8 +74,11 @@ def beat_interval(limit: float, hosts: int = 1) -> float:
 class Heartbeats:
     """The last beat heard from each rank still running; `check` raises HeartbeatLost when one fell silent."""
 
-    def __init__(self, limit: float | None) -> None:
+    def __init__(self, limit: float | None, startup: float | None = None) -> None:
         self.limit = limit
+        # the silence allowed until the job is up (`up`): the ranks' start-up wait, `startup`, where longer
+        self.startup = max(limit, startup) if limit is not None and startup is not None else limit
+        self.starting = startup is not None  # until `up`
         self.lost_hosts: list[str] = []  # hosts whose every running rank fell silent
         self.silent: dict[int, str] = {}  # rank -> its host, for each rank that fell silent
         self.problem: str | None = None  # what was found, as the error to print at the end
@@ -95,6 +104,18 @@ class Heartbeats:
                 self._frozen.pop(rank, None)
                 self._last[rank] = max(when, self._last.get(rank, when))
 
+    def up(self) -> None:
+        """Every rank is past MPI_Init: from now on silence is judged by the limit, each rank's counted afresh."""
+        with self._lock:
+            if self.starting:
+                self.starting = False
+                self._last = dict.fromkeys(self._last, time.monotonic())
+
+    @property
+    def window(self) -> float | None:
+        """The silence allowed now, in seconds: the start-up wait until the job is up, then the limit."""
+        return self.startup if self.starting else self.limit
+
     def ended(self, rank: int) -> None:
         """`rank` said how it ended (done, failed, vanished): its silence from now on is no loss."""
         with self._lock:
@@ -109,18 +130,20 @@ class Heartbeats:
         """
         now = time.monotonic()
         with self._lock:
-            if self.limit is None or self.problem is not None:
+            limit = self.window
+            if limit is None or self.problem is not None:
                 return
-            if now - self._checked > self.limit / 2:
+            if now - self._checked > limit / 2:
                 self._last = dict.fromkeys(self._last, now)
             self._checked = now
-            if all(now - last <= self.limit for last in self._last.values()):
+            if all(now - last <= limit for last in self._last.values()):
                 return
             # with the first past the limit, every rank that missed two beats: a host's ranks go silent together
-            silent = {rank: self._hosts[rank] for rank, last in self._last.items() if now - last > self.limit / 3}
+            silent = {rank: self._hosts[rank] for rank, last in self._last.items() if now - last > limit / 3}
             self.silent = silent
             self.problem = self._describe(silent)
-        raise HeartbeatLost(self.problem + (_CHECK_HOSTS if self.lost_hosts else ""))
+        check = _STARTING if self.starting else _CHECK_HOSTS
+        raise HeartbeatLost(self.problem + (check if self.lost_hosts else ""))
 
     def fell_silent(self) -> dict[int, str]:
         """Under --on-failure shrink, instead of `check`: the ranks silent longer than the limit (rank -> host), each
@@ -131,17 +154,18 @@ class Heartbeats:
         """
         now = time.monotonic()
         with self._lock:
-            if self.limit is None:
+            limit = self.window
+            if limit is None:
                 return {}
-            if now - self._checked > self.limit / 2:  # the watcher itself paused: no silence of the ranks
+            if now - self._checked > limit / 2:  # the watcher itself paused: no silence of the ranks
                 self._last = dict.fromkeys(self._last, now)
             self._checked = now
-            if all(now - last <= self.limit for last in self._last.values()):
+            if all(now - last <= limit for last in self._last.values()):
                 return {}
             silent = {
                 rank: self._hosts[rank]
                 for rank, last in self._last.items()
-                if now - last > self.limit / 3 and rank not in self._frozen
+                if now - last > limit / 3 and rank not in self._frozen
             }
             for rank in silent:
                 self._ended.add(rank)
@@ -150,7 +174,7 @@ class Heartbeats:
 
     def silence(self, rank: int) -> str:
         """How `rank` fell silent, in a few words: 'no heartbeat for 30 s', 'frozen: stopped (state T) for 30 s'."""
-        limit = f"{self.limit or 0:g} s"
+        limit = f"{self.window or 0:g} s" + (" while the job started" if self.starting else "")
         frozen = self._frozen.get(rank)
         return f"frozen: {frozen} for {limit}" if frozen else f"no heartbeat for {limit}"
 
@@ -170,7 +194,7 @@ class Heartbeats:
         lost = [host for host in sorted(ranks_on) if host not in beating]
         partial = [host for host in sorted(ranks_on) if host in beating]
         self.lost_hosts.extend(lost)
-        limit = f"{self.limit:g} s"
+        limit = f"{self.window or 0:g} s" + (" while the job started" if self.starting else "")
         parts = frozen + [
             f"host {host} lost: no heartbeat from {ranks_text(ranks_on[host])} for {limit}"
             for host in lost[:_MOST_HOSTS]

@@ -52,6 +52,7 @@ class LaunchPlan:
     output: OutputOptions
     policy: RestartPolicy
     heartbeat: float | None  # seconds a running rank may go unheard (None: no heartbeat)
+    startup: float | None  # seconds a rank may go unheard until every rank is past MPI_Init: the ranks' start-up wait
     routed: bool  # hpcdist runs it and reads the ranks' lines: tagged, numbered, with events
     exports: tuple[tuple[str, str], ...] = ()  # SCRIPT: the contract's variables, which the script exports
     note: str = ""  # one line said before the ranks start (more ranks than CPUs here); "" for none
@@ -171,6 +172,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         output=output,
         policy=RestartPolicy(options.max_restarts),
         heartbeat=limit,
+        startup=max(settings.timeout(world.environ), settings.startup_timeout(world.environ)) if limit else None,
         routed=routed,
         exports=tuple(contract.environ().items()) if script else (),
         root_check=script and world.euid is None and families.lookup(family).refuses_root,

@@ -194,6 +194,7 @@ def run_mpirun(
     world: World,
     scheduler_signals: bool = False,
     spares: int = 0,
+    startup: float | None = None,
 ) -> LaunchOutcome:
     """Run the mpirun command line built by hpcdist in `world` (its environment; the output goes to its streams);
     its status is non-zero when a rank failed or a host was lost.
@@ -206,14 +207,15 @@ def run_mpirun(
     (ranks that tag their lines), the console shows what it selects, and each failed rank's last lines
     follow at the end. `family`: the MPI family whose launcher runs (None: every family's words are read), which
     says how its output reads; `vanished_named` overrides whether a rank whose tagger saw it vanish is named.
-    `heartbeat` (seconds): a rank that beat and fell silent that long ends the job (launching/heartbeat.py).
+    `heartbeat` (seconds): a rank that beat and fell silent that long ends the job (launching/heartbeat.py); until
+    rank 0 says every rank is past MPI_Init, `startup` seconds, where longer.
     `shrink` (--on-failure shrink, `np` ranks): a failed or lost rank is named in one line as it is heard, the job
     goes on, and its status is the survivors' (launching/shrink.py); the last `spares` of them wait to take lost ranks'
     places. `scheduler_signals`: the ranks run in the
     scheduler's job steps, and the scheduler signals them itself (Slurm, on cancel, preemption or the time limit):
     SIGTERM or SIGHUP to hpcdist mpirun is passed on to none of them, so that each is signalled once.
     """
-    watch = MpirunWatch(token, vanished_named, heartbeat, shrink, np, family, spares)
+    watch = MpirunWatch(token, vanished_named, heartbeat, shrink, np, family, spares, startup)
     console = Console(watch, router)
     codes = ExitCodeWatch(watch.family)  # Hydra's -print-all-exitcodes block, read beside the watch
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from .. import families
 from ..errors import JobEnding, LauncherStalled
-from ..events import Beat, Done, Event, Failed, Vanished, might_start_event, parse_event
+from ..events import Beat, Done, Event, Failed, Ready, Started, Vanished, might_start_event, parse_event
 from ..families.base import AgentFailed, HostLost, Observation
 from ..status import status_of
 from . import blame
@@ -36,8 +36,9 @@ class MpirunWatch:
     `feed` returns what of each chunk to show: event lines are taken out whole, and the end of a line that may still
     become one is held back until it is whole (all else passes at once, progress bars too). `family` names the MPI
     whose launcher runs (None: every family's words are read); `vanished_named` overrides what it says of a rank
-    seen to vanish (see `blame.named`). `heartbeat`: the limit in seconds (None: not watched). `shrink` (`np` ranks):
-    a lost rank is named as it is heard and the job goes on.
+    seen to vanish (see `blame.named`). `heartbeat`: the limit in seconds (None: not watched), and `startup` the
+    silence allowed until every rank is past MPI_Init (launching/heartbeat.py). `shrink` (`np` ranks): a lost rank
+    is named as it is heard and the job goes on.
     """
 
     def __init__(
@@ -49,13 +50,14 @@ class MpirunWatch:
         np: int | None = None,
         family: str | None = None,
         spares: int = 0,
+        startup: float | None = None,
     ) -> None:
         self.token = token
         self.family = families.listening(family)
         self.vanished_named = self.family.names_vanished if vanished_named is None else vanished_named
         self.book = RankBook()
         self.lost = LostHosts()
-        self.heartbeats = Heartbeats(heartbeat)
+        self.heartbeats = Heartbeats(heartbeat, startup)
         self.shrink = ShrinkWatch(np, spares) if shrink else None
         self.stalled: str | None = None  # set when the launcher left the job running after a rank failed
         self._scanner = self.family.scanner()
@@ -118,6 +120,8 @@ class MpirunWatch:
                 self.heartbeats.beat(rank, event.host, frozen, age)
         elif isinstance(event, (Done, Failed, Vanished)):  # no longer expected to beat
             self.heartbeats.ended(event.rank)
+        elif isinstance(event, Started) or (isinstance(event, Ready) and len(self.book.ready) == self.book.world_size):
+            self.heartbeats.up()  # every rank is past MPI_Init (or, with the user's own rendezvous, in its group)
         if self.shrink is not None and isinstance(event, (Failed, Vanished)) and event.rank not in self.book.told_usage:
             how = self.book.failed.get(event.rank)  # a rank that told a usage error ends with it, said once at the end
             self._lose({event.rank: f"failed ({how})" if how else f"lost ({VANISHED})"})

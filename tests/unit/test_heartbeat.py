@@ -11,7 +11,7 @@ import pytest
 
 from hpcdist.cli import main
 from hpcdist.errors import HeartbeatLost, LauncherStalled, UsageError, WaitTimeout
-from hpcdist.events import Beat, Event, Failed, Vanished, encode, parse_event
+from hpcdist.events import Beat, Event, Failed, Ready, Started, Vanished, encode, parse_event
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats, beat_interval, heartbeat_limit
 from hpcdist.launching.options import MpirunOptions
@@ -153,6 +153,54 @@ def test_the_watch_takes_beats_out_and_its_outcome_names_the_lost_host(monkeypat
     assert outcome.failures() == "rank 2 on n2 failed with no heartbeat for 6 s; rank 3 on n2 failed with no " \
         "heartbeat for 6 s"  # fmt: skip
     assert MpirunWatch(TOKEN).outcome(0)[0].status == 0  # no limit given: nothing watched
+
+
+def test_until_every_rank_is_past_mpi_init_silence_is_judged_by_the_start_up_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host's launcher daemon busy wiring up its ranks forwards nothing for tens of seconds: no loss at start-up."""
+    clock = Clock(monkeypatch)
+    watch = MpirunWatch(TOKEN, heartbeat=6, startup=60)
+    watch.feed("stderr", _beat(0, "n1") + _beat(1, "n2"))
+    for _ in range(59):  # n2 silent for 59 s while the job starts: within the start-up wait
+        clock.now += 1
+        watch.feed("stderr", _beat(0, "n1"))
+        watch.check()
+    clock.now += 2
+    watch.feed("stderr", _beat(0, "n1"))
+    lost = r"^host n2 lost: no heartbeat from rank 1 for 60 s while the job started \(check .* \$HPCDIST_STARTUP_"
+    with pytest.raises(HeartbeatLost, match=lost):
+        watch.check()
+
+
+def test_once_rank_0_says_every_rank_is_past_mpi_init_the_limit_counts_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    watch = MpirunWatch(TOKEN, heartbeat=6, startup=60)
+    watch.feed("stderr", _beat(0, "n1") + _beat(1, "n2"))
+    clock.now += 40  # n2's beats held up 40 s, then every rank is past MPI_Init
+    watch.feed("stderr", _beat(0, "n1") + _ctl(Started(0)))
+    watch.check()  # n2's silence is counted from now, by the limit
+    for _ in range(6):
+        clock.now += 1
+        watch.feed("stderr", _beat(0, "n1"))
+        watch.check()
+    clock.now += 1
+    with pytest.raises(HeartbeatLost, match=r"^host n2 lost: no heartbeat from rank 1 for 6 s \(check that the host"):
+        watch.check()
+
+
+def test_with_the_user_s_own_rendezvous_the_start_up_ends_when_every_rank_s_group_is_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rank 0 says `Started` after hpcdist's rendezvous over MPI; with MASTER_ADDR and MASTER_PORT given, there is
+    none, and every rank's `Ready` ends the start-up instead."""
+    Clock(monkeypatch)
+    watch = MpirunWatch(TOKEN, heartbeat=6, startup=60)
+    watch.feed("stderr", _ctl(Ready(0, "n1", world=2)))
+    assert watch.heartbeats.window == 60
+    watch.feed("stderr", _ctl(Ready(1, "n2", world=2)))
+    assert watch.heartbeats.window == 6
+    assert Heartbeats(6).window == 6 and Heartbeats(None, 60).window is None  # no start-up given; no heartbeat
 
 
 def test_a_launcher_that_leaves_the_job_running_after_a_rank_failed_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
