@@ -70,7 +70,9 @@ def install() -> None:
 
 
 def on_failure(rank: int) -> None:
-    """This rank's program failed on its own: print the other ranks' stacks (at most the watchdog's answer window).
+    """This rank's program failed on its own: print the other ranks' stacks, gathered as a hang report's are (each
+    host's summary first, then full answers from a few ranks of each state: what this rank receives grows with the
+    hosts and states, not the ranks), within the watchdog's answer windows.
 
     Nothing when no other rank still runs its program, or without a watchdog communicator (forensics off, or not
     under an MPI launch); only once.
@@ -78,10 +80,12 @@ def on_failure(rank: int) -> None:
     if _COLLECTOR.pipe is None or _COLLECTOR.failed:
         return
     _COLLECTOR.failed = True
-    answers = watchdog.ask_all()
-    if answers is None:
+    surveyed = watchdog.survey()
+    if surveyed is None:
         return
+    answers, whole = surveyed
     answers.pop(rank, None)  # its traceback says where it is
+    whole = [peer for peer in whole if peer != rank]
     found, finished = stacks.in_answers(answers)
     found = {peer: stack for peer, stack in found.items() if any(frames for _, frames in stack)}  # else in hpcdist's
     if not found:  # no other rank is still running its program (one failing too is in hpcdist's own frames)
@@ -92,7 +96,9 @@ def on_failure(rank: int) -> None:
     headline = (
         f"hpcdist: rank {rank} failed; the other ranks' Python stacks (most recent call first; identical merged):"
     )
-    print(stacks.report(found, missing, headline, finished), file=sys.stderr, flush=True)
+    said = watchdog.summarised(answers, whole)
+    report = stacks.report(found, missing, headline, finished)
+    print(report + (f"\n{said}" if said else ""), file=sys.stderr, flush=True)
 
 
 def _world_size() -> int:

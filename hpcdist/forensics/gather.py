@@ -116,8 +116,8 @@ def lead(comm: Any, asker: int, number: int, members: Sequence[int], link: Link)
 
 
 def gather(comm: Any, number: int, link: Link) -> tuple[dict[int, dict[str, Any]], list[int], Intake]:
-    """The reporter's two rounds: every rank's answer it could make (full or filled), the ranks that answered in
-    full, and what it received."""
+    """The reporter's (or a failed rank's, which no leader registered with) two rounds: every rank's answer it could
+    make (full or filled), the ranks that answered in full, and what it received."""
     intake = Intake()
     take_registrations(comm, link)
     for size in link.registrations:

@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,19 @@ from .cause import tell_hang
 from .ledger import FINISHED, INITIALISING, describe_hang
 from .recording import LEDGER
 
-__all__ = ["ask_all", "contribute", "each_cycle", "finish", "rebase", "reporter", "reserve", "start", "stop"]
+__all__ = [
+    "ask_all",
+    "contribute",
+    "each_cycle",
+    "finish",
+    "rebase",
+    "reporter",
+    "reserve",
+    "start",
+    "stop",
+    "summarised",
+    "survey",
+]
 
 _ALARM = 7301
 _POLL = 0.1
@@ -91,6 +103,28 @@ def ask_all() -> dict[int, dict[str, Any]] | None:
     """Every rank's full answer (waiting a few seconds at most); None without a watchdog."""
     comm = _WATCHDOG.comm
     return None if comm is None else gather.full(comm, _others(comm), _link(comm))
+
+
+def survey() -> tuple[dict[int, dict[str, Any]], list[int]] | None:
+    """Every rank's answer as a hang report gathers them, digest first (`gather.gather`): rank -> its answer, full or
+    filled with a rank's in the same state, and the ranks that answered in full; None without a watchdog."""
+    comm = _WATCHDOG.comm
+    if comm is None:
+        return None
+    _WATCHDOG.reports += 1
+    answers, whole, _ = gather.gather(comm, _WATCHDOG.reports, _link(comm))
+    return answers, whole
+
+
+def summarised(answers: Mapping[int, Any], whole: Sequence[int]) -> str:
+    """The line that says which ranks answered in full, when others sent only a summary ('' when all answered)."""
+    if len(whole) >= len(answers):
+        return ""
+    return (
+        f"hpcdist: {ranks_text(whole)} answered in full; the other {len(answers) - len(whole):,} ranks sent a "
+        "summary of their state and are shown with the calls of a rank in the same state (only the ranks that "
+        "answered in full give stacks)"
+    )
 
 
 def _calls() -> list[Call]:
@@ -371,14 +405,9 @@ def _report(comm: Any, kind: str, shrinking: bool) -> bool:
         most = max(answers[rank]["trimmed"] for rank in trimmed)
         said = f"{ranks_text(trimmed)}: answers of up to {most:,} bytes trimmed to {MAX_ANSWER:,} (oldest calls first)"
         print(f"hpcdist: {said}", file=sys.stderr, flush=True)
-    if len(whole) < len(answers):
-        print(
-            f"hpcdist: {ranks_text(whole)} answered in full; the other {len(answers) - len(whole):,} ranks sent a "
-            "summary of their state and are shown with the calls of a rank in the same state (only the ranks that "
-            "answered in full give stacks)",
-            file=sys.stderr,
-            flush=True,
-        )
+    said = summarised(answers, whole)
+    if said:
+        print(said, file=sys.stderr, flush=True)
     if debug(os.environ):
         print(f"hpcdist: rank {comm.rank} received {intake} for this report", file=sys.stderr, flush=True)
     if ending:

@@ -154,3 +154,20 @@ def test_sigquit_to_hpcdist_mpirun_and_sigusr2_to_a_rank_print_every_ranks_stack
     assert sorted(line for line in "".join(out).splitlines() if line.endswith("done")) == [
         f"rank {rank} done" for rank in range(4)
     ]
+
+
+def test_at_eight_ranks_a_failure_s_stacks_come_from_a_few_ranks_of_each_state(hpcdist: str) -> None:
+    """The failed rank gathers as a hang report does: every rank's summary first, then full answers (stacks) from the
+    first two and the last of the ranks in each state, so what it receives grows with the states, not the ranks."""
+    result = launch(
+        [hpcdist, "mpirun", "-np", "8", "--", sys.executable, PROGRAM],
+        timeout=180,
+        API="init",
+        MODE="fail",
+        HPCDIST_TIMEOUT="600",
+    )
+    assert result.returncode == 1, result.stderr
+    headline = "hpcdist: rank 1 failed; the other ranks' Python stacks (most recent call first; identical merged):"
+    assert grouped(result.stderr, headline) == ["ranks 0,2,7: all_reduce"], result.stderr
+    said = "hpcdist: ranks 0,2,7 answered in full; the other 4 ranks sent a summary of their state"
+    assert result.stderr.count(said) == 1, result.stderr
