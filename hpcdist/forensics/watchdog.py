@@ -112,7 +112,9 @@ def survey() -> tuple[dict[int, dict[str, Any]], list[int]] | None:
     if comm is None:
         return None
     _WATCHDOG.reports += 1
-    answers, whole, _ = gather.gather(comm, _WATCHDOG.reports, _link(comm))
+    answers, whole, intake = gather.gather(comm, _WATCHDOG.reports, _link(comm))
+    if debug(os.environ):
+        print(f"hpcdist: rank {comm.rank} received {intake} for the other ranks' stacks", file=sys.stderr, flush=True)
     return answers, whole
 
 

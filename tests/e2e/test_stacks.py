@@ -7,6 +7,7 @@ tests/e2e/programs/stacks.py: rank 1 stands apart (in `elsewhere`) while ranks 0
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,9 +166,16 @@ def test_at_eight_ranks_a_failure_s_stacks_come_from_a_few_ranks_of_each_state(h
         API="init",
         MODE="fail",
         HPCDIST_TIMEOUT="600",
+        HPCDIST_DEBUG="1",
     )
     assert result.returncode == 1, result.stderr
     headline = "hpcdist: rank 1 failed; the other ranks' Python stacks (most recent call first; identical merged):"
     assert grouped(result.stderr, headline) == ["ranks 0,2,7: all_reduce"], result.stderr
     said = "hpcdist: ranks 0,2,7 answered in full; the other 4 ranks sent a summary of their state"
     assert result.stderr.count(said) == 1, result.stderr
+    # no host's leader registered with rank 1: each other rank sent it a summary directly, then three answered in full
+    intake = re.search(
+        r"hpcdist: rank 1 received (\d+) messages \([\d,]+ bytes\): (.*) for the other ranks' stacks", result.stderr
+    )
+    assert intake is not None, result.stderr
+    assert intake[1] == "10" and intake[2].startswith("3 full answers") and "7 rank summaries" in intake[2], intake[0]
