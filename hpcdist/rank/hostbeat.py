@@ -58,7 +58,11 @@ class HostBeat:
         return {self.rank: (0.0, frozen)}
 
     def _lead(self, frozen: str) -> dict[int, tuple[float, str]] | None:
-        """Write this rank's note, then read the host's notes: theirs when no lower rank's is fresh."""
+        """Write this rank's note, then read the host's notes: theirs when no lower rank's is fresh.
+
+        The first fresh note of a lower rank ends the look; a note of one byte says its rank is not frozen, so only
+        a frozen rank's note is opened and read.
+        """
         os.makedirs(self.where, mode=0o700, exist_ok=True)
         fd = os.open(os.path.join(self.where, str(self.rank)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -66,16 +70,23 @@ class HostBeat:
         finally:
             os.close(fd)
         now = time.time()
-        ages: dict[int, tuple[float, str]] = {}
+        ages: dict[int, tuple[float, str]] = {}  # rank -> its note's age, and its path when it says more than '+'
         with os.scandir(self.where) as notes:
             for entry in notes:
+                if not entry.name.isdigit():
+                    continue
+                rank = int(entry.name)
                 with contextlib.suppress(OSError):  # a note that went meanwhile is no rank's
-                    if entry.name.isdigit():
-                        ages[int(entry.name)] = (max(0.0, now - entry.stat().st_mtime), entry.path)
-        if any(rank < self.rank and age <= self.stale for rank, (age, _) in ages.items()):
-            return None
+                    status = entry.stat()
+                    age = max(0.0, now - status.st_mtime)
+                    if rank < self.rank and age <= self.stale:
+                        return None
+                    ages[rank] = (age, entry.path if status.st_size > 1 else "")
         heard: dict[int, tuple[float, str]] = {}
         for rank, (age, path) in ages.items():
+            if not path:
+                heard[rank] = (age, "")
+                continue
             with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as text:
                 heard[rank] = (age, text.read()[1:])
         heard[self.rank] = (0.0, frozen)
