@@ -33,7 +33,7 @@ NATIVE_ONLY := -m 'not python_backend'
 PYTHON_ONLY := -m 'not native_backend'
 PYTEST_TORCH_SUITE := -m pytest --with-mpi -p no:cacheprovider -q --color=no --disable-warnings tests/torchsuite
 
-.PHONY: env lock test-latest test-extended demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-containers test-images test-cluster test-gridengine test-gpu bench-startup bench-startup-hosts bench-recovery clean
+.PHONY: env lock test-latest test-extended demo examples test docs lint test-unit test-docs test-mpi test-torch-suite test-sanitizers test-e2e test-hosts test-hosts-256 test-containers test-images test-cluster test-gridengine test-gpu bench-startup bench-startup-hosts bench-recovery clean
 
 env: $(VENV)/.native $(MPICH_VENV)/.native
 
@@ -247,6 +247,11 @@ test-hosts: env
 	$(tier-begin)
 	$(PY) -m pytest -q -p no:cacheprovider tests/hosts
 	$(tier-end)
+
+# The hosts tier's scale test at 256 ranks, 64 on each namespace host (root; not part of `make test`: about 4
+# minutes here, most of it the ranks' start-up on 2 cores).
+test-hosts-256: env
+	SCALE_RANKS=256 $(PY) -m pytest -q -p no:cacheprovider -s tests/hosts/test_scale_hosts.py
 
 # Ranks inside podman containers started by the host's mpirun (root only): two images of Debian 12 from debootstrap,
 # built once per machine by tests/containers/build_image.sh and then found in podman's store by their inputs' hash
