@@ -171,12 +171,20 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
         output=output,
         policy=RestartPolicy(options.max_restarts),
         heartbeat=limit,
-        startup=max(settings.timeout(world.environ), settings.startup_timeout(world.environ)) if limit else None,
+        startup=_startup_limit(limit, family, world),
         routed=routed,
         exports=tuple(contract.environ().items()) if script else (),
         root_check=script and world.euid is None and families.lookup(family).refuses_root,
         note=note,
     )
+
+
+def _startup_limit(limit: float | None, family: str | None, world: World) -> float | None:
+    """The silence allowed until every rank is past MPI_Init, when its rank 0 will say so (its ranks meet over MPI:
+    not srun's, jsrun's nor flux run's): the ranks' own start-up wait; None otherwise (the limit from the start)."""
+    if limit is None or family is None or families.lookup(family).ranks is None:
+        return None
+    return max(settings.timeout(world.environ), settings.startup_timeout(world.environ))
 
 
 def _job_hosts(options: MpirunOptions, family: Family) -> bool:

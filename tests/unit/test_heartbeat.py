@@ -15,7 +15,9 @@ from hpcdist.events import Beat, Event, Failed, Ready, Started, Vanished, encode
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats, beat_interval, heartbeat_limit
 from hpcdist.launching.options import MpirunOptions
+from hpcdist.launching.plan import plan
 from hpcdist.launching.watch import LAUNCHER_GRACE, MpirunWatch
+from hpcdist.launching.world import World
 
 TOKEN = "0123456789abcdef"
 
@@ -201,6 +203,31 @@ def test_with_the_user_s_own_rendezvous_the_start_up_ends_when_every_rank_s_grou
     watch.feed("stderr", _ctl(Ready(1, "n2", world=2)))
     assert watch.heartbeats.window == 6
     assert Heartbeats(6).window == 6 and Heartbeats(None, 60).window is None  # no start-up given; no heartbeat
+
+
+@pytest.mark.parametrize(
+    ("mpi", "environ", "startup"),
+    [
+        ("openmpi", {}, 300.0),  # the ranks' start-up wait: HPCDIST_TIMEOUT's default, longer than the start-up's
+        ("mpich", {"HPCDIST_STARTUP_TIMEOUT": "900"}, 900.0),
+        ("srun", {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NNODES": "2"}, None),
+        ("flux", {"FLUX_URI": "local:///run/flux/local"}, None),
+    ],
+)
+def test_the_start_up_s_limit_is_given_where_rank_0_will_say_every_rank_is_past_mpi_init(
+    mpi: str, environ: dict[str, str], startup: float | None
+) -> None:
+    """Ranks that meet over MPI (rank 0 then says `Started`) get the start-up wait; srun's and flux run's, which meet
+    without MPI, are held to the limit from the start."""
+    options = MpirunOptions(
+        program=("python", "train.py"),
+        np=16,
+        oversubscribe=True,
+        mpi=mpi,
+        mpirun=None if mpi in ("srun", "flux") else mpi,
+    )
+    launch = plan(options, World(environ=environ))
+    assert (launch.heartbeat, launch.startup) == (30.0, startup)
 
 
 def test_a_launcher_that_leaves_the_job_running_after_a_rank_failed_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
