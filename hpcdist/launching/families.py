@@ -1,4 +1,4 @@
-"""The launcher a launch runs (--mpirun, $HPCDIST_MPIRUN, else the mpirun beside this Python or on PATH), checked,
+"""The launcher a launch runs (--mpirun, the MPIRUN setting, else the mpirun beside this Python or on PATH), checked,
 and which MPI family it belongs to, told by the files of its installation.
 
 The families and what tells them apart are `hpcdist.families`' (pure); this module reads the file system for them:
