@@ -109,6 +109,9 @@ class OutputRouter:
         self.failed: Collection[int] = ()  # the ranks heard to fail so far: another's fatal-error report follows
         self._block: dict[str, list[bytes]] = {}  # per stream, the help block being read (its lines so far)
         self._blank: dict[str, bytes] = {}  # per stream, a blank line of mpirun's held until the next line
+        # (rank, stream, line) of a fatal-error report that came before any failure was heard: shown at the end
+        # unless another rank's failure was heard by then (the report is its consequence: the rank's log keeps it)
+        self._held: list[tuple[int, str, bytes]] = []
 
     def feed(self, stream: str, chunk: bytes) -> bytes:
         """The part of `chunk` (from mpirun's `stream`) to show now; a partial last line waits for more."""
@@ -122,7 +125,12 @@ class OutputRouter:
             rest = self._partial.pop(stream, b"")
             last = self._route(rest, stream) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
             unfinished = [self._blank.pop(stream, b""), *self._block.pop(stream, [])]  # shown as they came
-            return last + (b"" if self.launcher_quiet else b"".join(unfinished))
+            held = [line for rank, where, line in self._held if where == stream and self._own_story(rank)]
+            return b"".join(held) + last + (b"" if self.launcher_quiet else b"".join(unfinished))
+
+    def _own_story(self, rank: int) -> bool:
+        """Whether `rank`'s fatal-error report is told: no failure heard, or its own (not another's consequence)."""
+        return not self.failed or rank in self.failed
 
     def _route(self, line: bytes, stream: str) -> bytes:
         """One line (or a progress bar's redraw, ending in \\r): keep a rank's line for its tail; what to show.
@@ -145,10 +153,13 @@ class OutputRouter:
             return b""
         kept.hid = False
         kept.in_fatal = self.family.in_fatal_report(text, kept.in_fatal)
-        if kept.in_fatal and self.failed and rank not in self.failed:  # a consequence of a failure already heard
+        if kept.in_fatal and not self._own_story(rank):  # a consequence of a failure already heard
             return b""  # (the rank's log keeps it)
         shown = b"[%s:%d] " % (host.encode(), rank) + rest if self.options.tag else rest
         visible = self.shown is None or rank in self.shown
+        if kept.in_fatal and rank not in self.failed:  # the failure it follows may be heard later, on another path
+            self._held.extend([(rank, stream, shown)] if visible else [])
+            return b""
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
             kept.keep(number, shown, self.options.tail)
             kept.unseen = kept.unseen or not visible
