@@ -123,25 +123,13 @@ class Heartbeats:
             self._last.pop(rank, None)
 
     def check(self) -> None:
-        """Raise HeartbeatLost (once) when a rank that was beating has been silent longer than the limit.
-
-        A pause of the watcher itself (hpcdist mpirun stopped, or starved) longer than half the limit starts
-        every rank's count afresh: the beats it could not read meanwhile are no silence of the ranks.
-        """
+        """Raise HeartbeatLost (once) when a rank that was beating has been silent longer than the limit."""
         now = time.monotonic()
         with self._lock:
-            limit = self.window
-            if limit is None or self.problem is not None:
+            if self.problem is not None or (limit := self._overdue(now)) is None:
                 return
-            if now - self._checked > limit / 2:
-                self._last = dict.fromkeys(self._last, now)
-            self._checked = now
-            if all(now - last <= limit for last in self._last.values()):
-                return
-            # with the first past the limit, every rank that missed two beats: a host's ranks go silent together
-            silent = {rank: self._hosts[rank] for rank, last in self._last.items() if now - last > limit / 3}
-            self.silent = silent
-            self.problem = self._describe(silent)
+            self.silent = self._missed_two(now, limit, {})
+            self.problem = self._describe(self.silent)
         check = _STARTING if self.starting else _CHECK_HOSTS
         raise HeartbeatLost(self.problem + (check if self.lost_hosts else ""))
 
@@ -154,29 +142,46 @@ class Heartbeats:
         """
         now = time.monotonic()
         with self._lock:
-            limit = self.window
+            limit = self._overdue(now)
             if limit is None:
                 return {}
-            if now - self._checked > limit / 2:  # the watcher itself paused: no silence of the ranks
-                self._last = dict.fromkeys(self._last, now)
-            self._checked = now
-            if all(now - last <= limit for last in self._last.values()):
-                return {}
-            silent = {
-                rank: self._hosts[rank]
-                for rank, last in self._last.items()
-                if now - last > limit / 3 and rank not in self._frozen
-            }
+            silent = self._missed_two(now, limit, self._frozen)
             for rank in silent:
                 self._ended.add(rank)
                 del self._last[rank]
             return silent
 
+    def _overdue(self, now: float) -> float | None:
+        """The limit, when a rank has been silent past it (else None); called with the lock held.
+
+        A pause of the watcher itself (hpcdist mpirun stopped, or starved) longer than half the limit first starts
+        every rank's count afresh: the beats it could not read meanwhile are no silence of the ranks.
+        """
+        limit = self.window
+        if limit is None:
+            return None
+        if now - self._checked > limit / 2:
+            self._last = dict.fromkeys(self._last, now)
+        self._checked = now
+        return limit if any(now - last > limit for last in self._last.values()) else None
+
+    def _missed_two(self, now: float, limit: float, exempt: Mapping[int, str]) -> dict[int, str]:
+        """With the first past the limit, every rank not in `exempt` that missed two beats (rank -> host): a host's
+        ranks go silent together."""
+        return {
+            rank: self._hosts[rank]
+            for rank, last in self._last.items()
+            if now - last > limit / 3 and rank not in exempt
+        }
+
+    def _limit_text(self) -> str:
+        """'30 s', or '300 s while the job started'."""
+        return f"{self.window or 0:g} s" + (" while the job started" if self.starting else "")
+
     def silence(self, rank: int) -> str:
         """How `rank` fell silent, in a few words: 'no heartbeat for 30 s', 'frozen: stopped (state T) for 30 s'."""
-        limit = f"{self.window or 0:g} s" + (" while the job started" if self.starting else "")
         frozen = self._frozen.get(rank)
-        return f"frozen: {frozen} for {limit}" if frozen else f"no heartbeat for {limit}"
+        return f"frozen: {frozen} for {self._limit_text()}" if frozen else f"no heartbeat for {self._limit_text()}"
 
     def _describe(self, silent: dict[int, str]) -> str:
         """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2-3 for 30 s'.
@@ -194,7 +199,7 @@ class Heartbeats:
         lost = [host for host in sorted(ranks_on) if host not in beating]
         partial = [host for host in sorted(ranks_on) if host in beating]
         self.lost_hosts.extend(lost)
-        limit = f"{self.window or 0:g} s" + (" while the job started" if self.starting else "")
+        limit = self._limit_text()
         parts = frozen + [
             f"host {host} lost: no heartbeat from {ranks_text(ranks_on[host])} for {limit}"
             for host in lost[:_MOST_HOSTS]
