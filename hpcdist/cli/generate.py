@@ -78,7 +78,7 @@ def add_parsers(sub: Any) -> None:
     a.add_argument("--ntasks-per-node", type=count, help="ranks per node (default: --gpus-per-node, else 1)")
     a.add_argument(
         "--gpus-per-node",
-        type=Later("..jobs.sbatch", "gpu_count"),
+        type=Later("..jobs.sbatchspec", "gpu_count"),
         metavar="[TYPE:]N",
         help="GPUs per node, e.g. 8 or a100:8",
     )
@@ -94,8 +94,10 @@ def add_parsers(sub: Any) -> None:
         ("--error", "-e", "the job's stderr file"),
     ):
         a.add_argument(*([short] if short else []), flag, help=help_text)
-    a.add_argument("--mem", type=Later("..jobs.sbatch", "check_mem"), help="memory per node, e.g. 64G (0 = all)")
-    a.add_argument("-t", "--time", type=Later("..jobs.sbatch", "parse_time"), help="time limit, e.g. 4:00:00 or 1-12")
+    a.add_argument("--mem", type=Later("..jobs.sbatchspec", "check_mem"), help="memory per node, e.g. 64G (0 = all)")
+    a.add_argument(
+        "-t", "--time", type=Later("..jobs.sbatchspec", "parse_time"), help="time limit, e.g. 4:00:00 or 1-12"
+    )
     a.add_argument(
         "-a",
         "--array",
@@ -146,7 +148,7 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--requeue", action="store_true", help="requeue the job when Slurm signals preemption")
     r.add_argument(
         "--requeue-signal",
-        type=Later("..jobs.sbatch", "parse_signal"),
+        type=Later("..jobs.sbatchspec", "parse_signal"),
         metavar="SIG@SECONDS",
         help="with --requeue: signal and lead time (USR1@90)",
     )
@@ -258,7 +260,8 @@ def _sbatch(args: argparse.Namespace) -> int:
     """`hpcdist sbatch`: print the script, write it (--write) and/or submit it (--submit)."""
     from ..jobs.local import local_tools
     from ..jobs.render import make_environment
-    from ..jobs.sbatch import SbatchSpec, render_sbatch
+    from ..jobs.sbatch import render_sbatch
+    from ..jobs.sbatchspec import SbatchSpec
     from ..launching.output import OutputOptions
     from ..launching.world import World
 

@@ -97,7 +97,7 @@ class Seconds(Checked):
 
 
 class Later(Checked):
-    """A value the wing that uses it checks (`time` -> hpcdist.jobs.sbatch.parse_time), imported only when given."""
+    """A value the wing that uses it checks (`time` -> hpcdist.jobs.sbatchspec.parse_time), imported only when given."""
 
     def __init__(self, module: str, name: str, by_field: bool = True) -> None:
         self.module, self.name, self.by_field = module, name, by_field  # by_field: it names options by a callable

@@ -1,6 +1,7 @@
 """Job generation: hostfiles, batch scripts (five schedulers), torchrun lines, mpirun scripts; submitted jobs followed.
 
 - `render`: the one Jinja environment and the quoting filters;
+- `sbatchspec`: a Slurm job (SbatchSpec) and the checks of its values (pure);
 - `sbatch`, `torchrun`: specs -> script text or argv (pure);
 - `batch`: what every scheduler's script shares (the job, its hpcdist mpirun line, the body job.sh.j2), and
   `gridengine`, `pbs`, `lsf`, `flux`: each scheduler's job script in its submit command's words (pure);

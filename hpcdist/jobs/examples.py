@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..hosts import HostSlots
 from .render import BUNDLED_DIR, make_environment, render_hostfile
-from .sbatch import SbatchSpec, render_sbatch
+from .sbatch import render_sbatch
+from .sbatchspec import SbatchSpec
 
 if TYPE_CHECKING:
     import jinja2

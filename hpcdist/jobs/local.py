@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import UsageError
 from ..launching.families import resolve_family
 from ..launching.world import World
-from .sbatch import Option, cli_option
+from .sbatchspec import Option, cli_option
 
 __all__ = ["local_tools"]
 

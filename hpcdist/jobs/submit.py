@@ -30,7 +30,8 @@ from . import scripts
 from .arrays import array_indices
 from .handle import Job, outcome_template
 from .local import local_tools
-from .sbatch import SbatchSpec, render_sbatch
+from .sbatch import render_sbatch
+from .sbatchspec import SbatchSpec
 
 __all__ = ["Job", "submit"]
 

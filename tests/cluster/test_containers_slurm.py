@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from test_slurm_cluster import assert_ok
 
-from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import SbatchSpec
 
 pytestmark = pytest.mark.timeout(900)
 

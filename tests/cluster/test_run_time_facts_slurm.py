@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.jobs.sbatch import GPU_TASK_CPUS, SbatchSpec
+from hpcdist.jobs.sbatchspec import GPU_TASK_CPUS, SbatchSpec
 
 NOBODY = "65534"
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's Python may lie where nobody cannot read (e.g. under /root)

@@ -13,7 +13,8 @@ from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.arrays import ARRAY_VARS, array_indices
 from hpcdist.jobs.render import make_environment
-from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import SbatchSpec
 from hpcdist.launching.output import OutputOptions
 
 JINJA = make_environment(None, {})

@@ -20,7 +20,8 @@ from hpcdist.jobs.gridengine import QsubSpec, render_gridengine
 from hpcdist.jobs.lsf import BsubSpec, render_lsf
 from hpcdist.jobs.pbs import PbsSpec, render_pbs
 from hpcdist.jobs.render import make_environment
-from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import SbatchSpec
 from hpcdist.launching.mpirun import build_mpirun_argv
 from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.plan import container_for, plan

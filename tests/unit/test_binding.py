@@ -228,7 +228,8 @@ def test_sbatch_bind_auto_hands_the_binding_to_the_shim(tmp_path: Path) -> None:
     """torchrun mode: the script hands each worker's shim the binding itself (srun and mpirun modes: below)."""
     from test_render import check_script
 
-    from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+    from hpcdist.jobs.sbatch import render_sbatch
+    from hpcdist.jobs.sbatchspec import SbatchSpec
 
     spec = SbatchSpec(("python", "train.py"), nodes=2, gpus_per_node="4", launch="torchrun", python="python3")
     plain, bound = render_sbatch(spec), render_sbatch(replace(spec, bind="auto"))
@@ -250,7 +251,8 @@ def test_sbatch_bind_auto_in_mpirun_mode_is_hpcdist_mpirun_s(
     from test_render import check_script
     from test_slurm import allocation, exported, from_launcher, launch_words, step_dry_run
 
-    from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+    from hpcdist.jobs.sbatch import render_sbatch
+    from hpcdist.jobs.sbatchspec import SbatchSpec
 
     mpirun = str(Path(sys.executable).parent / "mpirun")  # the Open MPI wheel's, beside this Python
     spec = SbatchSpec(("python", "train.py"), nodes=2, gpus_per_node="4", launch="mpirun", mpirun=mpirun,
@@ -283,7 +285,8 @@ def test_sbatch_bind_auto_in_srun_mode_is_hpcdist_mpirun_s(
     from test_slurm import launch_words
 
     from hpcdist.cli import main
-    from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+    from hpcdist.jobs.sbatch import render_sbatch
+    from hpcdist.jobs.sbatchspec import SbatchSpec
 
     spec = SbatchSpec(("python", "train.py"), nodes=2, gpus_per_node="4", python="python3")
     plain, bound = render_sbatch(spec), render_sbatch(replace(spec, bind="auto"))

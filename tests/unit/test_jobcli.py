@@ -275,8 +275,14 @@ def test_help_and_dry_runs_load_only_what_they_print(tmp_path: Path) -> None:
     )
     heavy = "torch,mpi4py,numpy,jinja2,hpcdist.runtime.bootstrap,hpcdist.runtime.rendezvous,hpcdist.doctor.probe"
     for argv, banned in (
-        (["--help"], heavy + ",hpcdist.launching.spawn,hpcdist.launching.mpirun,hpcdist.jobs.sbatch"),
-        (["--version"], heavy + ",hpcdist.launching.spawn,hpcdist.launching.mpirun,hpcdist.jobs.sbatch"),
+        (
+            ["--help"],
+            heavy + ",hpcdist.launching.spawn,hpcdist.launching.mpirun,hpcdist.jobs.sbatch,hpcdist.jobs.sbatchspec",
+        ),
+        (
+            ["--version"],
+            heavy + ",hpcdist.launching.spawn,hpcdist.launching.mpirun,hpcdist.jobs.sbatch,hpcdist.jobs.sbatchspec",
+        ),
         (["sbatch", "--help"], heavy + ",hpcdist.launching.spawn"),
         (["env"], heavy + ",hpcdist.launching.spawn"),
         (["mpirun", "-np", "2", "--dry-run", "--", "python", "t.py"], heavy + ",hpcdist.launching.spawn"),

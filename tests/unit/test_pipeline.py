@@ -27,7 +27,8 @@ from hpcdist.cli import build_parser
 from hpcdist.cli.launch import mpirun, mpirun_options
 from hpcdist.doctor.probe import probe_command, probe_options
 from hpcdist.errors import UsageError
-from hpcdist.jobs.sbatch import SbatchSpec, batch_world, render_sbatch, step_options
+from hpcdist.jobs.sbatch import batch_world, render_sbatch, step_options
+from hpcdist.jobs.sbatchspec import SbatchSpec
 from hpcdist.launching.execute import PLACEHOLDERS, command
 from hpcdist.launching.options import DRY_RUN, RUN, MpirunOptions
 from hpcdist.launching.output import OutputOptions

@@ -36,7 +36,7 @@ from hpcdist.errors import UsageError
 from hpcdist.hosts import HOST_NAME, HostSlots
 from hpcdist.jobs.examples import main as examples_main
 from hpcdist.jobs.profiles import parse_env_file
-from hpcdist.jobs.sbatch import gpu_count, parse_signal, parse_time
+from hpcdist.jobs.sbatchspec import gpu_count, parse_signal, parse_time
 from hpcdist.launching.hostfile import parse_hostfile, parse_hosts_arg
 from hpcdist.launching.names import ENV_NAME
 from hpcdist.launching.selection import select_hosts

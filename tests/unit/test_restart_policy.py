@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import SbatchSpec
 from hpcdist.launching.restarts import RestartPolicy, main, said, verdict
 from hpcdist.launching.world import World
 from hpcdist.status import describe_status

@@ -26,7 +26,8 @@ import hpcdist.jobs
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.render import make_environment
-from hpcdist.jobs.sbatch import GPU_TASK_CPUS, SbatchSpec, render_sbatch
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import GPU_TASK_CPUS, SbatchSpec
 from hpcdist.jobs.torchrun import TorchrunSpec, build_torchrun_argv, render_torchrun_script
 
 JINJA = make_environment(None, {})

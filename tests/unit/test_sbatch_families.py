@@ -17,7 +17,8 @@ from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.local import local_tools
 from hpcdist.jobs.render import make_environment
-from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import SbatchSpec
 from hpcdist.launching.mpirun import SHIM
 from hpcdist.launching.output import OutputOptions
 from hpcdist.launching.world import World

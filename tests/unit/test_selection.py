@@ -15,7 +15,8 @@ from hpcdist.errors import UsageError
 from hpcdist.families.base import AppContext, MpirunSpec
 from hpcdist.hosts import HostSlots as H
 from hpcdist.jobs.render import make_environment
-from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import SbatchSpec
 from hpcdist.launching.mpirun import build_mpirun_argv
 from hpcdist.launching.selection import Selected, parse_selection, select_hosts, select_nodes
 

@@ -1,4 +1,4 @@
-"""Tests for hpcdist.jobs.sbatch: time/mem/nodelist checks, and the scripts it renders, split as bash splits them."""
+"""Tests for hpcdist.jobs.sbatch and sbatchspec: time/mem/nodelist checks, and the scripts, split as bash splits."""
 
 from __future__ import annotations
 
@@ -19,14 +19,8 @@ from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.hosts import HostSlots
 from hpcdist.jobs.render import make_environment
-from hpcdist.jobs.sbatch import (
-    SbatchSpec,
-    check_mem,
-    gpu_count,
-    parse_signal,
-    parse_time,
-    render_sbatch,
-)
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import SbatchSpec, check_mem, gpu_count, parse_signal, parse_time
 from hpcdist.schedulers.slurm import Slurm, expand_nodelist
 from hpcdist.settings import output_rate
 

@@ -13,7 +13,8 @@ import pytest
 
 from hpcdist.errors import UsageError
 from hpcdist.jobs import slurmjob
-from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import SbatchSpec
 from hpcdist.jobs.slurmjob import JobInfo, check_job_id, parse_records, rank_log, show_job
 from hpcdist.launching.output import OutputOptions
 

@@ -23,7 +23,8 @@ from test_slurmjob import fake_scontrol
 
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
-from hpcdist.jobs.sbatch import SbatchSpec, render_sbatch
+from hpcdist.jobs.sbatch import render_sbatch
+from hpcdist.jobs.sbatchspec import SbatchSpec
 from hpcdist.jobs.torchrunlogs import TorchrunLayout, find_rank_files, read_layout
 from hpcdist.launching.output import OutputOptions
 

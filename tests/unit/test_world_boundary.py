@@ -35,6 +35,7 @@ BELOW = (
     "jobs/local.py",
     "jobs/profiles.py",
     "jobs/sbatch.py",
+    "jobs/sbatchspec.py",
     "jobs/slurmjob.py",
     "jobs/torchrun.py",
     "jobs/torchrunlogs.py",
