@@ -1,4 +1,4 @@
-"""MkDocs hook: the settings reference page's tables, rendered at build time from hpcdist's own settings module."""
+"""MkDocs hook: the settings reference page's tables, rendered at build time from hpcdist's own table of settings."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ def _cell(text: str) -> str:
 
 
 def render() -> str:
-    """The table of the user's settings (hpcdist.settings.SETTINGS), then the variables hpcdist mpirun sets itself."""
+    """The table of the user's settings (hpcdist.settingtable.SETTINGS), then the variables hpcdist mpirun sets."""
     if CHECKOUT not in sys.path:  # (here, when the page is built: a path added as MkDocs loads the hook does not last)
         sys.path.insert(0, CHECKOUT)
     from hpcdist.contract import RESTART_VARS, RankContract
-    from hpcdist.settings import SETTINGS
+    from hpcdist.settingtable import SETTINGS
 
     rows = ["| Variable | Takes | Default | What it does |", "| --- | --- | --- | --- |"]
     rows += [f"| `{s.name}` | {_cell(s.takes)} | {_cell(s.default)} | {_cell(s.does)} |" for s in SETTINGS]

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
-from ..settings import FORENSICS
+from ..settingtable import FORENSICS
 from .fmt import FLOOR, REFERENCE
 from .groups import BackendGroup, fake_group
 from .plan import BenchPlan, Counts

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..runtime.bootstrap import Session
-from ..settings import FORENSICS
+from ..settingtable import FORENSICS
 from .describe import describe, device_line
 from .fmt import RAW_AGAIN, REFERENCE, Comparison, Result, compare, footer_lines, format_row, header_lines, json_row
 from .impl import Implementation

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from .. import settings
+from .. import settings, settingtable
 from ..errors import LaunchTimeout, RankFailed, UsageError, WaitTimeout
 from ..launching.execute import execute
 from ..launching.options import MpirunOptions
@@ -158,8 +158,8 @@ def _results(
     if missing:
         said = (
             f"{ranks_text(missing)} of {name} ended without returning or raising (mpirun: {end}); its output above "
-            f"says why (killed? sys.exit? a host that cannot see {directory}? then set {settings.LAUNCH_DIR.name} to a "
-            "directory all hosts share)"
+            f"says why (killed? sys.exit? a host that cannot see {directory}? then set {settingtable.LAUNCH_DIR.name} "
+            "to a directory all hosts share)"
         )
         raise RankFailed(missing[0], "an unknown host", "no outcome", said, "", what=said)
     return [pickle.loads(outcomes[rank]["value"]) for rank in range(size)]

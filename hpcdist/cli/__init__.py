@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from .. import settings
+from .. import settings, settingtable
 from .._version import __version__
 from ..errors import TooFewRanks, UsageError, WaitTimeout
 from .habits import habit, passed_on, passed_words
@@ -24,7 +24,7 @@ from .types import Checked
 __all__ = ["INTERNAL_ERROR", "build_parser", "main", "other_spellings"]
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): hpcdist itself failed; 2 stays the user's mistake
-_DEBUG = settings.DEBUG.name  # set (not 0) to print the traceback of an internal error
+_DEBUG = settingtable.DEBUG.name  # set (not 0) to print the traceback of an internal error
 
 
 class _Parser(argparse.ArgumentParser):

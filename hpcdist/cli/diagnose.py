@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import settings
+from .. import settingtable
 from ..bench.plan import COLLECTIVES, DTYPES, OPS, BenchOptions
 from ..bench.recovery import ROWS as RECOVERY_ROWS
 from ..bench.startup import ROWS as STARTUP_ROWS
@@ -87,7 +87,7 @@ def _add_bench(subparsers: Any) -> None:
         "records; torch's Flight Recorder stays as the group was made), row by row",
     )
     p.add_argument(
-        "--timeout", type=Seconds(), help=f"seconds any wait may take (default: ${settings.TIMEOUT.name} or 300)"
+        "--timeout", type=Seconds(), help=f"seconds any wait may take (default: ${settingtable.TIMEOUT.name} or 300)"
     )
     p.add_argument(
         "--plot",
@@ -209,7 +209,7 @@ def _add_doctor(subparsers: Any) -> None:
     )
     doctor.add_argument("--hostfile", help="also check these hosts: resolution, an mpirun over them, the rendezvous")
     doctor.add_argument(
-        "--mpirun", help=f"the mpirun to check (default: ${settings.MPIRUN.name}, the venv's, then PATH)"
+        "--mpirun", help=f"the mpirun to check (default: ${settingtable.MPIRUN.name}, the venv's, then PATH)"
     )
     doctor.add_argument(
         "--timeout",

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import families, settings
+from .. import families, settingtable
 from ..errors import UsageError
 from ..schedulers.slurm import SBATCH_OPTIONS
 from . import habits
@@ -36,7 +36,7 @@ def _common(p: argparse.ArgumentParser, env: bool = True) -> None:
     p.add_argument(
         "--template-dir",
         metavar="DIR",
-        help=f"templates searched before ${settings.TEMPLATE_DIR.name} and the bundled set",
+        help=f"templates searched before ${settingtable.TEMPLATE_DIR.name} and the bundled set",
     )
     p.add_argument("--write", metavar="FILE", help="write the text to FILE instead of printing it")
     if not env:
@@ -228,8 +228,8 @@ def emit(text: str, path: str | None, mode: int = 0o644) -> None:
         _check_shell(
             text,
             "the generated script",
-            f"a --setup line or a site template (--template-dir, ${settings.TEMPLATE_DIR.name}) breaks it: fix that "
-            "line",
+            f"a --setup line or a site template (--template-dir, ${settingtable.TEMPLATE_DIR.name}) breaks it: fix "
+            "that line",
         )
     if path is None:
         sys.stdout.write(text)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import families, settings
+from .. import families, settingtable
 from . import habits
 from .types import Seconds, Whole, add_container_options, add_output_options, container_settings, count
 
@@ -117,7 +117,7 @@ def add_parsers(sub: Any) -> None:
         metavar="SECONDS",
         help="end the job when a running rank's heartbeat (sent by the helper process beside it, every sixth of "
         "this, at most 5 s) is not heard for this long, or the rank is frozen that long, naming the rank and its host "
-        f"(default: ${settings.HEARTBEAT_TIMEOUT.name} or 30; 0: off)",
+        f"(default: ${settingtable.HEARTBEAT_TIMEOUT.name} or 30; 0: off)",
     )
     mpirun.add_argument(
         "--trace",
@@ -131,7 +131,9 @@ def add_parsers(sub: Any) -> None:
         help="when the job ends, write how it ended to FILE as JSON, for tools: its status, the ranks that failed "
         "first, each failed rank's host and how it ended, lost hosts, the signal that ended it, each attempt",
     )
-    mpirun.add_argument("--mpirun", help=f"the mpirun to use (default: ${settings.MPIRUN.name}, the venv's, then PATH)")
+    mpirun.add_argument(
+        "--mpirun", help=f"the mpirun to use (default: ${settingtable.MPIRUN.name}, the venv's, then PATH)"
+    )
     mpirun.add_argument(
         "--mpi",
         metavar="|".join(families.names()),
@@ -163,13 +165,13 @@ def add_parsers(sub: Any) -> None:
     )
     run.add_argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend (default: auto)")
     run.add_argument(
-        "--timeout", type=Seconds(), help=f"seconds any wait may take (default: ${settings.TIMEOUT.name} or 300)"
+        "--timeout", type=Seconds(), help=f"seconds any wait may take (default: ${settingtable.TIMEOUT.name} or 300)"
     )
     run.add_argument(
         "--store",
         choices=STORES,
         help="where torch's store lives: tcp (rank 0's port) or mpi (over MPI, no port) "
-        f"(default: ${settings.STORE.name} or "
+        f"(default: ${settingtable.STORE.name} or "
         "auto: mpi for the mpi backend under an MPI launch, else tcp)",
     )
     _workload_options(run)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .. import settings
+from .. import settingtable
 from ..errors import UsageError
 from ..values import MAX_COUNT, check_count, check_seconds, parse_seconds, parse_whole
 
@@ -147,7 +147,7 @@ def add_output_options(parser: argparse.ArgumentParser, script: bool = False) ->
             metavar="N",
             help="lines of a failed rank's output the failure summary shows (default: 20); the summary names the "
             "failed rank in place of the MPI launcher's own banners (Open MPI's MPI_ABORT was invoked…, MPICH's "
-            f"Abort(N) on node…), which {settings.DEBUG.name}=1 keeps on the console",
+            f"Abort(N) on node…), which {settingtable.DEBUG.name}=1 keeps on the console",
         )
 
 

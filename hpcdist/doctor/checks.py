@@ -6,7 +6,7 @@ import os
 import re
 import shlex
 
-from .. import families, settings
+from .. import families, settingtable
 from .bindplan import check_binding
 from .facts import Check, Facts, Probe, mpi_identity, tail
 from .image import check_container
@@ -95,7 +95,7 @@ def _rebuild(f: Facts) -> str:
     return (
         f"build mpi4py against the MPI of this mpirun: `env MPICC={mpicc} {shlex.quote(f.python or 'python')} -m pip "
         "install --no-binary mpi4py --no-cache-dir --force-reinstall mpi4py`, or use the mpirun of mpi4py's MPI "
-        f"(--mpirun PATH or ${settings.MPIRUN.name})"
+        f"(--mpirun PATH or ${settingtable.MPIRUN.name})"
     )
 
 

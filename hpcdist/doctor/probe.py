@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .. import containers, families, settings
+from .. import containers, families, settingtable
 from ..containers.base import Container
 from ..contract import RankContract
 from ..errors import UsageError
@@ -162,7 +162,7 @@ def _binding_facts(local_world_size: int | None, topology: str | None, world: Wo
     The size: `local_world_size`, else the launch this runs in (mpirun, srun), else the allocation's
     SLURM_NTASKS_PER_NODE, else one rank per GPU, else 1.
     """
-    environ = {**world.environ, settings.TOPOLOGY.name: topology} if topology else dict(world.environ)
+    environ = {**world.environ, settingtable.TOPOLOGY.name: topology} if topology else dict(world.environ)
     facts: dict[str, Any] = {
         "bind_environ": {
             k: v

@@ -17,7 +17,7 @@
 - `timeline`: aligns the ranks' clocks over MPI, keeps every call and `hpcdist.region`, writes the trace file;
 - `timeplot`: draws a trace file with matplotlib (`hpcdist trace FILE --plot`).
 
-May import: the leaves (errors, values, waits, abort, contract, events, lines, settings, ranklist, proctree, and
-commcall: the record of one call, which the mpi backend shares) and rank.child (to run py-spy). Never the runtime, the
-supervisor (launching), the CLI, or torch at import time.
+May import: the leaves (errors, values, waits, abort, contract, events, lines, settings, settingtable, ranklist,
+proctree, and commcall: the record of one call, which the mpi backend shares) and rank.child (to run py-spy). Never the
+runtime, the supervisor (launching), the CLI, or torch at import time.
 """

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from .. import settings
+from .. import settings, settingtable
 from ..commcall import Call
 from ..contract import RankContract
 
@@ -319,7 +319,7 @@ def save(answers: Mapping[int, Mapping[str, Any]], world_size: int, timeout: flo
     except OSError as error:
         return (
             f"hpcdist: could not write the Flight Recorder dumps in {directory}: {error.strerror or error}; "
-            f"set {settings.FR_DIR.name} to a writable directory"
+            f"set {settingtable.FR_DIR.name} to a writable directory"
         )
     return (
         f"hpcdist: Flight Recorder dumps of each rank's calls are in {directory}; "

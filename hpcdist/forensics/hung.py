@@ -25,7 +25,7 @@ from ..commcall import Call
 from ..contract import RankContract
 from ..events import Failed
 from ..ranklist import ranks_text
-from ..settings import TIMEOUT
+from ..settingtable import TIMEOUT
 from . import stacks
 from .cause import blame
 from .ledger import Phase

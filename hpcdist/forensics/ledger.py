@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from ..commcall import Call
 from ..ranklist import ranks_text
-from ..settings import TIMEOUT
+from ..settingtable import TIMEOUT
 
 __all__ = [
     "FINISHED",

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from ..commcall import Call
 from ..errors import UsageError, WaitTimeout
-from ..settings import FORENSICS
+from ..settingtable import FORENSICS
 from ..waits import Backoff, poll_until
 from . import sources
 from .chrome import RankTrace, Trace, build_document

@@ -31,7 +31,8 @@ from ..commcall import Call
 from ..contract import RankContract
 from ..errors import RendezvousTimeout
 from ..ranklist import ranks_text
-from ..settings import STARTUP_TIMEOUT, TIMEOUT, debug
+from ..settings import debug
+from ..settingtable import STARTUP_TIMEOUT, TIMEOUT
 from ..waits import Backoff, poll_until
 from . import digest, frdump, gather, hung, sources, stacks
 from .answers import MAX_ANSWER, bounded

@@ -17,12 +17,12 @@
 - `kubernetes`: a Kubeflow Trainer TrainJob and an mpi-operator MPIJob for a program, as JSON manifests (pure);
 - `templates/`: the bundled template set (a site's --template-dir is searched first).
 
-May import: the leaves (errors, values, waits, contract, events, lines, settings, program, proctree: `capture` for
-the schedulers' commands), the plug-in wings (families, schedulers), launching's pure builders (hostfile, names,
-mpirun, output), its pipeline (world, options, plan, execute: a script's mpirun step is planned as every launch is),
-placement.binding's `check_bind`, calling.calls (a call's files), launching.families' `resolve_family` (the one choice
-of MPI dialect), and launching.spawn's `submit_sbatch` and `submit_script`. Never the rank side, torch, mpi4py or the
-CLI.
+May import: the leaves (errors, values, waits, contract, events, lines, settings, settingtable, program, proctree:
+`capture` for the schedulers' commands), the plug-in wings (families, schedulers), launching's pure builders (hostfile,
+names, mpirun, output), its pipeline (world, options, plan, execute: a script's mpirun step is planned as every launch
+is), placement.binding's `check_bind`, calling.calls (a call's files), launching.families' `resolve_family` (the one
+choice of MPI dialect), and launching.spawn's `submit_sbatch` and `submit_script`. Never the rank side, torch, mpi4py or
+the CLI.
 """
 
 __all__ = ["LAUNCHES"]

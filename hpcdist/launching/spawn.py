@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
-from .. import families, proctree, schedulers, settings
+from .. import families, proctree, schedulers, settings, settingtable
 from ..errors import JobEnding, UsageError, WaitTimeout
 from ..families.base import HELD
 from ..lines import log_name
@@ -314,7 +314,7 @@ def _ask_for_stacks(proc: subprocess.Popen[bytes]) -> None:
 
 _NO_STACKS = (  # made before any signal arrives: the handler only writes it
     "hpcdist: SIGQUIT: no rank on this host dumps its stacks on SIGUSR2 (not started yet, "
-    f"{settings.FORENSICS.name}=0, not a Python program, or no rank here); send SIGUSR2 to a rank that does "
+    f"{settingtable.FORENSICS.name}=0, not a Python program, or no rank here); send SIGUSR2 to a rank that does "
     "(kill -USR2 PID) for every rank's Python stacks\n"
 ).encode()
 
@@ -354,7 +354,7 @@ class _Received(list[int]):
 
 class _Ending:
     """SIGTERM or SIGHUP to hpcdist mpirun: every rank is sent SIGTERM through the launcher (the family's `sigterm`;
-    None: the scheduler signals the ranks itself) and has settings.KILL_WAIT seconds to end (to save a checkpoint);
+    None: the scheduler signals the ranks itself) and has settingtable.KILL_WAIT seconds to end (to save a checkpoint);
     then, or at a second such signal, the launcher ends the job as on Ctrl-C (the family's `ends_job`)."""
 
     def __init__(self, received: _Received, sigterm: int | None, ends_job: int, world: World) -> None:
@@ -377,7 +377,7 @@ class _Ending:
         """Between polls: past the grace, the launcher ends the job (said in one line)."""
         if self._proc is not None and self._deadline is not None and time.monotonic() > self._deadline:
             self._world.say(
-                f"hpcdist: the ranks did not end within {self._grace:g} s of SIGTERM ({settings.KILL_WAIT.name}); "
+                f"hpcdist: the ranks did not end within {self._grace:g} s of SIGTERM ({settingtable.KILL_WAIT.name}); "
                 "killing them"
             )
             self._end(self._proc)

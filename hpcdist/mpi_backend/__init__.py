@@ -20,8 +20,8 @@ CollectiveError and an hpcdist.RanksLost) naming them (lost.py); a recovery revo
 `dist.shrink_group` works on both implementations (shrinking.py); when it shrinks the default group, what lives on
 the old world follows the survivors (`follow_world`).
 
-May import: the leaves (errors, values, waits, abort, contract, settings, commcall), torch and mpi4py. Never the
-runtime, launching, jobs or the CLI.
+May import: the leaves (errors, values, waits, abort, contract, settings, settingtable, commcall), torch and mpi4py.
+Never the runtime, launching, jobs or the CLI.
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ from types import ModuleType
 
 from mpi4py import MPI
 
-from .. import settings
+from .. import settings, settingtable
 from ..errors import UsageError
-from ..settings import MPI_NATIVE, MPI_SANITIZER
+from ..settingtable import MPI_NATIVE, MPI_SANITIZER
 from .errors import NativeUnavailable
 from .failures import Compiler, first_error, me, missing_compiler, record, record_note, recorded
 from .variants import Variant, chosen
@@ -125,7 +125,7 @@ def _wait_for_lock(fd: int, path: Path, seconds: float) -> None:
         holder = "another process"
     raise NativeUnavailable(
         f"rank {MPI.COMM_WORLD.Get_rank()} ({me()}) waited {seconds:.0f} s for the native mpi backend's build by "
-        f"{holder} in {path.parent}; wait longer (${settings.MPI_BUILD_WAIT.name}), build it ahead with "
+        f"{holder} in {path.parent}; wait longer (${settingtable.MPI_BUILD_WAIT.name}), build it ahead with "
         f"`python -m hpcdist.mpi_backend.native`, or set {MPI_NATIVE.name}=0"
     )
 
@@ -231,7 +231,7 @@ def _writable(roots: list[Path]) -> Path:
         if os.access(root, os.W_OK):
             return root
     raise NativeUnavailable(
-        f"no writable cache directory among {', '.join(map(str, roots))}; set {settings.CACHE_DIR.name}"
+        f"no writable cache directory among {', '.join(map(str, roots))}; set {settingtable.CACHE_DIR.name}"
     )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..settings import MPI_NATIVE
+from ..settingtable import MPI_NATIVE
 
 __all__ = ["Compiler", "first_error", "me", "missing_compiler", "record", "record_note", "recorded"]
 

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from ..settings import TIMEOUT
+from ..settingtable import TIMEOUT
 from ..waits import Backoff, as_seconds, poll_until
 from . import record
 from .errors import CollectiveTimeout

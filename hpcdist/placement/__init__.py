@@ -3,5 +3,6 @@
 - `topology`: a node's NUMA nodes, cores, GPUs and NICs, read from sysfs or hwloc's XML (readers only read files);
 - `binding`: each local rank's cores, GPU and NIC planned from a Topology, and the variables that carry the plan.
 
-May import: the leaves (errors, values, contract, settings). Never torch, mpi4py, the runtime, launching or the CLI.
+May import: the leaves (errors, values, contract, settings, settingtable). Never torch, mpi4py, the runtime, launching
+or the CLI.
 """

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from .. import settings
+from .. import settings, settingtable
 from ..errors import UsageError
 
 __all__ = [
@@ -267,17 +267,17 @@ def load_topology(environ: Mapping[str, str], allowed: Iterable[int] | None = No
                 text = handle.read()
         except OSError as exc:
             raise UsageError(
-                f"${settings.TOPOLOGY.name} {path!r} cannot be read ({exc.strerror}); write it with "
+                f"${settingtable.TOPOLOGY.name} {path!r} cannot be read ({exc.strerror}); write it with "
                 "`lstopo --of xml FILE`"
             ) from None
-        topology = parse_hwloc_xml(text, f"${settings.TOPOLOGY.name} {path!r}")
+        topology = parse_hwloc_xml(text, f"${settingtable.TOPOLOGY.name} {path!r}")
     else:
         topology = read_sysfs()
     if allowed is not None:
         topology = topology.restrict(allowed)
     if not topology.nodes:
         raise UsageError(
-            f"no usable CPU in the topology{f' of ${settings.TOPOLOGY.name} {path!r}' if path else ''}"
+            f"no usable CPU in the topology{f' of ${settingtable.TOPOLOGY.name} {path!r}' if path else ''}"
             " (none of this process's allowed CPUs is in it); check the file, or use --bind none"
         )
     return topology

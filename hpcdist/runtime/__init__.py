@@ -13,6 +13,6 @@
 - `pycall`: a rank's side of `hpcdist.launch` (run as `python -m hpcdist.runtime.pycall` under the shim).
 - `pmi`: the PMI `finalize` that MPICH sends at C exit, sent by the shim before it leaves with os._exit.
 
-May import: the leaves (errors, values, waits, abort, contract, events, lines, settings); mpi_backend and forensics
-(lazily, from `init` and `adopt`). Never the CLI, launching or jobs.
+May import: the leaves (errors, values, waits, abort, contract, events, lines, settings, settingtable); mpi_backend and
+forensics (lazily, from `init` and `adopt`). Never the CLI, launching or jobs.
 """

@@ -25,7 +25,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
-from ..settings import FORENSICS
+from ..settingtable import FORENSICS
 from .bootstrap import (
     check_nccl,
     forensics_enabled,

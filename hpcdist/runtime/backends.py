@@ -6,7 +6,7 @@ import os
 import socket
 
 from ..errors import UsageError
-from ..settings import STORE
+from ..settingtable import STORE
 from ..values import BACKENDS, STORES
 
 __all__ = ["check_nccl", "choose_backend", "choose_store"]

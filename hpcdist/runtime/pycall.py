@@ -23,7 +23,7 @@ import traceback
 from typing import Any
 
 from ..errors import UsageError
-from ..settings import LAUNCH_DIR, SUBMIT_DIR
+from ..settingtable import LAUNCH_DIR, SUBMIT_DIR
 from ..values import ARRAY_TASK, RANK
 from .bootstrap import Session, init, program_finished, shutdown, stacks_on_failure
 

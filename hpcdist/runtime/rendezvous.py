@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RendezvousTimeout, UsageError
-from ..settings import TIMEOUT
+from ..settingtable import TIMEOUT
 from ..waits import Backoff, poll_until
 from .addresses import (
     INFO_BYTES,

@@ -2,9 +2,8 @@
 
 Also the user-facing pieces they are built on: `hpcdist.map` (`taskmap`), stopping at a step boundary on preemption
 (`preemption`) and the per-step log that recovery is timed by (`steplog`).
-May import: the leaves (errors, values, waits, contract, settings), runtime, resilience (the survivors' loop, atomic
-checkpoints), forensics (regions, --report). Never the CLI.
-Listing the workloads never imports torch.
+May import: the leaves (errors, values, waits, contract, settings, settingtable), runtime, resilience (the survivors'
+loop, atomic checkpoints), forensics (regions, --report). Never the CLI. Listing the workloads never imports torch.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import MapTimeout, check_same_world
 from ..runtime.bootstrap import Session, job_timeout
-from ..settings import TIMEOUT
+from ..settingtable import TIMEOUT
 from ..waits import Backoff, poll_until
 
 __all__ = ["TaskError", "compute", "map", "run"]

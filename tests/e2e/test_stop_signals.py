@@ -1,5 +1,5 @@
 """SIGTERM and SIGHUP to `hpcdist mpirun`, as a scheduler sends them on cancel or preemption: every rank gets SIGTERM
-and time to save its work (settings.KILL_WAIT), one line, status 128 + the signal; on Open MPI and on MPICH."""
+and time to save its work (settings.kill_wait), one line, status 128 + the signal; on Open MPI and on MPICH."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from hpcdist.forensics.ledger import FINISHED, RUNNING
 from hpcdist.forensics.recording import LEDGER
 from hpcdist.runtime.backends import choose_backend, choose_store
 from hpcdist.runtime.bootstrap import job_timeout, merge_environ, program_finished
-from hpcdist.settings import DEFAULT_TIMEOUT
+from hpcdist.settingtable import DEFAULT_TIMEOUT
 
 
 @pytest.mark.parametrize(

@@ -118,10 +118,10 @@ def test_a_build_runs_the_compiler_in_a_child_with_its_own_environment_and_leave
 
 
 def test_each_sanitizer_has_a_test_build_and_none_of_their_flags_reach_the_normal_build() -> None:
-    from hpcdist import settings
+    from hpcdist import settingtable
     from hpcdist.mpi_backend.variants import NORMAL, SANITIZED, chosen
 
-    assert tuple(SANITIZED) == settings.SANITIZERS
+    assert tuple(SANITIZED) == settingtable.SANITIZERS
     assert NORMAL.cflags == ("-O2",) and NORMAL.ldflags == () and NORMAL.runtime is None
     assert chosen({}) is NORMAL and chosen({"HPCDIST_MPI_SANITIZER": "asan"}) is SANITIZED["asan"]
     for variant in SANITIZED.values():

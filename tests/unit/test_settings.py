@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import hpcdist
-from hpcdist import settings
+from hpcdist import settings, settingtable
 from hpcdist.contract import RESTART_VARS, RankContract
 from hpcdist.errors import UsageError
 from hpcdist.events import Usage, parse_event
@@ -34,14 +34,14 @@ def _literals(path: Path) -> list[str]:
 
 def test_hpcdist_s_variables_are_spelled_out_only_in_the_contract_and_the_settings() -> None:
     spelled = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if _literals(path)}
-    assert spelled == {"contract.py", "settings.py"}  # every other module reads a setting or the contract's field
+    assert spelled == {"contract.py", "settingtable.py"}  # every other module reads a setting or the contract's field
 
 
 def test_every_variable_the_package_names_is_a_setting_or_the_contract_s() -> None:
     named = {m for path in PACKAGE.rglob("*.py") for m in re.findall(_VARIABLE, path.read_text())}
-    known = {s.name for s in settings.SETTINGS} | {*RankContract.VARIABLES.values(), *RESTART_VARS}
+    known = {s.name for s in settingtable.SETTINGS} | {*RankContract.VARIABLES.values(), *RESTART_VARS}
     assert named <= known
-    for setting in settings.SETTINGS:  # each has its one reader, named after it
+    for setting in settingtable.SETTINGS:  # each has its one reader, named after it
         assert callable(getattr(settings, setting.name.removeprefix("HPCDIST_").lower()))
 
 
@@ -112,7 +112,7 @@ def test_the_settings_page_lists_every_setting_and_the_contract_s_variables() ->
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     page = module.render()
-    assert all(f"| `{s.name}` |" in page for s in settings.SETTINGS)
+    assert all(f"| `{s.name}` |" in page for s in settingtable.SETTINGS)
     assert all(f"`{name}`" in page for name in RankContract.VARIABLES.values())
 
 
