@@ -37,9 +37,10 @@ from .rank.child import relay_sigterm, run_child
 from .rank.tagger import leave_time_to_peers
 from .rank.tagger import start as start_tagger
 from .runtime.adopt import adopt, finish
-from .runtime.bootstrap import job_timeout, prepare, program_finished, say_ready, serve_store, stacks_on_failure
+from .runtime.bootstrap import program_finished, say_ready, stacks_on_failure
 from .runtime.env import LaunchEnv
 from .runtime.pmi import finalize as pmi_finalize
+from .runtime.prepare import job_timeout, prepare, serve_store
 from .runtime.process import RankProcess, current, existing
 from .status import describe_status as _describe  # 'exit code 3', 'killed by SIGKILL'
 

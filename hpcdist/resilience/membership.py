@@ -31,8 +31,8 @@ from ..abort import survive_finalize
 from ..errors import RanksLost, TooFewRanks, lost_text
 from ..mpi_backend.lost import failed_starts, hosts, is_failure
 from ..ranklist import by_host
-from ..runtime import bootstrap
 from ..runtime.mpistore import MPIStore
+from ..runtime.prepare import job_timeout
 from ..runtime.process import RankProcess, current
 from . import detector, spares, ulfm
 
@@ -160,7 +160,7 @@ def recover(error: BaseException | None = None) -> Recovery:
         _UNFINISHED.backend = str(dist.get_backend()) if dist.is_initialized() else spares.backend()
         _UNFINISHED.subgroups = _own_subgroups()
     backend, subgroups, min_np = _UNFINISHED.backend, _UNFINISHED.subgroups, process.contract.min_np
-    seconds = bootstrap.job_timeout(os.environ)
+    seconds = job_timeout(os.environ)
     during = getattr(error, "during", "") or ""
     last: BaseException | None = error
     for _ in range(_ATTEMPTS):

@@ -25,8 +25,8 @@ from datetime import timedelta
 import torch.distributed as dist
 from mpi4py import MPI
 
-from ..runtime import bootstrap
 from ..runtime.mpistore import MPIStore
+from ..runtime.prepare import job_timeout
 from ..runtime.process import RankProcess
 from ..waits import Backoff, poll_until
 from . import detector, ulfm
@@ -82,7 +82,7 @@ def stand_by(process: RankProcess) -> bool:
     store, process.mpi_store = process.mpi_store, None
     if store is not None:
         store.close()  # collective over every rank, while they all still serve it
-    seconds = bootstrap.job_timeout(os.environ)
+    seconds = job_timeout(os.environ)
     actives = _first(comm, _SPARES.size)
     if actives is None:
         _wait(comm)

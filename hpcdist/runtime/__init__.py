@@ -8,11 +8,13 @@
 - `addresses`: the address rank 0 offers and each rank's interface towards it (pure, but one probe);
 - `rendezvous`: MASTER_ADDR/MASTER_PORT by MPI, Slurm or this host, and the reachability check;
 - `backends`: which torch backend and store a job uses, and those that cannot work on this host;
-- `bootstrap`: the one place that writes os.environ and calls init_process_group;
+- `prepare`: a rank's rendezvous, the torch variables it writes into os.environ, and where torch's store lives
+  (served over rank 0's socket, released, or over MPI); the job's and the start-up's timeouts;
+- `bootstrap`: `hpcdist.init`: the process group's start-up (init_process_group, forensics on) and its shutdown;
 - `adopt`: the shim's import hook that routes a program's own init_process_group through bootstrap;
 - `pycall`: a rank's side of `hpcdist.launch` (run as `python -m hpcdist.runtime.pycall` under the shim).
 - `pmi`: the PMI `finalize` that MPICH sends at C exit, sent by the shim before it leaves with os._exit.
 
 May import: the leaves (errors, values, waits, abort, contract, events, lines, settings, settingtable); mpi_backend and
-forensics (lazily, from `init` and `adopt`). Never the CLI, launching or jobs.
+forensics (lazily, from `init`, `prepare` and `adopt`). Never the CLI, launching or jobs.
 """

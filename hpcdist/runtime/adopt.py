@@ -8,7 +8,7 @@ watchdog), with "mpi" meaning hpcdist's mpi4py backend on wheels without native 
 unless the program names a store or an init_method of its own), and "nccl" checked against the GPUs torch sees
 first (a UsageError, which hpcdist mpirun says once for the job). It also records the program's calls in the
 ledger and starts the watchdog, so a rank that never calls init_process_group is named too. On rank 0 the import
-also serves torch's store over the rendezvous's socket (`bootstrap.serve_store`), for the program's own clients of
+also serves torch's store over the rendezvous's socket (`prepare.serve_store`), for the program's own clients of
 MASTER_ADDR:MASTER_PORT, so a program that never imports torch never loads it. Nothing here imports torch.
 `finish` runs after a program that ended well, so that the others' hang report can say this rank finished.
 """
@@ -26,16 +26,9 @@ from types import ModuleType
 from typing import Any
 
 from ..settingtable import FORENSICS
-from .bootstrap import (
-    check_nccl,
-    forensics_enabled,
-    mpi4py_backend,
-    mpi_store_arguments,
-    serve_store,
-    start_group,
-    startup_timeout,
-)
+from .bootstrap import check_nccl, forensics_enabled, mpi4py_backend, start_group
 from .env import LaunchEnv
+from .prepare import mpi_store_arguments, serve_store, startup_timeout
 from .process import RankProcess
 
 __all__ = ["Adopted", "adopt", "finish"]

@@ -37,7 +37,7 @@ class RankProcess:
 
     contract: RankContract
     rank: int | None = None  # this process's rank, once the shim or init has read the launch
-    listener: Listener | None = None  # rank 0's rendezvous socket until `bootstrap.serve_store` serves the store
+    listener: Listener | None = None  # rank 0's rendezvous socket until `prepare.serve_store` serves the store
     store: Any = None  # rank 0's torch TCPStore, kept alive while the process group uses it
     mpi_store: Any = None  # the store over MPI of torch's default group (or the last recovery's): shutdown closes it
     agent_store: bool = False  # prepare promised TORCHELASTIC_USE_AGENT_STORE=True: release_store takes it back

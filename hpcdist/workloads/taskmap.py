@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import MapTimeout, check_same_world
-from ..runtime.bootstrap import Session, job_timeout
+from ..runtime.bootstrap import Session
+from ..runtime.prepare import job_timeout
 from ..settingtable import TIMEOUT
 from ..waits import Backoff, poll_until
 

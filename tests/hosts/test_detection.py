@@ -13,8 +13,8 @@ from hpcdist.runtime.addresses import (
     rendezvous_address,
     unreachable_summary,
 )
-from hpcdist.runtime.bootstrap import socket_ifnames
 from hpcdist.runtime.netif import Interface
+from hpcdist.runtime.prepare import socket_ifnames
 
 
 def host(name: str, *ifaces: str) -> HostInfo:

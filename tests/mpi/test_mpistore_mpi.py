@@ -122,10 +122,11 @@ def test_init_mpi_holds_no_listening_port_and_torchs_uses_of_the_store_work(comm
 def test_init_gloo_holds_rank_0s_listening_port(comm) -> None:
     """The check above can fail: with the TCP store (gloo), rank 0 listens before any group opens its own sockets."""
     import hpcdist.runtime.bootstrap as bootstrap
+    from hpcdist.runtime.prepare import prepare
     from hpcdist.runtime.process import current
 
     mpis_own = _listening_ports()
-    bootstrap.prepare(current(), 60)
+    prepare(current(), 60)
     try:
         assert comm.allgather(sorted(_listening_ports() - mpis_own)) == [[int(os.environ["MASTER_PORT"])]] + [[]] * (
             comm.size - 1

@@ -13,7 +13,7 @@ import pytest
 PROGRAM = """
 import sys
 from hpcdist.runtime.adopt import adopt
-from hpcdist.runtime.bootstrap import prepare
+from hpcdist.runtime.prepare import prepare
 from hpcdist.runtime.process import current
 
 process = current()

@@ -8,7 +8,8 @@ from hpcdist.errors import UsageError
 from hpcdist.forensics.ledger import FINISHED, RUNNING
 from hpcdist.forensics.recording import LEDGER
 from hpcdist.runtime.backends import choose_backend, choose_store
-from hpcdist.runtime.bootstrap import job_timeout, merge_environ, program_finished
+from hpcdist.runtime.bootstrap import program_finished
+from hpcdist.runtime.prepare import job_timeout, merge_environ
 from hpcdist.settingtable import DEFAULT_TIMEOUT
 
 

@@ -15,8 +15,8 @@ from hpcdist.hosts import HostSlots
 from hpcdist.jobs.examples import main as examples_main
 from hpcdist.jobs.profiles import parse_env_file
 from hpcdist.launching.hostfile import parse_hostfile
-from hpcdist.runtime.bootstrap import job_timeout
 from hpcdist.runtime.env import LaunchEnv
+from hpcdist.runtime.prepare import job_timeout
 
 HUGE = "9" * 5000  # past Python's int-to-str limit (4300 digits)
 OMPI = {

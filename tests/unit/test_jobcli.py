@@ -273,7 +273,10 @@ def test_help_and_dry_runs_load_only_what_they_print(tmp_path: Path) -> None:
         "assert status == 0, (argv, status)\n"
         "print(sorted(m for m in sys.modules if m in banned or m.split('.')[0] in banned))\n"
     )
-    heavy = "torch,mpi4py,numpy,jinja2,hpcdist.runtime.bootstrap,hpcdist.runtime.rendezvous,hpcdist.doctor.probe"
+    heavy = (
+        "torch,mpi4py,numpy,jinja2,hpcdist.runtime.bootstrap,hpcdist.runtime.prepare,hpcdist.runtime.rendezvous,"
+        "hpcdist.doctor.probe"
+    )
     for argv, banned in (
         (
             ["--help"],
