@@ -2,7 +2,9 @@
 
 - `ledger`: the ledger and the divergence analysis (pure);
 - `recording`: this rank's ledger (`LEDGER`) and the wrappers that record torch.distributed's calls in it;
-- `watchdog`: gathers every ledger over MPI at a timeout, reports the hang, ends the job;
+- `watchdog`: each rank's watchdog thread on its own communicator: it answers, and alarms the reporter at a timeout;
+- `hangreport`: what a rank answers, and the hang report: every answer gathered, the hang described, printed and
+  saved, the job ended (the watchdog's state, which the report reads);
 - `gather`: the report's gathering over MPI: each rank's digest through its host's leader, then a few full answers;
 - `digest`: a rank's digest, a host's summary of them, the reporter's tally and the fan-in emulator (pure);
 - `sources`: calls recorded below dist.* (a backend's own records, torch's Flight Recorder), merged into the ledger;

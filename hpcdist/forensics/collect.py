@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import stacks, watchdog
+from . import hangreport, stacks, watchdog
 from .recording import LEDGER
 
 __all__ = ["SIGNAL", "install", "on_failure"]
@@ -59,7 +59,7 @@ def install() -> None:
     """
     if _COLLECTOR.pipe is not None:
         return
-    watchdog.contribute("stacks", stacks.own)
+    hangreport.contribute("stacks", stacks.own)
     read, write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the handler never blocks, even on the reading thread
     with contextlib.suppress(OSError):
         fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
@@ -80,7 +80,7 @@ def on_failure(rank: int) -> None:
     if _COLLECTOR.pipe is None or _COLLECTOR.failed:
         return
     _COLLECTOR.failed = True
-    surveyed = watchdog.survey()
+    surveyed = hangreport.survey()
     if surveyed is None:
         return
     answers, whole = surveyed
@@ -96,7 +96,7 @@ def on_failure(rank: int) -> None:
     headline = (
         f"hpcdist: rank {rank} failed; the other ranks' Python stacks (most recent call first; identical merged):"
     )
-    said = watchdog.summarised(answers, whole)
+    said = hangreport.summarised(answers, whole)
     report = stacks.report(found, missing, headline, finished)
     print(report + (f"\n{said}" if said else ""), file=sys.stderr, flush=True)
 
@@ -110,7 +110,7 @@ def _world_size() -> int:
 
 def _cycle(comm: Any) -> None:
     """Watchdog thread: pass a complete SIGUSR2 dump on to the reporter (rank 0), which collects them and prints."""
-    stack, reporter = _complete_dump(), watchdog.reporter(comm)
+    stack, reporter = _complete_dump(), hangreport.reporter(comm)
     if stack is not None:
         dump = {"phase": LEDGER.state(), "stacks": stack}  # as an answer is: a finished rank is named
         if comm.rank == reporter:
@@ -159,7 +159,7 @@ def _print_signalled(size: int) -> None:
     """Rank 0: ask the ranks that sent no dump for their stacks, print every rank's, and start afresh."""
     dumps = _COLLECTOR.dumps
     if len(dumps) < size:
-        asked = watchdog.ask_all() or {}
+        asked = hangreport.ask_all() or {}
         dumps.update({rank: answer for rank, answer in asked.items() if rank not in dumps})
     found, finished = stacks.in_answers(dumps)
     from . import pyspy
