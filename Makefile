@@ -245,7 +245,7 @@ test-e2e: env
 test-hosts: BUDGET := 4
 test-hosts: env
 	$(tier-begin)
-	$(PY) -m pytest -q -p no:cacheprovider tests/hosts
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/hosts
 	$(tier-end)
 
 # The hosts tier's scale test at 256 ranks, 64 on each namespace host (root; not part of `make test`: about 4
@@ -280,7 +280,7 @@ test-containers: env
 test-cluster: BUDGET := 9
 test-cluster: env
 	$(tier-begin)
-	$(PY) -m pytest -q -p no:cacheprovider tests/cluster
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/cluster
 	$(tier-end)
 
 # A real Grid Engine cell on this machine (Debian's Son of Grid Engine 8.1.9): sge_qmaster on n1, sge_execd on n1 and
