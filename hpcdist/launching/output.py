@@ -107,6 +107,8 @@ class OutputRouter:
         self.caller_reports = False  # set by a caller that reports failures itself: no failure summary
         self.family = families.listening(None)  # the launch's MPI family (Console sets the watch's)
         self.failed: Collection[int] = ()  # the ranks heard to fail so far: another's fatal-error report follows
+        self.usage: Collection[int] = ()  # the ranks that told a usage error: the job's one story, every other
+        # rank's fatal-error report its consequence (a peer's closed socket), even from a rank also heard to fail
         self._block: dict[str, list[bytes]] = {}  # per stream, the help block being read (its lines so far)
         self._blank: dict[str, bytes] = {}  # per stream, a blank line of mpirun's held until the next line
         # (rank, stream, line) of a fatal-error report that came before any failure was heard: shown at the end
@@ -130,6 +132,8 @@ class OutputRouter:
 
     def _own_story(self, rank: int) -> bool:
         """Whether `rank`'s fatal-error report is told: no failure heard, or its own (not another's consequence)."""
+        if self.usage:
+            return rank in self.usage
         return not self.failed or rank in self.failed
 
     def _route(self, line: bytes, stream: str) -> bytes:
@@ -231,6 +235,7 @@ class Console:
         # another rank's fatal-error report after a failure, or after a usage error told (its MPI_Abort's echo), is
         # the consequence of what hpcdist says: the rank's log keeps it
         self.router.failed = {*self.watch.failed, *self.watch.book.told_usage}
+        self.router.usage = set(self.watch.book.told_usage)
         routed = self.router.feed(stream, shown) if shown else b""
         return routed if chunk else routed + self.router.finish(stream)
 

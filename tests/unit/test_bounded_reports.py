@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcdist.errors import HeartbeatLost
-from hpcdist.events import Beat, Done, Event, Failed, Ready, encode
+from hpcdist.events import Beat, Done, Event, Failed, Ready, Usage, encode
 from hpcdist.launching import heartbeat
 from hpcdist.launching.heartbeat import Heartbeats
 from hpcdist.launching.outcome import LaunchOutcome
@@ -194,3 +194,19 @@ def test_a_peers_fatal_error_report_that_came_before_the_failure_it_follows_is_l
     shown += console.feed("stderr", _control(Failed(0, "exit code 2", "n1")) + b"[n1:0:1] rank 0 says why\n")
     shown += console.feed("stderr", b"")
     assert shown == b"rank 0 says why\n"
+
+
+def test_a_peers_fatal_error_report_before_a_usage_error_is_left_out_though_the_peer_is_heard_to_fail() -> None:
+    """Rank 3's report of its closed socket came first; then rank 0 told a usage error, and rank 3 was heard to fail
+    too (measured on the namespace hosts): the usage error is the job's one story, rank 3's report its echo."""
+    report = b"".join(
+        b"[n2:3:%d] *** " % n + words + b"\n"
+        for n, words in enumerate([b"An error occurred in Socket closed", b"on a NULL communicator"])
+    )
+    console = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False), 4))
+    shown = console.feed("stderr", report)
+    shown += console.feed("stderr", _control(Usage(0, "the rendezvous is unreachable")))
+    shown += console.feed("stderr", _control(Failed(3, "exit code 14", "n2")))
+    shown += console.feed("stderr", b"")
+    assert b"Socket closed" not in shown
+    assert b"NULL communicator" not in shown
