@@ -180,8 +180,8 @@ class Heartbeats:
 
     def silence(self, rank: int) -> str:
         """How `rank` fell silent, in a few words: 'no heartbeat for 30 s', 'frozen: stopped (state T) for 30 s'."""
-        frozen = self._frozen.get(rank)
-        return f"frozen: {frozen} for {self._limit_text()}" if frozen else f"no heartbeat for {self._limit_text()}"
+        frozen, limit = self._frozen.get(rank), self._limit_text()
+        return f"frozen: {frozen} for {limit}" if frozen else f"no heartbeat for {limit}"
 
     def _describe(self, silent: dict[int, str]) -> str:
         """What fell silent, per host: 'host n2 lost: no heartbeat from ranks 2-3 for 30 s'.
