@@ -162,6 +162,10 @@ class _Every(Family):
         """Whether any family reads this line as part of a report of an error that ends the rank."""
         return any(f.in_fatal_report(text, inside) for f in self._families)
 
+    def fatal_reporter(self, lines: Sequence[str]) -> int | None:
+        """The rank the first family that names one reads in a report."""
+        return next((rank for f in self._families if (rank := f.fatal_reporter(lines)) is not None), None)
+
     def exit_code_line(self, line: str, inside: bool) -> bool:
         """Whether any family reads this line as part of its report of the ranks' exits."""
         return any(f.exit_code_line(line, inside) for f in self._families)

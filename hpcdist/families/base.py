@@ -2,12 +2,12 @@
 
 A family is one launcher as hpcdist knows it (an MPI's, or a scheduler's own, such as Slurm's srun): the command
 line it takes (`command`), what its output says about ranks and hosts (`scanner`, `hides`, `opens_block`,
-`reports_failure`, `in_fatal_report`), how it reports each rank's exit (`exit_code_line`, `may_start_exit_codes`,
-`exit_codes`), the hostfile it reads (`hostfile`, `reads_hostfile`), whether it keeps the survivors going after a
-rank is lost (`fault_tolerance`), the variables its ranks see (`ranks`), how its launcher passes SIGTERM on to the
-ranks (`sigterm`) and ends the job at once (`ends_job`), how to recognise it (`identity`, `markers`,
-`launcher_names`), the scheduler whose job's hosts its launcher reads itself (`job_hosts`, with `per_node` for the
-ranks on each) and its quirks that the rest of hpcdist asks about.
+`reports_failure`, `in_fatal_report`, `fatal_reporter`), how it reports each rank's exit (`exit_code_line`,
+`may_start_exit_codes`, `exit_codes`), the hostfile it reads (`hostfile`, `reads_hostfile`), whether it keeps the
+survivors going after a rank is lost (`fault_tolerance`), the variables its ranks see (`ranks`), how its launcher
+passes SIGTERM on to the ranks (`sigterm`) and ends the job at once (`ends_job`), how to recognise it (`identity`,
+`markers`, `launcher_names`), the scheduler whose job's hosts its launcher reads itself (`job_hosts`, with
+`per_node` for the ranks on each) and its quirks that the rest of hpcdist asks about.
 """
 
 from __future__ import annotations
@@ -234,6 +234,10 @@ class Family:
         """Whether a rank's line is part of its MPI's report of an error that ends the rank (`inside`: the rank's
         line before it was), which a peer prints when a rank that failed first closes its connections."""
         return False
+
+    def fatal_reporter(self, lines: Sequence[str]) -> int | None:
+        """The rank whose report `lines` are, where the report names it (it came without the rank's tag)."""
+        return None
 
     def exit_code_line(self, line: str, inside: bool) -> bool:
         """Whether a launcher's line (blanks and NULs stripped) is part of its report of each rank's exit

@@ -84,9 +84,12 @@ _REPORTED = LazyPattern(
 #   *** reported by process [4017684481,3]
 #   *** on a NULL communicator
 #   … (every line starts with "*** "). A rank whose peer already failed prints it when that peer's sockets close
-# (measured 2026-11-26 with Open MPI 5.0.11 on two namespace hosts: a rank sleeping while rank 0 called MPI_Abort)
-_FATAL_START = LazyPattern(r"\*\*\* An error occurred in ")
-_FATAL_LINE = LazyPattern(r"\*\*\* ")
+# (measured 2026-11-26 with Open MPI 5.0.11 on two namespace hosts: a rank sleeping while rank 0 called MPI_Abort).
+# Printed after the rank gave its stderr back before MPI_Abort, each line starts `[host:00000] `, not the rank's tag
+# (measured 2026-12-01, 5.0.11: rank 3 on n2 while rank 0 on n1 ended the job over a usage error)
+_FATAL_START = LazyPattern(r"(?:\[[^\s\]]+:[0-9]+\] )?\*\*\* An error occurred in ")
+_FATAL_LINE = LazyPattern(r"(?:\[[^\s\]]+:[0-9]+\] )?\*\*\* ")
+_FATAL_REPORTER = LazyPattern(r"\*\*\* reported by process \[[0-9]+,([0-9]+)\]")
 # Its event library, in a survivor whose peer was killed (--on-failure shrink), adding an event on the closed socket:
 # [warn] Epoll ADD(4) on fd 19 failed. Old events were 0; …: Bad file descriptor (measured 2026-11-26 with Open MPI
 # 5.0.11: rank 0, 9 jobs of 40 on 2 loaded cores); it changes nothing, and the rank's log keeps it
@@ -257,6 +260,11 @@ class OpenMpi(Family):
     def in_fatal_report(self, text: str, inside: bool) -> bool:
         """`*** An error occurred in …` and the `*** ` lines after it."""
         return bool(_FATAL_START.match(text) or (inside and _FATAL_LINE.match(text)))
+
+    def fatal_reporter(self, lines: Sequence[str]) -> int | None:
+        """The rank of `*** reported by process [job,rank]`."""
+        found = next((match for line in lines if (match := _FATAL_REPORTER.search(line))), None)
+        return None if found is None else int(found[1])
 
 
 def _check_ulfm(spec: MpirunSpec) -> None:

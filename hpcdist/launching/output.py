@@ -114,6 +114,7 @@ class OutputRouter:
         # (rank, stream, line) of a fatal-error report that came before any failure was heard: shown at the end
         # unless another rank's failure was heard by then (the report is its consequence: the rank's log keeps it)
         self._held: list[tuple[int, str, bytes]] = []
+        self._report: dict[str, list[bytes]] = {}  # per stream, an untagged fatal-error report being read
 
     def feed(self, stream: str, chunk: bytes) -> bytes:
         """The part of `chunk` (from mpirun's `stream`) to show now; a partial last line waits for more."""
@@ -126,6 +127,7 @@ class OutputRouter:
         with self._lock:
             rest = self._partial.pop(stream, b"")
             last = self._route(rest, stream) if rest.strip(b"\0 \t\r") else b""  # PRRTE ends a banner with a NUL
+            self._settle(stream)
             unfinished = [self._blank.pop(stream, b""), *self._block.pop(stream, [])]  # shown as they came
             held = [line for rank, where, line in self._held if where == stream and self._own_story(rank)]
             return b"".join(held) + last + (b"" if self.launcher_quiet else b"".join(unfinished))
@@ -146,7 +148,7 @@ class OutputRouter:
         """
         line = line.lstrip(b"\0")  # PRRTE ends a banner with a NUL, after its newline: the next line starts with it
         tagged = split_tag(line)
-        if tagged is None:
+        if tagged is None or (tagged.number is None and self._untagged_report(line, stream)):
             return self._launcher(line, stream)
         host, rank, number, rest = tagged
         kept = self._ranks.setdefault(rank, _Rank(host))
@@ -170,14 +172,19 @@ class OutputRouter:
         return shown if visible else b""
 
     def _launcher(self, line: bytes, stream: str) -> bytes:
-        """What to show of a line of mpirun's own; a help block is held until its closing rule, then judged whole.
+        """What to show of a line without a rank's tag: mpirun's own, where a help block is held until its closing
+        rule, then judged whole; or a rank's fatal-error report after it gave its stderr back, held as its report.
 
         A blank line is held until the next: Hydra prints one before its banner, which goes with it.
         """
         if not self.hide_banners:
             return b"" if self.launcher_quiet else line
-        block = self._block.get(stream)
         text = line.decode(errors="replace")
+        if self._untagged_report(line, stream):  # a rank's, after it gave its stderr back
+            self._report.setdefault(stream, []).append(line)
+            return b""
+        self._settle(stream)
+        block = self._block.get(stream)
         if block is None and not text.strip() and stream not in self._blank:
             self._blank[stream] = line
             return b""
@@ -195,6 +202,20 @@ class OutputRouter:
         elif self.family.hides(text):
             line = b""
         return b"" if self.launcher_quiet else blank + line
+
+    def _untagged_report(self, line: bytes, stream: str) -> bool:
+        """Whether an unnumbered `[host:N] ` line is a fatal-error report's with its MPI's own `[host:pid] `, not the
+        rank's tag (its tagger numbers every line for the router)."""
+        return self.family.in_fatal_report(line.decode(errors="replace"), stream in self._report)
+
+    def _settle(self, stream: str) -> None:
+        """An untagged fatal-error report read whole: held as the rank's that it names (-1: none, another's echo
+        once any failure was heard)."""
+        lines = self._report.pop(stream, [])
+        rank = self.family.fatal_reporter([line.decode(errors="replace") for line in lines])
+        rank = -1 if rank is None else rank
+        if self.shown is None or rank in self.shown:
+            self._held.extend((rank, stream, line) for line in lines)
 
     def failures(self, failed: Mapping[int, str], hosts: Mapping[int, str]) -> list[Failure]:
         """The failed ranks (rank -> how, in the order heard; their hosts where known), each with its last lines."""

@@ -210,3 +210,22 @@ def test_a_peers_fatal_error_report_before_a_usage_error_is_left_out_though_the_
     shown += console.feed("stderr", b"")
     assert b"Socket closed" not in shown
     assert b"NULL communicator" not in shown
+
+
+def test_a_peers_fatal_error_report_without_its_tag_is_its_own_not_rank_0s() -> None:
+    """Rank 3 gave its stderr back before MPI_Abort and Open MPI then reported its closed socket with its own
+    `[n2:00000] ` (measured on the namespace hosts): not rank 0's report, so rank 0's usage error is the one story;
+    with nothing heard, the report is rank 3's and shown at the end."""
+    report = b"".join(
+        b"[n2:00000] *** " + words + b"\n"
+        for words in [b"An error occurred in Socket closed", b"reported by process [748486657,3]", b"Unknown error"]
+    )
+    console = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False), 4))
+    shown = console.feed("stderr", _control(Usage(0, "the rendezvous is unreachable")) + report)
+    shown += console.feed("stderr", b"[n1:0:1] rank 0 says why\n")
+    assert shown + console.feed("stderr", b"") == b"rank 0 says why\n"
+    alone = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False), 4))
+    assert alone.feed("stderr", report + b"[n1:0:1] rank 0 says why\n") == b"rank 0 says why\n"
+    assert alone.feed("stderr", b"") == report
+    only_0 = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False, ranks="0"), 4))
+    assert only_0.feed("stderr", report) + only_0.feed("stderr", b"") == b""

@@ -205,6 +205,10 @@ def test_the_banners_hpcdist_s_report_replaces() -> None:
     assert OPEN_MPI.in_fatal_report("*** An error occurred in Socket closed\n", False)
     assert OPEN_MPI.in_fatal_report("*** on a NULL communicator\n", True)
     assert not OPEN_MPI.in_fatal_report("*** on a NULL communicator\n", False)
+    assert OPEN_MPI.in_fatal_report("[n2:00000] *** An error occurred in Socket closed\n", False)
+    report = ["[n2:00000] *** An error occurred in Socket closed\n", "[n2:00000] *** reported by process [7484,3]\n"]
+    assert OPEN_MPI.fatal_reporter(report) == 3 and OPEN_MPI.fatal_reporter(report[:1]) is None
+    assert MPICH.fatal_reporter(report) is None and not MPICH.in_fatal_report(report[0], False)
 
 
 def test_listening_to_an_unknown_family_reads_every_family_s_words() -> None:
