@@ -18,6 +18,7 @@ import contextlib
 import time
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
@@ -64,20 +65,27 @@ def survivors(comms: tuple[MPI.Intracomm, ...], excluded: list[int], who: str, d
 
 
 def install() -> None:
-    """Have torch's shrink path take a Python process group that `shrink` returns as the new group itself, as torch's
-    group creation does (idempotent; nothing where this torch has no shrink path)."""
+    """Have torch's shrink path make the new group as torch's group creation does for this backend (idempotent;
+    nothing where this torch has no shrink path): a Python process group stands for itself, and the compiled backend
+    is registered as the custom backend it is. torch's own path registers any CPU backend as gloo's, and DDP's logger
+    then reads it as gloo's: a segmentation fault in the first DistributedDataParallel on the shrunk group."""
     c10d = dist.distributed_c10d
     make = getattr(c10d, "_create_shrunk_process_group", None)
     if make is None or getattr(make, "_hpcdist_original", None) is not None:
         return
 
     def create(new_backend: Any, remaining_ranks: list[int], metadata: dict[str, Any], is_default_group: bool) -> Any:
+        name = metadata["new_group_name"]
+        group = new_backend
         if not isinstance(new_backend, dist.ProcessGroup):
-            return make(new_backend, remaining_ranks, metadata, is_default_group)
-        new_backend._set_group_name(metadata["new_group_name"])
-        kind = "default" if is_default_group else metadata["original_group_name"]
-        new_backend._set_group_desc(f"{kind}:shrunk")
-        return new_backend
+            store = dist.PrefixStore(f"{name}/", metadata["store"].clone())  # as torch's path, and its split
+            group = dist.ProcessGroup(store, new_backend.rank(), new_backend.size())
+            custom = dist.ProcessGroup.BackendType.CUSTOM
+            group._register_backend(torch.device("cpu"), custom, new_backend)
+            group._set_default_backend(custom)
+        group._set_group_name(name)
+        group._set_group_desc("default:shrunken" if is_default_group else f"{metadata['original_group_name']}:shrunk")
+        return group
 
     create._hpcdist_original = make  # type: ignore[attr-defined]
     c10d._create_shrunk_process_group = create

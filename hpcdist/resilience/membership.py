@@ -8,9 +8,11 @@
         if recovery.rank == 0: print(recovery.line())
 
 A recovery revokes every communicator of the world (so no rank waits in a call on it any more), shrinks it to the
-survivors (ULFM's fault-tolerant agreement on who failed), then rebuilds torch's default group for the same backend
-(mpi: on the shrunk communicator; gloo and nccl: a new group over a new store on it) and every subgroup made before,
-over their surviving members, renumbered. A failure during it starts it again (`_ATTEMPTS` times at most).
+survivors (ULFM's fault-tolerant agreement on who failed), then remakes torch's default group for the same backend
+and every subgroup made before, over their surviving members, renumbered. On the mpi backend, torch's own
+`dist.shrink_group` shrinks the default group (its store over MPI moves to the survivors); on gloo and nccl, and
+where spares join, a new default group is made over a new store on the shrunk communicator. A failure during it
+starts it again (`_ATTEMPTS` times at most).
 """
 
 from __future__ import annotations
@@ -165,7 +167,8 @@ def recover(error: BaseException | None = None) -> Recovery:
     last: BaseException | None = error
     for _ in range(_ATTEMPTS):
         world = ulfm.world()
-        _tear_down(process, world)
+        by_torch = _torch_shrinks(process, backend)
+        _tear_down(process, world, keep_default=by_torch)
         spares.revoke()
         try:
             shrunk: MPI.Intracomm = (spares.whole() or world).Shrink()  # type: ignore[assignment]  # an Intracomm
@@ -192,12 +195,15 @@ def recover(error: BaseException | None = None) -> Recovery:
                 f"--min-np {min_np}; the job ends",
                 survivor=shrunk.rank,
             )
-        ulfm.replace(shrunk)
         try:
-            groups = _rebuild(process, shrunk, backend, subgroups, seconds)
+            if by_torch:
+                shrunk = _shrink_default(world, shrunk)
+            else:
+                ulfm.replace(shrunk)
+            groups = _rebuild(process, shrunk, backend, subgroups, seconds, default=not by_torch)
             if not ulfm.agree(shrunk, 1):  # every survivor rebuilt, none failed meanwhile
                 raise RanksLost((), during="recovery", why="a rank failed to rebuild its groups")
-        except (MPI.Exception, RanksLost, dist.DistError) as exc:
+        except (MPI.Exception, RanksLost, RuntimeError) as exc:  # shrink_group's: a rank failed since (DistError too)
             if isinstance(exc, MPI.Exception) and not is_failure(exc):
                 raise
             last = exc
@@ -239,12 +245,40 @@ def _own_subgroups() -> Subgroups:
     return found
 
 
-def _tear_down(process: RankProcess, world: MPI.Intracomm) -> None:
-    """Revoke every communicator of the world (no call on them waits any more) and abort torch's groups."""
+def _torch_shrinks(process: RankProcess, backend: str) -> bool:
+    """Whether torch's shrink_group shrinks the default group: the mpi backend's, with the store over MPI (which
+    moves to the survivors) and no spares (which join: a shrink only leaves ranks out). nccl's shrink needs two GPUs
+    to be checked, and stays on the rebuild."""
+    return (
+        backend == mpi_backend.BACKEND_NAME
+        and dist.is_initialized()
+        and isinstance(process.mpi_store, MPIStore)
+        and spares.whole() is None
+    )
+
+
+def _shrink_default(world: MPI.Intracomm, probe: MPI.Intracomm) -> MPI.Intracomm:
+    """torch's `dist.shrink_group` of the default group (its ranks are `world`'s), leaving out the ranks MPI's shrink
+    (`probe`, then freed) found failed; the survivors' communicator it made the world.
+
+    Raises:
+        RuntimeError: a rank failed since the probe (MPI's shrink drops it too): the recovery starts again.
+    """
+    kept = set(ulfm.starts(probe))
+    probe.Free()
+    dist.shrink_group([rank for rank, start in enumerate(ulfm.starts(world)) if start not in kept])
+    return ulfm.world()
+
+
+def _tear_down(process: RankProcess, world: MPI.Intracomm, keep_default: bool = False) -> None:
+    """Revoke every communicator of the world (no call on them waits any more) and abort torch's groups, but with
+    `keep_default` (torch's shrink_group then shrinks the default group, aborts the others and moves the store)."""
     detector.stop()
     with contextlib.suppress(MPI.Exception):
         world.Revoke()
     mpi_backend.revoke_all()
+    if keep_default:  # torch's shrink_group aborts the subgroups itself
+        return
     if process.mpi_store is not None:
         process.mpi_store.abandon()
     if dist.is_initialized() and str(dist.get_backend()) != mpi_backend.BACKEND_NAME:
@@ -257,12 +291,14 @@ def _tear_down(process: RankProcess, world: MPI.Intracomm) -> None:
 
 
 def _rebuild(
-    process: RankProcess, comm: MPI.Intracomm, backend: str, subgroups: Subgroups, seconds: float
+    process: RankProcess, comm: MPI.Intracomm, backend: str, subgroups: Subgroups, seconds: float, default: bool
 ) -> dict[Any, Any]:
-    """torch's default group for `backend` on `comm` over a new store, then every survivor's subgroups alike."""
-    store = process.mpi_store = MPIStore(comm, seconds)  # the one shutdown closes
-    init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)
-    init(backend, store=store, rank=comm.rank, world_size=comm.size, timeout=timedelta(seconds=seconds))
+    """With `default`, torch's default group for `backend` on `comm` over a new store; then every survivor's
+    subgroups alike."""
+    if default:
+        store = process.mpi_store = MPIStore(comm, seconds)  # the one shutdown closes
+        init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)
+        init(backend, store=store, rank=comm.rank, world_size=comm.size, timeout=timedelta(seconds=seconds))
     starts = ulfm.starts(comm)
     known: dict[str, tuple[tuple[int, ...], str]] = {}
     for theirs in comm.allgather([(name, members, kind) for name, members, kind, _ in subgroups]):

@@ -33,6 +33,8 @@ def test_survivors_shrink_with_torchs_api_and_go_on(hpcdist: str, native: str, t
         # the shrunk world: its size, torch's world size and this rank in it, all_reduce on it and on the default
         assert record["world"] == [2, 2, start, 3.0, 3.0]
         assert record["new_group"] == 3.0 and record["gloo"] == 3.0  # gloo's store: the store over MPI, moved
+        assert record["ddp"][0] == "mpi4py"  # DDP's step on the shrunk default group, on the backend it shrank
+    assert records[0]["ddp"] == records[1]["ddp"]  # the gradients were averaged over both survivors
 
 
 def test_a_live_rank_or_a_failed_one_left_out_is_refused(hpcdist: str, tmp_path: Path) -> None:

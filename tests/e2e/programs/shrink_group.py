@@ -3,7 +3,8 @@
 argv: scenario, output directory. Each rank that finishes writes rank<start>.json.
 - `world` (3 ranks): rank 2 dies. Ranks 0 and 1 catch the all_reduce's error, shrink the subgroup [0, 1, 2] by its
   rank 2 and all_reduce on it, then shrink the default group by [2] and all_reduce on it, then make a new mpi
-  subgroup and a gloo group on the shrunk world (their store is the store over MPI, moved to the survivors).
+  subgroup and a gloo group on the shrunk world (their store is the store over MPI, moved to the survivors), and
+  train one DistributedDataParallel step on it.
 - `refused` (4 ranks): rank 2 dies while rank 3 waits. Ranks 0 and 1 ask for [2, 3] while rank 3 still runs, then
   (rank 3 killed) for [2] alone, then for [2, 3]: the first two are refused, each with its own error; the third
   shrinks.
@@ -42,6 +43,19 @@ def refused(ranks: list[int]) -> list[str]:
     raise AssertionError(f"shrink_group({ranks}) was not refused")
 
 
+def ddp_step() -> list[object]:
+    """One DistributedDataParallel step on the default group, each rank on its own input: its backend's name as torch
+    registered it, and the parameters after the step (equal on every rank)."""
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    model(torch.full((2, 4), float(me + 1))).sum().backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    return [
+        dist.get_backend(),
+        [round(p, 6) for p in torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()],
+    ]
+
+
 def wait_for(path: Path) -> None:
     """Wait (up to 120 s) until `path` exists."""
     deadline = time.monotonic() + 120
@@ -73,6 +87,7 @@ with hpcdist.init("mpi"):
         record["world"] = [world.size(), dist.get_world_size(), dist.get_rank(), total(world), total()]
         record["new_group"] = total(dist.new_group([0, 1]))
         record["gloo"] = total(dist.new_group([0, 1], backend="gloo"))
+        record["ddp"] = ddp_step()
     else:
         record["alive"] = refused([2, 3])
         if me == 0:

@@ -5,12 +5,12 @@ from 0): that rank, about to train that step (once: not again after a restart), 
 sleeps there, inside the step, until the test SIGKILLs it; epoch 3 (past the last) stops it after the final barrier,
 as the others shut down. A survivor that meets TooFewRanks prints it and exits. Every rank appends `epoch index` to
 OUT_DIR/seen-RANK.txt for each sample of every committed step; rank 0 prints each epoch's loss; at the end every
-survivor prints its parameters' digest and the world size, and touches OUT_DIR/past-barrier-RANK once past the final
-barrier. After a recovery, rank 0 prints the time of the first step committed since (`first step after recovery at T
-on N ranks`). Every rank writes its pid to OUT_DIR/pid-RANK before it makes the loop. $SHARDED `zero` shards the
-optimizer's state (ZeroRedundancyOptimizer over SGD with momentum), `fsdp` the model (fully_shard); with `zero`, STEP
--1 stops the victim as that epoch's end gathers the optimizer's shards for the checkpoint. $CHECKPOINT is Survivors'
-checkpoint=PATH.
+survivor prints its parameters' digest and the world size, then its default group's description (torch's), and
+touches OUT_DIR/past-barrier-RANK once past the final barrier. After a recovery, rank 0 prints the time of the first
+step committed since (`first step after recovery at T on N ranks`). Every rank writes its pid to OUT_DIR/pid-RANK
+before it makes the loop. $SHARDED `zero` shards the optimizer's state (ZeroRedundancyOptimizer over SGD with
+momentum), `fsdp` the model (fully_shard); with `zero`, STEP -1 stops the victim as that epoch's end gathers the
+optimizer's shards for the checkpoint. $CHECKPOINT is Survivors' checkpoint=PATH.
 """
 
 import contextlib
@@ -111,6 +111,7 @@ with hpcdist.init(sys.argv[2]):
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
     print(f"start rank {start_rank}: rank {loop.rank} of {loop.world_size}: parameters {digest}", flush=True)
+    print(f"start rank {start_rank}: default group {dist.group.WORLD.group_desc}", flush=True)  # type: ignore[union-attr]
     dist.barrier()
     (out / f"past-barrier-{start_rank}").touch()  # then into the shutdown, or to the kill
     if (EPOCHS, 0) in pauses:
