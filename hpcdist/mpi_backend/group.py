@@ -165,12 +165,16 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
                 call = record.start(name.split()[0], peer, result, self._ledger_name, 0, not async_op)
         if not async_op and steps is None and status is None and type(req) is not list:
             test = req.Test
-            for _ in range(_FAST_SPINS):  # the fast path: small messages finish within microseconds
-                if test():
-                    if finish is not None:
-                        finish()
-                    record.ended(call)
-                    return DONE  # no Work object, nothing to track
+            try:
+                for _ in range(_FAST_SPINS):  # the fast path: small messages finish within microseconds
+                    if test():
+                        if finish is not None:
+                            finish()
+                        record.ended(call)
+                        return DONE  # no Work object, nothing to track
+            except BaseException:  # a failed call is over too: a hang report must not show it waiting
+                record.ended(call)
+                raise
         work = MPIWork(self, name, req, keep, result, finish, steps, status, timeout_of(tmo))
         work._call = call
         if self._coalesced is not None:

@@ -189,4 +189,14 @@ inline Ledger& ledger() {
   return *one;
 }
 
+// Marks a call finished when it goes out of scope, however the call ended: one that raised is over too, and a hang
+// report must not show its rank still waiting in it.
+struct Finishing {
+  const uint64_t call;
+  explicit Finishing(uint64_t id) : call(id) {}
+  Finishing(const Finishing&) = delete;
+  Finishing& operator=(const Finishing&) = delete;
+  ~Finishing() { ledger().finished(call); }
+};
+
 }  // namespace hpcdist_native

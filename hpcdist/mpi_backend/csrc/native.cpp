@@ -545,19 +545,17 @@ class NativeBackend : public c10d::Backend {
     const int peer = root < 0 ? -1 : spec_.ranks.at(root);
     const uint64_t call = ledger().record(name, seen.empty() ? nullptr : &seen[0], group_, peer, seq_);
     if (std::this_thread::get_id() == worker_->id.load()) {  // a future's callback issued it: run it in place
+      Finishing finishing{call};
       Watched watch(worker_->slot, name, limit);
       without_gil([&] { op(comm_); });
-      ledger().finished(call);
       return c10::make_intrusive<DoneWork>(out);
     }
     collect();
     if (!async) {
       drain();
-      {
-        Watched watch(caller_, name, limit);
-        without_gil([&] { op(comm_); });
-      }
-      ledger().finished(call);
+      Finishing finishing{call};
+      Watched watch(caller_, name, limit);
+      without_gil([&] { op(comm_); });
       return c10::make_intrusive<DoneWork>(out);
     }
     auto work = c10::make_intrusive<QueuedWork>(out, spec_.who + ": " + name + " on " + spec_.desc);

@@ -4,7 +4,7 @@ argv: backend (mpi, gloo), scenario (one, two, during, rebuild; frozen: rank 2 S
 mpirun to find frozen and end; ring: every step's all_reduce is of 64 MiB, large enough for the backends' rings, and
 rank 2 is killed 50 ms into its step's), output directory. Each survivor writes
 rank<start>.json: its committed steps with the world size and the all_reduce's sum, each recovery, and the error each
-failure raised (or, below $HPCDIST_MIN_NP, the TooFewRanks it met).
+failure raised with the calls hang forensics then saw it in (or, below $HPCDIST_MIN_NP, the TooFewRanks it met).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 
 import hpcdist
+from hpcdist.forensics import sources
+from hpcdist.forensics.recording import LEDGER
 from hpcdist.resilience import membership
 
 STEPS = 8
@@ -57,6 +59,8 @@ with hpcdist.init(backend):
         except (hpcdist.RanksLost, RuntimeError) as exc:  # gloo raises a plain RuntimeError
             lost = membership.failure_of(exc)  # what gloo's error hides
             errors.append([type(exc).__name__, isinstance(exc, hpcdist.RanksLost), str(exc), lost and list(lost.ranks)])
+            waiting = [call.op for call in sources.snapshot(LEDGER) if not call.done]  # as a hang report would see
+            errors[-1].append(waiting)
             if scenario == "during" and me == 3 and len(errors) == 1:
                 os.kill(os.getpid(), 9)  # dies while the others recover
             try:
