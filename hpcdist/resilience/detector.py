@@ -3,7 +3,8 @@
 ULFM completes that receive with an error as soon as any rank of the world fails. The thread then notes the lost
 ranks (`lost`), revokes the world (every survivor's next `commit` raises at once) and cuts this process's gloo
 connections (`release_gloo`): a gloo call waiting on a peer cannot be aborted otherwise, and waits for its timeout.
-The mpi backend needs none: its own calls return ULFM's errors.
+The mpi backend's own calls return ULFM's errors: under an mpi default group the thread runs only once some rank
+made a gloo group, whose call may wait on a survivor that left for the recovery.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..runtime import sockets
 from ..runtime.process import RankProcess
 from . import ulfm
 
-__all__ = ["lost", "release_gloo", "start", "stop"]
+__all__ = ["gloo_here", "lost", "release_gloo", "start", "stop", "watches_gloo"]
 
 _TAG = 0x4654  # no rank ever sends on it: the receive only ends by a failure or a revoke
 _POLL = 0.02  # seconds between the thread's tests of the receive (a blocking wait would spin a core)
@@ -42,17 +43,20 @@ class _Detector:
     stopping: threading.Event | None = None
     lost: list[int] = field(default_factory=list)
     hooked: bool = False  # MPI_Finalize stops it
+    gloo: bool = False  # under an mpi default group: some rank made a gloo group (as the ranks last agreed)
 
 
 _DETECTOR = _Detector()
 
 
-def start(process: RankProcess) -> None:
+def start(process: RankProcess, gloo: bool | None = None) -> None:
     """Watch the world for failures from a thread (once; collective: it duplicates the world), under shrink mode
-    (`process`'s contract) and for a default group of gloo or nccl."""
+    (`process`'s contract) and for a default group of gloo or nccl; for an mpi one, once some rank made a gloo
+    group: `gloo` as every rank agreed it, or (None) as they last did."""
     if _DETECTOR.thread is not None or not process.contract.shrinks or not dist.is_initialized():
         return
-    if str(dist.get_backend()) == BACKEND_NAME:
+    _DETECTOR.gloo = _DETECTOR.gloo if gloo is None else gloo
+    if str(dist.get_backend()) == BACKEND_NAME and not _DETECTOR.gloo:
         return
     _DETECTOR.process, _DETECTOR.lost = process, []
     comm = _DETECTOR.comm = ulfm.world().Dup()
@@ -78,6 +82,16 @@ def stop() -> None:
     if comm is not None:
         with contextlib.suppress(MPI.Exception):
             comm.Revoke()
+
+
+def gloo_here() -> bool:
+    """Whether this rank is in a gloo group (a rank outside a group does not know of it: the ranks agree on it)."""
+    return any(str(backend) == "gloo" for backend, _ in dist.distributed_c10d._world.pg_map.values())
+
+
+def watches_gloo() -> bool:
+    """Whether, under an mpi default group, the ranks agreed that some rank made a gloo group."""
+    return _DETECTOR.gloo
 
 
 def lost() -> list[int]:

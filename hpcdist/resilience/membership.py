@@ -45,8 +45,9 @@ __all__ = ["Recovery", "commit", "failure_of", "recover"]
 # on every survivor alike, about once in some hundreds of steps, with no rank failed. All of them then agree again.
 # With the failure detector's thread testing its receive during the agreement (gloo, nccl), one survivor alone got a
 # garbage value now and then and agreed again while the others went on: 3 stalls in 20 runs under `stress-ng --cpu 2`
-# (2026-11-29, 2 cores). The thread now makes no MPI call while commit agrees (`detector.still`).
-_DONE, _LIVE, _AGREE_TRIES = 1, 2, 3
+# (2026-11-29, 2 cores). The thread now makes no MPI call while commit agrees (`detector.still`). Bit _NO_GLOO, set
+# by a rank in no gloo group: a result without it starts the failure detector under an mpi default group.
+_DONE, _LIVE, _NO_GLOO, _AGREE_TRIES = 1, 2, 4, 3
 
 _LEARN = 1.0  # seconds a survivor waits to learn which ranks failed, when a collective raised
 _ATTEMPTS = 5  # recoveries in a row (each after a failure during the last) before the job gives up
@@ -110,10 +111,12 @@ def commit(done: bool = True) -> None:
         RanksLost: ranks failed (named as at the job's start), or some rank passed done=False (no rank named).
     """
     comm = ulfm.world()
-    detector.start(current())
+    process = current()
+    detector.start(process)
+    mine = _LIVE | (_DONE if done else 0) | (0 if detector.gloo_here() else _NO_GLOO)
     for _ in range(_AGREE_TRIES):
         try:
-            flag = ulfm.agree(comm, _LIVE | (_DONE if done else 0))
+            flag = ulfm.agree(comm, mine)
         except MPI.Exception as exc:
             if not is_failure(exc):
                 raise
@@ -122,6 +125,7 @@ def commit(done: bool = True) -> None:
             break
     else:
         raise RanksLost((), during="commit", why=f"the ranks' agreement came out wrong {_AGREE_TRIES} times in a row")
+    detector.start(process, gloo=not flag & _NO_GLOO)  # every survivor got the same agreement
     if not flag & _DONE:
         raise RanksLost((), during="commit", why="a rank did not complete its step (commit(done=False)): no rank steps")
 
@@ -277,12 +281,12 @@ def _tear_down(process: RankProcess, world: MPI.Intracomm, keep_default: bool = 
     with contextlib.suppress(MPI.Exception):
         world.Revoke()
     mpi_backend.revoke_all()
+    if dist.is_initialized() and (str(dist.get_backend()) != mpi_backend.BACKEND_NAME or detector.watches_gloo()):
+        detector.release_gloo(process)  # a peer's gloo call may wait on this rank (its detector saw nothing yet)
     if keep_default:  # torch's shrink_group aborts the subgroups itself
         return
     if process.mpi_store is not None:
         process.mpi_store.abandon()
-    if dist.is_initialized() and str(dist.get_backend()) != mpi_backend.BACKEND_NAME:
-        detector.release_gloo(process)
     if dist.is_initialized():
         with contextlib.suppress(Exception):  # a group that cannot abort (gloo's) is dropped all the same
             dist.distributed_c10d._abort_process_group()

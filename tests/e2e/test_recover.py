@@ -130,3 +130,21 @@ def test_a_survivors_sys_exit_is_the_jobs_status_after_every_atexit_hook(hpcdist
         "rank 0: recovered, 2 ranks",
         "rank 1: recovered, 2 ranks",
     ], result.stdout
+
+
+def test_a_gloo_subgroups_call_waiting_on_a_survivor_that_left_for_the_recovery_fails_and_the_job_shrinks(
+    hpcdist: str, tmp_path: Path
+) -> None:
+    # the mpi default group, a gloo subgroup [0, 1]: rank 0 waits in it for rank 1, which met rank 3's loss in a world
+    # call and recovers; MPI's failure detector cuts gloo's connections, so rank 0's call fails and it recovers too,
+    # instead of waiting out the 30 s timeout and the job ending
+    argv = [hpcdist, "mpirun", "--on-failure", "shrink", "--oversubscribe", "-np", "4", "--", str(BIN / "python")]
+    result = launch([*argv, str(PROGRAMS / "gloo_subgroup.py"), str(tmp_path)], timeout=120, HPCDIST_TIMEOUT="30")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "hang" not in result.stderr, result.stderr
+    records = {int(path.stem[4:]): json.loads(path.read_text()) for path in tmp_path.glob("rank*.json")}
+    assert sorted(records) == [0, 1, 2], result.stdout + result.stderr
+    for start, record in records.items():
+        assert record["raised"][1] == [3], record  # who failed, as each survivor learnt it after its call raised
+        assert (record["size"], record["world"]) == (3, 6.0)  # 1 + 2 + 3 over the shrunk world
+        assert record["sub"] == (11.0 if start < 2 else 100.0)  # the subgroup's 1 + 10; rank 2, not in it, its own
