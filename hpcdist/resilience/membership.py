@@ -207,7 +207,7 @@ def recover(error: BaseException | None = None) -> Recovery:
             groups = _rebuild(process, shrunk, backend, subgroups, seconds, default=not by_torch)
             if not ulfm.agree(shrunk, 1):  # every survivor rebuilt, none failed meanwhile
                 raise RanksLost((), during="recovery", why="a rank failed to rebuild its groups")
-        except (MPI.Exception, RanksLost, RuntimeError) as exc:  # shrink_group's: a rank failed since (DistError too)
+        except (MPI.Exception, RanksLost, dist.DistError) as exc:
             if isinstance(exc, MPI.Exception) and not is_failure(exc):
                 raise
             last = exc
@@ -266,11 +266,14 @@ def _shrink_default(world: MPI.Intracomm, probe: MPI.Intracomm) -> MPI.Intracomm
     (`probe`, then freed) found failed; the survivors' communicator it made the world.
 
     Raises:
-        RuntimeError: a rank failed since the probe (MPI's shrink drops it too): the recovery starts again.
+        RanksLost: a rank failed since the probe (MPI's shrink drops it too): the recovery starts again.
     """
     kept = set(ulfm.starts(probe))
     probe.Free()
-    dist.shrink_group([rank for rank, start in enumerate(ulfm.starts(world)) if start not in kept])
+    try:
+        dist.shrink_group([rank for rank, start in enumerate(ulfm.starts(world)) if start not in kept])
+    except RuntimeError as exc:  # shrinking.survivors: a failed rank missing from the list
+        raise RanksLost((), during="recovery", why=str(exc)) from exc
     return ulfm.world()
 
 

@@ -197,8 +197,8 @@ def test_a_peers_fatal_error_report_that_came_before_the_failure_it_follows_is_l
 
 
 def test_a_peers_fatal_error_report_before_a_usage_error_is_left_out_though_the_peer_is_heard_to_fail() -> None:
-    """Rank 3's report of its closed socket came first; then rank 0 told a usage error, and rank 3 was heard to fail
-    too (measured on the namespace hosts): the usage error is the job's one story, rank 3's report its echo."""
+    """Rank 3's report of its closed socket, tagged as its own, came first; then rank 0 told a usage error, and rank 3
+    was heard to fail too: the usage error is the job's one story, rank 3's report its echo."""
     report = b"".join(
         b"[n2:3:%d] *** " % n + words + b"\n"
         for n, words in enumerate([b"An error occurred in Socket closed", b"on a NULL communicator"])
