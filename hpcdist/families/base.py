@@ -110,10 +110,12 @@ class RankKilled:
 
 @dataclass(frozen=True)
 class RankAborted:
-    """The launcher (or the MPI library on the rank's stderr) says a rank called MPI_Abort."""
+    """The launcher (or the MPI library on the rank's stderr) says a rank called MPI_Abort; `after_peer`: its MPI
+    ended it for a peer's lost connection (a peer failed first)."""
 
     rank: int
     host: str | None = None
+    after_peer: bool = False
 
 
 Observation = HostLost | AgentFailed | RankKilled | RankAborted

@@ -90,6 +90,10 @@ _REPORTED = LazyPattern(
 _FATAL_START = LazyPattern(r"(?:\[[^\s\]]+:[0-9]+\] )?\*\*\* An error occurred in ")
 _FATAL_LINE = LazyPattern(r"(?:\[[^\s\]]+:[0-9]+\] )?\*\*\* ")
 _FATAL_REPORTER = LazyPattern(r"\*\*\* reported by process \[[0-9]+,([0-9]+)\]")
+_TAGS = LazyPattern(r"^(?:\[[^\s\]]+:[0-9]+\] )*")  # a rank's tag, Open MPI's own `[host:pid] `, or both
+# what in such a report says a peer had gone: its TCP transport's closed socket (measured above), or, with MPI's
+# failure detector on, the error class of a failed process
+_FATAL_PEER_LOST = LazyPattern(r"\*\*\* (?:An error occurred in Socket closed|MPI_ERR_PROC_FAILED)")
 # Its event library, in a survivor whose peer was killed (--on-failure shrink), adding an event on the closed socket:
 # [warn] Epoll ADD(4) on fd 19 failed. Old events were 0; …: Bad file descriptor (measured 2026-11-26 with Open MPI
 # 5.0.11: rank 0, 9 jobs of 40 on 2 loaded cores); it changes nothing, and the rank's log keeps it
@@ -110,6 +114,7 @@ class OpenMpiScanner(Scanner):
         self._lost = False  # a lost-daemon banner was seen: the host lines that follow name the host
         self._not_started = False  # it said a daemon failed to report back: the agent's status follows
         self._recent: dict[str, deque[str]] = {}  # per stream, the last lines (PRRTE breaks its banners over lines)
+        self._fatal: dict[str, tuple[int | None, bool]] = {}  # per stream, a fatal-error report's rank and lost peer
 
     def scan(self, stream: str, line: str) -> list[Observation]:
         """What one line says."""
@@ -134,7 +139,27 @@ class OpenMpiScanner(Scanner):
             found.append(RankAborted(int(aborted["rank"]), aborted["host"]))
         if killed or aborted:
             recent.clear()
+        found.extend(self._casualty(stream, line))
         return found
+
+    def _casualty(self, stream: str, line: str) -> list[Observation]:
+        """A rank its MPI ended for a peer's lost connection, once its fatal-error report has said both (a casualty:
+        the peer failed first, and hpcdist names that peer first)."""
+        text = _TAGS.compiled().sub("", line, count=1)
+        if _FATAL_START.match(text):
+            self._fatal[stream] = (None, False)
+        elif stream not in self._fatal or not _FATAL_LINE.match(text):
+            self._fatal.pop(stream, None)
+            return []
+        rank, peer = self._fatal[stream]
+        reporter = _FATAL_REPORTER.search(text)
+        rank = int(reporter[1]) if reporter else rank
+        peer = peer or bool(_FATAL_PEER_LOST.search(text))
+        self._fatal[stream] = (rank, peer)
+        if rank is None or not peer:
+            return []
+        self._fatal[stream] = (None, False)  # said once
+        return [RankAborted(rank, None, after_peer=True)]
 
 
 @register

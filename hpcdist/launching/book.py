@@ -20,6 +20,7 @@ class RankBook:
         self.world_size: int | None = None  # as the ready ranks said
         self.failed: dict[int, str] = {}  # rank -> how it ended, in the order heard
         self.after_peer: set[int] = set()  # failed ranks that were casualties: a peer had gone, or their call failed
+        self.told: set[int] = set()  # failed ranks that said how themselves (their word on being a casualty stands)
         self.at: dict[int, float] = {}  # rank -> when it failed or finished, by its own clock
         self.calls: dict[int, str] = {}  # rank -> the communication call it failed in
         self.finished: list[int] = []  # ranks whose programs ended well (they then wait for the others), as heard
@@ -42,6 +43,7 @@ class RankBook:
             self.world_size = event.world if event.world is not None else self.world_size
         elif isinstance(event, Failed) and rank not in self.failed:
             self.failed[rank] = event.how
+            self.told.add(rank)
             self._when(rank, event.at, event.call)
             if event.after_peer or event.call:
                 self.after_peer.add(rank)
@@ -71,9 +73,12 @@ class RankBook:
                 self.hosts.setdefault(member, host)
 
     def reported(self, seen: RankKilled | RankAborted) -> str:
-        """Note what the launcher said of a rank: killed by a signal, or called MPI_Abort; how it ended, as noted."""
+        """Note what the launcher (or the rank's MPI) said of a rank: killed by a signal, or called MPI_Abort, maybe
+        for a lost peer; how it ended, as noted."""
         how = describe_status(-seen.signal) if isinstance(seen, RankKilled) else "called MPI_Abort"
         self.failed.setdefault(seen.rank, how)
+        if isinstance(seen, RankAborted) and seen.after_peer and seen.rank not in self.told:
+            self.after_peer.add(seen.rank)
         if seen.host:
             self.hosts.setdefault(seen.rank, seen.host)
         return self.failed[seen.rank]

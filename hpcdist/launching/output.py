@@ -107,12 +107,13 @@ class OutputRouter:
         self.caller_reports = False  # set by a caller that reports failures itself: no failure summary
         self.family = families.listening(None)  # the launch's MPI family (Console sets the watch's)
         self.failed: Collection[int] = ()  # the ranks heard to fail so far: another's fatal-error report follows
+        self.casualties: Collection[int] = ()  # those of them that failed after a peer's loss (a consequence)
         self.usage: Collection[int] = ()  # the ranks that told a usage error: the job's one story, every other
         # rank's fatal-error report its consequence (a peer's closed socket), even from a rank also heard to fail
         self._block: dict[str, list[bytes]] = {}  # per stream, the help block being read (its lines so far)
         self._blank: dict[str, bytes] = {}  # per stream, a blank line of mpirun's held until the next line
-        # (rank, stream, line) of a fatal-error report that came before any failure was heard: shown at the end
-        # unless another rank's failure was heard by then (the report is its consequence: the rank's log keeps it)
+        # (rank, stream, line) of a fatal-error report: shown at the end if it is the rank's own story by then, not the
+        # consequence of another rank's failure (the rank's log keeps it)
         self._held: list[tuple[int, str, bytes]] = []
         self._report: dict[str, list[bytes]] = {}  # per stream, an untagged fatal-error report being read
 
@@ -133,10 +134,12 @@ class OutputRouter:
             return b"".join(held) + last + (b"" if self.launcher_quiet else b"".join(unfinished))
 
     def _own_story(self, rank: int) -> bool:
-        """Whether `rank`'s fatal-error report is told: no failure heard, or its own (not another's consequence)."""
+        """Whether `rank`'s fatal-error report is told: no failure heard but casualties', or its own (not another's
+        consequence)."""
         if self.usage:
             return rank in self.usage
-        return not self.failed or rank in self.failed
+        causes = [failed for failed in self.failed if failed not in self.casualties]
+        return not causes or rank in causes
 
     def _route(self, line: bytes, stream: str) -> bytes:
         """One line (or a progress bar's redraw, ending in \\r): keep a rank's line for its tail; what to show.
@@ -163,7 +166,7 @@ class OutputRouter:
             return b""  # (the rank's log keeps it)
         shown = b"[%s:%d] " % (host.encode(), rank) + rest if self.options.tag else rest
         visible = self.shown is None or rank in self.shown
-        if kept.in_fatal and rank not in self.failed:  # the failure it follows may be heard later, on another path
+        if kept.in_fatal:  # the failure it follows may be heard later, on another path, or its report say so
             self._held.extend([(rank, stream, shown)] if visible else [])
             return b""
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
@@ -257,6 +260,7 @@ class Console:
         # the consequence of what hpcdist says: the rank's log keeps it
         self.router.failed = {*self.watch.failed, *self.watch.book.told_usage}
         self.router.usage = set(self.watch.book.told_usage)
+        self.router.casualties = set(self.watch.book.after_peer)
         routed = self.router.feed(stream, shown) if shown else b""
         return routed if chunk else routed + self.router.finish(stream)
 

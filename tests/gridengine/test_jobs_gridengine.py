@@ -118,7 +118,12 @@ def test_a_failing_rank_ends_the_job_at_once_told_once_by_rank_and_host(submit, 
     err = result.stderr
     assert err.count("Traceback (most recent call last)") == 1 and "[rank 1] Traceback" in err, result.describe()
     assert err.count("[rank 1] ValueError: rank 1 gives up\n") == 1, result.describe()
-    assert err.endswith("hpcdist: first failure: rank 1 on n2 failed with exit code 1\n"), result.describe()
+    assert "***" not in err, f"rank 0's MPI report of rank 1's closed socket was shown: {result.describe()}"
+    # rank 0, in the barrier, is ended by prterun for rank 1's abort, or first by its own MPI for rank 1's closed
+    # socket (a casualty, said after the cause): a race of the job itself, told right either way
+    last = err.splitlines()[-1]
+    first = "hpcdist: first failure: rank 1 on n2 failed with exit code 1"
+    assert last in (first, f"{first}; then rank 0 failed after it"), result.describe()
 
 
 def test_requeue_a_suspended_job_s_ranks_stop_on_the_notice_and_grid_engine_runs_it_again(

@@ -229,3 +229,41 @@ def test_a_peers_fatal_error_report_without_its_tag_is_its_own_not_rank_0s() -> 
     assert alone.feed("stderr", b"") == report
     only_0 = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False, ranks="0"), 4))
     assert only_0.feed("stderr", report) + only_0.feed("stderr", b"") == b""
+
+
+@pytest.mark.parametrize("banner_first", [True, False])
+def test_a_rank_its_mpi_ended_for_a_peers_closed_socket_is_named_after_the_rank_that_failed_first(
+    banner_first: bool,
+) -> None:
+    """Rank 1 (n2) raised and called MPI_Abort; rank 0 (n1), in a barrier, saw its socket close, and Open MPI's
+    errors-are-fatal handler ended it, which prterun reported as rank 0's abort, before or after rank 1's word came
+    over n2's daemon (seen in a Grid Engine job of two hosts, 2026-12-01). Rank 1 is the first failure, rank 0 failed
+    after it, and rank 0's report is left out."""
+    report = b"".join(
+        b"[n1:00000] *** " + words + b"\n"
+        for words in [
+            b"An error occurred in Socket closed",
+            b"reported by process [1332019201,0]",
+            b"on a NULL communicator",
+            b"Unknown error",
+            b"MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,",
+            b"   and MPI will try to terminate your MPI job as well)",
+        ]
+    )
+    banner = b'prterun has exited due to process rank 0 with PID 0 on node n1 calling\n"abort". This may have\n'
+    own = _control(Failed(1, "exit code 1", "n2", at=1.0)) + b"[n2:1:1] ValueError: rank 1 gives up\n"
+    console = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False), 2))
+    shown = b"".join(console.feed("stderr", part) for part in ([banner, own] if banner_first else [own, banner]))
+    shown += console.feed("stderr", report) + console.feed("stderr", b"")
+    assert b"ValueError: rank 1 gives up\n" in shown and b"***" not in shown
+    outcome, _ = console.watch.outcome(1)
+    assert outcome.headline() == "first failure: rank 1 on n2 failed with exit code 1; then rank 0 failed after it"
+
+
+def test_a_rank_reported_ended_for_a_lost_peer_that_said_how_it_failed_keeps_its_own_word() -> None:
+    """A rank that told its own failure (not after a peer) stays a cause whatever its MPI's report says after."""
+    report = b"[n1:0:2] *** An error occurred in Socket closed\n[n1:0:3] *** reported by process [1332019201,0]\n"
+    console = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False), 2))
+    console.feed("stderr", _control(Failed(0, "called MPI_Abort", "n1", at=1.0)) + report)
+    console.feed("stderr", b"")
+    assert console.watch.outcome(1)[0].headline() == "first failure: rank 0 on n1 failed with called MPI_Abort"
