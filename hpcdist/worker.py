@@ -130,14 +130,31 @@ def _run_in_process(process: RankProcess, target: PythonTarget, rank: int) -> tu
         if not process.tell_usage(exc.line(), status=1) and exc.survivor == 0:
             print(f"hpcdist: error: {exc.line()}", file=sys.stderr, flush=True)
         return 1, None
+    except SyntaxError as exc:  # in a file of the program: the same on every rank, said once for the job
+        if not (exc.filename and os.path.isfile(exc.filename)):  # code the program compiled itself
+            return _raised(process, rank, exc)
+        _usage_error(process, rank, _syntax(exc))
+        return 2, None
     except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it with this rank's name
-        how = Failed(rank, after_peer=peer_lost(str(exc)), call=failed_call(exc), at=time.time())
-        if not process.contract.shrinks:  # the others' stacks, while they still wait where this rank left them
-            stacks_on_failure(rank, exc)
-        if not _told_in_one_line(process.contract, how):
-            print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)  # last
-        return 1, how
+        return _raised(process, rank, exc)
     return 0, None
+
+
+def _raised(process: RankProcess, rank: int, exc: BaseException) -> tuple[int, Failed]:
+    """The program raised `exc`: the others' stacks, then its traceback with this rank's name; status 1, and how."""
+    how = Failed(rank, after_peer=peer_lost(str(exc)), call=failed_call(exc), at=time.time())
+    if not process.contract.shrinks:  # the others' stacks, while they still wait where this rank left them
+        stacks_on_failure(rank, exc)
+    if not _told_in_one_line(process.contract, how):
+        print(format_failure(rank, exc.with_traceback(_user_frames(exc.__traceback__))), file=sys.stderr)  # last
+    return 1, how
+
+
+def _syntax(exc: SyntaxError) -> str:
+    """'train.py:2: SyntaxError: '(' was never closed: 'x = ('; fix the code there'."""
+    line = (exc.text or "").strip()
+    shown = f": {line!r}" if line else ""
+    return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}{shown}; fix the code there"
 
 
 def _told_in_one_line(contract: RankContract, how: Failed) -> bool:

@@ -14,14 +14,16 @@ from __future__ import annotations
 import array
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ..abort import agreeing, before_finalize
+from ..abort import agreeing, before_finalize, leave_rank
 from ..contract import RankContract
 from ..errors import RendezvousTimeout
+from ..events import Failed
 from ..settingtable import STARTUP_TIMEOUT
 from ..waits import Backoff, poll_until
 from . import digest, frdump, gather, hung, sources
@@ -65,33 +67,58 @@ def reserve(contract: RankContract, timeout: float, init_timeout: float) -> bool
     if WATCHDOG.comm is None:
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             return False
-        WATCHDOG.comm = _duplicate(MPI.COMM_WORLD, init_timeout)
+        WATCHDOG.comm = _duplicate(MPI.COMM_WORLD, init_timeout, contract)
         before_finalize(lambda: stop(_FINALIZE_WAIT))  # the thread stops before the program's own MPI.Finalize()
     WATCHDOG.limits = (timeout, init_timeout)
     return True
 
 
-def _duplicate(world: Any, timeout: float) -> Any:
+def _duplicate(world: Any, timeout: float, contract: RankContract) -> Any:
     """`world`'s duplicate, its completion waited for in pauses: in a blocking MPI_Comm_dup the ranks that came first
     spin and take the cores of those still starting (measured: 1.6 s of 16 ranks' start-up, oversubscribed on 2
     cores).
 
+    Under --on-failure shrink, a barrier's pauses, the duplicate made at once, then a barrier again: Open MPI 5.0.11's
+    fault tolerance crashes a rank (SIGSEGV in ompi_comm_revoke_local) that is still making a communicator when a
+    peer that made its own already leaves (measured 2026-12-01, 4 ranks, one leaving over a syntax error in the
+    program: with Idup 3 jobs of 5, with Dup alone 2 of 12). A peer lost before the program starts leaves this rank
+    too, as a casualty: the survivors carry on from the program on.
+
     Raises:
         RendezvousTimeout: it did not complete within `timeout` seconds; the message says who waited for what.
     """
-    comm, request = world.Idup()
-    poll_until(
-        request.Test,
-        time.monotonic() + timeout,
-        lambda: (
-            f"rank {world.rank} of {world.size} on {socket.gethostname()} waited {timeout:g} s for every rank to "
-            "copy the world communicator for hang forensics during start-up; a rank may have died or hung before "
-            f"reaching it (raise {STARTUP_TIMEOUT.name} if start-up is just slow)"
-        ),
-        backoff=Backoff(1e-5, 0.01),
-        error=RendezvousTimeout,
-    )
-    return comm
+    from mpi4py import MPI
+
+    def wait(request: Any) -> None:
+        poll_until(
+            request.Test,
+            time.monotonic() + timeout,
+            lambda: (
+                f"rank {world.rank} of {world.size} on {socket.gethostname()} waited {timeout:g} s for every rank to "
+                "copy the world communicator for hang forensics during start-up; a rank may have died or hung before "
+                f"reaching it (raise {STARTUP_TIMEOUT.name} if start-up is just slow)"
+            ),
+            backoff=Backoff(1e-5, 0.01),
+            error=RendezvousTimeout,
+        )
+
+    if not contract.shrinks:
+        comm, request = world.Idup()
+        wait(request)
+        return comm
+    try:
+        wait(world.Ibarrier())
+        comm = world.Dup()
+        wait(world.Ibarrier())  # no rank goes on, and may leave, while another still makes it
+        return comm
+    except MPI.Exception as exc:
+        host = socket.gethostname().split(".")[0]
+        contract.tell(Failed(world.rank, how="exit code 1", host=host, after_peer=True, at=time.time()))
+        if not contract.routed:  # hpcdist mpirun names it after the rank that failed first
+            print(
+                f"hpcdist: rank {world.rank} on {host} left: a peer was lost during start-up ({exc})", file=sys.stderr
+            )
+        leave_rank(1)
 
 
 def start(contract: RankContract, timeout: float, init_timeout: float | None = None) -> bool:

@@ -122,8 +122,8 @@ class MpirunWatch:
             self.heartbeats.ended(event.rank)
         elif isinstance(event, Started) or (isinstance(event, Ready) and len(self.book.ready) == self.book.world_size):
             self.heartbeats.up()  # every rank is past MPI_Init (or, with the user's own rendezvous, in its group)
-        if self.shrink is not None and isinstance(event, (Failed, Vanished)) and event.rank not in self.book.told_usage:
-            how = self.book.failed.get(event.rank)  # a rank that told a usage error ends with it, said once at the end
+        if self.shrink is not None and isinstance(event, (Failed, Vanished)) and self.book.usage is None:
+            how = self.book.failed.get(event.rank)  # once a rank told a usage error, the job ends with it, said once
             self._lose({event.rank: f"failed ({how})" if how else f"lost ({VANISHED})"})
 
     def _observe(self, seen: Observation) -> None:

@@ -48,6 +48,24 @@ def test_a_module_missing_on_every_rank_is_one_line_with_where_it_was_imported(
     ), result.stderr
 
 
+@pytest.mark.parametrize("options", [[], ["--on-failure", "shrink"]], ids=["abort", "shrink"])
+def test_a_syntax_error_in_the_program_is_one_line_with_where_it_is(
+    hpcdist: str, tmp_path: Path, options: list[str]
+) -> None:
+    """Every rank meets it: one line and status 2, not a traceback per rank (nor, under shrink, a loss per rank)."""
+    (tmp_path / "model.py").write_text("import torch\n\nlayer = torch.nn.Linear(2, 2\n")
+    (tmp_path / "train.py").write_text("import model\n")
+    result = launch([hpcdist, "mpirun", "-np", "4", *options, "--", "python", str(tmp_path / "train.py")], timeout=120)
+    assert result.returncode == 2, result.stderr
+    where = re.escape(f"{tmp_path / 'model.py'}:3")
+    assert re.fullmatch(
+        re.escape(crowded(4))
+        + rf"hpcdist: error: {where}: SyntaxError: '\(' was never closed: 'layer = torch.nn.Linear\(2, 2'; fix the "
+        r"code there\n",
+        result.stderr,
+    ), result.stderr
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("np", SIZES)
 def test_a_raising_rank_s_traceback_is_told_once(hpcdist: str, tmp_path: Path, np: int, backend: str) -> None:

@@ -257,6 +257,17 @@ def test_under_shrink_a_usage_error_every_rank_meets_is_said_once_and_no_rank_is
     assert (outcome.status, outcome.usage) == (2, "--on-failure shrink does not take --report")
 
 
+def test_under_shrink_a_rank_lost_after_another_told_a_usage_error_is_no_loss_of_its_own() -> None:
+    """Rank 0 met a syntax error in the program and left; rank 3, still starting, went with it: the usage error is
+    the job's one story (measured: a loss line per such rank before)."""
+    watch = MpirunWatch(TOKEN, shrink=True, np=4)
+    watch.feed("stderr", _line(Usage(0, "model.py:3: SyntaxError: '(' was never closed; fix the code there")))
+    watch.feed("stderr", _line(Failed(0, "exit code 2", "n1")))
+    watch.feed("stderr", _line(Vanished(3, "n1")) + _line(Failed(2, "exit code 1", "n1", after_peer=True)))
+    assert watch.news() == []
+    assert watch.outcome(2)[0].status == 2
+
+
 def test_under_shrink_the_launcher_is_not_ended_for_running_on(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
     monkeypatch.setattr("hpcdist.launching.watch.time.monotonic", lambda: now[0])
