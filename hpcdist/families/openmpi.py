@@ -100,10 +100,11 @@ _FATAL_PEER_LOST = LazyPattern(r"\*\*\* (?:An error occurred in Socket closed|MP
 _EVENT_BAD_FD = LazyPattern(r"\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\..*: Bad file descriptor\s*")
 _SURVIVES_LOST_HOSTS = 6  # the first Open MPI whose runtime (PRRTE) survives a lost daemon
 # A survivor's non-blocking collective that a lost rank ended (libnbc; 75 is MPI_ERR_PROC_FAILED): its line, then a
-# blank one. hpcdist names the loss itself.
+# blank one; or one that a recovery's revoke ended as it began its next round (measured 2026-12-01, 5.0.11: a rank
+# waiting in a subgroup's all_reduce while its peer recovered). hpcdist names the loss itself.
 _NBC_ABORTED = LazyPattern(
-    r"NBC_Progress: an error [0-9]+ was found during schedule 0x[0-9a-f]+ at row-offset [0-9]+ "
-    r"- aborting the schedule\s*"
+    r"(?:NBC_Progress: an error [0-9]+ was found during schedule 0x[0-9a-f]+ at row-offset [0-9]+ "
+    r"- aborting the schedule|Error in NBC_Start_round\(\) \(-?[0-9]+\))\s*"
 )
 
 

@@ -18,9 +18,11 @@ starts it again (`_ATTEMPTS` times at most).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -271,10 +273,27 @@ def _shrink_default(world: MPI.Intracomm, probe: MPI.Intracomm) -> MPI.Intracomm
     kept = set(ulfm.starts(probe))
     probe.Free()
     try:
-        dist.shrink_group([rank for rank, start in enumerate(ulfm.starts(world)) if start not in kept])
+        with _subgroups_remade():
+            dist.shrink_group([rank for rank, start in enumerate(ulfm.starts(world)) if start not in kept])
     except RuntimeError as exc:  # shrinking.survivors: a failed rank missing from the list
         raise RanksLost((), during="recovery", why=str(exc)) from exc
     return ulfm.world()
+
+
+@contextlib.contextmanager
+def _subgroups_remade() -> Iterator[None]:
+    """Without torch's warning that shrinking the default group destroys the other groups: the recovery remakes
+    them (a line from every rank, as each recovered)."""
+
+    def other(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Shrinking default group will destroy")
+
+    logger = logging.getLogger(dist.distributed_c10d.__name__)
+    logger.addFilter(other)
+    try:
+        yield
+    finally:
+        logger.removeFilter(other)
 
 
 def _tear_down(process: RankProcess, world: MPI.Intracomm, keep_default: bool = False) -> None:

@@ -166,11 +166,13 @@ def test_open_mpis_event_warning_about_a_lost_peers_socket_is_left_out_unless_de
 
 
 def test_libnbcs_line_about_a_collective_a_lost_rank_ended_goes_with_its_blank_line() -> None:
-    """A survivor's `NBC_Progress: an error 75 …` and the blank line after it are left out; its own blank lines stay."""
+    """A survivor's `NBC_Progress: an error 75 …` and the blank line after it, and `Error in NBC_Start_round() (-1)`
+    after a revoke, are left out; its own blank lines stay."""
     lines = [
         b"NBC_Progress: an error 75 was found during schedule 0x41bce290 at row-offset 106 - aborting the schedule\n",
         b"\n",
         b"NBC_Progress: an error 75 was found during schedule 0x20855720 at row-offset 0 - aborting the schedule\n",
+        b"Error in NBC_Start_round() (-1)\n",
         b"NBC_Progress: an error 75 was found during schedule 0x20855728 at row-offset 0 - aborting the schedule\n",
         b"\n",
         b"its own line\n",

@@ -1,4 +1,5 @@
-"""A gloo subgroup under the mpi default group, waiting on a survivor that left for the recovery.
+"""A subgroup (gloo, or the mpi backend's own: argv[2]) under the mpi default group, waiting on a survivor that
+left for the recovery.
 
 Rank 3 dies. Ranks 1 and 2 meet it in a world all_reduce and recover; rank 0 is by then in an all_reduce of the gloo
 subgroup [0, 1], waiting for rank 1. Each survivor then all_reduces its start rank + 1 on the shrunk world and
@@ -24,8 +25,8 @@ from hpcdist.resilience import membership
 out = Path(sys.argv[1])
 with hpcdist.init("mpi"):
     me = dist.get_rank()
-    sub = dist.new_group([0, 1], backend="gloo")
-    membership.commit()  # the ranks agree that a gloo group exists: MPI watches for failures from here on
+    sub = dist.new_group([0, 1], backend=sys.argv[2])
+    membership.commit()  # the ranks agree whether a gloo group exists: then MPI watches for failures from here on
     if me == 3:
         os.kill(os.getpid(), signal.SIGKILL)
     value = torch.tensor([float(me + 1)])
@@ -36,7 +37,7 @@ with hpcdist.init("mpi"):
         else:
             dist.all_reduce(value)
         raise AssertionError("a call with a lost rank did not raise")
-    except (hpcdist.RanksLost, RuntimeError) as exc:  # gloo raises a plain RuntimeError
+    except (hpcdist.RanksLost, RuntimeError) as exc:  # gloo raises a plain RuntimeError, the mpi backend a DistError
         lost = membership.failure_of(exc)
         raised = [type(exc).__name__, lost and list(lost.ranks)]
         recovery = membership.recover(exc)
