@@ -4,7 +4,8 @@
     dist.all_reduce(tensor)                      # every torch collective, p2p and object collective
     sub = dist.new_group([0, 1])                 # an MPI communicator over those ranks only
 
-The backend is registered with torch as "mpi4py" (torch reserves "mpi" for its native backend).
+The backend is registered with torch as "mpi4py" (torch reserves "mpi" for its native backend); on a wheel without
+that one, `new_group(backend="mpi")` means it too (naming.py).
 Ranks and sizes come from MPI.COMM_WORLD. The backend itself never reads torch's store, but the
 default group gets one all the same (hpcdist's store over MPI, runtime/mpistore.py, so no port opens), so groups
 of other backends (gloo, nccl) can be made beside it with `new_group(backend=...)`.
@@ -40,7 +41,7 @@ from mpi4py import MPI
 from .. import abort
 from ..contract import RankContract
 from ..errors import check_same_world
-from . import shrinking
+from . import naming, shrinking
 from .crowding import node_crowded
 from .dtypes import reduction_plan
 from .errors import CollectiveError, CollectiveTimeout, NativeUnavailable
@@ -100,6 +101,7 @@ def register() -> None:
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=list(DEVICES))
     shrinking.install()
+    naming.install(BACKEND_NAME)
 
 
 def native_active() -> bool:

@@ -106,6 +106,10 @@ def test_init_mpi_on_a_wheel_without_mpi_uses_the_mpi4py_group_and_a_gloo_group_
         assert dist.get_backend() == "mpi4py" and (dist.get_rank(), dist.get_world_size()) == (comm.rank, comm.size)
         assert os.environ["RANK"] == str(comm.rank)
         _check_world_and_subgroup_sums(comm)
+        named = dist.new_group(list(range(comm.size)), backend="mpi")  # as a script for a torch with MPI names it
+        tensor = torch.tensor([float(comm.rank + 1)])
+        dist.all_reduce(tensor, group=named)
+        assert dist.get_backend(named) == "mpi4py" and tensor.item() == comm.size * (comm.size + 1) / 2
         beside = dist.new_group(list(range(comm.size)), backend="gloo")  # needs the default group's shared store
         tensor = torch.tensor([float(comm.rank + 1)])
         dist.all_reduce(tensor, group=beside)
