@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
-from .errors import WaitTimeout
+from .errors import RendezvousTimeout, WaitTimeout
 
-__all__ = ["Backoff", "as_seconds", "poll_until"]
+__all__ = ["Backoff", "as_seconds", "poll_until", "wait_peers"]
 
 
 class Backoff:
@@ -60,6 +62,34 @@ def poll_until(
         if deadline is not None and time.monotonic() > deadline:
             raise error(explain())
         backoff.pause()
+
+
+def wait_peers(
+    comm: Any, request: Any, timeout: float, what: str, setting: str, meanwhile: Callable[[], None] | None = None
+) -> None:
+    """Poll a request of `comm`'s ranks' start-up (an mpi4py Request) until done, in pauses from 10 µs to 10 ms,
+    calling `meanwhile` between polls.
+
+    Raises:
+        RendezvousTimeout: not done within `timeout` s; the message names this rank, `what` it waited for, and the
+            `setting` that gives start-up more time.
+    """
+
+    def test() -> bool:
+        if meanwhile is not None:
+            meanwhile()
+        return bool(request.Test())
+
+    poll_until(
+        test,
+        time.monotonic() + timeout,
+        lambda: (
+            f"rank {comm.rank} of {comm.size} on {socket.gethostname()} waited {timeout:g} s for {what}; a rank may "
+            f"have died or hung before reaching it (raise {setting} if start-up is just slow)"
+        ),
+        backoff=Backoff(1e-5, 0.01),
+        error=RendezvousTimeout,
+    )
 
 
 def as_seconds(value: object) -> float | None:

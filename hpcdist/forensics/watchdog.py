@@ -22,10 +22,9 @@ from typing import Any
 
 from ..abort import agreeing, before_finalize, leave_rank
 from ..contract import RankContract
-from ..errors import RendezvousTimeout
 from ..events import Failed
 from ..settingtable import STARTUP_TIMEOUT
-from ..waits import Backoff, poll_until
+from ..waits import wait_peers
 from . import digest, frdump, gather, hung, sources
 from .hangreport import WATCHDOG, acknowledge, contribute, link, own_answer, report_hang, reporter
 from .ledger import FINISHED, INITIALISING
@@ -90,17 +89,8 @@ def _duplicate(world: Any, timeout: float, contract: RankContract) -> Any:
     from mpi4py import MPI
 
     def wait(request: Any) -> None:
-        poll_until(
-            request.Test,
-            time.monotonic() + timeout,
-            lambda: (
-                f"rank {world.rank} of {world.size} on {socket.gethostname()} waited {timeout:g} s for every rank to "
-                "copy the world communicator for hang forensics during start-up; a rank may have died or hung before "
-                f"reaching it (raise {STARTUP_TIMEOUT.name} if start-up is just slow)"
-            ),
-            backoff=Backoff(1e-5, 0.01),
-            error=RendezvousTimeout,
-        )
+        what = "every rank to copy the world communicator for hang forensics during start-up"
+        wait_peers(world, request, timeout, what, STARTUP_TIMEOUT.name)
 
     if not contract.shrinks:
         comm, request = world.Idup()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import RendezvousTimeout, UsageError
 from ..settingtable import TIMEOUT
-from ..waits import Backoff, poll_until
+from ..waits import wait_peers
 from .addresses import (
     INFO_BYTES,
     PROBE_SECONDS,
@@ -373,23 +373,7 @@ def all_connected(rank: int, world_size: int, backend: str, timeout: timedelta) 
 
 def _wait(comm: Any, request: Any, timeout: float, what: str, meanwhile: Callable[[], None] | None = None) -> None:
     """Poll an MPI request until done, calling `meanwhile` between polls; on timeout name who waited for what."""
-
-    def test() -> bool:
-        if meanwhile is not None:
-            meanwhile()
-        return bool(request.Test())
-
-    poll_until(
-        test,
-        time.monotonic() + timeout,
-        lambda: (
-            f"rank {comm.rank} of {comm.size} on {socket.gethostname()} waited {timeout:g} s for {what} "
-            "during hpcdist rendezvous; a rank may have died or hung before reaching it "
-            f"(raise {TIMEOUT.name} if start-up is just slow)"
-        ),
-        backoff=Backoff(1e-5, 0.01),
-        error=RendezvousTimeout,
-    )
+    wait_peers(comm, request, timeout, f"{what} during hpcdist rendezvous", TIMEOUT.name, meanwhile)
 
 
 def _encode(text: str, size: int = _MSG_BYTES) -> bytes:
