@@ -166,12 +166,12 @@ class OutputRouter:
             return b""  # (the rank's log keeps it)
         shown = b"[%s:%d] " % (host.encode(), rank) + rest if self.options.tag else rest
         visible = self.shown is None or rank in self.shown
-        if kept.in_fatal:  # the failure it follows may be heard later, on another path, or its report say so
-            self._held.extend([(rank, stream, shown)] if visible else [])
-            return b""
         if not line.endswith(b"\r"):  # a bar's redraws are not lines of the tail
             kept.keep(number, shown, self.options.tail)
             kept.unseen = kept.unseen or not visible
+        if kept.in_fatal:  # the failure it follows may be heard later, on another path, or its report say so
+            self._held.extend([(rank, stream, shown)] if visible else [])
+            return b""
         return shown if visible else b""
 
     def _launcher(self, line: bytes, stream: str) -> bytes:

@@ -269,3 +269,16 @@ def test_a_rank_reported_ended_for_a_lost_peer_that_said_how_it_failed_keeps_its
     console.feed("stderr", _control(Failed(0, "called MPI_Abort", "n1", at=1.0)) + report)
     console.feed("stderr", b"")
     assert console.watch.outcome(1)[0].headline() == "first failure: rank 0 on n1 failed with called MPI_Abort"
+
+
+def test_a_rank_left_off_the_console_keeps_its_own_fatal_error_report_for_the_summary() -> None:
+    """Under --ranks 0, rank 3's report of its own error (the first failure) is not on the console, but its lines
+    in the failure summary end with it."""
+    report = [b"*** An error occurred in MPI_Send\n", b"*** reported by process [4017684481,3]\n"]
+    console = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False, ranks="0"), 4))
+    shown = console.feed("stderr", b"[n2:3:1] sending\n")
+    shown += b"".join(console.feed("stderr", b"[n2:3:%d] " % (n + 2) + line) for n, line in enumerate(report))
+    shown += console.feed("stderr", _control(Failed(3, "called MPI_Abort", "n2"))) + console.feed("stderr", b"")
+    assert shown == b""
+    (failure,) = console.failures(1)
+    assert failure.tail == (b"sending\n", *report) and not failure.seen
