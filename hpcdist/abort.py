@@ -190,6 +190,16 @@ def leave_rank(code: int) -> NoReturn:
     os._exit(code if 0 < code < 256 else 1)
 
 
+def leave_after_peer(contract: RankContract, rank: int, why: str) -> NoReturn:
+    """End this rank only, as a casualty: a peer was lost before the ranks could carry on without it (`why`, for a
+    plain mpirun; hpcdist mpirun names it after the rank that failed first)."""
+    host = socket.gethostname().split(".")[0]
+    contract.tell(Failed(rank, how="exit code 1", host=host, after_peer=True, at=time.time()))
+    if not contract.routed:
+        print(f"hpcdist: rank {rank} on {host} left: {why}", file=sys.stderr)
+    leave_rank(1)
+
+
 def end_failed_rank(contract: RankContract, code: int) -> None:
     """A rank's program failed: end this rank only under --on-failure shrink (`leave_rank`), else the whole job."""
     if contract.shrinks:

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import array
 import os
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ..abort import agreeing, before_finalize, leave_rank
+from ..abort import agreeing, before_finalize, leave_after_peer
 from ..contract import RankContract
-from ..events import Failed
 from ..settingtable import STARTUP_TIMEOUT
 from ..waits import wait_peers
 from . import digest, frdump, gather, hung, sources
@@ -102,13 +99,7 @@ def _duplicate(world: Any, timeout: float, contract: RankContract) -> Any:
         wait(world.Ibarrier())  # no rank goes on, and may leave, while another still makes it
         return comm
     except MPI.Exception as exc:
-        host = socket.gethostname().split(".")[0]
-        contract.tell(Failed(world.rank, how="exit code 1", host=host, after_peer=True, at=time.time()))
-        if not contract.routed:  # hpcdist mpirun names it after the rank that failed first
-            print(
-                f"hpcdist: rank {world.rank} on {host} left: a peer was lost during start-up ({exc})", file=sys.stderr
-            )
-        leave_rank(1)
+        leave_after_peer(contract, world.rank, f"a peer was lost during start-up ({exc})")
 
 
 def start(contract: RankContract, timeout: float, init_timeout: float | None = None) -> bool:

@@ -124,7 +124,10 @@ class MpirunWatch:
             self.heartbeats.up()  # every rank is past MPI_Init (or, with the user's own rendezvous, in its group)
         if self.shrink is not None and isinstance(event, (Failed, Vanished)) and self.book.usage is None:
             how = self.book.failed.get(event.rank)  # once a rank told a usage error, the job ends with it, said once
-            self._lose({event.rank: f"failed ({how})" if how else f"lost ({VANISHED})"})
+            if isinstance(event, Failed) and event.after_peer:  # it could not carry on without the peer
+                self._lose({event.rank: f"left after a peer's loss ({how})"})
+            else:
+                self._lose({event.rank: f"failed ({how})" if how else f"lost ({VANISHED})"})
 
     def _observe(self, seen: Observation) -> None:
         """What the family's scanner found: a lost host, or a rank the launcher reports killed or aborted."""

@@ -19,9 +19,12 @@ from types import TracebackType
 from typing import Any
 
 from .. import settings
+from ..abort import leave_after_peer
 from ..contract import RankContract
 from ..errors import RanksLost, check_same_world
 from ..events import Ready
+from ..settingtable import STARTUP_TIMEOUT
+from ..waits import wait_peers
 from . import rendezvous, sockets
 from .backends import check_nccl, choose_backend, choose_store
 from .env import LaunchEnv
@@ -140,6 +143,7 @@ def start_group(process: RankProcess, backend: Any, seconds: float, forensics: b
         serve_store(process)
     if contract.shrinks:  # gloo's listeners come after: a recovery cuts their connections
         process.listening = frozenset(sockets.listening())
+        _all_alive(contract, seconds)
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper
@@ -170,6 +174,22 @@ def start_group(process: RankProcess, backend: Any, seconds: float, forensics: b
     say_ready(contract, dist.get_rank(), dist.get_world_size())
     if watchdog.start(contract, seconds, startup_timeout(seconds)):
         process.watchdog = True  # started here, so shutdown stops it (under the shim, the shim does)
+
+
+def _all_alive(contract: RankContract, seconds: float) -> None:
+    """Under --on-failure shrink, before torch's group is made: a barrier of MPI's world, which fails at once when a
+    rank was lost (MPI's fault tolerance), where torch's init would wait for it until the start-up timeout. With no
+    group to shrink yet, this rank then leaves, and so the job ends (measured 2026-12-01: a rank killed before
+    hpcdist.init("gloo") left the others in gloo's init for the whole timeout)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return
+    world = mpi.COMM_WORLD
+    what = "every rank to come to torch's init_process_group"
+    try:
+        wait_peers(world, world.Ibarrier(), startup_timeout(seconds), what, STARTUP_TIMEOUT.name)
+    except mpi.Exception as exc:
+        leave_after_peer(contract, world.rank, f"a peer was lost before the process group was made ({exc})")
 
 
 def _revocable_world(contract: RankContract) -> None:

@@ -51,3 +51,22 @@ def test_ddp_on_gloo_that_loses_no_rank_ends_cleanly_under_shrink(hpcdist: str) 
     assert result.returncode == 0, result.stderr
     assert "identical on all 2 ranks" in result.stdout, result.stdout
     assert "MPI_FINALIZE" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_a_rank_lost_before_the_process_group_is_made_ends_the_job_at_once(hpcdist: str) -> None:
+    """With no group to shrink yet, the others leave at once (MPI's barrier before torch's init fails), where gloo's
+    init waited for the lost rank until the start-up timeout (measured: past 180 s)."""
+    program = str(PROGRAMS / "lost_before_init.py")
+    argv = [hpcdist, "mpirun", "--on-failure", "shrink", "-np", "4", "--oversubscribe", "--", "python", program]
+    result = launch(argv, timeout=120, HPCDIST_TIMEOUT="300")
+    assert result.returncode == 1 and result.stdout == "", result.stdout + result.stderr
+    assert result.seconds < 60, f"the others waited for the lost rank: {result.stderr}"
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("hpcdist: rank 3 on ") and lines[0].endswith(
+        "lost (killed or exited abruptly); 3 ranks carry on (--on-failure shrink)"
+    ), result.stderr
+    assert all("left after a peer's loss (exit code 1)" in line for line in lines[1:-1]), result.stderr
+    assert (
+        lines[-1].startswith("hpcdist: first failure: rank 3 on ")
+        and " killed or exited abruptly; then rank" in (lines[-1])
+    ), result.stderr

@@ -268,6 +268,15 @@ def test_under_shrink_a_rank_lost_after_another_told_a_usage_error_is_no_loss_of
     assert watch.outcome(2)[0].status == 2
 
 
+def test_under_shrink_a_rank_that_left_after_a_peers_loss_is_named_so() -> None:
+    watch = MpirunWatch(TOKEN, shrink=True, np=3)
+    watch.feed("stderr", _line(Vanished(2, "n1")) + _line(Failed(0, "exit code 1", "n1", after_peer=True)))
+    assert watch.news() == [
+        "hpcdist: rank 2 on n1 lost (killed or exited abruptly); 2 ranks carry on (--on-failure shrink)",
+        "hpcdist: rank 0 on n1 left after a peer's loss (exit code 1); 1 rank carries on (--on-failure shrink)",
+    ]
+
+
 def test_under_shrink_the_launcher_is_not_ended_for_running_on(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
     monkeypatch.setattr("hpcdist.launching.watch.time.monotonic", lambda: now[0])
