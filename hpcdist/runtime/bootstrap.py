@@ -143,7 +143,9 @@ def start_group(process: RankProcess, backend: Any, seconds: float, forensics: b
         serve_store(process)
     if contract.shrinks:  # gloo's listeners come after: a recovery cuts their connections
         process.listening = frozenset(sockets.listening())
-        _all_alive(contract, seconds)
+        if not process.grouped:  # a program's own group after a loss it recovered from is made without the lost
+            _all_alive(contract, seconds)
+    process.grouped = True
     if kwargs.get("timeout") is None:
         kwargs["timeout"] = timedelta(seconds=startup_timeout(seconds) + _BACKSTOP if forensics else seconds)
     init = getattr(dist.init_process_group, "_hpcdist_original", dist.init_process_group)  # not the shim's wrapper

@@ -43,6 +43,7 @@ class RankProcess:
     agent_store: bool = False  # prepare promised TORCHELASTIC_USE_AGENT_STORE=True: release_store takes it back
     watchdog: bool = False  # init started the watchdog, so shutdown stops it (under the shim, the shim does)
     listening: frozenset[int] = frozenset()  # under shrink: the TCP ports listened on before torch's groups were made
+    grouped: bool = False  # start_group made torch's default group in this process once (the start-up is over)
     told: str | None = None  # the usage error this process told its launcher (which says it once for the job)
 
     def tell_usage(self, message: str, status: int = 2) -> bool:
