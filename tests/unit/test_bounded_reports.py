@@ -267,8 +267,11 @@ def test_a_rank_reported_ended_for_a_lost_peer_that_said_how_it_failed_keeps_its
     report = b"[n1:0:2] *** An error occurred in Socket closed\n[n1:0:3] *** reported by process [1332019201,0]\n"
     console = Console(MpirunWatch(TOKEN), OutputRouter(OutputOptions(tag=False), 2))
     console.feed("stderr", _control(Failed(0, "called MPI_Abort", "n1", at=1.0)) + report)
+    console.feed("stderr", _control(Failed(1, "exit code 1", "n2", at=2.0)))  # another cause, after it
     console.feed("stderr", b"")
-    assert console.watch.outcome(1)[0].headline() == "first failure: rank 0 on n1 failed with called MPI_Abort"
+    assert console.watch.outcome(1)[0].headline() == (
+        "first failure: rank 0 on n1 failed with called MPI_Abort; rank 1 on n2 failed with exit code 1"
+    )  # not `first failure: rank 1 …; then rank 0 failed after it`, as the report alone would have it
 
 
 def test_a_rank_left_off_the_console_keeps_its_own_fatal_error_report_for_the_summary() -> None:
