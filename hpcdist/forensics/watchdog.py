@@ -38,7 +38,8 @@ __all__ = [
 
 _ALARM = 7301
 _POLL = 0.1
-_FIRST = 1e-3  # once the program has ended: the first pause before the others' agreement is tested, doubling to _POLL
+_FIRST = 1e-3  # once the program has ended: the pause between tests of the others' agreement for its first _QUICK s
+_QUICK = 0.5  # then doubling to _POLL: a sleeping rank holds up each level of the agreement's tree by its pause
 _FINALIZE_WAIT = 2.0  # seconds MPI_Finalize waits for the thread to stop (it is woken at once)
 
 
@@ -189,7 +190,6 @@ def _serve(comm: Any, stopping: threading.Event) -> None:
     seen: dict[str, Any] = {"alarmed": None, "sent": [], "barrier": None}
     pause = _POLL
     while not _rest(stopping, pause):
-        waited = seen["barrier"] is not None
         if WATCHDOG.comm is not None and WATCHDOG.comm is not comm:  # rebased on the survivors of a failure
             comm, seen = WATCHDOG.comm, {"alarmed": None, "sent": [], "barrier": None}
         try:
@@ -200,7 +200,16 @@ def _serve(comm: Any, stopping: threading.Event) -> None:
                 raise
             acknowledge(comm)
             seen["barrier"] = None  # a finishing agreement starts again among the survivors
-        pause = min(_POLL, 2 * pause) if waited else _FIRST if seen["barrier"] is not None else _POLL
+        pause = _pause(seen, pause)
+
+
+def _pause(seen: dict[str, Any], pause: float) -> float:
+    """The next pause: _POLL while the program runs; once the others' agreement is posted, _FIRST for _QUICK s, then
+    doubling to _POLL (measured, 64 ranks on 2 cores: from the last program's end to the job's, 0.47 s doubling
+    from the first test, 0.26-0.30 s, as under plain mpirun, at _FIRST)."""
+    if seen["barrier"] is None:
+        return _POLL
+    return _FIRST if time.monotonic() - seen["posted"] < _QUICK else min(_POLL, 2 * pause)
 
 
 def _rest(stopping: threading.Event, seconds: float) -> bool:
@@ -226,6 +235,7 @@ def _cycle(comm: Any, seen: dict[str, Any], shrinking: bool) -> bool:
             if seen["barrier"] is None:
                 seen["flag"] = array.array("i", [1])  # kept alive while the agreement runs
                 seen["barrier"] = comm.Iagree(seen["flag"]) if shrinking else comm.Ibarrier()
+                seen["posted"] = time.monotonic()
             elif seen["barrier"].Test():
                 return True
     return False
