@@ -6,6 +6,7 @@ rebuild of torch's groups, and the training loop that resumes.
     detector.py    for gloo and nccl, a thread that hears of a failure through MPI
     sharding.py    an epoch's sample order and each rank's share of a step for any world size (pure)
     loop.py        hpcdist.Survivors: the training loop that commits, recovers, re-wraps DDP and re-shares
+    buckets.py     DDP's gradient buckets carried to the DDP a recovery makes, so a redone step sums alike
     spares.py      --spares: the idle ranks' wait outside torch's world, and their joining after a shrink
     checkpoint.py  atomic checkpoint files: what a restart resumes from when the survivors are too few
     sharded.py     state a lost rank takes with it (a ZeroRedundancyOptimizer's shard: StateLost), FSDP refused

@@ -6,9 +6,11 @@ agree that every one of them finished the step (`membership.commit`) before any 
 the parameters and the optimizer's state after the last committed step are the same on every survivor. When a rank
 is lost inside a step or in the agreement, the survivors shrink (`membership.recover`), wrap the same module in a
 new DDP over the new default group, and redo the step with the samples it had, shared among themselves; rank 0
-prints one line per failure. Under `--spares N`, as many spares as ranks were lost join in the recovery and take
-the state from rank 0 (spares.py), so the world is back to its size. Outside `--on-failure shrink` the same loop
-trains as plain DDP.
+prints one line per failure. The new DDP reduces its first step in rank 0's old DDP's gradient buckets (buckets.py),
+not in the single forward-order bucket a fresh DDP starts with: gloo's ring sums each element in an order set by
+its place in the bucket, so only the same layout gives the same gradients, bit for bit, as a run without the loss.
+Under `--spares N`, as many spares as ranks were lost join in the recovery and take the state from rank 0
+(spares.py), so the world is back to its size. Outside `--on-failure shrink` the same loop trains as plain DDP.
 
 With `checkpoint=PATH`, rank 0 writes PATH atomically at the end of every epoch (the model, the optimizer, the epochs
 and steps done), and a loop made with PATH present starts after that epoch: what a restart (`--max-restarts`) resumes
@@ -36,6 +38,7 @@ from ..runtime.process import current
 from ..values import check_count
 from . import checkpoint as files
 from . import detector, sharded, spares
+from .buckets import laid_out, layout_of
 from .membership import Recovery, commit, failure_of, recover
 from .sharding import epoch_order, share, step_size
 
@@ -113,6 +116,7 @@ class Survivors:
         self._cursor = 0  # samples of the epoch's order consumed by committed steps: the same on every survivor
         self._taking: int | None = None  # samples the current step takes, until it is committed or redone
         self._joined_at: tuple[int, int, int] | None = None  # a spare's (epoch, epoch_step, cursor) as it joined
+        self._layout: list[list[int]] | None = None  # the last DDP's gradient buckets, for the next (buckets.py)
         if self._shrink and spares.stand_by(process):  # a spare waits there until it takes a lost rank's place
             self._recover(None)
         else:
@@ -295,11 +299,21 @@ class Survivors:
             epoch, epoch_step, cursor, self.steps, self.saved = box[0]["place"]
             self._joined_at = (epoch, epoch_step, cursor)
 
-    def _wrap(self) -> DistributedDataParallel:
-        """The module in a DDP over the current default group (its device's index for CUDA)."""
+    def _wrap(self, layout: list[list[int]] | None = None) -> DistributedDataParallel:
+        """The module in a DDP over the current default group (its device's index for CUDA), its gradient buckets
+        laid out as `layout` from its first step (None: as DDP lays them out)."""
         device = next(self.module.parameters()).device
         ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(self.module, device_ids=ids, **self._ddp_options)
+        with laid_out(self.module, layout):
+            return DistributedDataParallel(self.module, device_ids=ids, **self._ddp_options)
+
+    def _agree_layout(self) -> list[list[int]] | None:
+        """Rank 0's last DDP's gradient buckets, for every rank (a spare has none; a survivor's own may differ if a
+        rank was lost as DDP rebuilt them)."""
+        box: list[Any] = [self._layout if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        self._layout = box[0]
+        return self._layout
 
     def _recover(self, error: BaseException | None) -> None:
         """Shrink to the survivors, drop the failed step's gradients, hand joining spares the state, wrap the module in
@@ -311,6 +325,7 @@ class Survivors:
             StateLost: the lost ranks held a shard of the optimizer's state (said once for the job).
         """
         with contextlib.suppress(AttributeError):  # a spare that joins has none yet
+            self._layout = layout_of(self.model, self.module)
             del self.model  # its reducer's hooks on the module's parameters go with it
         while True:
             recovery = recover(error)
@@ -332,7 +347,7 @@ class Survivors:
             try:
                 if recovery.joined:
                     self._hand_over()
-                self.model = self._wrap()
+                self.model = self._wrap(self._agree_layout())
                 return
             except Exception as again:
                 lost = _lost(again)
