@@ -3,8 +3,8 @@ a rank asleep holds up each level of a collective's tree by its pause."""
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any
 
 import pytest
 
@@ -58,14 +58,27 @@ def test_a_start_up_wait_that_times_out_names_the_rank_what_it_waited_for_and_th
     assert "raise HPCDIST_TIMEOUT" in message
 
 
-def test_the_watchdog_tests_the_finishing_agreement_every_millisecond_at_first_then_backs_off() -> None:
-    running: dict[str, Any] = {"barrier": None}
-    assert watchdog._pause(running, watchdog._FIRST) == watchdog._POLL
-    posted = {"barrier": object(), "posted": time.monotonic()}
-    assert watchdog._pause(posted, watchdog._POLL) == watchdog._FIRST
-    posted["posted"] = time.monotonic() - watchdog._QUICK - 1
-    pauses = [watchdog._FIRST]
-    for _ in range(9):
-        pauses.append(watchdog._pause(posted, pauses[-1]))
-    assert pauses[:3] == [watchdog._FIRST, 2 * watchdog._FIRST, 4 * watchdog._FIRST]
-    assert pauses[-1] == watchdog._POLL
+def test_the_watchdog_tests_a_young_finishing_agreement_each_millisecond_until_it_completes() -> None:
+    barrier = _Request(after=5)
+    seen = {"barrier": barrier, "posted": time.monotonic()}
+    began = time.monotonic()
+    assert watchdog._agreed_soon(seen, threading.Event())
+    assert barrier.tests == 5
+    assert time.monotonic() - began < watchdog._POLL
+
+
+def test_an_older_finishing_agreement_is_tested_every_10_ms_until_the_next_cycle_is_due() -> None:
+    barrier = _Request(after=10**9)
+    seen = {"barrier": barrier, "posted": time.monotonic() - watchdog._QUICK - 1}
+    began = time.monotonic()
+    assert not watchdog._agreed_soon(seen, threading.Event())
+    assert time.monotonic() - began >= watchdog._POLL
+    assert 1 <= barrier.tests <= watchdog._POLL / watchdog._LATER + 1
+
+
+def test_a_stopping_watchdog_does_not_test_the_agreement() -> None:
+    barrier, stopping = _Request(after=1), threading.Event()
+    stopping.set()
+    assert not watchdog._agreed_soon({"barrier": barrier, "posted": time.monotonic()}, stopping)
+    assert barrier.tests == 0
+    assert not watchdog._agreed_soon({"barrier": None}, threading.Event())
