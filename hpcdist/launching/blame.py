@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from ..ranklist import ranks_text
-from .book import RankBook
+from .book import ABORTED, RankBook
 from .outcome import BLAMED, VANISHED
 
 __all__ = ["blamed", "ended", "named"]
@@ -45,9 +45,13 @@ def named(
         found = {rank: how for rank, how in found.items() if rank in causes or rank in blame}
     heard = list(found)
 
-    def order(rank: int) -> tuple[bool, float, int]:
-        """Causes before casualties; within each, by when the rank said it ended (its own clock), then as heard."""
-        return (rank in book.after_peer and rank not in blame, book.at.get(rank, float("inf")), heard.index(rank))
+    def order(rank: int) -> tuple[bool, float, bool, int]:
+        """Causes before casualties; within each, by when the rank said it ended (its own clock), a rank known only
+        from the launcher's word that it called MPI_Abort (most often its MPI's end for a peer's failure, when its
+        own report did not come through) after one killed or vanished, then as heard."""
+        casualty = rank in book.after_peer and rank not in blame
+        aborted = found[rank] == ABORTED and rank not in book.told
+        return (casualty, book.at.get(rank, float("inf")), aborted, heard.index(rank))
 
     return dict(sorted(found.items(), key=lambda item: order(item[0])))
 

@@ -6,7 +6,10 @@ from ..events import Beat, Done, Event, Failed, Finished, Hang, Ready, Usage, Va
 from ..families.base import RankAborted, RankKilled
 from ..status import describe_status
 
-__all__ = ["RankBook"]
+__all__ = ["ABORTED", "RankBook"]
+
+
+ABORTED = "called MPI_Abort"  # how a rank ended that the launcher (or its MPI) said called MPI_Abort
 
 
 class RankBook:
@@ -75,7 +78,7 @@ class RankBook:
     def reported(self, seen: RankKilled | RankAborted) -> str:
         """Note what the launcher (or the rank's MPI) said of a rank: killed by a signal, or called MPI_Abort, maybe
         for a lost peer; how it ended, as noted."""
-        how = describe_status(-seen.signal) if isinstance(seen, RankKilled) else "called MPI_Abort"
+        how = describe_status(-seen.signal) if isinstance(seen, RankKilled) else ABORTED
         self.failed.setdefault(seen.rank, how)
         if isinstance(seen, RankAborted) and seen.after_peer and seen.rank not in self.told:
             self.after_peer.add(seen.rank)

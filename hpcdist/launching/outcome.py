@@ -59,10 +59,12 @@ class LaunchOutcome:
         }
 
     def causes(self) -> list[int]:
-        """The failed ranks that began the failure, in order: every one but those that failed after a peer's loss,
-        unless all did (then all)."""
-        first = sorted(rank for rank in self.failed if rank not in self.after_peer)
-        return first or sorted(self.failed)
+        """The failed ranks that began the failure, in `failed`'s order (the launch's: by when each rank said it
+        failed, by its own clock, then as heard): every one but those that failed after a peer's loss, unless all
+        did (then all). A rank known only from the launcher's report of its MPI_Abort comes after the ranks that said
+        when they failed, whatever its number: under load, a peer's MPI ended by its failure was heard first."""
+        first = [rank for rank in self.failed if rank not in self.after_peer]
+        return first or list(self.failed)
 
     def failures(self, ranks: Iterable[int] | None = None) -> str:
         """'rank 1 on n1 killed by SIGKILL; rank 3 failed with exit code 2' for `ranks` (default: every known one,

@@ -127,7 +127,7 @@ def test_attempt_spec_exports_both_counters_and_the_token_replacing_the_users() 
 def test_messages() -> None:
     outcome = _ended(137, failed={1: "killed by SIGKILL", 0: "exit code 1"}, hosts={1: "n1"}, lost_hosts=("n2",))
     assert (
-        describe_end(outcome) == "exit code 137 (rank 0 failed with exit code 1; rank 1 on n1 killed by SIGKILL; "
+        describe_end(outcome) == "exit code 137 (rank 1 on n1 killed by SIGKILL; rank 0 failed with exit code 1; "
         "lost host n2)"
     )
     assert describe_end(_ended(-9)) == "killed by SIGKILL"

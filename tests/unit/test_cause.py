@@ -6,8 +6,11 @@ import pytest
 
 from hpcdist.contract import RankContract
 from hpcdist.events import Event, Failed, Finished, Hang, Vanished, encode, parse_event
+from hpcdist.families.base import RankAborted, RankKilled
 from hpcdist.forensics import cause
 from hpcdist.forensics.ledger import FINISHED, INITIALISED, RUNNING, Ledger, Phase
+from hpcdist.launching.blame import named
+from hpcdist.launching.book import RankBook
 from hpcdist.launching.restarts import describe_end
 from hpcdist.launching.watch import MpirunWatch
 
@@ -44,7 +47,8 @@ def test_the_rank_that_failed_outside_any_call_is_named_first_however_the_launch
 def test_two_ranks_failing_on_their_own_are_named_by_their_own_clocks() -> None:
     late = _line(Failed(1, how="exit code 1", host="vm", at=100.9))
     outcome, _ = _watch(late, CASUALTY_0, RAISED).outcome(1)
-    assert outcome.causes() == [1, 2] and list(outcome.failed) == [2, 1, 0]
+    assert outcome.causes() == [2, 1] and list(outcome.failed) == [2, 1, 0]
+    assert outcome.headline().startswith("first failure: rank 2 on vm failed with exit code 1; rank 1 on vm failed")
 
 
 def test_a_rank_that_finished_before_the_others_failed_waiting_for_it_is_blamed() -> None:
@@ -150,3 +154,12 @@ def test_hpcdist_launch_names_a_rank_that_returned_while_the_others_still_commun
     )
     outcomes[1]["time"] = 2.5  # it returned after the casualty raised: the casualty is all there is to name
     assert first_failure(outcomes).rank == 0  # type: ignore[union-attr]
+
+
+def test_ranks_known_only_from_the_launcher_come_after_those_that_told_and_an_abort_after_a_kill() -> None:
+    """Under load a peer whose MPI ended it for another's failure (Open MPI: 'called abort') can be heard first."""
+    book = RankBook()
+    book.reported(RankAborted(31, "n1"))
+    book.reported(RankKilled(2, "n1", 9))
+    book.hear(Failed(101, how="exit code 1", host="n4", at=100.5), 0.0)
+    assert list(named(book, 1, False, {}, None)) == [101, 2, 31]

@@ -553,8 +553,8 @@ def test_a_rank_that_vanished_after_a_failure_of_its_own_cause_is_not_named() ->
 
 def test_when_every_failure_followed_a_peers_loss_they_are_all_named() -> None:
     outcome = LaunchOutcome(1, failed={2: "exit code 1", 0: "exit code 1"}, after_peer=frozenset({0, 2}))
-    assert outcome.causes() == [0, 2]
-    assert describe_end(outcome) == "exit code 1 (rank 0 failed with exit code 1; rank 2 failed with exit code 1)"
+    assert outcome.causes() == [2, 0]  # as the launch ordered them
+    assert describe_end(outcome) == "exit code 1 (rank 2 failed with exit code 1; rank 0 failed with exit code 1)"
 
 
 HYDRA_LOST = (  # MPICH 5.0.2's mpiexec on n1 when everything on n2 was killed (tests/hosts' namespaces)
