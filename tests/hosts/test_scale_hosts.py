@@ -34,7 +34,8 @@ def test_at_128_ranks_the_failing_rank_is_named_with_its_host_and_every_rank_log
     hosts = ranks_on(SLOTS)
     assert result.returncode == 1, result.stderr
     first = f"hpcdist: first failure: rank {FAILING} on {hosts[FAILING]} failed"
-    assert first in result.stderr and f"ValueError: deliberate failure on rank {FAILING}" in result.stderr
+    assert first in result.stderr, result.stderr
+    assert f"ValueError: deliberate failure on rank {FAILING}" in result.stderr, result.stderr
     assert sorted(path.name for path in logs.iterdir()) == [f"rank-{rank:03d}.log" for rank in range(NP)]
     for rank in range(NP):
         assert f"line {rank}" in (logs / f"rank-{rank:03d}.log").read_text().splitlines(), rank
