@@ -26,6 +26,7 @@ from typing import NoReturn
 
 from .contract import RankContract
 from .events import Done, Failed
+from .status import ABORTED
 
 __all__ = [
     "abort_job",
@@ -169,7 +170,7 @@ def abort_job(code: int) -> None:
         wait_until_read((1, 2))  # PRRTE, ending the job for a rank's exit, dropped output it had not read yet
         return
     rank = mpi.COMM_WORLD.Get_rank()  # hpcdist mpirun learns how this rank ended (the first word about it wins)
-    _ENDING.contract.tell(Failed(rank, how="called MPI_Abort", host=socket.gethostname().split(".")[0]))
+    _ENDING.contract.tell(Failed(rank, how=ABORTED, host=socket.gethostname().split(".")[0]))
     for hook in _ENDING.hooks:
         hook()
     wait_until_read((1, 2))

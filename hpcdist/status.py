@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 import signal
 
-__all__ = ["describe_status", "status_of"]
+__all__ = ["ABORTED", "describe_status", "status_of"]
+
+ABORTED = "called MPI_Abort"  # how a rank ended that called MPI_Abort: said by the rank itself, or by its launcher
 
 _DESCRIBED = re.compile(r"exit code (?P<code>\d+)|killed by (?:signal (?P<number>\d+)|(?P<name>SIG[A-Z0-9]+))")
 

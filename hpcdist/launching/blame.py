@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from ..ranklist import ranks_text
-from .book import ABORTED, RankBook
+from ..status import ABORTED
+from .book import RankBook
 from .outcome import BLAMED, VANISHED
 
 __all__ = ["blamed", "ended", "named"]

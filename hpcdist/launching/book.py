@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from ..events import Beat, Done, Event, Failed, Finished, Hang, Ready, Usage, Vanished
 from ..families.base import RankAborted, RankKilled
-from ..status import describe_status
+from ..status import ABORTED, describe_status
 
-__all__ = ["ABORTED", "RankBook"]
-
-
-ABORTED = "called MPI_Abort"  # how a rank ended that the launcher (or its MPI) said called MPI_Abort
+__all__ = ["RankBook"]
 
 
 class RankBook:
