@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import os
 import re
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any, NoReturn
 
 from .. import settings, settingtable
@@ -137,10 +139,27 @@ def other_spellings(parser: argparse.ArgumentParser) -> dict[str, argparse.Actio
     return found
 
 
-def build_parser() -> _Parser:
-    """All subcommands and their options."""
-    from . import batch, diagnose, follow, generate, kubernetes, launch, trace
+# The module of each command's parser and function: a command named on the line loads its own module alone (a
+# third of `hpcdist mpirun`'s own start: docs/measurements/rank-cost.md); anything else loads every one.
+_MODULES = {
+    **dict.fromkeys(("env", "mpirun", "run"), "launch"),
+    **dict.fromkeys(("hostfile", "sbatch", "torchrun"), "generate"),
+    **dict.fromkeys(("flux", "gridengine", "lsf", "pbs"), "batch"),
+    **dict.fromkeys(("mpijob", "trainjob"), "kubernetes"),
+    **dict.fromkeys(("bench", "doctor"), "diagnose"),
+    **dict.fromkeys(("logs", "status"), "follow"),
+    "trace": "trace",
+}
 
+
+def _modules(command: str | None) -> list[ModuleType]:
+    """The modules of the subcommands to parse: `command`'s alone when it is one, else every one, in help's order."""
+    names = [_MODULES[command]] if command in _MODULES else list(dict.fromkeys(_MODULES.values()))
+    return [importlib.import_module(f".{name}", __name__) for name in names]
+
+
+def build_parser(command: str | None = None) -> _Parser:
+    """The parser of the subcommands: `command`'s module's alone when it names one, else all of them."""
     parser = _Parser(
         prog="hpcdist",
         description="MPI-first HPC job toolkit for PyTorch.",
@@ -149,13 +168,8 @@ def build_parser() -> _Parser:
     )
     parser.add_argument("--version", action="version", version=f"hpcdist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    launch.add_parsers(sub)
-    generate.add_parsers(sub)
-    batch.add_parsers(sub)
-    kubernetes.add_parsers(sub)
-    diagnose.add_parsers(sub)
-    follow.add_parsers(sub)
-    trace.add_parsers(sub)
+    for module in _modules(command):
+        module.add_parsers(sub)
     return parser
 
 
@@ -164,19 +178,11 @@ _PEER_LOST = re.compile(r"gloo/transport/|[Cc]onnection (?:reset|closed) by peer
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user mistakes print `hpcdist: error: …` and return 2, a bug in hpcdist returns 70."""
-    from . import batch, diagnose, follow, generate, kubernetes, launch, trace
-
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = words[0] if words else None  # the top level takes no option but --version and --help before it
     try:
-        args = build_parser().parse_args(argv)
-        commands = {
-            **launch.COMMANDS,
-            **generate.COMMANDS,
-            **batch.COMMANDS,
-            **kubernetes.COMMANDS,
-            **diagnose.COMMANDS,
-            **follow.COMMANDS,
-            **trace.COMMANDS,
-        }
+        args = build_parser(command).parse_args(words)
+        commands = {name: run for module in _modules(args.command) for name, run in module.COMMANDS.items()}
         return commands[args.command](args)
     except UsageError as exc:
         if not _told(str(exc)):  # a rank of hpcdist mpirun: the launcher says it once for the job

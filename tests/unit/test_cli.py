@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import shlex
+import subprocess
 import sys
 
 import pytest
 
 from hpcdist import __version__
-from hpcdist.cli import main
+from hpcdist.cli import build_parser, main
 
 SHIM = [sys.executable, "-m", "hpcdist.worker", "--"]
 PER_RUN = ["-x", "HPCDIST_CONTROL=<per-launch token>", "-x", "HPCDIST_RUN_ID=<per-launch run id>"]
@@ -231,3 +234,26 @@ def test_env_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
         1,
         2,
     )
+
+
+def test_every_command_is_found_in_its_own_module() -> None:
+    from hpcdist import cli
+
+    for name, module in cli._MODULES.items():
+        assert name in importlib.import_module(f"hpcdist.cli.{module}").COMMANDS, (name, module)
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(sub.choices) == sorted(cli._MODULES)
+
+
+@pytest.mark.parametrize("argv", [["mpirun", "-np", "3", "--", "python", "t.py"], ["sbatch", "--nodes", "2"]])
+def test_a_command_parses_alike_with_its_module_alone(argv: list[str]) -> None:
+    assert build_parser(argv[0]).parse_args(argv) == build_parser().parse_args(argv)
+
+
+def test_a_command_loads_its_own_module_alone() -> None:
+    code = (
+        "import sys; from hpcdist.cli import main; code = main(['env']); "
+        "print(code, sorted(m for m in sys.modules if m.startswith('hpcdist.cli.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.splitlines()[-1] == "0 ['hpcdist.cli.habits', 'hpcdist.cli.launch', 'hpcdist.cli.types']"
