@@ -20,12 +20,12 @@ import termios
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import NoReturn
 
 from .contract import RankContract
 from .events import Done, Failed
+from .records import field, record
 from .status import ABORTED
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
 READ_SECONDS = 2.0  # how long a failing rank waits for its launcher to read its last output before MPI_Abort
 
 
-@dataclass
+@record
 class _Ending:
     """How this process ends the job: the contract it tells its launcher under, and what must run before it ends.
 

@@ -13,8 +13,9 @@ aligned clock (`moved`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
 from typing import Any
+
+from .records import fields, record
 
 __all__ = ["FIELDS", "Call", "dtype_name"]
 
@@ -34,7 +35,7 @@ _C10_DTYPES = {
 }
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Call:
     """One communication call: operation, peer or root, first tensor's shape and dtype, group, times, completion."""
 

@@ -11,19 +11,19 @@ all the two sides share:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import re
 import signal
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import ClassVar
 
+from . import records
 from ._version import __version__
 from .errors import UsageError
 from .events import Event, encode
+from .records import record
 from .values import MAX_COUNT, ON_FAILURE, parse_seconds, parse_whole
 
 __all__ = [
@@ -49,7 +49,7 @@ RESTART_VARS = ("HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")  # an att
 _TOKEN = re.compile(r"[0-9a-f]{16}\Z")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankContract:
     """What hpcdist's launcher hands every rank; each field is one variable (`VARIABLES`), unset at its default."""
 
@@ -98,7 +98,7 @@ class RankContract:
         """The variables to export to every rank: each field that is not at its default (the restart counter twice,
         as hpcdist's and as torchrun's)."""
         out: dict[str, str] = {}
-        for spec in dataclasses.fields(self):
+        for spec in records.fields(self):
             value = getattr(self, spec.name)
             if value == spec.default:
                 continue
@@ -117,7 +117,7 @@ class RankContract:
         """
         values: dict[str, object] = {}
         hints = typing.get_type_hints(cls)
-        for spec in dataclasses.fields(cls):
+        for spec in records.fields(cls):
             name = cls.VARIABLES[spec.name]
             raw = environ.get(name)
             if raw is None or raw == "":

@@ -7,15 +7,15 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import re
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import quote, unquote
 
+from . import records
 from .ranklist import rank_ranges
+from .records import record
 from .values import parse_ranks
 
 __all__ = [
@@ -39,7 +39,7 @@ _MARK = "@@hpcdist:"
 _LINE = re.compile(r"@@hpcdist:(?P<token>[0-9a-f]{16}):(?P<kind>[a-z]+):(?P<rank>[0-9]{1,10}):(?P<detail>[^\n]*)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Event:
     """Something a rank tells its launcher; each kind is a subclass with its own fields."""
 
@@ -47,7 +47,7 @@ class Event:
     rank: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Started(Event):
     """Every rank of the job is past MPI_Init: rank 0 says so once, when the rendezvous's first collective over
     COMM_WORLD, to which every rank contributes, has completed."""
@@ -55,7 +55,7 @@ class Started(Event):
     kind: ClassVar[str] = "started"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Ready(Event):
     """The rank's process group is initialised."""
 
@@ -64,7 +64,7 @@ class Ready(Event):
     world: int | None = None  # the world size as the rank sees it
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Failed(Event):
     """The rank's program failed: how it ended, and whether a peer went first or a communication call failed."""
 
@@ -76,7 +76,7 @@ class Failed(Event):
     at: float | None = None  # when, by the rank's wall clock
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finished(Event):
     """The rank's program ended well; it waits for the others."""
 
@@ -84,7 +84,7 @@ class Finished(Event):
     at: float | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Hang(Event):
     """The hang report's verdict: the ranks it blames, by kind, and those that waited, in which call."""
 
@@ -97,7 +97,7 @@ class Hang(Event):
     at: float | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Done(Event):
     """Every part of the rank's program ended: well, or, for a survivor of a failure, with the status it declared."""
 
@@ -105,7 +105,7 @@ class Done(Event):
     status: int = 0  # a survivor's program's exit status (sys.exit's), which it tells instead of exiting with it
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Vanished(Event):
     """From the rank's tagger: the rank ended without saying how (a signal, or os._exit)."""
 
@@ -113,7 +113,7 @@ class Vanished(Event):
     host: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Beat(Event):
     """From the tagger of the lowest rank of a host still beating, every `beat_interval` seconds: the host's ranks
     that beat, and how those frozen are (rank.hostbeat)."""
@@ -152,7 +152,7 @@ def _seconds(text: str) -> bool:
     return re.fullmatch(r"[0-9]{1,9}(\.[0-9])?", text) is not None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Usage(Event):
     """An error every rank meets alike, which the launcher says once for the job however many ranks tell it: a usage
     error (status 2), or survivors too few to go on (status 1: a restart may go on, from a checkpoint)."""
@@ -173,7 +173,7 @@ def encode(event: Event, token: str) -> str:
     Fields at their default are left out; values are percent-quoted, so each line stays one line.
     """
     words = []
-    for spec in dataclasses.fields(event):
+    for spec in records.fields(event):
         value = getattr(event, spec.name)
         if spec.name == "rank" or value == spec.default:
             continue

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from .records import record
 
 __all__ = ["HOST_NAME", "HostSlots", "host_slots", "hosts_text", "resolve"]
 
@@ -17,7 +18,7 @@ __all__ = ["HOST_NAME", "HostSlots", "host_slots", "hosts_text", "resolve"]
 HOST_NAME = re.compile(r"(?=.{1,253}\Z)(?:[A-Za-z0-9][A-Za-z0-9_-]*@)?[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostSlots:
     """One host and how many ranks it takes (`max_slots` caps oversubscription; None = no cap)."""
 

@@ -9,7 +9,7 @@ patterns for reading its launcher's output are `LazyPattern`s, compiled by the l
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 import re
 from collections.abc import Iterable
 from typing import Generic, TypeVar
@@ -48,10 +48,12 @@ class Registry(Generic[_T]):
 def discover(path: Iterable[str], package: str, besides: Iterable[str] = ()) -> None:
     """Import every module of `package` (found on `path`, the package's `__path__`) but `base` and those named in
     `besides` (a module run with `python -m`, which must not be imported before): each registers its plug-in."""
-    skipped = {"base", *besides}
-    for module in pkgutil.iter_modules(path):
-        if module.name not in skipped:
-            importlib.import_module(f"{package}.{module.name}")
+    skipped = {"__init__", "base", *besides}
+    for directory in path:  # listed here: pkgutil.iter_modules imports inspect, 4 ms of every process's start
+        names = sorted(entry.name.removesuffix(".py") for entry in os.scandir(directory) if entry.name.endswith(".py"))
+        for name in names:
+            if name not in skipped:
+                importlib.import_module(f"{package}.{name}")
 
 
 class LazyPattern:

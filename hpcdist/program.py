@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from .errors import UsageError
+from .records import field, record
 
 __all__ = ["PythonTarget", "check_program", "is_python", "parse_python_argv"]
 
@@ -16,7 +16,7 @@ _FLAGS = frozenset(["-u", "-B", "-O", "-OO", "-E", "-s", "-S", "-I", "-b", "-bb"
 _WITH_VALUE = frozenset(["-W", "-X"])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PythonTarget:
     """A Python program: a script path, a module (-m) or code (-c), its argv, and python's own options before it."""
 

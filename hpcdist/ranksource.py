@@ -6,12 +6,12 @@ with torchrun's and PMIx's and reads this process's place in the job from them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .records import record
 
 __all__ = ["Source"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Source:
     """The environment variables one launcher sets; the first set name of a tuple wins."""
 

@@ -8,8 +8,8 @@ spell a variable's name; each setting's typed reader, of the same name in lower 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from .records import record
 from .values import STORES
 
 __all__ = [
@@ -53,7 +53,7 @@ MIN_RATE = 1 << 10  # but never less than this per rank
 SANITIZERS = ("tsan", "asan")  # the compiled mpi backend's test builds, by the sanitizer each is built with
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Setting:
     """One variable a user may set: its name, what it takes, its default, and what it changes."""
 

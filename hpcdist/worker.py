@@ -13,7 +13,6 @@ if __name__ == "__main__":  # the shim: no collections of its start-up's objects
     gc.disable()  # (main turns it on for the program)
 
 import atexit
-import dataclasses
 import importlib.util
 import math
 import os
@@ -26,7 +25,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NoReturn
 
-from . import families, settings
+from . import families, records, settings
 from .abort import abort_job, before_abort, declare, end_failed_rank, exit_status, speak_under, survived
 from .contract import RankContract, check_version
 from .errors import RendezvousTimeout, TooFewRanks, UsageError
@@ -304,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         # after a peer or in a call: a casualty, which hpcdist mpirun names after the rank that began the failure
         how = failed or Failed(env.rank, at=time.time())
-        contract.tell(dataclasses.replace(how, how=_describe(code), host=host))
+        contract.tell(records.replace(how, how=_describe(code), host=host))
         end_failed_rank(contract, code if 0 < code < 256 else 1)
     else:
         contract.tell(Done(env.rank))  # its tagger need not report it vanished

@@ -16,10 +16,10 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..records import record
 from ..runtime.bootstrap import Session
 from .plan import BenchOptions, check_counts, parse_backends
 
@@ -55,7 +55,7 @@ def mlp_parameters(layers: tuple[int, ...] = LAYERS) -> int:
     return sum(a * b + b for a, b in itertools.pairwise(layers))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DdpPlan:
     """A validated `hpcdist bench ddp` request."""
 
@@ -82,7 +82,7 @@ def ddp_plan_from_options(args: BenchOptions) -> DdpPlan:
     return DdpPlan(parse_backends(args.backend), args.iters, args.warmup, args.json, args.plot)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DdpResult:
     """One backend's steps: milliseconds per step (slowest rank each), and parameters that differ between ranks."""
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from ..records import record
 from .plan import BenchPlan
 
 __all__ = [
@@ -29,7 +29,7 @@ FLOOR = "torch-floor"  # and of its floor rows: torch's call on a group doing no
 RAW_AGAIN = "raw-again"  # and raw mpi4py's call timed again in each round: raw against itself, the run's own noise
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Result:
     """One timed variant (out-of-place or in-place): µs per iteration (max over ranks), GB/s, wrong elements."""
 
@@ -140,7 +140,7 @@ def human_bytes(size: int) -> str:
     return f"{size} B"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Comparison:
     """One implementation against the reference, in place (the same operation on both sides: torch's
     out-of-place rows also pay the copy its in-place API forces): busbw over the large rows, latency at the smallest."""

@@ -8,18 +8,18 @@ shared store, so groups of any backend can be built beside it.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from ..errors import UsageError
+from ..records import record
 from ..runtime.backends import choose_backend
 from ..runtime.bootstrap import Session
 
 __all__ = ["BackendGroup", "backend_groups", "fake_group"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BackendGroup:
     """One compared backend: torch's name for it, its process group (None: the default group), its device."""
 

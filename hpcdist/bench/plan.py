@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..records import record
 from ..values import BACKENDS, MAX_COUNT
 
 __all__ = [
@@ -45,7 +45,7 @@ COLLECTIVE_OPTIONS = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BenchOptions:
     """What `hpcdist bench` asks for (nccl-tests' flags), each field named after its option, unchecked: the plan
     builders (plan_from_options, ddp.ddp_plan_from_options, plot.replot) check them."""
@@ -77,7 +77,7 @@ class BenchOptions:
     hosts: str | None = None  # bench startup: the hosts each job's ranks spread over, e.g. "n1,n2"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Collective:
     """One benchmarked operation: does it reduce, take a root, check its in-place variant; its bus factor."""
 
@@ -165,7 +165,7 @@ def size_sweep(min_bytes: int, max_bytes: int, factor: int, step: int) -> tuple[
     return tuple(sizes)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Counts:
     """Elements per rank, as nccl-tests' getCollByteCount: sent, received, and the count printed and passed."""
 
@@ -193,7 +193,7 @@ def bandwidths(collective: str, nbytes: int, seconds: float, nranks: int) -> tup
     return algbw, algbw * COLLECTIVES[collective].bus_factor(nranks)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BenchPlan:
     """A validated `hpcdist bench` request; checks that need the world size happen after init."""
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..records import asdict, record
 from ..workloads.steplog import LoggedStep
 from .plan import COLLECTIVE_OPTIONS, BenchOptions, check_counts, parse_rows
 
@@ -41,7 +41,7 @@ KILL_EPOCH, KILL_STEP = 2, 32  # the victim (the last rank) is killed once rank 
 MAX_RANKS = 64
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Row:
     """One way of recovering: its launcher, whether a rank is killed at all, the variable naming a rank, a label."""
 
@@ -86,7 +86,7 @@ ROWS = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RecoveryPlan:
     """A checked `hpcdist bench recovery` request."""
 
@@ -140,7 +140,7 @@ def job_argv(row: Row, ranks: int, hpcdist: str, torchrun: str, step_log: str, c
     return [hpcdist, "mpirun", "-np", str(ranks), "--", hpcdist, *training]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Outcome:
     """One job's times, in seconds, read from its step log around the kill; None where it has no such time."""
 

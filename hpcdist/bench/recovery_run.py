@@ -3,7 +3,6 @@ the fixed step of epoch 2 (found by its rank variable in /proc), the job waited 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -14,7 +13,7 @@ import tempfile
 import time
 from typing import IO, Any
 
-from .. import proctree
+from .. import proctree, records
 from ..errors import UsageError
 from ..workloads import steplog
 from .plan import BenchOptions
@@ -186,7 +185,7 @@ def _run_job(row: Row, repeat: int, plan: RecoveryPlan, found: dict[str, str]) -
         if problem or status != 0:
             said = " | ".join(tail) or "no output"
             why = problem or result.problem or "the job failed"
-            return dataclasses.replace(result, problem=f"{why}; its output ends: {said}")
+            return records.replace(result, problem=f"{why}; its output ends: {said}")
         return result
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -13,10 +13,10 @@ import math
 import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from ..records import field, record
 from .plan import COLLECTIVE_OPTIONS, BenchOptions, check_counts, parse_rows
 
 __all__ = [
@@ -46,7 +46,7 @@ PHASES = ("start", "mpi", "torch", "init", "barrier", "end")  # in the order a r
 MEMORY_SHARE = 0.6  # a job may take this share of the memory available when it starts (the host is shared)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Row:
     """One way of starting N ranks: its launcher, what each rank runs (a probe mode), and what it shows."""
 
@@ -68,7 +68,7 @@ ROWS = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StartupPlan:
     """A checked `hpcdist bench startup` request."""
 
@@ -140,7 +140,7 @@ def startup_plan(options: BenchOptions) -> StartupPlan:
     return StartupPlan(ranks, rows, repeats, timeout, options.json, options.plot, hosts)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Job:
     """One launch: which repeat, how many ranks, which row."""
 
@@ -160,7 +160,7 @@ def schedule(plan: StartupPlan) -> list[Job]:
     return jobs
 
 
-@dataclass
+@record
 class Stops:
     """Where each row stopped and why: a row that stopped at N runs no job of N ranks or more."""
 
@@ -196,7 +196,7 @@ def memory_verdict(
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Launchers:
     """The programs a job starts, found on this machine and passed in."""
 
@@ -224,7 +224,7 @@ def job_argv(row: Row, ranks: int, where: Launchers, folder: str, hosts: Sequenc
     return [where.mpirun, *root, *placed, "--oversubscribe", "--mca", "btl", "^ofi", "-np", str(ranks), *program]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Point:
     """One finished job: its wall time, when the last rank passed each phase, and where the CPU time went."""
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from ..records import asdict, record
 
 __all__ = [
     "CLUSTERS",
@@ -67,7 +68,7 @@ def nonneg_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]
     return min((flat, through), key=error)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Cluster:
     """What a cluster gives each node."""
 
@@ -78,7 +79,7 @@ class Cluster:
         return f"{self.ranks_per_node} ranks per node, {self.cores_per_node} cores per node"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RowModel:
     """One row's fitted terms (seconds; per-rank ones per rank) and how well they reproduce its points here."""
 

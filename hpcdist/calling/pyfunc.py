@@ -7,7 +7,6 @@ which each rank runs under the shim). The caller pickles only; it never loads to
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pickle
 import shutil
@@ -16,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from .. import settings, settingtable
+from .. import records, settings, settingtable
 from ..errors import LaunchTimeout, RankFailed, UsageError, WaitTimeout
 from ..launching.execute import execute
 from ..launching.options import MpirunOptions
@@ -79,7 +78,7 @@ def launch(
         call_path = os.path.join(directory, "call.pkl")
         write_call(call_path, call, backend)
         template = os.path.join(directory, "rank-{rank}.pkl")
-        options = dataclasses.replace(options, program=(*options.program, call_path, template))
+        options = records.replace(options, program=(*options.program, call_path, template))
         return _run(plan(options, world, _CALLER), world, seconds, name, template, directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)

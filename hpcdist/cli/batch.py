@@ -7,11 +7,10 @@ environment, setup lines, restarts and requeue) as `hpcdist sbatch` spells them.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from .. import families
+from .. import families, records
 from ..errors import UsageError
 from ..schedulers import flux, gridengine, lsf, pbs
 from .generate import _check_shell, _common, _environment, _program, emit
@@ -200,7 +199,7 @@ def _job(args: argparse.Namespace, command: str) -> Any:
     if "mpirun" not in args or getattr(args, "launch", "mpirun") != "mpirun":
         return job
     tools = local_tools(world, "mpirun", args.python, args.mpirun, None, False, args.mpi)
-    return dataclasses.replace(
+    return records.replace(
         job, mpirun=tools["mpirun"], mpi=tools["mpi"], probe_fabrics=args.probe_fabrics, bind=args.bind
     )
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import settingtable
+from .. import records, settingtable
 from ..bench.plan import COLLECTIVES, DTYPES, OPS, BenchOptions
 from ..bench.recovery import ROWS as RECOVERY_ROWS
 from ..bench.startup import ROWS as STARTUP_ROWS
@@ -137,7 +136,7 @@ def _add_bench(subparsers: Any) -> None:
 
 def bench_options(args: argparse.Namespace) -> BenchOptions:
     """`hpcdist bench`'s parsed arguments as BenchOptions, the plan builders' input."""
-    return BenchOptions(**{field.name: getattr(args, field.name) for field in dataclasses.fields(BenchOptions)})
+    return BenchOptions(**{field.name: getattr(args, field.name) for field in records.fields(BenchOptions)})
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -259,7 +258,7 @@ def doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"ok": not failed, "counts": counts, "checks": [dataclasses.asdict(c) for c in checks]}, sort_keys=True
+                {"ok": not failed, "counts": counts, "checks": [records.asdict(c) for c in checks]}, sort_keys=True
             )
         )
     else:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import families, settingtable
+from .. import families, records, settingtable
 from . import habits
 from .types import Seconds, Whole, add_container_options, add_output_options, container_settings, count
 
@@ -271,7 +270,7 @@ def _env(args: argparse.Namespace) -> int:
 
     env = LaunchEnv.from_environ(os.environ)
     if args.json:
-        print(json.dumps(dataclasses.asdict(env), sort_keys=True))
+        print(json.dumps(records.asdict(env), sort_keys=True))
     else:
         rows = env.describe()
         width = max(len(key) for key, _ in rows)
@@ -337,7 +336,7 @@ def mpirun(options: MpirunOptions, world: World) -> int:
     from ..launching.plan import plan
 
     if options.mode == SCRIPT:  # whoever runs the script, on whatever terminal, is known only when it runs
-        world = dataclasses.replace(world, euid=None, stdout_tty=None)
+        world = records.replace(world, euid=None, stdout_tty=None)
     launch = plan(options, world)
     if options.mode == DRY_RUN:
         printed = dry_run(launch)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 from ..contract import PREFIX
 from ..errors import UsageError
+from ..records import record
 
 __all__ = [
     "PASSED_NAMES",
@@ -40,7 +40,7 @@ PYTHON = "python3"  # the image's Python on its PATH: it runs hpcdist's shim ins
 _MOUNT = re.compile(r"(?P<src>/[^:,]*):(?P<dst>/[^:,]*)(?::(?P<mode>ro|rw))?")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Container:
     """The image every rank runs in, and how: its runtime, the host directories mounted in, GPUs or not.
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..families import identify as mpi_identity  # the one parser of MPI version text, the launchers' too
+from ..records import field, record
 
 if TYPE_CHECKING:
     from ..hosts import HostSlots
@@ -18,7 +18,7 @@ DEFAULT_TIMEOUT = 30.0  # seconds each probe may take
 STATUSES = ("pass", "warn", "fail", "info")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Check:
     """One result line: area, pass/warn/fail/info, what was found, and how to fix a problem."""
 
@@ -28,7 +28,7 @@ class Check:
     fix: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Probe:
     """A command a probe ran: argv, status (None = timed out), stdout, stderr."""
 
@@ -38,7 +38,7 @@ class Probe:
     err: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Facts:
     """Everything the checks look at; gather_facts() fills it, tests build it by hand."""
 

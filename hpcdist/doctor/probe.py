@@ -7,7 +7,6 @@ code (`offer_rendezvous`, `probe`), so the doctor checks the address a job would
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import os
@@ -16,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .. import containers, families, settingtable
+from .. import containers, families, records, settingtable
 from ..containers.base import Container
 from ..contract import RankContract
 from ..errors import UsageError
@@ -205,7 +204,7 @@ def gather_facts(
     """Probe this machine (and the hostfile's hosts, and the image of `container`) as `world` describes it; every
     command runs with `timeout`."""
     mpirun = mpirun or world.mpirun()
-    outside = dataclasses.replace(world, environ=outside_the_job(world.environ) or world.environ)
+    outside = records.replace(world, environ=outside_the_job(world.environ) or world.environ)
     with ThreadPoolExecutor(max_workers=2) as pool:
         # `import torch` alone takes ~4 s
         torch_job = pool.submit(_json_probe, _TORCH_PROBE, max(timeout, 60.0), outside)

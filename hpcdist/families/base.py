@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import UsageError
 from ..hosts import HostSlots, host_slots
 from ..plugins import LazyPattern
 from ..ranksource import Source
+from ..records import record
 
 __all__ = [
     "HELD",
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AppContext:
     """One host's part of a launch in app contexts (`-np N -H host:N -x NAME=VALUE PROGRAM :`)."""
 
@@ -48,7 +48,7 @@ class AppContext:
     env: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MpirunSpec:
     """Everything needed to build one launch command line, in the dialect of the family it names."""
 
@@ -85,21 +85,21 @@ _PPR = LazyPattern(r"ppr:(\d{1,9}):node")  # Open MPI's --map-by ranks per node,
 # -- what a family's scanner finds in its launcher's lines --------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostLost:
     """The launcher lost a host's daemon (its banner: `host` None), or names the host it lost."""
 
     host: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AgentFailed:
     """A host's daemon never started: the launch agent (ssh) that was to start it ended with `status`."""
 
     status: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankKilled:
     """The launcher says a rank was killed by a signal."""
 
@@ -108,7 +108,7 @@ class RankKilled:
     signal: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankAborted:
     """The launcher (or the MPI library on the rank's stderr) says a rank called MPI_Abort; `after_peer`: its MPI
     ended it for a peer's lost connection (a peer failed first)."""

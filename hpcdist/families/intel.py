@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Callable, Sequence
 
+from .. import records
 from ..errors import UsageError
 from ..hosts import HostSlots, hosts_text
 from ..plugins import LazyPattern
@@ -73,7 +73,7 @@ class Intel(Hydra):
     def command(self, spec: MpirunSpec) -> list[str]:
         """Hosts of unequal slots become one app context per host, each with its `-host`."""
         if not spec.contexts and spec.hostfile is None and len({h.slots for h in spec.hosts}) > 1:
-            spec = dataclasses.replace(spec, contexts=_fill(spec.hosts, spec.np))
+            spec = records.replace(spec, contexts=_fill(spec.hosts, spec.np))
         return super().command(spec)
 
     def app_contexts(self, spec: MpirunSpec) -> list[str]:

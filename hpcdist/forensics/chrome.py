@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..commcall import Call
+from ..records import record
 
 __all__ = ["RankTrace", "Trace", "build_document", "load_trace", "parse_document"]
 
@@ -15,7 +15,7 @@ _CALLS, _REGIONS = 0, 1  # the thread ids of a rank's two tracks: its communicat
 _NO_END = " (end not recorded)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankTrace:
     """One rank's calls and regions (name, start, end) on the aligned clock (seconds since the trace's origin), with
     its host and clock bound."""
@@ -28,7 +28,7 @@ class RankTrace:
     dropped: int = 0  # calls recorded before the trace buffer's oldest, which it no longer holds
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Trace:
     """Every rank's trace, and the bound on the clocks' misalignment (the largest rank's)."""
 

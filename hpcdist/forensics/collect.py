@@ -17,9 +17,9 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..records import field, record
 from . import hangreport, stacks, watchdog
 from .recording import LEDGER
 
@@ -32,7 +32,7 @@ _QUIET = 2.0  # dumps arriving this soon after a report belong to it (a rank ask
 _PIPE_SIZE = 1 << 20  # faulthandler's dump of 100 threads of 100 frames fits; a fuller pipe truncates the dump
 
 
-@dataclass
+@record
 class _Collector:
     """The pipe SIGUSR2's dump goes through, what of it was read, and on the reporter the dumps that arrived.
 

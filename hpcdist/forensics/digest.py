@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..commcall import Call
+from ..records import field, record
 from .frdump import PART
 from .ledger import Phase
 
@@ -117,7 +117,7 @@ def hosts(
     return groups, [rank for rank in range(size) if rank not in covered and rank not in lost]
 
 
-@dataclass
+@record
 class Tally:
     """The reporter's sum of the first round: each state's phase and ranks, and every rank's age."""
 
@@ -173,7 +173,7 @@ def _aged(calls: list[Call], age: float) -> list[Call]:
     return [*calls[:index], pending, *calls[index + 1 :]]
 
 
-@dataclass
+@record
 class Intake:
     """What the reporting rank received for one report: messages and bytes, by kind ('host summary')."""
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import WaitTimeout
+from ..records import field, record
 from ..waits import Backoff, poll_until
 from . import hung
 from .digest import Digest, Intake, Tally, hosts, merge, sent
@@ -46,7 +46,7 @@ LEAD_WINDOW = 1.0  # a leader waits this long for its host's digests
 _BACKOFF = (0.01, 0.01)
 
 
-@dataclass
+@record
 class Link:
     """What the gathering needs of this rank's watchdog: its answers, its failed ranks, where requests are kept."""
 

@@ -16,13 +16,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..abort import abort_job
 from ..commcall import Call
 from ..contract import RankContract
 from ..ranklist import ranks_text
+from ..records import field, record
 from ..settings import debug
 from ..settingtable import STARTUP_TIMEOUT, TIMEOUT
 from . import digest, frdump, gather, hung, sources, stacks
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@record
 class _Watchdog:
     """This rank's watchdog: its communicator, its limits, its thread, and what the thread has learnt.
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..commcall import Call
 from ..ranklist import ranks_text
+from ..records import field, record
 from ..settingtable import TIMEOUT
 
 __all__ = [
@@ -45,7 +45,7 @@ class Phase(NamedTuple):
     age: float
 
 
-@dataclass
+@record
 class Ledger:
     """The last `size` communication calls of this rank (a ring buffer; cheap to append to)."""
 

@@ -13,9 +13,9 @@ scheduler's noise decides who is last). Pure.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from ..commcall import Call
+from ..records import record
 from .chrome import Trace
 
 __all__ = ["MIN_COMPARED", "MIN_LATENESS", "STRAGGLER_SHARE", "RankRow", "Summary", "format_summary", "summarize"]
@@ -25,7 +25,7 @@ MIN_COMPARED = 10
 MIN_LATENESS = 100e-6  # seconds
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankRow:
     """One rank's line of the table."""
 
@@ -39,7 +39,7 @@ class RankRow:
     lateness: float  # mean seconds it came after the next-latest rank, where it was last (0.0 if never)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Summary:
     """The table's rows, the straggler (None when no rank stands out), and the clocks' residual bound."""
 

@@ -16,11 +16,11 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..commcall import Call
 from ..errors import UsageError, WaitTimeout
+from ..records import field, record
 from ..settingtable import FORENSICS
 from ..waits import Backoff, poll_until
 from . import sources
@@ -35,7 +35,7 @@ _PINGS = 50  # per rank: the sample with the shortest round trip is kept
 _PING, _PONG, _SEND = 7311, 7312, 7313
 
 
-@dataclass
+@record
 class _Timeline:
     """This rank's part of the trace once `begin` ran: its clock against rank 0's, and the calls and regions kept.
 

@@ -8,14 +8,12 @@ the ranks need, and how it requeues a job; the rest is here, once.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from .. import containers, families, schedulers
+from .. import containers, families, records, schedulers
 from ..contract import RESTART_VARS, RankContract
 from ..errors import UsageError
 from ..launching.mpirun import build_mpirun_argv
@@ -26,6 +24,7 @@ from ..launching.plan import plan
 from ..launching.world import World
 from ..placement.binding import check_bind
 from ..program import check_program
+from ..records import record
 from ..values import MAX_COUNT, parse_ranks
 from .render import render_template
 
@@ -46,7 +45,7 @@ __all__ = [
 _UNTAGGED = OutputOptions(tag=False)  # scripts print as the launcher does unless asked (--tag, --log-dir, --ranks)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BatchJob:
     """A batch script's job beside its scheduler's directives: the program, its ranks, environment, setup, restarts."""
 
@@ -68,7 +67,7 @@ class BatchJob:
     container_gpus: bool = False  # NVIDIA GPUs inside, the runtime's own way
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Words:
     """What one scheduler says in a script: its directives and what its job holds for the launch line."""
 
@@ -175,7 +174,7 @@ def mpirun_step(options: MpirunOptions, world: World) -> list[str]:
     """`hpcdist mpirun` with `options` up to `--`, planned in `world` (a node of the job) first, so that what it would
     refuse in the job is refused now; its --log-dir is left to the template (an array task extends it)."""
     build_mpirun_argv(plan(options, world).spec)
-    words = dataclasses.replace(options, log_dir=None, program=()).argv()[:-1]
+    words = records.replace(options, log_dir=None, program=()).argv()[:-1]
     return [world.python, "-m", "hpcdist", "mpirun", *words]
 
 
@@ -200,7 +199,7 @@ def _step(job: BatchJob, words: Words, env: Sequence[tuple[str, str]]) -> list[s
         container_gpus=job.container_gpus,
     )
     if words.per_node:
-        options = dataclasses.replace(options, map_by=f"ppr:{words.per_node}:node")
+        options = records.replace(options, map_by=f"ppr:{words.per_node}:node")
     environ = {**dict(env), **words.allocation}
     world = World(environ=MappingProxyType(environ), python=job.python, hostname="", here=False)
     return mpirun_step(options, world)

@@ -8,13 +8,13 @@ own loop (`--max-restarts`).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .. import records
 from ..errors import UsageError
+from ..records import record
 from ..values import MAX_COUNT
 from .batch import BatchJob, Words, render_batch
 
@@ -28,7 +28,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SLOTS_FORM = "e.g. -N 2 -n 8 (four ranks on each of two nodes)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FluxSpec:
     """One Flux batch job: flux batch's options, in its own spelling, around the job (`BatchJob`)."""
 
@@ -117,4 +117,4 @@ def render_flux(spec: FluxSpec, jinja: jinja2.Environment | None = None) -> str:
         family="flux",
         per_node=ranks // spec.nodes,
     )
-    return render_batch("flux.sh.j2", dataclasses.replace(spec.job, np=ranks), words, {}, jinja)
+    return render_batch("flux.sh.j2", records.replace(spec.job, np=ranks), words, {}, jinja)

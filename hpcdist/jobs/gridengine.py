@@ -8,10 +8,10 @@ rescheduled. The script's launch is `hpcdist mpirun`, which reads the job's host
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from ..records import field, record
 from ..values import MAX_COUNT, parse_whole
 from .batch import BatchJob, Words, check_choice, check_word, render_batch
 
@@ -33,7 +33,7 @@ _YES_NO = ("y", "n", "yes", "no")
 _RESOURCE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)=(.+)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class QsubSpec:
     """One Grid Engine job: qsub's options, in its own spelling, around the job (`BatchJob`)."""
 

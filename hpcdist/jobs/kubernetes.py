@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
 from ..launching.names import ENV_NAME
 from ..program import check_program
+from ..records import record
 from ..values import check_count
 from .torchrun import program_words
 
@@ -56,7 +56,7 @@ _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")  # RFC 1123 label
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")  # RFC 1123
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class PodOptions:
     """What both kinds share: the job's name and place, the image, the program, its variables and each pod's share."""
 
@@ -73,7 +73,7 @@ class PodOptions:
     active_deadline_seconds: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class TrainJobSpec(PodOptions):
     """A TrainJob's own fields: the runtime it names and its nodes."""
 
@@ -82,7 +82,7 @@ class TrainJobSpec(PodOptions):
     num_proc_per_node: int | None = None  # None: the runtime's `auto` (GPUs per node, else the CPUs it requests)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class MPIJobSpec(PodOptions):
     """An MPIJob's own fields: its workers, the MPI and the run policy."""
 

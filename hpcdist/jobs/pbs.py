@@ -8,10 +8,10 @@ mpiproc, which `hpcdist mpirun` reads when it runs in the job.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from ..records import record
 from ..values import MAX_COUNT, parse_whole
 from .batch import BatchJob, Words, check_choice, check_word, render_batch
 
@@ -32,7 +32,7 @@ _PLACE = ("free", "pack", "scatter", "vscatter", "excl", "shared", "exclhost")
 _SELECT_FORM = "e.g. -l select=2:ncpus=64:mpiprocs=4:ngpus=4 (N:chunk, chunks joined by +)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PbsSpec:
     """One PBS job: qsub's options, in its own spelling, around the job (`BatchJob`)."""
 

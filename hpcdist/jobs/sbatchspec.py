@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from .. import families
 from ..errors import UsageError
@@ -16,6 +15,7 @@ from ..launching.names import check_env_name
 from ..launching.output import OutputOptions
 from ..placement.binding import check_bind
 from ..program import check_program
+from ..records import record
 from ..schedulers.slurm import expand_nodelist
 from ..values import MAX_COUNT, parse_whole
 from . import LAUNCHES
@@ -56,7 +56,7 @@ GPU_TASK_CPUS = 4
 _UNTAGGED = OutputOptions(tag=False)  # scripts print as the launcher does unless asked (--tag, --log-dir, --ranks)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SbatchSpec:
     """One sbatch job: the allocation (sbatch's options), environment, setup lines and how to launch the program."""
 

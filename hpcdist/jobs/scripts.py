@@ -9,12 +9,12 @@ directory (`Job.logs`). Slurm's script is sbatch.py's, as `hpcdist sbatch` write
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import records
 from ..errors import UsageError
 from ..launching.output import OutputOptions
 from ..launching.world import World
@@ -80,7 +80,7 @@ def render(
     Raises:
         UsageError: a common word and the Spec field it sets are both given, or the script cannot be written.
     """
-    job_names = {f.name for f in dataclasses.fields(BatchJob)}
+    job_names = {f.name for f in records.fields(BatchJob)}
     job = {key: value for key, value in settings.items() if key in job_names}
     spec = {key: value for key, value in settings.items() if key not in job_names}
     nodes, per_node = common["nodes"], common["ntasks_per_node"]

@@ -7,7 +7,6 @@ import shlex
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -15,6 +14,7 @@ from ..contract import RankContract
 from ..errors import UsageError
 from ..lines import log_name
 from ..proctree import capture
+from ..records import field, record
 from ..values import parse_whole
 from ..waits import Backoff, poll_until
 from .arrays import array_indices
@@ -66,7 +66,7 @@ class UnknownJob(UsageError):
     """Slurm's controller knows no such job (never submitted, or ended and forgotten)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class JobInfo:
     """One record of `scontrol show job`: a job, or one task of an array."""
 

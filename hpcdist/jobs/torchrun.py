@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .. import records
 from ..errors import UsageError
 from ..launching.names import check_env_name
 from ..program import check_program, is_python, parse_python_argv
+from ..records import record
 from ..values import ADDRESS, MAX_COUNT, parse_whole
 from .render import render_template, shjoin, shquote
 
@@ -29,7 +29,7 @@ __all__ = [
 _NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TorchrunSpec:
     """One torchrun launch; node_rank, master_addr and master_port are left out when None."""
 
@@ -123,7 +123,7 @@ def _launch_options(spec: TorchrunSpec) -> list[str]:
             f"default, 29500, collides when two jobs share {spec.master_addr}; give one that is free there, e.g. "
             "--master_port 29517, or use `hpcdist sbatch --launch torchrun`, whose script picks one when the job starts"
         )
-    return [*torchrun_options(dataclasses.replace(spec, node_rank=None)), "--standalone"]
+    return [*torchrun_options(records.replace(spec, node_rank=None)), "--standalone"]
 
 
 def build_torchrun_argv(spec: TorchrunSpec) -> list[str]:
@@ -140,7 +140,7 @@ def torchrun_line(spec: TorchrunSpec, env: Mapping[str, str]) -> str:
 
 def render_torchrun_script(spec: TorchrunSpec, env: Mapping[str, str], jinja: jinja2.Environment | None = None) -> str:
     """A per-node launch script: exports `env` (sorted), takes the node rank as $1 and execs torchrun."""
-    per_node = dataclasses.replace(spec, node_rank=None)
+    per_node = records.replace(spec, node_rank=None)
     context = {
         "nnodes": spec.nnodes,
         "env": [(check_env_name(k), v) for k, v in sorted(env.items())],

@@ -10,10 +10,10 @@ loop, each requeue), `attempt_K` counts torchrun's own restarts. Global rank = n
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..records import record
 from ..values import parse_whole
 from .render import shquote
 
@@ -33,7 +33,7 @@ NODE_WRAPPER = 'exec "$0" --node_rank="$SLURM_NODEID" "$1/node-$SLURM_NODEID" --
 _LAST_OPTION = "--master_addr=$MASTER_ADDR"  # the template's first option after torchrun's own (ours end there)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TorchrunLayout:
     """What a torchrun-mode batch script says about its per-rank files."""
 
@@ -49,7 +49,7 @@ class TorchrunLayout:
         return divmod(rank, self.nproc_per_node)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankFiles:
     """One rank's torchrun files in the run and attempt shown, and the choice that was made."""
 

@@ -15,13 +15,13 @@ import shlex
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from .. import proctree, schedulers
 from ..contract import DRY_RUN_TOKEN, new_token
 from ..errors import UsageError
 from ..families.base import MpirunSpec
 from ..hosts import hosts_text
+from ..records import record
 from .hostnames import check_names_resolve
 from .mpirun import build_mpirun_argv
 from .outcome import LaunchOutcome
@@ -42,7 +42,7 @@ PLACEHOLDERS = {"token": DRY_RUN_TOKEN, "run_id": "<per-launch run id>"}  # a ra
 Runner = Callable[..., LaunchOutcome]  # spawn.run_mpirun, or a test's stand-in
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Ending:
     """How a launch ended: its status (hpcdist mpirun's), and its attempts, the last one's outcome last."""
 
@@ -64,7 +64,7 @@ class Ending:
         return {"status": self.status, **attempts[-1], "attempts": attempts}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DryRun:
     """What `--dry-run` prints: the command line (stdout), and a note about it (stderr; empty: none)."""
 
@@ -72,7 +72,7 @@ class DryRun:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Script:
     """What `--script` writes: the launch's argv, the variables the script exports, and how it takes arguments."""
 

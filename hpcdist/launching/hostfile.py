@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from .. import families
 from ..errors import UsageError
 from ..hosts import HOST_NAME, HostSlots, hosts_text
+from ..records import replace
 from ..values import MAX_COUNT, parse_whole
 from .world import World
 

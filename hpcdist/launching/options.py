@@ -9,11 +9,10 @@ world around the launch (a hostfile's slots, the mpirun found) is checked by `pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 from .. import containers
 from ..containers.base import parse_mounts
 from ..errors import UsageError
+from ..records import fields, record
 from ..values import ON_FAILURE, check_count, check_seconds
 
 __all__ = ["DRY_RUN", "MODES", "RUN", "SCRIPT", "MpirunOptions"]
@@ -34,7 +33,7 @@ _FLAGS = {"np": "-np", "hostfile": "--hostfile", "hosts": "-H", "include": "--in
           "container_gpus": "--container-gpus"}  # fmt: skip
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MpirunOptions:
     """What `hpcdist mpirun [options] -- PROGRAM` asks for, each field named after its option, at its default."""
 

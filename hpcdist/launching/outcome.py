@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from ..ranklist import by_host, ranks_text
+from ..records import field, record
 
 __all__ = [
     "BLAMED",
@@ -30,7 +30,7 @@ BLAMED_HOWS = tuple(BLAMED.values())  # how such a rank ended: no failure of its
 _UNFAILED = ("killed", "frozen", *BLAMED_HOWS)  # how-texts that are no "failed with …"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LaunchOutcome:
     """How one mpirun launch ended: its status and what hpcdist mpirun learnt from its output."""
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 
 from .. import families, settings
 from ..lines import split_segments, split_tag
 from ..ranklist import by_host
+from ..records import field, record
 from ..values import parse_ranks
 from .outcome import BLAMED_HOWS
 from .watch import MpirunWatch
@@ -36,7 +36,7 @@ DEFAULT_TAIL = 20
 MOST_SUMMARIES = 8  # failed ranks shown with their last lines; the rest are grouped and counted
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OutputOptions:
     """What `hpcdist mpirun --[no-]tag/--log-dir/--ranks/--tail` (`hpcdist sbatch --tag/--log-dir/--ranks`) ask for."""
 
@@ -51,7 +51,7 @@ def shows_banners(environ: Mapping[str, str]) -> bool:
     return settings.debug(environ)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Failure:
     """A rank that failed: where, how, and its last lines (tagged as they were shown)."""
 
@@ -62,7 +62,7 @@ class Failure:
     seen: bool = False  # each of its lines was shown on the console as it came: the summary does not repeat them
 
 
-@dataclass
+@record
 class _Rank:
     """What the router keeps of one rank: its host and last lines."""
 

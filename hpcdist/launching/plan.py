@@ -11,12 +11,10 @@ token, the run id, the restart counter) are added by `attempt_spec`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from .. import containers, families, schedulers, settings
+from .. import containers, families, records, schedulers, settings
 from .._version import __version__
 from ..containers.base import PYTHON, Container, parse_mounts
 from ..contract import NUMBERED, RESTART_VARS, RankContract
@@ -25,6 +23,7 @@ from ..families.base import AppContext, Family, MpirunSpec
 from ..hosts import HostSlots, hosts_text
 from ..placement.binding import check_bind
 from ..program import check_program
+from ..records import record
 from ..values import parse_ranks
 from .families import check_launcher, find_mpirun, resolve_family
 from .heartbeat import beat_interval, heartbeat_limit
@@ -41,7 +40,7 @@ __all__ = ["PER_RUN", "LaunchPlan", "attempt_spec", "container_for", "plan"]
 PER_RUN = ("token", "run_id", "restart_count")  # the contract's fields made afresh for each attempt of a launch
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LaunchPlan:
     """Everything one launch runs from: its spec, the ranks' contract, the output, the restarts and the heartbeat."""
 
@@ -218,11 +217,11 @@ def attempt_spec(launch: LaunchPlan, spec: MpirunSpec, index: int, token: str | 
     if launch.options.mode == SCRIPT:
         return spec
     counted = index if launch.policy.max_restarts else None  # without restarts, the counters are left unset
-    contract = dataclasses.replace(launch.contract, token=token, run_id=run_id, restart_count=counted)
+    contract = records.replace(launch.contract, token=token, run_id=run_id, restart_count=counted)
     names = {RankContract.variable(field) for field in PER_RUN} | set(RESTART_VARS)
     ours = {name: value for name, value in contract.environ().items() if name in names}
     kept = tuple((name, value) for name, value in spec.env if name not in ours)
-    return dataclasses.replace(spec, env=kept + tuple(ours.items()))
+    return records.replace(spec, env=kept + tuple(ours.items()))
 
 
 def _contract(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .. import proctree
@@ -22,6 +21,7 @@ from ..errors import UsageError
 from ..families.base import MpirunSpec
 from ..hosts import HostSlots, hosts_text
 from ..ranklist import ranks_text
+from ..records import record, replace
 from ..status import describe_status
 from ..values import parse_whole
 from .hostfile import parse_hostfile, read_hostfile_text, total_slots
@@ -48,7 +48,7 @@ __all__ = [
 INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C (128 + SIGINT)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RestartPolicy:
     """How many restarts (--max-restarts), and the pauses before them: `pause` seconds, doubling up to `max_pause`."""
 
@@ -66,7 +66,7 @@ class RestartPolicy:
         return min(self.max_pause, self.pause * 2 ** min(index, 64))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Attempt:
     """One attempt that ran: its index, where it ran, and how it ended."""
 
@@ -76,7 +76,7 @@ class Attempt:
     outcome: LaunchOutcome
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Decision:
     """What to do after an attempt: restart with `spec`, or stop, saying `why` when that is worth saying."""
 

@@ -11,10 +11,10 @@ leaves nothing is a clear error too.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..hosts import HOST_NAME, HostSlots
+from ..records import record
 from ..schedulers.slurm import collect_nodelist, expand_nodelist
 from ..values import parse_whole
 
@@ -24,7 +24,7 @@ _FORM = "use HOST[:SLOT,...] parts joined by '@', e.g. node1@node2:0,2"
 Filter = dict[str, tuple[int, ...] | None]  # host -> slot indices, None = the whole host
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Selected:
     """A selected host: its slots as mpirun sees them, and which of its slot indices (None = all of them)."""
 

@@ -17,17 +17,17 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import IO
 
 from .. import settings
 from ..errors import UsageError
+from ..records import field, record
 
 __all__ = ["World"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class World:
     """The environment, streams, user, Python, host and CPUs a launch runs with (or will run with)."""
 

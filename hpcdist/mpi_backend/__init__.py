@@ -31,16 +31,16 @@ import contextlib
 import weakref
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 from mpi4py import MPI
 
-from .. import abort
+from .. import abort, records
 from ..contract import RankContract
 from ..errors import check_same_world
+from ..records import field
 from . import naming, shrinking
 from .crowding import node_crowded
 from .dtypes import reduction_plan
@@ -72,7 +72,7 @@ __all__ = [
 _GROUP_TAG = 0x4D50  # tag for MPI_Comm_create_group; creations are issued in the same order everywhere
 
 
-@dataclass
+@records.record
 class _World:
     """The communicator this process's groups are made on, what was decided as they were made, and every group.
 

@@ -14,9 +14,9 @@ import shutil
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from .. import records
 from ..settingtable import MPI_NATIVE
 
 __all__ = ["Compiler", "first_error", "me", "missing_compiler", "record", "record_note", "recorded"]
@@ -25,7 +25,7 @@ _FIX = f"install one (apt-get install g++) or set {MPI_NATIVE.name}=0 to use the
 _ERROR_LINE = re.compile(r"(^|\s)(fatal )?error:|: cannot find |undefined reference")
 
 
-@dataclass(frozen=True)
+@records.record(frozen=True)
 class Compiler:
     """The C++ compiler torch's cpp_extension would run: $CXX, else `c++` on PATH."""
 

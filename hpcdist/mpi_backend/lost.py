@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from dataclasses import dataclass, field
 
 from mpi4py import MPI
 
 from ..errors import RanksLost, lost_text
+from ..records import field, record
 from .errors import CollectiveError
 
 __all__ = ["FAILURE_CLASSES", "RanksLostError", "failed_starts", "failure", "gather_hosts", "hosts", "is_failure"]
@@ -22,7 +22,7 @@ FAILURE_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REV
 _LEARN = 1.0  # seconds a process whose communicator a peer revoked waits to learn which ranks failed
 
 
-@dataclass
+@record
 class _Hosts:
     """Each start rank's host, once `gather_hosts` learnt them.
 

@@ -15,13 +15,13 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from types import ModuleType
 
 from mpi4py import MPI
 
 from .. import abort, settings
 from ..errors import UsageError
+from ..records import record
 from . import variants
 from .building import BuildFailed, BuildFailedBefore, build, built
 from .errors import NativeUnavailable
@@ -31,7 +31,7 @@ __all__ = ["active", "build", "load", "loaded", "mode", "start_watchdog"]
 _WATCH_EVERY = 0.2  # seconds between the watchdog's looks at the calls in flight
 
 
-@dataclass
+@record
 class _Native:
     """The compiled module once `load` decided (None: the Python group), and the thread that watches its calls.
 

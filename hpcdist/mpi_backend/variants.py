@@ -9,16 +9,16 @@ build has its own directory and module name in the cache, and none of a test bui
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from .. import settings
+from ..records import record
 
 __all__ = ["NORMAL", "SANITIZED", "Variant", "chosen"]
 
 _TESTING = ("-O1", "-g", "-fno-omit-frame-pointer", "-DHPCDIST_NATIVE_TESTING")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Variant:
     """One build of the backend: its name ("" for the normal one), compiler and linker flags, and runtime."""
 

@@ -11,9 +11,9 @@ A share is whole cores with all their SMT siblings; OMP_NUM_THREADS is its numbe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 
 from ..errors import UsageError
+from ..records import record, replace
 from .topology import Device, Topology
 
 __all__ = ["BIND_MODES", "RankBinding", "binding_env", "check_bind", "plan_binding"]
@@ -21,7 +21,7 @@ __all__ = ["BIND_MODES", "RankBinding", "binding_env", "check_bind", "plan_bindi
 BIND_MODES = ("none", "auto")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankBinding:
     """One local rank's share: its logical CPUs, how many whole cores they are, its NUMA nodes, GPU and NIC."""
 

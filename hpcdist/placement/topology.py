@@ -11,10 +11,10 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
 
 from .. import settings, settingtable
 from ..errors import UsageError
+from ..records import record, replace
 
 __all__ = [
     "Device",
@@ -31,7 +31,7 @@ _GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller (A100, H100) and VGA contro
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Numa:
     """A NUMA node: its package (socket) and its cores, each the tuple of its logical CPUs (SMT siblings)."""
 
@@ -40,7 +40,7 @@ class Numa:
     cores: tuple[tuple[int, ...], ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Device:
     """A GPU or NIC: name (PCI address of a GPU, `mlx5_0` of an RDMA NIC, `eth0`), NUMA node, PCI path.
 
@@ -54,7 +54,7 @@ class Device:
     rdma: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Topology:
     """One node: NUMA nodes (ascending), NVIDIA GPUs in PCI bus order, its physical NICs (RDMA ones first, by name)."""
 

@@ -22,12 +22,12 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..contract import NUMBERED, RankContract
 from ..errors import UsageError, WaitTimeout
 from ..events import Beat, Done, Failed, Vanished, parse_event
 from ..lines import log_name, split_segments
+from ..records import record
 from ..values import parse_ranks
 from ..waits import Backoff, poll_until
 from .budget import Budget
@@ -46,7 +46,7 @@ _FROZEN_BEATS = 6  # beats (a heartbeat limit: launching.heartbeat.beat_interval
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
-@dataclass
+@record
 class Tagger:
     """This rank's running tagger: its process, and dups of the rank's own stdout and stderr (given back by `drain`)."""
 

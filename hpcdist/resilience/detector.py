@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass, field
 
 import torch.distributed as dist
 from mpi4py import MPI
@@ -19,6 +18,7 @@ from mpi4py import MPI
 from ..abort import agreeing, before_finalize
 from ..mpi_backend import BACKEND_NAME
 from ..mpi_backend.lost import failed_starts, is_failure
+from ..records import field, record
 from ..runtime import sockets
 from ..runtime.process import RankProcess
 from . import ulfm
@@ -29,7 +29,7 @@ _TAG = 0x4654  # no rank ever sends on it: the receive only ends by a failure or
 _POLL = 0.02  # seconds between the thread's tests of the receive (a blocking wait would spin a core)
 
 
-@dataclass
+@record
 class _Detector:
     """The detector's thread, its duplicate of the world, and the start ranks it saw failing since the last recovery.
 

@@ -23,7 +23,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +34,7 @@ from ..abort import survive_finalize
 from ..errors import RanksLost, TooFewRanks, lost_text
 from ..mpi_backend.lost import failed_starts, hosts, is_failure
 from ..ranklist import by_host
+from ..records import field, record
 from ..runtime.mpistore import MPIStore
 from ..runtime.prepare import job_timeout
 from ..runtime.process import RankProcess, current
@@ -56,7 +56,7 @@ _ATTEMPTS = 5  # recoveries in a row (each after a failure during the last) befo
 Subgroups = list[tuple[str, tuple[int, ...], str, Any]]  # (name, members' start ranks, backend, the group)
 
 
-@dataclass
+@record
 class _Unfinished:
     """What a recovery found before torch's groups were torn down, kept until a recovery completes.
 
@@ -71,7 +71,7 @@ class _Unfinished:
 _UNFINISHED = _Unfinished()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Recovery:
     """What one recovery did: who was lost (start ranks, their hosts), the world before and after, this rank's new
     rank, how long it took, and each subgroup of this rank's old ones mapped to its rebuilt one."""

@@ -19,12 +19,12 @@ import array
 import contextlib
 import os
 import sys
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch.distributed as dist
 from mpi4py import MPI
 
+from ..records import field, record
 from ..runtime.mpistore import MPIStore
 from ..runtime.prepare import job_timeout
 from ..runtime.process import RankProcess
@@ -37,7 +37,7 @@ _TAG = 7077  # the release's message on the whole communicator
 _NAP = 0.05  # the longest sleep between two tests of a spare's receive
 
 
-@dataclass
+@record
 class _Spares:
     """This process's view of the actives and the spares (one per process, `_SPARES`)."""
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..hosts import resolve
+from ..records import record
 from .netif import Interface, host_address
 
 __all__ = [
@@ -37,7 +37,7 @@ INFO_BYTES = 2048  # one rank's hostname and interface addresses
 PROBE_SECONDS = 5.0  # the reachability check's TCP connect; a LAN answers (or refuses) far sooner
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostInfo:
     """What one rank tells the others about its host: its name and its interface addresses."""
 

@@ -16,15 +16,14 @@ MASTER_ADDR:MASTER_PORT, so a program that never imports torch never loads it. N
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
+from ..records import record
 from ..settingtable import FORENSICS
 from .bootstrap import check_nccl, forensics_enabled, mpi4py_backend, start_group
 from .env import LaunchEnv
@@ -36,7 +35,7 @@ __all__ = ["Adopted", "adopt", "finish"]
 _TARGET = "torch.distributed"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Adopted:
     """What `adopt` turned on for the program: hang forensics, and the trace file rank 0 writes at its end."""
 
@@ -94,6 +93,8 @@ def _arm(dist: ModuleType, process: RankProcess, seconds: float, forensics: bool
     original = getattr(dist, "init_process_group", None)
     if original is None or hasattr(original, "_hpcdist_original"):
         return  # torch without distributed support, or already armed
+    import inspect  # with torch only: a program that never imports torch.distributed does without it (4 ms)
+
     signature = inspect.signature(original)
 
     @functools.wraps(original)

@@ -14,7 +14,6 @@ import os
 import socket
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..abort import leave_after_peer
 from ..contract import RankContract
 from ..errors import RanksLost, check_same_world
 from ..events import Ready
+from ..records import field, record
 from ..settingtable import STARTUP_TIMEOUT
 from ..waits import wait_peers
 from . import rendezvous, sockets
@@ -56,7 +56,7 @@ __all__ = [
 _BACKSTOP = 15.0  # seconds torch's own timeout waits beyond hpcdist's, so the hang report comes first
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Session:
     """What `init` set up: the launch, the backend, the rendezvous, this rank's device, and the launcher's contract."""
 

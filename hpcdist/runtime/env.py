@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from .. import families, schedulers
+from .. import families, records, schedulers
 from ..contract import RankContract
 from ..errors import UsageError
 from ..ranksource import Source
+from ..records import record
 from ..values import ADDRESS, parse_whole
 from .readings import FIELDS, HalfSet, Reading, check_agree, check_below, read_present, read_source, whole
 
@@ -72,7 +71,7 @@ def sources() -> tuple[Source, ...]:
     return (_TORCHRUN, *families.rank_sources(), *schedulers.rank_sources(), _PMIX)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AgentFacts:
     """What hpcdist's rendezvous learnt that torchrun's agent tells its workers: the nodes, the run, the store."""
 
@@ -81,7 +80,7 @@ class AgentFacts:
     agent_store: bool | None = None  # True: the store at MASTER_ADDR:MASTER_PORT is already served (by hpcdist)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LaunchEnv:
     """Which launcher started this process and this process's place in the job."""
 
@@ -246,7 +245,7 @@ class LaunchEnv:
     def describe(self) -> list[tuple[str, str]]:
         """(name, value) rows for a table, in field order, "-" for unknown values."""
         rows = []
-        for f in dataclasses.fields(self):
+        for f in records.fields(self):
             value = getattr(self, f.name)
             value = ",".join(value) or None if f.name == "nodelist" else value
             rows.append((f.name, "-" if value is None else str(value)))

@@ -31,7 +31,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +38,7 @@ import torch.distributed as dist
 from mpi4py import MPI
 
 from ..errors import WaitTimeout
+from ..records import field, record
 from ..waits import Backoff, as_seconds, poll_until
 
 __all__ = ["MPIStore", "StoreError", "threads_ok"]
@@ -59,7 +59,7 @@ def threads_ok() -> bool:
     return bool(MPI.Query_thread() >= MPI.THREAD_MULTIPLE)
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class _Waiter:
     """A request held by the server until its keys exist: who asked, and how to answer."""
 

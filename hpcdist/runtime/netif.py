@@ -6,9 +6,9 @@ import fcntl
 import ipaddress
 import socket
 import struct
-from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..records import record
 
 __all__ = ["Interface", "host_address", "interfaces"]
 
@@ -16,7 +16,7 @@ _SIOCGIFFLAGS, _SIOCGIFADDR, _SIOCGIFNETMASK = 0x8913, 0x8915, 0x891B
 _IFF_UP, _IFF_LOOPBACK = 0x1, 0x8
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Interface:
     """An IPv4 address of a network interface that is up, with its prefix length."""
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..contract import RankContract
 from ..events import Usage
+from ..records import record
 
 __all__ = ["Listener", "RankProcess", "current", "existing"]
 
@@ -31,7 +31,7 @@ class Listener(NamedTuple):
     timeout: float
 
 
-@dataclass
+@record
 class RankProcess:
     """The contract this process was started with, and what hpcdist set up in it since (each None until then)."""
 

@@ -8,11 +8,11 @@ that name the variables and how to fix them. Pure: the environment is passed in.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from .. import schedulers
 from ..errors import UsageError
 from ..ranksource import Source
+from ..records import record
 from ..values import MAX_COUNT, parse_whole
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
 FIELDS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reading:
     """What one present source says: field -> (variable shown in errors, value)."""
 

@@ -16,10 +16,10 @@ import time
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RendezvousTimeout, UsageError
+from ..records import record
 from ..settingtable import TIMEOUT
 from ..waits import wait_peers
 from .addresses import (
@@ -67,7 +67,7 @@ class RendezvousUnreachable(UsageError):
     """Some ranks cannot open a TCP connection to the rendezvous address rank 0 offers."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rendezvous:
     """Where the torch TCP store lives, and on rank 0 the listening socket it is served over."""
 

@@ -6,10 +6,10 @@ import hashlib
 import json
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..ranklist import ranks_text
+from ..records import record
 from ..waits import Backoff, poll_until
 
 __all__ = ["Outcome", "Verdict", "agree", "apply_verdict", "combine", "outcome_of", "pack", "unpack"]
@@ -19,7 +19,7 @@ _REASON_CHARS = 240
 _KINDS = ("passed", "failed", "skipped", "xfailed", "xpassed")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Outcome:
     """One rank's result of one test phase: kind is passed/failed/skipped/xfailed/xpassed."""
 
@@ -29,7 +29,7 @@ class Outcome:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     """What every rank reports instead, when the ranks did not all see the same outcome."""
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..records import record
 from ..values import ON_FAILURE, check_count
 
 __all__ = ["MAX_SEED", "WORKLOADS", "WorkloadOptions", "load"]
@@ -36,7 +36,7 @@ WORKLOADS = {
 _WITH_OPTIONS = frozenset({"ddp"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WorkloadOptions:
     """The workloads' own options (`hpcdist run ddp --epochs 3 ...`), each field named after its option."""
 

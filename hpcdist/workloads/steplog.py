@@ -9,14 +9,14 @@ microseconds. Epochs and steps are counted from 1; `step` is the step's number w
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
+from .. import records
 from ..errors import UsageError
 
 __all__ = ["LoggedStep", "read", "record"]
 
 
-@dataclass(frozen=True)
+@records.record(frozen=True)
 class LoggedStep:
     """One line of a step log."""
 

@@ -21,10 +21,10 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import MapTimeout, check_same_world
+from ..records import record
 from ..runtime.bootstrap import Session
 from ..runtime.prepare import job_timeout
 from ..settingtable import TIMEOUT
@@ -39,7 +39,7 @@ _TAG_SPAN = 2**15 - 2  # MPI guarantees tags up to 32767
 _REPR_LIMIT = 120
 
 
-@dataclass
+@record
 class _Maps:
     """This process's private communicator for map's messages, once made, and how many distributed maps it has run
     (the same count on every rank).

@@ -296,11 +296,12 @@ def test_an_impossible_request_is_rejected_by_sbatch_at_submit(cluster, venv: Pa
 
 
 _PMI2_PROBE = """
-import dataclasses, json, os, socket
+import json, os, socket
 from mpi4py import MPI
+from hpcdist.records import asdict
 from hpcdist.runtime.env import LaunchEnv
 try:
-    env = dataclasses.asdict(LaunchEnv.from_environ(os.environ))
+    env = asdict(LaunchEnv.from_environ(os.environ))
 except Exception as exc:
     env = {"error": f"{type(exc).__name__}: {exc}"}
 print(json.dumps({"host": socket.gethostname(), "mpi_rank": MPI.COMM_WORLD.rank,

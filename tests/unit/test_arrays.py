@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 from test_render import bash_words, check_script
 from test_slurm import launch_text
 
+from hpcdist import records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.arrays import ARRAY_VARS, array_indices
@@ -70,16 +70,16 @@ def test_bad_arrays_are_usage_errors_naming_the_part(spec: str, says: str) -> No
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun", "torchrun"])
 def test_array_renders_its_sbatch_line_and_passes_checks(launch: str, tmp_path: Path) -> None:
-    spec = dataclasses.replace(BASE, launch=launch, array="0-31%4", requeue=True, time="1:00:00")
+    spec = records.replace(BASE, launch=launch, array="0-31%4", requeue=True, time="1:00:00")
     text = render_sbatch(spec, JINJA)
     assert "#SBATCH --array=0-31%4\n" in text
     check_script(text, tmp_path)
 
 
 def test_mpirun_mode_passes_the_task_id_to_every_rank() -> None:
-    text = render_sbatch(dataclasses.replace(BASE, launch="mpirun"), JINJA)
+    text = render_sbatch(records.replace(BASE, launch="mpirun"), JINJA)
     assert " ".join(f"-x {name}" for name in ARRAY_VARS) in text
-    plain = render_sbatch(dataclasses.replace(BASE, launch="mpirun", array=None), JINJA)
+    plain = render_sbatch(records.replace(BASE, launch="mpirun", array=None), JINJA)
     assert "SLURM_ARRAY" not in plain and "--array" not in plain
 
 
@@ -90,7 +90,7 @@ def test_no_output_option_leaves_slurms_per_task_default() -> None:
 
 
 def test_log_dir_with_an_array_gives_each_task_a_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    srun = render_sbatch(dataclasses.replace(BASE, rank_output=OutputOptions(log_dir="my logs")), JINJA)
+    srun = render_sbatch(records.replace(BASE, rank_output=OutputOptions(log_dir="my logs")), JINJA)
     assert " --tag --log-dir 'my logs'/\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\" -- \\\n" in srun
     assert "mkdir" not in srun  # each rank's tagger makes the directory it writes to
     check_script(srun, tmp_path, "srun.sh")
@@ -100,13 +100,13 @@ def test_log_dir_with_an_array_gives_each_task_a_directory(tmp_path: Path, monke
         *["/venv/bin/python", "-m", "hpcdist", "mpirun", "-np", "1", "--mpi", "srun"],
         *["--tag", "--log-dir", "my logs/41_2", "--", "python", "train.py"],
     ]  # as bash runs it: the task's own directory
-    spec = dataclasses.replace(BASE, launch="mpirun", rank_output=OutputOptions(log_dir="logs"))
+    spec = records.replace(BASE, launch="mpirun", rank_output=OutputOptions(log_dir="logs"))
     mpirun = render_sbatch(spec, JINJA)
     check_script(mpirun, tmp_path, "mpirun.sh")
     words = bash_words(launch_text(mpirun, "/venv/bin/python"))  # its step is hpcdist mpirun too
     assert words[:4] == ["/venv/bin/python", "-m", "hpcdist", "mpirun"]
     assert words[-5:] == ["--log-dir", "logs/41_2", "--", "python", "train.py"] and "HPCDIST_LOG_DIR" not in mpirun
-    torchrun = render_sbatch(dataclasses.replace(spec, launch="torchrun"), JINJA)  # torchrun's own run directories
+    torchrun = render_sbatch(records.replace(spec, launch="torchrun"), JINJA)  # torchrun's own run directories
     assert "--log-dir=logs" in torchrun and "SLURM_ARRAY_TASK_ID" not in torchrun
 
 
@@ -119,10 +119,10 @@ def test_cli_array_option(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("name", ["job-%A_%a.out", "job-%j.out", "out/%4a.log", "%x-%A-%a"])
 def test_array_output_files_that_name_each_task(name: str) -> None:
-    assert "--output" in render_sbatch(dataclasses.replace(BASE, output=name, error=name), JINJA)
+    assert "--output" in render_sbatch(records.replace(BASE, output=name, error=name), JINJA)
 
 
 @pytest.mark.parametrize("name", ["job.out", "job-%A.out", "job-%%a.out", "%x.out"])
 def test_array_output_files_shared_by_every_task_are_refused(name: str) -> None:
     with pytest.raises(UsageError, match=r"with --array: every task would write this one file; put the task id"):
-        render_sbatch(dataclasses.replace(BASE, error=name), JINJA)
+        render_sbatch(records.replace(BASE, error=name), JINJA)

@@ -5,7 +5,6 @@ The rules it shares with a batch script's loop (status alone) are tested once fo
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist import restart_count
+from hpcdist import records, restart_count
 from hpcdist.cli import main
 from hpcdist.contract import new_token
 from hpcdist.errors import UsageError
@@ -155,7 +154,7 @@ def _runner(ends: list[LaunchOutcome], runs: list[tuple[list[str], str]]) -> Cal
 
 def test_execute_restarts_with_a_new_token_each_time_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
     runs: list[tuple[list[str], str]] = []
-    launch = dataclasses.replace(_plan(2), policy=RestartPolicy(2, pause=0.0))
+    launch = records.replace(_plan(2), policy=RestartPolicy(2, pause=0.0))
     ends = [_ended(1, failed={1: "killed by SIGKILL"}, hosts={1: "n1"}), _ended(0)]
     ending = execute(launch, World(stderr=sys.stderr), run=_runner(ends, runs))
     assert ending.status == 0 and len(ending.attempts) == 2
@@ -293,7 +292,7 @@ def test_sigterm_or_sighup_ends_the_launch_with_128_and_the_signal_and_one_line(
 ) -> None:
     runs: list[tuple[list[str], str]] = []
     plan = _plan(2)
-    plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, slurm=slurm))
+    plan = records.replace(plan, spec=records.replace(plan.spec, slurm=slurm))
     run = _runner([_ended(1, signals=(signum,))], runs)
     assert execute(plan, World(stderr=sys.stderr), run=run).status == 128 + signum
     assert len(runs) == 1  # no restart after a scheduler's end
@@ -304,8 +303,8 @@ def test_the_outcome_file_says_how_the_launch_ended_attempt_by_attempt(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "outcome.json"
-    launch = dataclasses.replace(_plan(2), policy=RestartPolicy(2, pause=0.0))
-    launch = dataclasses.replace(launch, options=dataclasses.replace(launch.options, outcome=str(path)))
+    launch = records.replace(_plan(2), policy=RestartPolicy(2, pause=0.0))
+    launch = records.replace(launch, options=records.replace(launch.options, outcome=str(path)))
     killed = _ended(1, failed={1: "killed by SIGKILL", 0: "exit code 1"}, hosts={1: "n1", 0: "n1"}, after_peer={0})
     runs: list[tuple[list[str], str]] = []
     assert execute(launch, World(stderr=sys.stderr), run=_runner([killed, _ended(0)], runs)).status == 0

@@ -4,13 +4,13 @@ launch cannot start."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 from hostile import hostile, launch_words
 from test_render import check_script
 
+from hpcdist import records
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.launch import mpirun_options
 from hpcdist.errors import UsageError
@@ -51,14 +51,14 @@ OPTIONS = ["--container-image", "img", "--container-mounts", "/data:/data:ro", "
 def render(kind: str, runtime: str | None = None, image: str = "img") -> str:
     """The script of scheduler `kind` ('sbatch' srun, 'sbatch-mpirun', 'pbs', 'lsf', 'lsf-jsrun', 'flux',
     'gridengine') for the job in `image` under `runtime`."""
-    job = dataclasses.replace(JOB, container_image=image, container_runtime=runtime)
-    sbatch = dataclasses.replace(SBATCH, container_image=image, container_runtime=runtime)
+    job = records.replace(JOB, container_image=image, container_runtime=runtime)
+    sbatch = records.replace(SBATCH, container_image=image, container_runtime=runtime)
     scripts = {
         "sbatch": lambda: render_sbatch(sbatch, JINJA),
-        "sbatch-mpirun": lambda: render_sbatch(dataclasses.replace(sbatch, launch="mpirun"), JINJA),
+        "sbatch-mpirun": lambda: render_sbatch(records.replace(sbatch, launch="mpirun"), JINJA),
         "pbs": lambda: render_pbs(PbsSpec(job, resources=("select=2:mpiprocs=2",)), JINJA),
         "lsf": lambda: render_lsf(BsubSpec(job, slots="4"), JINJA),
-        "lsf-jsrun": lambda: render_lsf(BsubSpec(dataclasses.replace(job, np=4), nnodes=2, launch="jsrun"), JINJA),
+        "lsf-jsrun": lambda: render_lsf(BsubSpec(records.replace(job, np=4), nnodes=2, launch="jsrun"), JINJA),
         "flux": lambda: render_flux(FluxSpec(job, nodes=2, nslots=4), JINJA),
         "gridengine": lambda: render_gridengine(QsubSpec(job, pe=("mpi", "4")), JINJA),
     }
@@ -150,7 +150,7 @@ def test_pyxis_outside_srun_is_refused_with_the_way_to_run_the_image(kind: str, 
 
 def test_torchrun_mode_refuses_an_image_and_names_the_launches_that_take_one() -> None:
     with pytest.raises(UsageError) as caught:
-        render_sbatch(dataclasses.replace(SBATCH, launch="torchrun"), JINJA)
+        render_sbatch(records.replace(SBATCH, launch="torchrun"), JINJA)
     assert str(caught.value) == (
         "--container-image runs each rank in an image under hpcdist mpirun, and --launch torchrun starts torchrun on "
         "each node without it; use --launch srun or mpirun, or drop --container-image"

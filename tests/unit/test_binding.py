@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from hpcdist.errors import UsageError
 from hpcdist.placement.binding import binding_env, check_bind, plan_binding
 from hpcdist.placement.topology import Device, Topology, load_topology, parse_cpulist, parse_hwloc_xml, read_sysfs
+from hpcdist.records import replace
 
 DATA = Path(__file__).parent / "data" / "topology"
 MACHINES = ("dgx", "1s4gpu", "odd7", "2s3c")

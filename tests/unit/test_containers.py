@@ -4,13 +4,12 @@ launcher's."""
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 
 import pytest
 
-from hpcdist import containers
+from hpcdist import containers, records
 from hpcdist.cli import build_parser
 from hpcdist.cli.launch import mpirun_options
 from hpcdist.containers.base import Container, parse_mounts, passed, with_environment
@@ -70,12 +69,12 @@ VOLUMES = ["-v", "/tmp:/tmp", "-v", "/home/u/run:/home/u/run", "-v", "/data:/dat
     ],
 )  # fmt: skip
 def test_each_runtime_wraps_the_ranks_program_in_its_own_run_line(runtime: str, gpus: bool, argv: list[str]) -> None:
-    box = dataclasses.replace(BOX, runtime=runtime, gpus=gpus)
+    box = records.replace(BOX, runtime=runtime, gpus=gpus)
     assert containers.lookup(runtime).wrap(box, PROGRAM, PY) == argv
 
 
 def test_pyxis_gives_srun_its_container_options_and_srun_puts_them_before_the_program() -> None:
-    box = dataclasses.replace(BOX, runtime="pyxis")
+    box = records.replace(BOX, runtime="pyxis")
     assert containers.lookup("pyxis").launcher_options(box) == [
         "--container-image=img",
         "--container-mounts=/home/u/run:/home/u/run,/data:/data:ro",
@@ -102,7 +101,7 @@ def test_a_plan_runs_hpcdists_shim_with_the_images_python_inside_the_container()
     assert spec.program[:7] == (PY, "-m", "hpcdist.containers.enter", "--", "podman", "run", "--rm")
     assert spec.program[-7:] == ("img", "python3", "-m", "hpcdist.worker", "--", "python", "t.py")
     assert "/scratch:/scratch" in spec.program and "/w:/w" in spec.program
-    bare = plan(dataclasses.replace(options, bare=True), World(python=PY, cwd="/w")).spec
+    bare = plan(records.replace(options, bare=True), World(python=PY, cwd="/w")).spec
     assert bare.program[-3:] == ("img", "python", "t.py")
 
 
@@ -114,7 +113,7 @@ def test_without_a_runtime_named_the_first_installed_runs_the_image() -> None:
         "podman"
     )
     with pytest.raises(UsageError) as caught:
-        plan(options, dataclasses.replace(world, environ={"PATH": "/nowhere"}))
+        plan(options, records.replace(world, environ={"PATH": "/nowhere"}))
     assert str(caught.value) == (
         "--container-image needs a container runtime, and none of apptainer, singularity, podman, docker, enroot is "
         "on PATH; load your site's apptainer module, install podman, or name one with --container-runtime (pyxis: "
@@ -234,7 +233,7 @@ def test_the_doctor_compares_the_images_mpi_with_the_launchers(
     facts = Facts(mpirun="/v/mpirun", mpirun_version=HOST_OMPI5, container="img", container_probe=inside)
     [check] = check_container(facts)
     assert (check.area, check.status, check.detail, check.fix) == ("container", status, detail, fix)
-    assert check_container(dataclasses.replace(facts, container=None)) == []
+    assert check_container(records.replace(facts, container=None)) == []
 
 
 def test_the_cli_parses_the_container_options_into_the_options_the_api_builds() -> None:
@@ -292,6 +291,6 @@ def test_the_names_x_exports_go_into_the_container_by_name_unless_a_prefix_carri
     spec = plan(options, World(python=PY, cwd="/w")).spec
     image = spec.program.index("img")
     assert spec.program[image - 5 : image] == ("THP_MEM_ALLOC_ENABLE", "-e", "MARKERS", "-e", "A")
-    box = dataclasses.replace(BOX, exported=("MARKERS",))
+    box = records.replace(BOX, exported=("MARKERS",))
     assert containers.lookup("docker").wrap(box, ["p"], PY)[-4:] == ["-e", "MARKERS", "img", "p"]
     assert containers.lookup("enroot").wrap(box, ["p"], PY)[-4:] == ["--env", "MARKERS", "img", "p"]

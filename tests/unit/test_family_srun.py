@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 
 import pytest
 
-from hpcdist import families
+from hpcdist import families, records
 from hpcdist.errors import UsageError
 from hpcdist.families.base import MpirunSpec, RankKilled
 from hpcdist.launching.mpirun import build_mpirun_argv
@@ -41,19 +40,19 @@ def test_srun_is_the_family_of_a_launcher_named_srun() -> None:
 
 
 def test_its_command_sets_each_value_before_srun_and_passes_the_whole_environment() -> None:
-    spec = dataclasses.replace(SPEC, env=(("HPCDIST_CONTROL", "a,b"), ("OMP_NUM_THREADS", None)))
+    spec = records.replace(SPEC, env=(("HPCDIST_CONTROL", "a,b"), ("OMP_NUM_THREADS", None)))
     assert build_mpirun_argv(spec) == [
         "env", "HPCDIST_CONTROL=a,b", "srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=4", "--export=ALL", *PROG
     ]  # fmt: skip
 
 
 def test_ranks_that_bind_themselves_get_every_cpu_of_the_task_else_srun_binds_as_the_site_says() -> None:
-    auto = dataclasses.replace(SPEC, env=(("HPCDIST_BIND", "auto"),))
+    auto = records.replace(SPEC, env=(("HPCDIST_BIND", "auto"),))
     assert "--cpu-bind=none" in build_mpirun_argv(auto) and not any("cpu-bind" in w for w in build_mpirun_argv(SPEC))
 
 
 def test_its_placement_in_srun_s_words_and_every_slot_of_the_allocation_without_np() -> None:
-    spec = dataclasses.replace(SPEC, np=None, bind_to="core", map_by="node", oversubscribe=True)
+    spec = records.replace(SPEC, np=None, bind_to="core", map_by="node", oversubscribe=True)
     assert build_mpirun_argv(spec) == [
         "srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--cpu-bind=cores", "--distribution=cyclic", "--overcommit",
         "--export=ALL", *PROG,
@@ -69,7 +68,7 @@ def test_its_placement_in_srun_s_words_and_every_slot_of_the_allocation_without_
 ])  # fmt: skip
 def test_what_srun_cannot_do_is_refused_with_what_to_do(change: dict, said: str) -> None:
     with pytest.raises(UsageError, match=said):
-        build_mpirun_argv(dataclasses.replace(SPEC, **change))
+        build_mpirun_argv(records.replace(SPEC, **change))
 
 
 def test_a_task_srun_says_killed_before_the_step_ends_is_a_cause_the_ones_it_ends_are_not() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shlex
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 from hostile import hostile, launch_words
 from test_render import check_script
 
-from hpcdist import __version__
+from hpcdist import __version__, records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.batch import BatchJob
@@ -82,9 +81,9 @@ def test_the_directives_of_flux_batch_s_own_example() -> None:
 
 
 def test_every_option_s_directive_read_back_as_flux_reads_it() -> None:
-    spec = dataclasses.replace(
+    spec = records.replace(
         SPEC,
-        job=dataclasses.replace(JOB, np=4),
+        job=records.replace(JOB, np=4),
         cores_per_slot=4,
         bank="guests",
         job_name="ddp run",
@@ -114,8 +113,8 @@ def test_every_option_s_directive_read_back_as_flux_reads_it() -> None:
 
 
 def test_restarts_loop_and_per_rank_output(tmp_path: Path) -> None:
-    job = dataclasses.replace(JOB, max_restarts=2, rank_output=OutputOptions(tag=True, log_dir="logs"))
-    text = check_script(render_flux(dataclasses.replace(SPEC, job=job), JINJA), tmp_path).read_text()
+    job = records.replace(JOB, max_restarts=2, rank_output=OutputOptions(tag=True, log_dir="logs"))
+    text = check_script(render_flux(records.replace(SPEC, job=job), JINJA), tmp_path).read_text()
     assert (
         "    /venv/bin/python -m hpcdist mpirun -np 8 -x HPCDIST_MAX_RESTARTS -x HPCDIST_RESTART_COUNT -x "
         "TORCHELASTIC_RESTART_COUNT --map-by ppr:4:node --mpi flux --tag --log-dir logs -- \\\n"
@@ -127,11 +126,11 @@ def test_restarts_loop_and_per_rank_output(tmp_path: Path) -> None:
     "changes",
     [
         {},
-        {"job": dataclasses.replace(JOB, max_restarts=1, setup=("module load cuda",), env=(("A", "1"),))},
+        {"job": records.replace(JOB, max_restarts=1, setup=("module load cuda",), env=(("A", "1"),))},
     ],
 )
 def test_every_script_passes_bash_n_and_shellcheck(changes: dict[str, object], tmp_path: Path) -> None:
-    check_script(render_flux(dataclasses.replace(SPEC, **changes), JINJA), tmp_path)  # type: ignore[arg-type]
+    check_script(render_flux(records.replace(SPEC, **changes), JINJA), tmp_path)
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("30", 1800), ("2h", 7200), ("90s", 90), ("1.5d", 129600), (".5m", 30)])
@@ -147,19 +146,19 @@ def test_durations(value: str, seconds: float) -> None:
         ({"nodes": 3}, "8 ranks do not divide evenly among -N 3 nodes"),
         ({"time_limit": "2x"}, "-t '2x' is not a Flux time limit; use minutes or a number with s, m, h or d"),
         ({"job_name": "a\nb"}, "--job-name 'a\\nb' contains a line break, which a `# flux:` line cannot hold"),
-        ({"job": dataclasses.replace(JOB, requeue=True)}, "Flux requeues no job; drop --requeue"),
-        ({"job": dataclasses.replace(JOB, np=16)}, "-np 16 is more ranks than the 8 slots the job is sure to get"),
+        ({"job": records.replace(JOB, requeue=True)}, "Flux requeues no job; drop --requeue"),
+        ({"job": records.replace(JOB, np=16)}, "-np 16 is more ranks than the 8 slots the job is sure to get"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(changes: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError) as raised:
-        render_flux(dataclasses.replace(SPEC, **changes), JINJA)  # type: ignore[arg-type]
+        render_flux(records.replace(SPEC, **changes), JINJA)
     assert str(raised.value).startswith(message)
 
 
 def test_hostile_values_stay_literal(tmp_path: Path) -> None:
     value = hostile(tmp_path)
-    spec = dataclasses.replace(SPEC, job_name=value, job=dataclasses.replace(JOB, program=("python", value)))
+    spec = records.replace(SPEC, job_name=value, job=records.replace(JOB, program=("python", value)))
     text = render_flux(spec, JINJA)
     assert flux_batch_options(directive_words(text)).job_name == value
     assert launch_words(text, "/venv/bin/python -m hpcdist", tmp_path)[-2:] == ["python", value]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 from hostile import hostile, launch_words
 from test_render import check_script
 
-from hpcdist import __version__
+from hpcdist import __version__, records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.batch import BatchJob
@@ -56,7 +55,7 @@ def test_a_parallel_job_s_script_reads_its_slots_from_the_job() -> None:
 
 def test_every_option_s_directive_in_qsub_s_order() -> None:
     spec = QsubSpec(
-        dataclasses.replace(JOB, np=4),
+        records.replace(JOB, np=4),
         pe=("smp", "4-16"),
         resources=("h_rt=::90,h_vmem=4G", "gpu=1"),
         name="n",
@@ -99,7 +98,7 @@ def test_every_option_s_directive_in_qsub_s_order() -> None:
 
 
 def test_requeue_passes_usr1_on_and_exits_99(tmp_path: Path) -> None:
-    spec = dataclasses.replace(SPEC, job=dataclasses.replace(JOB, requeue=True, max_restarts=2))
+    spec = records.replace(SPEC, job=records.replace(JOB, requeue=True, max_restarts=2))
     text = check_script(render_gridengine(spec, JINJA), tmp_path)
     assert "#$ -notify\n" in text.read_text()
     body = text.read_text()
@@ -125,18 +124,18 @@ def test_requeue_passes_usr1_on_and_exits_99(tmp_path: Path) -> None:
     "changes",
     [
         {},
-        {"job": dataclasses.replace(JOB, requeue=True)},
-        {"job": dataclasses.replace(JOB, max_restarts=3, setup=("module load cuda",))},
-        {"array": "1-4", "job": dataclasses.replace(JOB, rank_output=OutputOptions(tag=True, log_dir="logs"))},
-        {"job": dataclasses.replace(JOB, requeue=True, max_restarts=1), "array": "1-2"},
+        {"job": records.replace(JOB, requeue=True)},
+        {"job": records.replace(JOB, max_restarts=3, setup=("module load cuda",))},
+        {"array": "1-4", "job": records.replace(JOB, rank_output=OutputOptions(tag=True, log_dir="logs"))},
+        {"job": records.replace(JOB, requeue=True, max_restarts=1), "array": "1-2"},
     ],
 )
 def test_every_script_passes_bash_n_and_shellcheck(changes: dict[str, object], tmp_path: Path) -> None:
-    check_script(render_gridengine(dataclasses.replace(SPEC, **changes), JINJA), tmp_path)  # type: ignore[arg-type]
+    check_script(render_gridengine(records.replace(SPEC, **changes), JINJA), tmp_path)
 
 
 def test_an_array_task_s_log_dir_is_its_own() -> None:
-    spec = dataclasses.replace(SPEC, array="1-4", job=dataclasses.replace(JOB, rank_output=OutputOptions(log_dir="l")))
+    spec = records.replace(SPEC, array="1-4", job=records.replace(JOB, rank_output=OutputOptions(log_dir="l")))
     assert ' --log-dir l/"${JOB_ID}.${SGE_TASK_ID}" -- \\\n' in render_gridengine(spec, JINJA)
 
 
@@ -148,7 +147,7 @@ def test_grid_engine_times(value: str, seconds: int) -> None:
 
 
 def test_a_job_of_one_rank_needs_no_parallel_environment(tmp_path: Path) -> None:
-    serial = dataclasses.replace(SPEC, pe=None, job=dataclasses.replace(JOB, np=1))
+    serial = records.replace(SPEC, pe=None, job=records.replace(JOB, np=1))
     text = render_gridengine(serial, JINJA)
     assert "#$ -pe" not in text
     assert "# A serial job (no -pe): hpcdist mpirun runs its one rank on the job's host;\n" in text
@@ -165,7 +164,7 @@ def test_slots() -> None:
     ("changes", "message"),
     [
         ({"pe": None}, "-pe NAME SLOTS is missing: Grid Engine gives a job several slots only in a parallel"),
-        ({"pe": None, "job": dataclasses.replace(JOB, np=2)}, "-pe NAME SLOTS is missing"),
+        ({"pe": None, "job": records.replace(JOB, np=2)}, "-pe NAME SLOTS is missing"),
         ({"pe": ("mpi", "eight")}, "-pe SLOTS 'eight': give a number of slots from 1 to"),
         ({"pe": ("mpi", "16-4")}, "-pe SLOTS '16-4': give a number of slots from 1 to"),
         ({"resources": ("h_rt=4h",)}, "-l h_rt='4h' is not a Grid Engine time; use HH:MM:SS"),
@@ -174,13 +173,13 @@ def test_slots() -> None:
         ({"rerun": "maybe"}, "-r 'maybe': give one of y, n, yes, no, e.g. -r y"),
         ({"array": "0-3"}, "-t '0-3': give task ids FIRST[-LAST[:STEP]], each from 1"),
         ({"array": "5-2"}, "-t '5-2': give task ids FIRST[-LAST[:STEP]], each from 1"),
-        ({"job": dataclasses.replace(JOB, np=9)}, "-np 9 is more ranks than the 8 slots the job is sure to get"),
+        ({"job": records.replace(JOB, np=9)}, "-np 9 is more ranks than the 8 slots the job is sure to get"),
         ({"name": "a b"}, "-N 'a b' cannot be written into a directive line, which the submit command reads"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(changes: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError) as raised:
-        render_gridengine(dataclasses.replace(SPEC, **changes), JINJA)  # type: ignore[arg-type]
+        render_gridengine(records.replace(SPEC, **changes), JINJA)
     assert str(raised.value).startswith(message)
 
 
@@ -188,11 +187,11 @@ def test_hostile_values_stay_literal_or_are_refused(tmp_path: Path) -> None:
     value = hostile(tmp_path)
     for field in ("name", "output", "queue"):
         with pytest.raises(UsageError, match=r"^-[Noq] .* cannot be written into a directive line"):
-            render_gridengine(dataclasses.replace(SPEC, **{field: value}), JINJA)  # type: ignore[arg-type]
+            render_gridengine(records.replace(SPEC, **{field: value}), JINJA)
     with pytest.raises(UsageError, match=r"^-o .* cannot be written into a directive line"):
-        render_gridengine(dataclasses.replace(SPEC, output="out\n#$ -q evil"), JINJA)
-    job = dataclasses.replace(JOB, program=("python", "train.py", value), env=(("NOTE", value + "\nline 2"),))
-    text = render_gridengine(dataclasses.replace(SPEC, job=job), JINJA)
+        render_gridengine(records.replace(SPEC, output="out\n#$ -q evil"), JINJA)
+    job = records.replace(JOB, program=("python", "train.py", value), env=(("NOTE", value + "\nline 2"),))
+    text = render_gridengine(records.replace(SPEC, job=job), JINJA)
     words = shlex.shlex(text[text.index("export NOTE=") :], posix=True)
     words.whitespace_split = True
     assert [next(words), next(words)] == ["export", f"NOTE={value}\nline 2"]  # one word, read without running it

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hpcdist import __version__, families
+from hpcdist import __version__, families, records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.families.base import AppContext, MpirunSpec
@@ -23,7 +22,7 @@ PROG = ("python", "train.py")
 TWO = (HostSlots("n1", 2), HostSlots("n2", 2))
 UNEQUAL = (HostSlots("n1", 2), HostSlots("n2", 1))
 MPICH = MpirunSpec(program=PROG, np=2, mpirun="mpiexec", family="mpich")
-INTEL = dataclasses.replace(MPICH, family="intel")
+INTEL = records.replace(MPICH, family="intel")
 NO_PIN = ["-genv", "I_MPI_PIN", "0"]
 CONTEXTS = (
     AppContext(HostSlots("n1", 2), 2, (("CUDA_VISIBLE_DEVICES", "0,2"),)),
@@ -68,7 +67,7 @@ CONTEXTS = (
     ],
 )  # fmt: skip
 def test_mpich_argv(changes: dict[str, Any], expected: list[str]) -> None:
-    assert build_mpirun_argv(dataclasses.replace(MPICH, **changes)) == expected
+    assert build_mpirun_argv(records.replace(MPICH, **changes)) == expected
 
 
 @pytest.mark.parametrize(
@@ -99,21 +98,21 @@ def test_mpich_argv(changes: dict[str, Any], expected: list[str]) -> None:
     ],
 )  # fmt: skip
 def test_intel_argv(changes: dict[str, Any], expected: list[str]) -> None:
-    assert build_mpirun_argv(dataclasses.replace(INTEL, **changes)) == expected
+    assert build_mpirun_argv(records.replace(INTEL, **changes)) == expected
 
 
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        (dataclasses.replace(MPICH, mca=(("pml", "ob1"),)), "--mca is Open MPI's; mpich's settings"),
-        (dataclasses.replace(INTEL, mca=(("btl", "tcp"),)), "--mca is Open MPI's; intel's settings"),
-        (dataclasses.replace(INTEL, map_by="node"), "--map-by node is not Intel MPI's"),
-        (dataclasses.replace(INTEL, np=4, hosts=UNEQUAL, oversubscribe=True), "-np 4 is more than the 3 slots"),
+        (records.replace(MPICH, mca=(("pml", "ob1"),)), "--mca is Open MPI's; mpich's settings"),
+        (records.replace(INTEL, mca=(("btl", "tcp"),)), "--mca is Open MPI's; intel's settings"),
+        (records.replace(INTEL, map_by="node"), "--map-by node is not Intel MPI's"),
+        (records.replace(INTEL, np=4, hosts=UNEQUAL, oversubscribe=True), "-np 4 is more than the 3 slots"),
         (
-            dataclasses.replace(MPICH, family="lam"),
+            records.replace(MPICH, family="lam"),
             "no launcher for MPI 'lam'; use one of openmpi, pals, mpich, intel, mvapich, srun",
         ),
-        (dataclasses.replace(MPICH, np=0), "-np must be at least 1"),
+        (records.replace(MPICH, np=0), "-np must be at least 1"),
     ],
 )
 def test_launcher_refusals(spec: MpirunSpec, message: str) -> None:
@@ -124,10 +123,10 @@ def test_launcher_refusals(spec: MpirunSpec, message: str) -> None:
 def test_every_family_builds_its_launcher_s_command_line() -> None:
     mpis = ("openmpi", "pals", "mpich", "intel", "mvapich")  # the others start ranks in a scheduler's job
     assert set(families.names()) == {*mpis, "srun", "jsrun", "flux"}
-    argv = {name: build_mpirun_argv(dataclasses.replace(MPICH, family=name))[0] for name in mpis}
+    argv = {name: build_mpirun_argv(records.replace(MPICH, family=name))[0] for name in mpis}
     assert argv == dict.fromkeys(mpis, "mpiexec")
-    assert build_mpirun_argv(dataclasses.replace(MPICH, family="srun", slurm=True))[0] == "mpiexec"
-    assert build_mpirun_argv(dataclasses.replace(MPICH, family="mvapich")) == build_mpirun_argv(MPICH)  # Hydra
+    assert build_mpirun_argv(records.replace(MPICH, family="srun", slurm=True))[0] == "mpiexec"
+    assert build_mpirun_argv(records.replace(MPICH, family="mvapich")) == build_mpirun_argv(MPICH)  # Hydra
 
 
 def test_resolve_family_takes_mpi_else_the_installation_else_open_mpi(tmp_path: Path) -> None:
@@ -226,33 +225,33 @@ def test_detect_family_follows_debians_alternatives(tmp_path: Path) -> None:
 
 AGENT = "/opt/site/agent"
 NO_PMIX = ["env", "SLURM_MPI_TYPE=none"]
-OPEN_MPI = dataclasses.replace(MPICH, family="openmpi", mpirun="mpirun", skip_fabric_probe=False)
+OPEN_MPI = records.replace(MPICH, family="openmpi", mpirun="mpirun", skip_fabric_probe=False)
 
 
 @pytest.mark.parametrize(("spec", "expected"), [
     # --launch-agent: each family's way of taking the remote shell
-    (dataclasses.replace(OPEN_MPI, launch_agent="ssh -x"),
+    (records.replace(OPEN_MPI, launch_agent="ssh -x"),
      ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot", "--prtemca", "plm_ssh_agent", "ssh -x", *PROG]),
-    (dataclasses.replace(MPICH, launch_agent=AGENT),
+    (records.replace(MPICH, launch_agent=AGENT),
      ["mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", AGENT, "-bind-to", "none", *PROG]),
-    (dataclasses.replace(INTEL, launch_agent=AGENT, hosts=TWO, np=4),
+    (records.replace(INTEL, launch_agent=AGENT, hosts=TWO, np=4),
      ["mpiexec", "-n", "4", "-hosts", "n1,n2", "-ppn", "2", "-launcher", "ssh", "-launcher-exec", AGENT, *NO_PIN,
       *PROG]),
     # inside a Slurm allocation: Hydra's proxies start by srun; Open MPI's PRRTE finds Slurm by itself
     # (srun's --mpi none for the proxies: a site's MpiDefault=pmix gave the ranks PMIX_* and MPI_Init aborted)
-    (dataclasses.replace(MPICH, slurm=True, np=4), [*NO_PMIX, "mpiexec", "-n", "4", "-launcher", "slurm", "-bind-to",
+    (records.replace(MPICH, slurm=True, np=4), [*NO_PMIX, "mpiexec", "-n", "4", "-launcher", "slurm", "-bind-to",
                                                     "none", *PROG]),
-    (dataclasses.replace(INTEL, slurm=True, np=4), [*NO_PMIX, "mpiexec", "-n", "4", "-launcher", "slurm", *NO_PIN,
+    (records.replace(INTEL, slurm=True, np=4), [*NO_PMIX, "mpiexec", "-n", "4", "-launcher", "slurm", *NO_PIN,
                                                     *PROG]),
-    (dataclasses.replace(OPEN_MPI, slurm=True), ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot", *PROG]),
+    (records.replace(OPEN_MPI, slurm=True), ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot", *PROG]),
     # the agent wins over srun when both are asked for (hosts still from Slurm's kernel)
-    (dataclasses.replace(MPICH, slurm=True, launch_agent=AGENT),
+    (records.replace(MPICH, slurm=True, launch_agent=AGENT),
      ["mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", AGENT, "-bind-to", "none", *PROG]),
     # a run hpcdist itself watches: Hydra prints every rank's exit status for the monitor
-    (dataclasses.replace(MPICH, exit_codes=True, slurm=True),
+    (records.replace(MPICH, exit_codes=True, slurm=True),
      [*NO_PMIX, "mpiexec", "-n", "2", "-print-all-exitcodes", "-launcher", "slurm", "-bind-to", "none", *PROG]),
-    (dataclasses.replace(INTEL, exit_codes=True), ["mpiexec", "-n", "2", "-print-all-exitcodes", *NO_PIN, *PROG]),
-    (dataclasses.replace(OPEN_MPI, exit_codes=True), ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot",
+    (records.replace(INTEL, exit_codes=True), ["mpiexec", "-n", "2", "-print-all-exitcodes", *NO_PIN, *PROG]),
+    (records.replace(OPEN_MPI, exit_codes=True), ["mpirun", "-np", "2", "--bind-to", "none", "--map-by", "slot",
                                                       *PROG]),
 ])  # fmt: skip
 def test_launch_agent_slurm_and_exit_code_argv(spec: MpirunSpec, expected: list[str]) -> None:
@@ -260,11 +259,11 @@ def test_launch_agent_slurm_and_exit_code_argv(spec: MpirunSpec, expected: list[
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    (dataclasses.replace(MPICH, launch_agent="ssh -p 2222"), "--launch-agent 'ssh -p 2222': mpich's Hydra runs the "
+    (records.replace(MPICH, launch_agent="ssh -p 2222"), "--launch-agent 'ssh -p 2222': mpich's Hydra runs the "
      "agent as one program (execvp of the whole text, measured), so it takes no arguments here; put the command in a "
      "script and pass the script's path"),
-    (dataclasses.replace(INTEL, launch_agent="ssh -x"), "--launch-agent 'ssh -x': intel's Hydra runs the agent"),
-    (dataclasses.replace(OPEN_MPI, launch_agent=" "), "--launch-agent needs a command that reaches another host, "
+    (records.replace(INTEL, launch_agent="ssh -x"), "--launch-agent 'ssh -x': intel's Hydra runs the agent"),
+    (records.replace(OPEN_MPI, launch_agent=" "), "--launch-agent needs a command that reaches another host, "
      "e.g. --launch-agent ssh"),
 ])  # fmt: skip
 def test_launch_agent_refusals(spec: MpirunSpec, message: str) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 from hostile import hostile, launch_words
 from test_render import check_script
 
-from hpcdist import __version__
+from hpcdist import __version__, records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.batch import BatchJob
@@ -62,7 +61,7 @@ def test_the_directives_of_olcf_s_summit_example() -> None:
     #BSUB -e RunSim123.%J
     """
     spec = BsubSpec(
-        dataclasses.replace(JOB, np=12288),
+        records.replace(JOB, np=12288),
         nnodes=2048,
         runlimit="3:00",
         project="ABC123",
@@ -84,9 +83,9 @@ def test_the_directives_of_olcf_s_summit_example() -> None:
 
 
 def test_quoted_values_arrays_and_other_options() -> None:
-    spec = dataclasses.replace(
+    spec = records.replace(
         SPEC,
-        job=dataclasses.replace(JOB, np=4, rank_output=OutputOptions(log_dir="logs")),
+        job=records.replace(JOB, np=4, rank_output=OutputOptions(log_dir="logs")),
         slots="4,16",
         requirements=("span[ptile=4]", "select[mem>1000] rusage[mem=1000]"),
         queue="batch",
@@ -118,7 +117,7 @@ def test_quoted_values_arrays_and_other_options() -> None:
 
 
 def test_requeue_warns_passes_usr1_on_and_exits_99(tmp_path: Path) -> None:
-    spec = dataclasses.replace(SPEC, job=dataclasses.replace(JOB, requeue=True))
+    spec = records.replace(SPEC, job=records.replace(JOB, requeue=True))
     text = check_script(render_lsf(spec, JINJA), tmp_path).read_text()
     assert directives(text)[-3:] == ["#BSUB -wa USR1", "#BSUB -wt 2", "#BSUB -Q 99"]
     assert "trap hpcdist_preempted USR1\n" in text and 'kill -s USR1 "$hpcdist_step"' in text
@@ -130,13 +129,13 @@ def test_requeue_warns_passes_usr1_on_and_exits_99(tmp_path: Path) -> None:
         "fi\n"
         'exit "$hpcdist_status"\n'
     )
-    other = render_lsf(dataclasses.replace(spec, warning="URG", warning_time="10"), JINJA)
+    other = render_lsf(records.replace(spec, warning="URG", warning_time="10"), JINJA)
     assert directives(other)[-3:] == ["#BSUB -wa URG", "#BSUB -wt 10", "#BSUB -Q 99"]
     assert "trap hpcdist_preempted URG\n" in other
 
 
 def test_jsrun_starts_a_csm_job_s_ranks() -> None:
-    spec = BsubSpec(dataclasses.replace(JOB, np=12), nnodes=2, runlimit="30", project="ABC123", launch="jsrun")
+    spec = BsubSpec(records.replace(JOB, np=12), nnodes=2, runlimit="30", project="ABC123", launch="jsrun")
     text = render_lsf(spec, JINJA)
     assert text.endswith(
         "# hpcdist mpirun starts the ranks with jsrun, one resource set of a node's ranks on each node of the job; "
@@ -152,13 +151,13 @@ def test_jsrun_starts_a_csm_job_s_ranks() -> None:
     "changes",
     [
         {},
-        {"job": dataclasses.replace(JOB, requeue=True, max_restarts=2)},
-        {"job": dataclasses.replace(JOB, max_restarts=1, setup=("module load cuda",), env=(("A", "1"),))},
-        {"name": "a[1-4]", "job": dataclasses.replace(JOB, rank_output=OutputOptions(tag=True, log_dir="logs"))},
+        {"job": records.replace(JOB, requeue=True, max_restarts=2)},
+        {"job": records.replace(JOB, max_restarts=1, setup=("module load cuda",), env=(("A", "1"),))},
+        {"name": "a[1-4]", "job": records.replace(JOB, rank_output=OutputOptions(tag=True, log_dir="logs"))},
     ],
 )
 def test_every_script_passes_bash_n_and_shellcheck(changes: dict[str, object], tmp_path: Path) -> None:
-    check_script(render_lsf(dataclasses.replace(SPEC, **changes), JINJA), tmp_path)  # type: ignore[arg-type]
+    check_script(render_lsf(records.replace(SPEC, **changes), JINJA), tmp_path)
 
 
 @pytest.mark.parametrize(("value", "minutes"), [("90", 90), ("4:00", 240), ("1:30", 90), ("60/hostA", 60)])
@@ -181,15 +180,15 @@ def test_slots() -> None:
         ({"warning": "KILL"}, "-wa 'KILL': give one of USR1, USR2, URG"),
         ({"warning_time": "2m"}, "-wt '2m' is not an LSF time"),
         ({"name": "a[x]"}, "-J 'a[x]': an array is NAME[INDICES][%LIMIT]"),
-        ({"job": dataclasses.replace(JOB, np=9)}, "-np 9 is more ranks than the 8 slots the job is sure to get"),
-        ({"job": dataclasses.replace(JOB, requeue=True), "extra": (("-Q", "all"),)}, "-Q is one --requeue writes"),
+        ({"job": records.replace(JOB, np=9)}, "-np 9 is more ranks than the 8 slots the job is sure to get"),
+        ({"job": records.replace(JOB, requeue=True), "extra": (("-Q", "all"),)}, "-Q is one --requeue writes"),
         ({"launch": "jsrun"}, "--launch jsrun starts as many ranks on every node of a CSM job: give -nnodes N and -np"),
-        ({"launch": "jsrun", "nnodes": 2, "job": dataclasses.replace(JOB, np=5)}, "--launch jsrun starts as many"),
+        ({"launch": "jsrun", "nnodes": 2, "job": records.replace(JOB, np=5)}, "--launch jsrun starts as many"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(changes: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError) as raised:
-        render_lsf(dataclasses.replace(SPEC, **changes), JINJA)  # type: ignore[arg-type]
+        render_lsf(records.replace(SPEC, **changes), JINJA)
     assert str(raised.value).startswith(message)
 
 
@@ -197,8 +196,8 @@ def test_hostile_values_stay_literal_or_are_refused(tmp_path: Path) -> None:
     value = hostile(tmp_path)
     for name in (value, "$(touch ran)", 'a" -q evil "b', "a\n#BSUB -q evil"):
         with pytest.raises(UsageError, match=r"^-J .* cannot be written into a directive line"):
-            render_lsf(dataclasses.replace(SPEC, name=name), JINJA)
-    text = render_lsf(dataclasses.replace(SPEC, job=dataclasses.replace(JOB, program=("python", value))), JINJA)
+            render_lsf(records.replace(SPEC, name=name), JINJA)
+    text = render_lsf(records.replace(SPEC, job=records.replace(JOB, program=("python", value))), JINJA)
     assert launch_words(text, "/venv/bin/python -m hpcdist", tmp_path)[-2:] == ["python", value]
 
 

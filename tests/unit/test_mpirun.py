@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 
+from hpcdist import records
 from hpcdist.errors import UsageError
 from hpcdist.families.base import MpirunSpec
 from hpcdist.hosts import HostSlots
@@ -28,7 +28,7 @@ KEEPALIVE = [
 
 def spec(**changes: Any) -> MpirunSpec:
     """BASE with `changes` applied."""
-    return dataclasses.replace(BASE, **changes)
+    return records.replace(BASE, **changes)
 
 
 def test_seed_hostfile_example() -> None:

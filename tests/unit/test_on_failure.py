@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hpcdist import records
 from hpcdist.cli import build_parser, main
 from hpcdist.cli.launch import mpirun_options
 from hpcdist.contract import RankContract
@@ -55,19 +55,19 @@ AGREE = ["--mca", "coll_ftagree_agreement", "1"]  # the agreement by Early Retur
     ],
 )  # fmt: skip
 def test_open_mpi_gets_ulfm_over_tcp(changes: dict[str, Any], expected: list[str]) -> None:
-    assert build_mpirun_argv(dataclasses.replace(SHRINK, **changes)) == expected
+    assert build_mpirun_argv(records.replace(SHRINK, **changes)) == expected
 
 
 @pytest.mark.parametrize("btl", ["^ofi", "sm,self,tcp", "vader,self", "self, sm"])
 def test_a_transport_list_with_shared_memory_is_refused_under_shrink(btl: str) -> None:
     with pytest.raises(UsageError, match=r"the survivors hang over shared memory .* --mca btl tcp,self"):
-        build_mpirun_argv(dataclasses.replace(SHRINK, mca=(("btl", btl),)))
+        build_mpirun_argv(records.replace(SHRINK, mca=(("btl", btl),)))
 
 
 @pytest.mark.parametrize("family", ["mpich", "intel"])
 def test_hydra_launchers_refuse_fault_tolerance(family: str) -> None:
     with pytest.raises(UsageError, match=r"^--on-failure shrink needs Open MPI's fault tolerance \(ULFM\)"):
-        build_mpirun_argv(dataclasses.replace(SHRINK, family=family, mpirun="mpiexec"))
+        build_mpirun_argv(records.replace(SHRINK, family=family, mpirun="mpiexec"))
 
 
 def test_the_cli_parses_on_failure_and_min_np_into_the_options() -> None:
@@ -107,9 +107,9 @@ def test_every_rank_is_told_to_carry_on_and_down_to_how_few(tmp_path: Path) -> N
     spec = plan(options, World()).spec
     assert spec.fault_tolerance
     assert dict(spec.env)[ON_FAILURE_ENV] == "shrink" and MIN_NP_ENV not in dict(spec.env)  # unset: down to 1
-    spec = plan(dataclasses.replace(options, min_np=3), World()).spec
+    spec = plan(records.replace(options, min_np=3), World()).spec
     assert dict(spec.env)[MIN_NP_ENV] == "3"
-    spec = plan(dataclasses.replace(options, on_failure="end"), World()).spec
+    spec = plan(records.replace(options, on_failure="end"), World()).spec
     assert not spec.fault_tolerance and ON_FAILURE_ENV not in dict(spec.env) and MIN_NP_ENV not in dict(spec.env)
 
 
@@ -133,8 +133,8 @@ def test_a_job_on_several_hosts_is_told_before_launch_whether_a_lost_host_ends_i
     )
     assert note == ("" if version else said)
     # on one host, or without shrink, nothing to say
-    assert plan(dataclasses.replace(options, hosts="a:4"), world).note == ""
-    assert plan(dataclasses.replace(options, on_failure="end"), world).note == ""
+    assert plan(records.replace(options, hosts="a:4"), world).note == ""
+    assert plan(records.replace(options, on_failure="end"), world).note == ""
 
 
 def test_the_dry_run_shows_the_ulfm_launch(capsys: pytest.CaptureFixture[str]) -> None:

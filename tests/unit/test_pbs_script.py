@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 from hostile import hostile, launch_words
 from test_render import check_script
 
-from hpcdist import __version__
+from hpcdist import __version__, records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.batch import BatchJob
@@ -89,9 +88,9 @@ def test_the_directives_of_alcf_s_polaris_example() -> None:
 
 
 def test_every_option_s_directive_and_the_array_s_variables() -> None:
-    spec = dataclasses.replace(
+    spec = records.replace(
         SPEC,
-        job=dataclasses.replace(JOB, np=6),
+        job=records.replace(JOB, np=6),
         output="logs/out",
         error="logs/err",
         array="0-15:2%4",
@@ -114,7 +113,7 @@ def test_every_option_s_directive_and_the_array_s_variables() -> None:
 
 
 def test_requeue_makes_the_job_rerunnable_and_waits_through_sigterm(tmp_path: Path) -> None:
-    spec = dataclasses.replace(SPEC, job=dataclasses.replace(JOB, requeue=True))
+    spec = records.replace(SPEC, job=records.replace(JOB, requeue=True))
     text = check_script(render_pbs(spec, JINJA), tmp_path).read_text()
     assert "#PBS -r y" in directives(text)
     assert "trap hpcdist_preempted TERM\n" in text
@@ -132,17 +131,17 @@ def test_requeue_makes_the_job_rerunnable_and_waits_through_sigterm(tmp_path: Pa
     "changes",
     [
         {},
-        {"job": dataclasses.replace(JOB, requeue=True, max_restarts=2)},
-        {"job": dataclasses.replace(JOB, max_restarts=1, setup=("module load cuda",), env=(("A", "1"),))},
-        {"array": "1-4", "job": dataclasses.replace(JOB, rank_output=OutputOptions(tag=True, log_dir="logs"))},
+        {"job": records.replace(JOB, requeue=True, max_restarts=2)},
+        {"job": records.replace(JOB, max_restarts=1, setup=("module load cuda",), env=(("A", "1"),))},
+        {"array": "1-4", "job": records.replace(JOB, rank_output=OutputOptions(tag=True, log_dir="logs"))},
     ],
 )
 def test_every_script_passes_bash_n_and_shellcheck(changes: dict[str, object], tmp_path: Path) -> None:
-    check_script(render_pbs(dataclasses.replace(SPEC, **changes), JINJA), tmp_path)  # type: ignore[arg-type]
+    check_script(render_pbs(records.replace(SPEC, **changes), JINJA), tmp_path)
 
 
 def test_an_array_subjob_s_log_dir_is_its_own() -> None:
-    spec = dataclasses.replace(SPEC, array="0-3", job=dataclasses.replace(JOB, rank_output=OutputOptions(log_dir="l")))
+    spec = records.replace(SPEC, array="0-3", job=records.replace(JOB, rank_output=OutputOptions(log_dir="l")))
     assert ' --log-dir l/"${PBS_JOBID}" -- \\\n' in render_pbs(spec, JINJA)
 
 
@@ -171,13 +170,13 @@ def test_walltimes(value: str, seconds: int) -> None:
         ({"join": "y"}, "-j 'y': give one of oe, eo, n, e.g. -j oe"),
         ({"rerun": "yes"}, "-r 'yes': give one of y, n, e.g. -r y"),
         ({"array": "3-3"}, "-J '3-3': give X-Y[:STEP][%MAX] with X below Y"),
-        ({"job": dataclasses.replace(JOB, np=9)}, "-np 9 is more ranks than the 8 slots the job is sure to get"),
-        ({"job": dataclasses.replace(JOB, requeue=True), "rerun": "n"}, "--requeue needs a rerunnable job"),
+        ({"job": records.replace(JOB, np=9)}, "-np 9 is more ranks than the 8 slots the job is sure to get"),
+        ({"job": records.replace(JOB, requeue=True), "rerun": "n"}, "--requeue needs a rerunnable job"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(changes: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError) as raised:
-        render_pbs(dataclasses.replace(SPEC, **changes), JINJA)  # type: ignore[arg-type]
+        render_pbs(records.replace(SPEC, **changes), JINJA)
     assert str(raised.value).startswith(message)
 
 
@@ -185,10 +184,10 @@ def test_hostile_values_stay_literal_or_are_refused(tmp_path: Path) -> None:
     value = hostile(tmp_path)
     for field in ("name", "queue", "output"):
         with pytest.raises(UsageError, match=r"cannot be written into a directive line"):
-            render_pbs(dataclasses.replace(SPEC, **{field: value}), JINJA)  # type: ignore[arg-type]
+            render_pbs(records.replace(SPEC, **{field: value}), JINJA)
     with pytest.raises(UsageError, match=r"cannot be written into a directive line"):
-        render_pbs(dataclasses.replace(SPEC, extra=(("-W", "x\n#PBS -q evil"),)), JINJA)
-    text = render_pbs(dataclasses.replace(SPEC, job=dataclasses.replace(JOB, program=("python", value))), JINJA)
+        render_pbs(records.replace(SPEC, extra=(("-W", "x\n#PBS -q evil"),)), JINJA)
+    text = render_pbs(records.replace(SPEC, job=records.replace(JOB, program=("python", value))), JINJA)
     assert launch_words(text, "/venv/bin/python -m hpcdist", tmp_path)[-2:] == ["python", value]
 
 

@@ -12,7 +12,6 @@ run is also checked against the command hpcdist mpirun really runs.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import shlex
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdist import __version__
+from hpcdist import __version__, records
 from hpcdist.calling.pyfunc import launch_options
 from hpcdist.cli import build_parser
 from hpcdist.cli.launch import mpirun, mpirun_options
@@ -63,7 +62,7 @@ def _world(mpirun_path: str) -> World:
 
 def _printed(options: MpirunOptions, world: World) -> list[str]:
     """What `hpcdist mpirun --dry-run` prints for `options` in `world`, with the run's own values in place."""
-    assert mpirun(dataclasses.replace(options, mode=DRY_RUN), world) == 0
+    assert mpirun(records.replace(options, mode=DRY_RUN), world) == 0
     assert isinstance(world.stdout, io.StringIO)
     line = world.stdout.getvalue()
     world.stdout.truncate(0)
@@ -72,7 +71,7 @@ def _printed(options: MpirunOptions, world: World) -> list[str]:
 
 def _parsed(*argv: str) -> MpirunOptions:
     """The options `hpcdist mpirun ARGV` parses into, as a run (the mode aside)."""
-    return dataclasses.replace(mpirun_options(build_parser().parse_args(["mpirun", *argv])), mode=RUN, script=None)
+    return records.replace(mpirun_options(build_parser().parse_args(["mpirun", *argv])), mode=RUN, script=None)
 
 
 def _unwatched(argv: list[str]) -> list[str]:
@@ -148,7 +147,7 @@ def test_options_written_as_arguments_parse_back_to_the_same_options() -> None:
     )  # fmt: skip
     assert _parsed(*options.argv()) == options
     assert MpirunOptions(program=("x",)).argv() == ["--", "x"]
-    dry = dataclasses.replace(options, outcome=None, mode=DRY_RUN)
+    dry = records.replace(options, outcome=None, mode=DRY_RUN)
     assert mpirun_options(build_parser().parse_args(["mpirun", *dry.argv()])) == dry
 
 
@@ -160,12 +159,12 @@ def test_the_dry_run_is_the_command_that_runs(tmp_path: Path) -> None:
     stub.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(log)!r}, 'w').write(json.dumps(sys.argv))\n")
     stub.chmod(0o755)
     out = io.StringIO()
-    world = dataclasses.replace(_world(str(stub)), stdout=out)
+    world = records.replace(_world(str(stub)), stdout=out)
     options = MpirunOptions(program=("python", "t.py"), np=2, mpi="openmpi", max_restarts=1, export=("A=1",))
-    assert mpirun(dataclasses.replace(options, mode=DRY_RUN), world) == 0
+    assert mpirun(records.replace(options, mode=DRY_RUN), world) == 0
     printed = out.getvalue()
     assert PLACEHOLDERS["token"] in printed and PLACEHOLDERS["run_id"] in printed
-    assert mpirun(options, dataclasses.replace(world, stdout=None)) == 0
+    assert mpirun(options, records.replace(world, stdout=None)) == 0
     ran = json.loads(log.read_text())
     ours = dict(word.partition("=")[::2] for word in ran if word.startswith("HPCDIST_"))
     line = printed.replace(PLACEHOLDERS["token"], ours["HPCDIST_CONTROL"])
@@ -179,7 +178,7 @@ def test_the_dry_run_is_the_command_that_runs(tmp_path: Path) -> None:
 def test_far_more_ranks_than_this_machine_s_cpus_are_refused_unless_asked_for(
     place: tuple[str, str], np: int, oversubscribe: bool, here: bool, refused: bool
 ) -> None:
-    world = dataclasses.replace(_world(place[0]), cpus=frozenset({0, 1}), here=here)  # 2 CPUs: at most 8 ranks
+    world = records.replace(_world(place[0]), cpus=frozenset({0, 1}), here=here)  # 2 CPUs: at most 8 ranks
     options = MpirunOptions(program=("python", "train.py"), np=np, oversubscribe=oversubscribe)
     if refused:
         with pytest.raises(UsageError, match=r"^-np 9 is 4\.5 ranks for each of the 2 CPUs this process may run on; "):
@@ -201,7 +200,7 @@ def test_far_more_ranks_than_this_machine_s_cpus_are_refused_unless_asked_for(
 def test_more_ranks_than_this_machine_s_cpus_are_said_in_one_line_before_they_start(
     place: tuple[str, str], np: int, oversubscribe: bool, here: bool, said: bool
 ) -> None:
-    world = dataclasses.replace(_world(place[0]), cpus=frozenset({0, 1}), here=here)
+    world = records.replace(_world(place[0]), cpus=frozenset({0, 1}), here=here)
     note = plan(MpirunOptions(program=("python", "train.py"), np=np, oversubscribe=oversubscribe), world).note
     expected = f"hpcdist: -np {np} is more ranks than the 2 CPUs this process may run on, so they share them and each"
     assert note.startswith(expected) if said else note == ""

@@ -8,7 +8,6 @@ A GPU job gets CPUs per rank and OMP_NUM_THREADS unless the user gave them.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pty
 import shutil
@@ -23,6 +22,7 @@ from test_render import check_script
 from test_slurm import allocation, from_launcher, step_dry_run
 
 import hpcdist.jobs
+from hpcdist import records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.render import make_environment
@@ -209,7 +209,7 @@ def _lines(text: str, start: str) -> list[str]:
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun", "torchrun"])
 def test_a_gpu_job_gets_cpus_per_rank_and_as_many_threads(tmp_path: Path, launch: str) -> None:
-    text = check_script(render_sbatch(dataclasses.replace(GPU, launch=launch), JINJA), tmp_path).read_text()
+    text = check_script(render_sbatch(records.replace(GPU, launch=launch), JINJA), tmp_path).read_text()
     per_task = GPU_TASK_CPUS * (4 if launch == "torchrun" else 1)  # torchrun: one task per node, 4 workers
     assert _lines(text, "#SBATCH --cpus-per-task") == [f"#SBATCH --cpus-per-task={per_task}"]
     assert _lines(text, "export OMP_NUM_THREADS") == [f"export OMP_NUM_THREADS={GPU_TASK_CPUS}"]
@@ -224,20 +224,20 @@ def test_a_gpu_job_gets_cpus_per_rank_and_as_many_threads(tmp_path: Path, launch
 
 
 def test_the_users_cpus_and_threads_win(tmp_path: Path) -> None:
-    text = render_sbatch(dataclasses.replace(GPU, cpus_per_task=12, env=(("OMP_NUM_THREADS", "6"),)), JINJA)
+    text = render_sbatch(records.replace(GPU, cpus_per_task=12, env=(("OMP_NUM_THREADS", "6"),)), JINJA)
     assert _lines(text, "#SBATCH --cpus-per-task") == ["#SBATCH --cpus-per-task=12"]
     assert _lines(text, "export OMP_NUM_THREADS") == ["export OMP_NUM_THREADS=6"]
-    text = render_sbatch(dataclasses.replace(GPU, cpus_per_task=12), JINJA)
+    text = render_sbatch(records.replace(GPU, cpus_per_task=12), JINJA)
     assert _lines(text, "export OMP_NUM_THREADS") == ["export OMP_NUM_THREADS=12"]
 
 
 def test_a_cpu_job_and_auto_binding_keep_slurms_and_the_shims_own() -> None:
-    cpu = render_sbatch(dataclasses.replace(GPU, gpus_per_node=None), JINJA)
+    cpu = render_sbatch(records.replace(GPU, gpus_per_node=None), JINJA)
     assert "cpus-per-task" not in cpu and "OMP_NUM_THREADS" not in cpu and "set_device" not in cpu
-    bound = render_sbatch(dataclasses.replace(GPU, bind="auto"), JINJA)  # the shim sets each rank's share
+    bound = render_sbatch(records.replace(GPU, bind="auto"), JINJA)  # the shim sets each rank's share
     assert "OMP_NUM_THREADS" not in bound and f"#SBATCH --cpus-per-task={GPU_TASK_CPUS}" in bound
 
 
 def test_a_bad_gpu_count_is_still_refused() -> None:
     with pytest.raises(UsageError, match="--gpus-per-node 'a100:0'"):
-        render_sbatch(dataclasses.replace(GPU, gpus_per_node="a100:0"), JINJA)
+        render_sbatch(records.replace(GPU, gpus_per_node="a100:0"), JINJA)

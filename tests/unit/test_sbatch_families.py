@@ -3,7 +3,6 @@ the launch line in each dialect that it runs in the job (its own options given t
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shlex
 import sys
@@ -13,6 +12,7 @@ import pytest
 from test_render import check_script
 from test_slurm import allocation, exported, from_launcher, step_dry_run
 
+from hpcdist import records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.local import local_tools
@@ -43,7 +43,7 @@ def test_a_hydra_step_takes_the_allocation_through_srun(
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     mpirun = str(_install(tmp_path, launcher) / launcher)
-    text = render_sbatch(dataclasses.replace(SPEC, mpi=mpi, mpirun=mpirun), JINJA)
+    text = render_sbatch(records.replace(SPEC, mpi=mpi, mpirun=mpirun), JINJA)
     check_script(text, tmp_path)
     assert f"\n{STEP} --mpirun {mpirun} --mpi {mpi} -- \\\n{PROGRAM}\n" in text
     assert "SLURM_MPI_TYPE" not in text  # Hydra's line is hpcdist mpirun's to write when the step runs
@@ -59,7 +59,7 @@ def test_a_hydra_step_takes_the_allocation_through_srun(
 def test_an_open_mpi_step_keeps_its_line_and_srun_its_pmix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = render_sbatch(dataclasses.replace(SPEC, mpirun=MPIRUN), JINJA)
+    text = render_sbatch(records.replace(SPEC, mpirun=MPIRUN), JINJA)
     check_script(text, tmp_path)
     assert f"\n{STEP} --mpirun {MPIRUN} --mpi openmpi -- \\\n{PROGRAM}\n" in text
     line = step_dry_run(text, "/v/bin/python", {**allocation(2, 2), **exported(text, "/v/bin/python")}, monkeypatch,
@@ -74,7 +74,7 @@ def test_an_open_mpi_step_keeps_its_line_and_srun_its_pmix(
 def test_hydra_scripts_with_restarts_requeue_arrays_and_logs_pass_shellcheck(
     family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = dataclasses.replace(SPEC, mpi=family, mpirun="mpiexec", max_restarts=2, requeue=True, array="0-3",
+    spec = records.replace(SPEC, mpi=family, mpirun="mpiexec", max_restarts=2, requeue=True, array="0-3",
                                time="10:00", rank_output=OutputOptions(tag=False, log_dir="logs"))  # fmt: skip
     text = render_sbatch(spec, JINJA)
     check_script(text, tmp_path)

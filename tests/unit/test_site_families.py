@@ -3,13 +3,12 @@ refuse, and flux run's lines on a failed task (neither launcher can run here: th
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import signal
 
 import pytest
 
-from hpcdist import families
+from hpcdist import families, records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.families.base import AppContext, HostLost, MpirunSpec, RankKilled
@@ -22,7 +21,7 @@ from hpcdist.launching.world import World
 JSRUN, FLUX = families.lookup("jsrun"), families.lookup("flux")
 PROG = ("python", "-m", "hpcdist.worker", "--", "train.py")
 JOB = MpirunSpec(program=PROG, np=8, map_by="ppr:4:node", mpirun="jsrun", family="jsrun")
-FLUX_JOB = dataclasses.replace(JOB, mpirun="flux", family="flux")
+FLUX_JOB = records.replace(JOB, mpirun="flux", family="flux")
 # an LSF job on a CSM cluster: its launch node first (OLCF's Summit guide, research notes §2d)
 LSF = {"LSB_JOBID": "779469", "LSB_MCPU_HOSTS": "batch1 1 a01n01 42 a01n02 42"}
 
@@ -41,7 +40,7 @@ PER_NODE = (
 
 
 def test_jsrun_puts_each_hosts_ranks_and_all_its_cpus_and_gpus_in_one_resource_set() -> None:
-    spec = dataclasses.replace(JOB, env=(("A", "1 2"), ("B", None)), extra=("--stdio_mode", "prepended"))
+    spec = records.replace(JOB, env=(("A", "1 2"), ("B", None)), extra=("--stdio_mode", "prepended"))
     assert shlex.join(build_mpirun_argv(spec)) == (
         "jsrun --nrs 2 --rs_per_host 1 --tasks_per_rs 4 --cpu_per_rs ALL_CPUS --gpu_per_rs ALL_GPUS "
         "--launch_distribution packed --bind none --env 'A=1 2' --stdio_mode prepended python -m hpcdist.worker -- "
@@ -50,7 +49,7 @@ def test_jsrun_puts_each_hosts_ranks_and_all_its_cpus_and_gpus_in_one_resource_s
 
 
 def test_jsrun_binds_a_rank_to_a_core_and_passes_open_mpis_settings_to_spectrum_mpi() -> None:
-    spec = dataclasses.replace(JOB, np=2, map_by="ppr:1:node", bind_to="core", mca=(("pml", "ucx"), ("btl", "^vader")))
+    spec = records.replace(JOB, np=2, map_by="ppr:1:node", bind_to="core", mca=(("pml", "ucx"), ("btl", "^vader")))
     assert build_mpirun_argv(spec)[:14] == [
         "jsrun", "--nrs", "2", "--rs_per_host", "1", "--tasks_per_rs", "1", "--cpu_per_rs", "ALL_CPUS", "--gpu_per_rs",
         "ALL_GPUS", "--launch_distribution", "packed", "--bind",
@@ -78,17 +77,17 @@ def test_jsrun_binds_a_rank_to_a_core_and_passes_open_mpis_settings_to_spectrum_
 )  # fmt: skip
 def test_what_jsrun_has_no_word_for_is_a_clear_error(given: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError) as refused:
-        build_mpirun_argv(dataclasses.replace(JOB, **given))  # type: ignore[arg-type]
+        build_mpirun_argv(records.replace(JOB, **given))
     assert str(refused.value) == message
 
 
 def test_flux_run_places_a_block_of_ranks_on_each_node_and_its_values_are_set_by_env_as_they_are() -> None:
-    spec = dataclasses.replace(FLUX_JOB, env=(("A", "$HOME {{tmpdir}}"), ("B", None)))  # flux's --env would expand
+    spec = records.replace(FLUX_JOB, env=(("A", "$HOME {{tmpdir}}"), ("B", None)))  # flux's --env would expand
     assert build_mpirun_argv(spec) == [
         "env", "A=$HOME {{tmpdir}}", "flux", "run", "-N", "2", "--tasks-per-node=4", "-o", "cpu-affinity=off", "-o",
         "exit-on-error", *PROG,
     ]  # fmt: skip
-    bound = dataclasses.replace(FLUX_JOB, bind_to="core", np=3, map_by="ppr:3:node")
+    bound = records.replace(FLUX_JOB, bind_to="core", np=3, map_by="ppr:3:node")
     assert build_mpirun_argv(bound)[2:7] == ["-N", "1", "--tasks-per-node=3", "-o", "cpu-affinity=per-task"]
 
 
@@ -105,7 +104,7 @@ def test_flux_run_places_a_block_of_ranks_on_each_node_and_its_values_are_set_by
 )  # fmt: skip
 def test_what_flux_run_has_no_word_for_is_a_clear_error(given: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError) as refused:
-        build_mpirun_argv(dataclasses.replace(FLUX_JOB, **given))  # type: ignore[arg-type]
+        build_mpirun_argv(records.replace(FLUX_JOB, **given))
     assert str(refused.value) == message
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from hpcdist.launching.mpirun import build_mpirun_argv
 from hpcdist.launching.options import MpirunOptions
 from hpcdist.launching.plan import LaunchPlan, plan
 from hpcdist.launching.world import World
+from hpcdist.records import replace
 from hpcdist.runtime.env import LaunchEnv
 from hpcdist.schedulers.flux import resource_hosts
 

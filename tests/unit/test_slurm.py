@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shlex
 import subprocess
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 from test_render import WEIRD, bash_words, check_script, slurm_argument
 
-from hpcdist import __version__
+from hpcdist import __version__, records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.hosts import HostSlots
@@ -26,7 +25,7 @@ from hpcdist.settings import output_rate
 
 JINJA = make_environment(None, {})
 BASE = SbatchSpec(program=("python", "train.py"), python="/venv/bin/python")
-GPU = dataclasses.replace(
+GPU = records.replace(
     BASE,
     nodes=2,
     gpus_per_node="8",
@@ -41,15 +40,15 @@ GPU = dataclasses.replace(
 SPECS = {
     "cpu-srun": BASE,
     "gpu-srun": GPU,
-    "gpu-mpirun": dataclasses.replace(GPU, launch="mpirun", mpirun="/venv/bin/mpirun"),
-    "gpu-torchrun": dataclasses.replace(GPU, launch="torchrun", torchrun="/venv/bin/torchrun"),
-    "torchrun-fixed-master": dataclasses.replace(GPU, launch="torchrun", master_addr="10.0.0.1", master_port=1234),
-    "requeue-srun": dataclasses.replace(GPU, requeue=True, requeue_signal="SIGUSR2@300", opal_prefix=True),
-    "requeue-torchrun": dataclasses.replace(GPU, launch="torchrun", requeue=True),
-    "restarts-srun": dataclasses.replace(GPU, max_restarts=3),
-    "restarts-mpirun-requeue": dataclasses.replace(GPU, launch="mpirun", max_restarts=1, requeue=True),
-    "restarts-torchrun-requeue": dataclasses.replace(GPU, launch="torchrun", max_restarts=2, requeue=True),
-    "weird": dataclasses.replace(
+    "gpu-mpirun": records.replace(GPU, launch="mpirun", mpirun="/venv/bin/mpirun"),
+    "gpu-torchrun": records.replace(GPU, launch="torchrun", torchrun="/venv/bin/torchrun"),
+    "torchrun-fixed-master": records.replace(GPU, launch="torchrun", master_addr="10.0.0.1", master_port=1234),
+    "requeue-srun": records.replace(GPU, requeue=True, requeue_signal="SIGUSR2@300", opal_prefix=True),
+    "requeue-torchrun": records.replace(GPU, launch="torchrun", requeue=True),
+    "restarts-srun": records.replace(GPU, max_restarts=3),
+    "restarts-mpirun-requeue": records.replace(GPU, launch="mpirun", max_restarts=1, requeue=True),
+    "restarts-torchrun-requeue": records.replace(GPU, launch="torchrun", max_restarts=2, requeue=True),
+    "weird": records.replace(
         GPU,
         job_name=WEIRD[2],
         output=WEIRD[0],
@@ -185,7 +184,7 @@ def test_allocation_hosts() -> None:
 )
 def test_bad_specs(changes: dict[str, Any]) -> None:
     with pytest.raises(UsageError):
-        render_sbatch(dataclasses.replace(BASE, **changes), JINJA)
+        render_sbatch(records.replace(BASE, **changes), JINJA)
 
 
 @pytest.mark.parametrize("name", SPECS)
@@ -298,7 +297,7 @@ def from_launcher(line: list[str], launcher: str) -> list[str]:
 
 def _bare(spec: SbatchSpec, **changes: Any) -> SbatchSpec:
     """`spec` with tools named bare (as found on PATH) and no setup lines."""
-    return dataclasses.replace(spec, python="python", mpirun="mpirun", torchrun="torchrun", setup=(), **changes)
+    return records.replace(spec, python="python", mpirun="mpirun", torchrun="torchrun", setup=(), **changes)
 
 
 # hpcdist mpirun with Slurm's srun as its launcher: the srun mode's step, up to the program's `--`
@@ -322,7 +321,7 @@ def test_srun_mode_passes_the_program_and_exports_the_asked_values(tmp_path: Pat
 
 def test_opal_prefix_is_exported_to_the_ranks_srun_starts() -> None:
     """The venv's prefix, read when the script runs, is in the environment hpcdist mpirun hands srun (--export=ALL)."""
-    text = render_sbatch(dataclasses.replace(BASE, python=sys.executable, opal_prefix=True), JINJA)
+    text = render_sbatch(records.replace(BASE, python=sys.executable, opal_prefix=True), JINJA)
     assert exported(text, sys.executable) == {"OPAL_PREFIX": sys.prefix}
     step = [sys.executable, "-m", "hpcdist", "mpirun", "-np", "1", "--mpi", "srun", "--", "python", "train.py"]
     assert launch_words(text, sys.executable) == step
@@ -363,7 +362,7 @@ def test_mpirun_mode_s_step_forwards_with_x(
 def test_mpirun_mode_on_one_node_has_no_keepalive(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = render_sbatch(dataclasses.replace(_bare(SPECS["gpu-mpirun"]), nodes=1), JINJA)
+    text = render_sbatch(records.replace(_bare(SPECS["gpu-mpirun"]), nodes=1), JINJA)
     environ = {**allocation(1, 8), **exported(text, "python"), **OPEN_MPI_PATH}
     line = from_launcher(step_dry_run(text, "python", environ, monkeypatch, capsys), "mpirun")
     assert line[:8] == ["mpirun", "-np", "8", "--bind-to", "none", "--map-by", "slot", "--mca"]
@@ -395,7 +394,7 @@ def test_requeue_passes_usr1_to_the_step_and_requeues_the_job_by_its_own_id() ->
 
 
 def test_requeue_in_torchrun_mode_sends_sigterm_to_torchrun_and_its_workers_through_scancel() -> None:
-    spec = dataclasses.replace(_bare(SPECS["gpu-torchrun"]), requeue=True, time="1:00:00")
+    spec = records.replace(_bare(SPECS["gpu-torchrun"]), requeue=True, time="1:00:00")
     text = render_sbatch(spec, JINJA)
     assert 'scancel --signal=TERM "$hpcdist_job"' in text and "trap hpcdist_preempted USR1\n" in text
     assert "kill -s" not in text  # srun would answer SIGTERM by killing the step (SIGKILL) before any checkpoint

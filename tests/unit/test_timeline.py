@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import hpcdist
+from hpcdist import records
 from hpcdist.cli import build_parser
 from hpcdist.cli.launch import mpirun_options
 from hpcdist.commcall import Call
@@ -115,9 +115,9 @@ def test_trace_reaches_every_rank_as_an_absolute_path_and_needs_the_shim(
     options = MpirunOptions(program=("python", "t.py"), np=2, mpirun="/bin/true", mpi="openmpi", trace="t.json")
     assert ("HPCDIST_TRACE", str(tmp_path / "t.json")) in plan(options, World()).spec.env
     with pytest.raises(UsageError, match="--trace is recorded by hpcdist's wrapper around each rank"):
-        plan(dataclasses.replace(options, bare=True), World())
+        plan(records.replace(options, bare=True), World())
     with pytest.raises(UsageError, match=r"--trace no/t\.json: its directory does not exist"):
-        plan(dataclasses.replace(options, trace="no/t.json"), World())
+        plan(records.replace(options, trace="no/t.json"), World())
     parsed = build_parser().parse_args(["mpirun", "-np", "2", "--trace", "t.json", "--", "python", "t.py"])
     assert mpirun_options(parsed).trace == "t.json"
 

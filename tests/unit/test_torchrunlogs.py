@@ -6,7 +6,6 @@ The trees are made here as torchrun 2.13 makes them (DefaultLogsSpecs.reify):
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import os
@@ -21,6 +20,7 @@ from test_render import WEIRD, check_script
 from test_slurm import JINJA, SPECS, _bare, launch_words
 from test_slurmjob import fake_scontrol
 
+from hpcdist import records
 from hpcdist.cli import main
 from hpcdist.errors import UsageError
 from hpcdist.jobs.sbatch import render_sbatch
@@ -62,7 +62,7 @@ def test_each_nodes_torchrun_gets_a_log_dir_of_its_own_and_the_job_id(tmp_path: 
 
 def test_scripts_without_per_node_log_dirs_have_no_layout() -> None:
     assert read_layout(render_sbatch(torchrun_spec(None), JINJA)) is None
-    srun = dataclasses.replace(SPECS["gpu-srun"], rank_output=OutputOptions(log_dir="logs"))
+    srun = records.replace(SPECS["gpu-srun"], rank_output=OutputOptions(log_dir="logs"))
     assert read_layout(render_sbatch(srun, JINJA)) is None
     # restarts and requeue wrap the same line: still found
     both = torchrun_spec("logs", max_restarts=2, requeue=True, time="1:00:00")
@@ -146,7 +146,7 @@ def fake_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, state
 def test_logs_rank_prints_the_ranks_torchrun_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = render_sbatch(dataclasses.replace(torchrun_spec("my logs"), gpus_per_node=None, ntasks_per_node=2))
+    script = render_sbatch(records.replace(torchrun_spec("my logs"), gpus_per_node=None, ntasks_per_node=2))
     work = fake_job(tmp_path, monkeypatch, script)
     make_run(work / "my logs" / "node-1", "12_q1w2e3r4", {0: {0: "two\n", 1: "three\n"}}, mtime=1_000)
     assert main(["logs", "12", "--rank", "3"]) == 0
