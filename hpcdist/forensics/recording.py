@@ -7,7 +7,6 @@ whose backend records its own calls is handed straight to the call. The watchdog
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -85,6 +84,8 @@ def _forwarding(name: str, call: Callable[..., Any], g_index: int, recorded: Cal
     """`recorded` behind a function with `call`'s own parameters, which hands a group whose backend records its calls
     straight to `call`: positional arguments instead of `*args, **kwargs` save ~0.1 µs a call (the mpi backend's
     8-byte all_reduce takes ~5 µs). `recorded` itself where the parameters are not all plain positional-or-keyword."""
+    import inspect  # when torch.distributed is recorded: a rank's start does without it (4 ms)
+
     params = list(inspect.signature(call).parameters.values())
     names = [p.name for p in params]
     scope: dict[str, Any] = {"call": call, "recorded": recorded, "_NAMES": _NAMES, "_name_group": _name_group,
