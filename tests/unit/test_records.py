@@ -126,15 +126,14 @@ def test_replace_asdict_and_pickle() -> None:
     assert pickle.loads(pickle.dumps(nested)) == nested
 
 
-def test_init_is_compiled_at_the_first_record_made() -> None:
-    @record
-    class Late:
-        value: int = 1
-
-    first = Late.__init__
-    Late()
-    assert Late.__init__ is not first and Late.__init__.__qualname__.endswith("Late.__init__")
-    assert Late(2).value == 2
+def test_every_record_shares_one_init_and_checks_its_arguments_as_python_does() -> None:
+    assert Told.__init__ is Box.__init__ is Slotted.__init__  # nothing compiled per class
+    with pytest.raises(TypeError, match=r"Told.__init__\(\) got multiple values for argument 'rank'"):
+        Told(1, rank=2)  # type: ignore[misc]
+    with pytest.raises(TypeError, match=r"Told.__init__\(\) takes 4 positional arguments but 5 were given"):
+        Told(1, "a", (), "b", "c")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'first'"):
+        Named()  # type: ignore[call-arg]
 
 
 def test_a_rank_start_loads_neither_dataclasses_nor_inspect() -> None:
