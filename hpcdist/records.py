@@ -1,8 +1,8 @@
 """hpcdist's records: classes of typed fields as `dataclasses` makes them, built without compiling code (a leaf).
 
-`dataclasses` compiles four to six methods for each class when the class is defined, and imports `inspect`:
-every hpcdist process loads sixty records or more, and a rank spent 17 to 23 ms of its own start-up on them, the
-largest part of what it costs beyond a plain MPI rank (docs/measurements/rank-cost.md). A `record` has the same
+`dataclasses` compiles four to six methods for each class when the class is defined, and imports `inspect`: a rank
+loads about forty records, and spent about 20 ms of its own start-up on them, the largest part of what it cost
+beyond a plain MPI rank (docs/measurements/rank-cost.md). A `record` has the same
 `__init__`, `__repr__`, `__eq__`, and for a frozen one `__hash__` and no assignment to its fields: methods shared
 by every record, which read the class's fields. Type checkers see a record as a dataclass (PEP 681).
 `fields`, `replace` and `asdict` work on records as `dataclasses`' functions work on dataclasses.
