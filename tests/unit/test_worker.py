@@ -177,3 +177,69 @@ def test_a_failing_rank_stops_waiting_for_a_reader_that_never_reads(capfd: pytes
     os.close(write_end)
     err = capfd.readouterr().err
     assert f"the failing rank waited 0.2 s for its launcher to read its output (fds {write_end})" in err
+
+
+_PROBE = """\
+import json, pickle, sys
+class Thing:
+    pass
+def typed(x: int) -> None:
+    pass
+import __main__
+print(json.dumps({
+    "name": __name__, "file": globals().get("__file__"), "package": __package__, "argv": sys.argv,
+    "annotation": repr(typed.__annotations__["x"]), "main": __main__.Thing is Thing,
+    "pickles": type(pickle.loads(pickle.dumps(Thing()))) is Thing,
+}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["source", "compiled", "zipapp", "code"])
+def test_a_python_program_runs_in_process_as_python_runs_it(kind: str, tmp_path, monkeypatch, capsys) -> None:
+    """A script, a compiled script, a zip application and -c code see what they see under python itself: their
+    name, file, package and argv, their annotations evaluated (not the shim's `from __future__`), `__main__`."""
+    import json
+    import py_compile
+    import subprocess
+    import sys
+    import zipapp
+
+    from hpcdist.worker import _run_in_process
+
+    script = tmp_path / "probe.py"
+    script.write_text(_PROBE)
+    if kind == "compiled":
+        path = py_compile.compile(str(script), cfile=str(tmp_path / "probe.pyc"))
+    elif kind == "zipapp":
+        (tmp_path / "app").mkdir()
+        (tmp_path / "app" / "__main__.py").write_text(_PROBE)
+        path = str(tmp_path / "app.pyz")
+        zipapp.create_archive(tmp_path / "app", path)
+    else:
+        path = str(script)
+    words = ["-c", _PROBE] if kind == "code" else [path]
+    expected = json.loads(subprocess.run([sys.executable, *words, "a"], capture_output=True, text=True).stdout)
+    target = PythonTarget("code", _PROBE, ("a",)) if kind == "code" else PythonTarget("path", path, ("a",))
+    monkeypatch.setattr("sys.argv", ["shim"])
+    monkeypatch.setattr("sys.path", list(sys.path))
+    assert _run_in_process(RankProcess(RankContract()), target, 0) == (0, None)
+    seen = json.loads(capsys.readouterr().out)
+    if kind == "compiled":  # run by runpy.run_path, whose __package__ is '' where python's is None
+        assert seen.pop("package") == "" and expected.pop("package") is None
+    assert seen == expected and seen["annotation"] == "<class 'int'>" and seen["main"] and seen["pickles"]
+
+
+def test_a_script_runs_without_loading_pkgutil(tmp_path) -> None:
+    """runpy.run_path imports pkgutil (2 ms of a rank's start); a source script runs without it."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "probe.py"
+    script.write_text("import sys; print('pkgutil' in sys.modules)")
+    code = (
+        "from hpcdist.contract import RankContract; from hpcdist.program import PythonTarget; "
+        "from hpcdist.runtime.process import RankProcess; from hpcdist.worker import _run_in_process; "
+        f"_run_in_process(RankProcess(RankContract()), PythonTarget('path', {str(script)!r}, ()), 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout == "False\n"
