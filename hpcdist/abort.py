@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import fcntl
 import os
-import socket
 import stat
 import struct
 import sys
@@ -25,6 +24,7 @@ from typing import NoReturn
 
 from .contract import RankContract
 from .events import Done, Failed
+from .hosts import this_host
 from .records import field, record
 from .status import ABORTED
 
@@ -170,7 +170,7 @@ def abort_job(code: int) -> None:
         wait_until_read((1, 2))  # PRRTE, ending the job for a rank's exit, dropped output it had not read yet
         return
     rank = mpi.COMM_WORLD.Get_rank()  # hpcdist mpirun learns how this rank ended (the first word about it wins)
-    _ENDING.contract.tell(Failed(rank, how=ABORTED, host=socket.gethostname().split(".")[0]))
+    _ENDING.contract.tell(Failed(rank, how=ABORTED, host=this_host().split(".")[0]))
     for hook in _ENDING.hooks:
         hook()
     wait_until_read((1, 2))
@@ -194,7 +194,7 @@ def leave_rank(code: int) -> NoReturn:
 def leave_after_peer(contract: RankContract, rank: int, why: str) -> NoReturn:
     """End this rank only, as a casualty: a peer was lost before the ranks could carry on without it (`why`, for a
     plain mpirun; hpcdist mpirun names it after the rank that failed first)."""
-    host = socket.gethostname().split(".")[0]
+    host = this_host().split(".")[0]
     contract.tell(Failed(rank, how="exit code 1", host=host, after_peer=True, at=time.time()))
     if not contract.routed:
         print(f"hpcdist: rank {rank} on {host} left: {why}", file=sys.stderr)
@@ -260,7 +260,7 @@ def install_abort_hook(contract: RankContract) -> None:
         mpi = sys.modules.get("mpi4py.MPI")
         if contract.shrinks and mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
             rank = mpi.COMM_WORLD.Get_rank()
-            contract.tell(Failed(rank, how="exit code 1", host=socket.gethostname().split(".")[0]))
+            contract.tell(Failed(rank, how="exit code 1", host=this_host().split(".")[0]))
         end_failed_rank(contract, 1)
 
     hook._hpcdist = True  # type: ignore[attr-defined]

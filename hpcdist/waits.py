@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .errors import RendezvousTimeout, WaitTimeout
+from .hosts import this_host
 
 __all__ = ["Backoff", "as_seconds", "poll_until", "wait_peers"]
 
@@ -91,7 +91,7 @@ def wait_peers(
         test,
         time.monotonic() + timeout,
         lambda: (
-            f"rank {comm.rank} of {comm.size} on {socket.gethostname()} waited {timeout:g} s for {what}; a rank may "
+            f"rank {comm.rank} of {comm.size} on {this_host()} waited {timeout:g} s for {what}; a rank may "
             f"have died or hung before reaching it (raise {setting} if start-up is just slow)"
         ),
         backoff=Backoff(1e-5, 0.01, yielding=_YIELD),

@@ -19,7 +19,6 @@ import math
 import os
 import runpy
 import signal
-import socket
 import sys
 import time
 import types
@@ -34,6 +33,7 @@ from .contract import RankContract, check_version
 from .errors import RendezvousTimeout, TooFewRanks, UsageError
 from .events import Done, Failed, Started
 from .forensics.cause import failed_call, peer_lost, said_finished
+from .hosts import this_host
 from .program import PythonTarget, is_python, parse_python_argv
 from .rank.child import relay_sigterm, run_child
 from .rank.tagger import leave_time_to_peers
@@ -236,7 +236,7 @@ def _usage_error(process: RankProcess | None, rank: int | str, message: str, whe
 
     `where`: the message depends on the rank's place, so the one told names the rank and its host too.
     """
-    place = f"{f'rank {rank}' if rank != '' else 'a rank'} on {socket.gethostname()}: "  # '': its rank unknown yet
+    place = f"{f'rank {rank}' if rank != '' else 'a rank'} on {this_host()}: "  # '': its rank unknown yet
     if process is None or not process.tell_usage(f"{place if where else ''}{message}"):
         print(f"hpcdist: error: {place}{message}", file=sys.stderr, flush=True)
 
@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if words[:1] == ["--"]:
         words = words[1:]
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # ranks' lines arrive whole
-    host = socket.gethostname()
+    host = this_host()
     rank = ""  # not known until the launcher's variables are read
     process: RankProcess | None = None
     try:

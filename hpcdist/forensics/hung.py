@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -24,6 +23,7 @@ from ..abort import wait_until_read
 from ..commcall import Call
 from ..contract import RankContract
 from ..events import Failed
+from ..hosts import this_host
 from ..ranklist import ranks_text
 from ..settingtable import TIMEOUT
 from . import stacks
@@ -144,7 +144,7 @@ def heard(contract: RankContract, rank: int, word: tuple[tuple[Any, ...], str], 
         return
     headline = f"hpcdist: rank {rank} hung and ends itself (--on-failure shrink): {why}; its Python stacks:"
     print(stacks.report({rank: stacks.own()}, headline=headline), file=sys.stderr, flush=True)
-    host = socket.gethostname().split(".")[0]
+    host = this_host().split(".")[0]
     contract.tell(Failed(rank, how="hung, ended by the watchdog", host=host, at=time.time()))
     wait_until_read((1, 2))
     os.kill(os.getpid(), signal.SIGKILL)

@@ -9,7 +9,6 @@ reach it.
 from __future__ import annotations
 
 import ipaddress
-import socket
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -154,6 +153,8 @@ def interface_towards(addr: str, ifaces: Sequence[Interface]) -> str | None:
 
 def probe(addr: str, port: int, seconds: float = PROBE_SECONDS) -> str | None:
     """Open and close a TCP connection to addr:port; None when it works, else why it did not."""
+    import socket  # a host's first rank alone probes: the others never import it (3-5 ms)
+
     try:
         with socket.create_connection((addr, port), timeout=seconds):
             return None

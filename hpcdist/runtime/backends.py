@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import socket
 
 from ..errors import UsageError
+from ..hosts import this_host
 from ..settingtable import STORE
 from ..values import BACKENDS, STORES
 
@@ -64,7 +64,7 @@ def check_nccl(local_world_size: int) -> None:
         cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
         local_world_size=local_world_size,
         native_mpi=False,
-        host=socket.gethostname(),
+        host=this_host(),
         on_cpu='call init_process_group("gloo") on CPU, or run on hosts with GPUs',
     )
 

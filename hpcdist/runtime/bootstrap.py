@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from types import TracebackType
@@ -22,6 +21,7 @@ from ..abort import leave_after_peer
 from ..contract import RankContract
 from ..errors import RanksLost, check_same_world
 from ..events import Ready
+from ..hosts import this_host
 from ..records import field, record
 from ..settingtable import STARTUP_TIMEOUT
 from ..waits import wait_peers
@@ -112,7 +112,7 @@ def init(backend: str = "auto", timeout: float | None = None, store: str | None 
         cuda_devices=cuda_devices,
         local_world_size=env.local_world_size,
         native_mpi=dist.is_mpi_available(),
-        host=socket.gethostname(),
+        host=this_host(),
         mpi_launch=env.is_mpi,
     )
     over_mpi = choose_store(store or settings.store(os.environ), chosen, mpi_launch=env.is_mpi) == "mpi"
@@ -252,7 +252,7 @@ def program_finished() -> None:
 
 def say_ready(contract: RankContract, rank: int, world_size: int) -> None:
     """Tell `hpcdist mpirun` (when it started this rank) that the rank is initialised: a restart may help now."""
-    contract.tell(Ready(rank, host=socket.gethostname(), world=world_size))
+    contract.tell(Ready(rank, host=this_host(), world=world_size))
 
 
 def mpi4py_backend(contract: RankContract) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import ipaddress
-import socket
 import struct
 
 from ..errors import UsageError
@@ -32,6 +31,8 @@ class Interface:
 
 def interfaces() -> list[Interface]:
     """This host's IPv4 interfaces that are up and not loopback, in interface-index order (Linux ioctls)."""
+    import socket  # in each function: most ranks list no interface, and the import takes 3-5 ms
+
     found = []
     for _, name in socket.if_nameindex():
         flags = _ioctl_int(name, _SIOCGIFFLAGS)
@@ -45,6 +46,8 @@ def interfaces() -> list[Interface]:
 
 def host_address(hostname: str | None = None) -> str:
     """A non-loopback IPv4 address of this host: its name's address, else the first interface's."""
+    import socket
+
     name = hostname or socket.gethostname()
     try:
         infos = socket.getaddrinfo(name, None, socket.AF_INET)
@@ -70,6 +73,8 @@ def _interface_address(ifname: str) -> str | None:
 
 def _ioctl(ifname: str, request: int) -> bytes | None:
     """The raw `struct ifreq` answer of an interface ioctl, or None (no such interface or address)."""
+    import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         try:
             return fcntl.ioctl(sock.fileno(), request, struct.pack("256s", ifname[:15].encode()))
@@ -80,7 +85,7 @@ def _ioctl(ifname: str, request: int) -> bytes | None:
 def _ioctl_addr(ifname: str, request: int) -> str | None:
     """An IPv4 address-valued interface ioctl (address, netmask), as text."""
     packed = _ioctl(ifname, request)
-    return None if packed is None else socket.inet_ntoa(packed[20:24])
+    return None if packed is None else str(ipaddress.IPv4Address(packed[20:24]))
 
 
 def _ioctl_int(ifname: str, request: int) -> int | None:

@@ -10,13 +10,15 @@ without handing hpcdist anything. Everything below those entries takes the contr
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..contract import RankContract
 from ..events import Usage
 from ..records import record
+
+if TYPE_CHECKING:
+    import socket
 
 __all__ = ["Listener", "RankProcess", "current", "existing"]
 

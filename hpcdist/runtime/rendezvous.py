@@ -10,7 +10,6 @@ the ranks of `hpcdist doctor`'s probe job, with a plain socket in place of torch
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 import zlib
@@ -19,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RendezvousTimeout, UsageError
+from ..hosts import this_host
 from ..records import record
 from ..settingtable import TIMEOUT
 from ..waits import wait_peers
@@ -37,6 +37,7 @@ from .env import RUN_ID_PREFIX, AgentFacts, LaunchEnv
 from .netif import interfaces
 
 if TYPE_CHECKING:
+    import socket
     from datetime import timedelta
 
 __all__ = [
@@ -93,11 +94,13 @@ def check_master_addr(addr: str) -> None:
     Raises:
         UsageError: `addr` does not resolve to an IPv4 address on this host.
     """
+    import socket  # as in each function below: most ranks open no socket of hpcdist's, and its import takes 3-5 ms
+
     try:
         socket.getaddrinfo(addr, None, socket.AF_INET)
     except OSError as exc:
         raise UsageError(
-            f"MASTER_ADDR={addr} does not resolve on host {socket.gethostname()} "
+            f"MASTER_ADDR={addr} does not resolve on host {this_host()} "
             f"({(exc.strerror or str(exc)).lower()}); correct the name (a typo?), set MASTER_ADDR to an address "
             "of rank 0's host that every host can reach, or unset it so hpcdist picks one"
         ) from None
@@ -123,6 +126,8 @@ def listen(addr: str, world_size: int, timeout: float, port: int = 0) -> Rendezv
     It listens on every interface, as torch's store does; connections wait in its backlog until torch's
     TCPStore is served over it (`store_over`).
     """
+    import socket
+
     try:
         server = socket.create_server(("", port), backlog=socket.SOMAXCONN)
     except OSError as exc:
@@ -190,11 +195,12 @@ def offer_rendezvous(comm: Any, env: LaunchEnv, timeout: float, bind: Bind) -> t
     """
     from mpi4py import MPI
 
-    mine = HostInfo(socket.gethostname(), tuple(interfaces()))
+    leader = env.local_rank == 0
+    listed = tuple(interfaces()) if leader or comm.rank == 0 else None  # the others list theirs only across hosts
+    mine = HostInfo(this_host(), listed or ())
     host0 = HostInfo.decode(
         _bcast_str(comm, mine.encode() if comm.rank == 0 else "", timeout, "rank 0's host and addresses", INFO_BYTES)
     )
-    leader = env.local_rank == 0
     # Per interface of rank 0: 1 from each other host with an address on its subnet; then the hosts; then the
     # ranks whose place breaks the hosts' blocks of consecutive ranks (see _in_block).
     sums = array("q", [0] * (len(host0.interfaces) + 2))
@@ -231,7 +237,7 @@ def offer_rendezvous(comm: Any, env: LaunchEnv, timeout: float, bind: Bind) -> t
         if message.startswith("!"):
             raise UsageError(f"rank 0 could not bind the rendezvous store: {message[2:]}")
     addr, port, run_id = message.split()
-    ifname = interface_towards(addr, mine.interfaces) if host_count > 1 else None
+    ifname = interface_towards(addr, tuple(interfaces()) if listed is None else listed) if host_count > 1 else None
     return Rendezvous(addr, int(port), True, listener, ifname, node, run_id), mine, host0.hostname
 
 
@@ -397,11 +403,13 @@ def doctor_probe(timeout: float = 10.0) -> None:
     def say(line: str) -> None:  # one write(2) per line: the ranks share mpirun's stdout pipe
         os.write(1, (line + "\n").encode())
 
+    import socket
+
     def listen(addr: str, world_size: int, seconds: float, port: int) -> Rendezvous:
         server = socket.create_server((addr, port), backlog=max(world_size, 16))
         return Rendezvous(addr, server.getsockname()[1], True, server)
 
-    comm, host = MPI.COMM_WORLD, socket.gethostname()
+    comm, host = MPI.COMM_WORLD, this_host()
     try:
         rdzv, _, _ = offer_rendezvous(comm, LaunchEnv.from_environ(os.environ), timeout, listen)
     except Exception as exc:  # noqa: BLE001 - reported, never raised: a raise would hang mpirun

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 
 __all__ = ["cut_accepted", "listening"]
 
@@ -53,6 +52,8 @@ def cut_accepted(ports: set[int]) -> int:
 
     The descriptors stay open for their owner, whose next read or write on them fails.
     """
+    import socket  # a survivor's alone: every rank notes its ports at init, and the import takes 3-5 ms
+
     own = _own_sockets()
     cut = 0
     for local, _, state, inode in _table():

@@ -162,6 +162,21 @@ def test_a_program_that_never_imports_torch_loads_it_on_no_rank(hpcdist: str) ->
     ]
 
 
+def test_a_rank_loads_only_what_its_part_needs(hpcdist: str, tmp_path) -> None:
+    """Rank 0 binds the rendezvous and so imports socket; rank 1, on rank 0's host, opens no socket of hpcdist's and
+    never imports it (3-5 ms of its start), nor runpy's pkgutil for a script (2 ms)."""
+    script = tmp_path / "loaded.py"
+    script.write_text(
+        "import os, sys; print('loaded', os.environ['RANK'], 'socket' in sys.modules, 'pkgutil' in sys.modules)"
+    )
+    result = launch([hpcdist, "mpirun", "-np", "2", "--", "python", str(script)])
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("loaded ")) == [
+        "loaded 0 True False",
+        "loaded 1 False False",
+    ]
+
+
 def test_the_program_runs_with_the_garbage_collector_on_and_the_shims_objects_frozen(hpcdist: str) -> None:
     """The shim starts with the collector off (a rank's start-up cost); the program gets it on, as under python."""
     code = "import gc, os; print('gc', os.environ['RANK'], gc.isenabled(), gc.get_freeze_count() > 0)"
