@@ -69,6 +69,8 @@ class RankContract:
     output_rate: float | None = None  # bytes a second a rank's tagger forwards (0: all; None: no limit given)
     bind: str = "none"  # auto: the rank binds itself to its share of the node (placement.binding)
     progress: bool | None = None  # ranks draw progress bars (True) or not (False); None: as their stdout is a terminal
+    mpi: str | None = None  # the launcher's MPI family (--mpi's names): a rank reads that family's variables alone
+    scheduler: str | None = None  # the scheduler whose job the launch runs in ("none": no job's): read it alone
 
     VARIABLES: ClassVar[Mapping[str, str]] = {
         "version": "HPCDIST_VERSION",
@@ -87,6 +89,8 @@ class RankContract:
         "output_rate": "HPCDIST_OUTPUT_RATE",
         "bind": "HPCDIST_BIND",
         "progress": "HPCDIST_PROGRESS",
+        "mpi": "HPCDIST_MPI",
+        "scheduler": "HPCDIST_SCHEDULER",
     }
 
     @classmethod

@@ -273,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         process = current(os.environ)  # the launcher's contract, read once for this process
         speak_under(process.contract)
-        env = LaunchEnv.from_environ(os.environ)
+        env = LaunchEnv.from_environ(os.environ, process.contract.mpi, process.contract.scheduler)
         rank, process.rank = str(env.rank), env.rank
         check_version(
             process.contract, "this rank"

@@ -1,11 +1,12 @@
 """The launcher families hpcdist launches with, one plug-in per family, and the registry the rest of hpcdist asks.
 
 Each module of this package beside `base` is one family (`openmpi`, `mpich` for Hydra, `intel`, `mvapich`, `pals`
-for Cray PALS's mpiexec, and the schedulers' own launchers: `srun`, `jsrun` for LSF's, `fluxrun` for Flux's `flux
+for Cray PALS's mpiexec, and the schedulers' own launchers: `srun`, `jsrun` for LSF's, `flux` for Flux's `flux
 run`): a `base.Family` subclass registered with `@register`, which owns everything hpcdist knows of that launcher
 (its command line, banners, exit codes, hostfile, fault tolerance, rank variables, identity, signals and quirks).
-The modules are found and imported when this package is, so adding a launcher is adding one file; a test may
-register a family of its own.
+Each module is named for its family. The modules are found and imported when the registry is first asked, so
+adding a launcher is adding one file; a test may register a family of its own. A rank whose launcher named its
+family reads that family's variables alone (`rank_sources`), and imports no other family's module.
 
 The registry: `lookup` (by name), `names`, `every` (in the order to test them), `identify`/`from_version`/`titled` (from
 version text), `from_files` (from the files beside a launcher), `of_ranks` (the family whose variables a rank saw),
@@ -18,10 +19,13 @@ listing) is passed in.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
+from ..contract import RankContract
 from ..errors import UsageError
 from ..plugins import Registry, discover
 from ..ranksource import Source
@@ -45,6 +49,15 @@ __all__ = [
 DEFAULT = "openmpi"  # the family of a launcher that nothing identifies
 _FAMILIES: Registry[Family] = Registry()
 _F = TypeVar("_F", bound=type[Family])
+_FOUND: list[bool] = []  # [True] once every module of the package was imported
+
+
+def _registered() -> tuple[Family, ...]:
+    """Every family, each module of the package imported first (once)."""
+    if not _FOUND:
+        discover(__path__, __name__)  # each module but base registers its family
+        _FOUND.append(True)
+    return _FAMILIES.every()
 
 
 def register(cls: _F) -> _F:
@@ -55,7 +68,7 @@ def register(cls: _F) -> _F:
 
 def names() -> tuple[str, ...]:
     """The families' names, as `--mpi` lists them."""
-    return tuple(f.name for f in sorted(_FAMILIES.every(), key=lambda f: f.order))
+    return tuple(f.name for f in sorted(_registered(), key=lambda f: f.order))
 
 
 def lookup(name: str, where: str = "--mpi") -> Family:
@@ -64,7 +77,10 @@ def lookup(name: str, where: str = "--mpi") -> Family:
     Raises:
         UsageError: no family has that name (`where` names the option that gave it).
     """
-    family = _FAMILIES.get(name)
+    family = _FAMILIES.get(name)  # a rank's own family is imported already
+    if family is None and not _FOUND:
+        _registered()
+        family = _FAMILIES.get(name)
     if family is None:
         raise UsageError(f"{where} {name!r} is not an MPI hpcdist knows; use one of {', '.join(names())}")
     return family
@@ -72,8 +88,13 @@ def lookup(name: str, where: str = "--mpi") -> Family:
 
 def every() -> tuple[Family, ...]:
     """Every family in the order to test them: by `order`, but a family that is a kind of another before it."""
+    return _in_order(_registered())
+
+
+def _in_order(found: Iterable[Family]) -> tuple[Family, ...]:
+    """`found` by `order`, but a family that is a kind of another before it."""
     ordered: list[Family] = []
-    for family in sorted(_FAMILIES.every(), key=lambda f: f.order):
+    for family in sorted(found, key=lambda f: f.order):
         base = next((i for i, other in enumerate(ordered) if isinstance(family, type(other))), len(ordered))
         ordered.insert(base, family)
     return tuple(ordered)
@@ -110,19 +131,32 @@ def from_files(launcher: str, beside: Iterable[str]) -> Family | None:
 
 
 def of_ranks(launcher: str) -> Family | None:
-    """The family whose launcher sets the variables a rank read its place from (`LaunchEnv.launcher`), or None."""
-    return next((f for f in _declaring_ranks() if f.ranks is not None and f.ranks.launcher == launcher), None)
+    """The family whose launcher sets the variables a rank read its place from (`LaunchEnv.launcher`), or None; the
+    families imported already are asked first (a rank's, whose variables it read)."""
+    for found in (_FAMILIES.every, _registered):
+        family = next((f for f, source in _declaring_ranks(found()) if source.launcher == launcher), None)
+        if family is not None:
+            return family
+    return None
 
 
-def rank_sources() -> tuple[Source, ...]:
+def rank_sources(family: str | None = None) -> tuple[Source, ...]:
     """The variables each family's ranks see, a family that is a kind of another before it (MVAPICH's ranks see
-    Hydra's PMI_* too, so its own are read first)."""
-    return tuple(f.ranks for f in _declaring_ranks() if f.ranks is not None)
+    Hydra's PMI_* too, so its own are read first); with `family` (the launch's, by name), only that family's and
+    those of the families it is a kind of, importing no other family's module (a rank's start: 2 ms)."""
+    if family is None:
+        return tuple(source for _, source in _declaring_ranks(_registered()))
+    with contextlib.suppress(ImportError):  # a family of a test's own, or a name no module has: looked up below
+        importlib.import_module(f"{__name__}.{family}")
+    named = lookup(family, RankContract.variable("mpi"))
+    kinds = [f for f in _FAMILIES.every() if isinstance(named, type(f))]
+    return tuple(source for _, source in _declaring_ranks(kinds))
 
 
-def _declaring_ranks() -> list[Family]:
-    """The families that declare their ranks' variables themselves (Intel MPI's ranks see Hydra's)."""
-    return [f for f in every() if "ranks" in vars(type(f))]
+def _declaring_ranks(found: Iterable[Family]) -> list[tuple[Family, Source]]:
+    """Those of `found` that declare their ranks' variables themselves (Intel MPI's ranks see Hydra's), in order,
+    each with its variables."""
+    return [(f, f.ranks) for f in _in_order(found) if "ranks" in vars(type(f)) and f.ranks is not None]
 
 
 def listening(name: str | None) -> Family:
@@ -188,6 +222,3 @@ class _Scanners(Scanner):
     def scan(self, stream: str, line: str) -> list[Observation]:
         """What any of them finds."""
         return [seen for scanner in self._scanners for seen in scanner.scan(stream, line)]
-
-
-discover(__path__, __name__)  # each module but base registers its family

@@ -128,7 +128,8 @@ def plan(options: MpirunOptions, world: World, caller: str | None = None) -> Lau
     routed = options.mode != SCRIPT and not options.bare  # hpcdist runs it: the ranks' lines come through us
     beating = min(len(hosts), np) if hosts and np else np or len(hosts) or 1  # each host beats once an interval
     limit = heartbeat_limit(options.heartbeat_timeout, world.environ, beating) if routed else None
-    contract = _contract(options, output, world, routed, limit, np or total_slots(hosts), beating)
+    inside = scheduler.name if scheduler is not None else schedulers.NONE
+    contract = _contract(options, output, world, routed, limit, np or total_slots(hosts), beating, family, inside)
     script = options.mode == SCRIPT
     given = [f"{name}={value}" for name, value in contract.environ().items()]
     if script:  # the script exports the contract's variables and the launcher passes them on by name
@@ -232,8 +233,12 @@ def _contract(
     limit: float | None,
     np: int,
     beating: int,
+    family: str,
+    scheduler: str,
 ) -> RankContract:
-    """What every rank is handed (but for the values made per attempt); `beating`: the hosts that beat.
+    """What every rank is handed (but for the values made per attempt); `beating`: the hosts that beat; `family` and
+    `scheduler`: the launcher's and the job's it runs in, whose variables alone the ranks read (when the ranks start
+    here, now: a script may run in another job).
 
     Routed (hpcdist runs the launch): every line tagged and numbered for the launcher to route, the heartbeat, and
     each rank's share of the output rate. Otherwise the tagger starts only when an output option asks for it.
@@ -257,6 +262,8 @@ def _contract(
         bind=_bind(options),
         # ranks' stdout looks like a terminal under Open MPI even when piped: say so when ours really is one (a
         # user's own setting is passed on as it is; unset: each rank asks its own stdout)
+        mpi=None if options.bare else family,  # read by the shim, which --bare leaves out
+        scheduler=scheduler if options.mode != SCRIPT and world.here and not options.bare else None,
         progress=True if options.mode != SCRIPT and world.stdout_tty and progress not in world.environ else None,
     )
 

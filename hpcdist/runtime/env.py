@@ -66,9 +66,10 @@ _TORCHRUN = Source(
 _PMIX = Source("pmix", "PMIX_RANK", (), None, (), None, (), "a PMIx launcher")
 
 
-def sources() -> tuple[Source, ...]:
-    """Every launcher's variables, in precedence order (the families and schedulers registered now)."""
-    return (_TORCHRUN, *families.rank_sources(), *schedulers.rank_sources(), _PMIX)
+def sources(family: str | None = None, scheduler: str | None = None) -> tuple[Source, ...]:
+    """Every launcher's variables, in precedence order; with `family`, of the MPI families only that one's (and those
+    it is a kind of), and with `scheduler` of the schedulers only that one's (none for schedulers.NONE)."""
+    return (_TORCHRUN, *families.rank_sources(family), *schedulers.rank_sources(scheduler), _PMIX)
 
 
 @record(frozen=True)
@@ -101,15 +102,22 @@ class LaunchEnv:
     run_id: str | None = None  # the launch's TORCHELASTIC_RUN_ID when it is known without a rendezvous
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> LaunchEnv:
+    def from_environ(
+        cls, environ: Mapping[str, str], family: str | None = None, scheduler: str | None = None
+    ) -> LaunchEnv:
         """Detect the launcher from `environ` (os.environ or a dict) and check its variables agree.
 
         A torch variable left over in the environment (`WORLD_SIZE` without `RANK`) is accepted when a complete
         launcher source agrees with it, and refused when one disagrees; with no other source it is half-set.
+        `family` and `scheduler`: the MPI family the launcher said it launched with and the scheduler whose job it
+        runs in (the contract's `mpi` and `scheduler`), whose variables alone are read; every family's when none of
+        the family's is set.
         """
+        if family is not None and not any(source.rank in environ for source in families.rank_sources(family)):
+            family = None
         readings: list[Reading] = []
         stray: tuple[Reading, HalfSet] | None = None
-        for source in sources():
+        for source in sources(family, scheduler):
             try:
                 reading = read_source(source, environ)
             except HalfSet as half:
@@ -120,7 +128,7 @@ class LaunchEnv:
             if reading is not None:
                 readings.append(reading)
         addr, port = _master(environ)
-        job_id = schedulers.job_id(environ)
+        job_id = schedulers.job_id(environ, scheduler)
         restart_count, max_restarts = _restarts(environ)
         sized = [r for r in readings if "world_size" in r.values]
         if stray is not None and not sized:
@@ -168,7 +176,7 @@ class LaunchEnv:
                     "the number of ranks on this node (torchrun does), or use a launcher that sets them"
                 )
             value["local_rank"], value["local_world_size"] = 0, 1  # a one-process world is its own node
-        task = next((r for r in readings if schedulers.of_ranks(r.source.launcher) is not None), None)
+        task = next((r for r in readings if schedulers.of_ranks(r.source) is not None), None)
         launcher = first.source.launcher
         echoed = [r for r in readings[1:] if "world_size" in r.values]
         if launcher == "torchrun" and echoed:
@@ -330,7 +338,7 @@ def _comparable(first: Reading, readings: list[Reading], environ: Mapping[str, s
 
 def _same_launch(reading: Reading, environ: Mapping[str, str], world: int) -> bool:
     """Whether `reading` describes this process's launch of `world` ranks (Scheduler.same_step)."""
-    scheduler = schedulers.of_ranks(reading.source.launcher)
+    scheduler = schedulers.of_ranks(reading.source)
     return scheduler is None or (reading.values["world_size"][1] == world and scheduler.same_step(environ, world))
 
 

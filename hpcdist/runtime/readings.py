@@ -59,7 +59,7 @@ def check_agree(first: Reading, other: Reading) -> None:
 def read_source(source: Source, environ: Mapping[str, str]) -> Reading | None:
     """What `source` says about this process, or None when none of its variables is set."""
     present = [v for v in source.variables if v in environ]
-    scheduler = schedulers.of_ranks(source.launcher)
+    scheduler = schedulers.of_ranks(source)
     step_id = None
     if scheduler is not None:
         step_id = scheduler.task_step(environ)

@@ -18,10 +18,11 @@ from launching import PROGRAMS, ROOT, crowded, launch
 from hpcdist import __version__
 
 CHECKS = ("p2p", "broadcast", "allreduce")
-# what every rank is handed (the contract's variables), and the per-launch ones, as the dry run prints them
+# what every rank is handed (the contract's variables), its family's name added, and the per-launch ones, as the dry
+# run prints them
 CONTRACT = (
     f"-genv HPCDIST_VERSION {__version__} -genv HPCDIST_HEARTBEAT 5 -genv HPCDIST_TAG numbered "
-    "-genv HPCDIST_OUTPUT_RATE 4194304"
+    "-genv HPCDIST_OUTPUT_RATE 4194304 -genv HPCDIST_MPI {} -genv HPCDIST_SCHEDULER none"
 )
 PER_LAUNCH = "-genv HPCDIST_CONTROL '<per-launch token>' -genv HPCDIST_RUN_ID '<per-launch run id>'"
 
@@ -47,7 +48,8 @@ def test_the_mpich_launcher_is_told_by_its_installation(mpich: Path) -> None:
     result = launch(hpcdist(mpich, "mpirun", "--dry-run", "-np", "2", "-x", "A=1 2", "--", "python", "x.py"))
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
-        f"{mpich.parent}/mpirun -n 2 -hosts localhost:2 -print-all-exitcodes -bind-to none {CONTRACT} -genv A '1 2' "
+        f"{mpich.parent}/mpirun -n 2 -hosts localhost:2 -print-all-exitcodes -bind-to none "
+        f"{CONTRACT.format('mpich')} -genv A '1 2' "
         f"{PER_LAUNCH} {mpich} -m hpcdist.worker -- python x.py\n"
     )
 
@@ -260,7 +262,7 @@ def test_intel_mpi_ranks_run_the_collectives_unpinned(intel: Path) -> None:
     dry = launch(hpcdist(intel, "mpirun", "--dry-run", "-np", "2", "--", "python", "x.py"))
     assert (
         dry.stdout == f"{intel.parent}/mpiexec.hydra -n 2 -hosts localhost -ppn 2 -print-all-exitcodes "
-        f"-genv I_MPI_PIN 0 {CONTRACT} {PER_LAUNCH} {intel} -m hpcdist.worker -- python x.py\n"
+        f"-genv I_MPI_PIN 0 {CONTRACT.format('intel')} {PER_LAUNCH} {intel} -m hpcdist.worker -- python x.py\n"
     ), dry.stderr
     code = (
         "import os; from mpi4py import MPI as M; "

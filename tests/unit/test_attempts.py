@@ -111,8 +111,10 @@ def _plan(max_restarts: int = 0, export: tuple[str, ...] = ()) -> LaunchPlan:
 
 def test_attempt_spec_exports_both_counters_and_the_token_replacing_the_users() -> None:
     launch = _plan(2, ("HPCDIST_RESTART_COUNT=7", "A"))
-    assert attempt_spec(launch, launch.spec, 3, "ab" * 8, "cd" * 8).env[-6:] == (
+    assert attempt_spec(launch, launch.spec, 3, "ab" * 8, "cd" * 8).env[-8:] == (
         ("HPCDIST_OUTPUT_RATE", "2097152"),  # each of the 4 ranks: a quarter of the job's 8 MiB/s
+        ("HPCDIST_MPI", "openmpi"),  # the ranks read Open MPI's variables alone
+        ("HPCDIST_SCHEDULER", "none"),  # and no scheduler's
         ("A", None),
         ("HPCDIST_CONTROL", "ab" * 8),
         ("HPCDIST_RUN_ID", "cd" * 8),

@@ -20,7 +20,8 @@ PER_RUN = ["-x", "HPCDIST_CONTROL=<per-launch token>", "-x", "HPCDIST_RUN_ID=<pe
 def _ours(rate: int) -> list[str]:
     """What a launch hpcdist mpirun watches hands every rank (each of them forwarding `rate` bytes a second)."""
     return ["-x", f"HPCDIST_VERSION={__version__}", "-x", "HPCDIST_HEARTBEAT=5", "-x", "HPCDIST_TAG=numbered",
-            "-x", f"HPCDIST_OUTPUT_RATE={rate}"]  # fmt: skip
+            "-x", f"HPCDIST_OUTPUT_RATE={rate}", "-x", "HPCDIST_MPI=openmpi",
+            "-x", "HPCDIST_SCHEDULER=none"]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

@@ -168,6 +168,7 @@ def test_mpich_is_told_by_the_files_beside_its_mpiexec(capsys: pytest.CaptureFix
     assert status == 0, err
     shim = f"{sys.executable} -m hpcdist.worker --"
     ours = f"-genv {V} -genv HPCDIST_HEARTBEAT 5 -genv HPCDIST_TAG numbered -genv HPCDIST_OUTPUT_RATE 4194304"
+    ours += " -genv HPCDIST_MPI mpich -genv HPCDIST_SCHEDULER none"
     assert out == (
         f"{folder}/mpiexec -n 2 -hosts localhost:2 -print-all-exitcodes -bind-to none {ours} {PER_RUN} {shim} python "
         "x.py\n"

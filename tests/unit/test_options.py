@@ -57,7 +57,8 @@ def test_the_dry_run_prints_the_command_the_options_build(
     command += ["--allow-run-as-root"] if os.geteuid() == 0 else []  # Open MPI refuses root without it
     command += ["--mca", "pml", "ob1", "--mca", "btl", "^ofi"]  # the probe of fabrics left out
     command += ["-x", f"HPCDIST_VERSION={__version__}", "-x", "HPCDIST_HEARTBEAT=5", "-x", "HPCDIST_TAG=numbered"]
-    command += ["-x", "HPCDIST_OUTPUT_RATE=4194304", "-x", "A=1"]
+    command += ["-x", "HPCDIST_OUTPUT_RATE=4194304", "-x", "HPCDIST_MPI=openmpi", "-x", "HPCDIST_SCHEDULER=none"]
+    command += ["-x", "A=1"]
     command += ["-x", "HPCDIST_CONTROL=<per-launch token>", "-x", "HPCDIST_RUN_ID=<per-launch run id>"]
     command += [sys.executable, "-m", "hpcdist.worker", "--", "python", "t.py"]
     assert main(["mpirun", *ARGV, "--dry-run", "--", "python", "t.py"]) == 0

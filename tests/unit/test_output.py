@@ -185,7 +185,10 @@ def test_mpirun_dry_run_prints_the_variables(capsys: pytest.CaptureFixture[str],
         f"HPCDIST_LOG_DIR={logs}",
     ]
     status, out, _ = run(capsys, "mpirun", "--script", "-", *asked)
-    assert status == 0 and f"export HPCDIST_LOG_DIR={logs}\nexport HPCDIST_RANKS=0,3\nexport HPCDIST_TAG=1\n" in out
+    exports = (
+        f"export HPCDIST_LOG_DIR={logs}\nexport HPCDIST_MPI=openmpi\nexport HPCDIST_RANKS=0,3\nexport HPCDIST_TAG=1\n"
+    )
+    assert status == 0 and exports in out
     assert " -x HPCDIST_TAG -x HPCDIST_LOG_DIR -x HPCDIST_RANKS " in out
     status, out, _ = run(capsys, "mpirun", "--script", "-", "--mpirun", "mpirun", "-np", "4", "--no-tag", "--ranks",
                          "1", "--", "python", "x.py")  # fmt: skip

@@ -93,7 +93,8 @@ def test_hpcdist_launch(place: tuple[str, str], tmp_path: Path) -> None:
         "--mca", "btl", "^ofi", *KEEPALIVE, "-x", "HPCDIST_MPIRUN", "-x", "NCCL_DEBUG",
         "-x", f"HPCDIST_VERSION={__version__}",
         "-x", "HPCDIST_HEARTBEAT=5", "-x", f"HPCDIST_TRACE={trace}", "-x", "HPCDIST_TAG=numbered",
-        "-x", "HPCDIST_OUTPUT_RATE=2097152", "-x", f"HPCDIST_CONTROL={TOKEN}", "-x", f"HPCDIST_RUN_ID={RUN_ID}",
+        "-x", "HPCDIST_OUTPUT_RATE=2097152", "-x", "HPCDIST_MPI=openmpi", "-x", "HPCDIST_SCHEDULER=none",
+        "-x", f"HPCDIST_CONTROL={TOKEN}", "-x", f"HPCDIST_RUN_ID={RUN_ID}",
         *SHIM, *program,
     ]  # fmt: skip
 

@@ -71,6 +71,7 @@ def test_a_dry_run_speaks_the_registered_family_s_dialect(fake: Family, capsys: 
     status, out, err = _dry_run(capsys, "--mpi", "fake", "--mpirun", "fakerun", "-np", "2", "--", "python", "x.py")
     assert (status, err) == (0, "")
     ours = "--env=HPCDIST_HEARTBEAT=5 --env=HPCDIST_TAG=numbered --env=HPCDIST_OUTPUT_RATE=4194304"
+    ours += " --env=HPCDIST_MPI=fake --env=HPCDIST_SCHEDULER=none"
     assert out == f"fakerun --ranks 2 --hosts localhost:2 {VERSION} {ours} {PER_RUN} -- {SHIM} python x.py\n"
 
 

@@ -181,7 +181,8 @@ def _ours(np: int) -> list[str]:
     """What the command hpcdist mpirun runs (and its dry run prints) hands every one of `np` ranks, but the values
     made per run (PER_RUN)."""
     return ["-x", f"HPCDIST_VERSION={__version__}", "-x", "HPCDIST_HEARTBEAT=5", "-x", "HPCDIST_TAG=numbered",
-            "-x", f"HPCDIST_OUTPUT_RATE={(8 << 20) // np}"]  # fmt: skip
+            "-x", f"HPCDIST_OUTPUT_RATE={(8 << 20) // np}", "-x", "HPCDIST_MPI=openmpi",
+            "-x", "HPCDIST_SCHEDULER=none"]  # fmt: skip
 
 
 PER_RUN = ["-x", "HPCDIST_CONTROL=<per-launch token>", "-x", "HPCDIST_RUN_ID=<per-launch run id>"]
@@ -194,7 +195,7 @@ def _mpirun_argv(stubs: Stubs, *options: str, script: bool = False) -> tuple[lis
     exports = [f"H{i}={value}" for i, value in enumerate(HOSTILE)]
     argv = ["mpirun", "-np", "2", "--mpirun", stubs.path("mpirun"), *options]
     argv += [word for item in exports for word in ("-x", item)]
-    ours = ["-x", "HPCDIST_VERSION", "-x", "HPCDIST_PROGRESS"] if script else _ours(2)
+    ours = ["-x", "HPCDIST_VERSION", "-x", "HPCDIST_MPI", "-x", "HPCDIST_PROGRESS"] if script else _ours(2)
     expected = ["-np", "2", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot",
                 *([] if script else ROOT_FLAG), "--mca", "btl", "^ofi", "-x", "NCCL_DEBUG", *ours,
                 *[w for item in exports for w in ("-x", item)], *([] if script else PER_RUN),
@@ -217,6 +218,7 @@ def test_mpirun_runs_as_printed(capsys: pytest.CaptureFixture[str], stubs: Stubs
         added = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
         added["HPCDIST_PROGRESS"] = "0"  # the script's output is no terminal here
         added["HPCDIST_VERSION"] = __version__  # the contract: the script exports it
+        added["HPCDIST_MPI"] = "openmpi"
         text = printed(capsys, *argv)
         if how == "script-file":
             assert text == ""

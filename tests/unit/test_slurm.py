@@ -353,7 +353,8 @@ def test_mpirun_mode_s_step_forwards_with_x(
                          *KEEPALIVE]  # fmt: skip
     assert [line[i + 1] for i, word in enumerate(line) if word == "-x"] == [
         *[f"HPCDIST_VERSION={__version__}", "HPCDIST_HEARTBEAT=5", "HPCDIST_TAG=numbered"],
-        *[f"HPCDIST_OUTPUT_RATE={output_rate({}, 16):g}", "NCCL_DEBUG", "OMP_NUM_THREADS"],
+        *[f"HPCDIST_OUTPUT_RATE={output_rate({}, 16):g}", "HPCDIST_MPI=openmpi", "HPCDIST_SCHEDULER=slurm"],
+        *["NCCL_DEBUG", "OMP_NUM_THREADS"],
         *["HPCDIST_CONTROL=<per-launch token>", "HPCDIST_RUN_ID=<per-launch run id>"],
     ]
     assert line[-6:] == [sys.executable, "-m", "hpcdist.worker", "--", "python", "train.py"]
@@ -421,7 +422,8 @@ def test_restarts_in_mpirun_mode_forward_the_counters(
     assert [line[i + 1] for i, word in enumerate(line) if word == "-x"] == [
         "HPCDIST_MAX_RESTARTS",  # set in the step's environment: forwarded as every HPCDIST_ variable is
         *[f"HPCDIST_VERSION={__version__}", "HPCDIST_HEARTBEAT=5", "HPCDIST_TAG=numbered"],
-        *[f"HPCDIST_OUTPUT_RATE={output_rate({}, 16):g}", "NCCL_DEBUG", "OMP_NUM_THREADS"],
+        *[f"HPCDIST_OUTPUT_RATE={output_rate({}, 16):g}", "HPCDIST_MPI=openmpi", "HPCDIST_SCHEDULER=slurm"],
+        *["NCCL_DEBUG", "OMP_NUM_THREADS"],
         *["HPCDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"],  # by name: this attempt's, as the loop exported them
         *["HPCDIST_CONTROL=<per-launch token>", "HPCDIST_RUN_ID=<per-launch run id>"],
     ]

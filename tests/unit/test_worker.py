@@ -209,7 +209,8 @@ def test_a_python_program_runs_in_process_as_python_runs_it(kind: str, tmp_path,
     script = tmp_path / "probe.py"
     script.write_text(_PROBE)
     if kind == "compiled":
-        path = py_compile.compile(str(script), cfile=str(tmp_path / "probe.pyc"))
+        path = str(tmp_path / "probe.pyc")
+        py_compile.compile(str(script), cfile=path, doraise=True)
     elif kind == "zipapp":
         (tmp_path / "app").mkdir()
         (tmp_path / "app" / "__main__.py").write_text(_PROBE)
