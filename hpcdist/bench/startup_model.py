@@ -12,11 +12,14 @@ Each term has a physical meaning and is fitted to what was measured for it, not 
   the job's CPU less its ranks'. On a cluster each node's daemon starts its own ranks, so it counts per node.
 - `wait`: the wall time not explained by CPU on these cores (connection retries, polls, a collective's latency),
   fitted as a + b log2 N: on a cluster it is a tree's depth.
+- `store`: where torchrun's agent serves torch's TCPStore, the store's CPU per rank lands in the agent's (the
+  launcher's) and would count per node; but the store serves every rank from one process, serially. It is taken from
+  the rows whose rank 0 serves the same store: the least of their `rank0`, less this row's own `rank0`.
 
 On this host: wall(N) = wait(N) + CPU(N) / min(cores left by other work, N), the other work's CPU seconds read from
 /proc/stat during each job (the host is shared); on a cluster of `ranks_per_node` ranks per node, with
 `cores_per_node` cores each: wait(N) + process + peers x N + rank0 x N + launcher fixed + launcher per rank x ranks
-per node, the per-rank terms scaled by ceil(ranks per node / cores per node).
+per node + store x N, the per-rank terms scaled by ceil(ranks per node / cores per node).
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..records import asdict, record
+from .startup import ROWS
 
 __all__ = [
     "CLUSTERS",
     "REFERENCES",
     "SCALES",
+    "STORE_ANCHOR",
     "Cluster",
     "RowModel",
     "check_lines",
@@ -38,12 +43,14 @@ __all__ = [
     "fit_row",
     "model_lines",
     "nonneg_line",
+    "store_at",
 ]
 
 REFERENCES = (
     "MVAPICH starts 229,376 processes through MPI_Init in under 22 s",
     "torch's libuv TCPStore initialises about 96,000 ranks in about 100 s (about 1 ms per rank at the store)",
 )
+STORE_ANCHOR = 100.0 / 96_000  # seconds per rank at the store, from the second reference
 
 
 def nonneg_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
@@ -95,6 +102,7 @@ class RowModel:
     cores: int
     largest: int  # the largest N measured
     worst: float  # the largest relative error of here() against the measured medians
+    store: float = 0.0  # the store's serial seconds per rank where the launcher serves it (where rank 0 does: rank0)
 
     def cpu(self, n: int) -> float:
         """The job's CPU seconds at n ranks, all on one host."""
@@ -114,6 +122,7 @@ class RowModel:
             "peers": self.peers * n * crowd,
             "rank0": self.rank0_fixed + self.rank0 * (n - 1),
             "launcher": self.launcher + self.launcher_per_rank * min(cluster.ranks_per_node, n),
+            "store": self.store * n,
         }
 
     def as_json(self) -> dict[str, Any]:
@@ -161,18 +170,29 @@ def model_lines(models: Sequence[RowModel], scales: Sequence[int], clusters: Map
             f"{m.rank0:9.2e} "
             f"{m.launcher:7.2f} {m.launcher_per_rank:9.2e} {100 * m.worst:5.0f}%"
         )
+    agent = [f"  {m.row:<14} {m.store:9.2e}" for m in models if store_at(m.row) == "launcher"]
+    store_head = [
+        "# store: where the launcher serves torch's store (torchrun's agent), the store's serial seconds per rank,",
+        "#   measured: rank 0's per-rank cost where rank 0 serves it (the least of those rows, less this row's",
+        "#   own rank0)",
+    ]
+    lines += store_head if agent else []
     lines += [
+        *agent,
         "# extrapolated: seconds at N ranks on a cluster, the dominant term and its share; then the same without",
-        "#   peers, whose CPU here includes ranks spinning while they wait (MPI and gloo poll), an upper bound",
+        "#   peers, whose CPU here includes ranks spinning while they wait (MPI and gloo poll), an upper bound; for",
+        f"#   a row with a store, the published anchor beside it: the store alone at {1000 * STORE_ANCHOR:.2f} ms a "
+        "rank x N",
     ]
     for m in models:
         cluster = clusters[m.row]
         for n in scales:
             terms = m.terms(n, cluster)
             rest = {name: value for name, value in terms.items() if name != "peers"}
+            anchor = f"; anchor {STORE_ANCHOR * n:.1f} s" if store_at(m.row) else ""
             lines.append(
                 f"  {m.row:<14} {n:>7} ranks ({cluster.describe()}): {_dominant(terms)}; without peers "
-                f"{_dominant(rest)}"
+                f"{_dominant(rest)}{anchor}"
             )
     return lines
 
@@ -186,14 +206,30 @@ SCALES = (10_000, 100_000)
 def fit_models(
     rows: Sequence[str], summary: Mapping[tuple[str, int], Mapping[str, float]], cores: int
 ) -> list[RowModel]:
-    """Each row's model, from startup.summarise's medians; rows with under two rank counts are left out."""
+    """Each row's model, from startup.summarise's medians; rows with under two rank counts are left out. A row whose
+    launcher serves the store gets `store`: the least per-rank cost of rank 0 where rank 0 serves the same store,
+    less its own rank 0's."""
     models = []
     for row in rows:
         mine = {n: s for (name, n), s in summary.items() if name == row}
         model = fit_row(row, mine, cores)
         if model is not None:
             models.append(model)
-    return models
+    served = [m.rank0 for m in models if store_at(m.row) == "rank0"]
+    return [
+        RowModel(**{**m.as_json(), "store": max(0.0, min(served) - m.rank0)})
+        if served and store_at(m.row) == "launcher"
+        else m
+        for m in models
+    ]
+
+
+def store_at(row: str) -> str:
+    """Which process serves a row's torch store: "launcher" (torchrun's agent), "rank0", or "" (no store)."""
+    known = ROWS.get(row)
+    if known is None or known.mode != "torch":
+        return ""
+    return "launcher" if known.launcher == "torchrun" else "rank0"
 
 
 def check_lines(rows: Sequence[str], summary: Mapping[tuple[str, int], Mapping[str, float]], cores: int) -> list[str]:

@@ -25,9 +25,11 @@ from hpcdist.bench.startup import (
     table_lines,
 )
 from hpcdist.bench.startup_model import (
+    STORE_ANCHOR,
     Cluster,
     RowModel,
     check_lines,
+    fit_models,
     fit_row,
     free_cores,
     model_lines,
@@ -273,6 +275,7 @@ def test_on_a_cluster_per_rank_costs_are_paid_per_node_and_rank_0_s_serially() -
             "peers": 0.001 * 10_000,
             "rank0": 1.2 + 0.01 * 9_999,
             "launcher": 0.2 + 0.004 * 8,
+            "store": 0.0,
         }
     )
     assert TRUE.terms(4, Cluster(128, 32))["process"] == 0.3  # 4 ranks on one node's 32 cores
@@ -292,3 +295,28 @@ def test_other_work_on_the_host_leaves_the_job_fewer_cores() -> None:
     assert [free_cores(2, busy, n) for busy, n in ((0.0, 4), (1.0, 4), (0.0, 1), (5.0, 4))] == [2, 1.0, 1, 0.25]
     quiet, busy = TRUE.here(64), TRUE.here(64, busy=1.0)
     assert busy - quiet == pytest.approx(TRUE.cpu(64) / 1 - TRUE.cpu(64) / 2)
+
+
+def test_the_store_torchrun_s_agent_serves_is_serial_on_a_cluster_at_what_rank_0_pays_to_serve_it() -> None:
+    ns = [1, 2, 4, 8, 16, 32]
+    rows = {  # rank 0's per-rank cost: where it serves the store (1.0 and 1.2 ms), and where the agent does (0.2 ms)
+        "hpcdist-gloo": RowModel("hpcdist-gloo", 0.1, 0.1, 1.0, 0.001, 0.02, 0.0010, 0.1, 0.04, 2, 32, 0.0),
+        "mpirun-gloo": RowModel("mpirun-gloo", 0.1, 0.1, 1.0, 0.001, 0.02, 0.0012, 0.1, 0.47, 2, 32, 0.0),
+        "torchrun-gloo": RowModel("torchrun-gloo", 0.6, 0.1, 1.0, 0.001, 0.0, 0.0002, 1.3, 0.47, 2, 32, 0.0),
+    }
+    summary = {(row, n): s for row, model in rows.items() for n, s in _summary_of(model, ns).items()}
+    got = {m.row: m for m in fit_models(list(rows), summary, 2)}
+    assert got["torchrun-gloo"].store == pytest.approx(0.0010 - 0.0002)  # the least rank-0 cost, less its own
+    assert got["hpcdist-gloo"].store == got["mpirun-gloo"].store == 0.0  # theirs is in rank0 already
+    torchrun = got["torchrun-gloo"].terms(100_000, Cluster(8, 64))
+    assert torchrun["store"] == pytest.approx(0.0008 * 100_000)  # every rank, not the agent's node's 8
+    assert torchrun["launcher"] == pytest.approx(1.3 + 0.47 * 8)
+    alone = {m.row: m for m in fit_models(["torchrun-gloo"], summary, 2)}
+    assert alone["torchrun-gloo"].store == 0.0  # nothing measured it: no store term
+    lines = model_lines(list(got.values()), [10_000], {row: Cluster(8, 64) for row in rows})
+    assert "  torchrun-gloo   8.00e-04" in lines
+    assert lines[-1].startswith("  torchrun-gloo    10000 ranks (8 ranks per node, 64 cores per node): ")
+    assert lines[-1].endswith(f"; anchor {STORE_ANCHOR * 10_000:.1f} s")  # the published figure, beside the model's
+    assert pytest.approx(100.0) == STORE_ANCHOR * 96_000
+    plain = model_lines([TRUE], [10_000], {"hpcdist": Cluster(128, 128)})
+    assert not any("anchor" in line for line in plain if line.startswith("  "))  # no store, no anchor
