@@ -1,13 +1,16 @@
-"""Plug-ins of one kind (MPI families, schedulers), registered by name and found with their package (a leaf).
+"""Plug-ins of one kind (MPI families, schedulers, container runtimes), registered by name and found with their
+package (a leaf).
 
-A wing of plug-ins keeps one `Registry`; each of its modules registers its class with the registry, and `discover`
-imports every module of the wing but `base` when the wing is imported, so adding a plug-in is adding one file.
-Every process that reads a launch imports every plug-in, each rank too (for its rank variables), so a plug-in's
-patterns for reading its launcher's output are `LazyPattern`s, compiled by the launcher when it first reads.
+A wing of plug-ins keeps one `Registry` of its package; each of its modules registers its class with the registry,
+and the registry imports every module of the wing but `base` when it is first asked for every plug-in (`every`), so
+adding a plug-in is adding one file. A rank asks only for its own launcher's plug-ins (`one`), each in the module
+named for it, and imports no other; a plug-in's patterns for reading its launcher's output are `LazyPattern`s,
+compiled by the launcher when it first reads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
@@ -20,10 +23,13 @@ _T = TypeVar("_T")
 
 
 class Registry(Generic[_T]):
-    """The plug-ins of one kind: each registered class's one instance by its name, in the order registered."""
+    """The plug-ins of one kind: each registered class's one instance by its name; `every` imports the package's
+    modules (found on `path`, its `__path__`) but `base` and those named in `besides` first, once."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Iterable[str], package: str, besides: Iterable[str] = ()) -> None:
         self.by_name: dict[str, _T] = {}
+        self._package = (list(path), package, tuple(besides))
+        self._found = False
 
     def add(self, cls: type[_T]) -> None:
         """Register `cls`, which names itself (its `name`), as the plug-in of that name.
@@ -37,12 +43,29 @@ class Registry(Generic[_T]):
         self.by_name[name] = cls()
 
     def get(self, name: str) -> _T | None:
-        """The plug-in called `name`, or None."""
+        """The plug-in called `name`, or None (every module imported first)."""
+        if name not in self.by_name:
+            self.every()
         return self.by_name.get(name)
 
-    def every(self) -> tuple[_T, ...]:
-        """Every plug-in, in the order they were registered."""
+    def one(self, name: str) -> _T | None:
+        """The plug-in called `name`, importing only the module named for it while the others are not needed (a
+        rank's own launcher's); or None."""
+        if name not in self.by_name and not self._found:
+            with contextlib.suppress(ImportError):  # a plug-in of a test's own, or one whose module has other plug-ins
+                importlib.import_module(f"{self._package[1]}.{name}")
+        return self.get(name)
+
+    def loaded(self) -> tuple[_T, ...]:
+        """The plug-ins registered so far, importing nothing."""
         return tuple(self.by_name.values())
+
+    def every(self) -> tuple[_T, ...]:
+        """Every plug-in, in the order of their modules' names (as they are found), whichever was imported first."""
+        if not self._found:
+            self._found = True
+            discover(*self._package)
+        return tuple(sorted(self.by_name.values(), key=lambda plug_in: type(plug_in).__module__))
 
 
 def discover(path: Iterable[str], package: str, besides: Iterable[str] = ()) -> None:

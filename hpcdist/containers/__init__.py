@@ -21,12 +21,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..errors import UsageError
-from ..plugins import Registry, discover
+from ..plugins import Registry
 from .base import Container, Runtime
 
 __all__ = ["Container", "Runtime", "every", "installed", "lookup", "names", "register"]
 
-_RUNTIMES: Registry[Runtime] = Registry()
+# each module but base and enter (run with python -m in a container) registers its runtime
+_RUNTIMES: Registry[Runtime] = Registry(__path__, __name__, besides=("enter",))
 _R = TypeVar("_R", bound=type[Runtime])
 
 
@@ -72,6 +73,3 @@ def installed(which: Callable[[str], str | None]) -> Runtime:
         f"{', '.join(r.program for r in every() if not r.launcher_only)} is on PATH; load your site's apptainer "
         "module, install podman, or name one with --container-runtime (pyxis: under srun, --mpi srun)"
     )
-
-
-discover(__path__, __name__, besides=("enter",))  # each module but base and enter registers its runtime

@@ -19,15 +19,13 @@ listing) is passed in.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 from ..contract import RankContract
 from ..errors import UsageError
-from ..plugins import Registry, discover
+from ..plugins import Registry
 from ..ranksource import Source
 from .base import Family, Observation, Scanner
 
@@ -47,17 +45,8 @@ __all__ = [
 ]
 
 DEFAULT = "openmpi"  # the family of a launcher that nothing identifies
-_FAMILIES: Registry[Family] = Registry()
+_FAMILIES: Registry[Family] = Registry(__path__, __name__)  # each module but base registers its family
 _F = TypeVar("_F", bound=type[Family])
-_FOUND: list[bool] = []  # [True] once every module of the package was imported
-
-
-def _registered() -> tuple[Family, ...]:
-    """Every family, each module of the package imported first (once)."""
-    if not _FOUND:
-        discover(__path__, __name__)  # each module but base registers its family
-        _FOUND.append(True)
-    return _FAMILIES.every()
 
 
 def register(cls: _F) -> _F:
@@ -68,7 +57,7 @@ def register(cls: _F) -> _F:
 
 def names() -> tuple[str, ...]:
     """The families' names, as `--mpi` lists them."""
-    return tuple(f.name for f in sorted(_registered(), key=lambda f: f.order))
+    return tuple(f.name for f in sorted(_FAMILIES.every(), key=lambda f: f.order))
 
 
 def lookup(name: str, where: str = "--mpi") -> Family:
@@ -77,10 +66,7 @@ def lookup(name: str, where: str = "--mpi") -> Family:
     Raises:
         UsageError: no family has that name (`where` names the option that gave it).
     """
-    family = _FAMILIES.get(name)  # a rank's own family is imported already
-    if family is None and not _FOUND:
-        _registered()
-        family = _FAMILIES.get(name)
+    family = _FAMILIES.one(name)
     if family is None:
         raise UsageError(f"{where} {name!r} is not an MPI hpcdist knows; use one of {', '.join(names())}")
     return family
@@ -88,7 +74,7 @@ def lookup(name: str, where: str = "--mpi") -> Family:
 
 def every() -> tuple[Family, ...]:
     """Every family in the order to test them: by `order`, but a family that is a kind of another before it."""
-    return _in_order(_registered())
+    return _in_order(_FAMILIES.every())
 
 
 def _in_order(found: Iterable[Family]) -> tuple[Family, ...]:
@@ -133,7 +119,7 @@ def from_files(launcher: str, beside: Iterable[str]) -> Family | None:
 def of_ranks(launcher: str) -> Family | None:
     """The family whose launcher sets the variables a rank read its place from (`LaunchEnv.launcher`), or None; the
     families imported already are asked first (a rank's, whose variables it read)."""
-    for found in (_FAMILIES.every, _registered):
+    for found in (_FAMILIES.loaded, _FAMILIES.every):
         family = next((f for f, source in _declaring_ranks(found()) if source.launcher == launcher), None)
         if family is not None:
             return family
@@ -145,11 +131,9 @@ def rank_sources(family: str | None = None) -> tuple[Source, ...]:
     Hydra's PMI_* too, so its own are read first); with `family` (the launch's, by name), only that family's and
     those of the families it is a kind of, importing no other family's module (a rank's start: 2 ms)."""
     if family is None:
-        return tuple(source for _, source in _declaring_ranks(_registered()))
-    with contextlib.suppress(ImportError):  # a family of a test's own, or a name no module has: looked up below
-        importlib.import_module(f"{__name__}.{family}")
+        return tuple(source for _, source in _declaring_ranks(_FAMILIES.every()))
     named = lookup(family, RankContract.variable("mpi"))
-    kinds = [f for f in _FAMILIES.every() if isinstance(named, type(f))]
+    kinds = [f for f in _FAMILIES.loaded() if isinstance(named, type(f))]
     return tuple(source for _, source in _declaring_ranks(kinds))
 
 

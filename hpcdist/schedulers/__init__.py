@@ -20,13 +20,11 @@ scheduler's command run, through a function given.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from ..errors import UsageError
-from ..plugins import Registry, discover
+from ..plugins import Registry
 from ..ranksource import Source
 from .base import Scheduler
 
@@ -44,19 +42,9 @@ __all__ = [
     "spans_hosts",
 ]
 
-_SCHEDULERS: Registry[Scheduler] = Registry()
+_SCHEDULERS: Registry[Scheduler] = Registry(__path__, __name__)  # each module but base registers its scheduler
 _S = TypeVar("_S", bound=type[Scheduler])
-_FOUND: list[bool] = []  # [True] once every module of the package was imported
 NONE = "none"  # a launch's scheduler when it runs in no scheduler's job
-
-
-def _registered() -> tuple[Scheduler, ...]:
-    """Every scheduler, each module of the package imported first (once), in the order of their modules' names (as
-    they are found), whichever was imported first."""
-    if not _FOUND:
-        discover(__path__, __name__)  # each module but base registers its scheduler
-        _FOUND.append(True)
-    return tuple(sorted(_SCHEDULERS.every(), key=lambda s: type(s).__module__))
 
 
 def register(cls: _S) -> _S:
@@ -66,13 +54,13 @@ def register(cls: _S) -> _S:
 
 
 def names() -> tuple[str, ...]:
-    """The schedulers' names, in the order they were registered."""
-    return tuple(s.name for s in _registered())
+    """The schedulers' names, in the order of their modules' names."""
+    return tuple(s.name for s in _SCHEDULERS.every())
 
 
 def every() -> tuple[Scheduler, ...]:
-    """Every scheduler, in the order they were registered."""
-    return _registered()
+    """Every scheduler, in the order of their modules' names."""
+    return _SCHEDULERS.every()
 
 
 def lookup(name: str) -> Scheduler:
@@ -81,7 +69,7 @@ def lookup(name: str) -> Scheduler:
     Raises:
         UsageError: no scheduler has that name.
     """
-    scheduler = _SCHEDULERS.get(name) or next((s for s in _registered() if s.name == name), None)
+    scheduler = _SCHEDULERS.one(name)
     if scheduler is None:
         raise UsageError(f"{name!r} is not a scheduler hpcdist knows; use one of {', '.join(names())}")
     return scheduler
@@ -105,7 +93,7 @@ def job_id(environ: Mapping[str, str], scheduler: str | None = None) -> str | No
 
 def of_ranks(source: Source) -> Scheduler | None:
     """The scheduler whose task launcher sets the variables `source` reads (one of `rank_sources()`), or None."""
-    return next((s for s in _SCHEDULERS.every() if s.ranks is source), None)  # read, so imported already
+    return next((s for s in _SCHEDULERS.loaded() if s.ranks is source), None)  # read, so imported already
 
 
 def rank_sources(scheduler: str | None = None) -> tuple[Source, ...]:
@@ -117,12 +105,8 @@ def rank_sources(scheduler: str | None = None) -> tuple[Source, ...]:
 def _named(scheduler: str | None) -> tuple[Scheduler, ...]:
     """Every scheduler (None), none (NONE), or the one called `scheduler`, importing only its module."""
     if scheduler is None:
-        return _registered()
-    if scheduler == NONE:
-        return ()
-    with contextlib.suppress(ImportError):  # a scheduler of a test's own, or a name no module has: looked up below
-        importlib.import_module(f"{__name__}.{scheduler}")
-    return (lookup(scheduler),)
+        return _SCHEDULERS.every()
+    return () if scheduler == NONE else (lookup(scheduler),)
 
 
 def on_path(present: Callable[[str], bool]) -> Scheduler:

@@ -39,6 +39,7 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Family]:
     """The fake family, registered for this test only."""
+    families.every()  # every module imported first: the registry is restored as it was, all of it
     monkeypatch.setattr(families._FAMILIES, "by_name", dict(families._FAMILIES.by_name))
     families.register(FakeMpi)
     yield families.lookup("fake")
@@ -47,6 +48,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Family]:
 @pytest.fixture
 def fakesched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """The fake scheduler, registered for this test only, and a node file of its allocation (n1 x2, n2 x2)."""
+    schedulers.every()  # every module imported first: the registry is restored as it was, all of it
     monkeypatch.setattr(schedulers._SCHEDULERS, "by_name", dict(schedulers._SCHEDULERS.by_name))
     schedulers.register(FakeScheduler)
     nodefile = tmp_path / "nodes"
