@@ -157,14 +157,17 @@ def test_sigquit_to_hpcdist_mpirun_and_sigusr2_to_a_rank_print_every_ranks_stack
     ]
 
 
-def test_at_eight_ranks_a_failure_s_stacks_come_from_a_few_ranks_of_each_state(hpcdist: str) -> None:
+def test_at_eight_ranks_a_failure_s_stacks_come_from_a_few_ranks_of_each_state(hpcdist: str, tmp_path) -> None:
     """The failed rank gathers as a hang report does: every rank's summary first, then full answers (stacks) from the
-    first two and the last of the ranks in each state, so what it receives grows with the states, not the ranks."""
+    first two and the last of the ranks in each state, so what it receives grows with the states, not the ranks. It
+    fails once the others are about to enter their second all_reduce, so that they are all in one state (a rank
+    still finishing its first one, on a loaded machine, is a state of its own)."""
     result = launch(
         [hpcdist, "mpirun", "-np", "8", "--", sys.executable, PROGRAM],
         timeout=180,
         API="init",
         MODE="fail",
+        ENTERED=str(tmp_path),
         HPCDIST_TIMEOUT="600",
         HPCDIST_DEBUG="1",
     )
