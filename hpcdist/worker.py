@@ -146,18 +146,16 @@ def _run_path(path: str) -> None:
     """Run the script at `path` as `__main__`, as runpy.run_path does; a source file without importing pkgutil, which
     runpy does (2 ms of every rank's start)."""
     with io.open_code(path) as handle:
-        head = handle.read(4)
+        source = handle.read()
     try:
         zipimport.zipimporter(path)  # a zip application (python app.pyz): runpy runs its __main__.py
         packed = True
     except zipimport.ZipImportError:
-        packed = head == importlib.util.MAGIC_NUMBER  # a compiled script (python script.pyc)
+        packed = source[:4] == importlib.util.MAGIC_NUMBER  # a compiled script (python script.pyc)
     if packed:
         runpy.run_path(path, run_name="__main__")
         return
-    with io.open_code(path) as handle:
-        code = compile(handle.read(), path, "exec", dont_inherit=True)
-    _run_as_main(code, {"__file__": path, "__cached__": None})
+    _run_as_main(compile(source, path, "exec", dont_inherit=True), {"__file__": path, "__cached__": None})
 
 
 def _run_as_main(code: types.CodeType, names: dict[str, object]) -> None:
