@@ -28,6 +28,7 @@ import heapq
 import itertools
 import queue
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -82,6 +83,8 @@ class _Server:
         self.deadlines: list[tuple[float, int, _Waiter]] = []  # a heap, to time out the waiters
         self.sends: list[Any] = []  # answers on their way
         self.order = itertools.count()
+        self.doing = "starting"  # the MPI call the thread is in, or the step it took last: told if it never stops
+        self.since = time.monotonic()
         self.thread = threading.Thread(target=self.serve, name="hpcdist-mpistore", daemon=True)
         self.thread.start()
 
@@ -91,19 +94,26 @@ class _Server:
         while True:
             busy = False
             status = MPI.Status()
+            self.since = time.monotonic()
             try:
+                self.doing = "MPI_Improbe (looking for requests)"
                 message = self.comm.improbe(MPI.ANY_SOURCE, _REQUEST, status)
                 while message is not None:
+                    self.doing = f"MPI_Mrecv (a request from rank {status.Get_source()})"
                     op, tag, args, seconds = message.recv()
                     source = status.Get_source()
+                    self.doing = f"answering {op} for rank {source}"
                     self.safely(op, args, seconds, source, self._remote(source, tag))
                     busy = True
+                    self.doing = "MPI_Improbe (looking for requests)"
                     message = self.comm.improbe(MPI.ANY_SOURCE, _REQUEST, status)
+                self.doing = "MPI_Test (the answers on their way)"
+                self.expire()
+                self.sends = [request for request in self.sends if not request.Test()]
             except MPI.Exception as exc:  # ranks died (ULFM, under --on-failure shrink): no more requests come
                 self.refuse(f"the MPI store on rank 0 stopped: {exc}")
                 return
-            self.expire()
-            self.sends = [request for request in self.sends if not request.Test()]
+            self.doing = "waiting for rank 0's own requests"
             pause = _IDLE.tmin if busy else min(_IDLE.tmax, pause * 2)
             try:
                 item = self.local.get(timeout=pause)
@@ -112,6 +122,7 @@ class _Server:
             if item[0] == _STOP:
                 return
             op, args, seconds, answer = item
+            self.doing = f"answering {op} for rank 0"
             self.safely(op, args, seconds, _SERVER, answer)
             pause = _IDLE.tmin
 
@@ -227,10 +238,18 @@ class _Server:
             while self.sends and time.monotonic() < deadline:
                 self.sends = [request for request in self.sends if not request.Test()]
 
-    def stop(self, seconds: float) -> None:
-        """Stop the thread (it finishes the request in hand), giving the answers on their way `seconds` to leave."""
+    def stop(self, seconds: float, tell: bool = True) -> None:
+        """Stop the thread (it finishes the request in hand), giving the answers on their way `seconds` to leave;
+        where it does not stop, `tell` says on stderr where it is stuck (ranks lost: MPI calls may hang, untold)."""
         self.local.put((_STOP,))
         self.thread.join(seconds)
+        if tell and self.thread.is_alive():
+            print(
+                f"hpcdist: rank 0's MPI store thread did not stop in {seconds:g} s: it has been in {self.doing} for "
+                f"{time.monotonic() - self.since:.1f} s, so the ranks that asked it meanwhile had no answer",
+                file=sys.stderr,
+                flush=True,
+            )
         deadline = time.monotonic() + seconds
         while self.sends and time.monotonic() < deadline:
             self.sends = [request for request in self.sends if not request.Test()]
@@ -339,14 +358,14 @@ class MPIStore(dist.Store):
 
     def abandon(self) -> None:
         """Stop serving at once, not collectively: ranks died (ULFM), and the survivors make a new store."""
-        self._stop(0.5)
+        self._stop(0.5, tell=False)
 
     def rebase(self, comm: Any) -> None:
         """Serve from the survivors' `comm` from now on (collective over them), after torch's shrink_group shrank the
         world: this object and its clones alike. The keys go along where rank 0 survived (it is rank 0 of `comm`);
         else the survivors start with none (they were on the lost rank)."""
         table = self._server.table if self._server is not None else {}
-        self._stop(0.5)
+        self._stop(0.5, tell=False)
         self._comm = comm.Dup()
         comm.allreduce(0)  # mpi4py's hidden duplicate for pickled calls, made in step (see __init__)
         self._rank = self._comm.rank
@@ -357,12 +376,12 @@ class MPIStore(dist.Store):
         """Before mpi4py finalizes MPI: stop the server thread, if close did not."""
         self._stop(1.0)
 
-    def _stop(self, seconds: float) -> None:
+    def _stop(self, seconds: float, tell: bool = True) -> None:
         if self._closed:
             return
         self._closed = True
         if self._server is not None:
-            self._server.stop(seconds)
+            self._server.stop(seconds, tell)
 
     def _timeout(self) -> float:
         """The store's timeout in seconds (torch's set_timeout changes it)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -181,3 +182,30 @@ def test_nccls_root_ids_reach_every_rank_over_mpi_as_torch_fetches_them(comm, mo
             group_store.set(keys[roots.index(comm.rank)], ours)  # type: ignore[arg-type]  # torch takes bytes too
         assert group_store.multi_get(keys) == made  # waits for the roots that are late
         assert len(made) == (2 if (mine, comm.size) == ("2", 4) else 1)
+
+
+def test_a_server_thread_that_does_not_stop_says_where_it_is(comm, capfd) -> None:
+    """A server thread held inside a request (here rank 0's own, whose answer waits) is told when it will not stop:
+    the ranks that asked it meanwhile had no answer, and rank 0's stderr says where the thread was."""
+    import threading
+
+    from hpcdist.runtime import mpistore
+
+    server = mpistore._Server(comm.Dup())
+    held = threading.Event()
+    server.local.put(("set", ("key", b"value"), 0.0, lambda ok, value: held.wait(30)))
+    try:
+        server.stop(0.2)
+        assert server.thread.is_alive()
+    finally:
+        held.set()
+    server.thread.join(5)
+    assert not server.thread.is_alive() and server.table == {"key": b"value"}
+    err = capfd.readouterr().err
+    assert re.search(
+        r"rank 0's MPI store thread did not stop in 0\.2 s: it has been in answering set for rank 0 for "
+        r"[0-9.]+ s, so the ranks that asked it meanwhile had no answer",
+        err,
+    ), err
+    server.stop(0.2)
+    assert "did not stop" not in capfd.readouterr().err
