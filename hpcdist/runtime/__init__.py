@@ -10,6 +10,7 @@
 - `backends`: which torch backend and store a job uses, and those that cannot work on this host;
 - `prepare`: a rank's rendezvous, the torch variables it writes into os.environ, and where torch's store lives
   (served over rank 0's socket, released, or over MPI); the job's and the start-up's timeouts;
+- `mpistore`: torch's store over MPI, as every rank calls it; `storeserver`: its keys and rank 0's thread serving them;
 - `bootstrap`: `hpcdist.init`: the process group's start-up (init_process_group, forensics on) and its shutdown;
 - `adopt`: the shim's import hook that routes a program's own init_process_group through bootstrap;
 - `pycall`: a rank's side of `hpcdist.launch` (run as `python -m hpcdist.runtime.pycall` under the shim).

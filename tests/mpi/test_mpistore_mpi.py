@@ -189,9 +189,9 @@ def test_a_server_thread_that_does_not_stop_says_where_it_is(comm, capfd) -> Non
     the ranks that asked it meanwhile had no answer, and rank 0's stderr says where the thread was."""
     import threading
 
-    from hpcdist.runtime import mpistore
+    from hpcdist.runtime.storeserver import Server
 
-    server = mpistore._Server(comm.Dup())
+    server = Server(comm.Dup())
     held = threading.Event()
     server.local.put(("set", ("key", b"value"), 0.0, lambda ok, value: held.wait(30)))
     try:
