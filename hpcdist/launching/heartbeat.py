@@ -128,7 +128,7 @@ class Heartbeats:
         with self._lock:
             if self.problem is not None or (limit := self._overdue(now)) is None:
                 return
-            self.silent = self._missed_two(now, limit, {})
+            self.silent = self._fallen(now, limit, {})
             self.problem = self._describe(self.silent)
         check = _STARTING if self.starting else _CHECK_HOSTS
         raise HeartbeatLost(self.problem + (check if self.lost_hosts else ""))
@@ -137,7 +137,7 @@ class Heartbeats:
         """Under --on-failure shrink, instead of `check`: the ranks silent longer than the limit (rank -> host), each
         said once and watched no more, for the survivors carry on without them.
 
-        With the first past the limit go those that missed two beats: a host's ranks go silent together. A rank
+        With a silent rank past the limit go those that missed two beats: a host's ranks go silent together. A rank
         whose beats say it is frozen is left to its helper process, which ends it after as long and says so.
         """
         now = time.monotonic()
@@ -145,7 +145,7 @@ class Heartbeats:
             limit = self._overdue(now)
             if limit is None:
                 return {}
-            silent = self._missed_two(now, limit, self._frozen)
+            silent = self._fallen(now, limit, self._frozen)
             for rank in silent:
                 self._ended.add(rank)
                 del self._last[rank]
@@ -165,13 +165,17 @@ class Heartbeats:
         self._checked = now
         return limit if any(now - last > limit for last in self._last.values()) else None
 
-    def _missed_two(self, now: float, limit: float, exempt: Mapping[int, str]) -> dict[int, str]:
-        """With the first past the limit, every rank not in `exempt` that missed two beats (rank -> host): a host's
-        ranks go silent together."""
+    def _fallen(self, now: float, limit: float, exempt: Mapping[int, str]) -> dict[int, str]:
+        """The ranks not in `exempt` past the limit (rank -> host); with a silent one among them, also every rank
+        neither frozen nor exempt that missed two beats, for a host's ranks go silent together. A frozen rank is one
+        process's state, its host still beating: it takes no late beat of another rank with it."""
+        past = {rank for rank, last in self._last.items() if now - last > limit}
+        one_silent = any(rank not in self._frozen for rank in past)
         return {
             rank: self._hosts[rank]
             for rank, last in self._last.items()
-            if now - last > limit / 3 and rank not in exempt
+            if rank not in exempt
+            and (rank in past or (one_silent and rank not in self._frozen and now - last > limit / 3))
         }
 
     def _limit_text(self) -> str:

@@ -118,6 +118,40 @@ def test_one_silent_rank_beside_beating_ones_is_named_alone_and_its_host_is_not_
     assert beats.lost_hosts == [] and beats.silent == {1: "n1"}
 
 
+def _rank_1_late_beside_rank_2(clock: Clock, frozen: str) -> Heartbeats:
+    """Four ranks on n1 with a 6 s limit, 6.5 s on: rank 2 `frozen` (else silent) since the start, rank 1's tagger
+    starved for the last 4.5 s, ranks 0 and 3 beating."""
+    clock.now = 1000.0
+    beats = Heartbeats(6)
+    for rank in range(4):
+        beats.beat(rank, "n1")
+    for clock.now, ranks in ((1002.0, (0, 1, 3)), (1004.0, (0, 3)), (1006.5, (0, 3))):
+        for rank in ranks:
+            beats.beat(rank, "n1")
+        if frozen:
+            beats.beat(2, "n1", frozen)
+        if clock.now < 1006:
+            beats.check()
+    return beats
+
+
+def test_a_frozen_rank_is_named_alone_and_another_s_late_beat_beside_it_is_no_loss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frozen rank is one process's state: a rank late by two beats goes with a silent rank (its host may be lost),
+    not with a frozen one, and under --on-failure shrink the frozen one is left to its helper."""
+    clock = Clock(monkeypatch)
+    assert _rank_1_late_beside_rank_2(clock, "").fell_silent() == {1: "n1", 2: "n1"}
+    assert _rank_1_late_beside_rank_2(clock, "in a frozen cgroup").fell_silent() == {}
+    beats = _rank_1_late_beside_rank_2(clock, "in a frozen cgroup")
+    with pytest.raises(HeartbeatLost, match=r"^rank 2 on n1 frozen: in a frozen cgroup for 6 s$"):
+        beats.check()
+    assert beats.silent == {2: "n1"}
+    beats = _rank_1_late_beside_rank_2(clock, "")
+    with pytest.raises(HeartbeatLost, match=r"^ranks 1-2 on n1 silent: no heartbeat for 6 s$"):
+        beats.check()
+
+
 def test_a_pause_of_the_watcher_itself_is_no_silence_of_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(monkeypatch)
     beats = Heartbeats(6)
