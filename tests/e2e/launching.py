@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import PIPE
 from typing import TypeVar
 
 import pytest
+
+from hpcdist import proctree
 
 T = TypeVar("T")
 
@@ -32,15 +37,32 @@ class Result:
 
 def launch(argv: list[str], timeout: float = 180, **env: str) -> Result:
     """Run argv from the repository root with extra environment; a hang fails the test after `timeout`, with the
-    command and what it printed by then."""
+    command, what it printed by then, and the stacks of its Python processes still running."""
     full_env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
     start = time.monotonic()
-    try:
-        proc = subprocess.run(argv, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        printed = [_text(exc.stdout), _text(exc.stderr)]
-        pytest.fail(f"`{' '.join(argv)}` still ran after {timeout:g} s; it printed:\n{printed[0]}\n{printed[1]}")
-    return Result(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+    with subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=PIPE, stderr=PIPE, text=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            below = proctree.descendants(proc.pid)
+            stacks = python_stacks(below)
+            for pid in [proc.pid, *below]:  # every one: a rank left would hold the pipes open
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate(timeout=30)
+            pytest.fail(f"`{' '.join(argv)}` still ran after {timeout:g} s; it printed:\n{stdout}\n{stderr}\n{stacks}")
+    return Result(proc.returncode, stdout, stderr, time.monotonic() - start)
+
+
+def python_stacks(pids: list[int]) -> str:
+    """The stacks py-spy reads of each Python process of `pids`, with its native frames: where a hung job waits."""
+    dumps = []
+    for child in pids:
+        if Path(f"/proc/{child}/exe").resolve().name.startswith("python"):
+            argv = [str(BIN / "py-spy"), "dump", "--native", "--pid", str(child)]
+            _, out, err = proctree.capture(argv, timeout=30)
+            dumps.append(f"process {child}:\n{out}{err}")
+    return "\n".join(dumps)
 
 
 def wait_for(what: str, ready: Callable[[], T | None], timeout: float = 120, job: subprocess.Popen | None = None) -> T:
