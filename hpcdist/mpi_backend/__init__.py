@@ -223,7 +223,9 @@ def _shrink(reference: MPIProcessGroup, excluded: list[int]) -> Any:
 def _over(comm: MPI.Intracomm, ranks: list[int], timeout: timedelta, name: str, group: bool) -> Any:
     """The backend over `comm` for torch (errors returned; `ranks` its global ranks): the compiled one over the
     Python group where every rank has it, else the Python group itself; as a ProcessGroup (`group`) or a Backend."""
-    reference = MPIProcessGroup(comm, ranks, timeout.total_seconds(), name, shrinker=_shrink)
+    reference = MPIProcessGroup(
+        comm, ranks, timeout.total_seconds(), name, shrinker=_shrink, survivors=_WORLD.contract.shrinks
+    )
     _WORLD.groups.add(reference)
     from . import native  # not at import: `python -m hpcdist.mpi_backend.native` runs it as __main__
 
@@ -250,6 +252,7 @@ def _over(comm: MPI.Intracomm, ranks: list[int], timeout: timedelta, name: str, 
         ring_tag=COMPILED_TAG,
         ring_segment=SEGMENT,
         yielding=yielding,
+        survivors=_WORLD.contract.shrinks,
     )
     make = compiled.make_group if group else compiled.make_backend
     return make(comm=comm.handle, rank=comm.rank, size=comm.size, fallback=reference, spec=spec)

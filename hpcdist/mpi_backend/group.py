@@ -48,6 +48,7 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         timeout: float,
         name: str = "world",
         shrinker: Callable[[MPIProcessGroup, list[int]], Any] | None = None,
+        survivors: bool = False,
     ) -> None:
         dist.ProcessGroup.__init__(self, comm.Get_rank(), comm.Get_size())  # type: ignore[call-arg]  # (rank, size) form
         self._comm = comm
@@ -71,6 +72,7 @@ class MPIProcessGroup(CollectiveOps, DataMovementOps, PointToPointOps, dist.Proc
         self._ledger_name = name  # the group in the ledger: "world" or its global ranks, "[0, 1]"
         self._gseq = 0  # collectives issued on this group (the compiled backend over it sets it before each)
         self._shrinker = shrinker  # what torch's shrink_group calls (the package's: it makes the next group)
+        self._survivors = survivors  # ULFM: a ring's wait ends once a member failed (MPIWork, lost.interrupted)
 
     # -- identity -------------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's C++ name

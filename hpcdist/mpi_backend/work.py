@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from ..settingtable import TIMEOUT
 from ..waits import Backoff, as_seconds, poll_until
-from . import record
+from . import lost, record
 from .errors import CollectiveTimeout
 from .progress import PROGRESS
 
@@ -29,6 +29,7 @@ __all__ = ["DONE", "MPIWork"]
 _SPIN = 50e-6  # seconds of pure Test spinning before yielding the CPU
 _YIELD = 0.02  # then Test + sched_yield until this much time has passed, then back-off sleeps
 _SLEEP = (20e-6, 2e-3)  # the back-off sleeps, first and longest
+_LOOK = 0.01  # seconds between a ring's looks, under ULFM, at whether its communicator was revoked or a member failed
 _testall = MPI.Request.Testall
 
 
@@ -55,6 +56,8 @@ class MPIWork(dist._Work):
         self._result = result
         self._finish = finish
         self._steps = steps
+        # a ring under ULFM: when its wait next looks whether a member failed (lost.interrupted); else None
+        self._look = time.monotonic() + _LOOK if steps is not None and group._survivors else None
         self._status = status
         self._start = time.monotonic()
         self._timeout = timeout or group._timeout
@@ -75,6 +78,7 @@ class MPIWork(dist._Work):
                 req = self._req
                 if type(req) is list:
                     if req and not _testall(req):
+                        self._look_for_failures()
                         return False
                 elif req is not None and not (req.Test(self._status) if self._status is not None else req.Test()):
                     return False
@@ -94,6 +98,15 @@ class MPIWork(dist._Work):
         self._keep = None
         record.ended(self._call)
         return True
+
+    def _look_for_failures(self) -> None:
+        """A ring under ULFM, every _LOOK seconds: raise MPI's error once its communicator was revoked or a member
+        failed, for its pending requests may never complete then."""
+        if self._look is not None and time.monotonic() > self._look:
+            broken = lost.interrupted(self._group._ring_comm)
+            if broken is not None:
+                raise broken
+            self._look = time.monotonic() + _LOOK
 
     def _fail(self, error: BaseException) -> None:
         """Mark this work failed; the request (if still in flight) keeps its buffers via the group."""

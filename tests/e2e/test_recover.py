@@ -74,6 +74,19 @@ def test_a_rank_killed_in_the_middle_of_a_ring(native: str, tmp_path: Path) -> N
         assert "all_reduce" in text and said in text, (kind, text)
 
 
+@pytest.mark.parametrize("native", ["0", "1"], ids=IDS[:2])
+def test_a_ring_whose_live_peers_are_away_ends_on_the_failure_it_knows_of(native: str, tmp_path: Path) -> None:
+    # rank 2 dies before its 64 MiB all_reduce; ranks 1 and 3 stay out of MPI until rank 0's has raised, so rank 0's
+    # ring messages to and from them stay pending, and nobody revokes: rank 0 ends its wait on the failure it knows of
+    records = run("mpi", "away", tmp_path, native=native)
+    assert sorted(records) == [0, 1, 3]
+    for record in records.values():
+        expect_steps(record, [[0, 1, 2, 3], [0, 1, 3]], [3])
+    assert records[0]["took"][0] < 20, records[0]  # ranks 1 and 3 come back after 60 s at most
+    kind, _, text, _, _ = records[0]["errors"][0]
+    assert "all_reduce" in text and ("rank 2 was lost" if native == "1" else "rank 2 on ") in text, (kind, text)
+
+
 @pytest.mark.parametrize("backend", ["mpi", "gloo"], ids=["python-backend", "gloo"])
 def test_two_failures_one_after_the_other(backend: str, tmp_path: Path) -> None:
     records = run(backend, "two", tmp_path)

@@ -133,6 +133,7 @@ struct Spec {
   int ring_tag;          // the rings' tag on the ring communicator, apart from the Python group's rings' tags
   int64_t ring_segment;  // the rings' message size in bytes
   bool yielding;         // ranks share cores somewhere in the group: wait on non-blocking calls, yielding the CPU
+  bool survivors;        // --on-failure shrink (ULFM): a ring's wait ends once a member failed (Ring)
 };
 
 // How long the requests an error left in a ring may take to complete before they are abandoned (Posted).
@@ -149,7 +150,7 @@ class NativeBackend : public c10d::Backend {
         timeout_(spec_.timeout.count()),
         py_(std::move(fallback)),
         ring_comm_(comm_of(py_.attr("_ring_comm").attr("handle").cast<uint64_t>())),
-        ring_(ring_comm_, rank, size, spec_.ring_tag, spec_.ring_segment, kRingPatience,
+        ring_(ring_comm_, rank, size, spec_.ring_tag, spec_.ring_segment, kRingPatience, spec_.survivors,
               [this](int code, const char* name) { check(code, name); }),
         group_(ledger().name_group(spec_.name)) {
     std::lock_guard<std::mutex> lock(live_mutex);
@@ -697,12 +698,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   native::py::class_<native::Spec>(m, "Spec", "What the Python side decides for a group")
       .def(native::py::init([](std::string backend_name, std::string who, std::string desc, std::string name,
                                std::vector<int> ranks, native::ms timeout, int64_t ring_bytes, int ring_tag,
-                               int64_t ring_segment, bool yielding) {
+                               int64_t ring_segment, bool yielding, bool survivors) {
              return native::Spec{std::move(backend_name), std::move(who), std::move(desc), std::move(name),
-                                 std::move(ranks), timeout, ring_bytes, ring_tag, ring_segment, yielding};
+                                 std::move(ranks), timeout, ring_bytes, ring_tag, ring_segment, yielding, survivors};
            }),
            native::py::kw_only(), arg("backend_name"), arg("who"), arg("desc"), arg("name"), arg("ranks"),
-           arg("timeout"), arg("ring_bytes"), arg("ring_tag"), arg("ring_segment"), arg("yielding"));
+           arg("timeout"), arg("ring_bytes"), arg("ring_tag"), arg("ring_segment"), arg("yielding"), arg("survivors"));
   m.def("make_group", &native::make_group, "A process group over an MPI communicator, with the Python group for the "
         "rest", arg("comm"), arg("rank"), arg("size"), arg("fallback"), arg("spec"));
   m.def("make_backend", &native::make_backend, "The backend alone (shrink_group's new one), with the Python group "

@@ -90,14 +90,15 @@ class Posted {
 };
 
 // A ring over a communicator of its own (the Python group's ring communicator): `check` throws the group's error
-// for a failed MPI call (revoking the communicators first after a process failure).
+// for a failed MPI call (revoking the communicators first after a process failure). With `survivors` (ULFM, the
+// survivors carry on) a wait also ends, as failed, once the communicator is revoked or a member failed (`interrupted`).
 class Ring {
  public:
   using Check = std::function<void(int code, const char* name)>;
 
-  Ring(MPI_Comm comm, int rank, int size, int tag, int64_t segment, ms patience, Check check)
+  Ring(MPI_Comm comm, int rank, int size, int tag, int64_t segment, ms patience, bool survivors, Check check)
       : comm_(comm), rank_(rank), size_(size), tag_(tag), segment_(segment), patience_(patience),
-        check_(std::move(check)) {}
+        survivors_(survivors), check_(std::move(check)) {}
 
   // An all_reduce in place: the reduce-scatter half (`reduce`), then p-1 steps passing the finished blocks on. At
   // 2 ranks it moves half the bytes of Open MPI's Allreduce.
@@ -147,13 +148,20 @@ class Ring {
  private:
   // Wait for a pair of requests, yielding the CPU between tests: on a core of its own sched_yield returns at once,
   // and where other processes share the cores the peer gets to run (measured faster than MPI_Waitall under load).
-  // A failed request's own error, not MPI_ERR_IN_STATUS: a lost peer must read as one (ULFM's error classes).
-  static int wait_all(MPI_Request* pair) {
+  // A failed request's own error, not MPI_ERR_IN_STATUS: a lost peer must read as one (ULFM's error classes). With
+  // `survivors_`, every kLookNs the wait also ends with the error of a revoked or failed communicator.
+  int wait_all(MPI_Request* pair) const {
     MPI_Status statuses[2];
+    int64_t look = survivors_ ? now_ns() + kLookNs : 0;
     for (int done = 0;;) {
       const int code = MPI_Testall(2, pair, &done, statuses);
       if (code != MPI_SUCCESS) return in_status(code, statuses);
       if (done) return code;
+      if (look && now_ns() > look) {
+        const int broken = interrupted(comm_);
+        if (broken != MPI_SUCCESS) return broken;
+        look = now_ns() + kLookNs;
+      }
       sched_yield();
     }
   }
@@ -237,7 +245,9 @@ class Ring {
   int rank_, size_, tag_;
   int64_t segment_;  // bytes per message
   ms patience_;      // how long an error's requests may take to complete before they are abandoned
+  bool survivors_;   // ULFM: a wait also looks whether the communicator was revoked or a member failed
   Check check_;
+  static constexpr int64_t kLookNs = 10000000;  // 10 ms between those looks (MPIX_Comm_get_failed makes a group)
   at::Tensor halves_;  // the two receive segments, kept between calls: fresh pages cost page faults
 };
 

@@ -47,7 +47,7 @@ inline Ring ring_over(uint64_t comm, int64_t segment, int fail_at, ms patience) 
   MPI_Comm_rank(c, &rank);
   MPI_Comm_size(c, &size);
   auto calls = std::make_shared<int>(0);
-  return Ring(c, rank, size, 7000, segment, patience, [calls, fail_at](int code, const char* name) {
+  return Ring(c, rank, size, 7000, segment, patience, false, [calls, fail_at](int code, const char* name) {
     if (code != MPI_SUCCESS) throw std::runtime_error(std::string(name) + ": MPI error " + std::to_string(code));
     if (++*calls == fail_at) throw std::runtime_error(std::string(name) + ": failed on purpose");
   });
