@@ -90,7 +90,7 @@ def interrupted(comm: MPI.Comm) -> MPI.Exception | None:
     is revoked, ERR_PROC_FAILED once this process knows a member of it failed; else None.
 
     Open MPI 5.0.11 left a ring's messages pending for good after a rank died in its middle (measured: survivors
-    still waited after 150 s), though the communicator was revoked and the failure known.
+    still waited after 150 s), though a survivor had revoked the communicator.
     """
     if comm.Is_revoked():
         return MPI.Exception(MPI.ERR_REVOKED)

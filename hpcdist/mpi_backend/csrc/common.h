@@ -132,7 +132,7 @@ inline bool lost_process(int code) {
 // Under ULFM, the error a wait on `comm` ends with although its requests are pending: MPI_ERR_REVOKED once `comm` is
 // revoked, MPI_ERR_PROC_FAILED once this process knows a member of it failed; else (and without ULFM) MPI_SUCCESS.
 // Open MPI 5.0.11 left a ring's messages pending for good after a rank died in its middle (measured: survivors still
-// waited after 150 s), though the communicator was revoked and the failure known.
+// waited after 150 s), though a survivor had revoked the communicator.
 inline int interrupted(MPI_Comm comm) {
 #if defined(OMPI_HAVE_MPI_EXT_FTMPI) && defined(MPI_ERR_PROC_FAILED)
   int revoked = 0, count = 0;
