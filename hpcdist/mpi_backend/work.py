@@ -78,7 +78,8 @@ class MPIWork(dist._Work):
                 req = self._req
                 if type(req) is list:
                     if req and not _testall(req):
-                        self._look_for_failures()
+                        if self._look is not None:
+                            self._look_for_failures()
                         return False
                 elif req is not None and not (req.Test(self._status) if self._status is not None else req.Test()):
                     return False
