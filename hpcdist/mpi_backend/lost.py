@@ -61,7 +61,7 @@ def is_failure(error: BaseException | None, comm: MPI.Comm | None = None) -> boo
     if not isinstance(error, MPI.Exception):
         return False
     if error.Get_error_class() == MPI.ERR_IN_STATUS and comm is not None:
-        return comm.Is_revoked() or bool(failed_starts(comm))
+        return interrupted(comm) is not None
     return error.Get_error_class() in FAILURE_CLASSES
 
 

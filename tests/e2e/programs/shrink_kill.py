@@ -46,6 +46,7 @@ with hpcdist.init(backend):
     if scenario == "rebuild" and me == 3:  # dies in the recovery, once the world is shrunk, as the groups are rebuilt
         membership._rebuild = lambda *_: os.kill(os.getpid(), 9)  # type: ignore[assignment]
     steps, recoveries, errors, subsums, took = [], [], [], [], []
+    raised = out / "raised"  # away: rank 0's step 3 all_reduce has raised
     step = 0
     while step < STEPS:
         if DEATHS[scenario].get(me) == step:
@@ -54,7 +55,6 @@ with hpcdist.init(backend):
                 threading.Timer(0.05, os.kill, (os.getpid(), how)).start()
             else:
                 os.kill(os.getpid(), how)
-        raised = out / "raised"  # away: rank 0's step 3 all_reduce has raised
         if scenario == "away" and step == 3 and me in (1, 3):
             deadline = time.monotonic() + AWAY
             while not raised.exists() and time.monotonic() < deadline:
